@@ -1,0 +1,532 @@
+//! A dataset directory: a manifest and shards. [`Dataset`] reads one, [`DatasetWriter`] writes one
+//! atomically.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{FormatError, Result};
+use crate::limits::Limits;
+use crate::manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
+use crate::record::FieldValue;
+use crate::schema::Schema;
+use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptions};
+
+/// How to open a dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// Memory-map the shards (explicit opt-in: the files must not change while open). Gives
+    /// zero-copy [`Dataset::record_slice`].
+    pub mmap: bool,
+    /// Check each record's CRC-32C when it is read (default: on; it costs little next to decoding).
+    pub verify_records: bool,
+    /// Limits on sizes read from the files.
+    pub limits: Limits,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            mmap: false,
+            verify_records: true,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// An open dataset: random access to every sample by its global index.
+#[derive(Debug)]
+pub struct Dataset {
+    dir: PathBuf,
+    manifest: Manifest,
+    shards: Vec<ShardReader>,
+    /// `starts[k]` is the global index of shard k's first record; `starts[shards.len()] == len`.
+    starts: Vec<u64>,
+    verify: bool,
+}
+
+impl Dataset {
+    /// Open `dir` with default options.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
+        Dataset::open_with(dir, OpenOptions::default())
+    }
+
+    /// Open `dir`: read the manifest, open and validate every shard's trailer, meta and index, and
+    /// check each against the manifest.
+    pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Dataset> {
+        let dir = dir.as_ref().to_path_buf();
+        let manifest = Manifest::load(&dir, &options.limits)?;
+        let mut shards = Vec::with_capacity(manifest.shards.len());
+        for i in 0..manifest.shards.len() {
+            let path = manifest.shard_path(&dir, i);
+            let reader = if options.mmap {
+                let f = File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
+                // SAFETY: mapping is the documented opt-in whose contract is that the file is not
+                // modified or truncated while the dataset is open; the reader checks every offset
+                // against the length at open, and never writes through the map.
+                let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| FormatError::io(&path, None, e))?;
+                ShardReader::from_source(&path, ShardSource::Mmap(map), options.limits)?
+            } else {
+                ShardReader::open(&path, options.limits)?
+            };
+            shards.push(reader);
+        }
+        Dataset::from_parts(dir, manifest, shards, options.verify_records)
+    }
+
+    /// Assemble a dataset from a manifest and already-open shards (for example shards held in
+    /// memory), checking each shard against the manifest.
+    pub fn from_parts(
+        dir: PathBuf,
+        manifest: Manifest,
+        mut shards: Vec<ShardReader>,
+        verify_records: bool,
+    ) -> Result<Dataset> {
+        if shards.len() != manifest.shards.len() {
+            return Err(FormatError::Manifest {
+                path: dir.join(MANIFEST_FILE),
+                detail: format!(
+                    "the manifest lists {} shards, {} were given",
+                    manifest.shards.len(),
+                    shards.len()
+                ),
+            });
+        }
+        let mut starts = Vec::with_capacity(shards.len() + 1);
+        let mut total = 0u64;
+        for (info, shard) in manifest.shards.iter().zip(shards.iter_mut()) {
+            check_against_manifest(&manifest, info, shard)?;
+            shard.set_first_global(total);
+            starts.push(total);
+            total += shard.len();
+        }
+        starts.push(total);
+        Ok(Dataset {
+            dir,
+            manifest,
+            shards,
+            starts,
+            verify: verify_records,
+        })
+    }
+
+    /// Number of samples.
+    #[inline]
+    pub fn len(&self) -> u64 {
+        self.manifest.total_records
+    }
+
+    /// True when the dataset has no samples.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.manifest.schema
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Class names by label, where the dataset has classes.
+    pub fn classes(&self) -> Option<&[String]> {
+        self.manifest.classes.as_deref()
+    }
+
+    /// The dataset's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The open shards.
+    pub fn shards(&self) -> &[ShardReader] {
+        &self.shards
+    }
+
+    /// Which shard holds sample `i`, and its index in that shard.
+    #[inline]
+    pub fn locate(&self, i: u64) -> Result<(usize, u64)> {
+        if i >= self.len() {
+            return Err(FormatError::IndexOutOfRange {
+                index: i,
+                len: self.len(),
+            });
+        }
+        // starts is sorted; the shard is the last one starting at or before i. Empty shards
+        // share a start with their successor and are skipped by taking the last match.
+        let k = self.starts.partition_point(|&s| s <= i) - 1;
+        Ok((k, i - self.starts[k]))
+    }
+
+    /// Read sample `i`'s record bytes into `buf` (one positional read; checksum checked unless
+    /// disabled at open).
+    pub fn read_record(&self, i: u64, buf: &mut Vec<u8>) -> Result<()> {
+        let (k, local) = self.locate(i)?;
+        self.shards[k].read_record(local, buf, self.verify)
+    }
+
+    /// Sample `i`'s record bytes without a copy, when the dataset was opened with `mmap` (None
+    /// otherwise). Not checksummed.
+    #[inline]
+    pub fn record_slice(&self, i: u64) -> Result<Option<&[u8]>> {
+        let (k, local) = self.locate(i)?;
+        Ok(self.shards[k].record_slice(local))
+    }
+
+    /// Sample `i`, decoded into one value per schema field.
+    pub fn get(&self, i: u64) -> Result<Vec<FieldValue<'static>>> {
+        let (k, local) = self.locate(i)?;
+        let shard = &self.shards[k];
+        if let Some(bytes) = shard.record_slice(local) {
+            if self.verify {
+                shard.record_slice_checked(local)?;
+            }
+            return Ok(shard
+                .decode(local, bytes)?
+                .into_iter()
+                .map(FieldValue::into_owned)
+                .collect());
+        }
+        let mut buf = Vec::new();
+        shard.read_record(local, &mut buf, self.verify)?;
+        Ok(shard
+            .decode(local, &buf)?
+            .into_iter()
+            .map(FieldValue::into_owned)
+            .collect())
+    }
+
+    /// Bytes of memory held for the open dataset's indexes and bookkeeping (not the OS's page
+    /// cache or maps).
+    pub fn memory_bytes(&self) -> usize {
+        let per_shard = std::mem::size_of::<ShardReader>() + std::mem::size_of::<u64>();
+        self.shards
+            .iter()
+            .map(|s| s.index().len() * std::mem::size_of::<crate::shard::IndexEntry>())
+            .sum::<usize>()
+            + self.shards.len() * per_shard
+    }
+}
+
+fn check_against_manifest(manifest: &Manifest, info: &ShardInfo, shard: &ShardReader) -> Result<()> {
+    let mismatch = |what: &str, in_manifest: String, in_shard: String| FormatError::Manifest {
+        path: shard.path().to_path_buf(),
+        detail: format!(
+            "{what} disagrees with the manifest: manifest says {in_manifest}, the shard has {in_shard}"
+        ),
+    };
+    if shard.len() != info.records {
+        return Err(mismatch("record count", info.records.to_string(), shard.len().to_string()));
+    }
+    if shard.file_len() != info.bytes {
+        return Err(mismatch("file size", info.bytes.to_string(), shard.file_len().to_string()));
+    }
+    if shard.schema() != &manifest.schema {
+        return Err(mismatch(
+            "schema",
+            manifest.schema.to_string(),
+            shard.schema().to_string(),
+        ));
+    }
+    if shard.meta().align != manifest.align {
+        return Err(mismatch(
+            "alignment",
+            manifest.align.to_string(),
+            shard.meta().align.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// Options of a [`DatasetWriter`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatasetWriteOptions {
+    /// Per-shard options (alignment, zstd level).
+    pub write: WriteOptions,
+    /// A shard is closed once it holds at least this many bytes.
+    pub target_shard_bytes: u64,
+    /// Replace an existing destination (only once the new dataset is complete).
+    pub overwrite: bool,
+}
+
+impl Default for DatasetWriteOptions {
+    fn default() -> Self {
+        DatasetWriteOptions {
+            write: WriteOptions::default(),
+            target_shard_bytes: 256 << 20,
+            overwrite: false,
+        }
+    }
+}
+
+/// Writes a dataset directory: records go to shards of about the target size; [`finish`]
+/// writes the manifest and publishes the directory with one rename. Until then everything lives
+/// in a hidden staging directory next to the destination, so an interrupted write never leaves
+/// something that looks like a dataset; dropping an unfinished writer removes the staging
+/// directory.
+///
+/// [`finish`]: DatasetWriter::finish
+#[derive(Debug)]
+pub struct DatasetWriter {
+    dest: PathBuf,
+    staging: PathBuf,
+    schema: Schema,
+    options: DatasetWriteOptions,
+    current: Option<(String, ShardWriter<BufWriter<File>>)>,
+    shards: Vec<ShardInfo>,
+    classes: Option<Vec<String>>,
+    source: serde_json::Value,
+    total: u64,
+    finished: bool,
+}
+
+/// The staging directory name for `dest`: `.NAME.partial-PID` beside it.
+fn staging_dir(dest: &Path) -> Result<PathBuf> {
+    let name = dest.file_name().ok_or_else(|| {
+        FormatError::Schema(format!("{} is not a valid destination directory", dest.display()))
+    })?;
+    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    Ok(parent.join(format!(
+        ".{}.partial-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    )))
+}
+
+/// Remove staging directories of `dest` left by processes that no longer run. Returns how many.
+pub fn sweep_stale_staging(dest: &Path) -> usize {
+    let (Some(name), Some(parent)) = (dest.file_name(), dest.parent()) else {
+        return 0;
+    };
+    let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+    let prefix = format!(".{}.partial-", name.to_string_lossy());
+    let Ok(entries) = fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let fname = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = fname.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let alive = Path::new(&format!("/proc/{pid}")).exists();
+        if !alive && fs::remove_dir_all(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+impl DatasetWriter {
+    /// Start writing a dataset that will appear at `dest` when finished. `dest` must not exist,
+    /// or be an empty directory, unless `options.overwrite`.
+    pub fn create(dest: impl AsRef<Path>, schema: Schema, options: DatasetWriteOptions) -> Result<DatasetWriter> {
+        let dest = dest.as_ref().to_path_buf();
+        schema.validate()?;
+        options.write.validate()?;
+        if !options.overwrite && !is_absent_or_empty_dir(&dest) {
+            return Err(FormatError::DestinationExists { path: dest });
+        }
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, None, e))?;
+        }
+        sweep_stale_staging(&dest);
+        let staging = staging_dir(&dest)?;
+        if staging.exists() {
+            fs::remove_dir_all(&staging).map_err(|e| FormatError::io(&staging, None, e))?;
+        }
+        fs::create_dir(&staging).map_err(|e| FormatError::io(&staging, None, e))?;
+        Ok(DatasetWriter {
+            dest,
+            staging,
+            schema,
+            options,
+            current: None,
+            shards: Vec::new(),
+            classes: None,
+            source: serde_json::Value::Null,
+            total: 0,
+            finished: false,
+        })
+    }
+
+    /// The schema being written.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// Samples written so far.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    /// True before the first sample.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
+    /// Set the class-name table (label → name).
+    pub fn set_classes(&mut self, classes: Vec<String>) {
+        self.classes = Some(classes);
+    }
+
+    /// Set the manifest's free-form `source` description.
+    pub fn set_source(&mut self, source: serde_json::Value) {
+        self.source = source;
+    }
+
+    fn shard(&mut self) -> Result<&mut ShardWriter<BufWriter<File>>> {
+        if self.current.is_none() {
+            let name = format!("shard-{:06}.skh", self.shards.len());
+            let path = self.staging.join(&name);
+            let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
+            let w = ShardWriter::new(BufWriter::with_capacity(1 << 20, f), self.schema.clone(), self.options.write)
+                .map_err(|e| FormatError::io(&path, None, e))?;
+            self.current = Some((name, w));
+        }
+        Ok(&mut self.current.as_mut().expect("just set").1)
+    }
+
+    fn map_write_error(&self, e: WriteError) -> FormatError {
+        match e {
+            WriteError::Value(source) => FormatError::InvalidValue {
+                sample: self.total,
+                source,
+            },
+            WriteError::Io(e) => {
+                let name = self.current.as_ref().map(|c| c.0.as_str()).unwrap_or("");
+                FormatError::io(self.staging.join(name), None, e)
+            }
+        }
+    }
+
+    /// Append one sample (one value per schema field, in order). Returns its global index.
+    pub fn write(&mut self, values: &[FieldValue<'_>]) -> Result<u64> {
+        let r = self.shard()?.write(values);
+        self.after_write(r)
+    }
+
+    /// Append one sample whose record is already encoded for this schema.
+    pub fn write_encoded(&mut self, record: &[u8]) -> Result<u64> {
+        let r = self.shard()?.write_encoded(record);
+        self.after_write(r)
+    }
+
+    fn after_write(&mut self, r: Result<u64, WriteError>) -> Result<u64> {
+        r.map_err(|e| self.map_write_error(e))?;
+        let index = self.total;
+        self.total += 1;
+        let full = self
+            .current
+            .as_ref()
+            .is_some_and(|(_, w)| w.bytes_written() >= self.options.target_shard_bytes);
+        if full {
+            self.close_shard()?;
+        }
+        Ok(index)
+    }
+
+    fn close_shard(&mut self) -> Result<()> {
+        let Some((name, w)) = self.current.take() else {
+            return Ok(());
+        };
+        let path = self.staging.join(&name);
+        let io = |e| FormatError::io(&path, None, e);
+        let (bw, summary) = w.finish().map_err(io)?;
+        let f = bw.into_inner().map_err(|e| io(e.into_error()))?;
+        f.sync_all().map_err(io)?;
+        self.shards.push(ShardInfo {
+            file: name,
+            records: summary.records,
+            bytes: summary.bytes,
+            crc32c: summary.crc32c,
+        });
+        Ok(())
+    }
+
+    /// Close the last shard, write the manifest, and publish the dataset at its destination with
+    /// one rename. Returns the manifest.
+    pub fn finish(mut self) -> Result<Manifest> {
+        self.close_shard()?;
+        let manifest = Manifest {
+            format: FORMAT_NAME.to_string(),
+            format_version: DATASET_VERSION,
+            schema: self.schema.clone(),
+            total_records: self.total,
+            shards: std::mem::take(&mut self.shards),
+            classes: self.classes.take(),
+            align: self.options.write.align,
+            source: std::mem::take(&mut self.source),
+        };
+        let mpath = self.staging.join(MANIFEST_FILE);
+        let io = |p: &Path, e| FormatError::io(p, None, e);
+        {
+            let mut f = File::create(&mpath).map_err(|e| io(&mpath, e))?;
+            f.write_all(manifest.to_json().as_bytes()).map_err(|e| io(&mpath, e))?;
+            f.sync_all().map_err(|e| io(&mpath, e))?;
+        }
+        sync_dir(&self.staging)?;
+        self.publish()?;
+        self.finished = true;
+        Ok(manifest)
+    }
+
+    fn publish(&self) -> Result<()> {
+        let io = |p: &Path, e| FormatError::io(p, None, e);
+        if self.dest.exists() && !is_absent_or_empty_dir(&self.dest) {
+            // overwrite: move the old dataset aside, publish, then delete the old one.
+            let old = self.staging.with_extension("old");
+            fs::rename(&self.dest, &old).map_err(|e| io(&self.dest, e))?;
+            fs::rename(&self.staging, &self.dest).map_err(|e| io(&self.dest, e))?;
+            fs::remove_dir_all(&old).map_err(|e| io(&old, e))?;
+        } else {
+            // rename(2) atomically replaces an empty directory.
+            fs::rename(&self.staging, &self.dest).map_err(|e| io(&self.dest, e))?;
+        }
+        if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    }
+
+    /// Give up: remove the staging directory. (Dropping the writer does the same.)
+    pub fn abort(mut self) {
+        self.remove_staging();
+    }
+
+    fn remove_staging(&mut self) {
+        if !self.finished {
+            self.current = None;
+            let _ = fs::remove_dir_all(&self.staging);
+            self.finished = true;
+        }
+    }
+}
+
+impl Drop for DatasetWriter {
+    fn drop(&mut self) {
+        self.remove_staging();
+    }
+}
+
+fn is_absent_or_empty_dir(p: &Path) -> bool {
+    match fs::read_dir(p) {
+        Ok(mut it) => it.next().is_none(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| FormatError::io(dir, None, e))
+}
+
+/// Shards held in memory, for tests and for sources that are already in RAM.
+pub fn memory_source(bytes: Vec<u8>) -> ShardSource {
+    ShardSource::Memory(Arc::from(bytes))
+}

@@ -1,0 +1,49 @@
+//! The stokehold shard format: a typed schema, records, shard files with a footer index and
+//! CRC-32C checksums, and dataset directories described by a manifest.
+//!
+//! No threads (except in [`verify_dataset`]), no Python, no network: this crate can be fuzzed and
+//! embedded. The normative specification is `docs/format.md`.
+//!
+//! The main types:
+//! - [`Schema`] / [`Field`] / [`FieldType`]: what each record holds.
+//! - [`DatasetWriter`]: writes a dataset directory atomically, rolling shards at a target size.
+//! - [`Dataset`]: opens one; `get(i)` decodes sample `i`, `read_record(i)` reads its bytes with
+//!   one positional read, `record_slice(i)` borrows them from a map.
+//! - [`ShardWriter`] / [`ShardReader`]: one shard file.
+//! - [`verify_dataset`]: every checksum, in one sequential pass.
+//!
+//! ```
+//! use stokehold_format::{Dataset, DatasetWriter, DatasetWriteOptions, FieldValue, Schema};
+//! let dir = tempfile::tempdir().unwrap();
+//! let schema = Schema::from_specs([("text", "string"), ("label", "int64")]).unwrap();
+//! let mut w = DatasetWriter::create(dir.path().join("ds"), schema, DatasetWriteOptions::default()).unwrap();
+//! w.write(&[FieldValue::String("hello".into()), FieldValue::Int64(3)]).unwrap();
+//! w.finish().unwrap();
+//! let ds = Dataset::open(dir.path().join("ds")).unwrap();
+//! assert_eq!(ds.get(0).unwrap()[1], FieldValue::Int64(3));
+//! ```
+
+pub mod crc;
+mod dataset;
+mod error;
+pub mod fuzzing;
+mod limits;
+mod manifest;
+pub mod record;
+pub mod schema;
+pub mod shard;
+mod verify;
+
+pub use dataset::{
+    Dataset, DatasetWriteOptions, DatasetWriter, OpenOptions, memory_source, sweep_stale_staging,
+};
+pub use error::{FormatError, Result};
+pub use limits::Limits;
+pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
+pub use record::{ArrayValue, FieldValue, RecordError, RecordView};
+pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
+pub use shard::{
+    IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary, ShardWriter,
+    WriteError, WriteOptions,
+};
+pub use verify::{VerifyOptions, VerifyReport, verify_dataset};

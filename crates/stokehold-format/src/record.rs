@@ -1,0 +1,550 @@
+//! Record encoding: how one sample's field values become the bytes of one record, and how a
+//! record's bytes are read back without copying.
+//!
+//! ```text
+//! record  := ends payload
+//! ends    := u32 LE × nfields      end of each field's bytes, relative to the start of payload
+//! payload := field bytes, concatenated in schema order
+//! ```
+//! Field bytes by type (before optional zstd): `bytes`, `string`, `image`: the bytes themselves;
+//! `int64`, `float64`: 8 bytes little-endian; `ndarray`: `u32 ndim, u32 0, u64 dims[ndim]`, then
+//! the elements, little-endian, C order. A zstd-compressed field holds one zstd frame of those
+//! bytes, with the decompressed size in the frame header.
+
+use std::borrow::Cow;
+
+use crate::schema::{Compression, DType, FieldType, ImageCodec, MAX_NDIM, Schema};
+
+/// The value of one field, borrowed from a record where possible.
+#[derive(Clone, Debug, PartialEq)]
+pub enum FieldValue<'a> {
+    /// Opaque bytes.
+    Bytes(Cow<'a, [u8]>),
+    /// A UTF-8 string.
+    String(Cow<'a, str>),
+    /// A signed 64-bit integer.
+    Int64(i64),
+    /// A 64-bit float.
+    Float64(f64),
+    /// An n-d array.
+    Array(ArrayValue<'a>),
+    /// An encoded image's bytes.
+    Image(Cow<'a, [u8]>),
+}
+
+/// An n-d array: dtype, shape and little-endian elements in C order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArrayValue<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape; the product times `dtype.size()` equals `data.len()`.
+    pub shape: Vec<u64>,
+    /// The elements, little-endian, C order.
+    pub data: Cow<'a, [u8]>,
+}
+
+impl FieldValue<'_> {
+    /// The value with everything it borrows copied.
+    pub fn into_owned(self) -> FieldValue<'static> {
+        match self {
+            FieldValue::Bytes(b) => FieldValue::Bytes(Cow::Owned(b.into_owned())),
+            FieldValue::String(s) => FieldValue::String(Cow::Owned(s.into_owned())),
+            FieldValue::Int64(v) => FieldValue::Int64(v),
+            FieldValue::Float64(v) => FieldValue::Float64(v),
+            FieldValue::Array(a) => FieldValue::Array(ArrayValue {
+                dtype: a.dtype,
+                shape: a.shape,
+                data: Cow::Owned(a.data.into_owned()),
+            }),
+            FieldValue::Image(b) => FieldValue::Image(Cow::Owned(b.into_owned())),
+        }
+    }
+
+    /// A short name of the value's kind, for error messages.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FieldValue::Bytes(_) => "bytes",
+            FieldValue::String(_) => "string",
+            FieldValue::Int64(_) => "int64",
+            FieldValue::Float64(_) => "float64",
+            FieldValue::Array(_) => "ndarray",
+            FieldValue::Image(_) => "image",
+        }
+    }
+}
+
+/// An error in one record's structure or one field's value. Carries no file name: the reader that
+/// found the record adds it (see [`crate::FormatError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The field table or a field's bytes are inconsistent.
+    #[error("field {field} at byte {offset} of the record: {detail}")]
+    Corrupt {
+        /// Field position in the schema (or the table itself when equal to the field count).
+        field: usize,
+        /// Byte offset within the record.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A value given to the writer does not match its field's type.
+    #[error("field {field:?}: {detail}")]
+    Mismatch {
+        /// The field's name.
+        field: String,
+        /// What does not match.
+        detail: String,
+    },
+}
+
+/// Encodes records for one schema, reusing its buffers between records.
+#[derive(Debug)]
+pub struct RecordEncoder {
+    zstd_level: i32,
+    scratch: Vec<u8>,
+}
+
+impl RecordEncoder {
+    /// An encoder that compresses zstd fields at `zstd_level` (1..=22; 3 is zstd's default).
+    pub fn new(zstd_level: i32) -> RecordEncoder {
+        RecordEncoder {
+            zstd_level,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Encode `values` (one per schema field, in order) into `out` (cleared first).
+    pub fn encode(
+        &mut self,
+        schema: &Schema,
+        values: &[FieldValue<'_>],
+        out: &mut Vec<u8>,
+    ) -> Result<(), RecordError> {
+        if values.len() != schema.fields.len() {
+            return Err(RecordError::Mismatch {
+                field: String::from("<record>"),
+                detail: format!(
+                    "{} values given for a schema of {} fields",
+                    values.len(),
+                    schema.fields.len()
+                ),
+            });
+        }
+        out.clear();
+        let n = values.len();
+        out.resize(4 * n, 0);
+        for (i, (field, value)) in schema.fields.iter().zip(values).enumerate() {
+            let start = out.len();
+            match field.compression {
+                Compression::None => encode_plain(&field.ty, &field.name, value, out)?,
+                Compression::Zstd => {
+                    self.scratch.clear();
+                    encode_plain(&field.ty, &field.name, value, &mut self.scratch)?;
+                    let frame = zstd::bulk::compress(&self.scratch, self.zstd_level).map_err(|e| {
+                        RecordError::Mismatch {
+                            field: field.name.clone(),
+                            detail: format!("zstd compression failed: {e}"),
+                        }
+                    })?;
+                    out.extend_from_slice(&frame);
+                }
+            }
+            let end = out.len() - 4 * n;
+            let end = u32::try_from(end).map_err(|_| RecordError::Mismatch {
+                field: field.name.clone(),
+                detail: format!("record grows past 4 GiB (field starts at byte {start})"),
+            })?;
+            out[4 * i..4 * i + 4].copy_from_slice(&end.to_le_bytes());
+        }
+        Ok(())
+    }
+}
+
+fn mismatch(name: &str, ty: &FieldType, value: &FieldValue<'_>) -> RecordError {
+    RecordError::Mismatch {
+        field: name.to_string(),
+        detail: format!("expected a value of type {ty}, got {}", value.kind()),
+    }
+}
+
+fn encode_plain(
+    ty: &FieldType,
+    name: &str,
+    value: &FieldValue<'_>,
+    out: &mut Vec<u8>,
+) -> Result<(), RecordError> {
+    match (ty, value) {
+        (FieldType::Bytes, FieldValue::Bytes(b)) => out.extend_from_slice(b),
+        (FieldType::String, FieldValue::String(s)) => out.extend_from_slice(s.as_bytes()),
+        (FieldType::Int64, FieldValue::Int64(v)) => out.extend_from_slice(&v.to_le_bytes()),
+        (FieldType::Float64, FieldValue::Float64(v)) => out.extend_from_slice(&v.to_le_bytes()),
+        (FieldType::Image { codec }, FieldValue::Image(b)) => {
+            if *codec != ImageCodec::Auto && ImageCodec::sniff(b) != Some(*codec) {
+                return Err(RecordError::Mismatch {
+                    field: name.to_string(),
+                    detail: format!(
+                        "the bytes are not {} (they start with {:?})",
+                        codec.name(),
+                        b[..b.len().min(8)].escape_ascii().to_string()
+                    ),
+                });
+            }
+            out.extend_from_slice(b)
+        }
+        (FieldType::Ndarray { dtype }, FieldValue::Array(a)) => {
+            if a.dtype != *dtype {
+                return Err(RecordError::Mismatch {
+                    field: name.to_string(),
+                    detail: format!(
+                        "array of {} given for a field of {}",
+                        a.dtype.name(),
+                        dtype.name()
+                    ),
+                });
+            }
+            let expected = array_bytes(&a.shape, *dtype);
+            if a.shape.len() > MAX_NDIM || expected != Some(a.data.len() as u64) {
+                return Err(RecordError::Mismatch {
+                    field: name.to_string(),
+                    detail: format!(
+                        "shape {:?} of {} needs {:?} bytes, {} given (at most {MAX_NDIM} dimensions)",
+                        a.shape,
+                        dtype.name(),
+                        expected,
+                        a.data.len()
+                    ),
+                });
+            }
+            out.extend_from_slice(&(a.shape.len() as u32).to_le_bytes());
+            out.extend_from_slice(&0u32.to_le_bytes());
+            for d in &a.shape {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&a.data);
+        }
+        _ => return Err(mismatch(name, ty, value)),
+    }
+    Ok(())
+}
+
+/// Bytes of an array of `shape` and `dtype`, or None on overflow.
+pub fn array_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// A record's bytes, checked and split into fields, without copying.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    bytes: &'a [u8],
+    nfields: usize,
+}
+
+impl<'a> RecordView<'a> {
+    /// Check the field table of `bytes` against a schema of `nfields` fields.
+    pub fn parse(bytes: &'a [u8], nfields: usize) -> Result<RecordView<'a>, RecordError> {
+        let table = 4 * nfields as u64;
+        if (bytes.len() as u64) < table {
+            return Err(RecordError::Corrupt {
+                field: nfields,
+                offset: 0,
+                detail: format!(
+                    "the field table needs {table} bytes, the record has {}",
+                    bytes.len()
+                ),
+            });
+        }
+        let payload = bytes.len() as u64 - table;
+        let mut prev = 0u64;
+        for i in 0..nfields {
+            let end = u64::from(read_u32(bytes, 4 * i));
+            if end < prev || end > payload {
+                return Err(RecordError::Corrupt {
+                    field: i,
+                    offset: 4 * i as u64,
+                    detail: format!(
+                        "field end {end} is outside {prev}..={payload} (the bytes left for it)"
+                    ),
+                });
+            }
+            prev = end;
+        }
+        if prev != payload {
+            return Err(RecordError::Corrupt {
+                field: nfields,
+                offset: table,
+                detail: format!(
+                    "the fields end at {prev} but the record has {payload} payload bytes"
+                ),
+            });
+        }
+        Ok(RecordView { bytes, nfields })
+    }
+
+    /// The number of fields.
+    pub fn len(&self) -> usize {
+        self.nfields
+    }
+
+    /// True when the schema has no fields (never, for a valid schema).
+    pub fn is_empty(&self) -> bool {
+        self.nfields == 0
+    }
+
+    /// The stored bytes of field `i` (still compressed, if the field is), and their offset within
+    /// the record. Panics if `i >= len()`.
+    pub fn raw(&self, i: usize) -> (&'a [u8], usize) {
+        assert!(i < self.nfields, "field {i} of {}", self.nfields);
+        let base = 4 * self.nfields;
+        let start = if i == 0 {
+            0
+        } else {
+            read_u32(self.bytes, 4 * (i - 1)) as usize
+        };
+        let end = read_u32(self.bytes, 4 * i) as usize;
+        (&self.bytes[base + start..base + end], base + start)
+    }
+
+    /// Decode field `i` of `schema`: decompress if needed (at most `max_decompressed` bytes),
+    /// check UTF-8, sizes and shapes. Borrows from the record when the field is not compressed.
+    pub fn field(
+        &self,
+        schema: &Schema,
+        i: usize,
+        max_decompressed: u64,
+    ) -> Result<FieldValue<'a>, RecordError> {
+        let field = &schema.fields[i];
+        let (raw, offset) = self.raw(i);
+        let corrupt = |detail: String| RecordError::Corrupt {
+            field: i,
+            offset: offset as u64,
+            detail,
+        };
+        let data: Cow<'a, [u8]> = match field.compression {
+            Compression::None => Cow::Borrowed(raw),
+            Compression::Zstd => Cow::Owned(decompress(raw, max_decompressed).map_err(corrupt)?),
+        };
+        decode_plain(&field.ty, data).map_err(corrupt)
+    }
+
+    /// Decode every field.
+    pub fn fields(
+        &self,
+        schema: &Schema,
+        max_decompressed: u64,
+    ) -> Result<Vec<FieldValue<'a>>, RecordError> {
+        (0..self.nfields)
+            .map(|i| self.field(schema, i, max_decompressed))
+            .collect()
+    }
+}
+
+fn read_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn read_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+/// Decompress one zstd frame whose header states its size, refusing sizes over `max` before
+/// allocating anything.
+fn decompress(frame: &[u8], max: u64) -> Result<Vec<u8>, String> {
+    let size = match zstd::zstd_safe::get_frame_content_size(frame) {
+        Ok(Some(n)) => n,
+        Ok(None) => return Err("zstd frame does not state its decompressed size".into()),
+        Err(_) => return Err("not a valid zstd frame header".into()),
+    };
+    if size > max {
+        return Err(format!(
+            "zstd frame claims {size} decompressed bytes, over the limit of {max}"
+        ));
+    }
+    let out = zstd::bulk::decompress(frame, size as usize)
+        .map_err(|e| format!("zstd decompression failed: {e}"))?;
+    if out.len() as u64 != size {
+        return Err(format!(
+            "zstd frame claims {size} bytes but holds {}",
+            out.len()
+        ));
+    }
+    Ok(out)
+}
+
+fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a>, String> {
+    Ok(match ty {
+        FieldType::Bytes => FieldValue::Bytes(data),
+        FieldType::Image { .. } => FieldValue::Image(data),
+        FieldType::String => FieldValue::String(match data {
+            Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|e| e.to_string())?),
+            Cow::Owned(v) => Cow::Owned(String::from_utf8(v).map_err(|e| e.to_string())?),
+        }),
+        FieldType::Int64 | FieldType::Float64 => {
+            let arr: [u8; 8] = data
+                .as_ref()
+                .try_into()
+                .map_err(|_| format!("a {ty} takes 8 bytes, found {}", data.len()))?;
+            match ty {
+                FieldType::Int64 => FieldValue::Int64(i64::from_le_bytes(arr)),
+                _ => FieldValue::Float64(f64::from_le_bytes(arr)),
+            }
+        }
+        FieldType::Ndarray { dtype } => {
+            if data.len() < 8 {
+                return Err(format!("array header needs 8 bytes, found {}", data.len()));
+            }
+            let ndim = read_u32(&data, 0) as usize;
+            if ndim > MAX_NDIM {
+                return Err(format!("array has {ndim} dimensions, at most {MAX_NDIM} allowed"));
+            }
+            let head = 8 + 8 * ndim;
+            if data.len() < head {
+                return Err(format!(
+                    "array header of {ndim} dimensions needs {head} bytes, found {}",
+                    data.len()
+                ));
+            }
+            let shape: Vec<u64> = (0..ndim).map(|k| read_u64(&data, 8 + 8 * k)).collect();
+            let body = (data.len() - head) as u64;
+            if array_bytes(&shape, *dtype) != Some(body) {
+                return Err(format!(
+                    "shape {shape:?} of {} does not match the {body} bytes of data",
+                    dtype.name()
+                ));
+            }
+            let elems = match data {
+                Cow::Borrowed(b) => Cow::Borrowed(&b[head..]),
+                Cow::Owned(mut v) => {
+                    v.drain(..head);
+                    Cow::Owned(v)
+                }
+            };
+            FieldValue::Array(ArrayValue {
+                dtype: *dtype,
+                shape,
+                data: elems,
+            })
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Schema {
+        Schema::from_specs([
+            ("raw", "bytes"),
+            ("text", "string+zstd"),
+            ("n", "int64"),
+            ("x", "float64"),
+            ("arr", "ndarray:f32"),
+            ("carr", "ndarray:i64+zstd"),
+            ("img", "image:jpeg"),
+        ])
+        .unwrap()
+    }
+
+    fn values() -> Vec<FieldValue<'static>> {
+        let f: Vec<u8> = [1.5f32, -2.0, 3.25, 0.0, 7.0, 8.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let i: Vec<u8> = (0i64..100).flat_map(|v| v.to_le_bytes()).collect();
+        vec![
+            FieldValue::Bytes(Cow::Owned(vec![0, 1, 2, 255])),
+            FieldValue::String(Cow::Owned("héllo wörld ".repeat(20))),
+            FieldValue::Int64(-42),
+            FieldValue::Float64(0.125),
+            FieldValue::Array(ArrayValue {
+                dtype: DType::F32,
+                shape: vec![2, 3],
+                data: Cow::Owned(f),
+            }),
+            FieldValue::Array(ArrayValue {
+                dtype: DType::I64,
+                shape: vec![100],
+                data: Cow::Owned(i),
+            }),
+            FieldValue::Image(Cow::Owned(vec![0xFF, 0xD8, 0xFF, 0xE0, 9, 9])),
+        ]
+    }
+
+    #[test]
+    fn round_trip_every_type() {
+        let s = schema();
+        let mut out = Vec::new();
+        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        let view = RecordView::parse(&out, s.len()).unwrap();
+        assert_eq!(view.fields(&s, 1 << 20).unwrap(), values());
+        // uncompressed fields borrow from the record
+        assert!(matches!(view.field(&s, 0, 0).unwrap(), FieldValue::Bytes(Cow::Borrowed(_))));
+    }
+
+    #[test]
+    fn writer_rejects_mismatched_values() {
+        let s = schema();
+        let mut v = values();
+        v[2] = FieldValue::String("nope".into());
+        let err = RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).unwrap_err();
+        assert!(err.to_string().contains("field \"n\""), "{err}");
+        let mut v = values();
+        v[6] = FieldValue::Image(Cow::Owned(b"\x89PNG\r\n\x1a\n".to_vec()));
+        assert!(RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).is_err());
+        let mut v = values();
+        if let FieldValue::Array(a) = &mut v[4] {
+            a.shape = vec![4, 3];
+        }
+        assert!(RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).is_err());
+        assert!(RecordEncoder::new(3).encode(&s, &values()[..3], &mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn decompression_limit_is_checked_before_allocating() {
+        let s = schema();
+        let mut out = Vec::new();
+        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        let view = RecordView::parse(&out, s.len()).unwrap();
+        let err = view.field(&s, 1, 16).unwrap_err();
+        assert!(err.to_string().contains("over the limit of 16"), "{err}");
+    }
+
+    #[test]
+    fn corrupt_field_tables_are_rejected() {
+        let s = schema();
+        let mut out = Vec::new();
+        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        // a field end past the payload
+        let mut bad = out.clone();
+        bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(RecordView::parse(&bad, s.len()), Err(RecordError::Corrupt { field: 0, .. })));
+        // decreasing ends
+        let mut bad = out.clone();
+        bad[8..12].copy_from_slice(&0u32.to_le_bytes());
+        assert!(RecordView::parse(&bad, s.len()).is_err());
+        // truncated record
+        assert!(RecordView::parse(&out[..out.len() - 1], s.len()).is_err());
+        assert!(RecordView::parse(&out[..3], s.len()).is_err());
+    }
+
+    #[test]
+    fn invalid_utf8_and_bad_array_headers_are_errors() {
+        let s = Schema::from_specs([("t", "string"), ("a", "ndarray:u8")]).unwrap();
+        let mut rec = Vec::new();
+        rec.extend_from_slice(&2u32.to_le_bytes());
+        rec.extend_from_slice(&(2u32 + 24).to_le_bytes());
+        rec.extend_from_slice(&[0xC3, 0x28]); // invalid UTF-8
+        rec.extend_from_slice(&1u32.to_le_bytes());
+        rec.extend_from_slice(&0u32.to_le_bytes());
+        rec.extend_from_slice(&u64::MAX.to_le_bytes()); // absurd dimension
+        rec.extend_from_slice(&[0u8; 8]);
+        let view = RecordView::parse(&rec, 2).unwrap();
+        assert!(view.field(&s, 0, 0).is_err());
+        let err = view.field(&s, 1, 0).unwrap_err();
+        assert!(err.to_string().contains("does not match"), "{err}");
+    }
+}

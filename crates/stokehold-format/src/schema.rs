@@ -1,0 +1,450 @@
+//! The typed schema of a dataset: an ordered list of named fields.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{FormatError, Result};
+
+/// Most fields a schema may have.
+pub const MAX_FIELDS: usize = 1024;
+/// Longest field name, in bytes.
+pub const MAX_FIELD_NAME: usize = 256;
+/// Most dimensions of an n-d array.
+pub const MAX_NDIM: usize = 8;
+
+/// Element type of an n-d array field. Elements are stored little-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// Unsigned 8-bit integer.
+    U8,
+    /// Signed 32-bit integer.
+    I32,
+    /// Signed 64-bit integer.
+    I64,
+    /// IEEE 754 half precision.
+    F16,
+    /// IEEE 754 single precision.
+    F32,
+    /// IEEE 754 double precision.
+    F64,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::U8 => 1,
+            DType::F16 => 2,
+            DType::I32 | DType::F32 => 4,
+            DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// The name used in schemas and by numpy (`"u8"`, `"f32"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::U8 => "u8",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// Parse a dtype name; numpy spellings (`uint8`, `float32`, ...) are accepted too.
+    pub fn parse(s: &str) -> Option<DType> {
+        Some(match s {
+            "u8" | "uint8" => DType::U8,
+            "i32" | "int32" => DType::I32,
+            "i64" | "int64" => DType::I64,
+            "f16" | "float16" => DType::F16,
+            "f32" | "float32" => DType::F32,
+            "f64" | "float64" => DType::F64,
+            _ => return None,
+        })
+    }
+}
+
+/// The codec of an encoded-image field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImageCodec {
+    /// JPEG (JFIF/Exif), stored as the original file bytes.
+    Jpeg,
+    /// PNG.
+    Png,
+    /// WebP.
+    Webp,
+    /// Any of the above; the decoder tells them apart by their magic bytes.
+    Auto,
+}
+
+impl ImageCodec {
+    /// The name used in schemas.
+    pub fn name(self) -> &'static str {
+        match self {
+            ImageCodec::Jpeg => "jpeg",
+            ImageCodec::Png => "png",
+            ImageCodec::Webp => "webp",
+            ImageCodec::Auto => "auto",
+        }
+    }
+
+    /// The codec whose magic bytes start `data`, if any (never [`ImageCodec::Auto`]).
+    pub fn sniff(data: &[u8]) -> Option<ImageCodec> {
+        if data.starts_with(&[0xFF, 0xD8, 0xFF]) {
+            Some(ImageCodec::Jpeg)
+        } else if data.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some(ImageCodec::Png)
+        } else if data.len() >= 12 && &data[0..4] == b"RIFF" && &data[8..12] == b"WEBP" {
+            Some(ImageCodec::Webp)
+        } else {
+            None
+        }
+    }
+
+    /// Whether bytes of codec `found` may be stored in a field of this codec.
+    pub fn accepts(self, found: ImageCodec) -> bool {
+        self == ImageCodec::Auto || self == found
+    }
+}
+
+/// The type of a field.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum FieldType {
+    /// Opaque bytes.
+    Bytes,
+    /// A UTF-8 string.
+    String,
+    /// A signed 64-bit integer.
+    Int64,
+    /// A 64-bit float.
+    Float64,
+    /// An n-d array with a per-record shape.
+    Ndarray {
+        /// Element type.
+        dtype: DType,
+    },
+    /// An encoded image, stored as the file's bytes.
+    Image {
+        /// Its codec.
+        codec: ImageCodec,
+    },
+}
+
+impl fmt::Display for FieldType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldType::Bytes => f.write_str("bytes"),
+            FieldType::String => f.write_str("string"),
+            FieldType::Int64 => f.write_str("int64"),
+            FieldType::Float64 => f.write_str("float64"),
+            FieldType::Ndarray { dtype } => write!(f, "ndarray:{}", dtype.name()),
+            FieldType::Image { codec } => write!(f, "image:{}", codec.name()),
+        }
+    }
+}
+
+/// How a field's bytes are stored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// As they are.
+    #[default]
+    None,
+    /// One zstd frame per field value, with the decompressed size in the frame header.
+    Zstd,
+}
+
+/// One named, typed field. In JSON: `{"name": "emb", "type": "ndarray", "dtype": "f32",
+/// "compression": "zstd"}` (`dtype` only for ndarray, `codec` only for image, `compression`
+/// only when not none); unknown keys are rejected.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "RawField", into = "RawField")]
+pub struct Field {
+    /// The field's name: 1 to 256 bytes of UTF-8, unique within the schema.
+    pub name: String,
+    /// Its type.
+    pub ty: FieldType,
+    /// Its compression.
+    pub compression: Compression,
+}
+
+/// The JSON shape of a [`Field`].
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawField {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    dtype: Option<DType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    codec: Option<ImageCodec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    compression: Option<Compression>,
+}
+
+impl TryFrom<RawField> for Field {
+    type Error = String;
+
+    fn try_from(r: RawField) -> std::result::Result<Field, String> {
+        let ty = match (r.ty.as_str(), r.dtype, r.codec) {
+            ("bytes", None, None) => FieldType::Bytes,
+            ("string", None, None) => FieldType::String,
+            ("int64", None, None) => FieldType::Int64,
+            ("float64", None, None) => FieldType::Float64,
+            ("ndarray", Some(dtype), None) => FieldType::Ndarray { dtype },
+            ("image", None, Some(codec)) => FieldType::Image { codec },
+            (t, d, c) => {
+                return Err(format!(
+                    "field {:?}: invalid type {t:?} (with dtype {d:?}, codec {c:?}); expected \
+                     bytes, string, int64, float64, ndarray with a dtype, or image with a codec",
+                    r.name
+                ));
+            }
+        };
+        Ok(Field {
+            name: r.name,
+            ty,
+            compression: r.compression.unwrap_or_default(),
+        })
+    }
+}
+
+impl From<Field> for RawField {
+    fn from(f: Field) -> RawField {
+        let (ty, dtype, codec) = match f.ty {
+            FieldType::Bytes => ("bytes", None, None),
+            FieldType::String => ("string", None, None),
+            FieldType::Int64 => ("int64", None, None),
+            FieldType::Float64 => ("float64", None, None),
+            FieldType::Ndarray { dtype } => ("ndarray", Some(dtype), None),
+            FieldType::Image { codec } => ("image", None, Some(codec)),
+        };
+        RawField {
+            name: f.name,
+            ty: ty.to_string(),
+            dtype,
+            codec,
+            compression: (f.compression != Compression::None).then_some(f.compression),
+        }
+    }
+}
+
+impl Field {
+    /// A field without compression.
+    pub fn new(name: impl Into<String>, ty: FieldType) -> Field {
+        Field {
+            name: name.into(),
+            ty,
+            compression: Compression::None,
+        }
+    }
+
+    /// The field with zstd compression.
+    pub fn zstd(mut self) -> Field {
+        self.compression = Compression::Zstd;
+        self
+    }
+
+    /// The short spelling accepted by [`FromStr`]: `"string+zstd"`, `"ndarray:f32"`, ...
+    pub fn type_spec(&self) -> String {
+        match self.compression {
+            Compression::None => self.ty.to_string(),
+            Compression::Zstd => format!("{}+zstd", self.ty),
+        }
+    }
+}
+
+impl FromStr for FieldType {
+    type Err = FormatError;
+
+    /// Short spellings: `bytes`, `str`/`string`, `int`/`int64`, `float`/`float64`,
+    /// `ndarray:DTYPE` (also `array:DTYPE`), `image` (= `image:auto`), `image:jpeg|png|webp|auto`.
+    fn from_str(s: &str) -> Result<FieldType> {
+        let bad = || FormatError::Schema(format!("unknown field type {s:?} (expected bytes, string, int64, float64, ndarray:DTYPE or image[:CODEC])"));
+        let (head, arg) = match s.split_once(':') {
+            Some((h, a)) => (h, Some(a)),
+            None => (s, None),
+        };
+        Ok(match (head, arg) {
+            ("bytes", None) => FieldType::Bytes,
+            ("str" | "string", None) => FieldType::String,
+            ("int" | "int64", None) => FieldType::Int64,
+            ("float" | "float64", None) => FieldType::Float64,
+            ("ndarray" | "array", Some(d)) => FieldType::Ndarray {
+                dtype: DType::parse(d).ok_or_else(|| {
+                    FormatError::Schema(format!(
+                        "unknown dtype {d:?} in {s:?} (expected u8, i32, i64, f16, f32 or f64)"
+                    ))
+                })?,
+            },
+            ("image", None) => FieldType::Image {
+                codec: ImageCodec::Auto,
+            },
+            ("image", Some(c)) => FieldType::Image {
+                codec: match c {
+                    "jpeg" | "jpg" => ImageCodec::Jpeg,
+                    "png" => ImageCodec::Png,
+                    "webp" => ImageCodec::Webp,
+                    "auto" => ImageCodec::Auto,
+                    _ => return Err(bad()),
+                },
+            },
+            _ => return Err(bad()),
+        })
+    }
+}
+
+/// Parse a field spec such as `"string+zstd"` into (type, compression).
+pub fn parse_field_spec(spec: &str) -> Result<(FieldType, Compression)> {
+    match spec.strip_suffix("+zstd") {
+        Some(t) => Ok((t.parse()?, Compression::Zstd)),
+        None => Ok((spec.parse()?, Compression::None)),
+    }
+}
+
+/// The schema of a dataset: its fields, in record order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Schema {
+    /// The fields, in the order they are stored in each record.
+    pub fields: Vec<Field>,
+}
+
+impl Schema {
+    /// A validated schema.
+    pub fn new(fields: Vec<Field>) -> Result<Schema> {
+        let s = Schema { fields };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// A schema from `(name, spec)` pairs, e.g. `[("image", "image:jpeg"), ("label", "int64")]`.
+    pub fn from_specs<'a>(specs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<Schema> {
+        let mut fields = Vec::new();
+        for (name, spec) in specs {
+            let (ty, compression) = parse_field_spec(spec)?;
+            fields.push(Field {
+                name: name.to_string(),
+                ty,
+                compression,
+            });
+        }
+        Schema::new(fields)
+    }
+
+    /// Check the rules: 1..=1024 fields, names of 1..=256 bytes without control characters, unique
+    /// names, and zstd only on non-image fields.
+    pub fn validate(&self) -> Result<()> {
+        if self.fields.is_empty() || self.fields.len() > MAX_FIELDS {
+            return Err(FormatError::Schema(format!(
+                "a schema has 1 to {MAX_FIELDS} fields, this one has {}",
+                self.fields.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &self.fields {
+            if f.name.is_empty()
+                || f.name.len() > MAX_FIELD_NAME
+                || f.name.chars().any(char::is_control)
+            {
+                return Err(FormatError::Schema(format!(
+                    "field name {:?} must be 1 to {MAX_FIELD_NAME} bytes without control characters",
+                    f.name
+                )));
+            }
+            if !seen.insert(f.name.as_str()) {
+                return Err(FormatError::Schema(format!(
+                    "field name {:?} appears twice",
+                    f.name
+                )));
+            }
+            if matches!(f.ty, FieldType::Image { .. }) && f.compression != Compression::None {
+                return Err(FormatError::Schema(format!(
+                    "field {:?}: encoded images are already compressed; zstd is for non-image fields",
+                    f.name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The position of the field called `name`.
+    pub fn index_of(&self, name: &str) -> Option<usize> {
+        self.fields.iter().position(|f| f.name == name)
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Always false for a valid schema.
+    pub fn is_empty(&self) -> bool {
+        self.fields.is_empty()
+    }
+}
+
+impl fmt::Display for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, field) in self.fields.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}: {}", field.name, field.type_spec())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_print_back() {
+        let s = Schema::from_specs([
+            ("image", "image:jpeg"),
+            ("label", "int64"),
+            ("caption", "string+zstd"),
+            ("emb", "ndarray:f32"),
+            ("raw", "bytes"),
+            ("score", "float"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.to_string(),
+            "image: image:jpeg, label: int64, caption: string+zstd, emb: ndarray:f32, raw: bytes, score: float64"
+        );
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(json.contains(r#"{"name":"emb","type":"ndarray","dtype":"f32"}"#), "{json}");
+        let back: Schema = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, s);
+    }
+
+    #[test]
+    fn invalid_schemas_are_rejected() {
+        assert!(Schema::from_specs([("a", "int64"), ("a", "bytes")]).is_err());
+        assert!(Schema::from_specs([("", "int64")]).is_err());
+        assert!(Schema::from_specs([("img", "image+zstd")]).is_err());
+        assert!(Schema::from_specs([("x", "ndarray:f8")]).is_err());
+        assert!(Schema::from_specs([("x", "complex")]).is_err());
+        assert!(Schema::new(vec![]).is_err());
+        let err = serde_json::from_str::<Schema>(r#"{"fields":[{"name":"a","type":"int64","extra":1}]}"#);
+        assert!(err.is_err());
+    }
+
+    #[test]
+    fn sniff_recognises_magic() {
+        assert_eq!(ImageCodec::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageCodec::Jpeg));
+        assert_eq!(ImageCodec::sniff(b"\x89PNG\r\n\x1a\n...."), Some(ImageCodec::Png));
+        assert_eq!(ImageCodec::sniff(b"RIFF\0\0\0\0WEBPVP8 "), Some(ImageCodec::Webp));
+        assert_eq!(ImageCodec::sniff(b"GIF89a"), None);
+    }
+}

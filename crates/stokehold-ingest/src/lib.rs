@@ -1,0 +1,11 @@
+//! Readers for the formats people already have (image folders, JSONL/CSV, WebDataset tar,
+//! TFRecord) and the packer that turns them into stokehold shards.
+//!
+//! The parsers in this crate treat every input as hostile: no allocation is sized by a field
+//! read from the file before that field has been checked against a limit, every error carries
+//! the byte offset it refers to, and no parser panics on any input (see [`fuzzing`]).
+
+pub mod example;
+pub mod fuzzing;
+pub mod tar;
+pub mod tfrecord;
