@@ -379,6 +379,24 @@ impl DatasetWriter {
         self.source = source;
     }
 
+    /// Add a small extra file (e.g. `skipped.txt`) to the dataset directory; it is published
+    /// together with the shards. `name` must be a plain file name other than the manifest's or a
+    /// shard's.
+    pub fn add_file(&mut self, name: &str, contents: &[u8]) -> Result<()> {
+        let plain = !name.is_empty()
+            && !name.starts_with('.')
+            && !name.contains(['/', '\\', '\0'])
+            && name != MANIFEST_FILE
+            && !name.ends_with(".skh");
+        if !plain {
+            return Err(FormatError::Schema(format!(
+                "{name:?} is not a valid extra file name (a plain name, not the manifest or a .skh file)"
+            )));
+        }
+        let path = self.staging.join(name);
+        fs::write(&path, contents).map_err(|e| FormatError::io(&path, None, e))
+    }
+
     fn shard(&mut self) -> Result<&mut ShardWriter<BufWriter<File>>> {
         if self.current.is_none() {
             let name = format!("shard-{:06}.skh", self.shards.len());

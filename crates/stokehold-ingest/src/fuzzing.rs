@@ -15,24 +15,18 @@ use crate::tfrecord::{TfRecordError, TfRecordReader};
 pub fn fuzz_tar(data: &[u8]) {
     let mut reader = TarReader::new(data, TarLimits::default());
     let mut last_header: Option<u64> = None;
-    loop {
-        let entry = match reader.next_entry() {
-            Ok(Some(entry)) => entry,
-            Ok(None) | Err(_) => break,
-        };
+    while let Ok(Some(entry)) = reader.next_entry() {
         assert_eq!(entry.header_offset % BLOCK_SIZE, 0, "{entry:?}");
         assert_eq!(entry.data_offset, entry.header_offset + BLOCK_SIZE);
         assert!(last_header.is_none_or(|last| entry.header_offset > last));
         assert!(entry.data_offset <= data.len() as u64);
         last_header = Some(entry.header_offset);
-        match reader.read_data() {
-            Ok(bytes) => {
-                assert_eq!(bytes.len() as u64, entry.size);
-                let start = entry.data_offset as usize;
-                assert_eq!(bytes, &data[start..start + bytes.len()]);
-            }
-            Err(_) => break,
-        }
+        let Ok(bytes) = reader.read_data() else {
+            break;
+        };
+        assert_eq!(bytes.len() as u64, entry.size);
+        let start = entry.data_offset as usize;
+        assert_eq!(bytes, &data[start..start + bytes.len()]);
     }
     // The reader is finished after the end or an error.
     assert!(matches!(reader.next_entry(), Ok(None)));

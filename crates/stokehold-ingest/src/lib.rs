@@ -9,3 +9,10 @@ pub mod example;
 pub mod fuzzing;
 pub mod tar;
 pub mod tfrecord;
+pub mod jpeg;
+pub mod pack;
+pub mod sample_data;
+
+pub use pack::{
+    NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind, detect, pack,
+};

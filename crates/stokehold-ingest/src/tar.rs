@@ -279,7 +279,10 @@ impl<R: Read> TarReader<R> {
             _ => return Err(TarError::NoCurrentEntry { offset: self.pos }),
         };
         let mut data = Vec::new();
-        let got = match (&mut self.inner).take(pending.data).read_to_end(&mut data) {
+        let result = (&mut self.inner).take(pending.data).read_to_end(&mut data);
+        // On error `data` still holds the bytes read before it.
+        self.pos += data.len() as u64;
+        let got = match result {
             Ok(n) => n as u64,
             Err(source) => {
                 self.done = true;
@@ -289,7 +292,6 @@ impl<R: Read> TarReader<R> {
                 });
             }
         };
-        self.pos += got;
         if got < pending.data {
             self.done = true;
             return Err(TarError::Truncated {
@@ -416,14 +418,13 @@ impl<R: Read> TarReader<R> {
     /// Reads an extended header's payload (already checked against the cap) and its padding.
     fn read_payload(&mut self, size: u64, offset: u64) -> Result<Vec<u8>, TarError> {
         let mut payload = Vec::new();
-        let got = (&mut self.inner)
-            .take(size)
-            .read_to_end(&mut payload)
-            .map_err(|source| TarError::Io {
-                offset: self.pos,
-                source,
-            })? as u64;
-        self.pos += got;
+        let result = (&mut self.inner).take(size).read_to_end(&mut payload);
+        // On error `payload` still holds the bytes read before it.
+        self.pos += payload.len() as u64;
+        let got = result.map_err(|source| TarError::Io {
+            offset: self.pos,
+            source,
+        })? as u64;
         if got < size {
             return Err(TarError::Truncated { offset });
         }
@@ -433,18 +434,26 @@ impl<R: Read> TarReader<R> {
 
     /// Skips `n` bytes without buffering them; `offset` is the header they belong to.
     fn skip(&mut self, n: u64, offset: u64) -> Result<(), TarError> {
-        if n == 0 {
-            return Ok(());
-        }
-        let got = io::copy(&mut (&mut self.inner).take(n), &mut io::sink()).map_err(|source| {
-            TarError::Io {
-                offset: self.pos,
-                source,
+        let mut left = n;
+        let mut scratch = [0u8; 8192];
+        while left > 0 {
+            let want = scratch
+                .len()
+                .min(usize::try_from(left).unwrap_or(usize::MAX));
+            match self.inner.read(&mut scratch[..want]) {
+                Ok(0) => return Err(TarError::Truncated { offset }),
+                Ok(got) => {
+                    left -= got as u64;
+                    self.pos += got as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(TarError::Io {
+                        offset: self.pos,
+                        source,
+                    });
+                }
             }
-        })?;
-        self.pos += got;
-        if got < n {
-            return Err(TarError::Truncated { offset });
         }
         Ok(())
     }
@@ -609,8 +618,7 @@ fn parse_pax(payload: &[u8], offset: u64) -> Result<PaxRecords, TarError> {
         let (key, value) = (&body[..eq], &body[eq + 1..]);
         match key {
             b"path" => {
-                let path =
-                    std::str::from_utf8(value).map_err(|_| TarError::BadName { offset })?;
+                let path = std::str::from_utf8(value).map_err(|_| TarError::BadName { offset })?;
                 out.path = Some(path.to_owned());
             }
             b"size" => {
@@ -673,10 +681,7 @@ mod tests {
         assert_eq!(p.path.as_deref(), Some("a/b"));
         assert_eq!(p.size, Some(42));
         // Trailing NULs are tolerated.
-        assert_eq!(
-            parse_pax(b"11 size=42\n\0\0\0", 0).unwrap().size,
-            Some(42)
-        );
+        assert_eq!(parse_pax(b"11 size=42\n\0\0\0", 0).unwrap().size, Some(42));
         // Length field too long, too short, zero, missing.
         for bad in [
             &b"13 path=a/b\n"[..],

@@ -25,7 +25,8 @@ const HEADER_LEN: usize = 12;
 
 /// Masks a CRC32C the way TFRecord (and LevelDB) store it.
 pub fn mask_crc(crc: u32) -> u32 {
-    ((crc >> 15) | (crc << 17)).wrapping_add(MASK_DELTA)
+    // ((crc >> 15) | (crc << 17)), i.e. a 15-bit right rotation.
+    crc.rotate_right(15).wrapping_add(MASK_DELTA)
 }
 
 /// The masked CRC32C of `data`, as stored in TFRecord framing.

@@ -1,0 +1,446 @@
+//! `stokehold pack`: turn an image folder, a JSONL/CSV table of files, WebDataset tars or TFRecord
+//! files into a stokehold dataset.
+//!
+//! Every source is read in a fixed order (sorted file names, archive order), its samples are
+//! loaded and encoded in parallel in chunks, and the chunks are written in order, so the output
+//! is identical for identical input whatever the thread count. The dataset appears at its
+//! destination only when complete (see [`stokehold_format::DatasetWriter`]). Inputs that cannot be
+//! used (unreadable files, non-images, corrupt records, links in tars) are reported by name and
+//! skipped, with a count at the end and a `skipped.txt` in the dataset; with `strict` the first
+//! one is fatal.
+
+mod image_folder;
+mod table;
+mod tfrecord;
+mod webdataset;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use stokehold_format::record::RecordEncoder;
+use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, Manifest, Schema};
+
+/// The kinds of source `pack` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SourceKind {
+    /// A directory with one sub-directory of images per class (or images directly in it).
+    ImageFolder,
+    /// JSON Lines: one object per line, one key naming a file.
+    Jsonl,
+    /// CSV with a header row, one column naming a file.
+    Csv,
+    /// WebDataset: tar files whose members `KEY.EXT` group into samples.
+    WebDataset,
+    /// TFRecord files of `tf.train.Example` records.
+    TfRecord,
+}
+
+impl SourceKind {
+    /// The name used on the command line and in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceKind::ImageFolder => "image-folder",
+            SourceKind::Jsonl => "jsonl",
+            SourceKind::Csv => "csv",
+            SourceKind::WebDataset => "webdataset",
+            SourceKind::TfRecord => "tfrecord",
+        }
+    }
+
+    /// Parse a name given on the command line.
+    pub fn parse(s: &str) -> Option<SourceKind> {
+        Some(match s {
+            "image-folder" | "images" | "folder" => SourceKind::ImageFolder,
+            "jsonl" | "json" => SourceKind::Jsonl,
+            "csv" => SourceKind::Csv,
+            "webdataset" | "wds" | "tar" => SourceKind::WebDataset,
+            "tfrecord" | "tfrecords" => SourceKind::TfRecord,
+            _ => return None,
+        })
+    }
+}
+
+/// Options of [`pack`].
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// Shard size, alignment, compression level, overwrite.
+    pub write: DatasetWriteOptions,
+    /// Worker threads for loading and encoding; 0 means one per core.
+    pub threads: usize,
+    /// Fail on the first unusable input instead of skipping it.
+    pub strict: bool,
+    /// WebDataset: keep pickle members (`.pyd`, `.pickle`, `.pt`, `.pth`) as opaque bytes. They
+    /// are never unpickled by stokehold; by default they are left out.
+    pub keep_pickle: bool,
+    /// JSONL/CSV: the column that names each sample's file (default: the first of `path`,
+    /// `file`, `filename`, `filepath`, `image`, `image_path`).
+    pub path_column: Option<String>,
+    /// Largest input file or member accepted, in bytes.
+    pub max_item_bytes: u64,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            write: DatasetWriteOptions::default(),
+            threads: 0,
+            strict: false,
+            keep_pickle: false,
+            path_column: None,
+            max_item_bytes: 1 << 30,
+        }
+    }
+}
+
+/// An input that was not packed, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// The file, archive member or record (`file.tfrecord @ byte 1234`).
+    pub input: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// What a pack did.
+#[derive(Debug, Clone)]
+pub struct PackReport {
+    /// The source kind.
+    pub kind: SourceKind,
+    /// The written dataset's manifest.
+    pub manifest: Manifest,
+    /// Bytes of input data read (file contents, member data, record payloads).
+    pub input_bytes: u64,
+    /// Inputs left out, in input order.
+    pub skipped: Vec<Skipped>,
+    /// Of the packed JPEGs, how many are progressive (they decode about 3× slower).
+    pub progressive_jpegs: u64,
+    /// Other things worth telling the user (e.g. dropped pickle members).
+    pub notes: Vec<String>,
+}
+
+/// Progress reporting; called from the packing thread.
+pub trait Progress: Sync {
+    /// A phase starts ("scanning", "packing"), with its size when known.
+    fn start(&self, phase: &str, items: Option<u64>, bytes: Option<u64>);
+    /// `items` inputs and `bytes` input bytes were done.
+    fn advance(&self, items: u64, bytes: u64);
+    /// The phase is over.
+    fn finish(&self);
+}
+
+/// A [`Progress`] that shows nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _: &str, _: Option<u64>, _: Option<u64>) {}
+    fn advance(&self, _: u64, _: u64) {}
+    fn finish(&self) {}
+}
+
+/// Errors of [`pack`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackError {
+    /// Writing the dataset failed.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The sources could not be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sources are not something `pack` understands, or are inconsistent.
+    #[error("{0}")]
+    Input(String),
+    /// `strict` is set and an input could not be used.
+    #[error("{}: {} (--strict makes this fatal; without it the input is skipped and counted)", .0.input, .0.reason)]
+    Strict(Skipped),
+    /// Nothing usable was found.
+    #[error("no samples to pack: {0}")]
+    Empty(String),
+}
+
+impl PackError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> PackError {
+        PackError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// One input, loaded: a sample ready to encode, or a reason to skip it.
+pub(crate) enum Loaded {
+    Sample {
+        values: Vec<FieldValue<'static>>,
+        bytes: u64,
+        progressive: bool,
+    },
+    Skip(Skipped),
+}
+
+enum Encoded {
+    Record { record: Vec<u8>, bytes: u64, progressive: bool },
+    Skip(Skipped),
+}
+
+/// The writing end of a pack: the dataset writer and the running report.
+pub(crate) struct Sink<'a> {
+    writer: DatasetWriter,
+    strict: bool,
+    input_bytes: u64,
+    skipped: Vec<Skipped>,
+    progressive: u64,
+    notes: Vec<String>,
+    progress: &'a dyn Progress,
+    pool: &'a rayon::ThreadPool,
+}
+
+/// Samples are loaded and encoded this many at a time.
+const CHUNK: usize = 256;
+
+impl Sink<'_> {
+    /// Record an input that was skipped before loading (or fail, when strict).
+    pub(crate) fn skip(&mut self, s: Skipped) -> Result<(), PackError> {
+        if self.strict {
+            return Err(PackError::Strict(s));
+        }
+        self.skipped.push(s);
+        Ok(())
+    }
+
+    /// Load and encode `jobs` in parallel, in chunks, and write the results in job order.
+    pub(crate) fn run<J: Send>(
+        &mut self,
+        jobs: impl IntoIterator<Item = J>,
+        load: impl Fn(J) -> Loaded + Sync,
+    ) -> Result<(), PackError> {
+        let schema = self.writer.schema().clone();
+        let encode = |job: J| -> Encoded {
+            match load(job) {
+                Loaded::Skip(s) => Encoded::Skip(s),
+                Loaded::Sample { values, bytes, progressive } => {
+                    let mut record = Vec::new();
+                    match RecordEncoder::new(3).encode(&schema, &values, &mut record) {
+                        Ok(()) => Encoded::Record { record, bytes, progressive },
+                        Err(e) => Encoded::Skip(Skipped {
+                            input: String::from("<sample>"),
+                            reason: e.to_string(),
+                        }),
+                    }
+                }
+            }
+        };
+        let mut jobs = jobs.into_iter();
+        let mut pending: Option<Vec<Encoded>> = None;
+        let pool = self.pool;
+        loop {
+            // Jobs are drawn here, on the calling thread (a source iterator need not be Send).
+            let chunk: Vec<J> = jobs.by_ref().take(CHUNK).collect();
+            // Encode the next chunk while the previous one is written.
+            let (written, next) = pool.install(|| {
+                rayon::join(
+                    || match pending.take() {
+                        Some(done) => self.write_chunk(done),
+                        None => Ok(()),
+                    },
+                    || chunk.into_par_iter().map(&encode).collect::<Vec<_>>(),
+                )
+            });
+            written?;
+            if next.is_empty() {
+                return Ok(());
+            }
+            pending = Some(next);
+        }
+    }
+
+    fn write_chunk(&mut self, chunk: Vec<Encoded>) -> Result<(), PackError> {
+        for item in chunk {
+            match item {
+                Encoded::Record { record, bytes, progressive } => {
+                    self.writer.write_encoded(&record)?;
+                    self.input_bytes += bytes;
+                    self.progressive += u64::from(progressive);
+                    self.progress.advance(1, bytes);
+                }
+                Encoded::Skip(s) => {
+                    self.skip(s)?;
+                    self.progress.advance(1, 0);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Guess the kind of `sources` from names and contents.
+pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
+    let ext_kind = |p: &Path| -> Option<SourceKind> {
+        let ext = p.extension()?.to_str()?.to_ascii_lowercase();
+        Some(match ext.as_str() {
+            "jsonl" | "ndjson" | "json" => SourceKind::Jsonl,
+            "csv" => SourceKind::Csv,
+            "tar" => SourceKind::WebDataset,
+            "tfrecord" | "tfrecords" | "tfrec" => SourceKind::TfRecord,
+            _ => return None,
+        })
+    };
+    let first = sources.first().ok_or_else(|| PackError::Input("no source given".into()))?;
+    if sources.len() == 1 && first.is_dir() {
+        // A directory of tars or TFRecords, or an image folder.
+        let mut kinds = std::collections::BTreeSet::new();
+        for e in std::fs::read_dir(first).map_err(|e| PackError::io(first, e))? {
+            let p = e.map_err(|e| PackError::io(first, e))?.path();
+            if p.is_file() {
+                if let Some(k @ (SourceKind::WebDataset | SourceKind::TfRecord)) = ext_kind(&p) {
+                    kinds.insert(k.name());
+                }
+            }
+        }
+        return match kinds.len() {
+            0 => Ok(SourceKind::ImageFolder),
+            1 => Ok(SourceKind::parse(kinds.first().expect("one")).expect("a known name")),
+            _ => Err(PackError::Input(format!(
+                "{} holds both tar and TFRecord files: pass --from to choose",
+                first.display()
+            ))),
+        };
+    }
+    let kinds: std::collections::BTreeSet<_> = sources.iter().map(|p| ext_kind(p)).collect();
+    match (kinds.len(), kinds.first()) {
+        (1, Some(Some(k))) => Ok(*k),
+        _ => Err(PackError::Input(format!(
+            "cannot tell the kind of {:?} from the file names: pass --from \
+             image-folder|jsonl|csv|webdataset|tfrecord",
+            sources
+        ))),
+    }
+}
+
+/// Pack `sources` into a new dataset at `dest`. `kind` None means [`detect`].
+pub fn pack(
+    sources: &[PathBuf],
+    dest: &Path,
+    kind: Option<SourceKind>,
+    options: &PackOptions,
+    progress: &dyn Progress,
+) -> Result<PackReport, PackError> {
+    let kind = match kind {
+        Some(k) => k,
+        None => detect(sources)?,
+    };
+    let plan = match kind {
+        SourceKind::ImageFolder => image_folder::plan(sources, options, progress)?,
+        SourceKind::Jsonl | SourceKind::Csv => table::plan(sources, kind, options, progress)?,
+        SourceKind::WebDataset => webdataset::plan(sources, options, progress)?,
+        SourceKind::TfRecord => tfrecord::plan(sources, options, progress)?,
+    };
+    let threads = match options.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(|i| format!("stokehold-pack-{i}"))
+        .build()
+        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))?;
+    let mut writer = DatasetWriter::create(dest, plan.schema.clone(), options.write)?;
+    if let Some(classes) = &plan.classes {
+        writer.set_classes(classes.clone());
+    }
+    let mut sink = Sink {
+        writer,
+        strict: options.strict,
+        input_bytes: 0,
+        skipped: plan.skipped_early,
+        progressive: 0,
+        notes: plan.notes,
+        progress,
+        pool: &pool,
+    };
+    if sink.strict {
+        if let Some(first) = sink.skipped.first() {
+            return Err(PackError::Strict(first.clone()));
+        }
+    }
+    progress.start("packing", plan.items, plan.bytes);
+    (plan.run)(&mut sink)?;
+    progress.finish();
+    if sink.writer.is_empty() {
+        return Err(PackError::Empty(match sink.skipped.first() {
+            Some(s) => format!("all {} inputs were skipped; the first: {}: {}", sink.skipped.len(), s.input, s.reason),
+            None => "the source holds no samples".into(),
+        }));
+    }
+    let Sink { mut writer, input_bytes, skipped, progressive, notes, .. } = sink;
+    writer.set_source(serde_json::json!({
+        "kind": kind.name(),
+        "skipped": skipped.len(),
+        "progressive_jpegs": progressive,
+    }));
+    if !skipped.is_empty() {
+        let mut text = String::new();
+        for s in &skipped {
+            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
+        }
+        writer.add_file("skipped.txt", text.as_bytes())?;
+    }
+    let manifest = writer.finish()?;
+    Ok(PackReport {
+        kind,
+        manifest,
+        input_bytes,
+        skipped,
+        progressive_jpegs: progressive,
+        notes,
+    })
+}
+
+/// What a source reader works out before packing: the schema and a way to produce the samples.
+pub(crate) struct Plan<'a> {
+    pub schema: Schema,
+    pub classes: Option<Vec<String>>,
+    /// Items and bytes to expect, for the progress bar.
+    pub items: Option<u64>,
+    pub bytes: Option<u64>,
+    /// Inputs already known to be unusable.
+    pub skipped_early: Vec<Skipped>,
+    pub notes: Vec<String>,
+    #[allow(clippy::type_complexity)]
+    pub run: Box<dyn FnOnce(&mut Sink<'_>) -> Result<(), PackError> + 'a>,
+}
+
+/// Read a whole file of at most `max` bytes.
+pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut v = Vec::new();
+    f.take(max + 1).read_to_end(&mut v).map_err(|e| e.to_string())?;
+    if v.len() as u64 > max {
+        return Err(format!("larger than the limit of {max} bytes"));
+    }
+    Ok(v)
+}
+
+/// Check an image's bytes: a known codec, and for JPEG a readable frame header. Returns whether it
+/// is a progressive JPEG.
+pub(crate) fn check_image(bytes: &[u8]) -> Result<bool, String> {
+    use stokehold_format::ImageCodec;
+    match ImageCodec::sniff(bytes) {
+        Some(ImageCodec::Jpeg) => crate::jpeg::parse_header(bytes)
+            .map(|i| i.progressive)
+            .map_err(|e| format!("corrupt JPEG: {e}")),
+        Some(_) => Ok(false),
+        None => Err(format!(
+            "not an image (JPEG, PNG or WebP): starts with {:?}",
+            bytes[..bytes.len().min(8)].escape_ascii().to_string()
+        )),
+    }
+}

@@ -1,0 +1,314 @@
+//! WebDataset tar shards: consecutive members `KEY.EXT` form one sample; each extension becomes a
+//! field: image extensions → image:auto, `cls`/`cls2`/`index`/`label` → int64 (decimal text),
+//! `txt`/`text`/`caption`/`json` → string, anything else → bytes; plus `__key__` (string).
+//!
+//! Member names are opaque keys: nothing is ever written to disk from them; links and devices are
+//! refused; pickle members are left out unless `keep_pickle` (and even then stored as opaque
+//! bytes: stokehold never unpickles anything).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, Schema};
+
+use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image};
+use crate::tar::{EntryKind, TarLimits, TarReader};
+
+const IMAGE: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
+const INT: [&str; 5] = ["cls", "cls2", "class", "index", "label"];
+const TEXT: [&str; 4] = ["txt", "text", "caption", "json"];
+const PICKLE: [&str; 5] = ["pyd", "pickle", "pkl", "pt", "pth"];
+
+fn field_type(ext: &str) -> FieldType {
+    let e = ext.to_ascii_lowercase();
+    let last = e.rsplit('.').next().unwrap_or(&e);
+    if IMAGE.contains(&last) {
+        FieldType::Image { codec: ImageCodec::Auto }
+    } else if INT.contains(&e.as_str()) {
+        FieldType::Int64
+    } else if TEXT.contains(&e.as_str()) {
+        FieldType::String
+    } else {
+        FieldType::Bytes
+    }
+}
+
+fn is_pickle(ext: &str) -> bool {
+    let e = ext.to_ascii_lowercase();
+    PICKLE.contains(&e.rsplit('.').next().unwrap_or(&e))
+}
+
+/// Split a member name into (sample key, extension) as WebDataset does: the extension starts at
+/// the first '.' of the last path component.
+fn split_name(name: &str) -> Option<(&str, &str)> {
+    let base_start = name.rfind('/').map_or(0, |i| i + 1);
+    let dot = name[base_start..].find('.')? + base_start;
+    let (key, ext) = (&name[..dot], &name[dot + 1..]);
+    (!ext.is_empty()).then_some((key, ext))
+}
+
+fn tar_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
+    let mut files = Vec::new();
+    for s in sources {
+        if s.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(s)
+                .map_err(|e| PackError::io(s, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|e| e == "tar") && p.is_file())
+                .collect();
+            v.sort();
+            files.extend(v);
+        } else {
+            files.push(s.clone());
+        }
+    }
+    if files.is_empty() {
+        return Err(PackError::Input(format!("no .tar files in {sources:?}")));
+    }
+    Ok(files)
+}
+
+/// One grouped sample, or a problem found while reading the archives.
+enum Job {
+    Sample { at: String, key: String, members: Vec<(String, Vec<u8>)> },
+    Bad(Skipped),
+}
+
+pub(super) fn plan<'a>(
+    sources: &'a [PathBuf],
+    options: &'a PackOptions,
+    progress: &dyn Progress,
+) -> Result<Plan<'a>, PackError> {
+    let files = tar_files(sources)?;
+    let limits = TarLimits { max_member_size: options.max_item_bytes, ..TarLimits::default() };
+    // Pass 1: headers only (data is seeked over), to learn the fields and the sample count.
+    progress.start("scanning", Some(files.len() as u64), None);
+    let mut exts: BTreeSet<String> = BTreeSet::new();
+    let mut samples = 0u64;
+    let mut bytes = 0u64;
+    let mut pickles = 0u64;
+    for f in &files {
+        let file = File::open(f).map_err(|e| PackError::io(f, e))?;
+        let mut r = TarReader::new(BufReader::with_capacity(1 << 16, file), limits);
+        let mut last_key: Option<String> = None;
+        while let Ok(Some(e)) = r.next_entry() {
+            if e.kind != EntryKind::Regular {
+                continue;
+            }
+            let Some((key, ext)) = split_name(&e.name) else { continue };
+            if is_pickle(ext) && !options.keep_pickle {
+                pickles += 1;
+                continue;
+            }
+            exts.insert(ext.to_string());
+            bytes += e.size;
+            if last_key.as_deref() != Some(key) {
+                samples += 1;
+                last_key = Some(key.to_string());
+            }
+        }
+        progress.advance(1, 0);
+    }
+    progress.finish();
+    if exts.is_empty() {
+        return Err(PackError::Empty(format!("no KEY.EXT members in {} tar files", files.len())));
+    }
+    let mut fields = vec![Field::new("__key__", FieldType::String)];
+    let mut types = Vec::new();
+    for ext in &exts {
+        let ty = field_type(ext);
+        fields.push(Field::new(ext.clone(), ty.clone()));
+        types.push((ext.clone(), ty));
+    }
+    let schema = Schema::new(fields)?;
+    let mut notes = Vec::new();
+    if pickles > 0 {
+        notes.push(format!(
+            "{pickles} pickle members (.pyd/.pickle/.pt/.pth) were left out: stokehold never unpickles data; \
+             pass --keep-pickle to store them as opaque bytes"
+        ));
+    }
+    let keep_pickle = options.keep_pickle;
+    let jobs = Samples { files, next_file: 0, reader: None, ready: VecDeque::new(), current: None, limits, keep_pickle };
+    Ok(Plan {
+        schema,
+        classes: None,
+        items: Some(samples),
+        bytes: Some(bytes),
+        skipped_early: Vec::new(),
+        notes,
+        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, &types))),
+    })
+}
+
+fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
+    let (at, key, members) = match job {
+        Job::Bad(s) => return Loaded::Skip(s),
+        Job::Sample { at, key, members } => (at, key, members),
+    };
+    let skip = |reason: String| Loaded::Skip(Skipped { input: at.clone(), reason });
+    let mut by_ext: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (ext, data) in members {
+        if by_ext.contains_key(&ext) {
+            return skip(format!("two members with extension {ext:?}"));
+        }
+        by_ext.insert(ext, data);
+    }
+    let mut values = Vec::with_capacity(types.len() + 1);
+    values.push(FieldValue::String(key.into()));
+    let mut total = 0u64;
+    let mut progressive = false;
+    for (ext, ty) in types {
+        let Some(data) = by_ext.remove(ext) else {
+            return skip(format!("no {ext:?} member (every sample needs every field)"));
+        };
+        total += data.len() as u64;
+        values.push(match ty {
+            FieldType::Image { .. } => match check_image(&data) {
+                Ok(p) => {
+                    progressive |= p;
+                    FieldValue::Image(data.into())
+                }
+                Err(e) => return skip(format!("member .{ext}: {e}")),
+            },
+            FieldType::Int64 => match std::str::from_utf8(&data).ok().and_then(|s| s.trim().parse().ok()) {
+                Some(v) => FieldValue::Int64(v),
+                None => return skip(format!("member .{ext} is not a decimal integer")),
+            },
+            FieldType::String => match String::from_utf8(data) {
+                Ok(s) => FieldValue::String(s.into()),
+                Err(_) => return skip(format!("member .{ext} is not UTF-8 text")),
+            },
+            _ => FieldValue::Bytes(data.into()),
+        });
+    }
+    Loaded::Sample { values, bytes: total, progressive }
+}
+
+/// Reads the archives in order and groups consecutive members by key.
+struct Samples {
+    files: Vec<PathBuf>,
+    next_file: usize,
+    reader: Option<(PathBuf, TarReader<BufReader<File>>)>,
+    ready: VecDeque<Job>,
+    /// (where, key, members) of the sample being gathered.
+    current: Option<(String, String, Vec<(String, Vec<u8>)>)>,
+    limits: TarLimits,
+    keep_pickle: bool,
+}
+
+impl Samples {
+    fn flush(&mut self) {
+        if let Some((at, key, members)) = self.current.take() {
+            self.ready.push_back(Job::Sample { at, key, members });
+        }
+    }
+
+    fn bad(&mut self, input: String, reason: String) {
+        self.ready.push_back(Job::Bad(Skipped { input, reason }));
+    }
+
+    /// Read one more entry; returns false when every archive is done.
+    fn step(&mut self) -> bool {
+        if self.reader.is_none() {
+            let Some(path) = self.files.get(self.next_file).cloned() else {
+                self.flush();
+                return false;
+            };
+            self.next_file += 1;
+            match File::open(&path) {
+                Ok(f) => self.reader = Some((path, TarReader::new(BufReader::with_capacity(1 << 20, f), self.limits))),
+                Err(e) => self.bad(path.display().to_string(), format!("cannot open: {e}")),
+            }
+            return true;
+        }
+        let (path, r) = self.reader.as_mut().expect("checked above");
+        let path = path.clone();
+        let entry = match r.next_entry() {
+            Ok(Some(e)) => e,
+            Ok(None) => {
+                self.flush();
+                self.reader = None;
+                return true;
+            }
+            Err(e) => {
+                self.flush();
+                self.reader = None;
+                self.bad(path.display().to_string(), format!("{e}; the rest of this archive is skipped"));
+                return true;
+            }
+        };
+        let at = format!("{} member {:?} (byte {})", path.display(), entry.name, entry.header_offset);
+        match entry.kind {
+            EntryKind::Regular => {}
+            EntryKind::Directory => return true,
+            k => {
+                self.bad(at, format!("{k:?} members are refused (links and devices are never followed)"));
+                return true;
+            }
+        }
+        let Some((key, ext)) = split_name(&entry.name) else {
+            self.bad(at, "member name has no extension".into());
+            return true;
+        };
+        let (key, ext) = (key.to_string(), ext.to_string());
+        if is_pickle(&ext) && !self.keep_pickle {
+            return true; // counted in pass 1 and reported as a note; its data is skipped unread
+        }
+        let data = match self.reader.as_mut().expect("open").1.read_data() {
+            Ok(d) => d,
+            Err(e) => {
+                self.flush();
+                self.reader = None;
+                self.bad(path.display().to_string(), format!("{e}; the rest of this archive is skipped"));
+                return true;
+            }
+        };
+        if self.current.as_ref().is_some_and(|c| c.1 != key) {
+            self.flush();
+        }
+        self.current.get_or_insert_with(|| (at, key, Vec::new())).2.push((ext, data));
+        true
+    }
+}
+
+impl Iterator for Samples {
+    type Item = Job;
+
+    fn next(&mut self) -> Option<Job> {
+        loop {
+            if let Some(j) = self.ready.pop_front() {
+                return Some(j);
+            }
+            if !self.step() && self.ready.is_empty() {
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_split_like_webdataset() {
+        assert_eq!(split_name("a/b/000123.jpg"), Some(("a/b/000123", "jpg")));
+        assert_eq!(split_name("x.y/000123.seg.png"), Some(("x.y/000123", "seg.png")));
+        assert_eq!(split_name("../evil.txt"), Some(("..", "")).filter(|_| false).or(Some(("../evil", "txt"))));
+        assert_eq!(split_name("noext"), None);
+        assert_eq!(split_name("trailing."), None);
+    }
+
+    #[test]
+    fn extensions_map_to_types() {
+        assert_eq!(field_type("JPG"), FieldType::Image { codec: ImageCodec::Auto });
+        assert_eq!(field_type("seg.png"), FieldType::Image { codec: ImageCodec::Auto });
+        assert_eq!(field_type("cls"), FieldType::Int64);
+        assert_eq!(field_type("json"), FieldType::String);
+        assert_eq!(field_type("npy"), FieldType::Bytes);
+        assert!(is_pickle("pyd") && is_pickle("model.pth") && !is_pickle("txt"));
+    }
+}

@@ -1,0 +1,170 @@
+//! Conversions between field values and Python objects.
+
+use std::borrow::Cow;
+
+use numpy::{PyArray1, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMemoryView, PyString};
+use stokehold_format::{ArrayValue, DType, Field, FieldType, FieldValue, Schema};
+
+use crate::errors::schema_error;
+
+/// The numpy dtype string of a stored dtype: little-endian, as the elements are stored.
+fn numpy_dtype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::U8 => "|u1",
+        DType::I32 => "<i4",
+        DType::I64 => "<i8",
+        DType::F16 => "<f2",
+        DType::F32 => "<f4",
+        DType::F64 => "<f8",
+    }
+}
+
+/// A new numpy array holding a copy of `a`'s elements, with its dtype and shape.
+fn array_to_py<'py>(py: Python<'py>, a: &ArrayValue<'_>) -> PyResult<Bound<'py, PyAny>> {
+    // numpy allocates (and aligns) the buffer; reinterpret its bytes as the dtype, then shape it.
+    let flat = PyArray1::<u8>::from_slice(py, &a.data);
+    let typed = flat.call_method1("view", (numpy_dtype(a.dtype),))?;
+    typed.call_method1("reshape", (a.shape.clone(),))
+}
+
+/// One field value as a Python object.
+pub fn value_to_py<'py>(py: Python<'py>, v: &FieldValue<'_>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match v {
+        FieldValue::Bytes(b) | FieldValue::Image(b) => PyBytes::new(py, b).into_any(),
+        FieldValue::String(s) => PyString::new(py, s).into_any(),
+        FieldValue::Int64(n) => n.into_pyobject(py)?.into_any(),
+        FieldValue::Float64(x) => PyFloat::new(py, *x).into_any(),
+        FieldValue::Array(a) => array_to_py(py, a)?,
+    })
+}
+
+/// A sample as a dict: field name → value, in schema order.
+pub fn sample_to_py<'py>(
+    py: Python<'py>,
+    schema: &Schema,
+    values: &[FieldValue<'_>],
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (field, value) in schema.fields.iter().zip(values) {
+        d.set_item(&field.name, value_to_py(py, value)?)?;
+    }
+    Ok(d)
+}
+
+/// A Python value converted for one field, holding what it borrows from (immutable `bytes`
+/// objects), so the write itself can run without the GIL.
+pub enum Prepared<'py> {
+    /// Bytes or image data.
+    Buf(Bound<'py, PyBytes>),
+    /// A string.
+    Str(String),
+    /// An int64.
+    Int(i64),
+    /// A float64.
+    Float(f64),
+    /// An array: dtype, shape and its elements in C order, little-endian.
+    Array(DType, Vec<u64>, Bound<'py, PyBytes>),
+}
+
+impl Prepared<'_> {
+    /// The field value, borrowing from `self`.
+    pub fn value(&self, ty: &FieldType) -> FieldValue<'_> {
+        match self {
+            Prepared::Buf(b) => match ty {
+                FieldType::Image { .. } => FieldValue::Image(Cow::Borrowed(b.as_bytes())),
+                _ => FieldValue::Bytes(Cow::Borrowed(b.as_bytes())),
+            },
+            Prepared::Str(s) => FieldValue::String(Cow::Borrowed(s)),
+            Prepared::Int(n) => FieldValue::Int64(*n),
+            Prepared::Float(x) => FieldValue::Float64(*x),
+            Prepared::Array(dtype, shape, data) => FieldValue::Array(ArrayValue {
+                dtype: *dtype,
+                shape: shape.clone(),
+                data: Cow::Borrowed(data.as_bytes()),
+            }),
+        }
+    }
+}
+
+/// The Python type name of `v`, for messages.
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .qualname()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// Convert `v` for `field`, or a `SchemaError` naming the field.
+pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'py>> {
+    let py = v.py();
+    let spec = field.type_spec();
+    let wrong = |expected: &str| {
+        schema_error(
+            py,
+            format!(
+                "field {:?} ({spec}): expected {expected}, got {}",
+                field.name,
+                type_name(v)
+            ),
+        )
+    };
+    match &field.ty {
+        FieldType::Bytes | FieldType::Image { .. } => {
+            if let Ok(b) = v.cast::<PyBytes>() {
+                Ok(Prepared::Buf(b.clone()))
+            } else if v.is_instance_of::<PyByteArray>() || v.is_instance_of::<PyMemoryView>() {
+                // A copy: the buffer could change while the GIL is released for the write.
+                let b = py.get_type::<PyBytes>().call1((v,))?.cast_into::<PyBytes>()?;
+                Ok(Prepared::Buf(b))
+            } else {
+                Err(wrong("bytes, bytearray or memoryview"))
+            }
+        }
+        FieldType::String => {
+            let s = v.cast::<PyString>().map_err(|_| wrong("str"))?;
+            let s = s.to_cow().map_err(|e| {
+                schema_error(py, format!("field {:?} ({spec}): {e}", field.name))
+            })?;
+            Ok(Prepared::Str(s.into_owned()))
+        }
+        FieldType::Int64 => {
+            if !v.is_instance_of::<PyInt>() && !v.hasattr("__index__")? {
+                return Err(wrong("int"));
+            }
+            let n = v.extract::<i64>().map_err(|e| {
+                schema_error(py, format!("field {:?} ({spec}): {e}", field.name))
+            })?;
+            Ok(Prepared::Int(n))
+        }
+        FieldType::Float64 => {
+            if v.is_instance_of::<PyString>() || v.is_instance_of::<PyBytes>() {
+                return Err(wrong("float or int"));
+            }
+            let x = v.extract::<f64>().map_err(|_| wrong("float or int"))?;
+            Ok(Prepared::Float(x))
+        }
+        FieldType::Ndarray { dtype } => {
+            let a = v.cast::<PyUntypedArray>().map_err(|_| wrong("a numpy array"))?;
+            let expected = PyArrayDescr::new(py, numpy_dtype(*dtype))?;
+            let found = a.dtype();
+            if !found.is_equiv_to(&expected) {
+                return Err(schema_error(
+                    py,
+                    format!(
+                        "field {:?} ({spec}): expected a numpy array of dtype {} ({}), got dtype {}",
+                        field.name,
+                        dtype.name(),
+                        expected.str()?,
+                        found.str()?,
+                    ),
+                ));
+            }
+            let shape: Vec<u64> = a.shape().iter().map(|&d| d as u64).collect();
+            // tobytes() copies the elements in C order, whatever the array's strides.
+            let data = a.call_method0("tobytes")?.cast_into::<PyBytes>()?;
+            Ok(Prepared::Array(*dtype, shape, data))
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! `stokehold.Dataset`: random access to a dataset directory.
+
+use std::path::PathBuf;
+
+use pyo3::exceptions::PyIndexError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use stokehold_format::{Dataset as FormatDataset, OpenOptions};
+
+use crate::convert::sample_to_py;
+use crate::errors::to_py_err;
+
+/// A dataset directory opened for reading: `len(ds)`, `ds[i]` (a dict field name → value),
+/// iteration, and the schema, classes and manifest.
+#[pyclass(module = "stokehold", name = "Dataset", frozen)]
+pub struct Dataset {
+    inner: FormatDataset,
+    /// The path as given (made a string), for `.path`, `repr` and pickling.
+    path: PathBuf,
+    mmap: bool,
+    verify: bool,
+}
+
+impl Dataset {
+    /// The sample index for a Python index (negative counts from the end).
+    fn resolve(&self, i: i64) -> PyResult<u64> {
+        let len = self.inner.len();
+        let j = if i < 0 {
+            i128::from(len) + i128::from(i)
+        } else {
+            i128::from(i)
+        };
+        if j < 0 || j >= i128::from(len) {
+            return Err(PyIndexError::new_err(format!(
+                "sample index {i} out of range: the dataset has {len} samples"
+            )));
+        }
+        Ok(j as u64)
+    }
+
+    /// Sample `i` as a dict (reads and decodes without the GIL).
+    fn sample<'py>(&self, py: Python<'py>, i: u64) -> PyResult<Bound<'py, PyDict>> {
+        let values = py
+            .detach(|| self.inner.get(i))
+            .map_err(|e| to_py_err(py, e))?;
+        sample_to_py(py, self.inner.schema(), &values)
+    }
+
+    fn open(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult<Dataset> {
+        let options = OpenOptions {
+            mmap,
+            verify_records: verify,
+            ..OpenOptions::default()
+        };
+        let inner = py
+            .detach(|| FormatDataset::open_with(&path, options))
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(Dataset {
+            inner,
+            path,
+            mmap,
+            verify,
+        })
+    }
+
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+}
+
+#[pymethods]
+impl Dataset {
+    #[new]
+    #[pyo3(signature = (path, *, mmap = false, verify = true))]
+    fn new(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult<Dataset> {
+        Dataset::open(py, path, mmap, verify)
+    }
+
+    fn __len__(&self) -> usize {
+        // A dataset whose length does not fit usize could not have been opened (its index is
+        // in memory), so this never saturates in practice.
+        usize::try_from(self.inner.len()).unwrap_or(usize::MAX)
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyDict>> {
+        let i = self.resolve(i)?;
+        self.sample(py, i)
+    }
+
+    fn __iter__(slf: Bound<'_, Self>) -> DatasetIter {
+        DatasetIter {
+            dataset: slf.unbind(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The path the dataset was opened from.
+    #[getter]
+    fn path<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        let Ok(s) = self.path.as_os_str().into_pyobject(py);
+        s
+    }
+
+    /// The schema: a dict field name → spec string, in field order.
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for f in &self.inner.schema().fields {
+            d.set_item(&f.name, f.type_spec())?;
+        }
+        Ok(d)
+    }
+
+    /// Class names by label, or None.
+    #[getter]
+    fn classes<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        self.inner
+            .classes()
+            .map(|c| PyList::new(py, c))
+            .transpose()
+    }
+
+    /// The manifest, as a dict (parsed from its JSON).
+    #[getter]
+    fn manifest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let json = self.inner.manifest().to_json();
+        py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Sample `i`'s record bytes, as stored (checksum checked when opened with verify).
+    fn record_bytes<'py>(&self, py: Python<'py>, i: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let i = self.resolve(i)?;
+        let mut buf = Vec::new();
+        py.detach(|| self.inner.read_record(i, &mut buf))
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(PyBytes::new(py, &buf))
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let path = self.path.as_os_str().into_pyobject(py)?.repr()?;
+        let shards = self.inner.shards().len();
+        Ok(format!(
+            "Dataset({path}, {} sample{}, {shards} shard{}, {})",
+            self.len(),
+            if self.len() == 1 { "" } else { "s" },
+            if shards == 1 { "" } else { "s" },
+            self.inner.schema()
+        ))
+    }
+
+    /// `((path,), {"mmap": ..., "verify": ...})`: what reopens the same dataset.
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let args = PyTuple::new(py, [self.path.as_os_str()])?;
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("mmap", self.mmap)?;
+        kwargs.set_item("verify", self.verify)?;
+        Ok((args, kwargs))
+    }
+
+    /// Pickles as "reopen the same path with the same options" (any protocol), so a dataset
+    /// can be sent to spawn-based worker processes.
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let newobj_ex = py.import("copyreg")?.getattr("__newobj_ex__")?;
+        let (args, kwargs) = slf.get().__getnewargs_ex__(py)?;
+        let call = PyTuple::new(
+            py,
+            [slf.get_type().into_any(), args.into_any(), kwargs.into_any()],
+        )?;
+        PyTuple::new(py, [newobj_ex, call.into_any()])
+    }
+}
+
+/// The iterator of a [`Dataset`]: every sample, in order.
+#[pyclass(module = "stokehold", name = "DatasetIterator", frozen)]
+pub struct DatasetIter {
+    dataset: Py<Dataset>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+#[pymethods]
+impl DatasetIter {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        use std::sync::atomic::Ordering;
+        let ds = self.dataset.get();
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i >= ds.len() {
+            self.next.store(ds.len(), Ordering::Relaxed);
+            return Ok(None);
+        }
+        ds.sample(py, i).map(Some)
+    }
+
+    fn __length_hint__(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        let ds = self.dataset.get();
+        let left = ds.len().saturating_sub(self.next.load(Ordering::Relaxed));
+        usize::try_from(left).unwrap_or(usize::MAX)
+    }
+}

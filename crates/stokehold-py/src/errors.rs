@@ -1,0 +1,165 @@
+//! The exception hierarchy of the Python package, and the one place where a [`FormatError`]
+//! becomes a Python exception ([`to_py_err`]).
+//!
+//! ```text
+//! Exception
+//! └── StokeholdError
+//!     ├── CorruptDataError          damaged data: checksum, truncation, bad magic, corrupt
+//!     │                             structure, an invalid or inconsistent manifest
+//!     ├── UnsupportedVersionError   a shard or manifest version this build cannot read
+//!     ├── LimitExceededError        a size read from a file is over a configured limit
+//!     ├── SchemaError (+ ValueError)        an invalid schema, or a value that does not fit it
+//!     └── StokeholdIOError (+ OSError)      an operating-system error (errno set when known),
+//!                                           or a write destination that already exists
+//! IndexError                        a sample index out of range (the built-in)
+//! ```
+//!
+//! Every class is created here, in Rust, and lives in `stokehold._native` (its `__module__` is
+//! `stokehold`, where the package re-exports it, so instances pickle). The single-base classes come
+//! from `pyo3::create_exception!`. That macro takes one base, so the two classes with two bases
+//! are made by calling `type(name, (StokeholdError, ValueError|OSError), namespace)` once, at
+//! first use, and are cached in a [`PyOnceLock`]; this needs no `unsafe`.
+
+use pyo3::exceptions::{PyException, PyIndexError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyTuple, PyType};
+use stokehold_format::FormatError;
+
+pyo3::create_exception!(
+    stokehold,
+    StokeholdError,
+    PyException,
+    "Root of every error raised by stokehold."
+);
+pyo3::create_exception!(
+    stokehold,
+    CorruptDataError,
+    StokeholdError,
+    "Stored data is damaged: a checksum mismatch, a truncated or corrupt shard, bad magic bytes, \
+     or an invalid manifest. The message names the file and, where there is one, the record, \
+     the global sample index and the byte range."
+);
+pyo3::create_exception!(
+    stokehold,
+    UnsupportedVersionError,
+    StokeholdError,
+    "A shard or manifest written in a format version this build cannot read."
+);
+pyo3::create_exception!(
+    stokehold,
+    LimitExceededError,
+    StokeholdError,
+    "A size, count or length read from a file is over a configured limit (nothing of that size \
+     was allocated)."
+);
+
+static SCHEMA_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static IO_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+/// `type(name, (StokeholdError, base), {"__module__": "stokehold", "__doc__": doc})`.
+fn two_base_type<'py>(
+    py: Python<'py>,
+    name: &str,
+    base: Bound<'py, PyType>,
+    doc: &str,
+) -> PyResult<Py<PyType>> {
+    let namespace = PyDict::new(py);
+    namespace.set_item("__module__", "stokehold")?;
+    namespace.set_item("__doc__", doc)?;
+    let bases = PyTuple::new(py, [py.get_type::<StokeholdError>(), base])?;
+    let ty = py
+        .get_type::<PyType>()
+        .call1((name, bases, namespace))?
+        .cast_into::<PyType>()?;
+    Ok(ty.unbind())
+}
+
+/// The `SchemaError` class (a `StokeholdError` and a `ValueError`).
+pub fn schema_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    SCHEMA_ERROR
+        .get_or_try_init(py, || {
+            two_base_type(
+                py,
+                "SchemaError",
+                py.get_type::<PyValueError>(),
+                "An invalid schema, or a sample that does not fit the schema (a missing or extra \
+                 field, a value of the wrong type, an array of the wrong dtype). The message names \
+                 the field.",
+            )
+        })
+        .map(|t| t.bind(py).clone())
+}
+
+/// The `StokeholdIOError` class (a `StokeholdError` and an `OSError`).
+pub fn io_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    IO_ERROR
+        .get_or_try_init(py, || {
+            two_base_type(
+                py,
+                "StokeholdIOError",
+                py.get_type::<PyOSError>(),
+                "An operating-system error while reading or writing a dataset (`errno` is set \
+                 when the system gave one), or a write destination that already exists. The \
+                 message names the file.",
+            )
+        })
+        .map(|t| t.bind(py).clone())
+}
+
+/// An exception of class `ty` with one argument, `msg`; `errno` set when given. Falls back to the
+/// error raised while building it, which can only be a failure of the interpreter itself.
+fn build(ty: PyResult<Bound<'_, PyType>>, msg: String, errno: Option<i32>) -> PyErr {
+    let make = || -> PyResult<PyErr> {
+        let value = ty?.call1((msg,))?;
+        if let Some(errno) = errno {
+            value.setattr("errno", errno)?;
+        }
+        Ok(PyErr::from_value(value))
+    };
+    make().unwrap_or_else(|e| e)
+}
+
+/// A `SchemaError` with this message.
+pub fn schema_error(py: Python<'_>, msg: impl Into<String>) -> PyErr {
+    build(schema_error_type(py), msg.into(), None)
+}
+
+/// A `StokeholdError` with this message (misuse, such as writing to a closed writer).
+pub fn stokehold_error(msg: impl Into<String>) -> PyErr {
+    StokeholdError::new_err(msg.into())
+}
+
+/// The one mapping from [`FormatError`] to Python exceptions. The message is always the error's
+/// `Display`, which names the file, record and byte range.
+pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
+    let msg = e.to_string();
+    if e.is_corruption() {
+        return CorruptDataError::new_err(msg);
+    }
+    match e {
+        FormatError::Manifest { .. } => CorruptDataError::new_err(msg),
+        FormatError::UnsupportedVersion { .. } => UnsupportedVersionError::new_err(msg),
+        FormatError::LimitExceeded { .. } => LimitExceededError::new_err(msg),
+        FormatError::Schema(_) | FormatError::InvalidValue { .. } => schema_error(py, msg),
+        FormatError::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
+        FormatError::Io { source, .. } => build(io_error_type(py), msg, source.raw_os_error()),
+        FormatError::DestinationExists { .. } => build(io_error_type(py), msg, Some(EEXIST)),
+        _ => StokeholdError::new_err(msg),
+    }
+}
+
+/// `EEXIST`, the same number on Linux, macOS and the BSDs.
+const EEXIST: i32 = 17;
+
+/// Add every exception class to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("StokeholdError", py.get_type::<StokeholdError>())?;
+    m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
+    m.add("UnsupportedVersionError", py.get_type::<UnsupportedVersionError>())?;
+    m.add("LimitExceededError", py.get_type::<LimitExceededError>())?;
+    m.add("SchemaError", schema_error_type(py)?)?;
+    m.add("StokeholdIOError", io_error_type(py)?)?;
+    Ok(())
+}

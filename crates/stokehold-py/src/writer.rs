@@ -1,0 +1,223 @@
+//! `stokehold.ShardWriter`: writes a dataset directory, atomically.
+
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyType};
+use stokehold_format::{DatasetWriteOptions, DatasetWriter, Schema, WriteOptions};
+
+use crate::convert::{Prepared, prepare};
+use crate::errors::{schema_error, stokehold_error, to_py_err};
+
+/// Writes samples (dicts) into a new dataset directory, rolling shards at `shard_size` bytes.
+/// Nothing appears at `path` until `close()` (or the end of a `with` block without an
+/// exception); an aborted writer leaves nothing behind.
+#[pyclass(module = "stokehold", name = "ShardWriter")]
+pub struct ShardWriter {
+    inner: Option<DatasetWriter>,
+    path: PathBuf,
+    written: u64,
+}
+
+/// The schema from a dict name → spec, or an iterable of (name, spec) pairs.
+fn parse_schema(schema: &Bound<'_, PyAny>) -> PyResult<Schema> {
+    let py = schema.py();
+    let bad = |e: PyErr| {
+        schema_error(
+            py,
+            format!(
+                "schema must map field names (str) to type specs (str), as a dict or a list of \
+                 (name, spec) pairs, like {{\"image\": \"image:jpeg\", \"label\": \"int64\"}}: {e}"
+            ),
+        )
+    };
+    let pairs: Vec<(String, String)> = if let Ok(d) = schema.cast::<PyDict>() {
+        d.iter()
+            .map(|(k, v)| Ok((k.extract::<String>()?, v.extract::<String>()?)))
+            .collect::<PyResult<_>>()
+            .map_err(bad)?
+    } else if schema.is_instance_of::<PyString>() {
+        return Err(bad(pyo3::exceptions::PyTypeError::new_err("got a str")));
+    } else {
+        schema
+            .try_iter()
+            .and_then(|it| {
+                it.map(|item| item?.extract::<(String, String)>())
+                    .collect::<PyResult<_>>()
+            })
+            .map_err(bad)?
+    };
+    Schema::from_specs(pairs.iter().map(|(n, s)| (n.as_str(), s.as_str())))
+        .map_err(|e| to_py_err(py, e))
+}
+
+impl ShardWriter {
+    fn writer(&mut self) -> PyResult<&mut DatasetWriter> {
+        self.inner.as_mut().ok_or_else(|| {
+            stokehold_error(format!(
+                "ShardWriter for {} is closed",
+                self.path.display()
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl ShardWriter {
+    #[new]
+    #[pyo3(signature = (path, schema, *, shard_size = 256 << 20, align = 1, zstd_level = 3, overwrite = false, classes = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        schema: &Bound<'_, PyAny>,
+        shard_size: u64,
+        align: u32,
+        zstd_level: i32,
+        overwrite: bool,
+        classes: Option<Vec<String>>,
+    ) -> PyResult<ShardWriter> {
+        let schema = parse_schema(schema)?;
+        if shard_size == 0 {
+            return Err(schema_error(py, "shard_size must be at least 1 byte"));
+        }
+        let options = DatasetWriteOptions {
+            write: WriteOptions { align, zstd_level },
+            target_shard_bytes: shard_size,
+            overwrite,
+        };
+        let mut inner = py
+            .detach(|| DatasetWriter::create(&path, schema, options))
+            .map_err(|e| to_py_err(py, e))?;
+        if let Some(classes) = classes {
+            inner.set_classes(classes);
+        }
+        Ok(ShardWriter {
+            inner: Some(inner),
+            path,
+            written: 0,
+        })
+    }
+
+    /// Append one sample (a dict with exactly the schema's fields); returns its index.
+    fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
+        let writer = self.writer()?;
+        let schema = writer.schema();
+        let mut missing = Vec::new();
+        let mut prepared: Vec<Prepared<'_>> = Vec::with_capacity(schema.len());
+        for field in &schema.fields {
+            match sample.get_item(&field.name)? {
+                Some(v) => prepared.push(prepare(field, &v)?),
+                None => missing.push(field.name.as_str()),
+            }
+        }
+        let mut extra = Vec::new();
+        if sample.len() + missing.len() != schema.len() {
+            for key in sample.keys() {
+                let known = key
+                    .extract::<String>()
+                    .is_ok_and(|k| schema.index_of(&k).is_some());
+                if !known {
+                    extra.push(key.repr()?.to_string());
+                }
+            }
+        }
+        if !missing.is_empty() || !extra.is_empty() {
+            let mut parts = Vec::new();
+            if !missing.is_empty() {
+                parts.push(format!("missing field(s) {missing:?}"));
+            }
+            if !extra.is_empty() {
+                parts.push(format!("unknown field(s) [{}]", extra.join(", ")));
+            }
+            let fields: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
+            return Err(schema_error(
+                py,
+                format!(
+                    "sample does not match the schema: {} (the schema's fields are {fields:?})",
+                    parts.join("; ")
+                ),
+            ));
+        }
+        let values: Vec<_> = schema
+            .fields
+            .iter()
+            .zip(&prepared)
+            .map(|(f, p)| p.value(&f.ty))
+            .collect();
+        let index = py
+            .detach(|| writer.write(&values))
+            .map_err(|e| to_py_err(py, e))?;
+        self.written += 1;
+        Ok(index)
+    }
+
+    /// Finish: close the last shard, write the manifest, publish the dataset. Returns the
+    /// manifest as a dict.
+    fn close<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.writer()?;
+        let Some(writer) = self.inner.take() else {
+            return Err(stokehold_error("ShardWriter is closed"));
+        };
+        let manifest = py.detach(|| writer.finish()).map_err(|e| to_py_err(py, e))?;
+        py.import("json")?
+            .call_method1("loads", (manifest.to_json(),))
+    }
+
+    /// Give up: remove everything written so far. Does nothing on a closed writer.
+    fn abort(&mut self, py: Python<'_>) {
+        if let Some(w) = self.inner.take() {
+            py.detach(|| w.abort());
+        }
+    }
+
+    /// True once closed or aborted.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// The destination directory.
+    #[getter]
+    fn path<'py>(&self, py: Python<'py>) -> Bound<'py, PyString> {
+        let Ok(s) = self.path.as_os_str().into_pyobject(py);
+        s
+    }
+
+    fn __len__(&self) -> usize {
+        usize::try_from(self.written).unwrap_or(usize::MAX)
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyResult<PyRef<'_, Self>> {
+        if slf.inner.is_none() {
+            return Err(stokehold_error("ShardWriter is closed"));
+        }
+        Ok(slf)
+    }
+
+    /// Finish when the block ends normally, abort when an exception is propagating (and let it
+    /// propagate).
+    fn __exit__(
+        &mut self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if exc_type.is_some() {
+            self.abort(py);
+        } else if self.inner.is_some() {
+            self.close(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.inner.is_some() { "open" } else { "closed" };
+        format!(
+            "ShardWriter({:?}, {} samples written, {state})",
+            self.path.display().to_string(),
+            self.written
+        )
+    }
+}

@@ -1,0 +1,13 @@
+
+U
+
+bbox
+ÍÌÌ=ÍÌL>fff?ÍÌL?
+
+image/encoded
+
+
+ÿØjpeg
+
+label
+ÿÿÿÿÿÿÿÿÿ
