@@ -1,9 +1,80 @@
-//! The `stokehold` command line (placeholder while being written).
+//! The `stokehold` command line: `pack`, `inspect`, `verify`, `sample-data`.
+//!
+//! The same code runs as the `stokehold` binary built by cargo and as the `stokehold` command that
+//! `pip install stokehold` puts on the PATH (through the Python extension module).
+
+mod commands;
+mod progress;
+mod units;
+
 use std::ffi::OsString;
+use std::io::Write;
 use std::process::ExitCode;
 
-/// Run the command line with `args` (program name first).
+use clap::{Parser, Subcommand};
+
+/// stokehold: a data loading engine for model training.
+#[derive(Debug, Parser)]
+#[command(name = "stokehold", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Pack an image folder, a JSONL/CSV table of files, WebDataset tars or TFRecord files into a
+    /// stokehold dataset directory.
+    Pack(commands::PackArgs),
+    /// Show a dataset's schema, counts, sizes, classes, shards and one sample.
+    Inspect(commands::InspectArgs),
+    /// Check every checksum, the index and the manifest of a dataset; exit status 1 on any fault.
+    Verify(commands::VerifyArgs),
+    /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
+    /// out; nothing is downloaded).
+    SampleData(commands::SampleDataArgs),
+}
+
+/// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.
 pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let _ = args.into_iter().count();
-    ExitCode::SUCCESS
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(cli, &mut out) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = out.flush();
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Run a parsed command line, writing its report to `out`.
+pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Pack(a) => commands::pack(a, out),
+        Command::Inspect(a) => commands::inspect(a, out),
+        Command::Verify(a) => commands::verify(a, out),
+        Command::SampleData(a) => commands::sample_data(a, out),
+    }
+}
+
+/// Parse and run `args` (without the program name), capturing the report: for tests.
+pub fn run_captured(args: &[&str]) -> (anyhow::Result<ExitCode>, String) {
+    let mut out = Vec::new();
+    let r = Cli::try_parse_from(std::iter::once("stokehold").chain(args.iter().copied()))
+        .map_err(anyhow::Error::from)
+        .and_then(|cli| run(cli, &mut out));
+    (r, String::from_utf8_lossy(&out).into_owned())
 }

@@ -65,7 +65,8 @@ impl Dataset {
                 // SAFETY: mapping is the documented opt-in whose contract is that the file is not
                 // modified or truncated while the dataset is open; the reader checks every offset
                 // against the length at open, and never writes through the map.
-                let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| FormatError::io(&path, None, e))?;
+                let map = unsafe { memmap2::Mmap::map(&f) }
+                    .map_err(|e| FormatError::io(&path, None, e))?;
                 ShardReader::from_source(&path, ShardSource::Mmap(map), options.limits)?
             } else {
                 ShardReader::open(&path, options.limits)?
@@ -206,13 +207,17 @@ impl Dataset {
         let per_shard = std::mem::size_of::<ShardReader>() + std::mem::size_of::<u64>();
         self.shards
             .iter()
-            .map(|s| s.index().len() * std::mem::size_of::<crate::shard::IndexEntry>())
+            .map(|s| std::mem::size_of_val(s.index()))
             .sum::<usize>()
             + self.shards.len() * per_shard
     }
 }
 
-fn check_against_manifest(manifest: &Manifest, info: &ShardInfo, shard: &ShardReader) -> Result<()> {
+fn check_against_manifest(
+    manifest: &Manifest,
+    info: &ShardInfo,
+    shard: &ShardReader,
+) -> Result<()> {
     let mismatch = |what: &str, in_manifest: String, in_shard: String| FormatError::Manifest {
         path: shard.path().to_path_buf(),
         detail: format!(
@@ -220,10 +225,18 @@ fn check_against_manifest(manifest: &Manifest, info: &ShardInfo, shard: &ShardRe
         ),
     };
     if shard.len() != info.records {
-        return Err(mismatch("record count", info.records.to_string(), shard.len().to_string()));
+        return Err(mismatch(
+            "record count",
+            info.records.to_string(),
+            shard.len().to_string(),
+        ));
     }
     if shard.file_len() != info.bytes {
-        return Err(mismatch("file size", info.bytes.to_string(), shard.file_len().to_string()));
+        return Err(mismatch(
+            "file size",
+            info.bytes.to_string(),
+            shard.file_len().to_string(),
+        ));
     }
     if shard.schema() != &manifest.schema {
         return Err(mismatch(
@@ -287,9 +300,15 @@ pub struct DatasetWriter {
 /// The staging directory name for `dest`: `.NAME.partial-PID` beside it.
 fn staging_dir(dest: &Path) -> Result<PathBuf> {
     let name = dest.file_name().ok_or_else(|| {
-        FormatError::Schema(format!("{} is not a valid destination directory", dest.display()))
+        FormatError::Schema(format!(
+            "{} is not a valid destination directory",
+            dest.display()
+        ))
     })?;
-    let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let parent = dest
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     Ok(parent.join(format!(
         ".{}.partial-{}",
         name.to_string_lossy(),
@@ -302,7 +321,11 @@ pub fn sweep_stale_staging(dest: &Path) -> usize {
     let (Some(name), Some(parent)) = (dest.file_name(), dest.parent()) else {
         return 0;
     };
-    let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
     let prefix = format!(".{}.partial-", name.to_string_lossy());
     let Ok(entries) = fs::read_dir(parent) else {
         return 0;
@@ -310,7 +333,10 @@ pub fn sweep_stale_staging(dest: &Path) -> usize {
     let mut removed = 0;
     for e in entries.flatten() {
         let fname = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = fname.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = fname
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
         let alive = Path::new(&format!("/proc/{pid}")).exists();
@@ -324,7 +350,11 @@ pub fn sweep_stale_staging(dest: &Path) -> usize {
 impl DatasetWriter {
     /// Start writing a dataset that will appear at `dest` when finished. `dest` must not exist,
     /// or be an empty directory, unless `options.overwrite`.
-    pub fn create(dest: impl AsRef<Path>, schema: Schema, options: DatasetWriteOptions) -> Result<DatasetWriter> {
+    pub fn create(
+        dest: impl AsRef<Path>,
+        schema: Schema,
+        options: DatasetWriteOptions,
+    ) -> Result<DatasetWriter> {
         let dest = dest.as_ref().to_path_buf();
         schema.validate()?;
         options.write.validate()?;
@@ -402,8 +432,12 @@ impl DatasetWriter {
             let name = format!("shard-{:06}.skh", self.shards.len());
             let path = self.staging.join(&name);
             let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
-            let w = ShardWriter::new(BufWriter::with_capacity(1 << 20, f), self.schema.clone(), self.options.write)
-                .map_err(|e| FormatError::io(&path, None, e))?;
+            let w = ShardWriter::new(
+                BufWriter::with_capacity(1 << 20, f),
+                self.schema.clone(),
+                self.options.write,
+            )
+            .map_err(|e| FormatError::io(&path, None, e))?;
             self.current = Some((name, w));
         }
         Ok(&mut self.current.as_mut().expect("just set").1)
@@ -484,7 +518,8 @@ impl DatasetWriter {
         let io = |p: &Path, e| FormatError::io(p, None, e);
         {
             let mut f = File::create(&mpath).map_err(|e| io(&mpath, e))?;
-            f.write_all(manifest.to_json().as_bytes()).map_err(|e| io(&mpath, e))?;
+            f.write_all(manifest.to_json().as_bytes())
+                .map_err(|e| io(&mpath, e))?;
             f.sync_all().map_err(|e| io(&mpath, e))?;
         }
         sync_dir(&self.staging)?;

@@ -92,7 +92,8 @@ impl Manifest {
             format: Option<String>,
             format_version: Option<u64>,
         }
-        let head: Head = serde_json::from_slice(bytes).map_err(|e| err(format!("not valid JSON: {e}")))?;
+        let head: Head =
+            serde_json::from_slice(bytes).map_err(|e| err(format!("not valid JSON: {e}")))?;
         if head.format.as_deref() != Some(FORMAT_NAME) {
             return Err(err(format!(
                 "\"format\" must be {FORMAT_NAME:?}, found {:?}",
@@ -111,7 +112,8 @@ impl Manifest {
             }
             None => return Err(err("\"format_version\" is missing".into())),
         }
-        let m: Manifest = serde_json::from_slice(bytes).map_err(|e| err(format!("invalid: {e}")))?;
+        let m: Manifest =
+            serde_json::from_slice(bytes).map_err(|e| err(format!("invalid: {e}")))?;
         m.validate(path, limits)?;
         Ok(m)
     }

@@ -141,12 +141,13 @@ impl RecordEncoder {
                 Compression::Zstd => {
                     self.scratch.clear();
                     encode_plain(&field.ty, &field.name, value, &mut self.scratch)?;
-                    let frame = zstd::bulk::compress(&self.scratch, self.zstd_level).map_err(|e| {
-                        RecordError::Mismatch {
-                            field: field.name.clone(),
-                            detail: format!("zstd compression failed: {e}"),
-                        }
-                    })?;
+                    let frame =
+                        zstd::bulk::compress(&self.scratch, self.zstd_level).map_err(|e| {
+                            RecordError::Mismatch {
+                                field: field.name.clone(),
+                                detail: format!("zstd compression failed: {e}"),
+                            }
+                        })?;
                     out.extend_from_slice(&frame);
                 }
             }
@@ -399,7 +400,9 @@ fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a
             }
             let ndim = read_u32(&data, 0) as usize;
             if ndim > MAX_NDIM {
-                return Err(format!("array has {ndim} dimensions, at most {MAX_NDIM} allowed"));
+                return Err(format!(
+                    "array has {ndim} dimensions, at most {MAX_NDIM} allowed"
+                ));
             }
             let head = 8 + 8 * ndim;
             if data.len() < head {
@@ -478,11 +481,16 @@ mod tests {
     fn round_trip_every_type() {
         let s = schema();
         let mut out = Vec::new();
-        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        RecordEncoder::new(3)
+            .encode(&s, &values(), &mut out)
+            .unwrap();
         let view = RecordView::parse(&out, s.len()).unwrap();
         assert_eq!(view.fields(&s, 1 << 20).unwrap(), values());
         // uncompressed fields borrow from the record
-        assert!(matches!(view.field(&s, 0, 0).unwrap(), FieldValue::Bytes(Cow::Borrowed(_))));
+        assert!(matches!(
+            view.field(&s, 0, 0).unwrap(),
+            FieldValue::Bytes(Cow::Borrowed(_))
+        ));
     }
 
     #[test]
@@ -490,24 +498,40 @@ mod tests {
         let s = schema();
         let mut v = values();
         v[2] = FieldValue::String("nope".into());
-        let err = RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).unwrap_err();
+        let err = RecordEncoder::new(3)
+            .encode(&s, &v, &mut Vec::new())
+            .unwrap_err();
         assert!(err.to_string().contains("field \"n\""), "{err}");
         let mut v = values();
         v[6] = FieldValue::Image(Cow::Owned(b"\x89PNG\r\n\x1a\n".to_vec()));
-        assert!(RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).is_err());
+        assert!(
+            RecordEncoder::new(3)
+                .encode(&s, &v, &mut Vec::new())
+                .is_err()
+        );
         let mut v = values();
         if let FieldValue::Array(a) = &mut v[4] {
             a.shape = vec![4, 3];
         }
-        assert!(RecordEncoder::new(3).encode(&s, &v, &mut Vec::new()).is_err());
-        assert!(RecordEncoder::new(3).encode(&s, &values()[..3], &mut Vec::new()).is_err());
+        assert!(
+            RecordEncoder::new(3)
+                .encode(&s, &v, &mut Vec::new())
+                .is_err()
+        );
+        assert!(
+            RecordEncoder::new(3)
+                .encode(&s, &values()[..3], &mut Vec::new())
+                .is_err()
+        );
     }
 
     #[test]
     fn decompression_limit_is_checked_before_allocating() {
         let s = schema();
         let mut out = Vec::new();
-        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        RecordEncoder::new(3)
+            .encode(&s, &values(), &mut out)
+            .unwrap();
         let view = RecordView::parse(&out, s.len()).unwrap();
         let err = view.field(&s, 1, 16).unwrap_err();
         assert!(err.to_string().contains("over the limit of 16"), "{err}");
@@ -517,11 +541,16 @@ mod tests {
     fn corrupt_field_tables_are_rejected() {
         let s = schema();
         let mut out = Vec::new();
-        RecordEncoder::new(3).encode(&s, &values(), &mut out).unwrap();
+        RecordEncoder::new(3)
+            .encode(&s, &values(), &mut out)
+            .unwrap();
         // a field end past the payload
         let mut bad = out.clone();
         bad[0..4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(RecordView::parse(&bad, s.len()), Err(RecordError::Corrupt { field: 0, .. })));
+        assert!(matches!(
+            RecordView::parse(&bad, s.len()),
+            Err(RecordError::Corrupt { field: 0, .. })
+        ));
         // decreasing ends
         let mut bad = out.clone();
         bad[8..12].copy_from_slice(&0u32.to_le_bytes());

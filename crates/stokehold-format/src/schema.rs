@@ -267,7 +267,11 @@ impl FromStr for FieldType {
     /// Short spellings: `bytes`, `str`/`string`, `int`/`int64`, `float`/`float64`,
     /// `ndarray:DTYPE` (also `array:DTYPE`), `image` (= `image:auto`), `image:jpeg|png|webp|auto`.
     fn from_str(s: &str) -> Result<FieldType> {
-        let bad = || FormatError::Schema(format!("unknown field type {s:?} (expected bytes, string, int64, float64, ndarray:DTYPE or image[:CODEC])"));
+        let bad = || {
+            FormatError::Schema(format!(
+                "unknown field type {s:?} (expected bytes, string, int64, float64, ndarray:DTYPE or image[:CODEC])"
+            ))
+        };
         let (head, arg) = match s.split_once(':') {
             Some((h, a)) => (h, Some(a)),
             None => (s, None),
@@ -423,7 +427,10 @@ mod tests {
             "image: image:jpeg, label: int64, caption: string+zstd, emb: ndarray:f32, raw: bytes, score: float64"
         );
         let json = serde_json::to_string(&s).unwrap();
-        assert!(json.contains(r#"{"name":"emb","type":"ndarray","dtype":"f32"}"#), "{json}");
+        assert!(
+            json.contains(r#"{"name":"emb","type":"ndarray","dtype":"f32"}"#),
+            "{json}"
+        );
         let back: Schema = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
     }
@@ -436,15 +443,25 @@ mod tests {
         assert!(Schema::from_specs([("x", "ndarray:f8")]).is_err());
         assert!(Schema::from_specs([("x", "complex")]).is_err());
         assert!(Schema::new(vec![]).is_err());
-        let err = serde_json::from_str::<Schema>(r#"{"fields":[{"name":"a","type":"int64","extra":1}]}"#);
+        let err =
+            serde_json::from_str::<Schema>(r#"{"fields":[{"name":"a","type":"int64","extra":1}]}"#);
         assert!(err.is_err());
     }
 
     #[test]
     fn sniff_recognises_magic() {
-        assert_eq!(ImageCodec::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]), Some(ImageCodec::Jpeg));
-        assert_eq!(ImageCodec::sniff(b"\x89PNG\r\n\x1a\n...."), Some(ImageCodec::Png));
-        assert_eq!(ImageCodec::sniff(b"RIFF\0\0\0\0WEBPVP8 "), Some(ImageCodec::Webp));
+        assert_eq!(
+            ImageCodec::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]),
+            Some(ImageCodec::Jpeg)
+        );
+        assert_eq!(
+            ImageCodec::sniff(b"\x89PNG\r\n\x1a\n...."),
+            Some(ImageCodec::Png)
+        );
+        assert_eq!(
+            ImageCodec::sniff(b"RIFF\0\0\0\0WEBPVP8 "),
+            Some(ImageCodec::Webp)
+        );
         assert_eq!(ImageCodec::sniff(b"GIF89a"), None);
     }
 }

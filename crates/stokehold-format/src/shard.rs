@@ -539,7 +539,10 @@ impl ShardReader {
         let mut index = Vec::with_capacity(records as usize);
         let mut prev_end = HEADER_LEN;
         let align = u64::from(meta.align);
-        for (i, chunk) in index_bytes.chunks_exact(INDEX_ENTRY_LEN as usize).enumerate() {
+        for (i, chunk) in index_bytes
+            .chunks_exact(INDEX_ENTRY_LEN as usize)
+            .enumerate()
+        {
             let e = IndexEntry::from_bytes(chunk);
             let at = index_offset + i as u64 * INDEX_ENTRY_LEN;
             if e.offset < prev_end || e.offset % align != 0 || e.end() > meta_offset {
@@ -720,7 +723,9 @@ impl ShardReader {
     pub fn record_error(&self, i: u64, e: crate::record::RecordError) -> FormatError {
         let entry = self.entry(i);
         let (offset, detail) = match &e {
-            crate::record::RecordError::Corrupt { offset, .. } => (entry.offset + offset, e.to_string()),
+            crate::record::RecordError::Corrupt { offset, .. } => {
+                (entry.offset + offset, e.to_string())
+            }
             _ => (entry.offset, e.to_string()),
         };
         FormatError::Corrupt {

@@ -88,7 +88,10 @@ pub fn verify_dataset(
                     if !out.faults.is_empty() {
                         first_bad.fetch_min(k, Ordering::Relaxed);
                     }
-                    results.lock().expect("no panics while locked").push((k, out));
+                    results
+                        .lock()
+                        .expect("no panics while locked")
+                        .push((k, out));
                 }
             });
         }
@@ -143,13 +146,25 @@ fn verify_shard(
         detail: format!("{what} disagrees with the manifest: manifest says {m}, the shard has {s}"),
     };
     if shard.len() != info.records {
-        out.faults.push(mismatch("record count", info.records.to_string(), shard.len().to_string()));
+        out.faults.push(mismatch(
+            "record count",
+            info.records.to_string(),
+            shard.len().to_string(),
+        ));
     }
     if shard.file_len() != info.bytes {
-        out.faults.push(mismatch("file size", info.bytes.to_string(), shard.file_len().to_string()));
+        out.faults.push(mismatch(
+            "file size",
+            info.bytes.to_string(),
+            shard.file_len().to_string(),
+        ));
     }
     if shard.schema() != &manifest.schema {
-        out.faults.push(mismatch("schema", manifest.schema.to_string(), shard.schema().to_string()));
+        out.faults.push(mismatch(
+            "schema",
+            manifest.schema.to_string(),
+            shard.schema().to_string(),
+        ));
     }
     if !options.all && !out.faults.is_empty() {
         return out;

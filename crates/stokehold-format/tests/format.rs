@@ -17,7 +17,14 @@ fn round_trip_across_shards_with_and_without_mmap() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = write_dataset(tmp.path(), "ds", 500, 4096, 1);
     for mmap in [false, true] {
-        let ds = Dataset::open_with(&dest, OpenOptions { mmap, ..OpenOptions::default() }).unwrap();
+        let ds = Dataset::open_with(
+            &dest,
+            OpenOptions {
+                mmap,
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
         assert_eq!(ds.len(), 500);
         assert!(ds.shards().len() > 5, "small target size gives many shards");
         assert_eq!(ds.classes().unwrap()[3], "class-3");
@@ -25,7 +32,13 @@ fn round_trip_across_shards_with_and_without_mmap() {
             assert_eq!(ds.get(i).unwrap(), sample(i), "sample {i}");
         }
         assert_eq!(ds.record_slice(3).unwrap().is_some(), mmap);
-        assert!(matches!(ds.get(500), Err(FormatError::IndexOutOfRange { index: 500, len: 500 })));
+        assert!(matches!(
+            ds.get(500),
+            Err(FormatError::IndexOutOfRange {
+                index: 500,
+                len: 500
+            })
+        ));
     }
 }
 
@@ -38,7 +51,11 @@ fn aligned_records_start_on_the_boundary() {
         assert_eq!(e.offset % 4096, 0);
     }
     assert_eq!(ds.get(19).unwrap(), sample(19));
-    assert!(verify_dataset(&dest, VerifyOptions::default(), &no_progress).unwrap().ok());
+    assert!(
+        verify_dataset(&dest, VerifyOptions::default(), &no_progress)
+            .unwrap()
+            .ok()
+    );
 }
 
 #[test]
@@ -59,7 +76,11 @@ fn unfinished_writer_leaves_nothing_that_looks_like_a_dataset() {
         // dropped without finish(), as when a pack is interrupted by an error
     }
     assert!(!dest.exists());
-    assert_eq!(fs::read_dir(tmp.path()).unwrap().count(), 0, "staging directory removed");
+    assert_eq!(
+        fs::read_dir(tmp.path()).unwrap().count(),
+        0,
+        "staging directory removed"
+    );
 }
 
 #[test]
@@ -82,7 +103,10 @@ fn existing_destination_is_refused_unless_overwrite() {
     let mut w = DatasetWriter::create(
         &dest,
         schema(),
-        DatasetWriteOptions { overwrite: true, ..DatasetWriteOptions::default() },
+        DatasetWriteOptions {
+            overwrite: true,
+            ..DatasetWriteOptions::default()
+        },
     )
     .unwrap();
     w.write(&sample(9)).unwrap();
@@ -95,12 +119,20 @@ fn existing_destination_is_refused_unless_overwrite() {
 #[test]
 fn invalid_values_name_the_sample_and_field_and_writing_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut w = DatasetWriter::create(tmp.path().join("ds"), schema(), DatasetWriteOptions::default()).unwrap();
+    let mut w = DatasetWriter::create(
+        tmp.path().join("ds"),
+        schema(),
+        DatasetWriteOptions::default(),
+    )
+    .unwrap();
     w.write(&sample(0)).unwrap();
     let mut bad = sample(1);
     bad[1] = FieldValue::Float64(1.0);
     let msg = w.write(&bad).unwrap_err().to_string();
-    assert!(msg.contains("sample 1") && msg.contains("\"label\""), "{msg}");
+    assert!(
+        msg.contains("sample 1") && msg.contains("\"label\""),
+        "{msg}"
+    );
     w.write(&sample(1)).unwrap();
     w.finish().unwrap();
     assert_eq!(Dataset::open(tmp.path().join("ds")).unwrap().len(), 2);
@@ -122,14 +154,29 @@ fn wrong_magic_and_unknown_version_are_named() {
     let mut bad = good.clone();
     bad[0..8].copy_from_slice(b"PK\x03\x04zip!");
     fs::write(&shard, &bad).unwrap();
-    let msg = ShardReader::open(&shard, Limits::default()).unwrap_err().to_string();
-    assert!(msg.contains("shard-000000.skh") && msg.contains("STKHSHRD") && msg.contains("PK"), "{msg}");
+    let msg = ShardReader::open(&shard, Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("shard-000000.skh") && msg.contains("STKHSHRD") && msg.contains("PK"),
+        "{msg}"
+    );
 
     let mut bad = good.clone();
     bad[8] = 9;
     fs::write(&shard, &bad).unwrap();
     let err = ShardReader::open(&shard, Limits::default()).unwrap_err();
-    assert!(matches!(err, FormatError::UnsupportedVersion { found: 9, supported: 1, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsupportedVersion {
+                found: 9,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -137,9 +184,23 @@ fn manifest_of_a_newer_version_is_refused_with_both_versions() {
     let tmp = tempfile::tempdir().unwrap();
     let (dest, _) = one_shard(tmp.path());
     let m = fs::read_to_string(dest.join("manifest.json")).unwrap();
-    fs::write(dest.join("manifest.json"), m.replace("\"format_version\": 1", "\"format_version\": 2")).unwrap();
+    fs::write(
+        dest.join("manifest.json"),
+        m.replace("\"format_version\": 1", "\"format_version\": 2"),
+    )
+    .unwrap();
     let err = Dataset::open(&dest).unwrap_err();
-    assert!(matches!(err, FormatError::UnsupportedVersion { found: 2, supported: 1, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            FormatError::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 // A2
@@ -152,7 +213,13 @@ fn truncation_at_every_byte_is_a_typed_error() {
         fs::write(&shard, &good[..len]).unwrap();
         let err = ShardReader::open(&shard, Limits::default()).unwrap_err();
         assert!(
-            matches!(err, FormatError::Truncated { .. } | FormatError::BadMagic { .. } | FormatError::Checksum { .. } | FormatError::Corrupt { .. }),
+            matches!(
+                err,
+                FormatError::Truncated { .. }
+                    | FormatError::BadMagic { .. }
+                    | FormatError::Checksum { .. }
+                    | FormatError::Corrupt { .. }
+            ),
             "length {len}: {err}"
         );
         // the dataset level also names the shard
@@ -176,8 +243,15 @@ fn a_flipped_bit_in_a_record_names_file_record_and_bytes() {
     fs::write(&shard, &bytes).unwrap();
     let ds = Dataset::open(&dest).unwrap();
     let msg = ds.get(5).unwrap_err().to_string();
-    let want = format!("record 5 (global sample 5), bytes {}..{}", e.offset, e.end());
-    assert!(msg.contains("shard-000000.skh") && msg.contains(&want), "{msg}");
+    let want = format!(
+        "record 5 (global sample 5), bytes {}..{}",
+        e.offset,
+        e.end()
+    );
+    assert!(
+        msg.contains("shard-000000.skh") && msg.contains(&want),
+        "{msg}"
+    );
     assert_eq!(ds.get(4).unwrap(), sample(4), "neighbours still read");
     let report = verify_dataset(&dest, VerifyOptions::default(), &no_progress).unwrap();
     assert_eq!(report.faults.len(), 1);
@@ -189,7 +263,11 @@ fn verify_finds_a_flip_at_every_byte_of_the_file() {
     let tmp = tempfile::tempdir().unwrap();
     let (dest, shard) = one_shard(tmp.path());
     let good = fs::read(&shard).unwrap();
-    assert!(verify_dataset(&dest, VerifyOptions::default(), &no_progress).unwrap().ok());
+    assert!(
+        verify_dataset(&dest, VerifyOptions::default(), &no_progress)
+            .unwrap()
+            .ok()
+    );
     for at in 0..good.len() {
         let mut bad = good.clone();
         bad[at] ^= 0x01;
@@ -218,15 +296,43 @@ fn verify_all_reports_every_fault_in_order() {
         b[*off as usize + 2] ^= 0xFF;
         fs::write(path, b).unwrap();
     }
-    let all = verify_dataset(&dest, VerifyOptions { all: true, threads: 2, ..VerifyOptions::default() }, &no_progress).unwrap();
+    let all = verify_dataset(
+        &dest,
+        VerifyOptions {
+            all: true,
+            threads: 2,
+            ..VerifyOptions::default()
+        },
+        &no_progress,
+    )
+    .unwrap();
     // each flipped record: its own checksum plus the two whole-file checksums
     assert_eq!(all.faults.len(), 6, "{:#?}", all.faults);
     assert!(all.faults[0].to_string().contains("shard-000001.skh"));
-    assert!(all.faults[5].to_string().contains(&format!("shard-{:06}.skh", n_shards - 2)));
-    let first = verify_dataset(&dest, VerifyOptions { threads: 2, ..VerifyOptions::default() }, &no_progress).unwrap();
+    assert!(
+        all.faults[5]
+            .to_string()
+            .contains(&format!("shard-{:06}.skh", n_shards - 2))
+    );
+    let first = verify_dataset(
+        &dest,
+        VerifyOptions {
+            threads: 2,
+            ..VerifyOptions::default()
+        },
+        &no_progress,
+    )
+    .unwrap();
     assert_eq!(first.faults.len(), 1);
-    assert!(first.faults[0].to_string().contains("shard-000001.skh, ") || first.faults[0].to_string().contains("shard-000001.skh:"));
-    assert!(first.faults[0].to_string().contains("record 1 "), "{}", first.faults[0]);
+    assert!(
+        first.faults[0].to_string().contains("shard-000001.skh, ")
+            || first.faults[0].to_string().contains("shard-000001.skh:")
+    );
+    assert!(
+        first.faults[0].to_string().contains("record 1 "),
+        "{}",
+        first.faults[0]
+    );
 }
 
 // A5
@@ -247,7 +353,12 @@ fn manifest_that_disagrees_with_a_shard_names_both_values() {
     m["schema"]["fields"][1]["type"] = "float64".into();
     fs::write(&mpath, m.to_string()).unwrap();
     let msg = Dataset::open(&dest).unwrap_err().to_string();
-    assert!(msg.contains("schema disagrees") && msg.contains("label: float64") && msg.contains("label: int64"), "{msg}");
+    assert!(
+        msg.contains("schema disagrees")
+            && msg.contains("label: float64")
+            && msg.contains("label: int64"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -269,7 +380,10 @@ fn hostile_manifests_are_rejected_at_open() {
         fs::write(tmp.path().join("manifest.json"), &text).unwrap();
         let err = Dataset::open(tmp.path()).unwrap_err();
         assert!(
-            matches!(err, FormatError::Manifest { .. } | FormatError::UnsupportedVersion { .. }),
+            matches!(
+                err,
+                FormatError::Manifest { .. } | FormatError::UnsupportedVersion { .. }
+            ),
             "{name}: {err}"
         );
         assert!(err.to_string().contains("manifest.json"), "{name}: {err}");
@@ -280,7 +394,13 @@ fn hostile_manifests_are_rejected_at_open() {
 fn oversized_manifest_is_refused_without_reading_it_all() {
     let tmp = tempfile::tempdir().unwrap();
     fs::write(tmp.path().join("manifest.json"), vec![b' '; 2048]).unwrap();
-    let limits = Limits { max_manifest_bytes: 1024, ..Limits::default() };
+    let limits = Limits {
+        max_manifest_bytes: 1024,
+        ..Limits::default()
+    };
     let err = Manifest::load(tmp.path(), &limits).unwrap_err();
-    assert!(matches!(err, FormatError::LimitExceeded { max: 1024, .. }), "{err}");
+    assert!(
+        matches!(err, FormatError::LimitExceeded { max: 1024, .. }),
+        "{err}"
+    );
 }

@@ -27,7 +27,10 @@ pub fn parse_header(data: &[u8]) -> Result<JpegInfo, String> {
             return Err(format!("ends at byte {i} before any frame header"));
         }
         if data[i] != 0xFF {
-            return Err(format!("expected a marker at byte {i}, found {:#04x}", data[i]));
+            return Err(format!(
+                "expected a marker at byte {i}, found {:#04x}",
+                data[i]
+            ));
         }
         while i < data.len() && data[i] == 0xFF {
             i += 1;
@@ -45,8 +48,13 @@ pub fn parse_header(data: &[u8]) -> Result<JpegInfo, String> {
             0x00 => return Err(format!("stuffed zero at byte {marker_at} outside a scan")),
             _ => {}
         }
-        let Some(len) = data.get(i..i + 2).map(|b| usize::from(u16::from_be_bytes([b[0], b[1]]))) else {
-            return Err(format!("ends at byte {i} inside the length of marker {code:#04x}"));
+        let Some(len) = data
+            .get(i..i + 2)
+            .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
+        else {
+            return Err(format!(
+                "ends at byte {i} inside the length of marker {code:#04x}"
+            ));
         };
         if len < 2 || i + len > data.len() {
             return Err(format!(
@@ -58,7 +66,10 @@ pub fn parse_header(data: &[u8]) -> Result<JpegInfo, String> {
         if is_sof {
             let seg = &data[i + 2..i + len];
             if seg.len() < 6 {
-                return Err(format!("frame header at byte {marker_at} is {} bytes, too short", seg.len()));
+                return Err(format!(
+                    "frame header at byte {marker_at} is {} bytes, too short",
+                    seg.len()
+                ));
             }
             let height = u16::from_be_bytes([seg[1], seg[2]]);
             let width = u16::from_be_bytes([seg[3], seg[4]]);
@@ -84,18 +95,24 @@ mod tests {
     use super::*;
 
     fn encode(w: u16, h: u16, progressive: bool) -> Vec<u8> {
-        let pixels: Vec<u8> = (0..usize::from(w) * usize::from(h) * 3).map(|k| (k % 251) as u8).collect();
+        let pixels: Vec<u8> = (0..usize::from(w) * usize::from(h) * 3)
+            .map(|k| (k % 251) as u8)
+            .collect();
         let mut out = Vec::new();
         let mut enc = jpeg_encoder::Encoder::new(&mut out, 85);
         enc.set_progressive(progressive);
-        enc.encode(&pixels, w, h, jpeg_encoder::ColorType::Rgb).unwrap();
+        enc.encode(&pixels, w, h, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
         out
     }
 
     #[test]
     fn reads_dimensions_and_coding() {
         let info = parse_header(&encode(37, 21, false)).unwrap();
-        assert_eq!((info.width, info.height, info.components, info.progressive), (37, 21, 3, false));
+        assert_eq!(
+            (info.width, info.height, info.components, info.progressive),
+            (37, 21, 3, false)
+        );
         assert!(parse_header(&encode(8, 8, true)).unwrap().progressive);
     }
 

@@ -7,11 +7,11 @@
 
 pub mod example;
 pub mod fuzzing;
-pub mod tar;
-pub mod tfrecord;
 pub mod jpeg;
 pub mod pack;
 pub mod sample_data;
+pub mod tar;
+pub mod tfrecord;
 
 pub use pack::{
     NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind, detect, pack,

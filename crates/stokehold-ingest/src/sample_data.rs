@@ -104,11 +104,20 @@ pub fn write_image_folder(out: &Path, spec: SampleSpec) -> std::io::Result<u64> 
     for c in 0..classes {
         std::fs::create_dir_all(out.join(format!("class_{c:03}")))?;
     }
-    let mut total = 0u64;
-    for i in 0..spec.images {
+    use rayon::prelude::*;
+    (0..spec.images)
+        .into_par_iter()
+        .map(|i| write_one(out, spec, classes, i))
+        .try_reduce(|| 0, |a, b| Ok(a + b))
+}
+
+fn write_one(out: &Path, spec: SampleSpec, classes: usize, i: usize) -> std::io::Result<u64> {
+    {
         let mut rng = Rng(spec.seed ^ (i as u64).wrapping_mul(0xA076_1D64_78BD_642F));
         // sizes vary by up to ±30% around the base, and half the images are portrait
-        let jitter = |b: u16, r: &mut Rng| -> u16 { (f32::from(b) * (0.7 + 0.6 * r.unit())).max(8.0) as u16 };
+        let jitter = |b: u16, r: &mut Rng| -> u16 {
+            (f32::from(b) * (0.7 + 0.6 * r.unit())).max(8.0) as u16
+        };
         let (mut w, mut h) = (jitter(spec.width, &mut rng), jitter(spec.height, &mut rng));
         if rng.below(2) == 1 {
             std::mem::swap(&mut w, &mut h);
@@ -118,9 +127,10 @@ pub fn write_image_folder(out: &Path, spec: SampleSpec) -> std::io::Result<u64> 
         jpeg_encoder::Encoder::new(&mut jpeg, spec.quality)
             .encode(&px, w, h, jpeg_encoder::ColorType::Rgb)
             .map_err(std::io::Error::other)?;
-        let path = out.join(format!("class_{:03}", i % classes)).join(format!("{i:06}.jpg"));
+        let path = out
+            .join(format!("class_{:03}", i % classes))
+            .join(format!("{i:06}.jpg"));
         std::fs::write(path, &jpeg)?;
-        total += jpeg.len() as u64;
+        Ok(jpeg.len() as u64)
     }
-    Ok(total)
 }

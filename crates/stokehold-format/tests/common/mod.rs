@@ -24,7 +24,9 @@ pub fn schema() -> Schema {
 pub fn sample(i: u64) -> Vec<FieldValue<'static>> {
     let mut jpeg = vec![0xFF, 0xD8, 0xFF, 0xE0];
     jpeg.extend((0..(i % 50) + 10).map(|k| (k * 7 + i) as u8));
-    let emb: Vec<u8> = (0..4).flat_map(|k| (i as f32 + k as f32 * 0.5).to_le_bytes()).collect();
+    let emb: Vec<u8> = (0..4)
+        .flat_map(|k| (i as f32 + k as f32 * 0.5).to_le_bytes())
+        .collect();
     vec![
         FieldValue::Image(Cow::Owned(jpeg)),
         FieldValue::Int64(i as i64 % 7),

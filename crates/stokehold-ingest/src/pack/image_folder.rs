@@ -61,7 +61,10 @@ pub(super) fn plan<'a>(
         )));
     };
     if !root.is_dir() {
-        return Err(PackError::Input(format!("{} is not a directory", root.display())));
+        return Err(PackError::Input(format!(
+            "{} is not a directory",
+            root.display()
+        )));
     }
     progress.start("scanning", None, None);
     let entries = sorted_entries(root)?;
@@ -72,7 +75,11 @@ pub(super) fn plan<'a>(
     let classes = if class_dirs.is_empty() {
         let mut files = Vec::new();
         walk(root, &mut files, &mut skipped)?;
-        jobs.extend(files.into_iter().map(|path| Job { rel: rel(root, &path), path, label: None }));
+        jobs.extend(files.into_iter().map(|path| Job {
+            rel: rel(root, &path),
+            path,
+            label: None,
+        }));
         None
     } else {
         let loose = entries.iter().filter(|p| p.is_file()).count();
@@ -84,7 +91,12 @@ pub(super) fn plan<'a>(
         }
         let mut names = Vec::new();
         for (label, dir) in class_dirs.iter().enumerate() {
-            names.push(dir.file_name().expect("a directory entry has a name").to_string_lossy().into_owned());
+            names.push(
+                dir.file_name()
+                    .expect("a directory entry has a name")
+                    .to_string_lossy()
+                    .into_owned(),
+            );
             let mut files = Vec::new();
             walk(dir, &mut files, &mut skipped)?;
             jobs.extend(files.into_iter().map(|path| Job {
@@ -116,7 +128,10 @@ pub(super) fn plan<'a>(
 }
 
 fn rel(root: &Path, p: &Path) -> String {
-    p.strip_prefix(root).unwrap_or(p).to_string_lossy().into_owned()
+    p.strip_prefix(root)
+        .unwrap_or(p)
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn load(job: Job, max: u64) -> Loaded {

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use stokehold_format::record::RecordEncoder;
-use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, Manifest, Schema};
+use stokehold_format::{
+    DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, Manifest, Schema,
+};
 
 /// The kinds of source `pack` reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -186,7 +188,11 @@ pub(crate) enum Loaded {
 }
 
 enum Encoded {
-    Record { record: Vec<u8>, bytes: u64, progressive: bool },
+    Record {
+        record: Vec<u8>,
+        bytes: u64,
+        progressive: bool,
+    },
     Skip(Skipped),
 }
 
@@ -225,10 +231,18 @@ impl Sink<'_> {
         let encode = |job: J| -> Encoded {
             match load(job) {
                 Loaded::Skip(s) => Encoded::Skip(s),
-                Loaded::Sample { values, bytes, progressive } => {
+                Loaded::Sample {
+                    values,
+                    bytes,
+                    progressive,
+                } => {
                     let mut record = Vec::new();
                     match RecordEncoder::new(3).encode(&schema, &values, &mut record) {
-                        Ok(()) => Encoded::Record { record, bytes, progressive },
+                        Ok(()) => Encoded::Record {
+                            record,
+                            bytes,
+                            progressive,
+                        },
                         Err(e) => Encoded::Skip(Skipped {
                             input: String::from("<sample>"),
                             reason: e.to_string(),
@@ -264,7 +278,11 @@ impl Sink<'_> {
     fn write_chunk(&mut self, chunk: Vec<Encoded>) -> Result<(), PackError> {
         for item in chunk {
             match item {
-                Encoded::Record { record, bytes, progressive } => {
+                Encoded::Record {
+                    record,
+                    bytes,
+                    progressive,
+                } => {
                     self.writer.write_encoded(&record)?;
                     self.input_bytes += bytes;
                     self.progressive += u64::from(progressive);
@@ -292,7 +310,9 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
             _ => return None,
         })
     };
-    let first = sources.first().ok_or_else(|| PackError::Input("no source given".into()))?;
+    let first = sources
+        .first()
+        .ok_or_else(|| PackError::Input("no source given".into()))?;
     if sources.len() == 1 && first.is_dir() {
         // A directory of tars or TFRecords, or an image folder.
         let mut kinds = std::collections::BTreeSet::new();
@@ -375,11 +395,23 @@ pub fn pack(
     progress.finish();
     if sink.writer.is_empty() {
         return Err(PackError::Empty(match sink.skipped.first() {
-            Some(s) => format!("all {} inputs were skipped; the first: {}: {}", sink.skipped.len(), s.input, s.reason),
+            Some(s) => format!(
+                "all {} inputs were skipped; the first: {}: {}",
+                sink.skipped.len(),
+                s.input,
+                s.reason
+            ),
             None => "the source holds no samples".into(),
         }));
     }
-    let Sink { mut writer, input_bytes, skipped, progressive, notes, .. } = sink;
+    let Sink {
+        mut writer,
+        input_bytes,
+        skipped,
+        progressive,
+        notes,
+        ..
+    } = sink;
     writer.set_source(serde_json::json!({
         "kind": kind.name(),
         "skipped": skipped.len(),
@@ -422,7 +454,9 @@ pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut v = Vec::new();
-    f.take(max + 1).read_to_end(&mut v).map_err(|e| e.to_string())?;
+    f.take(max + 1)
+        .read_to_end(&mut v)
+        .map_err(|e| e.to_string())?;
     if v.len() as u64 > max {
         return Err(format!("larger than the limit of {max} bytes"));
     }
@@ -439,8 +473,8 @@ pub(crate) fn check_image(bytes: &[u8]) -> Result<bool, String> {
             .map_err(|e| format!("corrupt JPEG: {e}")),
         Some(_) => Ok(false),
         None => Err(format!(
-            "not an image (JPEG, PNG or WebP): starts with {:?}",
-            bytes[..bytes.len().min(8)].escape_ascii().to_string()
+            "not an image (JPEG, PNG or WebP): starts with \"{}\"",
+            bytes[..bytes.len().min(8)].escape_ascii()
         )),
     }
 }

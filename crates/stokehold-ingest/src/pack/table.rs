@@ -8,9 +8,18 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use stokehold_format::{Field, FieldType, FieldValue, Schema};
 
-use super::{Loaded, PackError, PackOptions, Plan, Progress, SourceKind, Skipped, check_image, read_file};
+use super::{
+    Loaded, PackError, PackOptions, Plan, Progress, Skipped, SourceKind, check_image, read_file,
+};
 
-const PATH_COLUMNS: [&str; 6] = ["path", "file", "filename", "filepath", "image", "image_path"];
+const PATH_COLUMNS: [&str; 6] = [
+    "path",
+    "file",
+    "filename",
+    "filepath",
+    "image",
+    "image_path",
+];
 const IMAGE_EXTENSIONS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
 
 /// One cell as read.
@@ -36,8 +45,10 @@ struct Table {
 }
 
 fn read_jsonl(path: &Path, max: u64, skipped: &mut Vec<Skipped>) -> Result<Table, PackError> {
-    let text = read_file(path, max).map_err(|e| PackError::Input(format!("{}: {e}", path.display())))?;
-    let text = String::from_utf8(text).map_err(|e| PackError::Input(format!("{}: not UTF-8: {e}", path.display())))?;
+    let text =
+        read_file(path, max).map_err(|e| PackError::Input(format!("{}: {e}", path.display())))?;
+    let text = String::from_utf8(text)
+        .map_err(|e| PackError::Input(format!("{}: not UTF-8: {e}", path.display())))?;
     let mut columns: Vec<String> = Vec::new();
     let mut objects = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -54,8 +65,14 @@ fn read_jsonl(path: &Path, max: u64, skipped: &mut Vec<Skipped>) -> Result<Table
                 }
                 objects.push((at, map));
             }
-            Ok(_) => skipped.push(Skipped { input: at, reason: "line is not a JSON object".into() }),
-            Err(e) => skipped.push(Skipped { input: at, reason: format!("invalid JSON: {e}") }),
+            Ok(_) => skipped.push(Skipped {
+                input: at,
+                reason: "line is not a JSON object".into(),
+            }),
+            Err(e) => skipped.push(Skipped {
+                input: at,
+                reason: format!("invalid JSON: {e}"),
+            }),
         }
     }
     let rows = objects
@@ -98,7 +115,11 @@ fn read_csv(path: &Path) -> Result<Table, PackError> {
         rows.push(Row {
             at: format!("{}:{line}", path.display()),
             cells: (0..columns.len())
-                .map(|i| rec.get(i).filter(|s| !s.is_empty()).map(|s| Cell::Str(s.to_string())))
+                .map(|i| {
+                    rec.get(i)
+                        .filter(|s| !s.is_empty())
+                        .map(|s| Cell::Str(s.to_string()))
+                })
                 .collect(),
         });
     }
@@ -109,7 +130,9 @@ fn read_csv(path: &Path) -> Result<Table, PackError> {
 fn infer(table: &Table, col: usize, csv: bool) -> FieldType {
     let cells = table.rows.iter().filter_map(|r| r.cells[col].as_ref());
     if csv {
-        let strs: Vec<&str> = cells.map(|c| if let Cell::Str(s) = c { s.as_str() } else { "" }).collect();
+        let strs: Vec<&str> = cells
+            .map(|c| if let Cell::Str(s) = c { s.as_str() } else { "" })
+            .collect();
         if !strs.is_empty() && strs.iter().all(|s| s.parse::<i64>().is_ok()) {
             FieldType::Int64
         } else if !strs.is_empty() && strs.iter().all(|s| s.parse::<f64>().is_ok()) {
@@ -166,12 +189,20 @@ pub(super) fn plan<'a>(
     progress: &dyn Progress,
 ) -> Result<Plan<'a>, PackError> {
     let [src] = sources else {
-        return Err(PackError::Input(format!("pack one {} file at a time ({} given)", kind.name(), sources.len())));
+        return Err(PackError::Input(format!(
+            "pack one {} file at a time ({} given)",
+            kind.name(),
+            sources.len()
+        )));
     };
     progress.start("reading table", None, None);
     let mut skipped = Vec::new();
     let csv = kind == SourceKind::Csv;
-    let table = if csv { read_csv(src)? } else { read_jsonl(src, options.max_item_bytes, &mut skipped)? };
+    let table = if csv {
+        read_csv(src)?
+    } else {
+        read_jsonl(src, options.max_item_bytes, &mut skipped)?
+    };
     progress.finish();
     let path_col = match &options.path_column {
         Some(c) => table.columns.iter().position(|x| x == c).ok_or_else(|| {
@@ -202,7 +233,9 @@ pub(super) fn plan<'a>(
     let mut fields = vec![Field::new(
         content,
         if all_images {
-            FieldType::Image { codec: stokehold_format::ImageCodec::Auto }
+            FieldType::Image {
+                codec: stokehold_format::ImageCodec::Auto,
+            }
         } else {
             FieldType::Bytes
         },
@@ -231,11 +264,17 @@ pub(super) fn plan<'a>(
         let path_text = match &row.cells[path_col] {
             Some(Cell::Str(p)) => p.clone(),
             Some(_) => {
-                skipped.push(Skipped { input: row.at, reason: format!("column {path_name:?} is not a string") });
+                skipped.push(Skipped {
+                    input: row.at,
+                    reason: format!("column {path_name:?} is not a string"),
+                });
                 continue;
             }
             None => {
-                skipped.push(Skipped { input: row.at, reason: format!("column {path_name:?} is missing") });
+                skipped.push(Skipped {
+                    input: row.at,
+                    reason: format!("column {path_name:?} is missing"),
+                });
                 continue;
             }
         };
@@ -248,12 +287,20 @@ pub(super) fn plan<'a>(
                         None => format!("column {:?} is missing", table.columns[*i]),
                         Some(c) => format!("column {:?}: {c:?} is not a {ty}", table.columns[*i]),
                     };
-                    skipped.push(Skipped { input: row.at, reason });
+                    skipped.push(Skipped {
+                        input: row.at,
+                        reason,
+                    });
                     continue 'rows;
                 }
             }
         }
-        jobs.push(Job { at: row.at, file: base.join(&path_text), path_text, others });
+        jobs.push(Job {
+            at: row.at,
+            file: base.join(&path_text),
+            path_text,
+            others,
+        });
     }
     let keep_path = path_name != content;
     let max = options.max_item_bytes;
@@ -269,7 +316,12 @@ pub(super) fn plan<'a>(
 }
 
 fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
-    let skip = |reason: String| Loaded::Skip(Skipped { input: format!("{} ({})", job.at, job.file.display()), reason });
+    let skip = |reason: String| {
+        Loaded::Skip(Skipped {
+            input: format!("{} ({})", job.at, job.file.display()),
+            reason,
+        })
+    };
     let bytes = match read_file(&job.file, max) {
         Ok(b) => b,
         Err(e) => return skip(format!("unreadable: {e}")),
@@ -283,10 +335,18 @@ fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
     }
     let n = bytes.len() as u64;
     let mut values = Vec::with_capacity(2 + job.others.len());
-    values.push(if image { FieldValue::Image(bytes.into()) } else { FieldValue::Bytes(bytes.into()) });
+    values.push(if image {
+        FieldValue::Image(bytes.into())
+    } else {
+        FieldValue::Bytes(bytes.into())
+    });
     if keep_path {
         values.push(FieldValue::String(job.path_text.into()));
     }
     values.extend(job.others);
-    Loaded::Sample { values, bytes: n, progressive }
+    Loaded::Sample {
+        values,
+        bytes: n,
+        progressive,
+    }
 }

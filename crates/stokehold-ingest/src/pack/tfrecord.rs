@@ -26,7 +26,12 @@ fn record_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
             let mut v: Vec<PathBuf> = std::fs::read_dir(s)
                 .map_err(|e| PackError::io(s, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')))
+                .filter(|p| {
+                    p.is_file()
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
                 .collect();
             v.sort();
             files.extend(v);
@@ -35,7 +40,9 @@ fn record_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
         }
     }
     if files.is_empty() {
-        return Err(PackError::Input(format!("no TFRecord files in {sources:?}")));
+        return Err(PackError::Input(format!(
+            "no TFRecord files in {sources:?}"
+        )));
     }
     Ok(files)
 }
@@ -65,7 +72,11 @@ fn list(kind: &Option<Kind>) -> Option<(ListKind, usize)> {
 }
 
 /// Each record of `path` in order: `Ok(offset, bytes)` or the error that stopped or skipped it.
-fn for_each_record(path: &Path, max: u64, mut f: impl FnMut(Result<(u64, &[u8]), TfRecordError>)) -> Result<(), PackError> {
+fn for_each_record(
+    path: &Path,
+    max: u64,
+    mut f: impl FnMut(Result<(u64, &[u8]), TfRecordError>),
+) -> Result<(), PackError> {
     let file = File::open(path).map_err(|e| PackError::io(path, e))?;
     let mut r = TfRecordReader::new(BufReader::with_capacity(1 << 20, file), max);
     let mut buf = Vec::new();
@@ -101,7 +112,9 @@ pub(super) fn plan<'a>(
             records += 1;
             bytes += data.len() as u64;
             for (name, feat) in ex.features.iter().flat_map(|fs| fs.feature.iter()) {
-                let Some((kind, len)) = list(&feat.kind) else { continue };
+                let Some((kind, len)) = list(&feat.kind) else {
+                    continue;
+                };
                 let (img, utf8) = match &feat.kind {
                     Some(Kind::BytesList(b)) => (
                         b.value.iter().all(|v| ImageCodec::sniff(v).is_some()),
@@ -109,7 +122,13 @@ pub(super) fn plan<'a>(
                     ),
                     _ => (false, false),
                 };
-                let s = stats.entry(name.clone()).or_insert(Stats { kind, min_len: len, max_len: len, all_images: true, all_utf8: true });
+                let s = stats.entry(name.clone()).or_insert(Stats {
+                    kind,
+                    min_len: len,
+                    max_len: len,
+                    all_images: true,
+                    all_utf8: true,
+                });
                 if s.kind != kind && !conflicts.contains(name) {
                     conflicts.push(name.clone());
                 }
@@ -137,7 +156,9 @@ pub(super) fn plan<'a>(
             (ListKind::Int, false) => FieldType::Ndarray { dtype: DType::I64 },
             (ListKind::Float, true) => FieldType::Float64,
             (ListKind::Float, false) => FieldType::Ndarray { dtype: DType::F32 },
-            (ListKind::Bytes, true) if s.all_images => FieldType::Image { codec: ImageCodec::Auto },
+            (ListKind::Bytes, true) if s.all_images => FieldType::Image {
+                codec: ImageCodec::Auto,
+            },
             (ListKind::Bytes, true) if s.all_utf8 => FieldType::String,
             (ListKind::Bytes, true) => FieldType::Bytes,
             (ListKind::Bytes, false) => {
@@ -152,10 +173,19 @@ pub(super) fn plan<'a>(
         plan_fields.push((name.clone(), ty));
     }
     if fields.is_empty() {
-        return Err(PackError::Empty(format!("no usable features in {} records of {} files", records, files.len())));
+        return Err(PackError::Empty(format!(
+            "no usable features in {} records of {} files",
+            records,
+            files.len()
+        )));
     }
     let schema = Schema::new(fields)?;
-    let jobs = Records { files, next: 0, max, ready: std::collections::VecDeque::new() };
+    let jobs = Records {
+        files,
+        next: 0,
+        max,
+        ready: std::collections::VecDeque::new(),
+    };
     Ok(Plan {
         schema,
         classes: None,
@@ -190,15 +220,24 @@ impl Iterator for Records {
             let ready = &mut self.ready;
             let shown = path.display().to_string();
             let r = for_each_record(&path, self.max, |r| match r {
-                Ok((offset, data)) => ready.push_back(Job::Record { at: format!("{shown} @ byte {offset}"), data: data.to_vec() }),
-                Err(e @ TfRecordError::DataCrc { .. }) => ready.push_back(Job::Bad(Skipped { input: shown.clone(), reason: e.to_string() })),
+                Ok((offset, data)) => ready.push_back(Job::Record {
+                    at: format!("{shown} @ byte {offset}"),
+                    data: data.to_vec(),
+                }),
+                Err(e @ TfRecordError::DataCrc { .. }) => ready.push_back(Job::Bad(Skipped {
+                    input: shown.clone(),
+                    reason: e.to_string(),
+                })),
                 Err(e) => ready.push_back(Job::Bad(Skipped {
                     input: shown.clone(),
                     reason: format!("{e}; the rest of this file is skipped"),
                 })),
             });
             if let Err(e) = r {
-                self.ready.push_back(Job::Bad(Skipped { input: shown, reason: e.to_string() }));
+                self.ready.push_back(Job::Bad(Skipped {
+                    input: shown,
+                    reason: e.to_string(),
+                }));
             }
         }
         self.ready.pop_front()
@@ -210,7 +249,12 @@ fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
         Job::Bad(s) => return Loaded::Skip(s),
         Job::Record { at, data } => (at, data),
     };
-    let skip = |reason: String| Loaded::Skip(Skipped { input: at.clone(), reason });
+    let skip = |reason: String| {
+        Loaded::Skip(Skipped {
+            input: at.clone(),
+            reason,
+        })
+    };
     let ex: Example = match decode_example(&data) {
         Ok(e) => e,
         Err(e) => return skip(format!("not a tf.train.Example: {e}")),
@@ -225,18 +269,26 @@ fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
             return skip(format!("feature {name:?} is missing"));
         };
         let v = match (ty, kind) {
-            (FieldType::Int64, Kind::Int64List(l)) if l.value.len() == 1 => FieldValue::Int64(l.value[0]),
-            (FieldType::Float64, Kind::FloatList(l)) if l.value.len() == 1 => FieldValue::Float64(f64::from(l.value[0])),
-            (FieldType::Ndarray { dtype: DType::I64 }, Kind::Int64List(l)) => FieldValue::Array(ArrayValue {
-                dtype: DType::I64,
-                shape: vec![l.value.len() as u64],
-                data: Cow::Owned(l.value.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            }),
-            (FieldType::Ndarray { dtype: DType::F32 }, Kind::FloatList(l)) => FieldValue::Array(ArrayValue {
-                dtype: DType::F32,
-                shape: vec![l.value.len() as u64],
-                data: Cow::Owned(l.value.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            }),
+            (FieldType::Int64, Kind::Int64List(l)) if l.value.len() == 1 => {
+                FieldValue::Int64(l.value[0])
+            }
+            (FieldType::Float64, Kind::FloatList(l)) if l.value.len() == 1 => {
+                FieldValue::Float64(f64::from(l.value[0]))
+            }
+            (FieldType::Ndarray { dtype: DType::I64 }, Kind::Int64List(l)) => {
+                FieldValue::Array(ArrayValue {
+                    dtype: DType::I64,
+                    shape: vec![l.value.len() as u64],
+                    data: Cow::Owned(l.value.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                })
+            }
+            (FieldType::Ndarray { dtype: DType::F32 }, Kind::FloatList(l)) => {
+                FieldValue::Array(ArrayValue {
+                    dtype: DType::F32,
+                    shape: vec![l.value.len() as u64],
+                    data: Cow::Owned(l.value.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                })
+            }
             (FieldType::Image { .. }, Kind::BytesList(mut l)) if l.value.len() == 1 => {
                 let b = l.value.pop().expect("one value");
                 match check_image(&b) {
@@ -245,14 +297,22 @@ fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
                 }
                 FieldValue::Image(b.into())
             }
-            (FieldType::String, Kind::BytesList(mut l)) if l.value.len() == 1 => match String::from_utf8(l.value.pop().expect("one value")) {
-                Ok(s) => FieldValue::String(s.into()),
-                Err(_) => return skip(format!("feature {name:?} is not UTF-8")),
-            },
-            (FieldType::Bytes, Kind::BytesList(mut l)) if l.value.len() == 1 => FieldValue::Bytes(l.value.pop().expect("one value").into()),
+            (FieldType::String, Kind::BytesList(mut l)) if l.value.len() == 1 => {
+                match String::from_utf8(l.value.pop().expect("one value")) {
+                    Ok(s) => FieldValue::String(s.into()),
+                    Err(_) => return skip(format!("feature {name:?} is not UTF-8")),
+                }
+            }
+            (FieldType::Bytes, Kind::BytesList(mut l)) if l.value.len() == 1 => {
+                FieldValue::Bytes(l.value.pop().expect("one value").into())
+            }
             (ty, _) => return skip(format!("feature {name:?} does not fit its field type {ty}")),
         };
         values.push(v);
     }
-    Loaded::Sample { values, bytes: data.len() as u64, progressive }
+    Loaded::Sample {
+        values,
+        bytes: data.len() as u64,
+        progressive,
+    }
 }

@@ -25,7 +25,9 @@ fn field_type(ext: &str) -> FieldType {
     let e = ext.to_ascii_lowercase();
     let last = e.rsplit('.').next().unwrap_or(&e);
     if IMAGE.contains(&last) {
-        FieldType::Image { codec: ImageCodec::Auto }
+        FieldType::Image {
+            codec: ImageCodec::Auto,
+        }
     } else if INT.contains(&e.as_str()) {
         FieldType::Int64
     } else if TEXT.contains(&e.as_str()) {
@@ -70,9 +72,16 @@ fn tar_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
     Ok(files)
 }
 
+/// A sample's members: (extension, data), in archive order.
+type Members = Vec<(String, Vec<u8>)>;
+
 /// One grouped sample, or a problem found while reading the archives.
 enum Job {
-    Sample { at: String, key: String, members: Vec<(String, Vec<u8>)> },
+    Sample {
+        at: String,
+        key: String,
+        members: Members,
+    },
     Bad(Skipped),
 }
 
@@ -82,7 +91,10 @@ pub(super) fn plan<'a>(
     progress: &dyn Progress,
 ) -> Result<Plan<'a>, PackError> {
     let files = tar_files(sources)?;
-    let limits = TarLimits { max_member_size: options.max_item_bytes, ..TarLimits::default() };
+    let limits = TarLimits {
+        max_member_size: options.max_item_bytes,
+        ..TarLimits::default()
+    };
     // Pass 1: headers only (data is seeked over), to learn the fields and the sample count.
     progress.start("scanning", Some(files.len() as u64), None);
     let mut exts: BTreeSet<String> = BTreeSet::new();
@@ -97,7 +109,9 @@ pub(super) fn plan<'a>(
             if e.kind != EntryKind::Regular {
                 continue;
             }
-            let Some((key, ext)) = split_name(&e.name) else { continue };
+            let Some((key, ext)) = split_name(&e.name) else {
+                continue;
+            };
             if is_pickle(ext) && !options.keep_pickle {
                 pickles += 1;
                 continue;
@@ -113,7 +127,10 @@ pub(super) fn plan<'a>(
     }
     progress.finish();
     if exts.is_empty() {
-        return Err(PackError::Empty(format!("no KEY.EXT members in {} tar files", files.len())));
+        return Err(PackError::Empty(format!(
+            "no KEY.EXT members in {} tar files",
+            files.len()
+        )));
     }
     let mut fields = vec![Field::new("__key__", FieldType::String)];
     let mut types = Vec::new();
@@ -131,7 +148,15 @@ pub(super) fn plan<'a>(
         ));
     }
     let keep_pickle = options.keep_pickle;
-    let jobs = Samples { files, next_file: 0, reader: None, ready: VecDeque::new(), current: None, limits, keep_pickle };
+    let jobs = Samples {
+        files,
+        next_file: 0,
+        reader: None,
+        ready: VecDeque::new(),
+        current: None,
+        limits,
+        keep_pickle,
+    };
     Ok(Plan {
         schema,
         classes: None,
@@ -148,7 +173,12 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
         Job::Bad(s) => return Loaded::Skip(s),
         Job::Sample { at, key, members } => (at, key, members),
     };
-    let skip = |reason: String| Loaded::Skip(Skipped { input: at.clone(), reason });
+    let skip = |reason: String| {
+        Loaded::Skip(Skipped {
+            input: at.clone(),
+            reason,
+        })
+    };
     let mut by_ext: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for (ext, data) in members {
         if by_ext.contains_key(&ext) {
@@ -162,7 +192,9 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
     let mut progressive = false;
     for (ext, ty) in types {
         let Some(data) = by_ext.remove(ext) else {
-            return skip(format!("no {ext:?} member (every sample needs every field)"));
+            return skip(format!(
+                "no {ext:?} member (every sample needs every field)"
+            ));
         };
         total += data.len() as u64;
         values.push(match ty {
@@ -173,7 +205,10 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
                 }
                 Err(e) => return skip(format!("member .{ext}: {e}")),
             },
-            FieldType::Int64 => match std::str::from_utf8(&data).ok().and_then(|s| s.trim().parse().ok()) {
+            FieldType::Int64 => match std::str::from_utf8(&data)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
                 Some(v) => FieldValue::Int64(v),
                 None => return skip(format!("member .{ext} is not a decimal integer")),
             },
@@ -184,7 +219,11 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
             _ => FieldValue::Bytes(data.into()),
         });
     }
-    Loaded::Sample { values, bytes: total, progressive }
+    Loaded::Sample {
+        values,
+        bytes: total,
+        progressive,
+    }
 }
 
 /// Reads the archives in order and groups consecutive members by key.
@@ -194,7 +233,7 @@ struct Samples {
     reader: Option<(PathBuf, TarReader<BufReader<File>>)>,
     ready: VecDeque<Job>,
     /// (where, key, members) of the sample being gathered.
-    current: Option<(String, String, Vec<(String, Vec<u8>)>)>,
+    current: Option<(String, String, Members)>,
     limits: TarLimits,
     keep_pickle: bool,
 }
@@ -219,7 +258,12 @@ impl Samples {
             };
             self.next_file += 1;
             match File::open(&path) {
-                Ok(f) => self.reader = Some((path, TarReader::new(BufReader::with_capacity(1 << 20, f), self.limits))),
+                Ok(f) => {
+                    self.reader = Some((
+                        path,
+                        TarReader::new(BufReader::with_capacity(1 << 20, f), self.limits),
+                    ))
+                }
                 Err(e) => self.bad(path.display().to_string(), format!("cannot open: {e}")),
             }
             return true;
@@ -236,16 +280,27 @@ impl Samples {
             Err(e) => {
                 self.flush();
                 self.reader = None;
-                self.bad(path.display().to_string(), format!("{e}; the rest of this archive is skipped"));
+                self.bad(
+                    path.display().to_string(),
+                    format!("{e}; the rest of this archive is skipped"),
+                );
                 return true;
             }
         };
-        let at = format!("{} member {:?} (byte {})", path.display(), entry.name, entry.header_offset);
+        let at = format!(
+            "{} member {:?} (byte {})",
+            path.display(),
+            entry.name,
+            entry.header_offset
+        );
         match entry.kind {
             EntryKind::Regular => {}
             EntryKind::Directory => return true,
             k => {
-                self.bad(at, format!("{k:?} members are refused (links and devices are never followed)"));
+                self.bad(
+                    at,
+                    format!("{k:?} members are refused (links and devices are never followed)"),
+                );
                 return true;
             }
         }
@@ -262,14 +317,20 @@ impl Samples {
             Err(e) => {
                 self.flush();
                 self.reader = None;
-                self.bad(path.display().to_string(), format!("{e}; the rest of this archive is skipped"));
+                self.bad(
+                    path.display().to_string(),
+                    format!("{e}; the rest of this archive is skipped"),
+                );
                 return true;
             }
         };
         if self.current.as_ref().is_some_and(|c| c.1 != key) {
             self.flush();
         }
-        self.current.get_or_insert_with(|| (at, key, Vec::new())).2.push((ext, data));
+        self.current
+            .get_or_insert_with(|| (at, key, Vec::new()))
+            .2
+            .push((ext, data));
         true
     }
 }
@@ -296,16 +357,34 @@ mod tests {
     #[test]
     fn names_split_like_webdataset() {
         assert_eq!(split_name("a/b/000123.jpg"), Some(("a/b/000123", "jpg")));
-        assert_eq!(split_name("x.y/000123.seg.png"), Some(("x.y/000123", "seg.png")));
-        assert_eq!(split_name("../evil.txt"), Some(("..", "")).filter(|_| false).or(Some(("../evil", "txt"))));
+        assert_eq!(
+            split_name("x.y/000123.seg.png"),
+            Some(("x.y/000123", "seg.png"))
+        );
+        assert_eq!(
+            split_name("../evil.txt"),
+            Some(("..", ""))
+                .filter(|_| false)
+                .or(Some(("../evil", "txt")))
+        );
         assert_eq!(split_name("noext"), None);
         assert_eq!(split_name("trailing."), None);
     }
 
     #[test]
     fn extensions_map_to_types() {
-        assert_eq!(field_type("JPG"), FieldType::Image { codec: ImageCodec::Auto });
-        assert_eq!(field_type("seg.png"), FieldType::Image { codec: ImageCodec::Auto });
+        assert_eq!(
+            field_type("JPG"),
+            FieldType::Image {
+                codec: ImageCodec::Auto
+            }
+        );
+        assert_eq!(
+            field_type("seg.png"),
+            FieldType::Image {
+                codec: ImageCodec::Auto
+            }
+        );
         assert_eq!(field_type("cls"), FieldType::Int64);
         assert_eq!(field_type("json"), FieldType::String);
         assert_eq!(field_type("npy"), FieldType::Bytes);

@@ -1,0 +1,382 @@
+//! The subcommands.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use stokehold_format::{
+    Dataset, DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest,
+    VerifyOptions, WriteOptions, verify_dataset,
+};
+use stokehold_ingest::{PackOptions, SourceKind};
+
+use crate::progress::Bar;
+use crate::units;
+
+#[derive(Debug, Args)]
+pub struct PackArgs {
+    /// What to pack: an image-folder directory; a .jsonl or .csv file; .tar files (or a directory
+    /// of them); .tfrecord files (or a directory of them).
+    #[arg(required = true, num_args = 1..)]
+    sources: Vec<PathBuf>,
+    /// The dataset directory to create (it must not exist, or be empty, unless --overwrite).
+    dest: PathBuf,
+    /// The kind of source, when it cannot be told from the names:
+    /// image-folder, jsonl, csv, webdataset, tfrecord.
+    #[arg(long = "from", value_name = "KIND")]
+    from: Option<String>,
+    /// Target shard size (e.g. 256MiB, 1G).
+    #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
+    shard_size: u64,
+    /// Align every record to this many bytes (a power of two; 4096 suits direct I/O).
+    #[arg(long, default_value_t = 1)]
+    align: u32,
+    /// zstd level for compressed fields.
+    #[arg(long, default_value_t = 3)]
+    zstd_level: i32,
+    /// Threads for reading and encoding (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Fail on the first unusable input (unreadable file, non-image, corrupt record) instead of
+    /// skipping it and counting it.
+    #[arg(long)]
+    strict: bool,
+    /// WebDataset: keep pickle members (.pyd, .pickle, .pt, .pth) as opaque bytes (never
+    /// unpickled by stokehold). By default they are left out.
+    #[arg(long)]
+    keep_pickle: bool,
+    /// JSONL/CSV: the column that names each sample's file.
+    #[arg(long)]
+    path_column: Option<String>,
+    /// Replace DEST if it exists (only once the new dataset is complete).
+    #[arg(long)]
+    overwrite: bool,
+}
+
+pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let kind = match &a.from {
+        Some(k) => Some(SourceKind::parse(k).with_context(|| {
+            format!("unknown --from {k:?}: use image-folder, jsonl, csv, webdataset or tfrecord")
+        })?),
+        None => None,
+    };
+    let options = PackOptions {
+        write: DatasetWriteOptions {
+            write: WriteOptions {
+                align: a.align,
+                zstd_level: a.zstd_level,
+            },
+            target_shard_bytes: a.shard_size.max(1),
+            overwrite: a.overwrite,
+        },
+        threads: a.threads,
+        strict: a.strict,
+        keep_pickle: a.keep_pickle,
+        path_column: a.path_column,
+        ..PackOptions::default()
+    };
+    let bar = Bar::new();
+    let t0 = Instant::now();
+    let report = stokehold_ingest::pack(&a.sources, &a.dest, kind, &options, &bar)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let m = &report.manifest;
+    let total_bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
+    writeln!(
+        out,
+        "packed {} samples from {} ({}) in {:.2} s: {:.0} samples/s, {}",
+        units::count(m.total_records),
+        report.kind.name(),
+        units::bytes(report.input_bytes),
+        secs,
+        m.total_records as f64 / secs.max(1e-9),
+        units::rate(report.input_bytes, secs),
+    )?;
+    if let Some(c) = &m.classes {
+        writeln!(out, "  {} classes", units::count(c.len() as u64))?;
+    }
+    if !report.skipped.is_empty() {
+        writeln!(
+            out,
+            "  {} inputs skipped (listed in {}):",
+            units::count(report.skipped.len() as u64),
+            a.dest.join("skipped.txt").display()
+        )?;
+        for s in report.skipped.iter().take(5) {
+            writeln!(out, "    {}: {}", s.input, s.reason)?;
+        }
+        if report.skipped.len() > 5 {
+            writeln!(out, "    ...")?;
+        }
+    }
+    if report.progressive_jpegs > 0 {
+        writeln!(
+            out,
+            "  {} progressive JPEGs (they decode about 3x slower than baseline)",
+            units::count(report.progressive_jpegs)
+        )?;
+    }
+    for n in &report.notes {
+        writeln!(out, "  note: {n}")?;
+    }
+    writeln!(
+        out,
+        "  wrote {} shards, {}, manifest {}",
+        m.shards.len(),
+        units::bytes(total_bytes),
+        a.dest.join(stokehold_format::MANIFEST_FILE).display()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The dataset directory.
+    dataset: PathBuf,
+    /// Which sample to show.
+    #[arg(long, default_value_t = 0)]
+    sample: u64,
+    /// Print the manifest as JSON instead.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let ds = Dataset::open(&a.dataset)?;
+    let m = ds.manifest();
+    if a.json {
+        write!(out, "{}", m.to_json())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let total_bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
+    writeln!(
+        out,
+        "dataset   {} (format version {})",
+        a.dataset.display(),
+        m.format_version
+    )?;
+    writeln!(
+        out,
+        "samples   {} in {} shards, {} ({} per sample), records aligned to {} B",
+        units::count(m.total_records),
+        m.shards.len(),
+        units::bytes(total_bytes),
+        units::bytes(total_bytes / m.total_records.max(1)),
+        m.align
+    )?;
+    writeln!(out, "schema    {}", m.schema)?;
+    if let Some(c) = &m.classes {
+        let shown: Vec<&str> = c.iter().take(8).map(String::as_str).collect();
+        let more = if c.len() > 8 { ", ..." } else { "" };
+        writeln!(out, "classes   {}: {}{more}", c.len(), shown.join(", "))?;
+    }
+    if !m.source.is_null() {
+        writeln!(out, "source    {}", m.source)?;
+    }
+    show_shards(m, out)?;
+    if ds.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.sample >= ds.len() {
+        bail!(
+            "--sample {} is out of range: the dataset has {} samples",
+            a.sample,
+            ds.len()
+        );
+    }
+    let values = ds.get(a.sample)?;
+    writeln!(out, "sample {}", a.sample)?;
+    for (field, v) in m.schema.fields.iter().zip(&values) {
+        writeln!(
+            out,
+            "  {:<12} {}",
+            field.name,
+            describe(&field.ty, v, m.classes.as_deref())
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show_shards(m: &Manifest, out: &mut dyn Write) -> std::io::Result<()> {
+    let n = m.shards.len();
+    for (i, s) in m.shards.iter().enumerate() {
+        if n > 6 && i == 3 {
+            writeln!(out, "          ... {} more shards ...", n - 5)?;
+        }
+        if n > 6 && (3..n - 2).contains(&i) {
+            continue;
+        }
+        writeln!(
+            out,
+            "shard     {}  {} samples  {}  crc32c {:08x}",
+            s.file,
+            units::count(s.records),
+            units::bytes(s.bytes),
+            s.crc32c
+        )?;
+    }
+    Ok(())
+}
+
+fn describe(ty: &FieldType, v: &FieldValue<'_>, classes: Option<&[String]>) -> String {
+    match v {
+        FieldValue::Int64(i) => {
+            match classes.and_then(|c| usize::try_from(*i).ok().and_then(|k| c.get(k))) {
+                Some(name) if matches!(ty, FieldType::Int64) => format!("{i} ({name})"),
+                _ => i.to_string(),
+            }
+        }
+        FieldValue::Float64(x) => x.to_string(),
+        FieldValue::String(s) => {
+            let short: String = s.chars().take(80).collect();
+            let more = if s.chars().count() > 80 { "..." } else { "" };
+            format!("{short:?}{more}")
+        }
+        FieldValue::Bytes(b) => format!(
+            "{} bytes: {:?}...",
+            b.len(),
+            b[..b.len().min(16)].escape_ascii().to_string()
+        ),
+        FieldValue::Image(b) => match ImageCodec::sniff(b) {
+            Some(ImageCodec::Jpeg) => match stokehold_ingest::jpeg::parse_header(b) {
+                Ok(h) => format!(
+                    "JPEG {}x{}, {} components, {}, {}",
+                    h.width,
+                    h.height,
+                    h.components,
+                    if h.progressive {
+                        "progressive"
+                    } else {
+                        "baseline"
+                    },
+                    units::bytes(b.len() as u64)
+                ),
+                Err(e) => format!(
+                    "JPEG with an unreadable header ({e}), {}",
+                    units::bytes(b.len() as u64)
+                ),
+            },
+            Some(c) => format!("{} image, {}", c.name(), units::bytes(b.len() as u64)),
+            None => format!("unknown image data, {}", units::bytes(b.len() as u64)),
+        },
+        FieldValue::Array(a) => format!("ndarray {} {:?}", a.dtype.name(), a.shape),
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The dataset directory.
+    dataset: PathBuf,
+    /// Report every fault, not only the first.
+    #[arg(long)]
+    all: bool,
+    /// Threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+}
+
+pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let options = VerifyOptions {
+        all: a.all,
+        threads: a.threads,
+        ..VerifyOptions::default()
+    };
+    let manifest = Manifest::load(&a.dataset, &Limits::default())?;
+    let total: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "verifying {bar:30} {percent:>3}%  {binary_bytes_per_sec}  ETA {eta}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let done = AtomicU64::new(0);
+    let t0 = Instant::now();
+    let report = verify_dataset(&a.dataset, options, &|n| {
+        done.fetch_add(n, Ordering::Relaxed);
+        bar.inc(n);
+    })?;
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    if report.ok() {
+        writeln!(
+            out,
+            "ok: {} shards, {} records, {}: every checksum matches ({})",
+            report.shards,
+            units::count(report.records),
+            units::bytes(report.bytes),
+            units::rate(report.bytes, secs)
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    for f in &report.faults {
+        writeln!(out, "error: {f}")?;
+    }
+    if a.all {
+        writeln!(
+            out,
+            "FAILED: {} faults in {}",
+            report.faults.len(),
+            a.dataset.display()
+        )?;
+    } else {
+        writeln!(
+            out,
+            "FAILED: stopped at the first fault (--all lists every one)"
+        )?;
+    }
+    Ok(ExitCode::from(1))
+}
+
+#[derive(Debug, Args)]
+pub struct SampleDataArgs {
+    /// Output directory (class sub-folders are created inside it).
+    out: PathBuf,
+    /// Number of images.
+    #[arg(long, default_value_t = 1000)]
+    images: usize,
+    /// Number of classes.
+    #[arg(long, default_value_t = 10)]
+    classes: usize,
+    /// Base size WIDTHxHEIGHT (each image varies by up to ±30%; half are portrait).
+    #[arg(long, default_value = "500x375")]
+    size: String,
+    /// JPEG quality.
+    #[arg(long, default_value_t = 90)]
+    quality: u8,
+    /// Seed (same seed, same files).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn sample_data(a: SampleDataArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let (w, h) = a
+        .size
+        .split_once('x')
+        .and_then(|(w, h)| Some((w.parse().ok()?, h.parse().ok()?)))
+        .with_context(|| format!("--size {:?} must look like 500x375", a.size))?;
+    let spec = stokehold_ingest::sample_data::SampleSpec {
+        images: a.images,
+        classes: a.classes,
+        width: w,
+        height: h,
+        quality: a.quality.clamp(1, 100),
+        seed: a.seed,
+    };
+    let t0 = Instant::now();
+    let bytes = stokehold_ingest::sample_data::write_image_folder(&a.out, spec)
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    writeln!(
+        out,
+        "wrote {} JPEGs in {} classes to {} ({}) in {:.1} s",
+        units::count(a.images as u64),
+        a.classes,
+        a.out.display(),
+        units::bytes(bytes),
+        t0.elapsed().as_secs_f64()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
