@@ -40,7 +40,7 @@ pub use dataset::{
 pub use error::{FormatError, Result};
 pub use limits::Limits;
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
-pub use record::{ArrayValue, FieldValue, RecordError, RecordView};
+pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{
     IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary, ShardWriter,
