@@ -1,0 +1,136 @@
+//! The command line, end to end: sample-data → pack → verify → inspect, and what users see when
+//! something is wrong.
+
+use std::fs;
+use std::process::ExitCode;
+
+use stokehold_cli::run_captured;
+
+fn ok(args: &[&str]) -> String {
+    let (r, out) = run_captured(args);
+    match r {
+        Ok(code) => assert_eq!(code, ExitCode::SUCCESS, "{args:?}: {out}"),
+        Err(e) => panic!("{args:?}: {e:#}\n{out}"),
+    }
+    out
+}
+
+#[test]
+fn pack_verify_inspect_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let ds = tmp.path().join("ds");
+    let (imgs_s, ds_s) = (imgs.to_str().unwrap(), ds.to_str().unwrap());
+    let out = ok(&[
+        "sample-data",
+        imgs_s,
+        "--images",
+        "30",
+        "--classes",
+        "3",
+        "--size",
+        "40x30",
+    ]);
+    assert!(out.starts_with("wrote 30 JPEGs in 3 classes"), "{out}");
+    fs::write(imgs.join("class_001/readme.txt"), "hello").unwrap();
+
+    let out = ok(&[
+        "pack",
+        imgs_s,
+        ds_s,
+        "--shard-size",
+        "8KiB",
+        "--threads",
+        "2",
+    ]);
+    assert!(
+        out.starts_with("packed 30 samples from image-folder"),
+        "{out}"
+    );
+    assert!(out.contains("3 classes"), "{out}");
+    assert!(
+        out.contains("1 inputs skipped") && out.contains("readme.txt: not an image"),
+        "{out}"
+    );
+
+    let out = ok(&["verify", ds_s]);
+    assert!(
+        out.starts_with("ok: ") && out.contains(" 30 records"),
+        "{out}"
+    );
+
+    let out = ok(&["inspect", ds_s, "--sample", "12"]);
+    assert!(
+        out.contains("schema    image: image:auto, label: int64, path: string"),
+        "{out}"
+    );
+    assert!(
+        out.contains("classes   3: class_000, class_001, class_002"),
+        "{out}"
+    );
+    assert!(out.contains("label        1 (class_001)"), "{out}");
+    assert!(out.contains("JPEG ") && out.contains("baseline"), "{out}");
+
+    let json = ok(&["inspect", ds_s, "--json"]);
+    let m: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(m["total_records"], 30);
+
+    // packing again into an existing dataset is refused, with --overwrite it is replaced
+    let (r, _) = run_captured(&["pack", imgs_s, ds_s]);
+    assert!(r.unwrap_err().to_string().contains("already exists"));
+    ok(&["pack", imgs_s, ds_s, "--overwrite"]);
+}
+
+#[test]
+fn verify_reports_the_exact_place_of_a_fault_and_exits_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let ds = tmp.path().join("ds");
+    let (imgs_s, ds_s) = (imgs.to_str().unwrap(), ds.to_str().unwrap());
+    ok(&[
+        "sample-data",
+        imgs_s,
+        "--images",
+        "12",
+        "--classes",
+        "2",
+        "--size",
+        "32x24",
+    ]);
+    ok(&["pack", imgs_s, ds_s, "--shard-size", "4KiB"]);
+    let shard = ds.join("shard-000001.skh");
+    let mut b = fs::read(&shard).unwrap();
+    b[40] ^= 0x80; // inside the first record of the second shard
+    fs::write(&shard, b).unwrap();
+    let (r, out) = run_captured(&["verify", ds_s]);
+    assert_eq!(r.unwrap(), ExitCode::from(1));
+    assert!(
+        out.contains("shard-000001.skh")
+            && out.contains("checksum mismatch in record 0 (global sample "),
+        "{out}"
+    );
+    assert!(out.contains("FAILED"), "{out}");
+    let (r, out) = run_captured(&["verify", ds_s, "--all"]);
+    assert_eq!(r.unwrap(), ExitCode::from(1));
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("error: ")).count(),
+        3,
+        "record + two whole-file checksums: {out}"
+    );
+}
+
+#[test]
+fn usage_errors_are_clear() {
+    let (r, _) = run_captured(&["pack", "/nonexistent/src", "/tmp/x", "--from", "parquet"]);
+    assert!(
+        r.unwrap_err()
+            .to_string()
+            .contains("unknown --from \"parquet\"")
+    );
+    let (r, _) = run_captured(&["inspect", "/nonexistent/ds"]);
+    assert!(
+        r.unwrap_err()
+            .to_string()
+            .contains("/nonexistent/ds/manifest.json")
+    );
+}
