@@ -1,8 +1,9 @@
-//! The `stokehold` command line: `pack`, `inspect`, `verify`, `sample-data`.
+//! The `stokehold` command line: `pack`, `inspect`, `verify`, `bench`, `sample-data`.
 //!
 //! The same code runs as the `stokehold` binary built by cargo and as the `stokehold` command that
 //! `pip install stokehold` puts on the PATH (through the Python extension module).
 
+mod bench;
 mod commands;
 mod progress;
 mod units;
@@ -30,6 +31,9 @@ enum Command {
     Inspect(commands::InspectArgs),
     /// Check every checksum, the index and the manifest of a dataset; exit status 1 on any fault.
     Verify(commands::VerifyArgs),
+    /// Stream a dataset through the reading pipeline on several threads and report throughput
+    /// and where the time goes.
+    Bench(bench::BenchArgs),
     /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
     /// out; nothing is downloaded).
     SampleData(commands::SampleDataArgs),
@@ -67,6 +71,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Command::Inspect(a) => commands::inspect(a, out),
         Command::Verify(a) => commands::verify(a, out),
         Command::SampleData(a) => commands::sample_data(a, out),
+        Command::Bench(a) => bench::bench(a, out),
     }
 }
 

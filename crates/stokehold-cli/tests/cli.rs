@@ -134,3 +134,51 @@ fn usage_errors_are_clear() {
             .contains("/nonexistent/ds/manifest.json")
     );
 }
+
+#[test]
+fn bench_reads_every_sample_and_reports_stages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let ds = tmp.path().join("ds");
+    let (imgs_s, ds_s) = (imgs.to_str().unwrap(), ds.to_str().unwrap());
+    ok(&[
+        "sample-data",
+        imgs_s,
+        "--images",
+        "20",
+        "--classes",
+        "2",
+        "--size",
+        "32x24",
+    ]);
+    ok(&["pack", imgs_s, ds_s, "--shard-size", "4KiB"]);
+    let out = ok(&[
+        "bench",
+        ds_s,
+        "--shuffle",
+        "--epochs",
+        "3",
+        "--threads",
+        "2",
+    ]);
+    assert!(
+        out.contains("20 samples x 3 epochs, 2 threads, global shuffle"),
+        "{out}"
+    );
+    assert!(out.contains("(60 samples in "), "{out}");
+    assert!(
+        out.contains("read+checksum") && out.contains("field decode"),
+        "{out}"
+    );
+    // a corrupt record stops the bench with the record named
+    let shard = ds.join("shard-000000.skh");
+    let mut b = fs::read(&shard).unwrap();
+    b[40] ^= 1;
+    fs::write(&shard, b).unwrap();
+    let (r, _) = run_captured(&["bench", ds_s]);
+    let msg = format!("{:#}", r.unwrap_err());
+    assert!(
+        msg.contains("shard-000000.skh") && msg.contains("record 0"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,73 @@
+# One command surface for people and CI. `make help` lists the targets.
+#
+# The two quick-start commands of the README:
+#   make demo   builds everything, makes a sample image set, packs it into shards, verifies it and
+#               streams it through a pipeline, printing throughput
+#   make test   installs what the tests need and runs every test, lint and format check
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CARGO ?= cargo
+DEMO_DIR ?= demo-data
+DEMO_IMAGES ?= 2000
+
+.PHONY: help
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+.PHONY: setup
+setup: $(VENV)/.ready ## create .venv with the Python tools the build and tests need
+
+$(VENV)/.ready: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout
+	touch $@
+
+.PHONY: develop
+develop: setup ## build the Python extension (debug) into .venv
+	$(VENV)/bin/maturin develop -q
+
+.PHONY: develop-release
+develop-release: setup ## build the Python extension (release) into .venv
+	$(VENV)/bin/maturin develop -q --release
+
+.PHONY: fmt-check
+fmt-check: ## rustfmt check
+	$(CARGO) fmt --all -- --check
+
+.PHONY: lint
+lint: ## clippy with warnings as errors
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: test-rust
+test-rust: ## every Rust test (unit, integration, golden files, fuzz corpora, doc tests)
+	$(CARGO) test --workspace
+
+.PHONY: test-python
+test-python: develop ## pytest against the built extension
+	$(VENV)/bin/pytest -q python/tests
+
+.PHONY: test
+test: setup fmt-check lint test-rust test-python ## install what is needed and run every test
+	@echo "all checks passed"
+
+.PHONY: build
+build: ## release build of the stokehold command
+	$(CARGO) build --release -p stokehold-cli
+
+.PHONY: demo
+demo: build ## sample images → pack → verify → inspect → stream through a pipeline
+	bash scripts/demo.sh target/release/stokehold $(DEMO_DIR) $(DEMO_IMAGES)
+
+.PHONY: bench
+bench: build ## the foundation benchmarks (ratios measured in one run)
+	bash scripts/bench-foundation.sh target/release/stokehold
+
+.PHONY: clean
+clean: ## remove build outputs and demo data
+	$(CARGO) clean
+	rm -rf $(VENV) $(DEMO_DIR)
