@@ -276,6 +276,10 @@ pub struct VerifyArgs {
     /// Threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Read with positional reads instead of memory maps (slower; use it when shards may be
+    /// truncated by another process during the check).
+    #[arg(long)]
+    no_mmap: bool,
 }
 
 pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
