@@ -255,6 +255,10 @@ fn check_against_manifest(
     Ok(())
 }
 
+/// Buffer of each shard file. Records at least this large bypass it (one `write` each, no copy);
+/// smaller ones are gathered into larger writes.
+const WRITE_BUFFER: usize = 32 << 10;
+
 /// Options of a [`DatasetWriter`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DatasetWriteOptions {
@@ -433,7 +437,7 @@ impl DatasetWriter {
             let path = self.staging.join(&name);
             let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
             let w = ShardWriter::new(
-                BufWriter::with_capacity(1 << 20, f),
+                BufWriter::with_capacity(WRITE_BUFFER, f),
                 self.schema.clone(),
                 self.options.write,
             )

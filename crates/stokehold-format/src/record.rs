@@ -133,6 +133,7 @@ impl RecordEncoder {
         }
         out.clear();
         let n = values.len();
+        out.reserve(4 * n + values.iter().map(plain_size_hint).sum::<usize>());
         out.resize(4 * n, 0);
         for (i, (field, value)) in schema.fields.iter().zip(values).enumerate() {
             let start = out.len();
@@ -159,6 +160,16 @@ impl RecordEncoder {
             out[4 * i..4 * i + 4].copy_from_slice(&end.to_le_bytes());
         }
         Ok(())
+    }
+}
+
+/// The encoded size of a value before compression (exact for every type).
+fn plain_size_hint(v: &FieldValue<'_>) -> usize {
+    match v {
+        FieldValue::Bytes(b) | FieldValue::Image(b) => b.len(),
+        FieldValue::String(s) => s.len(),
+        FieldValue::Int64(_) | FieldValue::Float64(_) => 8,
+        FieldValue::Array(a) => 8 + 8 * a.shape.len() + a.data.len(),
     }
 }
 

@@ -225,7 +225,10 @@ impl<W: Write> ShardWriter<W> {
             len,
             crc: crc::crc32c(record),
         };
-        self.put(record)?;
+        // Hash the record once: the running file CRC is combined from the record's CRC.
+        self.w.write_all(record)?;
+        self.file_crc = crc::combine(self.file_crc, entry.crc, u64::from(len));
+        self.pos += u64::from(len);
         self.index.extend_from_slice(&entry.to_bytes());
         self.records += 1;
         Ok(self.records - 1)

@@ -289,7 +289,8 @@ fn open_mapped(path: &Path, limits: Limits) -> Result<ShardReader> {
     // SAFETY: a read-only map; the verifier checks every offset against the length seen at open
     // and never writes through it. The file changing underneath is the documented risk of the
     // `mmap` option (see `VerifyOptions::mmap`).
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| FormatError::io(path, None, e))?;
+    let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
+        .map_err(|e| FormatError::io(path, None, e))?;
     let _ = map.advise(memmap2::Advice::Sequential);
     ShardReader::from_source(path, crate::shard::ShardSource::Mmap(map), limits)
 }

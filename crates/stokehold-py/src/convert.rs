@@ -55,6 +55,7 @@ pub fn sample_to_py<'py>(
 
 /// A Python value converted for one field, holding what it borrows from (immutable `bytes`
 /// objects), so the write itself can run without the GIL.
+#[derive(Debug)]
 pub enum Prepared<'py> {
     /// Bytes or image data.
     Buf(Bound<'py, PyBytes>),
@@ -116,7 +117,10 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
                 Ok(Prepared::Buf(b.clone()))
             } else if v.is_instance_of::<PyByteArray>() || v.is_instance_of::<PyMemoryView>() {
                 // A copy: the buffer could change while the GIL is released for the write.
-                let b = py.get_type::<PyBytes>().call1((v,))?.cast_into::<PyBytes>()?;
+                let b = py
+                    .get_type::<PyBytes>()
+                    .call1((v,))?
+                    .cast_into::<PyBytes>()?;
                 Ok(Prepared::Buf(b))
             } else {
                 Err(wrong("bytes, bytearray or memoryview"))
@@ -124,18 +128,18 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
         }
         FieldType::String => {
             let s = v.cast::<PyString>().map_err(|_| wrong("str"))?;
-            let s = s.to_cow().map_err(|e| {
-                schema_error(py, format!("field {:?} ({spec}): {e}", field.name))
-            })?;
+            let s = s
+                .to_cow()
+                .map_err(|e| schema_error(py, format!("field {:?} ({spec}): {e}", field.name)))?;
             Ok(Prepared::Str(s.into_owned()))
         }
         FieldType::Int64 => {
             if !v.is_instance_of::<PyInt>() && !v.hasattr("__index__")? {
                 return Err(wrong("int"));
             }
-            let n = v.extract::<i64>().map_err(|e| {
-                schema_error(py, format!("field {:?} ({spec}): {e}", field.name))
-            })?;
+            let n = v
+                .extract::<i64>()
+                .map_err(|e| schema_error(py, format!("field {:?} ({spec}): {e}", field.name)))?;
             Ok(Prepared::Int(n))
         }
         FieldType::Float64 => {
@@ -146,7 +150,9 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
             Ok(Prepared::Float(x))
         }
         FieldType::Ndarray { dtype } => {
-            let a = v.cast::<PyUntypedArray>().map_err(|_| wrong("a numpy array"))?;
+            let a = v
+                .cast::<PyUntypedArray>()
+                .map_err(|_| wrong("a numpy array"))?;
             let expected = PyArrayDescr::new(py, numpy_dtype(*dtype))?;
             let found = a.dtype();
             if !found.is_equiv_to(&expected) {

@@ -12,6 +12,7 @@ use crate::errors::to_py_err;
 
 /// A dataset directory opened for reading: `len(ds)`, `ds[i]` (a dict field name → value),
 /// iteration, and the schema, classes and manifest.
+#[derive(Debug)]
 #[pyclass(module = "stokehold", name = "Dataset", frozen)]
 pub struct Dataset {
     inner: FormatDataset,
@@ -114,10 +115,7 @@ impl Dataset {
     /// Class names by label, or None.
     #[getter]
     fn classes<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
-        self.inner
-            .classes()
-            .map(|c| PyList::new(py, c))
-            .transpose()
+        self.inner.classes().map(|c| PyList::new(py, c)).transpose()
     }
 
     /// The manifest, as a dict (parsed from its JSON).
@@ -168,14 +166,19 @@ impl Dataset {
         let (args, kwargs) = slf.get().__getnewargs_ex__(py)?;
         let call = PyTuple::new(
             py,
-            [slf.get_type().into_any(), args.into_any(), kwargs.into_any()],
+            [
+                slf.get_type().into_any(),
+                args.into_any(),
+                kwargs.into_any(),
+            ],
         )?;
         PyTuple::new(py, [newobj_ex, call.into_any()])
     }
 }
 
 /// The iterator of a [`Dataset`]: every sample, in order.
-#[pyclass(module = "stokehold", name = "DatasetIterator", frozen)]
+#[derive(Debug)]
+#[pyclass(module = "stokehold._native", name = "DatasetIterator", frozen)]
 pub struct DatasetIter {
     dataset: Py<Dataset>,
     next: std::sync::atomic::AtomicU64,

@@ -157,7 +157,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("StokeholdError", py.get_type::<StokeholdError>())?;
     m.add("CorruptDataError", py.get_type::<CorruptDataError>())?;
-    m.add("UnsupportedVersionError", py.get_type::<UnsupportedVersionError>())?;
+    m.add(
+        "UnsupportedVersionError",
+        py.get_type::<UnsupportedVersionError>(),
+    )?;
     m.add("LimitExceededError", py.get_type::<LimitExceededError>())?;
     m.add("SchemaError", schema_error_type(py)?)?;
     m.add("StokeholdIOError", io_error_type(py)?)?;

@@ -22,6 +22,24 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;
+    m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     errors::register(m)?;
     Ok(())
+}
+
+/// Run the `stokehold` command line with `argv` (program name first) and return its exit
+/// status. The GIL is released while it runs.
+#[pyfunction]
+fn run_cli(py: Python<'_>, argv: Vec<String>) -> i32 {
+    py.detach(|| {
+        let code = stokehold_cli::main_from_args(argv.into_iter().map(Into::into));
+        // ExitCode has no accessor; the CLI only uses 0, 1 and 2.
+        if code == std::process::ExitCode::SUCCESS {
+            0
+        } else if code == std::process::ExitCode::from(2) {
+            2
+        } else {
+            1
+        }
+    })
 }

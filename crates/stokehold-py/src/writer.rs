@@ -12,6 +12,7 @@ use crate::errors::{schema_error, stokehold_error, to_py_err};
 /// Writes samples (dicts) into a new dataset directory, rolling shards at `shard_size` bytes.
 /// Nothing appears at `path` until `close()` (or the end of a `with` block without an
 /// exception); an aborted writer leaves nothing behind.
+#[derive(Debug)]
 #[pyclass(module = "stokehold", name = "ShardWriter")]
 pub struct ShardWriter {
     inner: Option<DatasetWriter>,
@@ -54,10 +55,7 @@ fn parse_schema(schema: &Bound<'_, PyAny>) -> PyResult<Schema> {
 impl ShardWriter {
     fn writer(&mut self) -> PyResult<&mut DatasetWriter> {
         self.inner.as_mut().ok_or_else(|| {
-            stokehold_error(format!(
-                "ShardWriter for {} is closed",
-                self.path.display()
-            ))
+            stokehold_error(format!("ShardWriter for {} is closed", self.path.display()))
         })
     }
 }
@@ -65,7 +63,7 @@ impl ShardWriter {
 #[pymethods]
 impl ShardWriter {
     #[new]
-    #[pyo3(signature = (path, schema, *, shard_size = 256 << 20, align = 1, zstd_level = 3, overwrite = false, classes = None))]
+    #[pyo3(signature = (path, schema, *, shard_size = 268_435_456, align = 1, zstd_level = 3, overwrite = false, classes = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -108,7 +106,7 @@ impl ShardWriter {
         for field in &schema.fields {
             match sample.get_item(&field.name)? {
                 Some(v) => prepared.push(prepare(field, &v)?),
-                None => missing.push(field.name.as_str()),
+                None => missing.push(PyString::new(py, &field.name).repr()?.to_string()),
             }
         }
         let mut extra = Vec::new();
@@ -125,17 +123,22 @@ impl ShardWriter {
         if !missing.is_empty() || !extra.is_empty() {
             let mut parts = Vec::new();
             if !missing.is_empty() {
-                parts.push(format!("missing field(s) {missing:?}"));
+                parts.push(format!("missing field(s) [{}]", missing.join(", ")));
             }
             if !extra.is_empty() {
                 parts.push(format!("unknown field(s) [{}]", extra.join(", ")));
             }
-            let fields: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
+            let fields = schema
+                .fields
+                .iter()
+                .map(|f| Ok(PyString::new(py, &f.name).repr()?.to_string()))
+                .collect::<PyResult<Vec<_>>>()?;
             return Err(schema_error(
                 py,
                 format!(
-                    "sample does not match the schema: {} (the schema's fields are {fields:?})",
-                    parts.join("; ")
+                    "sample does not match the schema: {} (the schema's fields are [{}])",
+                    parts.join("; "),
+                    fields.join(", ")
                 ),
             ));
         }
@@ -159,7 +162,9 @@ impl ShardWriter {
         let Some(writer) = self.inner.take() else {
             return Err(stokehold_error("ShardWriter is closed"));
         };
-        let manifest = py.detach(|| writer.finish()).map_err(|e| to_py_err(py, e))?;
+        let manifest = py
+            .detach(|| writer.finish())
+            .map_err(|e| to_py_err(py, e))?;
         py.import("json")?
             .call_method1("loads", (manifest.to_json(),))
     }
@@ -213,7 +218,11 @@ impl ShardWriter {
     }
 
     fn __repr__(&self) -> String {
-        let state = if self.inner.is_some() { "open" } else { "closed" };
+        let state = if self.inner.is_some() {
+            "open"
+        } else {
+            "closed"
+        };
         format!(
             "ShardWriter({:?}, {} samples written, {state})",
             self.path.display().to_string(),

@@ -1,0 +1,44 @@
+"""stokehold: a data loading engine for ML training.
+
+A dataset is a directory of checksummed shard files and a ``manifest.json``. Write one with
+:class:`ShardWriter`, read it back with :class:`Dataset`::
+
+    import numpy as np
+    import stokehold
+
+    schema = {"image": "image:jpeg", "label": "int64", "emb": "ndarray:f32"}
+    with stokehold.ShardWriter("data/train", schema, classes=["cat", "dog"]) as w:
+        for jpeg_bytes, label, emb in samples:
+            w.write({"image": jpeg_bytes, "label": label, "emb": np.asarray(emb, np.float32)})
+
+    ds = stokehold.Dataset("data/train")
+    print(ds, ds.classes)          # Dataset('data/train', 1200 samples, 1 shard, ...)
+    sample = ds[-1]                # {"image": b"\\xff\\xd8...", "label": 1, "emb": array(...)}
+
+Errors derive from :class:`StokeholdError`; damaged data raises :class:`CorruptDataError`, whose
+message names the shard file, the record and the byte range.
+"""
+
+from ._native import (
+    CorruptDataError,
+    Dataset,
+    LimitExceededError,
+    SchemaError,
+    ShardWriter,
+    StokeholdError,
+    StokeholdIOError,
+    UnsupportedVersionError,
+    __version__,
+)
+
+__all__ = [
+    "CorruptDataError",
+    "Dataset",
+    "LimitExceededError",
+    "SchemaError",
+    "ShardWriter",
+    "StokeholdError",
+    "StokeholdIOError",
+    "UnsupportedVersionError",
+    "__version__",
+]

@@ -1,0 +1,173 @@
+"""stokehold: a data loading engine for ML training (typed interface of the public package)."""
+
+import os
+from types import TracebackType
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Type, Union, final
+
+import numpy as np
+
+__version__: str
+__all__ = [
+    "CorruptDataError",
+    "Dataset",
+    "LimitExceededError",
+    "SchemaError",
+    "ShardWriter",
+    "StokeholdError",
+    "StokeholdIOError",
+    "UnsupportedVersionError",
+    "__version__",
+]
+
+#: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
+#: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.
+_Value = Union[bytes, str, int, float, np.ndarray]
+#: A schema: field name -> type spec (``"image:jpeg"``, ``"int64"``, ``"string+zstd"``,
+#: ``"ndarray:f32"``, ...), in field order; or a list of (name, spec) pairs.
+_SchemaSpec = Union[Mapping[str, str], Iterable[Tuple[str, str]]]
+
+@final
+class Dataset:
+    """A dataset directory opened for reading.
+
+    ``len(ds)`` samples; ``ds[i]`` (negative ``i`` counts from the end) is a dict field name ->
+    value; iterating yields every sample in order. File reads and decoding release the GIL.
+    Pickles as "reopen the same path with the same options", so it can be sent to spawn-based
+    worker processes.
+
+    :param path: the dataset directory (holding ``manifest.json`` and the shards).
+    :param mmap: memory-map the shards (the files must not change while open).
+    :param verify: check each record's CRC-32C when it is read.
+    :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
+    :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
+        disagrees with a shard.
+    :raises UnsupportedVersionError: written by a newer format version.
+    """
+
+    def __new__(
+        cls, path: Union[str, "os.PathLike[str]"], *, mmap: bool = False, verify: bool = True
+    ) -> "Dataset": ...
+    def __len__(self) -> int:
+        """The number of samples."""
+    def __getitem__(self, i: int, /) -> Dict[str, _Value]:
+        """Sample ``i`` as a dict field name -> value, in schema order: ``bytes`` for bytes and
+        image fields, ``str`` for string, ``int`` for int64, ``float`` for float64, and a new
+        numpy array (dtype uint8, int32, int64, float16, float32 or float64, with the stored
+        shape) for ndarray fields.
+
+        :raises IndexError: ``i`` is out of range.
+        :raises CorruptDataError: the record is damaged (the message names the shard file, the
+            record, the global sample index and the byte range).
+        """
+    def __iter__(self) -> Iterator[Dict[str, _Value]]:
+        """Every sample, in order."""
+    @property
+    def path(self) -> str:
+        """The path the dataset was opened from, as given."""
+    @property
+    def schema(self) -> Dict[str, str]:
+        """Field name -> type spec, in field order, e.g. ``{"image": "image:jpeg", "label":
+        "int64"}``."""
+    @property
+    def classes(self) -> Optional[List[str]]:
+        """Class names by integer label, or None when the dataset has none."""
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        """The parsed ``manifest.json``: format, version, schema, shards, total_records, ..."""
+    def record_bytes(self, i: int) -> bytes:
+        """Sample ``i``'s stored record bytes (checksum checked when opened with ``verify``)."""
+    def __repr__(self) -> str: ...
+    def __getnewargs_ex__(self) -> Tuple[Tuple[str], Dict[str, bool]]: ...
+    def __reduce__(self) -> Tuple[Any, ...]: ...
+
+@final
+class ShardWriter:
+    """Writes a new dataset directory at ``path``, atomically.
+
+    Everything is staged in a hidden ``.NAME.partial-PID`` directory beside ``path`` and
+    published with one rename by :meth:`close`; :meth:`abort` (or leaving a ``with`` block with
+    an exception) removes it, so nothing that looks like a dataset is left behind.
+
+    :param path: the destination; it must not exist (or be an empty directory) unless
+        ``overwrite``.
+    :param schema: field name -> type spec, in field order (a dict, or a list of (name, spec)
+        pairs). Specs: ``bytes``, ``string``, ``int64``, ``float64``,
+        ``ndarray:{u8,i32,i64,f16,f32,f64}``, ``image:{jpeg,png,webp,auto}``; non-image fields
+        may add ``+zstd``.
+    :param shard_size: a shard is closed once it holds at least this many bytes.
+    :param align: every record starts at a multiple of this (a power of two up to 1 MiB).
+    :param zstd_level: the zstd level of ``+zstd`` fields.
+    :param overwrite: replace an existing dataset at ``path`` (only once the new one is complete).
+    :param classes: class names by integer label, stored in the manifest.
+    :raises SchemaError: the schema or an option is invalid.
+    :raises StokeholdIOError: ``path`` exists (``errno`` EEXIST) or cannot be written.
+    """
+
+    def __new__(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        schema: _SchemaSpec,
+        *,
+        shard_size: int = 256 * 2**20,
+        align: int = 1,
+        zstd_level: int = 3,
+        overwrite: bool = False,
+        classes: Optional[List[str]] = None,
+    ) -> "ShardWriter": ...
+    def write(self, sample: Dict[str, Any]) -> int:
+        """Append one sample, a dict with exactly the schema's fields; returns its index.
+
+        Values by field type: bytes, bytearray or memoryview for bytes and image fields; str for
+        string; int for int64; float (or int) for float64; a numpy array of exactly the field's
+        dtype for ndarray fields (any strides: it is stored in C order).
+
+        :raises SchemaError: a field is missing or unknown, or a value does not fit its field
+            (the message names the field); nothing was written.
+        :raises StokeholdError: the writer is closed.
+        """
+    def close(self) -> Dict[str, Any]:
+        """Finish: close the last shard, write the manifest and publish the dataset at ``path``.
+        Returns the manifest.
+
+        :raises StokeholdError: the writer is already closed.
+        """
+    def abort(self) -> None:
+        """Give up and remove everything written so far. Does nothing on a closed writer."""
+    @property
+    def closed(self) -> bool:
+        """True once closed or aborted."""
+    @property
+    def path(self) -> str:
+        """The destination directory."""
+    def __len__(self) -> int:
+        """The number of samples written."""
+    def __enter__(self) -> "ShardWriter": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+        /,
+    ) -> bool:
+        """Close when the block ends normally; abort when an exception propagates."""
+
+class StokeholdError(Exception):
+    """Root of every error raised by stokehold."""
+
+class CorruptDataError(StokeholdError):
+    """Stored data is damaged: a checksum mismatch, a truncated or corrupt shard, bad magic
+    bytes, or an invalid or inconsistent manifest. The message names the file and, where there
+    is one, the record, the global sample index and the byte range."""
+
+class UnsupportedVersionError(StokeholdError):
+    """A shard or manifest written in a format version this build cannot read."""
+
+class LimitExceededError(StokeholdError):
+    """A size, count or length read from a file is over a configured limit."""
+
+class SchemaError(StokeholdError, ValueError):
+    """An invalid schema, or a sample that does not fit it (the message names the field)."""
+
+class StokeholdIOError(StokeholdError, OSError):
+    """An operating-system error while reading or writing a dataset (``errno`` set when the
+    system gave one), or a write destination that already exists (``errno`` EEXIST)."""
