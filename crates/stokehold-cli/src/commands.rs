@@ -87,12 +87,12 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let total_bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
     writeln!(
         out,
-        "packed {} samples from {} ({}) in {:.2} s: {:.0} samples/s, {}",
+        "packed {} samples from {} ({}) in {:.2} s: {} samples/s, {}",
         units::count(m.total_records),
         report.kind.name(),
         units::bytes(report.input_bytes),
         secs,
-        m.total_records as f64 / secs.max(1e-9),
+        units::count((m.total_records as f64 / secs.max(1e-9)) as u64),
         units::rate(report.input_bytes, secs),
     )?;
     if let Some(c) = &m.classes {
@@ -124,8 +124,9 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "  wrote {} shards, {}, manifest {}",
+        "  wrote {} shard{}, {}, manifest {}",
         m.shards.len(),
+        if m.shards.len() == 1 { "" } else { "s" },
         units::bytes(total_bytes),
         a.dest.join(stokehold_format::MANIFEST_FILE).display()
     )?;
@@ -308,8 +309,9 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     if report.ok() {
         writeln!(
             out,
-            "ok: {} shards, {} records, {}: every checksum matches ({})",
+            "ok: {} shard{}, {} records, {}: every checksum matches ({})",
             report.shards,
+            if report.shards == 1 { "" } else { "s" },
             units::count(report.records),
             units::bytes(report.bytes),
             units::rate(report.bytes, secs)
