@@ -1,12 +1,46 @@
 //! stokehold: a data loading engine for model training.
 //!
-//! This is the Rust API. Today it re-exports the shard format ([`format`]): open a packed dataset
-//! with [`format::Dataset::open`] and read samples by index.
+//! This is the Rust API. A [`Loader`] reads a packed [`format::Dataset`] in the order the
+//! [`sampler`] gives this rank, runs each sample's fields through [`transform`] stages on a pool of
+//! native threads, collates them into recycled batch buffers ([`Batch`]) and delivers the batches
+//! in order through a bounded prefetch window. Every random choice comes from a [`SampleRng`]
+//! seeded by (seed, epoch, sample id), so output is the same whatever the thread count. A
+//! [`ResumeState`] continues exactly, on any number of ranks. [`Stats`] say where the time went.
 //!
-//! **What will live here** (the engine issue, #3, and those after it): storage backends and caches,
-//! the sampler (global shuffle, rank splitting), the parallel pipeline that decodes and transforms on
-//! native threads and collates into recycled batch buffers, the bounded prefetch queue, resume
-//! state, per-stage statistics and autotuning. None of that exists yet, and nothing here pretends
-//! it does.
+//! ```
+//! use std::sync::Arc;
+//! use stokehold::{Column, Loader, LoaderConfig, format::{Dataset, DatasetWriter, DatasetWriteOptions, FieldValue, Schema}};
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let path = dir.path().join("ds");
+//! let schema = Schema::from_specs([("x", "float64"), ("label", "int64")]).unwrap();
+//! let mut w = DatasetWriter::create(&path, schema, DatasetWriteOptions::default()).unwrap();
+//! for i in 0..100 {
+//!     w.write(&[FieldValue::Float64(i as f64), FieldValue::Int64(i % 10)]).unwrap();
+//! }
+//! w.finish().unwrap();
+//! let ds = Arc::new(Dataset::open(&path).unwrap());
+//! let columns = Column::all(ds.schema()).unwrap();
+//! let mut loader = Loader::new(ds, columns, LoaderConfig { batch_size: 10, ..LoaderConfig::default() }).unwrap();
+//! let batches: Vec<_> = loader.iter().unwrap().collect::<Result<_, _>>().unwrap();
+//! assert_eq!(batches.len(), 10);
+//! ```
 
 pub use stokehold_format as format;
+
+mod batch;
+mod error;
+mod loader;
+mod rng;
+pub mod sampler;
+mod state;
+mod stats;
+pub mod transform;
+
+pub use batch::{Batch, Buffer, BufferPool, ColumnData};
+pub use error::{EngineError, Result};
+pub use loader::{BatchIter, ErrorPolicy, Loader, LoaderConfig};
+pub use rng::{SampleRng, mix64};
+pub use sampler::{Shuffle, Tail};
+pub use state::{ResumeState, STATE_VERSION, fingerprint};
+pub use stats::{StageStats, Stats};
+pub use transform::{Column, CopyBytes, Output, SampleCtx, Transform, Value, from_fn};

@@ -1,0 +1,93 @@
+//! The engine's error type.
+
+use stokehold_format::FormatError;
+
+/// Errors of the engine. Every error about a sample carries its global id.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// Reading or decoding sample `id` failed (the inner error names file, record and offset).
+    #[error("sample {id}: {source}")]
+    Sample {
+        /// Global sample id.
+        id: u64,
+        /// The format error.
+        #[source]
+        source: FormatError,
+    },
+    /// A transform stage failed on sample `id`.
+    #[error("sample {id}: stage {stage:?} of column {column:?} failed: {message}")]
+    Transform {
+        /// Global sample id.
+        id: u64,
+        /// The stage's name.
+        stage: String,
+        /// The output column.
+        column: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A transform panicked on sample `id`; the panic was caught at the sample boundary.
+    #[error("sample {id}: a transform panicked: {message}")]
+    Panic {
+        /// Global sample id.
+        id: u64,
+        /// The panic message.
+        message: String,
+    },
+    /// The `skip` policy's budget is exhausted.
+    #[error("too many failed samples: {detail} (first failure: {first})")]
+    TooManyFailures {
+        /// Which bound was crossed.
+        detail: String,
+        /// The first failure's message.
+        first: String,
+    },
+    /// A resume state that does not belong to this loader.
+    #[error("incompatible resume state: {field} is {found} in the state but {expected} here")]
+    IncompatibleResume {
+        /// The field that differs (`version`, `dataset`, `seed`, `shuffle`, `epoch`, `position`).
+        field: &'static str,
+        /// This loader's value.
+        expected: String,
+        /// The state's value.
+        found: String,
+    },
+    /// A resume state that cannot be parsed.
+    #[error("invalid resume state: {0}")]
+    InvalidState(String),
+    /// A configuration error, found when the loader is built.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An error from the sampler.
+    #[error(transparent)]
+    Sampler(#[from] crate::sampler::SamplerError),
+    /// The dataset could not be read.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+}
+
+impl EngineError {
+    /// True for failures of one sample that the `skip` policy may skip: damaged data, a failed
+    /// transform or a caught panic.
+    pub fn is_sample_failure(&self) -> bool {
+        match self {
+            EngineError::Sample { source, .. } => source.is_corruption(),
+            EngineError::Transform { .. } | EngineError::Panic { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The global sample id the error is about, if any.
+    pub fn sample_id(&self) -> Option<u64> {
+        match self {
+            EngineError::Sample { id, .. }
+            | EngineError::Transform { id, .. }
+            | EngineError::Panic { id, .. } => Some(*id),
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with [`EngineError`].
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -1,0 +1,789 @@
+//! The loader: the sampler's order for this rank, read and transformed on a pool of native
+//! threads, collated into preallocated batch buffers, delivered in order through a bounded
+//! prefetch window.
+//!
+//! Work is split into tasks of a few samples; a task writes only its own slots of its batch, so
+//! workers never wait for each other, and the order of delivery (and every random choice) is
+//! independent of which thread did what.
+
+use std::collections::{BTreeMap, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
+
+use crate::batch::{Batch, BufferPool, SharedBatch, copy_slot, finish_batch};
+use crate::error::{EngineError, Result};
+use crate::rng::SampleRng;
+use crate::sampler::{EpochOrder, RankPlan, Shuffle, Slot, Tail};
+use crate::state::{ResumeState, STATE_VERSION, fingerprint};
+use crate::stats::{Collector, Stats};
+use crate::transform::{Column, Output, SampleCtx, write_value};
+
+/// What to do with a sample that cannot be read or transformed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ErrorPolicy {
+    /// Stop with an error naming the sample (the default).
+    Fail,
+    /// Skip it: its slot is filled with a copy of another sample of the same batch, flagged as
+    /// padding, so batch shapes stay the same and ranks stay in step. The ids are counted and
+    /// reported. Fails anyway once more than `max_fraction` of this rank's samples in the epoch,
+    /// or more than `max_consecutive` samples in a row, have failed.
+    Skip {
+        /// Largest fraction of the epoch's samples (on this rank) that may be skipped.
+        max_fraction: f64,
+        /// Longest run of consecutive failures.
+        max_consecutive: u64,
+    },
+}
+
+impl ErrorPolicy {
+    /// `Skip` with the default bounds: 5% of the epoch, 64 in a row.
+    pub fn skip() -> ErrorPolicy {
+        ErrorPolicy::Skip {
+            max_fraction: 0.05,
+            max_consecutive: 64,
+        }
+    }
+}
+
+/// How to load.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoaderConfig {
+    /// Samples per batch (per rank).
+    pub batch_size: u32,
+    /// Seed of the order and of every random augmentation.
+    pub seed: u64,
+    /// The order.
+    pub shuffle: Shuffle,
+    /// What to do with the end of an epoch that does not fill a step of all ranks.
+    pub tail: Tail,
+    /// This process's rank.
+    pub rank: u32,
+    /// Number of ranks.
+    pub world_size: u32,
+    /// Worker threads; 0 means one per core.
+    pub threads: usize,
+    /// Batches prepared ahead of the consumer (at least 1).
+    pub prefetch: usize,
+    /// Samples per task; 0 picks one from the batch size and thread count.
+    pub task_size: usize,
+    /// Failed samples.
+    pub on_error: ErrorPolicy,
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig {
+            batch_size: 32,
+            seed: 0,
+            shuffle: Shuffle::Global,
+            tail: Tail::Drop,
+            rank: 0,
+            world_size: 1,
+            threads: 0,
+            prefetch: 4,
+            task_size: 0,
+            on_error: ErrorPolicy::Fail,
+        }
+    }
+}
+
+/// A loader over one dataset: iterate it once per epoch; save and restore its position.
+pub struct Loader {
+    dataset: Arc<Dataset>,
+    columns: Vec<Column>,
+    field_index: Vec<usize>,
+    config: LoaderConfig,
+    threads: usize,
+    fingerprint: String,
+    blocks: Vec<u64>,
+    epoch: u64,
+    position: u64,
+    pool: Arc<BufferPool>,
+    stats: Arc<Collector>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("dataset", &self.dataset.dir())
+            .field("columns", &self.columns)
+            .field("config", &self.config)
+            .field("epoch", &self.epoch)
+            .field("position", &self.position)
+            .finish()
+    }
+}
+
+impl Loader {
+    /// A loader producing `columns` from `dataset`.
+    pub fn new(
+        dataset: Arc<Dataset>,
+        columns: Vec<Column>,
+        config: LoaderConfig,
+    ) -> Result<Loader> {
+        let schema = dataset.schema();
+        if columns.is_empty() {
+            return Err(EngineError::Config(
+                "a loader needs at least one column".into(),
+            ));
+        }
+        let mut field_index = Vec::with_capacity(columns.len());
+        for c in &columns {
+            field_index.push(schema.index_of(&c.field).ok_or_else(|| {
+                EngineError::Config(format!(
+                    "column {:?} reads field {:?}, which the dataset does not have ({schema})",
+                    c.name, c.field
+                ))
+            })?);
+            if let Output::Fixed { shape, .. } = &c.output {
+                if shape.iter().product::<usize>() == 0 && !shape.is_empty() {
+                    return Err(EngineError::Config(format!(
+                        "column {:?} has an empty fixed shape {shape:?}",
+                        c.name
+                    )));
+                }
+            }
+        }
+        if config.batch_size == 0 {
+            return Err(EngineError::Config("batch_size must be at least 1".into()));
+        }
+        if config.world_size == 0 || config.rank >= config.world_size {
+            return Err(EngineError::Config(format!(
+                "rank {} is not in 0..{}",
+                config.rank, config.world_size
+            )));
+        }
+        if let ErrorPolicy::Skip { max_fraction, .. } = config.on_error {
+            if !(0.0..=1.0).contains(&max_fraction) {
+                return Err(EngineError::Config(format!(
+                    "max_fraction {max_fraction} is not in 0..=1"
+                )));
+            }
+        }
+        let threads = match config.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let blocks: Vec<u64> = dataset
+            .manifest()
+            .shards
+            .iter()
+            .map(|s| s.records)
+            .collect();
+        // Build one epoch's order now, so that a bad configuration fails here rather than later.
+        EpochOrder::new(
+            dataset.len(),
+            Some(&blocks),
+            &config.shuffle,
+            config.seed,
+            0,
+        )?;
+        let names = stage_names(&columns);
+        Ok(Loader {
+            fingerprint: fingerprint(&dataset),
+            dataset,
+            field_index,
+            threads,
+            blocks,
+            epoch: 0,
+            position: 0,
+            pool: Arc::new(BufferPool::new(
+                4 * (config.prefetch.max(1) + 2) * columns.len(),
+            )),
+            stats: Arc::new(Collector::new(names, threads)),
+            columns,
+            config,
+        })
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.config
+    }
+
+    /// The columns.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// The epoch the next iteration runs.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Start epoch `epoch` from its beginning at the next iteration.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.epoch = epoch;
+        self.position = 0;
+    }
+
+    fn plan(&self) -> Result<RankPlan> {
+        let order = EpochOrder::new(
+            self.dataset.len(),
+            Some(&self.blocks),
+            &self.config.shuffle,
+            self.config.seed,
+            self.epoch,
+        )?;
+        Ok(RankPlan::new(
+            order,
+            self.position,
+            self.config.world_size,
+            self.config.rank,
+            self.config.batch_size,
+            self.config.tail,
+        )?)
+    }
+
+    /// Batches this rank gets in the rest of the current epoch.
+    pub fn steps(&self) -> Result<u64> {
+        Ok(self.plan()?.steps())
+    }
+
+    /// Where the loader is: resume any number of ranks from it with [`Loader::load_state`].
+    pub fn state(&self) -> ResumeState {
+        ResumeState {
+            version: STATE_VERSION,
+            dataset: self.fingerprint.clone(),
+            seed: self.config.seed,
+            shuffle: self.config.shuffle,
+            epoch: self.epoch,
+            position: self.position,
+        }
+    }
+
+    /// Continue from a saved state (of this dataset, seed and order; any world size).
+    pub fn load_state(&mut self, state: &ResumeState) -> Result<()> {
+        state.check(
+            &self.fingerprint,
+            self.config.seed,
+            &self.config.shuffle,
+            self.dataset.len(),
+        )?;
+        self.epoch = state.epoch;
+        self.position = state.position;
+        Ok(())
+    }
+
+    /// Statistics since the loader was made.
+    pub fn stats(&self) -> Stats {
+        self.stats.snapshot()
+    }
+
+    /// Iterate the rest of the current epoch. When the iterator has delivered the epoch's last
+    /// batch, the loader moves on to the next epoch; dropping it earlier keeps the position of
+    /// the last batch delivered.
+    pub fn iter(&mut self) -> Result<BatchIter<'_>> {
+        let plan = self.plan()?;
+        let steps = plan.steps();
+        let b = self.config.batch_size as usize;
+        let task_size = match self.config.task_size {
+            0 => (b / (self.threads * 4)).clamp(1, 64),
+            n => n.min(b),
+        };
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let outputs: Vec<Output> = self.columns.iter().map(|c| c.output.clone()).collect();
+        let names: Vec<String> = self.columns.iter().map(|c| c.name.clone()).collect();
+        let run = Arc::new(Run {
+            dataset: Arc::clone(&self.dataset),
+            plan,
+            epoch: self.epoch,
+            seed: self.config.seed,
+            columns: self.columns.clone(),
+            field_index: self.field_index.clone(),
+            outputs: outputs.clone(),
+            batch_size: b,
+            task_size,
+            tasks_per_batch: b.div_ceil(task_size),
+            steps,
+            next_task: AtomicU64::new(0),
+            delivered: Mutex::new(0),
+            window: Condvar::new(),
+            prefetch: self.config.prefetch.max(1) as u64,
+            batches: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            tx,
+            pool: Arc::clone(&self.pool),
+            stats: Arc::clone(&self.stats),
+        });
+        let workers = if steps == 0 {
+            Vec::new()
+        } else {
+            (0..self.threads)
+                .map(|i| {
+                    let run = Arc::clone(&run);
+                    std::thread::Builder::new()
+                        .name(format!("stokehold-worker-{i}"))
+                        .spawn(move || worker(&run))
+                        .map_err(|e| {
+                            EngineError::Config(format!("cannot start a worker thread: {e}"))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok(BatchIter {
+            loader: self,
+            run,
+            workers,
+            rx,
+            reorder: BTreeMap::new(),
+            next_step: 0,
+            names,
+            outputs,
+            finished: false,
+            skipped_in_epoch: 0,
+            consecutive_failures: 0,
+        })
+    }
+}
+
+/// Stage names: read, parse, then each column's stages.
+fn stage_names(columns: &[Column]) -> Vec<String> {
+    let mut names = vec!["read".to_string(), "parse".to_string()];
+    for c in columns {
+        if c.transforms.is_empty() {
+            names.push(format!("{}/collate", c.name));
+        }
+        for t in &c.transforms {
+            names.push(format!("{}/{}", c.name, t.name()));
+        }
+    }
+    names
+}
+
+/// What the workers of one iteration share.
+struct Run {
+    dataset: Arc<Dataset>,
+    plan: RankPlan,
+    epoch: u64,
+    seed: u64,
+    columns: Vec<Column>,
+    field_index: Vec<usize>,
+    outputs: Vec<Output>,
+    batch_size: usize,
+    task_size: usize,
+    tasks_per_batch: usize,
+    steps: u64,
+    next_task: AtomicU64,
+    /// Steps the consumer has taken; workers stay within `prefetch` steps of it.
+    delivered: Mutex<u64>,
+    window: Condvar,
+    prefetch: u64,
+    batches: Mutex<HashMap<u64, Arc<SharedBatch>>>,
+    stop: AtomicBool,
+    tx: Sender<Arc<SharedBatch>>,
+    pool: Arc<BufferPool>,
+    stats: Arc<Collector>,
+}
+
+fn worker(run: &Run) {
+    let mut buf = Vec::new();
+    let total = run.steps * run.tasks_per_batch as u64;
+    loop {
+        if run.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let t = run.next_task.fetch_add(1, Ordering::Relaxed);
+        if t >= total {
+            return;
+        }
+        let step = t / run.tasks_per_batch as u64;
+        let task = (t % run.tasks_per_batch as u64) as usize;
+        // Stay within the prefetch window.
+        {
+            let waited = Instant::now();
+            let Ok(mut d) = run.delivered.lock() else {
+                return;
+            };
+            while step >= *d + run.prefetch && !run.stop.load(Ordering::Acquire) {
+                match run.window.wait_timeout(d, Duration::from_millis(100)) {
+                    Ok((g, _)) => d = g,
+                    Err(_) => return,
+                }
+            }
+            run.stats
+                .worker_wait
+                .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        if run.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let batch = match batch_for(run, step) {
+            Some(b) => b,
+            None => return,
+        };
+        let first = task * run.task_size;
+        let last = (first + run.task_size).min(run.batch_size);
+        for slot in first..last {
+            let id = batch.ids[slot];
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                process(run, &batch, slot, id, &mut buf)
+            }));
+            let err = match outcome {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(panic) => EngineError::Panic {
+                    id,
+                    message: panic_message(&panic),
+                },
+            };
+            if let Ok(mut f) = batch.failures.lock() {
+                f.push((slot, err));
+            }
+        }
+        if batch.task_done() {
+            if let Ok(mut m) = run.batches.lock() {
+                m.remove(&step);
+            }
+            if run.tx.send(batch).is_err() {
+                return; // the consumer is gone
+            }
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
+    }
+}
+
+/// The shared batch of `step`, created by the first task that needs it.
+fn batch_for(run: &Run, step: u64) -> Option<Arc<SharedBatch>> {
+    let mut m = run.batches.lock().ok()?;
+    if let Some(b) = m.get(&step) {
+        return Some(Arc::clone(b));
+    }
+    let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
+    run.plan.fill_batch(step, &mut slots).ok()?;
+    let ids = slots.iter().map(|s| s.id).collect();
+    let padding = slots.iter().map(|s| s.padding).collect();
+    let b = Arc::new(SharedBatch::new(
+        run.epoch,
+        step,
+        ids,
+        padding,
+        &run.outputs,
+        &run.pool,
+        run.tasks_per_batch,
+    ));
+    m.insert(step, Arc::clone(&b));
+    Some(b)
+}
+
+/// The bytes of record `id`: a checked slice of the map, or one positional read into `buf`.
+fn record<'a>(ds: &'a Dataset, id: u64, buf: &'a mut Vec<u8>) -> Result<&'a [u8], FormatError> {
+    let (k, local) = ds.locate(id)?;
+    let shard = &ds.shards()[k];
+    if let Some(s) = shard.record_slice_checked(local)? {
+        return Ok(s);
+    }
+    shard.read_record(local, buf, true)?;
+    Ok(buf.as_slice())
+}
+
+/// Read, parse and transform sample `id` into `slot` of `batch`.
+fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u8>) -> Result<()> {
+    let stats = &run.stats;
+    let ds = &*run.dataset;
+    let sample_err = |source| EngineError::Sample { id, source };
+    let t0 = Instant::now();
+    let bytes = record(ds, id, buf).map_err(sample_err)?;
+    let t1 = Instant::now();
+    stats.add(0, t1 - t0);
+    let (k, local) = ds.locate(id).map_err(sample_err)?;
+    let shard = &ds.shards()[k];
+    let schema = ds.schema();
+    let view = RecordView::parse(bytes, schema.len())
+        .map_err(|e| sample_err(shard.record_error(local, e)))?;
+    let mut stage = 2;
+    let mut parse_time = Duration::ZERO;
+    for (c, col) in run.columns.iter().enumerate() {
+        let p0 = Instant::now();
+        let value = view
+            .field(
+                schema,
+                run.field_index[c],
+                shard.limits().max_decompressed_bytes,
+            )
+            .map_err(|e| sample_err(shard.record_error(local, e)))?;
+        parse_time += p0.elapsed();
+        let mut rng = SampleRng::for_sample(run.seed, run.epoch, id, c as u64);
+        let mut ctx = SampleCtx {
+            id,
+            epoch: run.epoch,
+            rng: &mut rng,
+        };
+        let fail = |stage_name: &str, message: String| EngineError::Transform {
+            id,
+            stage: stage_name.to_string(),
+            column: col.name.clone(),
+            message,
+        };
+        if col.transforms.is_empty() {
+            let s0 = Instant::now();
+            match &col.output {
+                Output::Fixed { .. } => {
+                    // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges) and has not
+                    // yet reported itself done.
+                    let out = unsafe { batch.slot_mut(c, slot) };
+                    write_value(&value, out).map_err(|m| fail("collate", m))?;
+                }
+                Output::List => batch.set_list(c, slot, value.into_owned()),
+            }
+            stats.add(stage, s0.elapsed());
+            stage += 1;
+            continue;
+        }
+        let n = col.transforms.len();
+        let mut v: FieldValue<'_> = value;
+        for (i, t) in col.transforms.iter().enumerate() {
+            let s0 = Instant::now();
+            if i + 1 == n {
+                match &col.output {
+                    Output::Fixed { .. } => {
+                        // SAFETY: as above: this task owns `slot`.
+                        let out = unsafe { batch.slot_mut(c, slot) };
+                        t.apply_into(v, &mut ctx, out)
+                            .map_err(|m| fail(t.name(), m))?;
+                    }
+                    Output::List => {
+                        let r = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
+                        batch.set_list(c, slot, r.into_owned());
+                    }
+                }
+                stats.add(stage, s0.elapsed());
+                stage += 1;
+                break;
+            }
+            v = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
+            stats.add(stage, s0.elapsed());
+            stage += 1;
+        }
+    }
+    stats.add(1, parse_time);
+    Ok(())
+}
+
+/// The batches of one epoch (the rest of it, when resumed), in order.
+pub struct BatchIter<'l> {
+    loader: &'l mut Loader,
+    run: Arc<Run>,
+    workers: Vec<JoinHandle<()>>,
+    rx: Receiver<Arc<SharedBatch>>,
+    reorder: BTreeMap<u64, Arc<SharedBatch>>,
+    next_step: u64,
+    names: Vec<String>,
+    outputs: Vec<Output>,
+    finished: bool,
+    skipped_in_epoch: u64,
+    consecutive_failures: u64,
+}
+
+impl std::fmt::Debug for BatchIter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BatchIter")
+            .field("epoch", &self.run.epoch)
+            .field("next_step", &self.next_step)
+            .field("steps", &self.run.steps)
+            .finish()
+    }
+}
+
+impl BatchIter<'_> {
+    /// Batches left in this epoch.
+    pub fn remaining(&self) -> u64 {
+        self.run.steps - self.next_step
+    }
+
+    /// The loader's state after the batches delivered so far.
+    pub fn state(&self) -> ResumeState {
+        self.loader.state()
+    }
+
+    /// Statistics.
+    pub fn stats(&self) -> Stats {
+        self.loader.stats()
+    }
+
+    /// The next batch, calling `check` about every 100 ms while waiting (a Python binding checks
+    /// for signals there; an error from it is returned as is).
+    pub fn next_checked(&mut self, check: &mut dyn FnMut() -> Result<()>) -> Option<Result<Batch>> {
+        if self.finished {
+            return None;
+        }
+        if self.next_step >= self.run.steps {
+            self.finish_epoch();
+            return None;
+        }
+        let waited = Instant::now();
+        self.run.stats.queue(self.reorder.len() + self.rx.len());
+        let shared = loop {
+            if let Some(b) = self.reorder.remove(&self.next_step) {
+                break b;
+            }
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(b) => {
+                    self.reorder.insert(b.step, b);
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Err(e) = check() {
+                        return Some(Err(e));
+                    }
+                    if self.workers.iter().all(JoinHandle::is_finished) && self.rx.is_empty() {
+                        self.finished = true;
+                        return Some(Err(EngineError::Config(
+                            "the worker threads stopped unexpectedly".into(),
+                        )));
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.finished = true;
+                    return Some(Err(EngineError::Config(
+                        "the worker threads stopped unexpectedly".into(),
+                    )));
+                }
+            }
+        };
+        self.run
+            .stats
+            .consumer_wait
+            .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let mut batch = finish_batch(&shared, &self.names, &self.outputs, &self.run.pool);
+        let mut failures = shared
+            .failures
+            .lock()
+            .map(|mut f| std::mem::take(&mut *f))
+            .unwrap_or_default();
+        failures.sort_by_key(|(slot, _)| *slot);
+        if let Err(e) = self.apply_policy(&mut batch, failures) {
+            self.finished = true;
+            return Some(Err(e));
+        }
+        self.next_step += 1;
+        if let Ok(mut d) = self.run.delivered.lock() {
+            *d = self.next_step;
+        }
+        self.run.window.notify_all();
+        self.loader.position = self.run.plan.position_after(self.next_step);
+        self.run.stats.batches.fetch_add(1, Ordering::Relaxed);
+        self.run
+            .stats
+            .samples
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        if self.next_step >= self.run.steps {
+            self.finish_epoch();
+        }
+        Some(Ok(batch))
+    }
+
+    fn finish_epoch(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            self.loader.epoch = self.run.epoch + 1;
+            self.loader.position = 0;
+        }
+    }
+
+    fn apply_policy(
+        &mut self,
+        batch: &mut Batch,
+        failures: Vec<(usize, EngineError)>,
+    ) -> Result<()> {
+        if failures.is_empty() {
+            self.consecutive_failures = 0;
+            return Ok(());
+        }
+        let (max_fraction, max_consecutive) = match self.loader.config.on_error {
+            ErrorPolicy::Fail => {
+                let (_, first) = failures.into_iter().next().expect("not empty");
+                return Err(first);
+            }
+            ErrorPolicy::Skip {
+                max_fraction,
+                max_consecutive,
+            } => (max_fraction, max_consecutive),
+        };
+        if let Some((_, e)) = failures.iter().find(|(_, e)| !e.is_sample_failure()) {
+            return Err(EngineError::TooManyFailures {
+                detail: "a failure that is not about one sample's data".into(),
+                first: e.to_string(),
+            });
+        }
+        let failed: Vec<usize> = failures.iter().map(|(s, _)| *s).collect();
+        let first_msg = failures[0].1.to_string();
+        // consecutive failures, counted across batch boundaries in slot order
+        let mut run = self.consecutive_failures;
+        let mut longest = 0;
+        for slot in 0..batch.len() {
+            if failed.binary_search(&slot).is_ok() {
+                run += 1;
+                longest = longest.max(run);
+            } else {
+                run = 0;
+            }
+        }
+        self.consecutive_failures = run;
+        self.skipped_in_epoch += failed.len() as u64;
+        let epoch_samples = self.run.steps * self.run.batch_size as u64;
+        let too_many = self.skipped_in_epoch as f64 > max_fraction * epoch_samples as f64;
+        if longest > max_consecutive || too_many || failed.len() == batch.len() {
+            return Err(EngineError::TooManyFailures {
+                detail: format!(
+                    "{} samples skipped this epoch (limit {:.1}% of {epoch_samples}), {longest} in a row (limit {max_consecutive})",
+                    self.skipped_in_epoch,
+                    max_fraction * 100.0
+                ),
+                first: first_msg,
+            });
+        }
+        if let Ok(mut s) = self.run.stats.skipped.lock() {
+            s.extend(failed.iter().map(|&slot| batch.ids[slot]));
+        }
+        // Fill each failed slot with the next good slot (cyclically): deterministic.
+        let n = batch.len();
+        for &slot in &failed {
+            let src = (1..n)
+                .map(|d| (slot + d) % n)
+                .find(|s| failed.binary_search(s).is_err())
+                .expect("a good slot exists");
+            copy_slot(batch, src, slot);
+        }
+        Ok(())
+    }
+}
+
+impl Iterator for BatchIter<'_> {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        self.next_checked(&mut || Ok(()))
+    }
+}
+
+impl Drop for BatchIter<'_> {
+    fn drop(&mut self) {
+        self.run.stop.store(true, Ordering::Release);
+        if let Ok(_d) = self.run.delivered.lock() {
+            self.run.window.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}

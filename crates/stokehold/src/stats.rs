@@ -1,0 +1,150 @@
+//! Statistics of a running loader: per stage items and busy time, the workers' waiting, the
+//! queue's occupancy and the consumer's wait (the time the training loop was blocked on data,
+//! i.e. how idle the accelerator would be).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// One stage's totals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageStats {
+    /// "read", "parse", "image/decode", "write", ...
+    pub name: String,
+    /// Items processed.
+    pub items: u64,
+    /// Time spent in it, summed over threads.
+    pub busy: Duration,
+}
+
+/// A snapshot of a loader's statistics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stats {
+    /// Each stage, in pipeline order.
+    pub stages: Vec<StageStats>,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Samples delivered (padding included).
+    pub samples: u64,
+    /// Time the consumer spent blocked in `next()` waiting for a batch.
+    pub consumer_wait: Duration,
+    /// Time workers spent idle because the prefetch queue was full (summed over threads).
+    pub worker_wait: Duration,
+    /// Mean number of finished batches waiting when the consumer asked for one.
+    pub mean_queue: f64,
+    /// Ids of samples skipped under the `skip` policy, in the order they were found.
+    pub skipped: Vec<u64>,
+    /// Worker threads.
+    pub threads: usize,
+}
+
+#[derive(Debug)]
+pub(crate) struct Collector {
+    names: Vec<String>,
+    items: Vec<AtomicU64>,
+    nanos: Vec<AtomicU64>,
+    pub batches: AtomicU64,
+    pub samples: AtomicU64,
+    pub consumer_wait: AtomicU64,
+    pub worker_wait: AtomicU64,
+    queue_sum: AtomicU64,
+    queue_n: AtomicU64,
+    pub skipped: Mutex<Vec<u64>>,
+    threads: usize,
+}
+
+impl Collector {
+    pub(crate) fn new(names: Vec<String>, threads: usize) -> Collector {
+        let n = names.len();
+        Collector {
+            names,
+            items: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            nanos: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            batches: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
+            consumer_wait: AtomicU64::new(0),
+            worker_wait: AtomicU64::new(0),
+            queue_sum: AtomicU64::new(0),
+            queue_n: AtomicU64::new(0),
+            skipped: Mutex::new(Vec::new()),
+            threads,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, stage: usize, d: Duration) {
+        self.items[stage].fetch_add(1, Ordering::Relaxed);
+        self.nanos[stage].fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn queue(&self, len: usize) {
+        self.queue_sum.fetch_add(len as u64, Ordering::Relaxed);
+        self.queue_n.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        let ns = |a: &AtomicU64| Duration::from_nanos(a.load(Ordering::Relaxed));
+        let qn = self.queue_n.load(Ordering::Relaxed);
+        Stats {
+            stages: self
+                .names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| StageStats {
+                    name: n.clone(),
+                    items: self.items[i].load(Ordering::Relaxed),
+                    busy: ns(&self.nanos[i]),
+                })
+                .collect(),
+            batches: self.batches.load(Ordering::Relaxed),
+            samples: self.samples.load(Ordering::Relaxed),
+            consumer_wait: ns(&self.consumer_wait),
+            worker_wait: ns(&self.worker_wait),
+            mean_queue: if qn == 0 {
+                0.0
+            } else {
+                self.queue_sum.load(Ordering::Relaxed) as f64 / qn as f64
+            },
+            skipped: self.skipped.lock().map(|s| s.clone()).unwrap_or_default(),
+            threads: self.threads,
+        }
+    }
+}
+
+impl Stats {
+    /// A readable table: each stage's share of busy time and mean time per item, the consumer's
+    /// wait and the queue.
+    pub fn report(&self) -> String {
+        let total: f64 = self
+            .stages
+            .iter()
+            .map(|s| s.busy.as_secs_f64())
+            .sum::<f64>()
+            .max(1e-12);
+        let mut out = String::new();
+        out.push_str(&format!(
+            "{:<22} {:>10} {:>8} {:>12}\n",
+            "stage", "items", "share", "us/item"
+        ));
+        for s in &self.stages {
+            out.push_str(&format!(
+                "{:<22} {:>10} {:>7.1}% {:>12.2}\n",
+                s.name,
+                s.items,
+                100.0 * s.busy.as_secs_f64() / total,
+                s.busy.as_secs_f64() * 1e6 / s.items.max(1) as f64
+            ));
+        }
+        out.push_str(&format!(
+            "batches {} · samples {} · threads {} · consumer waited {:.3} s · workers waited {:.3} s · mean queue {:.2} · skipped {}\n",
+            self.batches,
+            self.samples,
+            self.threads,
+            self.consumer_wait.as_secs_f64(),
+            self.worker_wait.as_secs_f64(),
+            self.mean_queue,
+            self.skipped.len()
+        ));
+        out
+    }
+}

@@ -1,0 +1,534 @@
+//! The loader: order, determinism, resume, error policy, shutdown (rows F1, F2, F6 and G1–G6 of
+//! the reliability matrix).
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use stokehold::format::{DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+use stokehold::{
+    Batch, Column, ColumnData, EngineError, ErrorPolicy, Loader, LoaderConfig, ResumeState,
+    Shuffle, Tail, from_fn,
+};
+
+/// A dataset of `n` samples: `x` = id as float64, `label` = id % 7, `blob` = id-dependent bytes.
+fn dataset(dir: &Path, n: u64) -> Arc<Dataset> {
+    let path = dir.join(format!("ds-{n}"));
+    if !path.exists() {
+        let schema =
+            Schema::from_specs([("x", "float64"), ("label", "int64"), ("blob", "bytes")]).unwrap();
+        let opts = DatasetWriteOptions {
+            target_shard_bytes: 2048,
+            ..DatasetWriteOptions::default()
+        };
+        let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
+        for i in 0..n {
+            let blob: Vec<u8> = (0..(i % 13)).map(|k| (i + k) as u8).collect();
+            w.write(&[
+                FieldValue::Float64(i as f64),
+                FieldValue::Int64((i % 7) as i64),
+                FieldValue::Bytes(Cow::Owned(blob)),
+            ])
+            .unwrap();
+        }
+        w.finish().unwrap();
+    }
+    Arc::new(Dataset::open(&path).unwrap())
+}
+
+/// Columns: x and label passed through, blob as a list, and `noise`: x plus a random number from
+/// the sample's generator (so determinism of augmentations is visible), as a fixed f64.
+fn columns(ds: &Dataset) -> Vec<Column> {
+    let mut cols = Column::all(ds.schema()).unwrap();
+    let noise = from_fn("noise", |v, ctx| match v {
+        FieldValue::Float64(x) => Ok(FieldValue::Float64(x + ctx.rng.unit_f64())),
+        other => Err(format!("unexpected {other:?}")),
+    });
+    cols.push(Column {
+        name: "noise".into(),
+        ..Column::fixed("x", vec![noise], DType::F64, vec![])
+    });
+    cols
+}
+
+fn config(batch: u32, threads: usize, prefetch: usize) -> LoaderConfig {
+    LoaderConfig {
+        batch_size: batch,
+        threads,
+        prefetch,
+        seed: 42,
+        ..LoaderConfig::default()
+    }
+}
+
+/// A batch as comparable plain data: ids, padding, and every column's bytes.
+type Plain = (Vec<u64>, Vec<bool>, Vec<Vec<u8>>);
+
+fn plain(b: &Batch) -> Plain {
+    let cols = b
+        .columns
+        .iter()
+        .map(|(_, c)| match c {
+            ColumnData::Fixed { data, .. } => data.as_bytes().to_vec(),
+            ColumnData::List(items) => items
+                .iter()
+                .flat_map(|v| match v {
+                    FieldValue::Bytes(b) => b.to_vec(),
+                    other => format!("{other:?}").into_bytes(),
+                })
+                .collect(),
+        })
+        .collect();
+    (b.ids.clone(), b.padding.clone(), cols)
+}
+
+fn epoch(loader: &mut Loader) -> Vec<Plain> {
+    loader.iter().unwrap().map(|b| plain(&b.unwrap())).collect()
+}
+
+fn f64s(b: &Batch, name: &str) -> Vec<f64> {
+    match b.column(name).unwrap() {
+        ColumnData::Fixed { data, .. } => data
+            .as_bytes()
+            .chunks(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        _ => panic!("fixed"),
+    }
+}
+
+#[test]
+fn every_sample_once_per_epoch_with_its_own_content() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 250);
+    let mut loader = Loader::new(
+        ds.clone(),
+        columns(&ds),
+        LoaderConfig {
+            tail: Tail::Pad,
+            ..config(16, 2, 3)
+        },
+    )
+    .unwrap();
+    assert_eq!(loader.steps().unwrap(), 16);
+    let mut seen = BTreeSet::new();
+    let mut batches = 0;
+    for b in loader.iter().unwrap() {
+        let b = b.unwrap();
+        assert_eq!(b.len(), 16);
+        let xs = f64s(&b, "x");
+        for (k, &id) in b.ids.iter().enumerate() {
+            assert_eq!(xs[k], id as f64, "the slot holds its own sample");
+            if !b.padding[k] {
+                assert!(seen.insert(id), "sample {id} twice");
+            }
+        }
+        let ColumnData::List(blobs) = b.column("blob").unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            blobs[3],
+            FieldValue::Bytes(
+                (0..(b.ids[3] % 13))
+                    .map(|k| (b.ids[3] + k) as u8)
+                    .collect::<Vec<u8>>()
+                    .into()
+            )
+        );
+        batches += 1;
+    }
+    assert_eq!(batches, 16);
+    assert_eq!(seen.len(), 250);
+    assert_eq!(loader.epoch(), 1, "the loader moved on to the next epoch");
+    let stats = loader.stats();
+    assert_eq!(stats.batches, 16);
+    assert_eq!(stats.stages[0].name, "read");
+    assert_eq!(stats.stages[0].items, 256);
+    assert!(
+        stats
+            .stages
+            .iter()
+            .any(|s| s.name == "noise/noise" && s.items == 256),
+        "{:?}",
+        stats.stages
+    );
+    // the next epoch has another order
+    let next: Vec<u64> = loader
+        .iter()
+        .unwrap()
+        .flat_map(|b| b.unwrap().ids.clone())
+        .collect();
+    assert_eq!(next.len(), 256);
+    assert_ne!(
+        next[..16],
+        *seen.iter().copied().collect::<Vec<_>>()[..16].to_vec()
+    );
+}
+
+// G1
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    #[test]
+    fn output_is_identical_whatever_the_threads_and_prefetch(
+        threads in 1usize..8, prefetch in 1usize..9, seed in 0u64..1000, batch in 1u32..20, task in 0usize..5)
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), 97);
+        let reference = {
+            let mut l = Loader::new(ds.clone(), columns(&ds), LoaderConfig { seed, ..config(batch, 1, 1) }).unwrap();
+            epoch(&mut l)
+        };
+        let mut l = Loader::new(ds.clone(), columns(&ds), LoaderConfig { seed, task_size: task, ..config(batch, threads, prefetch) }).unwrap();
+        prop_assert_eq!(epoch(&mut l), reference);
+    }
+}
+
+fn run_steps(loader: &mut Loader, k: usize) -> Vec<Plain> {
+    let mut it = loader.iter().unwrap();
+    (0..k)
+        .map_while(|_| it.next())
+        .map(|b| plain(&b.unwrap()))
+        .collect()
+}
+
+// G2
+#[test]
+fn resuming_several_times_in_one_epoch_gives_the_rest_of_the_uninterrupted_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 300);
+    let full = epoch(&mut Loader::new(ds.clone(), columns(&ds), config(8, 2, 2)).unwrap());
+    let mut got = Vec::new();
+    let mut state = Loader::new(ds.clone(), columns(&ds), config(8, 2, 2))
+        .unwrap()
+        .state();
+    for chunk in [3usize, 1, 7, 0, 5, 100] {
+        // a fresh loader (as after a crash), restored from JSON
+        let mut l = Loader::new(ds.clone(), columns(&ds), config(8, 3, 1)).unwrap();
+        l.load_state(&ResumeState::from_json(&state.to_json()).unwrap())
+            .unwrap();
+        got.extend(run_steps(&mut l, chunk));
+        state = l.state();
+    }
+    assert_eq!(got, full);
+    assert_eq!((state.epoch, state.position), (1, 0));
+}
+
+// G3
+#[test]
+fn resuming_at_the_epoch_boundary_neither_skips_nor_repeats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 80);
+    let mut base = Loader::new(ds.clone(), columns(&ds), config(10, 2, 2)).unwrap();
+    let e0 = epoch(&mut base);
+    let e1 = epoch(&mut base);
+    let all: Vec<Plain> = e0.iter().chain(&e1).cloned().collect();
+    for k in [7usize, 8, 9] {
+        let mut l = Loader::new(ds.clone(), columns(&ds), config(10, 2, 2)).unwrap();
+        let mut got = run_steps(&mut l, k.min(8));
+        if k > 8 {
+            got.extend(run_steps(&mut l, k - 8));
+        }
+        let s = l.state();
+        let mut r = Loader::new(ds.clone(), columns(&ds), config(10, 1, 1)).unwrap();
+        r.load_state(&s).unwrap();
+        while got.len() < 16 {
+            let more = epoch(&mut r);
+            assert!(!more.is_empty());
+            got.extend(more);
+        }
+        assert_eq!(got, all, "stopped after {k} steps");
+    }
+}
+
+/// Run `steps` steps on each of `w` ranks (None: to the end of the epoch); return the non-padding
+/// ids seen, the number of batches per rank, and rank 0's state.
+fn ranks(
+    ds: &Arc<Dataset>,
+    w: u32,
+    state: Option<&ResumeState>,
+    steps: Option<usize>,
+    tail: Tail,
+) -> (Vec<u64>, Vec<usize>, ResumeState) {
+    let mut ids = Vec::new();
+    let mut counts = Vec::new();
+    let mut s0 = None;
+    for r in 0..w {
+        let cfg = LoaderConfig {
+            rank: r,
+            world_size: w,
+            tail,
+            ..config(4, 2, 2)
+        };
+        let mut l = Loader::new(ds.clone(), columns(ds), cfg).unwrap();
+        if let Some(s) = state {
+            l.load_state(s).unwrap();
+        }
+        let batches = run_steps(&mut l, steps.unwrap_or(usize::MAX));
+        counts.push(batches.len());
+        for (bids, pad, _) in &batches {
+            ids.extend(bids.iter().zip(pad).filter(|(_, p)| !**p).map(|(i, _)| *i));
+        }
+        if r == 0 {
+            s0 = Some(l.state());
+        }
+    }
+    (ids, counts, s0.unwrap())
+}
+
+// G4, G5
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    #[test]
+    fn changing_the_world_size_between_checkpoint_and_resume_keeps_every_sample_once(
+        n in 1u64..150, w1 in 1u32..9, w2 in 1u32..9, k in 0usize..6)
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), n);
+        let (mut a, c1, state) = ranks(&ds, w1, None, Some(k), Tail::Pad);
+        prop_assert!(c1.iter().all(|&c| c == c1[0]), "equal steps per rank {:?}", c1);
+        // (when the first part already finished the epoch, the state points at the next one)
+        if state.epoch == 0 {
+            let (b, c2, end) = ranks(&ds, w2, Some(&state), None, Tail::Pad);
+            prop_assert!(c2.iter().all(|&c| c == c2[0]), "equal steps per rank {:?}", c2);
+            prop_assert_eq!((end.epoch, end.position), (1, 0));
+            a.extend(b);
+        }
+        a.sort_unstable();
+        prop_assert_eq!(a, (0..n).collect::<Vec<_>>());
+        // with Drop: no sample twice
+        let (mut d, _, s) = ranks(&ds, w1, None, Some(k), Tail::Drop);
+        if s.epoch == 0 {
+            d.extend(ranks(&ds, w2, Some(&s), None, Tail::Drop).0);
+        }
+        let distinct: BTreeSet<u64> = d.iter().copied().collect();
+        prop_assert_eq!(distinct.len(), d.len());
+    }
+}
+
+// G6
+#[test]
+fn a_state_from_another_dataset_seed_or_version_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 50);
+    let other = dataset(tmp.path(), 51);
+    let mut l = Loader::new(ds.clone(), columns(&ds), config(5, 1, 1)).unwrap();
+    let s = Loader::new(other.clone(), columns(&other), config(5, 1, 1))
+        .unwrap()
+        .state();
+    let field = |e: EngineError| match e {
+        EngineError::IncompatibleResume { field, .. } => field,
+        e => panic!("{e}"),
+    };
+    assert_eq!(field(l.load_state(&s).unwrap_err()), "dataset");
+    let mut s = l.state();
+    s.seed = 7;
+    assert_eq!(field(l.load_state(&s).unwrap_err()), "seed");
+    let mut s = l.state();
+    s.shuffle = Shuffle::Sequential;
+    assert_eq!(field(l.load_state(&s).unwrap_err()), "shuffle");
+    let mut s = l.state();
+    s.position = 51;
+    assert_eq!(field(l.load_state(&s).unwrap_err()), "position");
+    let json = l
+        .state()
+        .to_json()
+        .replace("\"version\":1", "\"version\":2");
+    assert_eq!(field(ResumeState::from_json(&json).unwrap_err()), "version");
+    for hostile in [
+        "",
+        "[]",
+        "{\"version\":1}",
+        "{\"version\":1,\"dataset\":3}",
+        &"[".repeat(10000),
+    ] {
+        assert!(ResumeState::from_json(hostile).is_err(), "{hostile:?}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn hostile_state_blobs_never_panic(s in ".{0,200}") {
+        let _ = ResumeState::from_json(&s);
+    }
+}
+
+// F2 and C3
+#[test]
+fn a_panicking_transform_becomes_an_error_naming_the_sample() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 60);
+    let boom = from_fn("boom", |v, ctx| {
+        if ctx.id == 37 {
+            panic!("decoder exploded");
+        }
+        Ok(v)
+    });
+    let cols = vec![Column::fixed("x", vec![boom], DType::F64, vec![])];
+    let mut l = Loader::new(
+        ds.clone(),
+        cols.clone(),
+        LoaderConfig {
+            shuffle: Shuffle::Sequential,
+            ..config(10, 2, 2)
+        },
+    )
+    .unwrap();
+    let results: Vec<_> = l.iter().unwrap().collect();
+    assert_eq!(
+        results.len(),
+        4,
+        "three good batches, then the error, then the end"
+    );
+    let err = results[3].as_ref().unwrap_err();
+    assert!(matches!(err, EngineError::Panic { id: 37, .. }), "{err}");
+    assert!(err.to_string().contains("decoder exploded"));
+    // with skip, the epoch completes with sample 37 replaced and flagged
+    let mut l = Loader::new(
+        ds.clone(),
+        cols,
+        LoaderConfig {
+            shuffle: Shuffle::Sequential,
+            on_error: ErrorPolicy::skip(),
+            ..config(10, 2, 2)
+        },
+    )
+    .unwrap();
+    let batches: Vec<Batch> = l.iter().unwrap().map(|b| b.unwrap()).collect();
+    assert_eq!(batches.len(), 6);
+    let b = &batches[3];
+    assert_eq!(b.len(), 10);
+    assert!(
+        b.padding[7] && b.ids[7] == 38,
+        "slot of 37 holds a flagged copy of 38: {:?}",
+        b.ids
+    );
+    assert_eq!(f64s(b, "x")[7], 38.0);
+    assert_eq!(l.stats().skipped, vec![37]);
+}
+
+/// Flip one byte inside record `id`'s bytes.
+fn corrupt(ds: &Dataset, id: u64) {
+    let (k, local) = ds.locate(id).unwrap();
+    let shard = &ds.shards()[k];
+    let e = shard.index()[local as usize];
+    let mut b = std::fs::read(shard.path()).unwrap();
+    b[e.offset as usize + 5] ^= 0x20;
+    std::fs::write(shard.path(), b).unwrap();
+}
+
+// C2 (as far as the engine goes): a corrupt record mid-epoch
+#[test]
+fn a_corrupt_record_fails_or_is_skipped_identically_after_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 120);
+    corrupt(&ds, 37);
+    let ds = Arc::new(Dataset::open(ds.dir()).unwrap());
+    let mut l = Loader::new(ds.clone(), columns(&ds), config(8, 2, 2)).unwrap();
+    let err = l.iter().unwrap().find_map(|b| b.err()).unwrap();
+    let msg = err.to_string();
+    assert!(matches!(err, EngineError::Sample { id: 37, .. }), "{msg}");
+    assert!(
+        msg.contains("checksum mismatch")
+            && msg.contains(".skh")
+            && msg.contains("global sample 37"),
+        "{msg}"
+    );
+
+    let skip = LoaderConfig {
+        on_error: ErrorPolicy::skip(),
+        ..config(8, 2, 2)
+    };
+    let mut l = Loader::new(ds.clone(), columns(&ds), skip.clone()).unwrap();
+    let full = epoch(&mut l);
+    assert_eq!(full.len(), 15);
+    assert!(
+        full.iter().all(|(ids, _, _)| ids.len() == 8),
+        "batch shape kept"
+    );
+    assert_eq!(l.stats().skipped, vec![37]);
+    let step = full
+        .iter()
+        .position(|(ids, pad, _)| pad.iter().any(|p| *p) && !ids.contains(&37))
+        .unwrap();
+    for at in [step.saturating_sub(1), step, step + 1] {
+        let mut a = Loader::new(ds.clone(), columns(&ds), skip.clone()).unwrap();
+        let mut got = run_steps(&mut a, at);
+        let mut b = Loader::new(ds.clone(), columns(&ds), skip.clone()).unwrap();
+        b.load_state(&a.state()).unwrap();
+        got.extend(epoch(&mut b));
+        assert_eq!(got, full, "resumed at step {at}");
+        let skipped: Vec<u64> = a
+            .stats()
+            .skipped
+            .into_iter()
+            .chain(b.stats().skipped)
+            .collect();
+        assert_eq!(skipped, vec![37]);
+    }
+    // the budget: 1 failure in 120 is over 0.5%
+    let strict = LoaderConfig {
+        on_error: ErrorPolicy::Skip {
+            max_fraction: 0.005,
+            max_consecutive: 10,
+        },
+        ..config(8, 2, 2)
+    };
+    let mut l = Loader::new(ds.clone(), columns(&ds), strict).unwrap();
+    let err = l.iter().unwrap().find_map(|b| b.err()).unwrap();
+    assert!(matches!(err, EngineError::TooManyFailures { .. }), "{err}");
+}
+
+fn rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4
+}
+
+// F6
+#[test]
+fn memory_stays_flat_over_epochs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 2000);
+    let mut l = Loader::new(ds.clone(), columns(&ds), config(64, 2, 4)).unwrap();
+    epoch(&mut l);
+    epoch(&mut l);
+    let warm = rss_kib();
+    for _ in 0..5 {
+        for b in l.iter().unwrap() {
+            drop(b.unwrap());
+        }
+    }
+    let after = rss_kib();
+    assert!(
+        after <= warm + 2048,
+        "RSS grew from {warm} KiB to {after} KiB over 5 epochs"
+    );
+}
+
+#[test]
+fn configuration_errors_are_reported_at_construction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 10);
+    let bad = |cfg: LoaderConfig, cols: Vec<Column>| {
+        Loader::new(ds.clone(), cols, cfg).unwrap_err().to_string()
+    };
+    assert!(bad(config(0, 1, 1), columns(&ds)).contains("batch_size"));
+    assert!(
+        bad(
+            LoaderConfig {
+                rank: 3,
+                world_size: 2,
+                ..config(1, 1, 1)
+            },
+            columns(&ds)
+        )
+        .contains("rank 3")
+    );
+    let missing = vec![Column::fixed("nope", vec![], DType::U8, vec![4])];
+    assert!(bad(config(1, 1, 1), missing).contains("\"nope\""));
+    assert!(bad(config(1, 1, 1), vec![]).contains("at least one column"));
+}
