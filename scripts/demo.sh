@@ -19,5 +19,5 @@ step "stokehold verify $DIR/shards"
 "$BIN" verify "$DIR/shards"
 step "stokehold inspect $DIR/shards"
 "$BIN" inspect "$DIR/shards"
-step "stokehold bench $DIR/shards (read + checksum + field decode, shuffled, 2 epochs)"
-"$BIN" bench "$DIR/shards" --shuffle --epochs 2
+step "stokehold bench $DIR/shards (the loading engine: global shuffle, batches of 256, 3 epochs)"
+"$BIN" bench "$DIR/shards" --shuffle --epochs 3

@@ -1,15 +1,16 @@
-//! `stokehold bench`: stream a dataset through the reading pipeline that exists today (positional
-//! read + checksum, then field decoding) on several threads and report throughput and the share of
-//! time of each stage. The engine (#3) and image pipeline (#4) add their stages to this report.
+//! `stokehold bench`: stream a dataset through the loading engine with no model and report
+//! throughput and where the time went, stage by stage.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
+use anyhow::Context;
 use clap::Args;
-use stokehold_format::Dataset;
+use stokehold::format::{Dataset, OpenOptions};
+use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
 
 use crate::units;
 
@@ -17,114 +18,80 @@ use crate::units;
 pub struct BenchArgs {
     /// The dataset directory.
     dataset: PathBuf,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 256)]
+    batch_size: u32,
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Batches prepared ahead.
+    #[arg(long, default_value_t = 4)]
+    prefetch: usize,
     /// Passes over the dataset.
     #[arg(long, default_value_t = 1)]
-    epochs: u32,
+    epochs: u64,
     /// Visit samples in a seeded random order (a global shuffle) instead of in order.
     #[arg(long)]
     shuffle: bool,
-    /// Seed of the shuffle.
+    /// Seed of the order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-}
-
-#[derive(Default, Clone, Copy)]
-struct StageTimes {
-    read: Duration,
-    decode: Duration,
-    items: u64,
-    bytes: u64,
-}
-
-/// A seeded permutation of 0..n (Fisher–Yates over SplitMix64).
-fn permutation(n: u64, seed: u64) -> Vec<u64> {
-    let mut v: Vec<u64> = (0..n).collect();
-    let mut s = seed;
-    for i in (1..v.len()).rev() {
-        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        v.swap(i, (z % (i as u64 + 1)) as usize);
-    }
-    v
+    /// Read through memory maps instead of positional reads.
+    #[arg(long)]
+    mmap: bool,
 }
 
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let ds = Dataset::open(&a.dataset)?;
-    let threads = match a.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        t => t,
-    };
-    let n = ds.len();
-    let mut order = Vec::with_capacity((n * u64::from(a.epochs)) as usize);
-    for e in 0..a.epochs {
-        if a.shuffle {
-            order.extend(permutation(
-                n,
-                a.seed ^ u64::from(e).wrapping_mul(0xA076_1D64_78BD_642F),
-            ));
+    let ds = Arc::new(Dataset::open_with(
+        &a.dataset,
+        OpenOptions {
+            mmap: a.mmap,
+            ..OpenOptions::default()
+        },
+    )?);
+    let columns = Column::all(ds.schema())?;
+    let config = LoaderConfig {
+        batch_size: a.batch_size,
+        seed: a.seed,
+        shuffle: if a.shuffle {
+            Shuffle::Global
         } else {
-            order.extend(0..n);
+            Shuffle::Sequential
+        },
+        tail: Tail::Pad,
+        threads: a.threads,
+        prefetch: a.prefetch,
+        ..LoaderConfig::default()
+    };
+    let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
+    let t0 = Instant::now();
+    let mut first_batch = None;
+    let mut samples = 0u64;
+    let mut bytes = 0u64;
+    for _ in 0..a.epochs {
+        for batch in loader.iter()? {
+            let batch = batch.context("while streaming the dataset")?;
+            first_batch.get_or_insert_with(|| t0.elapsed());
+            samples += batch.len() as u64;
+            for (_, c) in &batch.columns {
+                bytes += match c {
+                    ColumnData::Fixed { data, .. } => data.len() as u64,
+                    ColumnData::List(items) => items.iter().map(value_bytes).sum(),
+                };
+            }
         }
     }
-    let next = AtomicUsize::new(0);
-    const CHUNK: usize = 64;
-    let t0 = Instant::now();
-    let per_thread: Vec<anyhow::Result<StageTimes>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| -> anyhow::Result<StageTimes> {
-                    let mut t = StageTimes::default();
-                    let mut buf = Vec::new();
-                    loop {
-                        let start = next.fetch_add(CHUNK, Ordering::Relaxed);
-                        if start >= order.len() {
-                            return Ok(t);
-                        }
-                        for &i in &order[start..(start + CHUNK).min(order.len())] {
-                            let r0 = Instant::now();
-                            ds.read_record(i, &mut buf)?;
-                            let r1 = Instant::now();
-                            let (k, local) = ds.locate(i)?;
-                            let fields = ds.shards()[k].decode(local, &buf)?;
-                            std::hint::black_box(&fields);
-                            t.read += r1 - r0;
-                            t.decode += r1.elapsed();
-                            t.items += 1;
-                            t.bytes += buf.len() as u64;
-                        }
-                    }
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("bench worker panicked"))
-            .collect()
-    });
     let wall = t0.elapsed().as_secs_f64();
-    let mut total = StageTimes::default();
-    for t in per_thread {
-        let t = t?;
-        total.read += t.read;
-        total.decode += t.decode;
-        total.items += t.items;
-        total.bytes += t.bytes;
-    }
-    let busy = (total.read + total.decode).as_secs_f64().max(1e-12);
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / total.items.max(1) as f64;
+    let stats = loader.stats();
     writeln!(
         out,
-        "bench       {}: {} samples x {} epochs, {} threads, {}",
+        "bench       {}: {} samples x {} epochs, batch {}, {} threads, prefetch {}, {}",
         a.dataset.display(),
-        units::count(n),
+        units::count(ds.len()),
         a.epochs,
-        threads,
+        a.batch_size,
+        stats.threads,
+        a.prefetch,
         if a.shuffle {
             "global shuffle"
         } else {
@@ -133,39 +100,26 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "throughput  {} samples/s, {} ({} samples in {:.3} s)",
-        units::count((total.items as f64 / wall) as u64),
-        units::rate(total.bytes, wall),
-        units::count(total.items),
-        wall
+        "throughput  {} samples/s, {} ({} samples in {:.3} s; first batch after {:.1} ms)",
+        units::count((samples as f64 / wall) as u64),
+        units::rate(bytes, wall),
+        units::count(samples),
+        wall,
+        first_batch.map_or(0.0, |d| d.as_secs_f64() * 1e3)
     )?;
-    writeln!(
-        out,
-        "stages      read+checksum {:.0}% ({:.1} us/sample) . field decode {:.0}% ({:.1} us/sample)",
-        100.0 * total.read.as_secs_f64() / busy,
-        per(total.read),
-        100.0 * total.decode.as_secs_f64() / busy,
-        per(total.decode)
-    )?;
-    writeln!(
-        out,
-        "workers     {:.0}% busy ({:.2} of {} thread-seconds)",
-        100.0 * busy / (wall * threads as f64),
-        busy,
-        threads
-    )?;
+    writeln!(out, "profile")?;
+    for line in stats.report().lines() {
+        writeln!(out, "  {line}")?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn permutation_is_a_seeded_permutation() {
-        let p = super::permutation(1000, 7);
-        let mut s = p.clone();
-        s.sort_unstable();
-        assert_eq!(s, (0..1000).collect::<Vec<_>>());
-        assert_eq!(p, super::permutation(1000, 7));
-        assert_ne!(p, super::permutation(1000, 8));
+fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
+    use stokehold::format::FieldValue;
+    match v {
+        FieldValue::Bytes(b) | FieldValue::Image(b) => b.len() as u64,
+        FieldValue::String(s) => s.len() as u64,
+        FieldValue::Array(a) => a.data.len() as u64,
+        FieldValue::Int64(_) | FieldValue::Float64(_) => 8,
     }
 }

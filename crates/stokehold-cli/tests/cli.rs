@@ -160,16 +160,20 @@ fn bench_reads_every_sample_and_reports_stages() {
         "3",
         "--threads",
         "2",
+        "--batch-size",
+        "8",
     ]);
     assert!(
-        out.contains("20 samples x 3 epochs, 2 threads, global shuffle"),
+        out.contains("20 samples x 3 epochs, batch 8, 2 threads, prefetch 4, global shuffle"),
         "{out}"
     );
-    assert!(out.contains("(60 samples in "), "{out}");
+    // 20 samples in batches of 8, padded: 3 batches of 8 per epoch
+    assert!(out.contains("(72 samples in "), "{out}");
     assert!(
-        out.contains("read+checksum") && out.contains("field decode"),
+        out.contains("read ") && out.contains("parse ") && out.contains("image/collate"),
         "{out}"
     );
+    assert!(out.contains("batches 9 "), "{out}");
     // a corrupt record stops the bench with the record named
     let shard = ds.join("shard-000000.skh");
     let mut b = fs::read(&shard).unwrap();

@@ -19,6 +19,9 @@ pub struct OpenOptions {
     /// Memory-map the shards (explicit opt-in: the files must not change while open). Gives
     /// zero-copy [`Dataset::record_slice`].
     pub mmap: bool,
+    /// Read every shard into memory at open (for datasets that fit in RAM, and for measuring the
+    /// engine without storage). Takes precedence over `mmap`.
+    pub in_memory: bool,
     /// Check each record's CRC-32C when it is read (default: on; it costs little next to decoding).
     pub verify_records: bool,
     /// Limits on sizes read from the files.
@@ -29,6 +32,7 @@ impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
             mmap: false,
+            in_memory: false,
             verify_records: true,
             limits: Limits::default(),
         }
@@ -60,7 +64,14 @@ impl Dataset {
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for i in 0..manifest.shards.len() {
             let path = manifest.shard_path(&dir, i);
-            let reader = if options.mmap {
+            let reader = if options.in_memory {
+                let bytes = fs::read(&path).map_err(|e| FormatError::io(&path, None, e))?;
+                ShardReader::from_source(
+                    &path,
+                    ShardSource::Memory(Arc::from(bytes)),
+                    options.limits,
+                )?
+            } else if options.mmap {
                 let f = File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
                 // SAFETY: mapping is the documented opt-in whose contract is that the file is not
                 // modified or truncated while the dataset is open; the reader checks every offset
@@ -141,6 +152,11 @@ impl Dataset {
     /// The dataset's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Whether reads check each record's CRC-32C (see [`OpenOptions::verify_records`]).
+    pub fn verifies_records(&self) -> bool {
+        self.verify
     }
 
     /// The open shards.

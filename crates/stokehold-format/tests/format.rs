@@ -16,11 +16,12 @@ fn no_progress(_: u64) {}
 fn round_trip_across_shards_with_and_without_mmap() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = write_dataset(tmp.path(), "ds", 500, 4096, 1);
-    for mmap in [false, true] {
+    for (mmap, in_memory) in [(false, false), (true, false), (false, true)] {
         let ds = Dataset::open_with(
             &dest,
             OpenOptions {
                 mmap,
+                in_memory,
                 ..OpenOptions::default()
             },
         )
@@ -31,7 +32,7 @@ fn round_trip_across_shards_with_and_without_mmap() {
         for i in (0..500).step_by(7) {
             assert_eq!(ds.get(i).unwrap(), sample(i), "sample {i}");
         }
-        assert_eq!(ds.record_slice(3).unwrap().is_some(), mmap);
+        assert_eq!(ds.record_slice(3).unwrap().is_some(), mmap || in_memory);
         assert!(matches!(
             ds.get(500),
             Err(FormatError::IndexOutOfRange {

@@ -246,6 +246,9 @@ impl SharedBatch {
     /// The caller must be the only one accessing this (column, slot) until it calls
     /// [`SharedBatch::task_done`] for the task covering the slot, and `col` must be a fixed
     /// column and `slot < ids.len()`.
+    // A `&mut` from `&self` is the point: disjoint slots are written concurrently, and the
+    // exclusivity that `&mut self` would prove is the caller's obligation instead (see Safety).
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slot_mut(&self, col: usize, slot: usize) -> &mut [u8] {
         let f = self.fixed[col].as_ref().expect("a fixed column");
         assert!(slot < self.ids.len(), "slot {slot} out of range");

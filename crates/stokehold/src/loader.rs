@@ -486,14 +486,24 @@ fn batch_for(run: &Run, step: u64) -> Option<Arc<SharedBatch>> {
     Some(b)
 }
 
-/// The bytes of record `id`: a checked slice of the map, or one positional read into `buf`.
-fn record<'a>(ds: &'a Dataset, id: u64, buf: &'a mut Vec<u8>) -> Result<&'a [u8], FormatError> {
-    let (k, local) = ds.locate(id)?;
+/// The bytes of record `local` of shard `k`: a checked slice of the map or memory, or one
+/// positional read into `buf`.
+fn record<'a>(
+    ds: &'a Dataset,
+    k: usize,
+    local: u64,
+    buf: &'a mut Vec<u8>,
+) -> Result<&'a [u8], FormatError> {
     let shard = &ds.shards()[k];
-    if let Some(s) = shard.record_slice_checked(local)? {
+    let verify = ds.verifies_records();
+    if verify {
+        if let Some(s) = shard.record_slice_checked(local)? {
+            return Ok(s);
+        }
+    } else if let Some(s) = shard.record_slice(local) {
         return Ok(s);
     }
-    shard.read_record(local, buf, true)?;
+    shard.read_record(local, buf, verify)?;
     Ok(buf.as_slice())
 }
 
@@ -503,10 +513,9 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
     let ds = &*run.dataset;
     let sample_err = |source| EngineError::Sample { id, source };
     let t0 = Instant::now();
-    let bytes = record(ds, id, buf).map_err(sample_err)?;
-    let t1 = Instant::now();
-    stats.add(0, t1 - t0);
     let (k, local) = ds.locate(id).map_err(sample_err)?;
+    let bytes = record(ds, k, local, buf).map_err(sample_err)?;
+    stats.add(0, t0.elapsed());
     let shard = &ds.shards()[k];
     let schema = ds.schema();
     let view = RecordView::parse(bytes, schema.len())

@@ -884,32 +884,3 @@ fn shuffle_and_tail_serialise() {
     );
     assert!(serde_json::from_str::<Shuffle>("\"shard_block\"").is_err());
 }
-
-#[test]
-#[ignore]
-fn zz_timing() {
-    for len in [1_000_000_000u64, (1 << 40) - 3, (1 << 40) + 1] {
-        let order = EpochOrder::new(len, None, &Shuffle::Global, 42, 0).unwrap();
-        let t = std::time::Instant::now();
-        let mut acc = 0u64;
-        for p in random_stream(1).take(1_000_000) {
-            acc ^= order.id_at(p % len).unwrap();
-        }
-        println!("global len {len}: {:?} per lookup ({acc})", t.elapsed() / 1_000_000);
-    }
-    let blocks = vec![100_000u64; 10_000];
-    let order = EpochOrder::new(1_000_000_000, Some(&blocks), &Shuffle::ShardBlock { window: 16 }, 7, 3).unwrap();
-    let t = std::time::Instant::now();
-    let mut acc = 0u64;
-    for p in random_stream(1).take(1_000_000) {
-        acc ^= order.id_at(p % 1_000_000_000).unwrap();
-    }
-    println!("shard block 10k blocks: {:?} per lookup ({acc})", t.elapsed() / 1_000_000);
-    let len = 10_000u64;
-    for seed in [0u64, 1, 0xfeed] {
-        let order = EpochOrder::new(len, None, &Shuffle::Global, seed, 0).unwrap();
-        let total: u64 = (0..len).map(|p| order.id_at(p).unwrap().abs_diff(p)).sum();
-        let fixed = (0..len).filter(|&p| order.id_at(p) == Some(p)).count();
-        println!("seed {seed}: mean disp {} (expect {}), fixed {fixed}", total as f64 / len as f64, len as f64 / 3.0);
-    }
-}
