@@ -64,8 +64,9 @@ demo: build ## sample images → pack → verify → inspect → stream through 
 	bash scripts/demo.sh target/release/stokehold $(DEMO_DIR) $(DEMO_IMAGES)
 
 .PHONY: bench
-bench: build ## the foundation benchmarks (ratios measured in one run)
+bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)
 	bash scripts/bench-foundation.sh target/release/stokehold
+	$(CARGO) bench -q -p stokehold --bench engine
 
 .PHONY: clean
 clean: ## remove build outputs and demo data
