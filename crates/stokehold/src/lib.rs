@@ -32,6 +32,7 @@ mod error;
 mod loader;
 mod rng;
 pub mod sampler;
+pub mod spec;
 mod state;
 mod stats;
 pub mod transform;

@@ -1,0 +1,81 @@
+//! Transform specifications: a serialisable description of a column's stages (what the Python
+//! package sends, e.g. `{"name": "random_resized_crop", "params": {"size": [224, 224]}}`), and the
+//! planner that turns them into a [`Column`] with its output shape.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use stokehold_format::Schema;
+
+use crate::error::{EngineError, Result};
+use crate::transform::{Column, Output, Transform};
+
+/// One stage, by name, with its parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransformSpec {
+    /// The stage's name.
+    pub name: String,
+    /// Its parameters (an object; `null` for none).
+    #[serde(default)]
+    pub params: serde_json::Value,
+}
+
+/// Names of the built-in stages this build knows.
+pub const BUILT_IN: &[&str] = &[];
+
+/// Build the column for `field` from its stage specs. `custom` builds stages this crate does not
+/// know (for example Python callables); a column with a custom stage produces a list output.
+/// With no specs the field is passed through ([`Column::passthrough`]).
+pub fn build_column(
+    schema: &Schema,
+    field: &str,
+    specs: &[TransformSpec],
+    custom: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+) -> Result<Column> {
+    let mut column = Column::passthrough(schema, field)?;
+    if specs.is_empty() {
+        return Ok(column);
+    }
+    let mut transforms = Vec::with_capacity(specs.len());
+    for s in specs {
+        match custom(s) {
+            Some(t) => transforms.push(t),
+            None => {
+                return Err(EngineError::Config(format!(
+                    "column {field:?}: unknown transform {:?} (built-in transforms: {})",
+                    s.name,
+                    if BUILT_IN.is_empty() { "none yet".to_string() } else { BUILT_IN.join(", ") }
+                )));
+            }
+        }
+    }
+    column.transforms = transforms;
+    column.output = Output::List;
+    Ok(column)
+}
+
+/// Build every column: the fields named in `specs` with their stages, and (when `all_fields`)
+/// every other field of the schema passed through, in schema order.
+pub fn build_columns(
+    schema: &Schema,
+    specs: &BTreeMap<String, Vec<TransformSpec>>,
+    all_fields: bool,
+    custom: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+) -> Result<Vec<Column>> {
+    for name in specs.keys() {
+        if schema.index_of(name).is_none() {
+            return Err(EngineError::Config(format!("transforms given for {name:?}, which the dataset does not have ({schema})")));
+        }
+    }
+    let mut cols = Vec::new();
+    for f in &schema.fields {
+        match specs.get(&f.name) {
+            Some(s) => cols.push(build_column(schema, &f.name, s, custom)?),
+            None if all_fields => cols.push(Column::passthrough(schema, &f.name)?),
+            None => {}
+        }
+    }
+    Ok(cols)
+}
