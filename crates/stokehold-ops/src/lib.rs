@@ -1,8 +1,19 @@
-//! Pure compute kernels for stokehold: JPEG/PNG decoding (libjpeg-turbo with DCT scaling and
-//! cropped decoding), resize, crop, flip, normalisation, colour operations and tokenization.
+//! Pure compute kernels for stokehold: JPEG decoding with libjpeg-turbo (DCT scaling and cropped
+//! decoding), PNG and WebP decoding, SIMD resizing, crops, flips, colour jitter, layout and
+//! normalisation, and the fused image pipeline that chains them ([`pipeline::run`]).
 //!
-//! This crate knows nothing of pipelines, threads or files: each kernel takes bytes or pixels and
-//! writes into a caller-provided buffer.
-//!
-//! **Status:** empty. The kernels arrive with the image-pipeline issue (#4) and the text issue (#8);
-//! nothing here pretends to work yet.
+//! This crate knows nothing of datasets, threads or files: each kernel takes bytes or pixels and
+//! writes into a caller-provided buffer. Tokenization (issue #8) will live here too.
+
+pub mod color;
+pub mod decode;
+mod error;
+pub mod geometry;
+pub mod jpeg;
+pub mod layout;
+pub mod pipeline;
+pub mod resize;
+
+pub use error::{OpsError, Result};
+pub use layout::{OutDType, OutSpec};
+pub use pipeline::{Geometry, ImageOps, Jitter, Random, Workspace, run};

@@ -1,0 +1,366 @@
+//! JPEG decoding with libjpeg-turbo's TurboJPEG 3 API: headers without decoding, DCT-domain
+//! scaling (M/8) and cropped decoding (only the needed columns are decoded, rows outside the
+//! region are skipped), into RGB (or grayscale) pixels.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use turbojpeg_sys as tj;
+
+use crate::error::{OpsError, Result};
+
+/// What a JPEG header says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JpegHeader {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Chroma subsampling (TurboJPEG's TJSAMP value; -1 when unknown).
+    pub subsamp: i32,
+    /// Colour space (TurboJPEG's TJCS value).
+    pub colorspace: i32,
+    /// Whether it is progressive.
+    pub progressive: bool,
+}
+
+impl JpegHeader {
+    /// True for CMYK and YCCK images (decoded through CMYK, then converted).
+    pub fn is_cmyk(&self) -> bool {
+        self.colorspace == tj::TJCS_TJCS_CMYK as i32 || self.colorspace == tj::TJCS_TJCS_YCCK as i32
+    }
+
+    /// True for grayscale images.
+    pub fn is_gray(&self) -> bool {
+        self.colorspace == tj::TJCS_TJCS_GRAY as i32
+    }
+
+    /// Width of an iMCU (the unit a cropping region's left edge must be aligned to), unscaled.
+    pub fn mcu_width(&self) -> Option<u32> {
+        Some(match self.subsamp {
+            s if s == tj::TJSAMP_TJSAMP_444 as i32
+                || s == tj::TJSAMP_TJSAMP_GRAY as i32
+                || s == tj::TJSAMP_TJSAMP_440 as i32 =>
+            {
+                8
+            }
+            s if s == tj::TJSAMP_TJSAMP_422 as i32
+                || s == tj::TJSAMP_TJSAMP_420 as i32
+                || s == tj::TJSAMP_TJSAMP_441 as i32 =>
+            {
+                16
+            }
+            s if s == tj::TJSAMP_TJSAMP_411 as i32 => 32,
+            _ => return None,
+        })
+    }
+}
+
+/// A DCT scaling factor `num / 8`, `num` in 1..=8 (libjpeg-turbo also offers up-scaling factors;
+/// a loader never wants them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale(pub u8);
+
+impl Scale {
+    /// No scaling.
+    pub const FULL: Scale = Scale(8);
+
+    /// `dim` scaled (rounded up, as libjpeg does).
+    pub fn apply(self, dim: u32) -> u32 {
+        (dim * u32::from(self.0)).div_ceil(8)
+    }
+
+    /// The smallest factor at which a `w`×`h` region is still at least `out_w`×`out_h`.
+    pub fn smallest_covering(w: f64, h: f64, out_w: u32, out_h: u32) -> Scale {
+        for num in 1..=8u8 {
+            let s = f64::from(num) / 8.0;
+            if w * s >= f64::from(out_w) && h * s >= f64::from(out_h) {
+                return Scale(num);
+            }
+        }
+        Scale::FULL
+    }
+}
+
+/// Pixels as decoded: `channels` bytes per pixel, rows of `width * channels` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pixels {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// 1 (gray) or 3 (RGB).
+    pub channels: u8,
+    /// The bytes.
+    pub data: Vec<u8>,
+}
+
+/// A TurboJPEG decompressor. Not shared between threads (each worker keeps its own).
+#[derive(Debug)]
+pub struct Decoder {
+    handle: tj::tjhandle,
+}
+
+// SAFETY: a TurboJPEG handle may be used from any thread as long as it is used by one thread at a
+// time, which `&mut self` on every method guarantees.
+unsafe impl Send for Decoder {}
+
+impl Decoder {
+    /// A new decompressor.
+    pub fn new() -> Result<Decoder> {
+        // SAFETY: tj3Init has no preconditions; a null return is handled.
+        let handle = unsafe { tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int) };
+        if handle.is_null() {
+            return Err(OpsError::Decode {
+                codec: "JPEG",
+                message: "cannot create a TurboJPEG decompressor".into(),
+            });
+        }
+        let mut d = Decoder { handle };
+        // Corrupt data must be an error, not a partly grey image: stop at the first warning.
+        d.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
+        Ok(d)
+    }
+
+    /// The last error's message; the handle is then replaced by a fresh one, because a
+    /// decompressor stopped mid-image can fail the next image too.
+    fn error(&mut self) -> OpsError {
+        // SAFETY: `handle` is a live TurboJPEG handle; tj3GetErrorStr returns a NUL-terminated
+        // string owned by the handle, valid until the next call on it, and copied here at once.
+        let msg = unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.handle)) }
+            .to_string_lossy()
+            .into_owned();
+        if let Ok(fresh) = Decoder::new() {
+            // the old handle is destroyed when `fresh`, now holding it, is dropped
+            let old = std::mem::replace(self, fresh);
+            drop(old);
+        }
+        OpsError::Decode {
+            codec: "JPEG",
+            message: msg,
+        }
+    }
+
+    fn get(&self, param: tj::TJPARAM) -> i32 {
+        // SAFETY: `handle` is live; tj3Get only reads a parameter.
+        unsafe { tj::tj3Get(self.handle, param as c_int) }
+    }
+
+    fn set(&mut self, param: tj::TJPARAM, value: i32) -> Result<()> {
+        // SAFETY: `handle` is live; tj3Set validates the parameter and value.
+        if unsafe { tj::tj3Set(self.handle, param as c_int, value) } != 0 {
+            return Err(self.error());
+        }
+        Ok(())
+    }
+
+    /// Read the header of `data` (no pixels are decoded).
+    pub fn header(&mut self, data: &[u8]) -> Result<JpegHeader> {
+        // SAFETY: `handle` is live; `data` is a valid slice of `data.len()` bytes that
+        // libjpeg-turbo only reads.
+        let r = unsafe { tj::tj3DecompressHeader(self.handle, data.as_ptr(), data.len() as _) };
+        if r != 0 {
+            return Err(self.error());
+        }
+        let precision = self.get(tj::TJPARAM_TJPARAM_PRECISION);
+        if precision != 8 {
+            return Err(OpsError::Unsupported(format!(
+                "{precision}-bit JPEG (only 8-bit is decoded)"
+            )));
+        }
+        let (w, h) = (
+            self.get(tj::TJPARAM_TJPARAM_JPEGWIDTH),
+            self.get(tj::TJPARAM_TJPARAM_JPEGHEIGHT),
+        );
+        if w <= 0 || h <= 0 {
+            return Err(OpsError::Decode {
+                codec: "JPEG",
+                message: format!("header gives a {w}x{h} image"),
+            });
+        }
+        Ok(JpegHeader {
+            width: w as u32,
+            height: h as u32,
+            subsamp: self.get(tj::TJPARAM_TJPARAM_SUBSAMP),
+            colorspace: self.get(tj::TJPARAM_TJPARAM_COLORSPACE),
+            progressive: self.get(tj::TJPARAM_TJPARAM_PROGRESSIVE) != 0,
+        })
+    }
+
+    /// Decode `data` at `scale`, only the region `(x, y, w, h)` of the *scaled* image when given
+    /// (`x` is moved left to the nearest scaled iMCU boundary as libjpeg-turbo requires, and the
+    /// returned `x_offset` says by how much), as RGB (or gray when `gray`), into `out`.
+    /// `max_pixels` bounds the declared size before anything is allocated.
+    pub fn decode(
+        &mut self,
+        data: &[u8],
+        scale: Scale,
+        region: Option<(u32, u32, u32, u32)>,
+        gray: bool,
+        max_pixels: u64,
+        out: &mut Pixels,
+    ) -> Result<u32> {
+        let hdr = self.header(data)?;
+        check_pixels(u64::from(hdr.width), u64::from(hdr.height), max_pixels)?;
+        // libjpeg-turbo lists its factors in lowest terms (4/8 is 1/2).
+        let num = c_int::from(scale.0);
+        let g = gcd(num, 8);
+        let sf = tj::tjscalingfactor {
+            num: num / g,
+            denom: 8 / g,
+        };
+        // SAFETY: `handle` is live; the factor is one of M/8, M in 1..=8, which libjpeg-turbo
+        // supports (it validates it anyway).
+        if unsafe { tj::tj3SetScalingFactor(self.handle, sf) } != 0 {
+            return Err(self.error());
+        }
+        let (sw, sh) = (scale.apply(hdr.width), scale.apply(hdr.height));
+        let mut x_offset = 0;
+        let region = match (region, hdr.mcu_width()) {
+            (Some((x, y, w, h)), Some(mcu)) => {
+                let mcu = scale.apply(mcu).max(1);
+                let x = x.min(sw.saturating_sub(1));
+                let ax = x - x % mcu;
+                x_offset = x - ax;
+                let w = (w + x_offset).clamp(1, sw - ax);
+                let y = y.min(sh.saturating_sub(1));
+                let h = h.clamp(1, sh - y);
+                tj::tjregion {
+                    x: ax as c_int,
+                    y: y as c_int,
+                    w: w as c_int,
+                    h: h as c_int,
+                }
+            }
+            (Some((x, _, _, _)), None) => {
+                // No cropping possible (unknown subsampling): decode everything, offset the region.
+                x_offset = x;
+                tj::tjregion {
+                    x: 0,
+                    y: 0,
+                    w: 0,
+                    h: 0,
+                }
+            }
+            (None, _) => tj::tjregion {
+                x: 0,
+                y: 0,
+                w: 0,
+                h: 0,
+            },
+        };
+        // SAFETY: `handle` is live and a scaling factor is set; a zero region means "uncropped";
+        // libjpeg-turbo validates the region against the scaled image.
+        if unsafe { tj::tj3SetCroppingRegion(self.handle, region) } != 0 {
+            return Err(self.error());
+        }
+        let (ow, oh) = if region.w == 0 {
+            (sw, sh)
+        } else {
+            (region.w as u32, region.h as u32)
+        };
+        let (pf, channels) = if hdr.is_cmyk() {
+            (tj::TJPF_TJPF_CMYK, 4u8)
+        } else if gray {
+            (tj::TJPF_TJPF_GRAY, 1u8)
+        } else {
+            (tj::TJPF_TJPF_RGB, 3u8)
+        };
+        let pitch = ow as usize * usize::from(channels);
+        out.data.clear();
+        out.data.resize(pitch * oh as usize, 0);
+        // SAFETY: `out.data` holds exactly `pitch * oh` bytes, the size libjpeg-turbo writes for a
+        // (cropped, scaled) image of `ow`×`oh` in this pixel format with this pitch; `data` is
+        // only read.
+        let r = unsafe {
+            tj::tj3Decompress8(
+                self.handle,
+                data.as_ptr(),
+                data.len() as _,
+                out.data.as_mut_ptr(),
+                pitch as c_int,
+                pf as c_int,
+            )
+        };
+        if r != 0 {
+            // warnings (e.g. a truncated file, decoded as far as possible) are errors here: a
+            // loader must not feed grey-filled garbage into training
+            return Err(self.error());
+        }
+        out.width = ow;
+        out.height = oh;
+        out.channels = channels;
+        if hdr.is_cmyk() {
+            cmyk_to_rgb(out, gray);
+        }
+        Ok(x_offset)
+    }
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        // SAFETY: `handle` came from tj3Init and is destroyed once.
+        unsafe { tj::tj3Destroy(self.handle) }
+    }
+}
+
+fn gcd(a: c_int, b: c_int) -> c_int {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Refuse images over the pixel limit.
+pub fn check_pixels(width: u64, height: u64, max_pixels: u64) -> Result<()> {
+    if width.saturating_mul(height) > max_pixels {
+        return Err(OpsError::TooLarge {
+            width,
+            height,
+            max_pixels,
+        });
+    }
+    Ok(())
+}
+
+/// Adobe CMYK/YCCK JPEGs decode to inverted CMYK; R = C·K/255 and so on.
+fn cmyk_to_rgb(p: &mut Pixels, gray: bool) {
+    let n = (p.width * p.height) as usize;
+    let out_ch = if gray { 1 } else { 3 };
+    for i in 0..n {
+        let (c, m, y, k) = (
+            p.data[4 * i] as u32,
+            p.data[4 * i + 1] as u32,
+            p.data[4 * i + 2] as u32,
+            p.data[4 * i + 3] as u32,
+        );
+        let (r, g, b) = (
+            (c * k / 255) as u8,
+            (m * k / 255) as u8,
+            (y * k / 255) as u8,
+        );
+        if gray {
+            p.data[i] = luma(r, g, b);
+        } else {
+            p.data[3 * i] = r;
+            p.data[3 * i + 1] = g;
+            p.data[3 * i + 2] = b;
+        }
+    }
+    p.data.truncate(n * out_ch);
+    p.channels = out_ch as u8;
+}
+
+/// ITU-R 601 luma, as PIL's `convert("L")`.
+#[inline]
+pub fn luma(r: u8, g: u8, b: u8) -> u8 {
+    ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 32768) >> 16) as u8
+}
+
+unsafe extern "C" {
+    /// libjpeg-turbo's internal probe: non-zero when the SIMD inverse DCT is in use.
+    fn jsimd_can_idct_islow() -> c_int;
+}
+
+/// Whether libjpeg-turbo's SIMD code is in use in this build on this CPU.
+pub fn simd_in_use() -> bool {
+    // SAFETY: a side-effect-free query of the statically linked library's CPU detection.
+    unsafe { jsimd_can_idct_islow() != 0 }
+}

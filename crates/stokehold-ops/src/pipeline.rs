@@ -1,0 +1,257 @@
+//! The fused image pipeline: choose the crop from the header, decode only that region at the
+//! smallest DCT scale that still covers the output, resize, augment, and write the result
+//! straight into the output slot.
+
+use crate::color;
+use crate::decode::{Format, decode_full, sniff};
+use crate::error::{OpsError, Result};
+pub use crate::geometry::Random;
+use crate::geometry::{self, Crop};
+use crate::jpeg::{Decoder, Pixels, Scale};
+use crate::layout::{self, OutSpec};
+use crate::resize::Resizer;
+
+/// Which part of the image, at which size.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Geometry {
+    /// torchvision's RandomResizedCrop: a random area fraction in `scale` and aspect ratio in
+    /// `ratio`, resized to `width`×`height`.
+    RandomResizedCrop {
+        /// Output width.
+        width: u32,
+        /// Output height.
+        height: u32,
+        /// Area fraction range.
+        scale: (f64, f64),
+        /// Aspect ratio range.
+        ratio: (f64, f64),
+    },
+    /// Resize the shorter side to `shorter`, then take the centre `width`×`height`.
+    ResizeCenterCrop {
+        /// Shorter side after resizing.
+        shorter: u32,
+        /// Output width.
+        width: u32,
+        /// Output height.
+        height: u32,
+    },
+    /// Resize the whole image to `width`×`height` (aspect ratio not kept).
+    Resize {
+        /// Output width.
+        width: u32,
+        /// Output height.
+        height: u32,
+    },
+}
+
+impl Geometry {
+    /// Output (width, height).
+    pub fn size(&self) -> (u32, u32) {
+        match *self {
+            Geometry::RandomResizedCrop { width, height, .. }
+            | Geometry::ResizeCenterCrop { width, height, .. }
+            | Geometry::Resize { width, height } => (width, height),
+        }
+    }
+}
+
+/// Colour jitter strengths (torchvision's: each factor is drawn from [max(0, 1 - s), 1 + s]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Jitter {
+    /// Brightness strength.
+    pub brightness: f32,
+    /// Contrast strength.
+    pub contrast: f32,
+    /// Saturation strength.
+    pub saturation: f32,
+}
+
+/// A whole image pipeline.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImageOps {
+    /// Crop and size.
+    pub geometry: Geometry,
+    /// Probability of a horizontal flip.
+    pub flip_p: f64,
+    /// Colour jitter.
+    pub jitter: Option<Jitter>,
+    /// One gray channel instead of RGB.
+    pub gray: bool,
+    /// Output layout and type.
+    pub out: OutSpec,
+    /// Largest image (width × height) accepted, checked from the header before decoding.
+    pub max_pixels: u64,
+    /// Use DCT scaling and cropped decoding (on by default; off gives the reference path: full
+    /// decode, then crop and resize).
+    pub fused: bool,
+}
+
+impl ImageOps {
+    /// Channels of the output.
+    pub fn channels(&self) -> usize {
+        if self.gray { 1 } else { 3 }
+    }
+
+    /// Output shape: `[C, H, W]` or `[H, W, C]`.
+    pub fn shape(&self) -> Vec<usize> {
+        let (w, h) = self.geometry.size();
+        let (w, h, c) = (w as usize, h as usize, self.channels());
+        if self.out.chw {
+            vec![c, h, w]
+        } else {
+            vec![h, w, c]
+        }
+    }
+
+    /// Bytes of one output.
+    pub fn slot_bytes(&self) -> usize {
+        self.shape().iter().product::<usize>() * self.out.dtype.size()
+    }
+}
+
+/// Per-thread decoders and buffers.
+#[derive(Debug, Default)]
+pub struct Workspace {
+    jpeg: Option<Decoder>,
+    resizer: Resizer,
+    decoded: Pixels,
+    resized: Vec<u8>,
+}
+
+impl Default for Pixels {
+    fn default() -> Self {
+        Pixels {
+            width: 0,
+            height: 0,
+            channels: 3,
+            data: Vec::new(),
+        }
+    }
+}
+
+impl Workspace {
+    /// Fresh buffers.
+    pub fn new() -> Workspace {
+        Workspace::default()
+    }
+
+    fn jpeg(&mut self) -> Result<&mut Decoder> {
+        if self.jpeg.is_none() {
+            self.jpeg = Some(Decoder::new()?);
+        }
+        Ok(self.jpeg.as_mut().expect("just set"))
+    }
+}
+
+/// Run the pipeline on encoded image `data`, writing `ops.slot_bytes()` bytes into `slot`.
+/// Random choices are drawn in a fixed order: crop, flip, jitter factors.
+pub fn run(
+    ops: &ImageOps,
+    data: &[u8],
+    rng: &mut dyn Random,
+    ws: &mut Workspace,
+    slot: &mut [u8],
+) -> Result<()> {
+    let (out_w, out_h) = ops.geometry.size();
+    if out_w == 0 || out_h == 0 {
+        return Err(OpsError::Invalid(format!("output size {out_w}x{out_h}")));
+    }
+    let format = sniff(data)?;
+    // Dimensions: from the JPEG header, or from a full decode for other formats.
+    let (width, height) = if format == Format::Jpeg {
+        let h = ws.jpeg()?.header(data)?;
+        crate::jpeg::check_pixels(u64::from(h.width), u64::from(h.height), ops.max_pixels)?;
+        (h.width, h.height)
+    } else {
+        let mut decoded = std::mem::take(&mut ws.decoded);
+        let r = decode_full(ws.jpeg()?, data, ops.gray, ops.max_pixels, &mut decoded);
+        ws.decoded = decoded;
+        r?;
+        (ws.decoded.width, ws.decoded.height)
+    };
+    let crop = match ops.geometry {
+        Geometry::RandomResizedCrop { scale, ratio, .. } => {
+            geometry::random_resized_crop(width, height, scale, ratio, rng)
+        }
+        Geometry::ResizeCenterCrop {
+            shorter,
+            width: w,
+            height: h,
+        } => geometry::resize_center_crop(width, height, shorter, w, h),
+        Geometry::Resize { .. } => geometry::full(width, height),
+    };
+    let flip = ops.flip_p > 0.0 && rng.uniform(0.0, 1.0) < ops.flip_p;
+    let factors = ops.jitter.map(|j| {
+        let mut draw = |s: f32| {
+            if s > 0.0 {
+                Some(rng.uniform(f64::from((1.0 - s).max(0.0)), f64::from(1.0 + s)) as f32)
+            } else {
+                None
+            }
+        };
+        (draw(j.brightness), draw(j.contrast), draw(j.saturation))
+    });
+    // Decode (the JPEG path: only the crop's region, at the smallest covering DCT scale).
+    let mut box_in_decoded = crop;
+    if format == Format::Jpeg {
+        let scale = if ops.fused {
+            Scale::smallest_covering(crop.w, crop.h, out_w, out_h)
+        } else {
+            Scale::FULL
+        };
+        let s = f64::from(scale.0) / 8.0;
+        let region = ops.fused.then(|| {
+            let x0 = (crop.x * s).floor() as u32;
+            let y0 = (crop.y * s).floor() as u32;
+            let x1 = ((crop.x + crop.w) * s).ceil() as u32;
+            let y1 = ((crop.y + crop.h) * s).ceil() as u32;
+            (x0, y0, (x1 - x0).max(1), (y1 - y0).max(1))
+        });
+        let mut decoded = std::mem::take(&mut ws.decoded);
+        let r = ws
+            .jpeg()?
+            .decode(data, scale, region, ops.gray, ops.max_pixels, &mut decoded);
+        ws.decoded = decoded;
+        let x_offset = r?;
+        let (rx, ry) = region.map_or((0, 0), |(x, y, _, _)| (x - x_offset, y));
+        box_in_decoded = Crop {
+            x: crop.x * s - f64::from(rx),
+            y: crop.y * s - f64::from(ry),
+            w: crop.w * s,
+            h: crop.h * s,
+        };
+    }
+    let c = ws.decoded.channels as usize;
+    ws.resized.clear();
+    ws.resized.resize(out_w as usize * out_h as usize * c, 0);
+    ws.resizer
+        .resize(&ws.decoded, box_in_decoded, out_w, out_h, &mut ws.resized)?;
+    if let Some((b, ct, sat)) = factors {
+        if let Some(f) = b {
+            color::brightness(&mut ws.resized, f);
+        }
+        if c == 3 {
+            if let Some(f) = ct {
+                color::contrast(&mut ws.resized, f);
+            }
+            if let Some(f) = sat {
+                color::saturation(&mut ws.resized, f);
+            }
+        }
+    }
+    let mut c_out = c;
+    if ops.gray && c == 3 {
+        let n = color::to_gray(&mut ws.resized);
+        ws.resized.truncate(n);
+        c_out = 1;
+    }
+    layout::write(
+        &ws.resized,
+        out_w as usize,
+        out_h as usize,
+        c_out,
+        flip,
+        &ops.out,
+        slot,
+    )
+}

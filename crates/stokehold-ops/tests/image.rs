@@ -1,0 +1,360 @@
+//! The image kernels on generated photograph-like JPEGs: decode, SIMD in use, the fused path
+//! against the reference path (PSNR), limits, corrupt input, every layout and codec.
+
+use stokehold_ops::decode::{decode_full, sniff};
+use stokehold_ops::jpeg::{Decoder, Pixels, Scale, simd_in_use};
+use stokehold_ops::{
+    Geometry, ImageOps, Jitter, OpsError, OutDType, OutSpec, Random, Workspace, run,
+};
+
+/// A deterministic photograph-like RGB image (gradients, waves, discs, noise).
+fn picture(w: u16, h: u16, seed: u64) -> Vec<u8> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let (cx, cy, r) = (
+        (next() % u64::from(w)) as f32,
+        (next() % u64::from(h)) as f32,
+        5.0 + (next() % 60) as f32,
+    );
+    let mut px = Vec::with_capacity(usize::from(w) * usize::from(h) * 3);
+    for y in 0..h {
+        for x in 0..w {
+            let (fx, fy) = (f32::from(x), f32::from(y));
+            let wave = (fx * 0.05).sin() * (fy * 0.07).cos() * 40.0;
+            let inside = (fx - cx).powi(2) + (fy - cy).powi(2) < r * r;
+            for k in 0..3 {
+                let base = 60.0 + 40.0 * k as f32 + fx * 0.2 + fy * 0.1 + wave;
+                let v = if inside { 255.0 - base } else { base } + (next() % 16) as f32;
+                px.push(v.clamp(0.0, 255.0) as u8);
+            }
+        }
+    }
+    px
+}
+
+fn jpeg(w: u16, h: u16, seed: u64, progressive: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut e = jpeg_encoder::Encoder::new(&mut out, 90);
+    e.set_progressive(progressive);
+    e.encode(&picture(w, h, seed), w, h, jpeg_encoder::ColorType::Rgb)
+        .unwrap();
+    out
+}
+
+struct Rng(u64);
+
+impl Random for Rng {
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lo + (hi - lo) * ((self.0 >> 11) as f64 / (1u64 << 53) as f64)
+    }
+    fn int_inclusive(&mut self, n: u64) -> u64 {
+        ((self.uniform(0.0, 1.0) * (n + 1) as f64) as u64).min(n)
+    }
+}
+
+fn rrc(size: u32) -> ImageOps {
+    ImageOps {
+        geometry: Geometry::RandomResizedCrop {
+            width: size,
+            height: size,
+            scale: (0.08, 1.0),
+            ratio: (0.75, 4.0 / 3.0),
+        },
+        flip_p: 0.5,
+        jitter: None,
+        gray: false,
+        out: OutSpec::default(),
+        max_pixels: 100_000_000,
+        fused: true,
+    }
+}
+
+fn psnr(a: &[u8], b: &[u8]) -> f64 {
+    let mse: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
+        .sum::<f64>()
+        / a.len() as f64;
+    if mse == 0.0 {
+        f64::INFINITY
+    } else {
+        10.0 * (255.0f64 * 255.0 / mse).log10()
+    }
+}
+
+#[test]
+fn libjpeg_turbo_is_linked_with_simd() {
+    assert!(
+        simd_in_use(),
+        "the SIMD inverse DCT must be in use on this CPU"
+    );
+}
+
+#[test]
+fn full_decode_matches_the_encoded_picture() {
+    let data = jpeg(120, 80, 1, false);
+    let mut d = Decoder::new().unwrap();
+    let h = d.header(&data).unwrap();
+    assert_eq!((h.width, h.height, h.progressive), (120, 80, false));
+    let mut px = Pixels {
+        width: 0,
+        height: 0,
+        channels: 0,
+        data: Vec::new(),
+    };
+    d.decode(&data, Scale::FULL, None, false, 1 << 30, &mut px)
+        .unwrap();
+    assert_eq!((px.width, px.height, px.channels), (120, 80, 3));
+    assert!(
+        psnr(&px.data, &picture(120, 80, 1)) > 30.0,
+        "quality-90 round trip"
+    );
+    // scaled: 1/2 gives 60x40
+    d.decode(&data, Scale(4), None, false, 1 << 30, &mut px)
+        .unwrap();
+    assert_eq!((px.width, px.height), (60, 40));
+    let p = jpeg(64, 48, 2, true);
+    assert!(d.header(&p).unwrap().progressive);
+}
+
+#[test]
+fn the_fused_path_matches_full_decode_crop_resize() {
+    // Same crops (same random draws) through both paths; the fused one decodes less, at a lower
+    // DCT scale. The worst PSNR over 60 images and crops must stay above 30 dB.
+    let mut ws = Workspace::new();
+    let mut worst = f64::INFINITY;
+    for seed in 0..60u64 {
+        let (w, h) = if seed % 3 == 0 {
+            (375, 500)
+        } else {
+            (500, 375)
+        };
+        let data = jpeg(w, h, seed, seed % 7 == 0);
+        let fused = rrc(112);
+        let reference = ImageOps {
+            fused: false,
+            ..fused.clone()
+        };
+        let mut a = vec![0u8; fused.slot_bytes()];
+        let mut b = vec![0u8; fused.slot_bytes()];
+        run(&fused, &data, &mut Rng(seed), &mut ws, &mut a).unwrap();
+        run(&reference, &data, &mut Rng(seed), &mut ws, &mut b).unwrap();
+        worst = worst.min(psnr(&a, &b));
+    }
+    assert!(worst >= 30.0, "worst PSNR {worst:.1} dB");
+}
+
+#[test]
+fn same_draws_same_output_and_flip_mirrors() {
+    let data = jpeg(200, 150, 3, false);
+    let mut ws = Workspace::new();
+    let ops = ImageOps {
+        flip_p: 0.0,
+        ..rrc(32)
+    };
+    let mut a = vec![0u8; ops.slot_bytes()];
+    let mut b = vec![0u8; ops.slot_bytes()];
+    run(&ops, &data, &mut Rng(9), &mut ws, &mut a).unwrap();
+    run(&ops, &data, &mut Rng(9), &mut ws, &mut b).unwrap();
+    assert_eq!(a, b);
+    // flip_p = 1 with the same crop draws: a mirror image (the flip is drawn after the crop)
+    let flipped = ImageOps {
+        flip_p: 1.0,
+        ..ops.clone()
+    };
+    run(&flipped, &data, &mut Rng(9), &mut ws, &mut b).unwrap();
+    for c in 0..3 {
+        for y in 0..32 {
+            for x in 0..32 {
+                assert_eq!(a[(c * 32 + y) * 32 + x], b[(c * 32 + y) * 32 + 31 - x]);
+            }
+        }
+    }
+}
+
+#[test]
+fn center_crop_layouts_dtypes_gray_and_jitter() {
+    let data = jpeg(300, 200, 4, false);
+    let mut ws = Workspace::new();
+    let base = ImageOps {
+        geometry: Geometry::ResizeCenterCrop {
+            shorter: 64,
+            width: 56,
+            height: 48,
+        },
+        flip_p: 0.0,
+        jitter: None,
+        gray: false,
+        out: OutSpec::default(),
+        max_pixels: 1 << 30,
+        fused: true,
+    };
+    assert_eq!(base.shape(), [3, 48, 56]);
+    let mut chw = vec![0u8; base.slot_bytes()];
+    run(&base, &data, &mut Rng(1), &mut ws, &mut chw).unwrap();
+    let hwc_ops = ImageOps {
+        out: OutSpec {
+            chw: false,
+            ..OutSpec::default()
+        },
+        ..base.clone()
+    };
+    assert_eq!(hwc_ops.shape(), [48, 56, 3]);
+    let mut hwc = vec![0u8; hwc_ops.slot_bytes()];
+    run(&hwc_ops, &data, &mut Rng(1), &mut ws, &mut hwc).unwrap();
+    assert_eq!(chw[(2 * 48 + 5) * 56 + 7], hwc[(5 * 56 + 7) * 3 + 2]);
+    let f32_ops = ImageOps {
+        out: OutSpec {
+            dtype: OutDType::F32,
+            mean: [0.5; 3],
+            std: [0.5; 3],
+            chw: true,
+        },
+        ..base.clone()
+    };
+    let mut f = vec![0u8; f32_ops.slot_bytes()];
+    run(&f32_ops, &data, &mut Rng(1), &mut ws, &mut f).unwrap();
+    let v = f32::from_le_bytes(f[40..44].try_into().unwrap());
+    assert!((v - (f32::from(chw[10]) / 255.0 - 0.5) / 0.5).abs() < 1e-5);
+    let gray = ImageOps {
+        gray: true,
+        ..base.clone()
+    };
+    assert_eq!(gray.shape(), [1, 48, 56]);
+    let mut g = vec![0u8; gray.slot_bytes()];
+    run(&gray, &data, &mut Rng(1), &mut ws, &mut g).unwrap();
+    let jit = ImageOps {
+        jitter: Some(Jitter {
+            brightness: 0.4,
+            contrast: 0.4,
+            saturation: 0.4,
+        }),
+        ..base.clone()
+    };
+    let mut j1 = vec![0u8; jit.slot_bytes()];
+    let mut j2 = vec![0u8; jit.slot_bytes()];
+    run(&jit, &data, &mut Rng(1), &mut ws, &mut j1).unwrap();
+    run(&jit, &data, &mut Rng(2), &mut ws, &mut j2).unwrap();
+    assert_ne!(j1, chw, "jitter changes pixels");
+    assert_ne!(j1, j2, "different draws, different jitter");
+}
+
+#[test]
+fn png_and_webp_go_through_the_general_path() {
+    let px = picture(40, 30, 5);
+    let mut png_bytes = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut png_bytes, 40, 30);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        enc.write_header().unwrap().write_image_data(&px).unwrap();
+    }
+    let mut d = Decoder::new().unwrap();
+    let mut out = Pixels {
+        width: 0,
+        height: 0,
+        channels: 0,
+        data: Vec::new(),
+    };
+    decode_full(&mut d, &png_bytes, false, 1 << 20, &mut out).unwrap();
+    assert_eq!(out.data, px, "PNG is lossless");
+    let mut webp_bytes = Vec::new();
+    image_webp::WebPEncoder::new(&mut webp_bytes)
+        .encode(&px, 40, 30, image_webp::ColorType::Rgb8)
+        .unwrap();
+    decode_full(&mut d, &webp_bytes, false, 1 << 20, &mut out).unwrap();
+    assert_eq!(out.data, px, "lossless WebP");
+    let ops = ImageOps {
+        geometry: Geometry::Resize {
+            width: 20,
+            height: 15,
+        },
+        ..rrc(1)
+    };
+    let mut slot = vec![0u8; ops.slot_bytes()];
+    run(
+        &ops,
+        &png_bytes,
+        &mut Rng(0),
+        &mut Workspace::new(),
+        &mut slot,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_header_over_the_pixel_limit_is_refused_before_decoding() {
+    // A valid JPEG whose frame header is patched to claim 60000x60000.
+    let mut data = jpeg(16, 16, 6, false);
+    let sof = data.windows(2).position(|w| w == [0xFF, 0xC0]).unwrap();
+    data[sof + 5..sof + 7].copy_from_slice(&60000u16.to_be_bytes());
+    data[sof + 7..sof + 9].copy_from_slice(&60000u16.to_be_bytes());
+    let mut slot = vec![0u8; rrc(8).slot_bytes()];
+    let err = run(
+        &rrc(8),
+        &data,
+        &mut Rng(0),
+        &mut Workspace::new(),
+        &mut slot,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            OpsError::TooLarge {
+                width: 60000,
+                height: 60000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn corrupt_and_truncated_images_are_errors_not_garbage() {
+    let data = jpeg(64, 64, 7, false);
+    // A whole-image geometry decodes every row, so any truncation is seen. (A random crop stops
+    // reading after its last row: damage below the crop cannot affect its pixels and is not
+    // noticed; the record checksum is what catches such damage.)
+    let ops = ImageOps {
+        geometry: Geometry::Resize {
+            width: 16,
+            height: 16,
+        },
+        ..rrc(16)
+    };
+    let mut ws = Workspace::new();
+    let mut slot = vec![0u8; ops.slot_bytes()];
+    for cut in [10, 100, data.len() / 2, data.len() - 10, data.len() - 1] {
+        let err = run(&ops, &data[..cut], &mut Rng(0), &mut ws, &mut slot).unwrap_err();
+        assert!(
+            matches!(err, OpsError::Decode { codec: "JPEG", .. }),
+            "truncated at {cut}: {err}"
+        );
+    }
+    let mut garbled = data.clone();
+    for b in &mut garbled[600..700] {
+        *b = 0xFF;
+    }
+    assert!(
+        run(&ops, &garbled, &mut Rng(0), &mut ws, &mut slot).is_err(),
+        "garbled entropy data"
+    );
+    assert!(matches!(
+        sniff(b"GIF89a...."),
+        Err(OpsError::UnknownFormat(_))
+    ));
+    // the decoder is still usable after errors
+    run(&ops, &data, &mut Rng(0), &mut ws, &mut slot).unwrap();
+}
