@@ -18,8 +18,16 @@ DEMO_IMAGES ?= 2000
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
+.PHONY: sysdeps
+sysdeps: ## system packages the build needs: cmake and nasm build libjpeg-turbo with its SIMD code
+	@if ! command -v cmake >/dev/null || ! command -v nasm >/dev/null; then \
+	  echo "installing cmake and nasm (libjpeg-turbo is built from source with SIMD)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq cmake nasm >/dev/null; \
+	fi
+
 .PHONY: setup
-setup: $(VENV)/.ready ## create .venv with the Python tools the build and tests need
+setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tools the build and tests need
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,11 +48,11 @@ fmt-check: ## rustfmt check
 	$(CARGO) fmt --all -- --check
 
 .PHONY: lint
-lint: ## clippy with warnings as errors
+lint: sysdeps ## clippy with warnings as errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 .PHONY: test-rust
-test-rust: ## every Rust test (unit, integration, golden files, fuzz corpora, doc tests)
+test-rust: sysdeps ## every Rust test (unit, integration, golden files, fuzz corpora, doc tests)
 	$(CARGO) test --workspace
 
 .PHONY: test-python
@@ -56,7 +64,7 @@ test: setup fmt-check lint test-rust test-python ## install what is needed and r
 	@echo "all checks passed"
 
 .PHONY: build
-build: ## release build of the stokehold command
+build: sysdeps ## release build of the stokehold command
 	$(CARGO) build --release -p stokehold-cli
 
 .PHONY: demo

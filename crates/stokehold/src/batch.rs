@@ -147,6 +147,13 @@ impl Batch {
         self.columns.iter().find(|(n, _)| n == name).map(|(_, c)| c)
     }
 
+    /// The pool this batch's fixed buffers go back to when it is dropped. A binding that takes
+    /// the columns out ([`Batch::into_columns`]) can give each buffer back itself, once the
+    /// memory is no longer used (e.g. when Python drops the numpy array that views it).
+    pub fn pool(&self) -> Option<&Arc<BufferPool>> {
+        self.pool.as_ref()
+    }
+
     /// Take the columns out (their buffers are then not recycled).
     pub fn into_columns(mut self) -> Vec<(String, ColumnData)> {
         std::mem::take(&mut self.columns)

@@ -29,6 +29,7 @@ pub use stokehold_format as format;
 
 mod batch;
 mod error;
+pub mod image;
 mod loader;
 mod rng;
 pub mod sampler;

@@ -285,7 +285,90 @@ impl Loader {
     /// batch, the loader moves on to the next epoch; dropping it earlier keeps the position of
     /// the last batch delivered.
     pub fn iter(&mut self) -> Result<BatchIter<'_>> {
-        let plan = self.plan()?;
+        start(LoaderRef::Borrowed(self)).map_err(|(_, e)| e)
+    }
+
+    /// Like [`Loader::iter`], but the iterator owns the loader (for bindings that cannot hold a
+    /// borrow, such as a Python iterator object). Take the loader back with
+    /// [`BatchIter::into_loader`]. On error the loader is handed back with it.
+    pub fn into_batches(self) -> std::result::Result<BatchIter<'static>, (Loader, EngineError)> {
+        start(LoaderRef::Owned(Box::new(self))).map_err(|(l, e)| match l {
+            LoaderRef::Owned(b) => (*b, e),
+            // `start` hands back the reference it was given.
+            LoaderRef::Borrowed(_) | LoaderRef::Released => unreachable!("an owned loader"),
+        })
+    }
+}
+
+/// The loader a [`BatchIter`] advances: borrowed ([`Loader::iter`]) or owned
+/// ([`Loader::into_batches`]).
+enum LoaderRef<'l> {
+    Borrowed(&'l mut Loader),
+    Owned(Box<Loader>),
+    /// Only between [`BatchIter::into_loader`] taking the loader out and the iterator's drop,
+    /// which does not look at it.
+    Released,
+}
+
+impl std::ops::Deref for LoaderRef<'_> {
+    type Target = Loader;
+
+    fn deref(&self) -> &Loader {
+        match self {
+            LoaderRef::Borrowed(l) => l,
+            LoaderRef::Owned(l) => l,
+            LoaderRef::Released => unreachable!("a released loader is never used"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for LoaderRef<'_> {
+    fn deref_mut(&mut self) -> &mut Loader {
+        match self {
+            LoaderRef::Borrowed(l) => l,
+            LoaderRef::Owned(l) => l,
+            LoaderRef::Released => unreachable!("a released loader is never used"),
+        }
+    }
+}
+
+/// Start the workers of the rest of the loader's current epoch.
+fn start(
+    loader: LoaderRef<'_>,
+) -> std::result::Result<BatchIter<'_>, (LoaderRef<'_>, EngineError)> {
+    let this: &Loader = &loader;
+    let plan = match this.plan() {
+        Ok(p) => p,
+        Err(e) => return Err((loader, e)),
+    };
+    match this.spawn_run(plan) {
+        Ok((run, workers, rx, names, outputs)) => Ok(BatchIter {
+            loader,
+            run,
+            workers,
+            rx,
+            reorder: BTreeMap::new(),
+            next_step: 0,
+            names,
+            outputs,
+            finished: false,
+            skipped_in_epoch: 0,
+            consecutive_failures: 0,
+        }),
+        Err(e) => Err((loader, e)),
+    }
+}
+
+type Spawned = (
+    Arc<Run>,
+    Vec<JoinHandle<()>>,
+    Receiver<Arc<SharedBatch>>,
+    Vec<String>,
+    Vec<Output>,
+);
+
+impl Loader {
+    fn spawn_run(&self, plan: RankPlan) -> Result<Spawned> {
         let steps = plan.steps();
         let b = self.config.batch_size as usize;
         let task_size = match self.config.task_size {
@@ -318,7 +401,7 @@ impl Loader {
             stats: Arc::clone(&self.stats),
         });
         let workers = if steps == 0 {
-            Vec::new()
+            Ok(Vec::new())
         } else {
             (0..self.threads)
                 .map(|i| {
@@ -330,21 +413,16 @@ impl Loader {
                             EngineError::Config(format!("cannot start a worker thread: {e}"))
                         })
                 })
-                .collect::<Result<Vec<_>>>()?
+                .collect::<Result<Vec<_>>>()
         };
-        Ok(BatchIter {
-            loader: self,
-            run,
-            workers,
-            rx,
-            reorder: BTreeMap::new(),
-            next_step: 0,
-            names,
-            outputs,
-            finished: false,
-            skipped_in_epoch: 0,
-            consecutive_failures: 0,
-        })
+        match workers {
+            Ok(workers) => Ok((run, workers, rx, names, outputs)),
+            Err(e) => {
+                // Stop and join the workers already started.
+                run.stop.store(true, Ordering::Release);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -591,7 +669,7 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
 
 /// The batches of one epoch (the rest of it, when resumed), in order.
 pub struct BatchIter<'l> {
-    loader: &'l mut Loader,
+    loader: LoaderRef<'l>,
     run: Arc<Run>,
     workers: Vec<JoinHandle<()>>,
     rx: Receiver<Arc<SharedBatch>>,
@@ -628,6 +706,17 @@ impl BatchIter<'_> {
     /// Statistics.
     pub fn stats(&self) -> Stats {
         self.loader.stats()
+    }
+
+    /// Stop the workers, join them, and give back the loader of an iterator made by
+    /// [`Loader::into_batches`] (`None` for one borrowing its loader). The loader's position is
+    /// after the last batch delivered, as when the iterator is dropped.
+    pub fn into_loader(mut self) -> Option<Loader> {
+        self.shutdown();
+        match std::mem::replace(&mut self.loader, LoaderRef::Released) {
+            LoaderRef::Owned(l) => Some(*l),
+            LoaderRef::Borrowed(_) | LoaderRef::Released => None,
+        }
     }
 
     /// The next batch, calling `check` about every 100 ms while waiting (a Python binding checks
@@ -787,6 +876,13 @@ impl Iterator for BatchIter<'_> {
 
 impl Drop for BatchIter<'_> {
     fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl BatchIter<'_> {
+    /// Stop the workers (they finish the sample in hand) and join them. Idempotent.
+    fn shutdown(&mut self) {
         self.run.stop.store(true, Ordering::Release);
         if let Ok(_d) = self.run.delivered.lock() {
             self.run.window.notify_all();

@@ -23,7 +23,7 @@ pub struct TransformSpec {
 }
 
 /// Names of the built-in stages this build knows.
-pub const BUILT_IN: &[&str] = &[];
+pub const BUILT_IN: &[&str] = crate::image::STAGES;
 
 /// Build the column for `field` from its stage specs. `custom` builds stages this crate does not
 /// know (for example Python callables); a column with a custom stage produces a list output.
@@ -38,6 +38,22 @@ pub fn build_column(
     if specs.is_empty() {
         return Ok(column);
     }
+    if specs.iter().any(|s| crate::image::is_image_stage(&s.name)) {
+        // An image chain is planned as one fused stage with a fixed output.
+        if let Some(other) = specs
+            .iter()
+            .find(|s| !crate::image::is_image_stage(&s.name))
+        {
+            return Err(EngineError::Config(format!(
+                "column {field:?}: {:?} cannot be mixed with image stages in one chain",
+                other.name
+            )));
+        }
+        let (t, output) = crate::image::plan(field, specs)?;
+        column.transforms = vec![t];
+        column.output = output;
+        return Ok(column);
+    }
     let mut transforms = Vec::with_capacity(specs.len());
     for s in specs {
         match custom(s) {
@@ -46,7 +62,7 @@ pub fn build_column(
                 return Err(EngineError::Config(format!(
                     "column {field:?}: unknown transform {:?} (built-in transforms: {})",
                     s.name,
-                    if BUILT_IN.is_empty() { "none yet".to_string() } else { BUILT_IN.join(", ") }
+                    BUILT_IN.join(", ")
                 )));
             }
         }
@@ -66,7 +82,9 @@ pub fn build_columns(
 ) -> Result<Vec<Column>> {
     for name in specs.keys() {
         if schema.index_of(name).is_none() {
-            return Err(EngineError::Config(format!("transforms given for {name:?}, which the dataset does not have ({schema})")));
+            return Err(EngineError::Config(format!(
+                "transforms given for {name:?}, which the dataset does not have ({schema})"
+            )));
         }
     }
     let mut cols = Vec::new();

@@ -1,0 +1,344 @@
+//! Image stages: the planner that turns a column's image specs (`random_resized_crop`,
+//! `resize`, `center_crop`, `random_horizontal_flip`, `color_jitter`, `grayscale`, `to_tensor`,
+//! `normalize`) into one fused transform (decode only the needed region at the smallest DCT scale,
+//! resize, augment, write into the batch slot), with its fixed output shape.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+use stokehold_format::{DType, FieldValue};
+use stokehold_ops::{Geometry, ImageOps, Jitter, OutDType, OutSpec, Random, Workspace, run};
+
+use crate::error::{EngineError, Result};
+use crate::rng::SampleRng;
+use crate::spec::TransformSpec;
+use crate::transform::{Output, SampleCtx, Transform, Value, tensor};
+
+/// The image stage names.
+pub const STAGES: &[&str] = &[
+    "random_resized_crop",
+    "resize",
+    "center_crop",
+    "random_horizontal_flip",
+    "color_jitter",
+    "grayscale",
+    "to_tensor",
+    "normalize",
+];
+
+/// Default pixel limit: 100 megapixels, checked from the header before decoding.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
+fn bad(column: &str, msg: impl std::fmt::Display) -> EngineError {
+    EngineError::Config(format!("column {column:?}: {msg}"))
+}
+
+fn size_param(column: &str, stage: &str, v: Option<&Json>) -> Result<(u32, u32)> {
+    let as_u32 = |x: &Json| {
+        x.as_u64()
+            .filter(|&n| n > 0 && n <= 65535)
+            .map(|n| n as u32)
+    };
+    match v {
+        Some(Json::Number(_)) => as_u32(v.expect("some")).map(|s| (s, s)),
+        Some(Json::Array(a)) if a.len() == 2 => match (as_u32(&a[0]), as_u32(&a[1])) {
+            (Some(h), Some(w)) => Some((w, h)),
+            _ => None,
+        },
+        _ => None,
+    }
+    .ok_or_else(|| {
+        bad(
+            column,
+            format!("{stage}: size must be a positive integer or [height, width], got {v:?}"),
+        )
+    })
+}
+
+fn pair(column: &str, stage: &str, p: &Json, key: &str, default: (f64, f64)) -> Result<(f64, f64)> {
+    match p.get(key) {
+        None | Some(Json::Null) => Ok(default),
+        Some(Json::Array(a)) if a.len() == 2 => match (a[0].as_f64(), a[1].as_f64()) {
+            (Some(x), Some(y)) if x > 0.0 && x <= y => Ok((x, y)),
+            _ => Err(bad(
+                column,
+                format!("{stage}: {key} must be [low, high] with 0 < low <= high"),
+            )),
+        },
+        Some(v) => Err(bad(
+            column,
+            format!("{stage}: {key} must be [low, high], got {v}"),
+        )),
+    }
+}
+
+fn num(column: &str, stage: &str, p: &Json, key: &str, default: f64) -> Result<f64> {
+    match p.get(key) {
+        None | Some(Json::Null) => Ok(default),
+        Some(v) => v.as_f64().filter(|x| *x >= 0.0).ok_or_else(|| {
+            bad(
+                column,
+                format!("{stage}: {key} must be a non-negative number, got {v}"),
+            )
+        }),
+    }
+}
+
+fn triple(column: &str, p: &Json, key: &str) -> Result<[f32; 3]> {
+    match p.get(key) {
+        Some(Json::Array(a)) if a.len() == 1 || a.len() == 3 => {
+            let v: Option<Vec<f32>> = a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect();
+            let v = v.ok_or_else(|| bad(column, format!("normalize: {key} must hold numbers")))?;
+            Ok(if v.len() == 1 {
+                [v[0]; 3]
+            } else {
+                [v[0], v[1], v[2]]
+            })
+        }
+        other => Err(bad(
+            column,
+            format!("normalize: {key} must be a list of 1 or 3 numbers, got {other:?}"),
+        )),
+    }
+}
+
+fn layout(column: &str, stage: &str, p: &Json) -> Result<bool> {
+    match p.get("layout").and_then(Json::as_str).unwrap_or("CHW") {
+        "CHW" | "chw" => Ok(true),
+        "HWC" | "hwc" => Ok(false),
+        other => Err(bad(
+            column,
+            format!("{stage}: layout must be \"CHW\" or \"HWC\", got {other:?}"),
+        )),
+    }
+}
+
+/// Plan the fused image transform of a column from its specs.
+pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>, Output)> {
+    let mut geometry: Option<Geometry> = None;
+    let mut pending_resize: Option<u32> = None;
+    let mut flip_p = 0.0;
+    let mut jitter: Option<Jitter> = None;
+    let mut gray = false;
+    let mut out = OutSpec::default();
+    let mut finished = false;
+    let null = Json::Null;
+    for s in specs {
+        let p = if s.params.is_null() { &null } else { &s.params };
+        if finished {
+            return Err(bad(
+                column,
+                format!(
+                    "{:?} comes after the output stage (to_tensor / normalize must be last)",
+                    s.name
+                ),
+            ));
+        }
+        let geometry_set = geometry.is_some();
+        match s.name.as_str() {
+            "random_resized_crop" | "resize" | "center_crop" if geometry_set => {
+                return Err(bad(
+                    column,
+                    format!(
+                        "{:?}: the image is already cropped/resized to a fixed size",
+                        s.name
+                    ),
+                ));
+            }
+            "random_resized_crop" => {
+                if pending_resize.is_some() {
+                    return Err(bad(
+                        column,
+                        "random_resized_crop after resize is not supported; use it on the original image",
+                    ));
+                }
+                let (width, height) = size_param(column, &s.name, p.get("size"))?;
+                let scale = pair(column, &s.name, p, "scale", (0.08, 1.0))?;
+                let ratio = pair(column, &s.name, p, "ratio", (3.0 / 4.0, 4.0 / 3.0))?;
+                if scale.1 > 1.0 {
+                    return Err(bad(
+                        column,
+                        "random_resized_crop: scale must be within (0, 1]",
+                    ));
+                }
+                geometry = Some(Geometry::RandomResizedCrop {
+                    width,
+                    height,
+                    scale,
+                    ratio,
+                });
+            }
+            "resize" => match p.get("size") {
+                Some(Json::Array(_)) => {
+                    let (width, height) = size_param(column, "resize", p.get("size"))?;
+                    geometry = Some(Geometry::Resize { width, height });
+                }
+                v => pending_resize = Some(size_param(column, "resize", v)?.0),
+            },
+            "center_crop" => {
+                let (width, height) = size_param(column, &s.name, p.get("size"))?;
+                let shorter = pending_resize.take().ok_or_else(|| {
+                    bad(column, "center_crop needs a resize(shorter_side) before it")
+                })?;
+                geometry = Some(Geometry::ResizeCenterCrop {
+                    shorter,
+                    width,
+                    height,
+                });
+            }
+            "random_horizontal_flip" => {
+                flip_p = num(column, &s.name, p, "p", 0.5)?.min(1.0);
+            }
+            "color_jitter" => {
+                let j = Jitter {
+                    brightness: num(column, &s.name, p, "brightness", 0.0)? as f32,
+                    contrast: num(column, &s.name, p, "contrast", 0.0)? as f32,
+                    saturation: num(column, &s.name, p, "saturation", 0.0)? as f32,
+                };
+                jitter = Some(j);
+            }
+            "grayscale" => gray = true,
+            "to_tensor" => {
+                out.chw = layout(column, &s.name, p)?;
+                finished = true;
+            }
+            "normalize" => {
+                out.chw = layout(column, &s.name, p)?;
+                out.mean = triple(column, p, "mean")?;
+                out.std = triple(column, p, "std")?;
+                if out.std.iter().any(|&x| x <= 0.0) {
+                    return Err(bad(column, "normalize: std must be positive"));
+                }
+                out.dtype = match p.get("dtype").and_then(Json::as_str).unwrap_or("float32") {
+                    "float32" | "f32" => OutDType::F32,
+                    "float16" | "f16" => OutDType::F16,
+                    other => {
+                        return Err(bad(
+                            column,
+                            format!(
+                                "normalize: dtype {other:?} (use float32 or float16; bfloat16 batches need a bf16 dtype in the engine, not there yet)"
+                            ),
+                        ));
+                    }
+                };
+                finished = true;
+            }
+            other => {
+                return Err(bad(
+                    column,
+                    format!("{other:?} is not an image stage ({})", STAGES.join(", ")),
+                ));
+            }
+        }
+    }
+    let geometry = geometry.ok_or_else(|| {
+        bad(column, "an image column needs a fixed output size: random_resized_crop, resize([h, w]), or resize(n) + center_crop")
+    })?;
+    let ops = ImageOps {
+        geometry,
+        flip_p,
+        jitter,
+        gray,
+        out,
+        max_pixels: DEFAULT_MAX_PIXELS,
+        fused: true,
+    };
+    let dtype = match ops.out.dtype {
+        OutDType::U8 => DType::U8,
+        OutDType::F32 => DType::F32,
+        OutDType::F16 | OutDType::BF16 => DType::F16,
+    };
+    let output = Output::Fixed {
+        dtype,
+        shape: ops.shape(),
+    };
+    Ok((Arc::new(ImageTransform { ops }), output))
+}
+
+/// The fused image transform.
+#[derive(Debug, Clone)]
+pub struct ImageTransform {
+    /// What it does.
+    pub ops: ImageOps,
+}
+
+struct Draws<'a>(&'a mut SampleRng);
+
+impl Random for Draws<'_> {
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        self.0.uniform(lo, hi)
+    }
+    fn int_inclusive(&mut self, n: u64) -> u64 {
+        self.0.below(n.saturating_add(1))
+    }
+}
+
+thread_local! {
+    /// Each worker thread's decoder and buffers.
+    static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::new());
+}
+
+impl ImageTransform {
+    fn run_into(
+        &self,
+        x: &Value<'_>,
+        ctx: &mut SampleCtx<'_>,
+        slot: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let bytes: &[u8] = match x {
+            FieldValue::Image(b) | FieldValue::Bytes(b) => b,
+            other => {
+                return Err(format!(
+                    "expected encoded image bytes, got a {}",
+                    other.kind()
+                ));
+            }
+        };
+        WORKSPACE.with(|ws| {
+            let mut ws = ws
+                .try_borrow_mut()
+                .map_err(|_| "image workspace in use (re-entrant call)".to_string())?;
+            run(&self.ops, bytes, &mut Draws(ctx.rng), &mut ws, slot).map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl Transform for ImageTransform {
+    fn name(&self) -> &str {
+        "decode+crop+resize"
+    }
+
+    fn apply<'a>(
+        &self,
+        x: Value<'a>,
+        ctx: &mut SampleCtx<'_>,
+    ) -> std::result::Result<Value<'a>, String> {
+        let mut out = vec![0u8; self.ops.slot_bytes()];
+        self.run_into(&x, ctx, &mut out)?;
+        let dtype = match self.ops.out.dtype {
+            OutDType::U8 => DType::U8,
+            OutDType::F32 => DType::F32,
+            OutDType::F16 | OutDType::BF16 => DType::F16,
+        };
+        Ok(tensor(
+            dtype,
+            self.ops.shape().iter().map(|&d| d as u64).collect(),
+            out,
+        ))
+    }
+
+    fn apply_into(
+        &self,
+        x: Value<'_>,
+        ctx: &mut SampleCtx<'_>,
+        slot: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.run_into(&x, ctx, slot)
+    }
+}
+
+/// Whether `name` is an image stage.
+pub fn is_image_stage(name: &str) -> bool {
+    STAGES.contains(&name)
+}
