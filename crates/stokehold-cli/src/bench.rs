@@ -9,7 +9,10 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use stokehold::format::{Dataset, OpenOptions};
+use std::collections::BTreeMap;
+
+use stokehold::format::{Dataset, FieldType, OpenOptions};
+use stokehold::spec::{TransformSpec, build_columns};
 use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
 
 use crate::units;
@@ -39,6 +42,62 @@ pub struct BenchArgs {
     /// Read through memory maps instead of positional reads.
     #[arg(long)]
     mmap: bool,
+    /// Decode the image field with a fused RandomResizedCrop to N×N (the training pipeline).
+    #[arg(long, value_name = "N")]
+    random_resized_crop: Option<u32>,
+    /// Resize the image's shorter side to N (with --center-crop: the evaluation pipeline).
+    #[arg(long, value_name = "N")]
+    resize: Option<u32>,
+    /// Centre crop N×N after --resize.
+    #[arg(long, value_name = "N")]
+    center_crop: Option<u32>,
+    /// Random horizontal flip (p = 0.5).
+    #[arg(long)]
+    flip: bool,
+    /// Normalise to float32 with ImageNet's mean and std (default: uint8).
+    #[arg(long)]
+    normalize: bool,
+}
+
+/// The image stages the flags ask for, if any.
+fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
+    let spec = |name: &str, params: serde_json::Value| TransformSpec {
+        name: name.into(),
+        params,
+    };
+    let mut v = Vec::new();
+    match (a.random_resized_crop, a.resize, a.center_crop) {
+        (Some(n), None, None) => v.push(spec(
+            "random_resized_crop",
+            serde_json::json!({ "size": n }),
+        )),
+        (None, Some(r), Some(c)) => {
+            v.push(spec("resize", serde_json::json!({ "size": r })));
+            v.push(spec("center_crop", serde_json::json!({ "size": c })));
+        }
+        (None, Some(r), None) => v.push(spec("resize", serde_json::json!({ "size": [r, r] }))),
+        (None, None, None) => {
+            anyhow::ensure!(
+                !a.flip && !a.normalize,
+                "--flip and --normalize need --random-resized-crop or --resize"
+            );
+            return Ok(v);
+        }
+        _ => anyhow::bail!("use --random-resized-crop N, or --resize N [--center-crop M]"),
+    }
+    if a.flip {
+        v.push(spec(
+            "random_horizontal_flip",
+            serde_json::json!({ "p": 0.5 }),
+        ));
+    }
+    if a.normalize {
+        v.push(spec(
+            "normalize",
+            serde_json::json!({ "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225] }),
+        ));
+    }
+    Ok(v)
 }
 
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
@@ -49,7 +108,30 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             ..OpenOptions::default()
         },
     )?);
-    let columns = Column::all(ds.schema())?;
+    let image = image_specs(&a)?;
+    let columns = if image.is_empty() {
+        Column::all(ds.schema())?
+    } else {
+        let field = ds
+            .schema()
+            .fields
+            .iter()
+            .find(|f| matches!(f.ty, FieldType::Image { .. }))
+            .with_context(|| {
+                format!(
+                    "the image flags need an image field; the schema is {}",
+                    ds.schema()
+                )
+            })?
+            .name
+            .clone();
+        build_columns(
+            ds.schema(),
+            &BTreeMap::from([(field, image)]),
+            true,
+            &mut |_| None,
+        )?
+    };
     let config = LoaderConfig {
         batch_size: a.batch_size,
         seed: a.seed,

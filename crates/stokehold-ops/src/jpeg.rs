@@ -70,9 +70,11 @@ impl Scale {
         (dim * u32::from(self.0)).div_ceil(8)
     }
 
-    /// The smallest factor at which a `w`×`h` region is still at least `out_w`×`out_h`.
+    /// The smallest factor at which a `w`×`h` region is still at least `out_w`×`out_h`. Only
+    /// 1/8, 1/4, 1/2 and 1 are used: libjpeg-turbo has SIMD inverse DCTs for those sizes, while
+    /// 3/8, 5/8, 6/8 and 7/8 run a scalar DCT that is slower than the full-size SIMD one.
     pub fn smallest_covering(w: f64, h: f64, out_w: u32, out_h: u32) -> Scale {
-        for num in 1..=8u8 {
+        for num in [1u8, 2, 4, 8] {
             let s = f64::from(num) / 8.0;
             if w * s >= f64::from(out_w) && h * s >= f64::from(out_h) {
                 return Scale(num);
@@ -120,6 +122,13 @@ impl Decoder {
         // Corrupt data must be an error, not a partly grey image: stop at the first warning.
         d.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
         Ok(d)
+    }
+
+    /// Trade a little accuracy for speed: the fast integer inverse DCT and plain (not "fancy")
+    /// chroma upsampling. About 5-10% faster; differences are far below what augmentations do.
+    pub fn set_fast(&mut self, fast: bool) -> Result<()> {
+        self.set(tj::TJPARAM_TJPARAM_FASTDCT, i32::from(fast))?;
+        self.set(tj::TJPARAM_TJPARAM_FASTUPSAMPLE, i32::from(fast))
     }
 
     /// The last error's message; the handle is then replaced by a fresh one, because a
@@ -267,8 +276,12 @@ impl Decoder {
             (tj::TJPF_TJPF_RGB, 3u8)
         };
         let pitch = ow as usize * usize::from(channels);
-        out.data.clear();
-        out.data.resize(pitch * oh as usize, 0);
+        // The decoder writes every byte: grow without re-zeroing what is already there.
+        let need = pitch * oh as usize;
+        if out.data.len() < need {
+            out.data.resize(need, 0);
+        }
+        out.data.truncate(need);
         // SAFETY: `out.data` holds exactly `pitch * oh` bytes, the size libjpeg-turbo writes for a
         // (cropped, scaled) image of `ow`×`oh` in this pixel format with this pitch; `data` is
         // only read.
@@ -363,4 +376,136 @@ unsafe extern "C" {
 pub fn simd_in_use() -> bool {
     // SAFETY: a side-effect-free query of the statically linked library's CPU detection.
     unsafe { jsimd_can_idct_islow() != 0 }
+}
+
+/// A TurboJPEG handle of one kind, destroyed on drop.
+struct Handle(tj::tjhandle);
+
+impl Handle {
+    fn new(kind: tj::TJINIT) -> Result<Handle> {
+        // SAFETY: tj3Init has no preconditions; a null return is handled.
+        let h = unsafe { tj::tj3Init(kind as c_int) };
+        if h.is_null() {
+            return Err(OpsError::Decode {
+                codec: "JPEG",
+                message: "cannot create a TurboJPEG handle".into(),
+            });
+        }
+        Ok(Handle(h))
+    }
+
+    fn error(&self) -> OpsError {
+        // SAFETY: the handle is live; the message is copied at once.
+        let msg = unsafe { CStr::from_ptr(tj::tj3GetErrorStr(self.0)) }
+            .to_string_lossy()
+            .into_owned();
+        OpsError::Decode {
+            codec: "JPEG",
+            message: msg,
+        }
+    }
+
+    fn set(&self, param: tj::TJPARAM, value: i32) -> Result<()> {
+        // SAFETY: the handle is live; tj3Set validates its arguments.
+        if unsafe { tj::tj3Set(self.0, param as c_int, value) } != 0 {
+            return Err(self.error());
+        }
+        Ok(())
+    }
+
+    /// Take ownership of a buffer TurboJPEG allocated, copying it into a Vec and freeing it.
+    fn take(buf: *mut u8, size: usize) -> Vec<u8> {
+        // SAFETY: `buf` was allocated by libjpeg-turbo (tj3Alloc) and holds `size` initialised
+        // bytes, written by the successful call that returned it; it is freed exactly once here.
+        unsafe {
+            let v = std::slice::from_raw_parts(buf, size).to_vec();
+            tj::tj3Free(buf.cast());
+            v
+        }
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from tj3Init and is destroyed once.
+        unsafe { tj::tj3Destroy(self.0) }
+    }
+}
+
+/// Losslessly rewrite a (progressive) JPEG as baseline with optimised Huffman tables: the same
+/// DCT coefficients, so the same pixels, but about 3× faster to decode and croppable.
+pub fn to_baseline(data: &[u8]) -> Result<Vec<u8>> {
+    let h = Handle::new(tj::TJINIT_TJINIT_TRANSFORM)?;
+    h.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
+    // SAFETY: tjtransform is a plain C struct for which all-zero is valid (no region, op NONE,
+    // no options, null data, no custom filter).
+    let mut xf: tj::tjtransform = unsafe { std::mem::zeroed() };
+    xf.op = tj::TJXOP_TJXOP_NONE as c_int;
+    xf.options = tj::TJXOPT_OPTIMIZE as c_int;
+    let mut dst: *mut u8 = std::ptr::null_mut();
+    let mut size: tj::size_t = 0;
+    // SAFETY: the handle is live; `data` is read only; TurboJPEG allocates `dst` (we pass null)
+    // and reports its size; `xf` is a valid transform for one output.
+    let r = unsafe {
+        tj::tj3Transform(
+            h.0,
+            data.as_ptr(),
+            data.len() as _,
+            1,
+            &mut dst,
+            &mut size,
+            &mut xf,
+        )
+    };
+    if r != 0 {
+        if !dst.is_null() {
+            Handle::take(dst, 0);
+        }
+        return Err(h.error());
+    }
+    Ok(Handle::take(dst, size as usize))
+}
+
+/// Encode packed pixels as a baseline JPEG (4:2:0 for colour) at `quality`.
+pub fn encode(px: &Pixels, quality: u8) -> Result<Vec<u8>> {
+    let h = Handle::new(tj::TJINIT_TJINIT_COMPRESS)?;
+    h.set(
+        tj::TJPARAM_TJPARAM_QUALITY,
+        i32::from(quality.clamp(1, 100)),
+    )?;
+    let (pf, samp) = match px.channels {
+        1 => (tj::TJPF_TJPF_GRAY, tj::TJSAMP_TJSAMP_GRAY),
+        3 => (tj::TJPF_TJPF_RGB, tj::TJSAMP_TJSAMP_420),
+        c => return Err(OpsError::Unsupported(format!("encoding {c} channels"))),
+    };
+    h.set(tj::TJPARAM_TJPARAM_SUBSAMP, samp as i32)?;
+    let pitch = px.width as usize * usize::from(px.channels);
+    if px.data.len() != pitch * px.height as usize {
+        return Err(OpsError::Invalid(
+            "pixel buffer does not match its size".into(),
+        ));
+    }
+    let mut dst: *mut u8 = std::ptr::null_mut();
+    let mut size: tj::size_t = 0;
+    // SAFETY: the handle is live; the source buffer holds `pitch * height` bytes (checked above);
+    // TurboJPEG allocates the output and reports its size.
+    let r = unsafe {
+        tj::tj3Compress8(
+            h.0,
+            px.data.as_ptr(),
+            px.width as c_int,
+            pitch as c_int,
+            px.height as c_int,
+            pf as c_int,
+            &mut dst,
+            &mut size,
+        )
+    };
+    if r != 0 {
+        if !dst.is_null() {
+            Handle::take(dst, 0);
+        }
+        return Err(h.error());
+    }
+    Ok(Handle::take(dst, size as usize))
 }

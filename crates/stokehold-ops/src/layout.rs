@@ -88,7 +88,34 @@ pub fn write(
                 slot.copy_from_slice(src);
                 return Ok(());
             }
-            if spec.chw {
+            if spec.chw && c == 3 {
+                // one pass over each source row, writing the three planes' rows
+                let plane = w * h;
+                let (r_plane, rest) = slot.split_at_mut(plane);
+                let (g_plane, b_plane) = rest.split_at_mut(plane);
+                for y in 0..h {
+                    let row = &src[y * w * 3..(y + 1) * w * 3];
+                    let (r, g, b) = (
+                        &mut r_plane[y * w..(y + 1) * w],
+                        &mut g_plane[y * w..(y + 1) * w],
+                        &mut b_plane[y * w..(y + 1) * w],
+                    );
+                    if flip {
+                        for (x, p) in row.chunks_exact(3).enumerate() {
+                            let d = w - 1 - x;
+                            r[d] = p[0];
+                            g[d] = p[1];
+                            b[d] = p[2];
+                        }
+                    } else {
+                        for (x, p) in row.chunks_exact(3).enumerate() {
+                            r[x] = p[0];
+                            g[x] = p[1];
+                            b[x] = p[2];
+                        }
+                    }
+                }
+            } else if spec.chw {
                 // channel-major loops: contiguous writes
                 for ch in 0..c {
                     for y in 0..h {

@@ -137,7 +137,11 @@ impl Workspace {
 
     fn jpeg(&mut self) -> Result<&mut Decoder> {
         if self.jpeg.is_none() {
-            self.jpeg = Some(Decoder::new()?);
+            let mut d = Decoder::new()?;
+            if std::env::var_os("FAST").is_some() {
+                d.set_fast(true)?;
+            }
+            self.jpeg = Some(d);
         }
         Ok(self.jpeg.as_mut().expect("just set"))
     }
@@ -222,8 +226,12 @@ pub fn run(
         };
     }
     let c = ws.decoded.channels as usize;
-    ws.resized.clear();
-    ws.resized.resize(out_w as usize * out_h as usize * c, 0);
+    // the resizer writes every byte: no need to zero the buffer again
+    let need = out_w as usize * out_h as usize * c;
+    if ws.resized.len() < need {
+        ws.resized.resize(need, 0);
+    }
+    ws.resized.truncate(need);
     ws.resizer
         .resize(&ws.decoded, box_in_decoded, out_w, out_h, &mut ws.resized)?;
     if let Some((b, ct, sat)) = factors {

@@ -358,3 +358,29 @@ fn corrupt_and_truncated_images_are_errors_not_garbage() {
     // the decoder is still usable after errors
     run(&ops, &data, &mut Rng(0), &mut ws, &mut slot).unwrap();
 }
+
+#[test]
+fn lossless_baseline_transcode_keeps_every_pixel() {
+    let prog = jpeg(96, 64, 8, true);
+    let base = stokehold_ops::jpeg::to_baseline(&prog).unwrap();
+    let mut d = Decoder::new().unwrap();
+    assert!(d.header(&prog).unwrap().progressive);
+    assert!(!d.header(&base).unwrap().progressive);
+    let mut a = Pixels {
+        width: 0,
+        height: 0,
+        channels: 0,
+        data: Vec::new(),
+    };
+    let mut b = a.clone();
+    d.decode(&prog, Scale::FULL, None, false, 1 << 30, &mut a)
+        .unwrap();
+    d.decode(&base, Scale::FULL, None, false, 1 << 30, &mut b)
+        .unwrap();
+    assert_eq!(a, b, "same coefficients, same pixels");
+    assert!(stokehold_ops::jpeg::to_baseline(b"\xff\xd8\xff\xe0garbage").is_err());
+    // re-encoding (the lossy max-side path) gives a decodable baseline JPEG of the same size
+    let re = stokehold_ops::jpeg::encode(&a, 90).unwrap();
+    let h = d.header(&re).unwrap();
+    assert_eq!((h.width, h.height, h.progressive), (96, 64, false));
+}

@@ -1,0 +1,202 @@
+//! Image benchmarks on one core, each against a baseline measured in the same run:
+//! raw libjpeg-turbo full decode (TurboJPEG 3 called directly) is the baseline for
+//! 1. our decoder wrapper's full decode (target: within 5%),
+//! 2. RandomResizedCrop(224) + flip → u8 CHW through the fused pipeline (target: >= 1.0x on
+//!    ImageNet-like files, >= 1.8x on large photographs).
+//!
+//! `STOKEHOLD_BENCH_IMAGES=DIR` (ImageNet-like JPEGs, searched recursively; default
+//! /tmp/inet/train, made by ../shared/bench/make-imagenet-like) and
+//! `STOKEHOLD_BENCH_LARGE=DIR` (default /tmp/inet/large). Pin to one core with
+//! `taskset -c 0 cargo bench -p stokehold-ops --bench image`.
+
+use std::hint::black_box;
+use std::os::raw::c_int;
+use std::path::Path;
+use std::time::Instant;
+
+use stokehold_ops::jpeg::{Decoder, Pixels, Scale};
+use stokehold_ops::{Geometry, ImageOps, OutSpec, Random, Workspace, run};
+use turbojpeg_sys as tj;
+
+fn jpegs(dir: &Path, max: usize, out: &mut Vec<Vec<u8>>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if out.len() >= max {
+            return;
+        }
+        if p.is_dir() {
+            jpegs(&p, max, out);
+        } else if p
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("jpg") || e.eq_ignore_ascii_case("jpeg"))
+        {
+            out.push(std::fs::read(&p).unwrap());
+        }
+    }
+}
+
+/// Raw TurboJPEG: header + full RGB decode into a reused buffer.
+fn raw_full(files: &[Vec<u8>]) -> f64 {
+    // SAFETY: plain TurboJPEG usage: a handle from tj3Init, buffers sized from the header.
+    unsafe {
+        let h = tj::tj3Init(tj::TJINIT_TJINIT_DECOMPRESS as c_int);
+        let mut buf: Vec<u8> = Vec::new();
+        let t = Instant::now();
+        for f in files {
+            assert_eq!(tj::tj3DecompressHeader(h, f.as_ptr(), f.len() as _), 0);
+            let w = tj::tj3Get(h, tj::TJPARAM_TJPARAM_JPEGWIDTH as c_int) as usize;
+            let ht = tj::tj3Get(h, tj::TJPARAM_TJPARAM_JPEGHEIGHT as c_int) as usize;
+            buf.resize(w * ht * 3, 0);
+            let r = tj::tj3Decompress8(
+                h,
+                f.as_ptr(),
+                f.len() as _,
+                buf.as_mut_ptr(),
+                0,
+                tj::TJPF_TJPF_RGB as c_int,
+            );
+            assert_eq!(r, 0);
+            black_box(&buf);
+        }
+        let s = t.elapsed().as_secs_f64();
+        tj::tj3Destroy(h);
+        s
+    }
+}
+
+fn ours_full(files: &[Vec<u8>]) -> f64 {
+    let mut d = Decoder::new().unwrap();
+    if std::env::var_os("FAST").is_some() {
+        d.set_fast(true).unwrap();
+    }
+    let mut px = Pixels {
+        width: 0,
+        height: 0,
+        channels: 3,
+        data: Vec::new(),
+    };
+    let t = Instant::now();
+    for f in files {
+        d.decode(f, Scale::FULL, None, false, u64::MAX, &mut px)
+            .unwrap();
+        black_box(&px.data);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+struct Rng(u64);
+
+impl Random for Rng {
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        lo + (hi - lo) * ((self.0 >> 11) as f64 / (1u64 << 53) as f64)
+    }
+    fn int_inclusive(&mut self, n: u64) -> u64 {
+        ((self.uniform(0.0, 1.0) * (n + 1) as f64) as u64).min(n)
+    }
+}
+
+fn rrc(files: &[Vec<u8>], fused: bool) -> f64 {
+    let ops = ImageOps {
+        geometry: Geometry::RandomResizedCrop {
+            width: 224,
+            height: 224,
+            scale: (0.08, 1.0),
+            ratio: (0.75, 4.0 / 3.0),
+        },
+        flip_p: 0.5,
+        jitter: None,
+        gray: false,
+        out: OutSpec::default(),
+        max_pixels: u64::MAX,
+        fused,
+    };
+    let mut ws = Workspace::new();
+    let mut slot = vec![0u8; ops.slot_bytes()];
+    let mut rng = Rng(1);
+    let t = Instant::now();
+    for f in files {
+        run(&ops, f, &mut rng, &mut ws, &mut slot).unwrap();
+        black_box(&slot);
+    }
+    t.elapsed().as_secs_f64()
+}
+
+fn best_of(n: usize, mut f: impl FnMut() -> f64) -> f64 {
+    (0..n).map(|_| f()).fold(f64::INFINITY, f64::min)
+}
+
+fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
+    if files.is_empty() {
+        println!("{name}: no images found (set STOKEHOLD_BENCH_IMAGES / STOKEHOLD_BENCH_LARGE)");
+        return;
+    }
+    let n = files.len() as f64;
+    let mb: f64 = files.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6;
+    // interleave the measurements so drift affects all alike
+    let (mut raw, mut ours, mut fused, mut naive) =
+        (f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    for _ in 0..runs {
+        raw = raw.min(raw_full(files));
+        ours = ours.min(ours_full(files));
+        fused = fused.min(rrc(files, true));
+        naive = naive.min(best_of(1, || rrc(files, false)));
+    }
+    println!(
+        "{name}: {} JPEGs, {:.1} MB, best of {runs} passes, one thread",
+        files.len(),
+        mb
+    );
+    println!(
+        "  raw libjpeg-turbo full decode     {:8.0} images/s  (baseline)",
+        n / raw
+    );
+    println!(
+        "  our wrapper, full decode          {:8.0} images/s  {:.3}x (target: within 5%)",
+        n / ours,
+        raw / ours
+    );
+    println!(
+        "  RandomResizedCrop(224)+flip, u8 CHW, fused   {:8.0} images/s  {:.2}x raw full decode (target >= {rrc_target})",
+        n / fused,
+        raw / fused
+    );
+    println!(
+        "  same, full decode then crop+resize (naive)   {:8.0} images/s  {:.2}x",
+        n / naive,
+        raw / naive
+    );
+}
+
+fn main() {
+    let dir = std::env::var("STOKEHOLD_BENCH_IMAGES").unwrap_or_else(|_| "/tmp/inet/train".into());
+    let large = std::env::var("STOKEHOLD_BENCH_LARGE").unwrap_or_else(|_| "/tmp/inet/large".into());
+    let mut small = Vec::new();
+    jpegs(Path::new(&dir), 1000, &mut small);
+    let mut big = Vec::new();
+    jpegs(Path::new(&large), 40, &mut big);
+    report("ImageNet-like", &small, 5, 1.0);
+    report(
+        "large photographs, as shipped (mostly progressive)",
+        &big,
+        2,
+        1.8,
+    );
+    let baseline: Vec<Vec<u8>> = big
+        .iter()
+        .map(|f| stokehold_ops::jpeg::to_baseline(f).unwrap())
+        .collect();
+    report(
+        "large photographs after the lossless baseline transcode (`stokehold pack --baseline`)",
+        &baseline,
+        2,
+        1.8,
+    );
+}
