@@ -15,14 +15,26 @@ A dataset is a directory of checksummed shard files and a ``manifest.json``. Wri
     print(ds, ds.classes)          # Dataset('data/train', 1200 samples, 1 shard, ...)
     sample = ds[-1]                # {"image": b"\\xff\\xd8...", "label": 1, "emb": array(...)}
 
+Stream it into a training loop with :class:`Loader` (native threads, zero-copy numpy arrays,
+deterministic order, exact resume)::
+
+    loader = stokehold.Loader("data/train", batch_size=256, seed=0, include_ids=True)
+    for epoch in range(10):
+        loader.set_epoch(epoch)
+        for batch in loader:          # {"label": int64 array, "emb": [arrays], "id": ..., ...}
+            ...
+
 Errors derive from :class:`StokeholdError`; damaged data raises :class:`CorruptDataError`, whose
 message names the shard file, the record and the byte range.
 """
 
 from ._native import (
+    ConfigError,
     CorruptDataError,
     Dataset,
+    IncompatibleStateError,
     LimitExceededError,
+    SampleError,
     SchemaError,
     ShardWriter,
     StokeholdError,
@@ -30,15 +42,23 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
+from . import transforms
+from ._loader import Loader, default_rank_world_size
 
 __all__ = [
+    "ConfigError",
     "CorruptDataError",
     "Dataset",
+    "IncompatibleStateError",
     "LimitExceededError",
+    "Loader",
+    "SampleError",
     "SchemaError",
     "ShardWriter",
     "StokeholdError",
     "StokeholdIOError",
     "UnsupportedVersionError",
     "__version__",
+    "default_rank_world_size",
+    "transforms",
 ]

@@ -8,16 +8,24 @@ import numpy as np
 
 __version__: str
 __all__ = [
+    "ConfigError",
     "CorruptDataError",
     "Dataset",
+    "IncompatibleStateError",
     "LimitExceededError",
+    "Loader",
+    "SampleError",
     "SchemaError",
     "ShardWriter",
     "StokeholdError",
     "StokeholdIOError",
     "UnsupportedVersionError",
     "__version__",
+    "default_rank_world_size",
+    "transforms",
 ]
+
+from . import transforms as transforms
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.
@@ -37,6 +45,8 @@ class Dataset:
 
     :param path: the dataset directory (holding ``manifest.json`` and the shards).
     :param mmap: memory-map the shards (the files must not change while open).
+    :param in_memory: read every shard into memory at open (datasets that fit in RAM); takes
+        precedence over ``mmap``.
     :param verify: check each record's CRC-32C when it is read.
     :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
     :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
@@ -45,7 +55,12 @@ class Dataset:
     """
 
     def __new__(
-        cls, path: Union[str, "os.PathLike[str]"], *, mmap: bool = False, verify: bool = True
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        mmap: bool = False,
+        in_memory: bool = False,
+        verify: bool = True,
     ) -> "Dataset": ...
     def __len__(self) -> int:
         """The number of samples."""
@@ -171,3 +186,148 @@ class SchemaError(StokeholdError, ValueError):
 class StokeholdIOError(StokeholdError, OSError):
     """An operating-system error while reading or writing a dataset (``errno`` set when the
     system gave one), or a write destination that already exists (``errno`` EEXIST)."""
+
+class SampleError(StokeholdError):
+    """A loader stage (a transform or a Python callable) failed on one sample, or panicked (the
+    panic was caught at the sample boundary). The message names the stage and the column."""
+
+    sample_id: int
+    """The global id of the sample."""
+
+class ConfigError(StokeholdError, ValueError):
+    """An invalid loader configuration: a bad option, a transform for a field the dataset does not
+    have, or an unknown transform stage."""
+
+class IncompatibleStateError(StokeholdError, ValueError):
+    """A resume state that does not belong to this loader (another dataset, seed, shuffle mode or
+    version, or a position past the end), or not a state at all."""
+
+    field: Optional[str]
+    """The field that differs (``"version"``, ``"dataset"``, ``"seed"``, ``"shuffle"``,
+    ``"position"``), or None when the state could not be parsed."""
+
+#: A batch: field name -> numpy array (fixed columns: int64/float64 fields, fixed tensors) or
+#: list (bytes, strings, varying arrays, Python-stage results); with ``include_ids``, ``"id"``
+#: (int64) and ``"is_padding"`` (bool). With ``to="torch"`` / ``"jax"`` arrays are tensors.
+Batch = Dict[str, Any]
+
+def default_rank_world_size() -> Tuple[int, int]:
+    """This process's (rank, world size): from ``torch.distributed`` when it is initialised, else
+    the ``RANK`` / ``WORLD_SIZE`` environment variables, else (0, 1). Never imports torch."""
+
+class Loader:
+    """An iterable of batches over a :class:`Dataset`, read, transformed and collated on native
+    threads, in an order that is a pure function of (dataset, seed, epoch, rank, world size).
+
+    Iterating runs the current epoch (continuing from the current position); when an epoch ends
+    the loader moves to the next one, so ``for batch in loader`` in an outer loop walks the
+    epochs. One iteration runs at a time: a new ``iter(loader)`` stops the previous one (which
+    then raises if used) and continues from the last batch delivered.
+
+    Fixed columns are numpy arrays over the batch's own memory (no copy; the memory is returned
+    to the loader's pool when Python drops the array). Blocking waits release the GIL; Ctrl-C
+    raises ``KeyboardInterrupt`` within about 100 ms and stops the worker threads.
+
+    :param dataset: a :class:`Dataset` or a dataset path.
+    :param batch_size: samples per batch, per rank.
+    :param shuffle: ``True`` (a new global permutation each epoch), ``False`` (stored order), or
+        ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
+        each window: for streaming reads).
+    :param shuffle_window: shards per window for ``"shard_block"`` (default 4).
+    :param seed: seed of the order and of every random stage.
+    :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
+        pads it with repeats of the epoch's first samples, flagged in ``is_padding``.
+    :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
+        any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
+        out as stored.
+    :param threads: worker threads (0: one per core).
+    :param prefetch: batches prepared ahead (bounds memory).
+    :param rank: this process's rank; with ``world_size``. Default:
+        :func:`default_rank_world_size`.
+    :param world_size: number of ranks.
+    :param on_error: ``"fail"`` (raise at the first failed sample) or ``"skip"`` (replace it with
+        a copy of another sample of the batch, flagged as padding, and report its id in
+        ``stats()["skipped"]``; fails past 5% of the epoch or 64 in a row).
+    :param include_ids: add ``batch["id"]`` (int64 global sample ids) and ``batch["is_padding"]``.
+    :param to: ``"numpy"``, ``"torch"`` (``torch.from_numpy``, no copy) or ``"jax"`` (DLPack
+        where jax accepts the buffer, else a copy).
+    :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
+        for ``.cuda(non_blocking=True)``; ignored without CUDA.
+    :raises ConfigError: an invalid option, field or stage.
+    :raises TypeError: a stage that is not a stage.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[Dataset, str, "os.PathLike[str]"],
+        batch_size: int,
+        *,
+        shuffle: Union[bool, str] = True,
+        shuffle_window: Optional[int] = None,
+        seed: int = 0,
+        drop_last: bool = True,
+        transforms: Optional[Mapping[str, Any]] = None,
+        threads: int = 0,
+        prefetch: int = 4,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        on_error: str = "fail",
+        include_ids: bool = False,
+        to: str = "numpy",
+        pin_memory: bool = False,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[Batch]:
+        """Run (the rest of) the current epoch.
+
+        :raises CorruptDataError: a damaged record (``.sample_id`` set), or too many under
+            ``on_error="skip"``.
+        :raises SampleError: a stage failed on a sample (``.sample_id`` set).
+        :raises StokeholdError: the loader was running when the process forked (in the child), or
+            the iterator was superseded by a newer one.
+        """
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` at the next iteration, from its beginning (a resumed position is kept when
+        ``epoch`` is already the current epoch). Stops a running iteration."""
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or the running) iteration belongs to."""
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset."""
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader is, after the batches delivered so far: a small JSON-serialisable dict
+        (``version``, ``dataset`` fingerprint, ``seed``, ``shuffle``, ``epoch``, ``position``).
+        The position is global, so any rank's state resumes any number of ranks."""
+    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
+        """Continue from a saved state (a dict or its JSON). Stops a running iteration.
+
+        :raises IncompatibleStateError: the state is of another dataset, seed, order or version
+            (``.field`` names it).
+        """
+    def stats(self) -> Dict[str, Any]:
+        """Statistics since the loader was made: ``stages`` (a list of dicts with ``name``,
+        ``items``, ``busy`` seconds summed over threads and ``share`` of the busy time),
+        ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids) and ``threads``."""
+    def report(self) -> str:
+        """The statistics as a readable table (``print(loader.report())``)."""
+    def close(self) -> None:
+        """Stop a running iteration and join its worker threads (the position is kept)."""
+    def __enter__(self) -> "Loader": ...
+    def __exit__(self, *exc: Any) -> None:
+        """:meth:`close`."""
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickles as its configuration and state: unpickling makes a new, idle loader that
+        continues from the same position (for spawn-based worker processes). Transforms must be
+        picklable (module-level functions)."""

@@ -9,7 +9,7 @@ pub enum OpsError {
     #[error("not a supported image (JPEG, PNG or WebP): starts with \"{0}\"")]
     UnknownFormat(String),
     /// The header declares more pixels than the limit; nothing was allocated.
-    #[error("{width}x{height} image ({} megapixels) is over the limit of {} megapixels", (*width as u64 * *height as u64) / 1_000_000, max_pixels / 1_000_000)]
+    #[error("{width}x{height} image ({} megapixels) is over the limit of {} megapixels", (*width * *height) / 1_000_000, max_pixels / 1_000_000)]
     TooLarge {
         /// Declared width.
         width: u64,

@@ -38,19 +38,19 @@ impl JpegHeader {
     /// Width of an iMCU (the unit a cropping region's left edge must be aligned to), unscaled.
     pub fn mcu_width(&self) -> Option<u32> {
         Some(match self.subsamp {
-            s if s == tj::TJSAMP_TJSAMP_444 as i32
-                || s == tj::TJSAMP_TJSAMP_GRAY as i32
-                || s == tj::TJSAMP_TJSAMP_440 as i32 =>
+            s if s == tj::TJSAMP_TJSAMP_444
+                || s == tj::TJSAMP_TJSAMP_GRAY
+                || s == tj::TJSAMP_TJSAMP_440 =>
             {
                 8
             }
-            s if s == tj::TJSAMP_TJSAMP_422 as i32
-                || s == tj::TJSAMP_TJSAMP_420 as i32
-                || s == tj::TJSAMP_TJSAMP_441 as i32 =>
+            s if s == tj::TJSAMP_TJSAMP_422
+                || s == tj::TJSAMP_TJSAMP_420
+                || s == tj::TJSAMP_TJSAMP_441 =>
             {
                 16
             }
-            s if s == tj::TJSAMP_TJSAMP_411 as i32 => 32,
+            s if s == tj::TJSAMP_TJSAMP_411 => 32,
             _ => return None,
         })
     }
@@ -454,7 +454,7 @@ pub fn to_baseline(data: &[u8]) -> Result<Vec<u8>> {
             1,
             &mut dst,
             &mut size,
-            &mut xf,
+            &xf,
         )
     };
     if r != 0 {
@@ -478,7 +478,7 @@ pub fn encode(px: &Pixels, quality: u8) -> Result<Vec<u8>> {
         3 => (tj::TJPF_TJPF_RGB, tj::TJSAMP_TJSAMP_420),
         c => return Err(OpsError::Unsupported(format!("encoding {c} channels"))),
     };
-    h.set(tj::TJPARAM_TJPARAM_SUBSAMP, samp as i32)?;
+    h.set(tj::TJPARAM_TJPARAM_SUBSAMP, samp)?;
     let pitch = px.width as usize * usize::from(px.channels);
     if px.data.len() != pitch * px.height as usize {
         return Err(OpsError::Invalid(

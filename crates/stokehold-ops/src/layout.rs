@@ -227,6 +227,6 @@ mod tests {
         write(&img(), 2, 2, 3, false, &half, &mut out).unwrap();
         let b = bf16::from_le_bytes([out[22], out[23]]).to_f32();
         assert!((b - (211.0 / 255.0 - 0.5) / 0.25).abs() < 0.02);
-        assert!(write(&img(), 2, 2, 3, false, &spec, &mut vec![0u8; 47]).is_err());
+        assert!(write(&img(), 2, 2, 3, false, &spec, &mut [0u8; 47]).is_err());
     }
 }

@@ -174,3 +174,59 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
         }
     }
 }
+
+/// A Python stage's result as an owned field value: `bytes` (or a bytes-like object), `str`,
+/// `int` (or anything with `__index__`), `float` (or anything with `__float__`), or a numpy array
+/// of dtype uint8, int32, int64, float16, float32 or float64 (stored C-contiguous).
+pub fn py_to_value(v: &Bound<'_, PyAny>) -> PyResult<FieldValue<'static>> {
+    let py = v.py();
+    if let Ok(a) = v.cast::<PyUntypedArray>() {
+        let found = a.dtype();
+        for dtype in [
+            DType::U8,
+            DType::I32,
+            DType::I64,
+            DType::F16,
+            DType::F32,
+            DType::F64,
+        ] {
+            if found.is_equiv_to(&PyArrayDescr::new(py, numpy_dtype(dtype))?) {
+                let shape: Vec<u64> = a.shape().iter().map(|&d| d as u64).collect();
+                let data = a.call_method0("tobytes")?.cast_into::<PyBytes>()?;
+                return Ok(FieldValue::Array(ArrayValue {
+                    dtype,
+                    shape,
+                    data: Cow::Owned(data.as_bytes().to_vec()),
+                }));
+            }
+        }
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "a numpy array of dtype {} cannot be a batch value (use uint8, int32, int64, float16, \
+             float32 or float64, little-endian)",
+            found.str()?
+        )));
+    }
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(FieldValue::Bytes(Cow::Owned(b.as_bytes().to_vec())));
+    }
+    if v.is_instance_of::<PyByteArray>() || v.is_instance_of::<PyMemoryView>() {
+        let b = py
+            .get_type::<PyBytes>()
+            .call1((v,))?
+            .cast_into::<PyBytes>()?;
+        return Ok(FieldValue::Bytes(Cow::Owned(b.as_bytes().to_vec())));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(FieldValue::String(Cow::Owned(s.to_cow()?.into_owned())));
+    }
+    if v.is_instance_of::<PyInt>() || (v.hasattr("__index__")? && !v.is_instance_of::<PyFloat>()) {
+        return Ok(FieldValue::Int64(v.extract::<i64>()?));
+    }
+    if v.is_instance_of::<PyFloat>() || v.hasattr("__float__")? {
+        return Ok(FieldValue::Float64(v.extract::<f64>()?));
+    }
+    Err(pyo3::exceptions::PyTypeError::new_err(format!(
+        "a stage must return bytes, str, int, float or a numpy array, got {}",
+        type_name(v)
+    )))
+}

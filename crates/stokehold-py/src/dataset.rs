@@ -1,6 +1,7 @@
 //! `stokehold.Dataset`: random access to a dataset directory.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
@@ -15,14 +16,26 @@ use crate::errors::to_py_err;
 #[derive(Debug)]
 #[pyclass(module = "stokehold", name = "Dataset", frozen)]
 pub struct Dataset {
-    inner: FormatDataset,
+    /// Shared with the loaders made from this dataset (no reopening).
+    inner: Arc<FormatDataset>,
     /// The path as given (made a string), for `.path`, `repr` and pickling.
     path: PathBuf,
     mmap: bool,
+    in_memory: bool,
     verify: bool,
 }
 
 impl Dataset {
+    /// The opened dataset, shared.
+    pub fn shared(&self) -> Arc<FormatDataset> {
+        Arc::clone(&self.inner)
+    }
+
+    /// Open `path` with the default options (what `stokehold.Loader("path", ...)` does).
+    pub fn open_default(py: Python<'_>, path: PathBuf) -> PyResult<Dataset> {
+        Dataset::open(py, path, false, false, true)
+    }
+
     /// The sample index for a Python index (negative counts from the end).
     fn resolve(&self, i: i64) -> PyResult<u64> {
         let len = self.inner.len();
@@ -47,9 +60,16 @@ impl Dataset {
         sample_to_py(py, self.inner.schema(), &values)
     }
 
-    fn open(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult<Dataset> {
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        mmap: bool,
+        in_memory: bool,
+        verify: bool,
+    ) -> PyResult<Dataset> {
         let options = OpenOptions {
             mmap,
+            in_memory,
             verify_records: verify,
             ..OpenOptions::default()
         };
@@ -57,9 +77,10 @@ impl Dataset {
             .detach(|| FormatDataset::open_with(&path, options))
             .map_err(|e| to_py_err(py, e))?;
         Ok(Dataset {
-            inner,
+            inner: Arc::new(inner),
             path,
             mmap,
+            in_memory,
             verify,
         })
     }
@@ -72,9 +93,15 @@ impl Dataset {
 #[pymethods]
 impl Dataset {
     #[new]
-    #[pyo3(signature = (path, *, mmap = false, verify = true))]
-    fn new(py: Python<'_>, path: PathBuf, mmap: bool, verify: bool) -> PyResult<Dataset> {
-        Dataset::open(py, path, mmap, verify)
+    #[pyo3(signature = (path, *, mmap = false, in_memory = false, verify = true))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        mmap: bool,
+        in_memory: bool,
+        verify: bool,
+    ) -> PyResult<Dataset> {
+        Dataset::open(py, path, mmap, in_memory, verify)
     }
 
     fn __len__(&self) -> usize {
@@ -154,6 +181,9 @@ impl Dataset {
         let args = PyTuple::new(py, [self.path.as_os_str()])?;
         let kwargs = PyDict::new(py);
         kwargs.set_item("mmap", self.mmap)?;
+        if self.in_memory {
+            kwargs.set_item("in_memory", true)?;
+        }
         kwargs.set_item("verify", self.verify)?;
         Ok((args, kwargs))
     }

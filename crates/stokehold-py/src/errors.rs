@@ -9,8 +9,16 @@
 //!     ├── UnsupportedVersionError   a shard or manifest version this build cannot read
 //!     ├── LimitExceededError        a size read from a file is over a configured limit
 //!     ├── SchemaError (+ ValueError)        an invalid schema, or a value that does not fit it
-//!     └── StokeholdIOError (+ OSError)      an operating-system error (errno set when known),
-//!                                           or a write destination that already exists
+//!     ├── StokeholdIOError (+ OSError)      an operating-system error (errno set when known),
+//!     │                                     or a write destination that already exists
+//!     ├── SampleError               a loader stage failed on one sample (`.sample_id`)
+//!     ├── ConfigError (+ ValueError)        an invalid loader configuration or transform
+//!     └── IncompatibleStateError (+ ValueError)  a resume state of another dataset, seed,
+//!                                           order or version (`.field` names it)
+//!
+//! Errors of the loading engine ([`EngineError`]) map in [`engine_err`]: damaged data of a sample
+//! raises `CorruptDataError` with `.sample_id` set, a failed stage `SampleError`, an exhausted
+//! skip budget `CorruptDataError`.
 //! IndexError                        a sample index out of range (the built-in)
 //! ```
 //!
@@ -24,6 +32,7 @@ use pyo3::exceptions::{PyException, PyIndexError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use stokehold::EngineError;
 use stokehold_format::FormatError;
 
 pyo3::create_exception!(
@@ -54,7 +63,18 @@ pyo3::create_exception!(
      was allocated)."
 );
 
+pyo3::create_exception!(
+    stokehold,
+    SampleError,
+    StokeholdError,
+    "A loader stage (a transform or a Python callable) failed on one sample, or panicked (the \
+     panic was caught at the sample boundary). `.sample_id` is the global sample id; the message \
+     names the stage and the column."
+);
+
 static SCHEMA_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static CONFIG_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+static STATE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 static IO_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
 /// `type(name, (StokeholdError, base), {"__module__": "stokehold", "__doc__": doc})`.
@@ -105,6 +125,85 @@ pub fn io_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
             )
         })
         .map(|t| t.bind(py).clone())
+}
+
+/// The `ConfigError` class (a `StokeholdError` and a `ValueError`).
+pub fn config_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    CONFIG_ERROR
+        .get_or_try_init(py, || {
+            two_base_type(
+                py,
+                "ConfigError",
+                py.get_type::<PyValueError>(),
+                "An invalid loader configuration: a bad option value, a transform for a field \
+                 the dataset does not have, or an unknown transform stage.",
+            )
+        })
+        .map(|t| t.bind(py).clone())
+}
+
+/// The `IncompatibleStateError` class (a `StokeholdError` and a `ValueError`).
+pub fn state_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+    STATE_ERROR
+        .get_or_try_init(py, || {
+            two_base_type(
+                py,
+                "IncompatibleStateError",
+                py.get_type::<PyValueError>(),
+                "A resume state (`Loader.load_state_dict`) that does not belong to this loader: \
+                 another dataset, seed, shuffle mode or state version, a position past the end, \
+                 or a value that is not a state at all. `.field` names the field that differs \
+                 (None when the state could not be parsed).",
+            )
+        })
+        .map(|t| t.bind(py).clone())
+}
+
+/// A `ConfigError` with this message.
+pub fn config_error(py: Python<'_>, msg: impl Into<String>) -> PyErr {
+    build(config_error_type(py), msg.into(), None)
+}
+
+/// An exception with an attribute set on it (best effort: a failure to set it leaves it unset).
+fn with_attr<'py, V: IntoPyObject<'py>>(py: Python<'py>, e: PyErr, name: &str, v: V) -> PyErr {
+    let _ = e.value(py).setattr(name, v);
+    e
+}
+
+/// The one mapping from the engine's [`EngineError`] to Python exceptions.
+pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        EngineError::Sample { id, source } => {
+            let err = if source.is_corruption() {
+                CorruptDataError::new_err(msg)
+            } else {
+                // keep the class (I/O error, limit, ...), with the sample named
+                let class_of = to_py_err(py, source);
+                let ty = class_of.get_type(py);
+                ty.call1((msg.clone(),))
+                    .map(PyErr::from_value)
+                    .unwrap_or(class_of)
+            };
+            with_attr(py, err, "sample_id", id)
+        }
+        EngineError::Transform { id, .. } | EngineError::Panic { id, .. } => {
+            with_attr(py, SampleError::new_err(msg), "sample_id", id)
+        }
+        EngineError::TooManyFailures { .. } => CorruptDataError::new_err(msg),
+        EngineError::IncompatibleResume { field, .. } => {
+            with_attr(py, build(state_error_type(py), msg, None), "field", field)
+        }
+        EngineError::InvalidState(_) => with_attr(
+            py,
+            build(state_error_type(py), msg, None),
+            "field",
+            py.None(),
+        ),
+        EngineError::Config(_) | EngineError::Sampler(_) => config_error(py, msg),
+        EngineError::Format(f) => to_py_err(py, f),
+        _ => StokeholdError::new_err(msg),
+    }
 }
 
 /// An exception of class `ty` with one argument, `msg`; `errno` set when given. Falls back to the
@@ -164,5 +263,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LimitExceededError", py.get_type::<LimitExceededError>())?;
     m.add("SchemaError", schema_error_type(py)?)?;
     m.add("StokeholdIOError", io_error_type(py)?)?;
+    m.add("SampleError", py.get_type::<SampleError>())?;
+    m.add("ConfigError", config_error_type(py)?)?;
+    m.add("IncompatibleStateError", state_error_type(py)?)?;
     Ok(())
 }

@@ -3,6 +3,8 @@
 //!
 //! - [`dataset::Dataset`]: `stokehold.Dataset`, random access to a dataset directory.
 //! - [`writer::ShardWriter`]: `stokehold.ShardWriter`, writes one.
+//! - [`loader::Engine`]: the loading engine behind `stokehold.Loader` (the Python class in
+//!   `python/stokehold/_loader.py`).
 //! - [`errors`]: the exception classes and the one mapping from `FormatError` to them.
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
@@ -10,6 +12,7 @@
 pub mod convert;
 pub mod dataset;
 pub mod errors;
+pub mod loader;
 pub mod writer;
 
 use pyo3::prelude::*;
@@ -23,6 +26,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    loader::register(m)?;
     errors::register(m)?;
     Ok(())
 }

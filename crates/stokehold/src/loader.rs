@@ -291,6 +291,7 @@ impl Loader {
     /// Like [`Loader::iter`], but the iterator owns the loader (for bindings that cannot hold a
     /// borrow, such as a Python iterator object). Take the loader back with
     /// [`BatchIter::into_loader`]. On error the loader is handed back with it.
+    #[allow(clippy::result_large_err)] // the error hands the loader back: rare, and moved once
     pub fn into_batches(self) -> std::result::Result<BatchIter<'static>, (Loader, EngineError)> {
         start(LoaderRef::Owned(Box::new(self))).map_err(|(l, e)| match l {
             LoaderRef::Owned(b) => (*b, e),

@@ -98,12 +98,15 @@ fn train_specs() -> BTreeMap<String, Vec<TransformSpec>> {
     )])
 }
 
+/// A batch's ids and its image tensor's bytes.
+type IdsAndPixels = (Vec<u64>, Vec<u8>);
+
 fn run(
     ds: &Arc<Dataset>,
     specs: &BTreeMap<String, Vec<TransformSpec>>,
     threads: usize,
     policy: ErrorPolicy,
-) -> Vec<Result<(Vec<u64>, Vec<u8>), EngineError>> {
+) -> Vec<Result<IdsAndPixels, EngineError>> {
     let cols = build_columns(ds.schema(), specs, true, &mut |_| None).unwrap();
     let cfg = LoaderConfig {
         batch_size: 8,

@@ -1,0 +1,268 @@
+"""stokehold.Loader: the Python front of the native loading engine (``_native._Engine``)."""
+
+import atexit
+import json
+import os
+import sys
+import warnings
+import weakref
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _native
+from ._native import ConfigError, Dataset
+
+__all__ = ["Loader", "default_rank_world_size"]
+
+_TARGETS = ("numpy", "torch", "jax")
+
+# Every live loader, so that interpreter exit can stop their worker threads first.
+_LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for loader in list(_LIVE):
+        try:
+            loader.close()
+        except Exception:  # pragma: no cover - best effort at exit
+            pass
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    # Worker threads do not survive fork(): loaders running at the fork refuse to work in the
+    # child with a clear error (idle ones keep working and start their own threads).
+    os.register_at_fork(after_in_child=_native._after_fork_in_child)
+
+
+def default_rank_world_size() -> Tuple[int, int]:
+    """This process's (rank, world size): from ``torch.distributed`` when it is initialised, else
+    the ``RANK`` / ``WORLD_SIZE`` environment variables, else (0, 1). Never imports torch."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank()), int(dist.get_world_size())
+        except Exception:  # pragma: no cover - a broken torch install
+            pass
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is not None and world is not None:
+        try:
+            return int(rank), int(world)
+        except ValueError:
+            raise ConfigError(f"RANK={rank!r} / WORLD_SIZE={world!r} are not integers") from None
+    return 0, 1
+
+
+def _shuffle_mode(shuffle: Union[bool, str]) -> str:
+    if shuffle is True:
+        return "global"
+    if shuffle is False:
+        return "sequential"
+    if isinstance(shuffle, str) and shuffle in ("global", "sequential", "shard_block"):
+        return shuffle
+    raise ConfigError(f'shuffle must be True, False, "global", "sequential" or "shard_block", got {shuffle!r}')
+
+
+class Loader:
+    """An iterable of batches over a :class:`Dataset`, loaded on native threads.
+
+    See ``help(stokehold)`` and ``docs/python.md``; the stub (``__init__.pyi``) documents every
+    parameter.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[Dataset, str, "os.PathLike[str]"],
+        batch_size: int,
+        *,
+        shuffle: Union[bool, str] = True,
+        shuffle_window: Optional[int] = None,
+        seed: int = 0,
+        drop_last: bool = True,
+        transforms: Optional[Mapping[str, Any]] = None,
+        threads: int = 0,
+        prefetch: int = 4,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        on_error: str = "fail",
+        include_ids: bool = False,
+        to: str = "numpy",
+        pin_memory: bool = False,
+    ) -> None:
+        if not isinstance(dataset, Dataset):
+            dataset = Dataset(dataset)
+        if to not in _TARGETS:
+            raise ConfigError(f'to must be "numpy", "torch" or "jax", got {to!r}')
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
+        mode = _shuffle_mode(shuffle)
+        if shuffle_window is not None and mode != "shard_block":
+            raise ConfigError('shuffle_window only applies to shuffle="shard_block"')
+        window = 4 if shuffle_window is None else shuffle_window
+        if (rank is None) != (world_size is None):
+            raise ConfigError("give both rank and world_size, or neither")
+        if rank is None:
+            rank, world_size = default_rank_world_size()
+        if not 0 <= threads or not 1 <= prefetch:
+            raise ConfigError(f"threads must be >= 0 and prefetch >= 1, got {threads} and {prefetch}")
+        if transforms is not None and not isinstance(transforms, Mapping):
+            raise ConfigError("transforms must be a dict field name -> list of stages")
+        self._config: Dict[str, Any] = dict(
+            shuffle=shuffle,
+            shuffle_window=shuffle_window,
+            seed=seed,
+            drop_last=drop_last,
+            transforms=dict(transforms) if transforms is not None else None,
+            threads=threads,
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+            on_error=on_error,
+            include_ids=include_ids,
+            to=to,
+            pin_memory=pin_memory,
+        )
+        if pin_memory and to != "torch":
+            warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=2)
+        self._dataset = dataset
+        self._batch_size = batch_size
+        self._to = to
+        self._pin = bool(pin_memory)
+        try:
+            self._engine = _native._Engine(
+                dataset,
+                batch_size,
+                shuffle=mode,
+                shuffle_window=window,
+                seed=seed,
+                drop_last=drop_last,
+                transforms=self._config["transforms"],
+                threads=threads,
+                prefetch=prefetch,
+                rank=rank,
+                world_size=world_size,
+                on_error=on_error,
+                include_ids=include_ids,
+            )
+        except OverflowError as e:
+            raise ConfigError(f"an option is out of range: {e}") from None
+        _LIVE.add(self)
+
+    # --- iteration -------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        it = self._engine.iter()
+        if self._to == "numpy":
+            return it
+        return _converted(it, _converter(self._to, self._pin))
+
+    def __len__(self) -> int:
+        return len(self._engine)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._engine.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._engine.epoch
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def rank(self) -> int:
+        return self._config["rank"]
+
+    @property
+    def world_size(self) -> int:
+        return self._config["world_size"]
+
+    # --- state, statistics -----------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        return json.loads(self._engine.state_json())
+
+    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
+        text = state if isinstance(state, str) else json.dumps(dict(state))
+        self._engine.load_state_json(text)
+
+    def stats(self) -> Dict[str, Any]:
+        return self._engine.stats()
+
+    def report(self) -> str:
+        return self._engine.report()
+
+    def close(self) -> None:
+        self._engine.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader({self._dataset.path!r}, batch_size={self._batch_size}, "
+            f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r})"
+        )
+
+    # --- pickling (spawn-based workers) ----------------------------------------------------
+
+    def __reduce__(self):
+        return (_restore, (self._dataset, self._batch_size, self._config, self.state_dict()))
+
+
+def _restore(dataset: Dataset, batch_size: int, config: Dict[str, Any], state: Dict[str, Any]) -> Loader:
+    loader = Loader(dataset, batch_size, **config)
+    loader.load_state_dict(state)
+    return loader
+
+
+def _converted(it: Iterator[Dict[str, Any]], convert) -> Iterator[Dict[str, Any]]:
+    for batch in it:
+        yield convert(batch)
+
+
+def _converter(to: str, pin: bool):
+    if to == "torch":
+        import torch
+
+        # page-locked memory needs CUDA; without it, pin_memory is ignored (as torch does)
+        pin = pin and torch.cuda.is_available()
+        from_numpy = torch.from_numpy
+
+        def one(v):
+            if isinstance(v, np.ndarray):
+                t = from_numpy(v)
+                return t.pin_memory() if pin else t
+            if isinstance(v, list):
+                return [from_numpy(x) if isinstance(x, np.ndarray) else x for x in v]
+            return v
+
+        return lambda batch: {k: one(v) for k, v in batch.items()}
+    if to == "jax":
+        import jax.numpy as jnp
+
+        def arr(a):
+            try:
+                return jnp.from_dlpack(a)  # zero-copy where jax accepts the buffer
+            except Exception:
+                return jnp.asarray(a)
+
+        def one(v):
+            if isinstance(v, np.ndarray):
+                return arr(v)
+            if isinstance(v, list):
+                return [arr(x) if isinstance(x, np.ndarray) else x for x in v]
+            return v
+
+        return lambda batch: {k: one(v) for k, v in batch.items()}
+    raise ConfigError(f"unknown target {to!r}")  # pragma: no cover
