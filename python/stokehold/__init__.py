@@ -42,7 +42,7 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
-from . import transforms
+from . import image, transforms
 from ._loader import Loader, default_rank_world_size
 
 __all__ = [
@@ -60,5 +60,6 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "default_rank_world_size",
+    "image",
     "transforms",
 ]
