@@ -12,7 +12,7 @@ use stokehold_format::{
     Dataset, DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest,
     VerifyOptions, WriteOptions, verify_dataset,
 };
-use stokehold_ingest::{PackOptions, SourceKind};
+use stokehold_ingest::{ImagePolicy, PackOptions, SourceKind};
 
 use crate::progress::Bar;
 use crate::units;
@@ -55,6 +55,17 @@ pub struct PackArgs {
     /// Replace DEST if it exists (only once the new dataset is complete).
     #[arg(long)]
     overwrite: bool,
+    /// Rewrite progressive JPEGs as baseline, losslessly (same pixels; about 3x faster to decode
+    /// and croppable).
+    #[arg(long)]
+    baseline: bool,
+    /// Re-encode images whose longer side is over N pixels to N (lossy; recorded in the
+    /// manifest), like FFCV's max_resolution.
+    #[arg(long, value_name = "N")]
+    max_side: Option<u32>,
+    /// JPEG quality of images re-encoded by --max-side.
+    #[arg(long, default_value_t = 90)]
+    jpeg_quality: u8,
 }
 
 pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
@@ -77,6 +88,11 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         strict: a.strict,
         keep_pickle: a.keep_pickle,
         path_column: a.path_column,
+        images: ImagePolicy {
+            baseline: a.baseline,
+            max_side: a.max_side,
+            quality: a.jpeg_quality,
+        },
         ..PackOptions::default()
     };
     let bar = Bar::new();
@@ -113,10 +129,28 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         }
     }
     if report.progressive_jpegs > 0 {
+        if options.images.baseline {
+            writeln!(
+                out,
+                "  {} progressive JPEGs, {} rewritten as baseline losslessly",
+                units::count(report.progressive_jpegs),
+                units::count(report.transcoded_to_baseline)
+            )?;
+        } else {
+            writeln!(
+                out,
+                "  {} progressive JPEGs (they decode about 3x slower than baseline; --baseline \
+                 rewrites them losslessly)",
+                units::count(report.progressive_jpegs)
+            )?;
+        }
+    }
+    if let Some(m) = options.images.max_side {
         writeln!(
             out,
-            "  {} progressive JPEGs (they decode about 3x slower than baseline)",
-            units::count(report.progressive_jpegs)
+            "  {} images re-encoded to at most {m} px on the longer side (lossy, quality {})",
+            units::count(report.resized),
+            options.images.quality
         )?;
     }
     for n in &report.notes {

@@ -14,5 +14,6 @@ pub mod tar;
 pub mod tfrecord;
 
 pub use pack::{
-    NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind, detect, pack,
+    ImagePolicy, NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,
+    detect, pack,
 };

@@ -509,3 +509,83 @@ fn detection_by_name_and_clear_errors_for_mixtures() {
         SourceKind::WebDataset
     );
 }
+
+#[test]
+fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
+    use stokehold_ingest::ImagePolicy;
+    use stokehold_ops::jpeg::{Decoder, Pixels, Scale};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("imgs");
+    fs::create_dir_all(src.join("a")).unwrap();
+    let px: Vec<u8> = (0..120 * 90 * 3).map(|k| ((k * 31) % 251) as u8).collect();
+    for (i, progressive) in [(0, true), (1, false), (2, true)] {
+        let mut out = Vec::new();
+        let mut e = jpeg_encoder::Encoder::new(&mut out, 90);
+        e.set_progressive(progressive);
+        e.encode(&px, 120, 90, jpeg_encoder::ColorType::Rgb)
+            .unwrap();
+        fs::write(src.join(format!("a/{i}.jpg")), out).unwrap();
+    }
+    let decode = |b: &[u8]| {
+        let mut d = Decoder::new().unwrap();
+        let mut p = Pixels {
+            width: 0,
+            height: 0,
+            channels: 3,
+            data: Vec::new(),
+        };
+        d.decode(b, Scale::FULL, None, false, 1 << 30, &mut p)
+            .unwrap();
+        (d.header(b).unwrap().progressive, p)
+    };
+    let o = PackOptions {
+        images: ImagePolicy {
+            baseline: true,
+            ..ImagePolicy::default()
+        },
+        ..opts(2)
+    };
+    let r = pack(
+        std::slice::from_ref(&src),
+        &tmp.path().join("b"),
+        None,
+        &o,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!((r.progressive_jpegs, r.transcoded_to_baseline), (2, 2));
+    assert_eq!(r.manifest.source["transcoded_to_baseline"], 2);
+    let ds = Dataset::open(tmp.path().join("b")).unwrap();
+    for i in 0..3 {
+        let FieldValue::Image(b) = &ds.get(i).unwrap()[0] else {
+            panic!()
+        };
+        let (progressive, pixels) = decode(b);
+        assert!(!progressive, "sample {i} is baseline now");
+        let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
+        assert_eq!(pixels, decode(&original).1, "sample {i}: same pixels");
+    }
+    let o = PackOptions {
+        images: ImagePolicy {
+            max_side: Some(60),
+            ..ImagePolicy::default()
+        },
+        ..opts(1)
+    };
+    let r = pack(
+        std::slice::from_ref(&src),
+        &tmp.path().join("m"),
+        None,
+        &o,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.resized, 3);
+    assert_eq!(r.manifest.source["max_side"], 60);
+    let ds = Dataset::open(tmp.path().join("m")).unwrap();
+    let FieldValue::Image(b) = &ds.get(0).unwrap()[0] else {
+        panic!()
+    };
+    let (_, p) = decode(b);
+    assert_eq!((p.width, p.height), (60, 45));
+}
