@@ -8,6 +8,7 @@
 pub mod color;
 pub mod decode;
 mod error;
+pub mod fuzzing;
 pub mod geometry;
 pub mod jpeg;
 pub mod layout;

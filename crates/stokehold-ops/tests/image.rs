@@ -384,3 +384,49 @@ fn lossless_baseline_transcode_keeps_every_pixel() {
     let h = d.header(&re).unwrap();
     assert_eq!((h.width, h.height, h.progressive), (96, 64, false));
 }
+
+/// The seed corpus of the image fuzz target: written here if missing (deterministic content),
+/// then replayed, together with random mutations of a valid JPEG (rows A6, C1–C3: no panic).
+#[test]
+fn image_fuzz_corpus_and_mutations_never_panic() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/image");
+    let valid = jpeg(24, 16, 11, false);
+    let seeds: Vec<(&str, Vec<u8>)> = vec![
+        ("baseline.jpg", valid.clone()),
+        ("progressive.jpg", jpeg(24, 16, 12, true)),
+        ("truncated.jpg", valid[..valid.len() / 2].to_vec()),
+        (
+            "header-only.jpg",
+            valid[..valid.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap()].to_vec(),
+        ),
+        (
+            "garbage.bin",
+            (0..300u32).map(|i| (i * 7919 % 256) as u8).collect(),
+        ),
+    ];
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, bytes) in &seeds {
+        let p = dir.join(name);
+        if !p.exists() {
+            std::fs::write(&p, bytes).unwrap();
+        }
+    }
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        stokehold_ops::fuzzing::fuzz_image(&std::fs::read(e.unwrap().path()).unwrap());
+        n += 1;
+    }
+    assert!(n >= 5);
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    for _ in 0..300 {
+        let mut m = valid.clone();
+        for _ in 0..1 + state % 4 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let at = (state % m.len() as u64) as usize;
+            m[at] = (state >> 32) as u8;
+        }
+        stokehold_ops::fuzzing::fuzz_image(&m);
+    }
+}
