@@ -19,5 +19,5 @@ step "stokehold verify $DIR/shards"
 "$BIN" verify "$DIR/shards"
 step "stokehold inspect $DIR/shards"
 "$BIN" inspect "$DIR/shards"
-step "stokehold bench $DIR/shards (the loading engine: global shuffle, batches of 256, 3 epochs)"
-"$BIN" bench "$DIR/shards" --shuffle --epochs 3
+step "stokehold bench $DIR/shards: decode + RandomResizedCrop(224) + flip on native threads, global shuffle, batches of 256"
+"$BIN" bench "$DIR/shards" --shuffle --epochs 2 --random-resized-crop 224 --flip
