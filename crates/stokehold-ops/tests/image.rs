@@ -430,3 +430,46 @@ fn image_fuzz_corpus_and_mutations_never_panic() {
         stokehold_ops::fuzzing::fuzz_image(&m);
     }
 }
+
+#[test]
+fn grayscale_and_cmyk_jpegs_decode_to_rgb() {
+    let mut d = Decoder::new().unwrap();
+    let mut out = Pixels {
+        width: 0,
+        height: 0,
+        channels: 0,
+        data: Vec::new(),
+    };
+    // grayscale JPEG → RGB with equal channels
+    let gray: Vec<u8> = (0..32 * 24).map(|k| (k * 5 % 256) as u8).collect();
+    let mut g = Vec::new();
+    jpeg_encoder::Encoder::new(&mut g, 95)
+        .encode(&gray, 32, 24, jpeg_encoder::ColorType::Luma)
+        .unwrap();
+    assert!(d.header(&g).unwrap().is_gray());
+    d.decode(&g, Scale::FULL, None, false, 1 << 20, &mut out)
+        .unwrap();
+    assert_eq!(out.channels, 3);
+    assert!(out.data.chunks(3).all(|p| p[0] == p[1] && p[1] == p[2]));
+    // CMYK JPEG → RGB. jpeg-encoder takes ink amounts (255 = full ink) and stores them inverted,
+    // with an Adobe marker, as Photoshop does.
+    let (w, h) = (32u16, 24u16);
+    let mut cmyk = Vec::new();
+    for _ in 0..usize::from(w) * usize::from(h) {
+        cmyk.extend_from_slice(&[0, 255, 0, 0]); // full magenta ink only
+    }
+    let mut c = Vec::new();
+    jpeg_encoder::Encoder::new(&mut c, 95)
+        .encode(&cmyk, w, h, jpeg_encoder::ColorType::Cmyk)
+        .unwrap();
+    assert!(d.header(&c).unwrap().is_cmyk());
+    d.decode(&c, Scale::FULL, None, false, 1 << 20, &mut out)
+        .unwrap();
+    assert_eq!((out.channels, out.data.len()), (3, 32 * 24 * 3));
+    let p = &out.data[(12 * 32 + 16) * 3..(12 * 32 + 16) * 3 + 3];
+    assert!(p[0] > 200 && p[1] < 60 && p[2] > 200, "magenta, got {p:?}");
+    // and through the pipeline, cropped
+    let ops = rrc(8);
+    let mut slot = vec![0u8; ops.slot_bytes()];
+    run(&ops, &c, &mut Rng(3), &mut Workspace::new(), &mut slot).unwrap();
+}
