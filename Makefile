@@ -33,8 +33,8 @@ $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout
-	# real PyTorch for the PyTorch integration tests (CPU is enough; the PyPI wheel is large)
-	$(PY) -m pip install -q torch
+	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
+	$(PY) -m pip install -q torch jax
 	touch $@
 
 .PHONY: develop
