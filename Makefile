@@ -32,7 +32,7 @@ setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tool
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
 	$(PY) -m pip install -q torch jax
 	touch $@
@@ -60,6 +60,7 @@ test-rust: sysdeps ## every Rust test (unit, integration, golden files, fuzz cor
 .PHONY: test-python
 test-python: develop ## pytest against the built extension
 	$(VENV)/bin/pytest -q python/tests
+	$(VENV)/bin/python -m mypy.stubtest stokehold
 
 .PHONY: test
 test: setup fmt-check lint test-rust test-python ## install what is needed and run every test

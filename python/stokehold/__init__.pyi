@@ -22,10 +22,11 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "default_rank_world_size",
+    "image",
     "transforms",
 ]
 
-from . import transforms as transforms
+from . import image as image, transforms as transforms
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.
@@ -209,7 +210,7 @@ class IncompatibleStateError(StokeholdError, ValueError):
 #: A batch: field name -> numpy array (fixed columns: int64/float64 fields, fixed tensors) or
 #: list (bytes, strings, varying arrays, Python-stage results); with ``include_ids``, ``"id"``
 #: (int64) and ``"is_padding"`` (bool). With ``to="torch"`` / ``"jax"`` arrays are tensors.
-Batch = Dict[str, Any]
+_Batch = Dict[str, Any]
 
 def default_rank_world_size() -> Tuple[int, int]:
     """This process's (rank, world size): from ``torch.distributed`` when it is initialised, else
@@ -276,7 +277,7 @@ class Loader:
         to: str = "numpy",
         pin_memory: bool = False,
     ) -> None: ...
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[_Batch]:
         """Run (the rest of) the current epoch.
 
         :raises CorruptDataError: a damaged record (``.sample_id`` set), or too many under

@@ -105,6 +105,7 @@ class Loader:
             raise ConfigError("give both rank and world_size, or neither")
         if rank is None:
             rank, world_size = default_rank_world_size()
+        assert world_size is not None  # for type checkers: given together with rank, or defaulted above
         if not 0 <= threads or not 1 <= prefetch:
             raise ConfigError(f"threads must be >= 0 and prefetch >= 1, got {threads} and {prefetch}")
         if transforms is not None and not isinstance(transforms, Mapping):

@@ -1,0 +1,132 @@
+"""The ``stokehold._native`` extension module (typed interface).
+
+The public classes are defined here at runtime but carry ``__module__ == "stokehold"`` and are
+documented in the package stub (``__init__.pyi``); this stub re-exports them from there and types
+the private parts used by ``_loader.py`` and ``_cli.py``.
+"""
+
+from typing import Any, Dict, Mapping, Optional, Sequence, final
+
+from . import (
+    ConfigError as ConfigError,
+    CorruptDataError as CorruptDataError,
+    Dataset as Dataset,
+    IncompatibleStateError as IncompatibleStateError,
+    LimitExceededError as LimitExceededError,
+    SampleError as SampleError,
+    SchemaError as SchemaError,
+    ShardWriter as ShardWriter,
+    StokeholdError as StokeholdError,
+    StokeholdIOError as StokeholdIOError,
+    UnsupportedVersionError as UnsupportedVersionError,
+    _Value,
+)
+
+__version__: str
+__all__ = [
+    "__version__",
+    "Dataset",
+    "DatasetIterator",
+    "ShardWriter",
+    "run_cli",
+    "_Engine",
+    "_EngineIter",
+    "_BatchBuffer",
+    "_after_fork_in_child",
+    "StokeholdError",
+    "CorruptDataError",
+    "UnsupportedVersionError",
+    "LimitExceededError",
+    "SchemaError",
+    "StokeholdIOError",
+    "SampleError",
+    "ConfigError",
+    "IncompatibleStateError",
+]
+
+def run_cli(argv: Sequence[str]) -> int:
+    """Run the ``stokehold`` command line with ``argv`` (program name first) and return its exit
+    status (0, 1 or 2). The GIL is released while it runs."""
+
+def _after_fork_in_child() -> None:
+    """Called by ``os.register_at_fork(after_in_child=...)``: every loader running at the fork is
+    unusable in the child."""
+
+@final
+class DatasetIterator:
+    """The iterator of a :class:`Dataset`: every sample, in order."""
+
+    def __iter__(self) -> "DatasetIterator": ...
+    def __next__(self) -> Dict[str, _Value]: ...
+    def __length_hint__(self) -> int: ...
+
+@final
+class _BatchBuffer:
+    """The owner of a fixed column's memory: a numpy array's ``base``. Dropped (with the last
+    array viewing it), it gives the buffer back to the loader's pool."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+    @property
+    def address(self) -> int:
+        """Address of the memory (the numpy arrays of this buffer view it in place)."""
+
+@final
+class _Engine:
+    """The loading engine of one ``stokehold.Loader``."""
+
+    def __new__(
+        cls,
+        dataset: Dataset,
+        batch_size: int,
+        *,
+        shuffle: str,
+        shuffle_window: int,
+        seed: int,
+        drop_last: bool,
+        transforms: Optional[Mapping[str, Any]],
+        threads: int,
+        prefetch: int,
+        rank: int,
+        world_size: int,
+        on_error: str,
+        include_ids: bool,
+    ) -> "_Engine": ...
+    def iter(self) -> "_EngineIter":
+        """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run
+        already in progress is stopped first (its iterator raises if used again)."""
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration runs (or the one running)."""
+    @property
+    def running(self) -> bool:
+        """True while an epoch is running (worker threads exist)."""
+    def set_epoch(self, epoch: int) -> None:
+        """Start epoch ``epoch`` at the next iteration. Stops a running epoch."""
+    def state_json(self) -> str:
+        """The resume state as JSON (after the batches delivered so far)."""
+    def load_state_json(self, json: str) -> None:
+        """Continue from a state saved by ``state_json``. Stops a running epoch."""
+    def stats(self) -> Dict[str, Any]:
+        """Statistics since the loader was made, as a dict."""
+    def report(self) -> str:
+        """The statistics as a readable table."""
+    def _drain(self) -> int:
+        """Benchmark helper: run the rest of the current epoch in Rust, dropping each batch;
+        returns the number of batches."""
+    def close(self) -> None:
+        """Stop a running epoch and join its worker threads (the position is kept)."""
+
+@final
+class _EngineIter:
+    """The iterator of one run of an ``_Engine``."""
+
+    def __iter__(self) -> "_EngineIter": ...
+    def __next__(self) -> Dict[str, Any]: ...
+    def __length_hint__(self) -> int:
+        """Batches left in this epoch (0 once finished)."""
+    def close(self) -> None:
+        """Stop this run now (its worker threads are joined); the loader keeps its position."""
