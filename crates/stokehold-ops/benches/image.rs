@@ -70,9 +70,6 @@ fn raw_full(files: &[Vec<u8>]) -> f64 {
 
 fn ours_full(files: &[Vec<u8>]) -> f64 {
     let mut d = Decoder::new().unwrap();
-    if std::env::var_os("FAST").is_some() {
-        d.set_fast(true).unwrap();
-    }
     let mut px = Pixels {
         width: 0,
         height: 0,

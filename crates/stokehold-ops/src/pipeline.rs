@@ -137,11 +137,7 @@ impl Workspace {
 
     fn jpeg(&mut self) -> Result<&mut Decoder> {
         if self.jpeg.is_none() {
-            let mut d = Decoder::new()?;
-            if std::env::var_os("FAST").is_some() {
-                d.set_fast(true)?;
-            }
-            self.jpeg = Some(d);
+            self.jpeg = Some(Decoder::new()?);
         }
         Ok(self.jpeg.as_mut().expect("just set"))
     }

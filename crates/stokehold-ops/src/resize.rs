@@ -49,9 +49,16 @@ impl Resizer {
         let y = crop.y.clamp(0.0, f64::from(src.height) - 1.0);
         let w = crop.w.min(f64::from(src.width) - x).max(1.0);
         let h = crop.h.min(f64::from(src.height) - y).max(1.0);
-        let options = fr::ResizeOptions::new()
-            .resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::Bilinear))
-            .crop(x, y, w, h);
+        // Downscaling by more than 2x needs the antialiasing convolution (its support grows with
+        // the factor); up to 2x, plain bilinear interpolation gives the same result for less work
+        // (the fused pipeline's DCT scaling leaves at most 2x to the resizer).
+        let factor = (w / f64::from(out_w)).max(h / f64::from(out_h));
+        let alg = if factor > 2.0 {
+            fr::ResizeAlg::Convolution(fr::FilterType::Bilinear)
+        } else {
+            fr::ResizeAlg::Interpolation(fr::FilterType::Bilinear)
+        };
+        let options = fr::ResizeOptions::new().resize_alg(alg).crop(x, y, w, h);
         self.inner
             .resize(&src_img, &mut dst_img, &options)
             .map_err(|e| OpsError::Invalid(format!("resize: {e}")))

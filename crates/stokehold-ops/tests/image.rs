@@ -119,6 +119,18 @@ fn full_decode_matches_the_encoded_picture() {
         psnr(&px.data, &picture(120, 80, 1)) > 30.0,
         "quality-90 round trip"
     );
+    // the fast DCT and upsampling give nearly the same picture
+    let mut fast = Decoder::new().unwrap();
+    fast.set_fast(true).unwrap();
+    let mut fpx = Pixels {
+        width: 0,
+        height: 0,
+        channels: 0,
+        data: Vec::new(),
+    };
+    fast.decode(&data, Scale::FULL, None, false, 1 << 30, &mut fpx)
+        .unwrap();
+    assert!(psnr(&fpx.data, &px.data) > 35.0);
     // scaled: 1/2 gives 60x40
     d.decode(&data, Scale(4), None, false, 1 << 30, &mut px)
         .unwrap();
