@@ -318,7 +318,8 @@ class Loader:
         """
     def stats(self) -> Dict[str, Any]:
         """Statistics since the loader was made: ``stages`` (a list of dicts with ``name``,
-        ``items``, ``busy`` seconds summed over threads and ``share`` of the busy time),
+        ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
+        seconds per item),
         ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
         ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids) and ``threads``."""
     def report(self) -> str:

@@ -186,3 +186,80 @@ fn bench_reads_every_sample_and_reports_stages() {
         "{msg}"
     );
 }
+
+#[test]
+fn bench_reports_stall_bottleneck_and_sweeps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let ds = tmp.path().join("ds");
+    let (imgs_s, ds_s) = (imgs.to_str().unwrap(), ds.to_str().unwrap());
+    ok(&[
+        "sample-data",
+        imgs_s,
+        "--images",
+        "24",
+        "--classes",
+        "2",
+        "--size",
+        "48x32",
+    ]);
+    ok(&["pack", imgs_s, ds_s]);
+    // a slow simulated step: the pipeline keeps up, the stall is small and named as such
+    let out = ok(&[
+        "bench",
+        ds_s,
+        "--batch-size",
+        "4",
+        "--random-resized-crop",
+        "16",
+        "--flip",
+        "--step-ms",
+        "30",
+    ]);
+    assert!(
+        out.contains("data stall  ") && out.contains("at 30 ms per step"),
+        "{out}"
+    );
+    assert!(out.contains("image/decode+crop+resize"), "{out}");
+    assert!(out.contains("p99 us"), "{out}");
+    assert!(
+        out.contains("bottleneck  none: the pipeline keeps up"),
+        "{out}"
+    );
+    // without a step, the decode stage is named
+    let out = ok(&[
+        "bench",
+        ds_s,
+        "--batch-size",
+        "4",
+        "--random-resized-crop",
+        "16",
+        "--threads",
+        "1",
+    ]);
+    assert!(
+        out.contains("bottleneck  image/decode+crop+resize takes"),
+        "{out}"
+    );
+    let plot = tmp.path().join("sweep.svg");
+    let out = ok(&[
+        "bench",
+        ds_s,
+        "--batch-size",
+        "4",
+        "--random-resized-crop",
+        "16",
+        "--sweep",
+        "--plot",
+        plot.to_str().unwrap(),
+    ]);
+    assert!(
+        out.contains("best        ") && out.contains("prefetch 8"),
+        "{out}"
+    );
+    let svg = fs::read_to_string(&plot).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.matches("<polyline").count() == 4,
+        "{svg}"
+    );
+}

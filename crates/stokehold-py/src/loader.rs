@@ -757,6 +757,8 @@ impl Engine {
             d.set_item("name", &s.name)?;
             d.set_item("items", s.items)?;
             d.set_item("busy", s.busy.as_secs_f64())?;
+            d.set_item("p50", s.p50.as_secs_f64())?;
+            d.set_item("p99", s.p99.as_secs_f64())?;
             d.set_item(
                 "share",
                 if total > 0.0 {

@@ -15,6 +15,47 @@ pub struct StageStats {
     pub items: u64,
     /// Time spent in it, summed over threads.
     pub busy: Duration,
+    /// Median time per item (upper edge of its histogram bucket: within 19%).
+    pub p50: Duration,
+    /// 99th percentile time per item (same resolution).
+    pub p99: Duration,
+}
+
+/// Buckets of the per-stage latency histograms: four per power of two of nanoseconds, from 1 ns
+/// to about 18 minutes.
+const BUCKETS: usize = 160;
+
+fn bucket(ns: u64) -> usize {
+    if ns < 4 {
+        return ns as usize;
+    }
+    let log = 63 - u64::from(ns.leading_zeros());
+    let frac = (ns >> (log - 2)) & 3;
+    ((log as usize) * 4 + frac as usize).min(BUCKETS - 1)
+}
+
+fn bucket_upper(b: usize) -> u64 {
+    if b < 4 {
+        return b as u64;
+    }
+    let (log, frac) = ((b / 4) as u32, (b % 4) as u64);
+    (1u64 << log) + ((frac + 1) << (log - 2)) - 1
+}
+
+fn quantile(hist: &[AtomicU64], q: f64) -> Duration {
+    let total: u64 = hist.iter().map(|h| h.load(Ordering::Relaxed)).sum();
+    if total == 0 {
+        return Duration::ZERO;
+    }
+    let want = ((total as f64) * q).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (b, h) in hist.iter().enumerate() {
+        seen += h.load(Ordering::Relaxed);
+        if seen >= want {
+            return Duration::from_nanos(bucket_upper(b));
+        }
+    }
+    Duration::ZERO
 }
 
 /// A snapshot of a loader's statistics.
@@ -38,11 +79,53 @@ pub struct Stats {
     pub threads: usize,
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_bound_the_value_within_a_quarter_octave() {
+        for ns in [
+            0u64,
+            1,
+            3,
+            4,
+            5,
+            7,
+            8,
+            100,
+            1000,
+            12_345,
+            1 << 30,
+            987_654_321_000,
+        ] {
+            let b = bucket(ns);
+            assert!(bucket_upper(b) >= ns, "{ns}");
+            if ns >= 4 {
+                assert!(
+                    (bucket_upper(b) as f64) < ns as f64 * 1.26 + 1.0,
+                    "{ns} -> {}",
+                    bucket_upper(b)
+                );
+            }
+        }
+        let hist: Vec<AtomicU64> = (0..BUCKETS).map(|_| AtomicU64::new(0)).collect();
+        for ns in 1..=1000u64 {
+            hist[bucket(ns * 1000)].fetch_add(1, Ordering::Relaxed);
+        }
+        let p50 = quantile(&hist, 0.5).as_nanos() as f64;
+        let p99 = quantile(&hist, 0.99).as_nanos() as f64;
+        assert!((500_000.0..=630_000.0).contains(&p50), "{p50}");
+        assert!((990_000.0..=1_250_000.0).contains(&p99), "{p99}");
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Collector {
     names: Vec<String>,
     items: Vec<AtomicU64>,
     nanos: Vec<AtomicU64>,
+    hist: Vec<Vec<AtomicU64>>,
     pub batches: AtomicU64,
     pub samples: AtomicU64,
     pub consumer_wait: AtomicU64,
@@ -60,6 +143,9 @@ impl Collector {
             names,
             items: (0..n).map(|_| AtomicU64::new(0)).collect(),
             nanos: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            hist: (0..n)
+                .map(|_| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect())
+                .collect(),
             batches: AtomicU64::new(0),
             samples: AtomicU64::new(0),
             consumer_wait: AtomicU64::new(0),
@@ -73,8 +159,10 @@ impl Collector {
 
     #[inline]
     pub(crate) fn add(&self, stage: usize, d: Duration) {
+        let ns = d.as_nanos() as u64;
         self.items[stage].fetch_add(1, Ordering::Relaxed);
-        self.nanos[stage].fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.nanos[stage].fetch_add(ns, Ordering::Relaxed);
+        self.hist[stage][bucket(ns)].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn queue(&self, len: usize) {
@@ -94,6 +182,8 @@ impl Collector {
                     name: n.clone(),
                     items: self.items[i].load(Ordering::Relaxed),
                     busy: ns(&self.nanos[i]),
+                    p50: quantile(&self.hist[i], 0.5),
+                    p99: quantile(&self.hist[i], 0.99),
                 })
                 .collect(),
             batches: self.batches.load(Ordering::Relaxed),
@@ -123,16 +213,18 @@ impl Stats {
             .max(1e-12);
         let mut out = String::new();
         out.push_str(&format!(
-            "{:<22} {:>10} {:>8} {:>12}\n",
-            "stage", "items", "share", "us/item"
+            "{:<26} {:>9} {:>7} {:>10} {:>10} {:>10}\n",
+            "stage", "items", "share", "mean us", "p50 us", "p99 us"
         ));
         for s in &self.stages {
             out.push_str(&format!(
-                "{:<22} {:>10} {:>7.1}% {:>12.2}\n",
+                "{:<26} {:>9} {:>6.1}% {:>10.2} {:>10.2} {:>10.2}\n",
                 s.name,
                 s.items,
                 100.0 * s.busy.as_secs_f64() / total,
-                s.busy.as_secs_f64() * 1e6 / s.items.max(1) as f64
+                s.busy.as_secs_f64() * 1e6 / s.items.max(1) as f64,
+                s.p50.as_secs_f64() * 1e6,
+                s.p99.as_secs_f64() * 1e6
             ));
         }
         out.push_str(&format!(
