@@ -241,7 +241,9 @@ class Loader:
     :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
         any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
         out as stored.
-    :param threads: worker threads (0: one per core).
+    :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
+        loop is slower than the loader (saves CPU; never makes the loop wait); an int fixes the
+        number (0: one per core).
     :param prefetch: batches prepared ahead (bounds memory).
     :param rank: this process's rank; with ``world_size``. Default:
         :func:`default_rank_world_size`.
@@ -268,7 +270,7 @@ class Loader:
         seed: int = 0,
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
-        threads: int = 0,
+        threads: Union[int, str] = "auto",
         prefetch: int = 4,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -321,7 +323,7 @@ class Loader:
         ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
         seconds per item),
         ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
-        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids) and ``threads``."""
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads`` and ``active_threads``."""
     def report(self) -> str:
         """The statistics as a readable table (``print(loader.report())``)."""
     def close(self) -> None:

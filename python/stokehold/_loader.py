@@ -82,7 +82,7 @@ class Loader:
         seed: int = 0,
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
-        threads: int = 0,
+        threads: Union[int, str] = "auto",
         prefetch: int = 4,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
@@ -106,8 +106,11 @@ class Loader:
         if rank is None:
             rank, world_size = default_rank_world_size()
         assert world_size is not None  # for type checkers: given together with rank, or defaulted above
-        if not 0 <= threads or not 1 <= prefetch:
-            raise ConfigError(f"threads must be >= 0 and prefetch >= 1, got {threads} and {prefetch}")
+        autotune = threads == "auto"
+        if autotune:
+            threads = 0
+        if not isinstance(threads, int) or not 0 <= threads or not 1 <= prefetch:
+            raise ConfigError(f'threads must be "auto" or an int >= 0, and prefetch >= 1; got {threads!r} and {prefetch}')
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
         self._config: Dict[str, Any] = dict(
@@ -116,7 +119,7 @@ class Loader:
             seed=seed,
             drop_last=drop_last,
             transforms=dict(transforms) if transforms is not None else None,
-            threads=threads,
+            threads="auto" if autotune else threads,
             prefetch=prefetch,
             rank=rank,
             world_size=world_size,
@@ -146,6 +149,7 @@ class Loader:
                 world_size=world_size,
                 on_error=on_error,
                 include_ids=include_ids,
+                autotune=autotune,
             )
         except OverflowError as e:
             raise ConfigError(f"an option is out of range: {e}") from None

@@ -92,6 +92,7 @@ class _Engine:
         world_size: int,
         on_error: str,
         include_ids: bool,
+        autotune: bool = ...,
     ) -> "_Engine": ...
     def iter(self) -> "_EngineIter":
         """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run

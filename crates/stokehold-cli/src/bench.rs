@@ -30,6 +30,9 @@ pub struct BenchArgs {
     /// Batches prepared ahead.
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
+    /// Let the loader adjust its working threads (up to --threads) to what the consumer takes.
+    #[arg(long)]
+    autotune: bool,
     /// Passes over the dataset.
     #[arg(long, default_value_t = 1)]
     epochs: u64,
@@ -153,6 +156,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         tail: Tail::Pad,
         threads: a.threads,
         prefetch: a.prefetch,
+        autotune: a.autotune,
         ..LoaderConfig::default()
     };
     if a.sweep {

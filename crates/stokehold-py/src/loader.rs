@@ -560,7 +560,7 @@ const PY_STAGE: &str = "<python callable>#";
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids))]
+    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -577,6 +577,7 @@ impl Engine {
         world_size: u32,
         on_error: &str,
         include_ids: bool,
+        autotune: bool,
     ) -> PyResult<Engine> {
         let ds = dataset.shared();
         let shuffle = parse_shuffle(py, shuffle, shuffle_window)?;
@@ -627,6 +628,7 @@ impl Engine {
             rank,
             world_size,
             threads,
+            autotune,
             prefetch,
             task_size: 0,
             on_error,
@@ -778,6 +780,7 @@ impl Engine {
         d.set_item("mean_queue", st.mean_queue)?;
         d.set_item("skipped", PyList::new(py, &st.skipped)?)?;
         d.set_item("threads", st.threads)?;
+        d.set_item("active_threads", st.active_threads)?;
         Ok(d)
     }
 

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -72,6 +72,11 @@ pub struct LoaderConfig {
     pub prefetch: usize,
     /// Samples per task; 0 picks one from the batch size and thread count.
     pub task_size: usize,
+    /// Adjust the number of working threads while running (between 1 and `threads`): fewer
+    /// when the consumer is slower than the pipeline (the workers wait on a full prefetch
+    /// window), more again when the consumer waits for data. Saves CPU for the training process
+    /// without making it wait.
+    pub autotune: bool,
     /// Failed samples.
     pub on_error: ErrorPolicy,
 }
@@ -88,6 +93,7 @@ impl Default for LoaderConfig {
             threads: 0,
             prefetch: 4,
             task_size: 0,
+            autotune: false,
             on_error: ErrorPolicy::Fail,
         }
     }
@@ -100,6 +106,8 @@ pub struct Loader {
     field_index: Vec<usize>,
     config: LoaderConfig,
     threads: usize,
+    /// Threads currently allowed to work (autotuning moves it; kept across epochs).
+    active: Arc<AtomicUsize>,
     fingerprint: String,
     blocks: Vec<u64>,
     epoch: u64,
@@ -197,6 +205,7 @@ impl Loader {
                 4 * (config.prefetch.max(1) + 2) * columns.len(),
             )),
             stats: Arc::new(Collector::new(names, threads)),
+            active: Arc::new(AtomicUsize::new(threads)),
             columns,
             config,
         })
@@ -278,7 +287,9 @@ impl Loader {
 
     /// Statistics since the loader was made.
     pub fn stats(&self) -> Stats {
-        self.stats.snapshot()
+        let mut s = self.stats.snapshot();
+        s.active_threads = self.active.load(Ordering::Relaxed);
+        s
     }
 
     /// Iterate the rest of the current epoch. When the iterator has delivered the epoch's last
@@ -345,6 +356,7 @@ fn start(
     match this.spawn_run(plan) {
         Ok((run, workers, rx, names, outputs)) => Ok(BatchIter {
             loader,
+            tuner: Tuner::new(&run.stats),
             run,
             workers,
             rx,
@@ -400,6 +412,9 @@ impl Loader {
             tx,
             pool: Arc::clone(&self.pool),
             stats: Arc::clone(&self.stats),
+            active: Arc::clone(&self.active),
+            parked: Condvar::new(),
+            park_lock: Mutex::new(()),
         });
         let workers = if steps == 0 {
             Ok(Vec::new())
@@ -409,7 +424,7 @@ impl Loader {
                     let run = Arc::clone(&run);
                     std::thread::Builder::new()
                         .name(format!("stokehold-worker-{i}"))
-                        .spawn(move || worker(&run))
+                        .spawn(move || worker(&run, i))
                         .map_err(|e| {
                             EngineError::Config(format!("cannot start a worker thread: {e}"))
                         })
@@ -464,14 +479,25 @@ struct Run {
     tx: Sender<Arc<SharedBatch>>,
     pool: Arc<BufferPool>,
     stats: Arc<Collector>,
+    /// Workers with an index at or above this wait (autotuning).
+    active: Arc<AtomicUsize>,
+    parked: Condvar,
+    park_lock: Mutex<()>,
 }
 
-fn worker(run: &Run) {
+fn worker(run: &Run, index: usize) {
     let mut buf = Vec::new();
     let total = run.steps * run.tasks_per_batch as u64;
     loop {
         if run.stop.load(Ordering::Acquire) {
             return;
+        }
+        if index >= run.active.load(Ordering::Relaxed) {
+            // parked by the autotuner: wait to be needed again (checking for stop)
+            if let Ok(g) = run.park_lock.lock() {
+                let _ = run.parked.wait_timeout(g, Duration::from_millis(50));
+            }
+            continue;
         }
         let t = run.next_task.fetch_add(1, Ordering::Relaxed);
         if t >= total {
@@ -681,6 +707,27 @@ pub struct BatchIter<'l> {
     finished: bool,
     skipped_in_epoch: u64,
     consecutive_failures: u64,
+    tuner: Tuner,
+}
+
+/// The autotuner's window: consumer and worker waits since the last decision.
+#[derive(Debug)]
+struct Tuner {
+    since: Instant,
+    batches: u32,
+    consumer_wait: u64,
+    worker_wait: u64,
+}
+
+impl Tuner {
+    fn new(stats: &Collector) -> Tuner {
+        Tuner {
+            since: Instant::now(),
+            batches: 0,
+            consumer_wait: stats.consumer_wait.load(Ordering::Relaxed),
+            worker_wait: stats.worker_wait.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl std::fmt::Debug for BatchIter<'_> {
@@ -774,6 +821,9 @@ impl BatchIter<'_> {
             self.finished = true;
             return Some(Err(e));
         }
+        if self.loader.config.autotune {
+            self.tune();
+        }
         self.next_step += 1;
         if let Ok(mut d) = self.run.delivered.lock() {
             *d = self.next_step;
@@ -789,6 +839,33 @@ impl BatchIter<'_> {
             self.finish_epoch();
         }
         Some(Ok(batch))
+    }
+
+    /// One autotuning decision every few batches (at least 100 ms apart): one more working
+    /// thread when the consumer waited for data more than 2% of the window, one fewer when it
+    /// (almost) never waited and the workers spent over half their time blocked on a full prefetch
+    /// window.
+    fn tune(&mut self) {
+        self.tuner.batches += 1;
+        let dt = self.tuner.since.elapsed();
+        if self.tuner.batches < 4 || dt < Duration::from_millis(100) {
+            return;
+        }
+        let stats = &self.run.stats;
+        let cw = stats.consumer_wait.load(Ordering::Relaxed);
+        let ww = stats.worker_wait.load(Ordering::Relaxed);
+        let active = self.run.active.load(Ordering::Relaxed);
+        let window = dt.as_nanos() as f64;
+        let consumer = (cw - self.tuner.consumer_wait) as f64 / window;
+        let workers = (ww - self.tuner.worker_wait) as f64 / (window * active.max(1) as f64);
+        let max = self.workers.len();
+        if consumer > 0.02 && active < max {
+            self.run.active.store(active + 1, Ordering::Relaxed);
+            self.run.parked.notify_all();
+        } else if consumer < 0.005 && workers > 0.5 && active > 1 {
+            self.run.active.store(active - 1, Ordering::Relaxed);
+        }
+        self.tuner = Tuner::new(stats);
     }
 
     fn finish_epoch(&mut self) {
@@ -887,6 +964,9 @@ impl BatchIter<'_> {
         self.run.stop.store(true, Ordering::Release);
         if let Ok(_d) = self.run.delivered.lock() {
             self.run.window.notify_all();
+        }
+        if let Ok(_p) = self.run.park_lock.lock() {
+            self.run.parked.notify_all();
         }
         for w in self.workers.drain(..) {
             let _ = w.join();

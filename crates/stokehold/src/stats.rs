@@ -77,6 +77,8 @@ pub struct Stats {
     pub skipped: Vec<u64>,
     /// Worker threads.
     pub threads: usize,
+    /// Threads currently working (less than `threads` when autotuning parked some).
+    pub active_threads: usize,
 }
 
 #[cfg(test)]
@@ -197,6 +199,7 @@ impl Collector {
             },
             skipped: self.skipped.lock().map(|s| s.clone()).unwrap_or_default(),
             threads: self.threads,
+            active_threads: self.threads,
         }
     }
 }

@@ -532,3 +532,30 @@ fn configuration_errors_are_reported_at_construction() {
     assert!(bad(config(1, 1, 1), missing).contains("\"nope\""));
     assert!(bad(config(1, 1, 1), vec![]).contains("at least one column"));
 }
+
+// Autotuning: fewer working threads for a slow consumer, the same output.
+#[test]
+fn autotuning_parks_threads_for_a_slow_consumer_and_changes_no_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 1200);
+    let reference = epoch(&mut Loader::new(ds.clone(), columns(&ds), config(8, 1, 2)).unwrap());
+    let cfg = LoaderConfig {
+        autotune: true,
+        ..config(8, 4, 2)
+    };
+    let mut l = Loader::new(ds.clone(), columns(&ds), cfg).unwrap();
+    let mut got = Vec::new();
+    for b in l.iter().unwrap() {
+        got.push(plain(&b.unwrap()));
+        std::thread::sleep(std::time::Duration::from_millis(6)); // a slow training step
+    }
+    assert_eq!(got, reference, "autotuning never changes the output");
+    let s = l.stats();
+    assert_eq!(s.threads, 4);
+    assert!(
+        s.active_threads < 4,
+        "a consumer slower than the pipeline needs fewer threads: {}",
+        s.active_threads
+    );
+    assert!(s.active_threads >= 1);
+}
