@@ -199,12 +199,17 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let stats = loader.stats();
     writeln!(
         out,
-        "bench       {}: {} samples x {} epochs, batch {}, {} threads, prefetch {}, {}",
+        "bench       {}: {} samples x {} epochs, batch {}, {} threads{}, prefetch {}, {}",
         a.dataset.display(),
         units::count(ds.len()),
         a.epochs,
         a.batch_size,
         stats.threads,
+        if a.autotune {
+            format!(" (autotuned: {} working at the end)", stats.active_threads)
+        } else {
+            String::new()
+        },
         a.prefetch,
         if a.shuffle {
             "global shuffle"
