@@ -632,6 +632,10 @@ impl Engine {
             prefetch,
             task_size: 0,
             on_error,
+            // A Python stage needs the GIL on the worker threads; a run started ahead would be
+            // joined when the loader is dropped, which can happen with the GIL held: never start
+            // one then. Without Python stages the workers never need the GIL.
+            prepare_next_epoch: customs.is_empty(),
         };
         let steps_per_epoch = py
             .detach(|| -> Result<u64, EngineError> {

@@ -77,6 +77,11 @@ pub struct LoaderConfig {
     /// window), more again when the consumer waits for data. Saves CPU for the training process
     /// without making it wait.
     pub autotune: bool,
+    /// When an epoch delivers its last batch, start the next epoch's workers at once, so its
+    /// first batches are ready when the next iteration begins (no stall at epoch boundaries).
+    /// Bindings whose stages need a lock the consumer may hold while dropping the loader (the
+    /// Python GIL) turn this off.
+    pub prepare_next_epoch: bool,
     /// Failed samples.
     pub on_error: ErrorPolicy,
 }
@@ -94,6 +99,7 @@ impl Default for LoaderConfig {
             prefetch: 4,
             task_size: 0,
             autotune: false,
+            prepare_next_epoch: true,
             on_error: ErrorPolicy::Fail,
         }
     }
@@ -114,6 +120,52 @@ pub struct Loader {
     position: u64,
     pool: Arc<BufferPool>,
     stats: Arc<Collector>,
+    /// The next epoch's run, started when the previous epoch delivered its last batch, so that
+    /// its first batches are ready when the next iteration begins.
+    prepared: Option<Prepared>,
+}
+
+/// A run started ahead (see [`Loader::iter`]). Dropping it stops and joins its workers, except
+/// in a forked child, where those threads do not exist: there it is forgotten.
+struct Prepared {
+    epoch: u64,
+    position: u64,
+    pid: u32,
+    spawned: Option<Spawned>,
+}
+
+impl Prepared {
+    /// The run, if it was started in this process for `(epoch, position)`.
+    fn take_for(mut self, epoch: u64, position: u64) -> Option<Spawned> {
+        if self.epoch == epoch && self.position == position && self.pid == std::process::id() {
+            self.spawned.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some((run, workers, ..)) = self.spawned.take() {
+            if self.pid != std::process::id() {
+                // forked child: the workers are not here; joining would wait forever
+                std::mem::forget(workers);
+                std::mem::forget(run);
+                return;
+            }
+            run.stop.store(true, Ordering::Release);
+            if let Ok(_d) = run.delivered.lock() {
+                run.window.notify_all();
+            }
+            if let Ok(_p) = run.park_lock.lock() {
+                run.parked.notify_all();
+            }
+            for w in workers {
+                let _ = w.join();
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Loader {
@@ -206,6 +258,7 @@ impl Loader {
             )),
             stats: Arc::new(Collector::new(names, threads)),
             active: Arc::new(AtomicUsize::new(threads)),
+            prepared: None,
             columns,
             config,
         })
@@ -233,6 +286,9 @@ impl Loader {
 
     /// Start epoch `epoch` from its beginning at the next iteration.
     pub fn set_epoch(&mut self, epoch: u64) {
+        if (epoch, 0) != (self.epoch, self.position) {
+            self.prepared = None;
+        }
         self.epoch = epoch;
         self.position = 0;
     }
@@ -280,6 +336,9 @@ impl Loader {
             &self.config.shuffle,
             self.dataset.len(),
         )?;
+        if (state.epoch, state.position) != (self.epoch, self.position) {
+            self.prepared = None;
+        }
         self.epoch = state.epoch;
         self.position = state.position;
         Ok(())
@@ -344,16 +403,25 @@ impl std::ops::DerefMut for LoaderRef<'_> {
     }
 }
 
-/// Start the workers of the rest of the loader's current epoch.
+/// Start the workers of the rest of the loader's current epoch (or take over the run prepared
+/// for it at the end of the previous epoch).
 fn start(
-    loader: LoaderRef<'_>,
+    mut loader: LoaderRef<'_>,
 ) -> std::result::Result<BatchIter<'_>, (LoaderRef<'_>, EngineError)> {
+    let (epoch, position) = (loader.epoch, loader.position);
+    let ready = loader
+        .prepared
+        .take()
+        .and_then(|p| p.take_for(epoch, position));
     let this: &Loader = &loader;
-    let plan = match this.plan() {
-        Ok(p) => p,
-        Err(e) => return Err((loader, e)),
+    let spawned = match ready {
+        Some(s) => Ok(s),
+        None => match this.plan() {
+            Ok(p) => this.spawn_run(p),
+            Err(e) => return Err((loader, e)),
+        },
     };
-    match this.spawn_run(plan) {
+    match spawned {
         Ok((run, workers, rx, names, outputs)) => Ok(BatchIter {
             loader,
             tuner: Tuner::new(&run.stats),
@@ -871,8 +939,27 @@ impl BatchIter<'_> {
     fn finish_epoch(&mut self) {
         if !self.finished {
             self.finished = true;
-            self.loader.epoch = self.run.epoch + 1;
-            self.loader.position = 0;
+            let loader = &mut *self.loader;
+            loader.epoch = self.run.epoch + 1;
+            loader.position = 0;
+            // Start the next epoch now, so that its first batches are being prepared while the
+            // consumer works on this epoch's last one (no stall at the epoch boundary). An error
+            // here is reported by the next iteration instead.
+            if !loader.config.prepare_next_epoch {
+                return;
+            }
+            if let Ok(plan) = loader.plan() {
+                if plan.steps() > 0 {
+                    if let Ok(spawned) = loader.spawn_run(plan) {
+                        loader.prepared = Some(Prepared {
+                            epoch: loader.epoch,
+                            position: 0,
+                            pid: std::process::id(),
+                            spawned: Some(spawned),
+                        });
+                    }
+                }
+            }
         }
     }
 

@@ -559,3 +559,35 @@ fn autotuning_parks_threads_for_a_slow_consumer_and_changes_no_output() {
     );
     assert!(s.active_threads >= 1);
 }
+
+// The next epoch is started ahead when an epoch ends; changing the epoch or the state must not
+// use that run.
+#[test]
+fn the_run_started_ahead_is_used_only_for_the_epoch_it_was_made_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 90);
+    let fresh = |e: u64| {
+        let mut l = Loader::new(ds.clone(), columns(&ds), config(9, 2, 2)).unwrap();
+        l.set_epoch(e);
+        epoch(&mut l)
+    };
+    let mut l = Loader::new(ds.clone(), columns(&ds), config(9, 2, 2)).unwrap();
+    epoch(&mut l); // epoch 0 done; epoch 1 is being prepared
+    assert_eq!(epoch(&mut l), fresh(1), "the prepared run is epoch 1");
+    l.set_epoch(5); // epoch 2 was prepared; it must be dropped
+    assert_eq!(epoch(&mut l), fresh(5));
+    let state = l.state(); // epoch 6, position 0, prepared
+    let mut other = Loader::new(ds.clone(), columns(&ds), config(9, 2, 2)).unwrap();
+    other.set_epoch(3);
+    let mid = {
+        let mut it = other.iter().unwrap();
+        it.next().unwrap().unwrap();
+        drop(it);
+        other.state()
+    };
+    l.load_state(&mid).unwrap(); // a different position: the prepared epoch 6 must not be used
+    let rest = epoch(&mut l);
+    assert_eq!(rest, fresh(3)[1..].to_vec());
+    l.load_state(&state).unwrap();
+    assert_eq!(epoch(&mut l), fresh(6));
+}

@@ -74,6 +74,8 @@ fn a_hundred_loaders_share_the_dataset_and_stay_bounded() {
     }
     assert!(iters.iter_mut().all(|it| it.next().is_none()));
     drop(iters);
+    // each finished epoch started the next one ahead; dropping the loaders stops those too
+    drop(loaders);
     for (k, mut ids) in seen.into_iter().enumerate() {
         ids.sort_unstable();
         assert_eq!(ids, (0..500).collect::<Vec<u64>>(), "loader {k}");
