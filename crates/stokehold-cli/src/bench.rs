@@ -157,6 +157,8 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         threads: a.threads,
         prefetch: a.prefetch,
         autotune: a.autotune,
+        // starting an epoch ahead only helps when another epoch follows
+        prepare_next_epoch: a.epochs > 1,
         ..LoaderConfig::default()
     };
     if a.sweep {

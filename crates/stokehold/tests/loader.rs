@@ -108,6 +108,8 @@ fn every_sample_once_per_epoch_with_its_own_content() {
         columns(&ds),
         LoaderConfig {
             tail: Tail::Pad,
+            // exact stage counts below: no work on the next epoch started ahead
+            prepare_next_epoch: false,
             ..config(16, 2, 3)
         },
     )
