@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale};
-use stokehold_ops::{Geometry, ImageOps, OutSpec, Random, Workspace, run};
+use stokehold_ops::{Geometry, ImageOps, OutSpec, Workspace, run};
 use turbojpeg_sys as tj;
 
 fn jpegs(dir: &Path, max: usize, out: &mut Vec<Vec<u8>>) {
@@ -85,20 +85,7 @@ fn ours_full(files: &[Vec<u8>]) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-struct Rng(u64);
-
-impl Random for Rng {
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (hi - lo) * ((self.0 >> 11) as f64 / (1u64 << 53) as f64)
-    }
-    fn int_inclusive(&mut self, n: u64) -> u64 {
-        ((self.uniform(0.0, 1.0) * (n + 1) as f64) as u64).min(n)
-    }
-}
+use stokehold_ops::geometry::SeededRandom as Rng;
 
 fn rrc(files: &[Vec<u8>], fused: bool) -> f64 {
     let ops = ImageOps {

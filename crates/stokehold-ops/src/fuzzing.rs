@@ -2,23 +2,9 @@
 //! mutations by `cargo test`: any bytes through the decoders and the fused pipeline must give an
 //! image or an error, never a panic, within a bounded pixel budget.
 
-use crate::pipeline::{Geometry, ImageOps, Random, Workspace, run};
+use crate::geometry::SeededRandom;
+use crate::pipeline::{Geometry, ImageOps, Workspace, run};
 use crate::{OutDType, OutSpec};
-
-struct Counter(u64);
-
-impl Random for Counter {
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (hi - lo) * ((self.0 >> 11) as f64 / (1u64 << 53) as f64)
-    }
-    fn int_inclusive(&mut self, n: u64) -> u64 {
-        ((self.uniform(0.0, 1.0) * (n as f64 + 1.0)) as u64).min(n)
-    }
-}
 
 /// Decode arbitrary bytes through every geometry. Must never panic.
 pub fn fuzz_image(data: &[u8]) {
@@ -69,7 +55,7 @@ pub fn fuzz_image(data: &[u8]) {
         let _ = run(
             ops,
             data,
-            &mut Counter(data.len() as u64),
+            &mut SeededRandom(data.len() as u64),
             &mut ws,
             &mut slot,
         );

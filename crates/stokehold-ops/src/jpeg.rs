@@ -367,6 +367,8 @@ pub fn luma(r: u8, g: u8, b: u8) -> u8 {
     ((u32::from(r) * 19595 + u32::from(g) * 38470 + u32::from(b) * 7471 + 32768) >> 16) as u8
 }
 
+// SAFETY (of the declaration): this is libjpeg-turbo's own prototype, `int
+// jsimd_can_idct_islow(void)`, from the statically linked library.
 unsafe extern "C" {
     /// libjpeg-turbo's internal probe: non-zero when the SIMD inverse DCT is in use.
     fn jsimd_can_idct_islow() -> c_int;

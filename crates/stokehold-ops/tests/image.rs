@@ -3,9 +3,7 @@
 
 use stokehold_ops::decode::{decode_full, sniff};
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale, simd_in_use};
-use stokehold_ops::{
-    Geometry, ImageOps, Jitter, OpsError, OutDType, OutSpec, Random, Workspace, run,
-};
+use stokehold_ops::{Geometry, ImageOps, Jitter, OpsError, OutDType, OutSpec, Workspace, run};
 
 /// A deterministic photograph-like RGB image (gradients, waves, discs, noise).
 fn picture(w: u16, h: u16, seed: u64) -> Vec<u8> {
@@ -46,20 +44,7 @@ fn jpeg(w: u16, h: u16, seed: u64, progressive: bool) -> Vec<u8> {
     out
 }
 
-struct Rng(u64);
-
-impl Random for Rng {
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        lo + (hi - lo) * ((self.0 >> 11) as f64 / (1u64 << 53) as f64)
-    }
-    fn int_inclusive(&mut self, n: u64) -> u64 {
-        ((self.uniform(0.0, 1.0) * (n + 1) as f64) as u64).min(n)
-    }
-}
+use stokehold_ops::geometry::SeededRandom as Rng;
 
 fn rrc(size: u32) -> ImageOps {
     ImageOps {

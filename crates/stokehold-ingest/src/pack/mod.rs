@@ -579,6 +579,39 @@ pub(crate) struct Plan<'a> {
     pub run: Box<dyn FnOnce(&mut Sink<'_>) -> Result<(), PackError> + 'a>,
 }
 
+/// The files to read: each source that is a file, and the non-hidden files of each source
+/// directory that pass `keep`, sorted by name. `what` names them in the error when there are none.
+pub(crate) fn source_files(
+    sources: &[PathBuf],
+    keep: impl Fn(&Path) -> bool,
+    what: &str,
+) -> Result<Vec<PathBuf>, PackError> {
+    let mut files = Vec::new();
+    for s in sources {
+        if s.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(s)
+                .map_err(|e| PackError::io(s, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                        && keep(p)
+                })
+                .collect();
+            v.sort();
+            files.extend(v);
+        } else {
+            files.push(s.clone());
+        }
+    }
+    if files.is_empty() {
+        return Err(PackError::Input(format!("no {what} in {sources:?}")));
+    }
+    Ok(files)
+}
+
 /// Read a whole file of at most `max` bytes.
 pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;

@@ -15,36 +15,12 @@ use std::path::{Path, PathBuf};
 
 use stokehold_format::{ArrayValue, DType, Field, FieldType, FieldValue, ImageCodec, Schema};
 
-use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image};
+use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, source_files};
 use crate::example::{Example, decode_example, feature::Kind};
 use crate::tfrecord::{TfRecordError, TfRecordReader};
 
 fn record_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
-    let mut files = Vec::new();
-    for s in sources {
-        if s.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(s)
-                .map_err(|e| PackError::io(s, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| {
-                    p.is_file()
-                        && !p
-                            .file_name()
-                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-                })
-                .collect();
-            v.sort();
-            files.extend(v);
-        } else {
-            files.push(s.clone());
-        }
-    }
-    if files.is_empty() {
-        return Err(PackError::Input(format!(
-            "no TFRecord files in {sources:?}"
-        )));
-    }
-    Ok(files)
+    source_files(sources, |_| true, "TFRecord files")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, Schema};
 
-use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image};
+use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, source_files};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
 const IMAGE: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
@@ -52,24 +52,11 @@ fn split_name(name: &str) -> Option<(&str, &str)> {
 }
 
 fn tar_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
-    let mut files = Vec::new();
-    for s in sources {
-        if s.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(s)
-                .map_err(|e| PackError::io(s, e))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "tar") && p.is_file())
-                .collect();
-            v.sort();
-            files.extend(v);
-        } else {
-            files.push(s.clone());
-        }
-    }
-    if files.is_empty() {
-        return Err(PackError::Input(format!("no .tar files in {sources:?}")));
-    }
-    Ok(files)
+    source_files(
+        sources,
+        |p| p.extension().is_some_and(|e| e == "tar"),
+        ".tar files",
+    )
 }
 
 /// A sample's members: (extension, data), in archive order.
