@@ -45,9 +45,12 @@ class Dataset:
     worker processes.
 
     :param path: the dataset directory (holding ``manifest.json`` and the shards).
-    :param mmap: memory-map the shards (the files must not change while open).
-    :param in_memory: read every shard into memory at open (datasets that fit in RAM); takes
-        precedence over ``mmap``.
+    :param access: how shards are read: ``"auto"`` (default: positional reads through the page
+        cache, or direct I/O when the dataset is larger than half the RAM), ``"pread"``,
+        ``"mmap"`` (the files must not change while open), ``"direct"`` (``O_DIRECT``, bypassing
+        the page cache) or ``"memory"`` (every shard read into memory at open).
+    :param mmap: shorthand for ``access="mmap"``.
+    :param in_memory: shorthand for ``access="memory"``; takes precedence over ``mmap``.
     :param verify: check each record's CRC-32C when it is read.
     :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
     :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
@@ -59,10 +62,15 @@ class Dataset:
         cls,
         path: Union[str, "os.PathLike[str]"],
         *,
+        access: Optional[str] = None,
         mmap: bool = False,
         in_memory: bool = False,
         verify: bool = True,
     ) -> "Dataset": ...
+    @property
+    def access(self) -> str:
+        """How the shards are read (after the automatic choice): ``"pread"``, ``"mmap"``,
+        ``"direct"`` or ``"memory"``."""
     def __len__(self) -> int:
         """The number of samples."""
     def __getitem__(self, i: int, /) -> Dict[str, _Value]:

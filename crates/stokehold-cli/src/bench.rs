@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::Args;
 use std::collections::BTreeMap;
 
-use stokehold::format::{Dataset, FieldType, OpenOptions};
+use stokehold::format::{Access, Dataset, FieldType, OpenOptions};
 use stokehold::spec::{TransformSpec, build_columns};
 use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
 
@@ -116,10 +116,7 @@ fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
 pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let ds = Arc::new(Dataset::open_with(
         &a.dataset,
-        OpenOptions {
-            mmap: a.mmap,
-            ..OpenOptions::default()
-        },
+        OpenOptions::with_access(if a.mmap { Access::Mmap } else { Access::Auto }),
     )?);
     let image = image_specs(&a)?;
     let columns = if image.is_empty() {

@@ -16,8 +16,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use stokehold_format::{
-    Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema, VerifyOptions,
-    verify_dataset,
+    Access, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
+    VerifyOptions, verify_dataset,
 };
 
 fn env(name: &str, default: u64) -> u64 {
@@ -111,16 +111,7 @@ fn main() {
     write(&many, n, 24);
     let mut ds = None;
     let t_open = median(5, || {
-        ds = Some(
-            Dataset::open_with(
-                &many,
-                OpenOptions {
-                    mmap: true,
-                    ..OpenOptions::default()
-                },
-            )
-            .unwrap(),
-        );
+        ds = Some(Dataset::open_with(&many, OpenOptions::with_access(Access::Mmap)).unwrap());
     });
     let ds = ds.unwrap();
     println!(

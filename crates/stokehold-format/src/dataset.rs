@@ -4,7 +4,6 @@
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
@@ -12,27 +11,36 @@ use crate::manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, Sha
 use crate::record::FieldValue;
 use crate::schema::Schema;
 use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptions};
+use crate::storage::{Access, Memory};
 
 /// How to open a dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpenOptions {
-    /// Memory-map the shards (explicit opt-in: the files must not change while open). Gives
-    /// zero-copy [`Dataset::record_slice`].
-    pub mmap: bool,
-    /// Read every shard into memory at open (for datasets that fit in RAM, and for measuring the
-    /// engine without storage). Takes precedence over `mmap`.
-    pub in_memory: bool,
+    /// How shards are read: [`Access::Auto`] (default: positional reads, or direct I/O for a
+    /// dataset larger than half the RAM), pread, mmap (explicit opt-in: the files must not change
+    /// while open; zero-copy [`Dataset::record_slice`]), direct, or memory (every shard read at
+    /// open).
+    pub access: Access,
     /// Check each record's CRC-32C when it is read (default: on; it costs little next to decoding).
     pub verify_records: bool,
     /// Limits on sizes read from the files.
     pub limits: Limits,
 }
 
+impl OpenOptions {
+    /// Default options with `access`.
+    pub fn with_access(access: Access) -> OpenOptions {
+        OpenOptions {
+            access,
+            ..OpenOptions::default()
+        }
+    }
+}
+
 impl Default for OpenOptions {
     fn default() -> Self {
         OpenOptions {
-            mmap: false,
-            in_memory: false,
+            access: Access::Auto,
             verify_records: true,
             limits: Limits::default(),
         }
@@ -48,6 +56,7 @@ pub struct Dataset {
     /// `starts[k]` is the global index of shard k's first record; `starts[shards.len()] == len`.
     starts: Vec<u64>,
     verify: bool,
+    access: Access,
 }
 
 impl Dataset {
@@ -61,28 +70,18 @@ impl Dataset {
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Dataset> {
         let dir = dir.as_ref().to_path_buf();
         let manifest = Manifest::load(&dir, &options.limits)?;
+        let bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
+        let access = options
+            .access
+            .resolve(bytes, crate::storage::physical_memory());
+        let fallback = options.access == Access::Auto;
         let mut shards = Vec::with_capacity(manifest.shards.len());
         for i in 0..manifest.shards.len() {
             let path = manifest.shard_path(&dir, i);
-            let reader = if options.in_memory {
-                let bytes = fs::read(&path).map_err(|e| FormatError::io(&path, None, e))?;
-                ShardReader::from_source(
-                    &path,
-                    ShardSource::Memory(Arc::from(bytes)),
-                    options.limits,
-                )?
-            } else if options.mmap {
-                let f = File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
-                // SAFETY: mapping is the documented opt-in whose contract is that the file is not
-                // modified or truncated while the dataset is open; the reader checks every offset
-                // against the length at open, and never writes through the map.
-                let map = unsafe { memmap2::Mmap::map(&f) }
-                    .map_err(|e| FormatError::io(&path, None, e))?;
-                ShardReader::from_source(&path, ShardSource::Mmap(map), options.limits)?
-            } else {
-                ShardReader::open(&path, options.limits)?
-            };
-            shards.push(reader);
+            let source = access
+                .open(&path, fallback)
+                .map_err(|e| FormatError::io(&path, None, e))?;
+            shards.push(ShardReader::from_source(&path, source, options.limits)?);
         }
         Dataset::from_parts(dir, manifest, shards, options.verify_records)
     }
@@ -114,13 +113,28 @@ impl Dataset {
             total += shard.len();
         }
         starts.push(total);
+        let access = shards
+            .first()
+            .and_then(|s| Access::parse(s.source().kind()))
+            .unwrap_or(Access::Pread);
         Ok(Dataset {
             dir,
             manifest,
             shards,
             starts,
             verify: verify_records,
+            access,
         })
+    }
+
+    /// How the shards are read (after the automatic choice).
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Total bytes of the shard files.
+    pub fn bytes(&self) -> u64 {
+        self.manifest.shards.iter().map(|s| s.bytes).sum()
     }
 
     /// Number of samples.
@@ -601,5 +615,5 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Shards held in memory, for tests and for sources that are already in RAM.
 pub fn memory_source(bytes: Vec<u8>) -> ShardSource {
-    ShardSource::Memory(Arc::from(bytes))
+    Box::new(Memory::new(bytes))
 }

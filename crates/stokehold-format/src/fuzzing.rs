@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::limits::Limits;
 use crate::manifest::Manifest;
-use crate::shard::{ShardReader, ShardSource};
+use crate::shard::ShardReader;
 
 /// Open arbitrary bytes as a shard and read and decode every record. Must never panic.
 pub fn fuzz_shard(data: &[u8]) {
@@ -12,7 +12,7 @@ pub fn fuzz_shard(data: &[u8]) {
         max_decompressed_bytes: 1 << 20,
         ..Limits::default()
     };
-    let source = ShardSource::Memory(data.to_vec().into());
+    let source = Box::new(crate::storage::Memory::new(data.to_vec()));
     let Ok(reader) = ShardReader::from_source("fuzz.skh", source, limits) else {
         return;
     };

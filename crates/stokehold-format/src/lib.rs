@@ -23,6 +23,7 @@
 //! assert_eq!(ds.get(0).unwrap()[1], FieldValue::Int64(3));
 //! ```
 
+pub mod conformance;
 pub mod crc;
 mod dataset;
 mod error;
@@ -32,6 +33,7 @@ mod manifest;
 pub mod record;
 pub mod schema;
 pub mod shard;
+pub mod storage;
 mod verify;
 
 pub use dataset::{
@@ -46,4 +48,5 @@ pub use shard::{
     IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary, ShardWriter,
     WriteError, WriteOptions,
 };
+pub use storage::{Access, Storage};
 pub use verify::{VerifyOptions, VerifyReport, verify_dataset};

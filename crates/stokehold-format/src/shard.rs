@@ -10,11 +10,8 @@
 //!                 "STKHTRLR" | u32 reserved=0 | u32 trailer_crc
 //! ```
 
-use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -23,6 +20,7 @@ use crate::error::{FormatError, Result, escape};
 use crate::limits::Limits;
 use crate::record::{FieldValue, RecordEncoder, RecordView};
 use crate::schema::Schema;
+use crate::storage::{PreadFile, Storage};
 
 /// Magic bytes that open every shard.
 pub const HEADER_MAGIC: &[u8; 8] = b"STKHSHRD";
@@ -301,52 +299,8 @@ pub enum WriteError {
     Io(#[from] io::Error),
 }
 
-/// Where a shard's bytes come from.
-#[derive(Debug)]
-pub enum ShardSource {
-    /// A file read with positional reads (`pread`): the default.
-    File(File),
-    /// A memory map. The file must not change while mapped (another process truncating it would
-    /// make a read fault); this is why it is an explicit opt-in.
-    Mmap(memmap2::Mmap),
-    /// Bytes in memory.
-    Memory(Arc<[u8]>),
-}
-
-impl ShardSource {
-    fn len(&self) -> io::Result<u64> {
-        match self {
-            ShardSource::File(f) => Ok(f.metadata()?.len()),
-            ShardSource::Mmap(m) => Ok(m.len() as u64),
-            ShardSource::Memory(b) => Ok(b.len() as u64),
-        }
-    }
-
-    /// The bytes `offset..offset+len`, borrowed when the source is in memory.
-    pub fn slice(&self, offset: u64, len: usize) -> Option<&[u8]> {
-        let bytes: &[u8] = match self {
-            ShardSource::File(_) => return None,
-            ShardSource::Mmap(m) => m,
-            ShardSource::Memory(b) => b,
-        };
-        let start = usize::try_from(offset).ok()?;
-        bytes.get(start..start.checked_add(len)?)
-    }
-
-    /// Read exactly `buf.len()` bytes at `offset`.
-    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        match self {
-            ShardSource::File(f) => f.read_exact_at(buf, offset),
-            _ => match self.slice(offset, buf.len()) {
-                Some(s) => {
-                    buf.copy_from_slice(s);
-                    Ok(())
-                }
-                None => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
-            },
-        }
-    }
-}
+/// Where a shard's bytes come from: any [`Storage`] backend.
+pub type ShardSource = Box<dyn Storage>;
 
 /// An open, validated shard: its meta, its index in memory (16 bytes per record), and the source
 /// of its bytes. Reading a record is one positional read (or a slice of a map).
@@ -367,8 +321,8 @@ impl ShardReader {
     /// Open a shard file with positional reads.
     pub fn open(path: impl AsRef<Path>, limits: Limits) -> Result<ShardReader> {
         let path = path.as_ref();
-        let f = File::open(path).map_err(|e| FormatError::io(path, None, e))?;
-        ShardReader::from_source(path, ShardSource::File(f), limits)
+        let f = PreadFile::open(path).map_err(|e| FormatError::io(path, None, e))?;
+        ShardReader::from_source(path, Box::new(f), limits)
     }
 
     /// Open a shard from a source. `path` is used in messages.
@@ -378,7 +332,7 @@ impl ShardReader {
         limits: Limits,
     ) -> Result<ShardReader> {
         let path = path.into();
-        let file_len = source.len().map_err(|e| FormatError::io(&path, None, e))?;
+        let file_len = source.size().map_err(|e| FormatError::io(&path, None, e))?;
         let truncated = |what: &str, start: u64, end: u64| FormatError::Truncated {
             path: path.clone(),
             what: what.to_string(),

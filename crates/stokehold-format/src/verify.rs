@@ -11,6 +11,7 @@ use crate::limits::Limits;
 use crate::manifest::Manifest;
 use crate::record::RecordView;
 use crate::shard::{HEADER_LEN, ShardReader, TRAILER_LEN};
+use crate::storage::MmapFile;
 
 /// Options of [`verify_dataset`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,14 +286,10 @@ fn verify_shard(
 }
 
 fn open_mapped(path: &Path, limits: Limits) -> Result<ShardReader> {
-    let f = std::fs::File::open(path).map_err(|e| FormatError::io(path, None, e))?;
-    // SAFETY: a read-only map; the verifier checks every offset against the length seen at open
-    // and never writes through it. The file changing underneath is the documented risk of the
-    // `mmap` option (see `VerifyOptions::mmap`).
-    let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }
-        .map_err(|e| FormatError::io(path, None, e))?;
-    let _ = map.advise(memmap2::Advice::Sequential);
-    ShardReader::from_source(path, crate::shard::ShardSource::Mmap(map), limits)
+    // The file changing underneath is the documented risk of the `mmap` option (see
+    // `VerifyOptions::mmap`).
+    let map = MmapFile::open_sequential(path).map_err(|e| FormatError::io(path, None, e))?;
+    ShardReader::from_source(path, Box::new(map), limits)
 }
 
 /// Sequential reads through a window buffer, or slices of a memory map.

@@ -6,7 +6,7 @@ use std::fs;
 
 use common::*;
 use stokehold_format::{
-    Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, Limits, Manifest,
+    Access, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, Limits, Manifest,
     OpenOptions, ShardReader, VerifyOptions, verify_dataset,
 };
 
@@ -16,23 +16,23 @@ fn no_progress(_: u64) {}
 fn round_trip_across_shards_with_and_without_mmap() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = write_dataset(tmp.path(), "ds", 500, 4096, 1);
-    for (mmap, in_memory) in [(false, false), (true, false), (false, true)] {
-        let ds = Dataset::open_with(
-            &dest,
-            OpenOptions {
-                mmap,
-                in_memory,
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap();
+    for access in [Access::Pread, Access::Mmap, Access::Memory, Access::Auto] {
+        let ds = Dataset::open_with(&dest, OpenOptions::with_access(access)).unwrap();
         assert_eq!(ds.len(), 500);
         assert!(ds.shards().len() > 5, "small target size gives many shards");
         assert_eq!(ds.classes().unwrap()[3], "class-3");
         for i in (0..500).step_by(7) {
             assert_eq!(ds.get(i).unwrap(), sample(i), "sample {i}");
         }
-        assert_eq!(ds.record_slice(3).unwrap().is_some(), mmap || in_memory);
+        assert_eq!(
+            ds.record_slice(3).unwrap().is_some(),
+            matches!(access, Access::Mmap | Access::Memory)
+        );
+        assert_ne!(
+            ds.access(),
+            Access::Auto,
+            "the automatic choice is resolved"
+        );
         assert!(matches!(
             ds.get(500),
             Err(FormatError::IndexOutOfRange {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use stokehold_format::{Dataset as FormatDataset, OpenOptions};
+use stokehold_format::{Access, Dataset as FormatDataset, OpenOptions};
 
 use crate::convert::sample_to_py;
 use crate::errors::to_py_err;
@@ -20,8 +20,8 @@ pub struct Dataset {
     inner: Arc<FormatDataset>,
     /// The path as given (made a string), for `.path`, `repr` and pickling.
     path: PathBuf,
-    mmap: bool,
-    in_memory: bool,
+    /// The access asked for (before the automatic choice), for pickling.
+    access: Access,
     verify: bool,
 }
 
@@ -33,7 +33,7 @@ impl Dataset {
 
     /// Open `path` with the default options (what `stokehold.Loader("path", ...)` does).
     pub fn open_default(py: Python<'_>, path: PathBuf) -> PyResult<Dataset> {
-        Dataset::open(py, path, false, false, true)
+        Dataset::open(py, path, Access::Auto, true)
     }
 
     /// The sample index for a Python index (negative counts from the end).
@@ -60,16 +60,9 @@ impl Dataset {
         sample_to_py(py, self.inner.schema(), &values)
     }
 
-    fn open(
-        py: Python<'_>,
-        path: PathBuf,
-        mmap: bool,
-        in_memory: bool,
-        verify: bool,
-    ) -> PyResult<Dataset> {
+    fn open(py: Python<'_>, path: PathBuf, access: Access, verify: bool) -> PyResult<Dataset> {
         let options = OpenOptions {
-            mmap,
-            in_memory,
+            access,
             verify_records: verify,
             ..OpenOptions::default()
         };
@@ -79,8 +72,7 @@ impl Dataset {
         Ok(Dataset {
             inner: Arc::new(inner),
             path,
-            mmap,
-            in_memory,
+            access,
             verify,
         })
     }
@@ -93,15 +85,36 @@ impl Dataset {
 #[pymethods]
 impl Dataset {
     #[new]
-    #[pyo3(signature = (path, *, mmap = false, in_memory = false, verify = true))]
+    #[pyo3(signature = (path, *, access = None, mmap = false, in_memory = false, verify = true))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
+        access: Option<&str>,
         mmap: bool,
         in_memory: bool,
         verify: bool,
     ) -> PyResult<Dataset> {
-        Dataset::open(py, path, mmap, in_memory, verify)
+        let access = match access {
+            Some(a) => Access::parse(a).ok_or_else(|| {
+                crate::errors::config_error(
+                    py,
+                    format!(
+                        "access must be one of \"auto\", \"pread\", \"mmap\", \"direct\", \"memory\"; got {a:?}"
+                    ),
+                )
+            })?,
+            None if in_memory => Access::Memory,
+            None if mmap => Access::Mmap,
+            None => Access::Auto,
+        };
+        Dataset::open(py, path, access, verify)
+    }
+
+    /// How the shards are read: "pread", "mmap", "direct" or "memory" (after the automatic
+    /// choice).
+    #[getter]
+    fn access(&self) -> &'static str {
+        self.inner.access().name()
     }
 
     fn __len__(&self) -> usize {
@@ -173,17 +186,14 @@ impl Dataset {
         ))
     }
 
-    /// `((path,), {"mmap": ..., "verify": ...})`: what reopens the same dataset.
+    /// `((path,), {"access": ..., "verify": ...})`: what reopens the same dataset.
     fn __getnewargs_ex__<'py>(
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
         let args = PyTuple::new(py, [self.path.as_os_str()])?;
         let kwargs = PyDict::new(py);
-        kwargs.set_item("mmap", self.mmap)?;
-        if self.in_memory {
-            kwargs.set_item("in_memory", true)?;
-        }
+        kwargs.set_item("access", self.access.name())?;
         kwargs.set_item("verify", self.verify)?;
         Ok((args, kwargs))
     }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stokehold::format::{
-    DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
+    Access, DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
 };
 use stokehold::{Column, ColumnData, CopyBytes, Loader, LoaderConfig, Shuffle, from_fn};
 
@@ -35,10 +35,11 @@ fn open(dir: &Path, in_memory: bool) -> Arc<Dataset> {
     Arc::new(
         Dataset::open_with(
             dir,
-            OpenOptions {
-                in_memory,
-                ..OpenOptions::default()
-            },
+            OpenOptions::with_access(if in_memory {
+                Access::Memory
+            } else {
+                Access::Pread
+            }),
         )
         .unwrap(),
     )
@@ -151,7 +152,7 @@ fn main() {
         Dataset::open_with(
             &small,
             OpenOptions {
-                in_memory: true,
+                access: Access::Memory,
                 verify_records: false,
                 ..OpenOptions::default()
             },
@@ -214,16 +215,7 @@ fn main() {
     // 3. time to first batch on 1,000,000 samples
     let big = tmp.path().join("big");
     write(&big, 1_000_000, 16);
-    let dsb = Arc::new(
-        Dataset::open_with(
-            &big,
-            OpenOptions {
-                mmap: true,
-                ..OpenOptions::default()
-            },
-        )
-        .unwrap(),
-    );
+    let dsb = Arc::new(Dataset::open_with(&big, OpenOptions::with_access(Access::Mmap)).unwrap());
     let cols_b = vec![Column::fixed(
         "data",
         vec![Arc::new(CopyBytes)],
