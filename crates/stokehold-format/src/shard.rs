@@ -668,6 +668,21 @@ impl ShardReader {
         }
     }
 
+    /// Check that `bytes` (obtained elsewhere, such as from a cache or a coalesced read) are record
+    /// `i`: its length and CRC-32C.
+    pub fn check_record(&self, i: u64, bytes: &[u8]) -> Result<()> {
+        let e = self.entry(i);
+        if bytes.len() as u64 != u64::from(e.len) {
+            return Err(FormatError::Corrupt {
+                path: self.path.clone(),
+                what: self.describe(i),
+                offset: e.offset,
+                detail: format!("{} bytes given for a record of {}", bytes.len(), e.len),
+            });
+        }
+        self.check_crc(i, e, bytes)
+    }
+
     /// Check record `i`'s field table and decode its fields (borrowing from `bytes`).
     pub fn decode<'a>(&self, i: u64, bytes: &'a [u8]) -> Result<Vec<FieldValue<'a>>> {
         let schema = &self.meta.schema;

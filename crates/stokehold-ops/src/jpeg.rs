@@ -97,6 +97,31 @@ pub struct Pixels {
     pub data: Vec<u8>,
 }
 
+/// Borrowed packed pixels (a decoded image held elsewhere, such as in a decoded cache).
+#[derive(Debug, Clone, Copy)]
+pub struct PixelsRef<'a> {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// 1 (gray) or 3 (RGB).
+    pub channels: u8,
+    /// `width * height * channels` bytes, row-major.
+    pub data: &'a [u8],
+}
+
+impl Pixels {
+    /// A borrowed view.
+    pub fn view(&self) -> PixelsRef<'_> {
+        PixelsRef {
+            width: self.width,
+            height: self.height,
+            channels: self.channels,
+            data: &self.data,
+        }
+    }
+}
+
 /// A TurboJPEG decompressor. Not shared between threads (each worker keeps its own).
 #[derive(Debug)]
 pub struct Decoder {

@@ -16,5 +16,6 @@ pub mod pipeline;
 pub mod resize;
 
 pub use error::{OpsError, Result};
+pub use jpeg::{Pixels, PixelsRef};
 pub use layout::{OutDType, OutSpec};
-pub use pipeline::{Geometry, ImageOps, Jitter, Random, Workspace, run};
+pub use pipeline::{Geometry, ImageOps, Jitter, Random, Workspace, decode_prefix, run, run_pixels};

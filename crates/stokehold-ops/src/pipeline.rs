@@ -7,7 +7,7 @@ use crate::decode::{Format, decode_full, sniff};
 use crate::error::{OpsError, Result};
 pub use crate::geometry::Random;
 use crate::geometry::{self, Crop};
-use crate::jpeg::{Decoder, Pixels, Scale};
+use crate::jpeg::{Decoder, Pixels, PixelsRef, Scale};
 use crate::layout::{self, OutSpec};
 use crate::resize::Resizer;
 
@@ -169,28 +169,7 @@ pub fn run(
         r?;
         (ws.decoded.width, ws.decoded.height)
     };
-    let crop = match ops.geometry {
-        Geometry::RandomResizedCrop { scale, ratio, .. } => {
-            geometry::random_resized_crop(width, height, scale, ratio, rng)
-        }
-        Geometry::ResizeCenterCrop {
-            shorter,
-            width: w,
-            height: h,
-        } => geometry::resize_center_crop(width, height, shorter, w, h),
-        Geometry::Resize { .. } => geometry::full(width, height),
-    };
-    let flip = ops.flip_p > 0.0 && rng.uniform(0.0, 1.0) < ops.flip_p;
-    let factors = ops.jitter.map(|j| {
-        let mut draw = |s: f32| {
-            if s > 0.0 {
-                Some(rng.uniform(f64::from((1.0 - s).max(0.0)), f64::from(1.0 + s)) as f32)
-            } else {
-                None
-            }
-        };
-        (draw(j.brightness), draw(j.contrast), draw(j.saturation))
-    });
+    let (crop, flip, factors) = draw(ops, width, height, rng);
     // Decode (the JPEG path: only the crop's region, at the smallest covering DCT scale).
     let mut box_in_decoded = crop;
     if format == Format::Jpeg {
@@ -221,41 +200,215 @@ pub fn run(
             h: crop.h * s,
         };
     }
-    let c = ws.decoded.channels as usize;
+    let decoded = std::mem::take(&mut ws.decoded);
+    let r = finish(
+        ops,
+        decoded.view(),
+        box_in_decoded,
+        flip,
+        factors,
+        &mut ws.resizer,
+        &mut ws.resized,
+        slot,
+    );
+    ws.decoded = decoded;
+    r
+}
+
+/// Colour jitter factors drawn for one sample (brightness, contrast, saturation).
+type Factors = (Option<f32>, Option<f32>, Option<f32>);
+
+/// Draw the random choices in their fixed order (crop, flip, jitter factors) for an image of
+/// `width`×`height`.
+fn draw(
+    ops: &ImageOps,
+    width: u32,
+    height: u32,
+    rng: &mut dyn Random,
+) -> (Crop, bool, Option<Factors>) {
+    let crop = match ops.geometry {
+        Geometry::RandomResizedCrop { scale, ratio, .. } => {
+            geometry::random_resized_crop(width, height, scale, ratio, rng)
+        }
+        Geometry::ResizeCenterCrop {
+            shorter,
+            width: w,
+            height: h,
+        } => geometry::resize_center_crop(width, height, shorter, w, h),
+        Geometry::Resize { .. } => geometry::full(width, height),
+    };
+    let flip = ops.flip_p > 0.0 && rng.uniform(0.0, 1.0) < ops.flip_p;
+    let factors = ops.jitter.map(|j| {
+        let mut draw = |s: f32| {
+            if s > 0.0 {
+                Some(rng.uniform(f64::from((1.0 - s).max(0.0)), f64::from(1.0 + s)) as f32)
+            } else {
+                None
+            }
+        };
+        (draw(j.brightness), draw(j.contrast), draw(j.saturation))
+    });
+    (crop, flip, factors)
+}
+
+/// The common tail: resize `crop` of `src` to the output size, jitter, gray, flip and write.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    ops: &ImageOps,
+    src: PixelsRef<'_>,
+    crop: Crop,
+    flip: bool,
+    factors: Option<Factors>,
+    resizer: &mut Resizer,
+    resized: &mut Vec<u8>,
+    slot: &mut [u8],
+) -> Result<()> {
+    let (out_w, out_h) = ops.geometry.size();
+    let c = src.channels as usize;
     // the resizer writes every byte: no need to zero the buffer again
     let need = out_w as usize * out_h as usize * c;
-    if ws.resized.len() < need {
-        ws.resized.resize(need, 0);
+    if resized.len() < need {
+        resized.resize(need, 0);
     }
-    ws.resized.truncate(need);
-    ws.resizer
-        .resize(&ws.decoded, box_in_decoded, out_w, out_h, &mut ws.resized)?;
+    resized.truncate(need);
+    resizer.resize(src, crop, out_w, out_h, resized)?;
     if let Some((b, ct, sat)) = factors {
         if let Some(f) = b {
-            color::brightness(&mut ws.resized, f);
+            color::brightness(resized, f);
         }
         if c == 3 {
             if let Some(f) = ct {
-                color::contrast(&mut ws.resized, f);
+                color::contrast(resized, f);
             }
             if let Some(f) = sat {
-                color::saturation(&mut ws.resized, f);
+                color::saturation(resized, f);
             }
         }
     }
     let mut c_out = c;
     if ops.gray && c == 3 {
-        let n = color::to_gray(&mut ws.resized);
-        ws.resized.truncate(n);
+        let n = color::to_gray(resized);
+        resized.truncate(n);
         c_out = 1;
     }
     layout::write(
-        &ws.resized,
+        resized,
         out_w as usize,
         out_h as usize,
         c_out,
         flip,
         &ops.out,
+        slot,
+    )
+}
+
+/// The deterministic prefix a decoded cache keeps: decode `data` and resize it so that its
+/// shorter side is `shorter` (images already smaller keep their size), as packed RGB (or gray
+/// with `gray`). JPEGs are decoded at the smallest DCT scale that still covers that size.
+pub fn decode_prefix(
+    data: &[u8],
+    shorter: u32,
+    gray: bool,
+    max_pixels: u64,
+    ws: &mut Workspace,
+    out: &mut Pixels,
+) -> Result<()> {
+    if shorter == 0 {
+        return Err(OpsError::Invalid("decoded cache size 0".into()));
+    }
+    let format = sniff(data)?;
+    let mut decoded = std::mem::take(&mut ws.decoded);
+    let r = if format == Format::Jpeg {
+        let decoder = ws.jpeg()?;
+        decoder.header(data).and_then(|h| {
+            crate::jpeg::check_pixels(u64::from(h.width), u64::from(h.height), max_pixels)?;
+            let (tw, th) = shorter_side(h.width, h.height, shorter);
+            let scale = Scale::smallest_covering(f64::from(h.width), f64::from(h.height), tw, th);
+            decoder
+                .decode(data, scale, None, gray, max_pixels, &mut decoded)
+                .map(|_| ())
+        })
+    } else {
+        decode_full(ws.jpeg()?, data, gray, max_pixels, &mut decoded)
+    };
+    if let Err(e) = r {
+        ws.decoded = decoded;
+        return Err(e);
+    }
+    let (tw, th) = shorter_side(decoded.width, decoded.height, shorter);
+    out.channels = decoded.channels;
+    if (tw, th) == (decoded.width, decoded.height) {
+        out.width = decoded.width;
+        out.height = decoded.height;
+        out.data.clear();
+        out.data.extend_from_slice(&decoded.data);
+    } else {
+        out.width = tw;
+        out.height = th;
+        out.data
+            .resize(tw as usize * th as usize * decoded.channels as usize, 0);
+        let whole = geometry::full(decoded.width, decoded.height);
+        let r = ws
+            .resizer
+            .resize(decoded.view(), whole, tw, th, &mut out.data);
+        if let Err(e) = r {
+            ws.decoded = decoded;
+            return Err(e);
+        }
+    }
+    ws.decoded = decoded;
+    Ok(())
+}
+
+/// The size with the shorter side `shorter` and the aspect ratio kept, never larger than the
+/// image.
+fn shorter_side(w: u32, h: u32, shorter: u32) -> (u32, u32) {
+    let s = w.min(h);
+    if s <= shorter {
+        return (w, h);
+    }
+    let f = f64::from(shorter) / f64::from(s);
+    let scale = |x: u32| ((f64::from(x) * f).round() as u32).max(1);
+    if w <= h {
+        (shorter, scale(h))
+    } else {
+        (scale(w), shorter)
+    }
+}
+
+/// Run the rest of the pipeline on already decoded pixels (the output of [`decode_prefix`],
+/// from a decoded cache): the same random draws in the same order as [`run`], made against the
+/// pixels' size.
+pub fn run_pixels(
+    ops: &ImageOps,
+    src: PixelsRef<'_>,
+    rng: &mut dyn Random,
+    ws: &mut Workspace,
+    slot: &mut [u8],
+) -> Result<()> {
+    let (out_w, out_h) = ops.geometry.size();
+    if out_w == 0 || out_h == 0 {
+        return Err(OpsError::Invalid(format!("output size {out_w}x{out_h}")));
+    }
+    let expected = src.width as usize * src.height as usize * src.channels as usize;
+    if src.width == 0 || src.height == 0 || src.data.len() != expected {
+        return Err(OpsError::Invalid(format!(
+            "{}x{}x{} pixels with {} bytes",
+            src.width,
+            src.height,
+            src.channels,
+            src.data.len()
+        )));
+    }
+    let (crop, flip, factors) = draw(ops, src.width, src.height, rng);
+    finish(
+        ops,
+        src,
+        crop,
+        flip,
+        factors,
+        &mut ws.resizer,
+        &mut ws.resized,
         slot,
     )
 }

@@ -6,7 +6,7 @@ use fast_image_resize as fr;
 
 use crate::error::{OpsError, Result};
 use crate::geometry::Crop;
-use crate::jpeg::Pixels;
+use crate::jpeg::PixelsRef;
 
 /// A resizer with its scratch buffers; one per worker thread.
 #[derive(Default)]
@@ -30,7 +30,7 @@ impl Resizer {
     /// `src`, `out_w * out_h * channels` bytes).
     pub fn resize(
         &mut self,
-        src: &Pixels,
+        src: PixelsRef<'_>,
         crop: Crop,
         out_w: u32,
         out_h: u32,
@@ -41,7 +41,7 @@ impl Resizer {
             3 => fr::PixelType::U8x3,
             c => return Err(OpsError::Unsupported(format!("{c} channels"))),
         };
-        let src_img = fr::images::ImageRef::new(src.width, src.height, &src.data, pt)
+        let src_img = fr::images::ImageRef::new(src.width, src.height, src.data, pt)
             .map_err(|e| OpsError::Invalid(format!("source image: {e}")))?;
         let mut dst_img = fr::images::Image::from_slice_u8(out_w, out_h, dst, pt)
             .map_err(|e| OpsError::Invalid(format!("output image: {e}")))?;

@@ -5,11 +5,16 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::Value as Json;
 use stokehold_format::{DType, FieldValue};
-use stokehold_ops::{Geometry, ImageOps, Jitter, OutDType, OutSpec, Random, Workspace, run};
+use stokehold_ops::{
+    Geometry, ImageOps, Jitter, OutDType, OutSpec, Pixels, PixelsRef, Random, Workspace,
+    decode_prefix, run, run_pixels,
+};
 
+use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
 use crate::spec::TransformSpec;
@@ -263,6 +268,20 @@ pub struct ImageTransform {
     pub ops: ImageOps,
 }
 
+/// The image transform over a decoded cache: the deterministic prefix (decode + resize to a
+/// shorter side of `size`) is computed once per sample and kept within the cache's budget; the
+/// rest of the pipeline (crop, resize, flip, jitter, layout) runs on the cached pixels. A cold
+/// and a warm sample give the same output.
+#[derive(Debug, Clone)]
+pub struct CachedImageTransform {
+    /// What it does after the prefix.
+    pub ops: ImageOps,
+    /// Shorter side of the cached images.
+    pub size: u32,
+    /// Where the prefixes are kept.
+    pub cache: Arc<DecodedCache>,
+}
+
 struct Draws<'a>(&'a mut SampleRng);
 
 impl Random for Draws<'_> {
@@ -279,6 +298,113 @@ thread_local! {
     static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::new());
 }
 
+fn encoded<'a>(x: &'a Value<'_>) -> std::result::Result<&'a [u8], String> {
+    match x {
+        FieldValue::Image(b) | FieldValue::Bytes(b) => Ok(b),
+        other => Err(format!(
+            "expected encoded image bytes, got a {}",
+            other.kind()
+        )),
+    }
+}
+
+fn with_workspace<T>(
+    f: impl FnOnce(&mut Workspace) -> std::result::Result<T, String>,
+) -> std::result::Result<T, String> {
+    WORKSPACE.with(|ws| {
+        let mut ws = ws
+            .try_borrow_mut()
+            .map_err(|_| "image workspace in use (re-entrant call)".to_string())?;
+        f(&mut ws)
+    })
+}
+
+/// The fixed output of an image pipeline as a tensor value (for `apply`).
+fn output_tensor<'a>(ops: &ImageOps, out: Vec<u8>) -> Value<'a> {
+    let dtype = match ops.out.dtype {
+        OutDType::U8 => DType::U8,
+        OutDType::F32 => DType::F32,
+        OutDType::F16 | OutDType::BF16 => DType::F16,
+    };
+    tensor(dtype, ops.shape().iter().map(|&d| d as u64).collect(), out)
+}
+
+impl CachedImageTransform {
+    fn run_into(
+        &self,
+        x: &Value<'_>,
+        ctx: &mut SampleCtx<'_>,
+        slot: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        if let Some(img) = self.cache.get(ctx.id) {
+            let px = PixelsRef {
+                width: img.width,
+                height: img.height,
+                channels: img.channels,
+                data: &img.data,
+            };
+            return with_workspace(|ws| {
+                run_pixels(&self.ops, px, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
+            });
+        }
+        let bytes = encoded(x)?;
+        let t0 = Instant::now();
+        let mut px = Pixels::default();
+        with_workspace(|ws| {
+            decode_prefix(
+                bytes,
+                self.size,
+                self.ops.gray,
+                self.ops.max_pixels,
+                ws,
+                &mut px,
+            )
+            .map_err(|e| e.to_string())
+        })?;
+        let took = t0.elapsed();
+        with_workspace(|ws| {
+            run_pixels(&self.ops, px.view(), &mut Draws(ctx.rng), ws, slot)
+                .map_err(|e| e.to_string())
+        })?;
+        self.cache.insert(
+            ctx.id,
+            DecodedImage {
+                width: px.width,
+                height: px.height,
+                channels: px.channels,
+                data: px.data.into_boxed_slice(),
+            },
+            took,
+        );
+        Ok(())
+    }
+}
+
+impl Transform for CachedImageTransform {
+    fn name(&self) -> &str {
+        "decoded-cache+crop+resize"
+    }
+
+    fn apply<'a>(
+        &self,
+        x: Value<'a>,
+        ctx: &mut SampleCtx<'_>,
+    ) -> std::result::Result<Value<'a>, String> {
+        let mut out = vec![0u8; self.ops.slot_bytes()];
+        self.run_into(&x, ctx, &mut out)?;
+        Ok(output_tensor(&self.ops, out))
+    }
+
+    fn apply_into(
+        &self,
+        x: Value<'_>,
+        ctx: &mut SampleCtx<'_>,
+        slot: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.run_into(&x, ctx, slot)
+    }
+}
+
 impl ImageTransform {
     fn run_into(
         &self,
@@ -286,20 +412,9 @@ impl ImageTransform {
         ctx: &mut SampleCtx<'_>,
         slot: &mut [u8],
     ) -> std::result::Result<(), String> {
-        let bytes: &[u8] = match x {
-            FieldValue::Image(b) | FieldValue::Bytes(b) => b,
-            other => {
-                return Err(format!(
-                    "expected encoded image bytes, got a {}",
-                    other.kind()
-                ));
-            }
-        };
-        WORKSPACE.with(|ws| {
-            let mut ws = ws
-                .try_borrow_mut()
-                .map_err(|_| "image workspace in use (re-entrant call)".to_string())?;
-            run(&self.ops, bytes, &mut Draws(ctx.rng), &mut ws, slot).map_err(|e| e.to_string())
+        let bytes = encoded(x)?;
+        with_workspace(|ws| {
+            run(&self.ops, bytes, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
         })
     }
 }
@@ -316,16 +431,7 @@ impl Transform for ImageTransform {
     ) -> std::result::Result<Value<'a>, String> {
         let mut out = vec![0u8; self.ops.slot_bytes()];
         self.run_into(&x, ctx, &mut out)?;
-        let dtype = match self.ops.out.dtype {
-            OutDType::U8 => DType::U8,
-            OutDType::F32 => DType::F32,
-            OutDType::F16 | OutDType::BF16 => DType::F16,
-        };
-        Ok(tensor(
-            dtype,
-            self.ops.shape().iter().map(|&d| d as u64).collect(),
-            out,
-        ))
+        Ok(output_tensor(&self.ops, out))
     }
 
     fn apply_into(
@@ -335,6 +441,22 @@ impl Transform for ImageTransform {
         slot: &mut [u8],
     ) -> std::result::Result<(), String> {
         self.run_into(&x, ctx, slot)
+    }
+
+    fn with_decoded_cache(
+        &self,
+        size: u32,
+        cache: &dyn Fn(&str) -> Arc<DecodedCache>,
+    ) -> Option<Arc<dyn Transform>> {
+        let prefix = format!(
+            "decode-shorter-{size}-{}",
+            if self.ops.gray { "gray" } else { "rgb" }
+        );
+        Some(Arc::new(CachedImageTransform {
+            ops: self.ops.clone(),
+            size,
+            cache: cache(&prefix),
+        }))
     }
 }
 

@@ -28,7 +28,9 @@
 pub use stokehold_format as format;
 
 mod batch;
+pub mod cache;
 mod error;
+mod fetch;
 pub mod image;
 mod loader;
 mod rng;
@@ -39,8 +41,9 @@ mod stats;
 pub mod transform;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
+pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, Result};
-pub use loader::{BatchIter, ErrorPolicy, Loader, LoaderConfig};
+pub use loader::{BatchIter, DecodedCacheConfig, ErrorPolicy, Loader, LoaderConfig};
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
 pub use state::{ResumeState, STATE_VERSION, fingerprint};

@@ -14,10 +14,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
+use stokehold_format::{Dataset, FieldValue, RecordView};
 
 use crate::batch::{Batch, BufferPool, SharedBatch, copy_slot, finish_batch};
+use crate::cache::{DecodedCache, RecordCache};
 use crate::error::{EngineError, Result};
+use crate::fetch::{self, TaskBytes};
 use crate::rng::SampleRng;
 use crate::sampler::{EpochOrder, RankPlan, Shuffle, Slot, Tail};
 use crate::state::{ResumeState, STATE_VERSION, fingerprint};
@@ -84,6 +86,21 @@ pub struct LoaderConfig {
     pub prepare_next_epoch: bool,
     /// Failed samples.
     pub on_error: ErrorPolicy,
+    /// Byte budget of the RAM cache of record bytes (whole shards, shared by the loaders of this
+    /// process that read the same dataset); 0 turns it off.
+    pub cache_bytes: u64,
+    /// Keep the output of the image columns' deterministic prefix (decode + resize to a shorter
+    /// side) in RAM; the random stages start from it.
+    pub decoded_cache: Option<DecodedCacheConfig>,
+}
+
+/// The decoded cache of image columns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodedCacheConfig {
+    /// Shorter side of the cached images (images already smaller keep their size).
+    pub size: u32,
+    /// Byte budget (shared by the loaders of this process with the same dataset and prefix).
+    pub budget: u64,
 }
 
 impl Default for LoaderConfig {
@@ -101,6 +118,8 @@ impl Default for LoaderConfig {
             autotune: false,
             prepare_next_epoch: true,
             on_error: ErrorPolicy::Fail,
+            cache_bytes: 0,
+            decoded_cache: None,
         }
     }
 }
@@ -120,6 +139,10 @@ pub struct Loader {
     position: u64,
     pool: Arc<BufferPool>,
     stats: Arc<Collector>,
+    /// The RAM cache of record bytes, when on.
+    cache: Option<Arc<RecordCache>>,
+    /// The decoded caches of image columns, when on.
+    decoded: Vec<Arc<DecodedCache>>,
     /// The next epoch's run, started when the previous epoch delivered its last batch, so that
     /// its first batches are ready when the next iteration begins.
     prepared: Option<Prepared>,
@@ -244,9 +267,45 @@ impl Loader {
             config.seed,
             0,
         )?;
+        let fp = fingerprint(&dataset);
+        let in_memory = dataset
+            .shards()
+            .first()
+            .is_none_or(|s| s.source().slice(0, 0).is_some());
+        let cache = (config.cache_bytes > 0 && !in_memory)
+            .then(|| RecordCache::shared(&dataset, &fp, config.cache_bytes));
+        let mut columns = columns;
+        let decoded = std::cell::RefCell::new(Vec::new());
+        if let Some(dc) = config.decoded_cache {
+            if dc.size == 0 {
+                return Err(EngineError::Config(
+                    "the decoded cache's size must be at least 1".into(),
+                ));
+            }
+            for c in &mut columns {
+                for t in &mut c.transforms {
+                    let get = |prefix: &str| {
+                        let key = format!("{fp}/{}/{prefix}", c.name);
+                        let cache = DecodedCache::shared(&key, dc.budget);
+                        decoded.borrow_mut().push(Arc::clone(&cache));
+                        cache
+                    };
+                    if let Some(cached) = t.with_decoded_cache(dc.size, &get) {
+                        *t = cached;
+                    }
+                }
+            }
+            if decoded.borrow().is_empty() {
+                return Err(EngineError::Config(
+                    "decoded_cache is set but no column has a stage with a deterministic prefix to cache (an image decode)".into(),
+                ));
+            }
+        }
         let names = stage_names(&columns);
         Ok(Loader {
-            fingerprint: fingerprint(&dataset),
+            cache,
+            decoded: decoded.into_inner(),
+            fingerprint: fp,
             dataset,
             field_index,
             threads,
@@ -348,6 +407,8 @@ impl Loader {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
+        s.caches = self.cache.iter().map(|c| c.stats()).collect();
+        s.caches.extend(self.decoded.iter().map(|c| c.stats()));
         s
     }
 
@@ -467,6 +528,12 @@ impl Loader {
             columns: self.columns.clone(),
             field_index: self.field_index.clone(),
             outputs: outputs.clone(),
+            cache: self.cache.clone(),
+            readahead: self
+                .dataset
+                .shards()
+                .first()
+                .is_some_and(|s| s.source().slice(0, 0).is_none()),
             batch_size: b,
             task_size,
             tasks_per_batch: b.div_ceil(task_size),
@@ -524,6 +591,10 @@ fn stage_names(columns: &[Column]) -> Vec<String> {
     names
 }
 
+/// Steps between a batch being started and the batch whose records are then announced to
+/// storage (readahead).
+const READAHEAD: u64 = 2;
+
 /// What the workers of one iteration share.
 struct Run {
     dataset: Arc<Dataset>,
@@ -533,6 +604,10 @@ struct Run {
     columns: Vec<Column>,
     field_index: Vec<usize>,
     outputs: Vec<Output>,
+    /// The RAM cache of record bytes, when on.
+    cache: Option<Arc<RecordCache>>,
+    /// Whether to send readahead hints (storage that is not already in memory).
+    readahead: bool,
     batch_size: usize,
     task_size: usize,
     tasks_per_batch: usize,
@@ -554,7 +629,8 @@ struct Run {
 }
 
 fn worker(run: &Run, index: usize) {
-    let mut buf = Vec::new();
+    let mut bytes = TaskBytes::default();
+    let mut hints = Vec::new();
     let total = run.steps * run.tasks_per_batch as u64;
     loop {
         if run.stop.load(Ordering::Acquire) {
@@ -592,16 +668,42 @@ fn worker(run: &Run, index: usize) {
         if run.stop.load(Ordering::Acquire) {
             return;
         }
-        let batch = match batch_for(run, step) {
+        let (batch, created) = match batch_for(run, step) {
             Some(b) => b,
             None => return,
         };
+        if created && run.readahead {
+            // Order-aware readahead: the batch `READAHEAD` steps on will be read soon (the
+            // first batch of a run also announces the ones before it).
+            let from = if step == 0 { 0 } else { step + READAHEAD };
+            for s in from..=(step + READAHEAD).min(run.steps.saturating_sub(1)) {
+                if let Ok(slots) = run.plan.batch(s) {
+                    let ids: Vec<u64> = slots.map(|x| x.id).collect();
+                    fetch::hint(&run.dataset, run.cache.as_deref(), &ids, &mut hints);
+                }
+            }
+        }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
+        let t0 = Instant::now();
+        bytes.fetch(&run.dataset, run.cache.as_deref(), &batch.ids[first..last]);
+        let per_sample = t0.elapsed() / (last - first).max(1) as u32;
+        for _ in first..last {
+            run.stats.add(0, per_sample);
+        }
         for slot in first..last {
             let id = batch.ids[slot];
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                process(run, &batch, slot, id, &mut buf)
+                let got = bytes.get(
+                    &run.dataset,
+                    run.cache.as_deref(),
+                    slot - first,
+                    run.dataset.verifies_records(),
+                );
+                match got {
+                    Ok((k, local, b)) => process(run, &batch, slot, id, k, local, b),
+                    Err(e) => Err(EngineError::Sample { id, source: e }),
+                }
             }));
             let err = match outcome {
                 Ok(Ok(())) => continue,
@@ -636,11 +738,11 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The shared batch of `step`, created by the first task that needs it.
-fn batch_for(run: &Run, step: u64) -> Option<Arc<SharedBatch>> {
+/// The shared batch of `step`, created by the first task that needs it (then `true`).
+fn batch_for(run: &Run, step: u64) -> Option<(Arc<SharedBatch>, bool)> {
     let mut m = run.batches.lock().ok()?;
     if let Some(b) = m.get(&step) {
-        return Some(Arc::clone(b));
+        return Some((Arc::clone(b), false));
     }
     let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
     run.plan.fill_batch(step, &mut slots).ok()?;
@@ -656,39 +758,23 @@ fn batch_for(run: &Run, step: u64) -> Option<Arc<SharedBatch>> {
         run.tasks_per_batch,
     ));
     m.insert(step, Arc::clone(&b));
-    Some(b)
+    Some((b, true))
 }
 
-/// The bytes of record `local` of shard `k`: a checked slice of the map or memory, or one
-/// positional read into `buf`.
-fn record<'a>(
-    ds: &'a Dataset,
+/// Parse and transform sample `id` (record `local` of shard `k`, `bytes`) into `slot` of
+/// `batch`.
+fn process(
+    run: &Run,
+    batch: &SharedBatch,
+    slot: usize,
+    id: u64,
     k: usize,
     local: u64,
-    buf: &'a mut Vec<u8>,
-) -> Result<&'a [u8], FormatError> {
-    let shard = &ds.shards()[k];
-    let verify = ds.verifies_records();
-    if verify {
-        if let Some(s) = shard.record_slice_checked(local)? {
-            return Ok(s);
-        }
-    } else if let Some(s) = shard.record_slice(local) {
-        return Ok(s);
-    }
-    shard.read_record(local, buf, verify)?;
-    Ok(buf.as_slice())
-}
-
-/// Read, parse and transform sample `id` into `slot` of `batch`.
-fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u8>) -> Result<()> {
+    bytes: &[u8],
+) -> Result<()> {
     let stats = &run.stats;
     let ds = &*run.dataset;
     let sample_err = |source| EngineError::Sample { id, source };
-    let t0 = Instant::now();
-    let (k, local) = ds.locate(id).map_err(sample_err)?;
-    let bytes = record(ds, k, local, buf).map_err(sample_err)?;
-    stats.add(0, t0.elapsed());
     let shard = &ds.shards()[k];
     let schema = ds.schema();
     let view = RecordView::parse(bytes, schema.len())

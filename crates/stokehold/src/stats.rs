@@ -6,6 +6,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::cache::CacheStats;
+
 /// One stage's totals.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageStats {
@@ -79,6 +81,8 @@ pub struct Stats {
     pub threads: usize,
     /// Threads currently working (less than `threads` when autotuning parked some).
     pub active_threads: usize,
+    /// The caches in use (RAM cache of records, decoded caches).
+    pub caches: Vec<CacheStats>,
 }
 
 #[cfg(test)]
@@ -200,6 +204,7 @@ impl Collector {
             skipped: self.skipped.lock().map(|s| s.clone()).unwrap_or_default(),
             threads: self.threads,
             active_threads: self.threads,
+            caches: Vec::new(),
         }
     }
 }
@@ -240,6 +245,10 @@ impl Stats {
             self.mean_queue,
             self.skipped.len()
         ));
+        for c in &self.caches {
+            out.push_str(&c.report_line());
+            out.push('\n');
+        }
         out
     }
 }

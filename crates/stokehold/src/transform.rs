@@ -52,6 +52,19 @@ pub trait Transform: Send + Sync + 'static {
         let v = self.apply(x, ctx)?;
         write_value(&v, slot)
     }
+
+    /// A copy of this stage that keeps the output of its deterministic prefix (an image's decode
+    /// and resize to a shorter side of `size`) in a decoded cache, or `None` for a stage without
+    /// such a prefix (the default). `cache` gives the shared cache of a prefix, named by a key
+    /// that describes the prefix.
+    fn with_decoded_cache(
+        &self,
+        size: u32,
+        cache: &dyn Fn(&str) -> Arc<crate::cache::DecodedCache>,
+    ) -> Option<Arc<dyn Transform>> {
+        let _ = (size, cache);
+        None
+    }
 }
 
 /// Copy a value's bytes into a fixed slot, checking the size.

@@ -257,3 +257,106 @@ fn a_corrupt_jpeg_fails_with_its_sample_id_or_is_skipped() {
         "the broken sample's slot holds a flagged copy of another"
     );
 }
+
+fn cached_loader(
+    ds: &Arc<Dataset>,
+    threads: usize,
+    decoded: Option<stokehold::DecodedCacheConfig>,
+) -> Loader {
+    let cols = build_columns(ds.schema(), &train_specs(), true, &mut |_| None).unwrap();
+    let cfg = LoaderConfig {
+        batch_size: 8,
+        threads,
+        seed: 5,
+        decoded_cache: decoded,
+        // the counts below are of the epochs asked for only
+        prepare_next_epoch: false,
+        ..LoaderConfig::default()
+    };
+    Loader::new(ds.clone(), cols, cfg).unwrap()
+}
+
+fn pixels(l: &mut Loader, epoch: u64) -> Vec<IdsAndPixels> {
+    l.set_epoch(epoch);
+    l.iter()
+        .unwrap()
+        .map(|b| {
+            let b = b.unwrap();
+            let ColumnData::Fixed { data, .. } = b.column("image").unwrap() else {
+                panic!("fixed")
+            };
+            (b.ids.clone(), data.as_bytes().to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 40);
+    let dc = stokehold::DecodedCacheConfig {
+        size: 40,
+        budget: 1 << 30,
+    };
+    // cold (filling), then warm (another loader of this process finds the same cache), on
+    // other thread counts
+    let mut first = cached_loader(&ds, 2, Some(dc));
+    let cold = pixels(&mut first, 3);
+    let s1 = first.stats();
+    let c1 = &s1.caches[0];
+    assert_eq!(c1.kind, "decoded");
+    assert_eq!((c1.hits, c1.misses, c1.entries), (0, 40, 40), "{c1:?}");
+    assert!(
+        s1.stages
+            .iter()
+            .any(|s| s.name == "image/decoded-cache+crop+resize")
+    );
+    let mut second = cached_loader(&ds, 1, Some(dc));
+    let warm = pixels(&mut second, 3);
+    let c2 = &second.stats().caches[0];
+    assert_eq!(
+        (c2.hits, c2.misses),
+        (40, 40),
+        "the second loader shares the cache"
+    );
+    assert!(c2.saved > std::time::Duration::ZERO);
+    assert_eq!(cold, warm, "cold and warm output agree");
+    // another epoch draws other crops from the same cached images
+    let e4 = pixels(&mut second, 4);
+    assert_ne!(e4, cold);
+    assert_eq!(second.stats().caches[0].hits, 80);
+    // a budget too small for one image: nothing kept, the same output every time
+    let tiny = stokehold::DecodedCacheConfig {
+        size: 41,
+        budget: 100,
+    };
+    let mut over = cached_loader(&ds, 2, Some(tiny));
+    let o1 = pixels(&mut over, 3);
+    let c3 = &over.stats().caches[0];
+    assert_eq!((c3.entries, c3.bytes), (0, 0));
+    assert_ne!(
+        o1, cold,
+        "another prefix size is another cache and other pixels"
+    );
+    assert_eq!(
+        pixels(&mut over, 3),
+        o1,
+        "nothing cached, still deterministic"
+    );
+}
+
+#[test]
+fn the_decoded_cache_needs_an_image_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 4);
+    let cols = stokehold::Column::all(ds.schema()).unwrap();
+    let cfg = LoaderConfig {
+        decoded_cache: Some(stokehold::DecodedCacheConfig {
+            size: 64,
+            budget: 1 << 20,
+        }),
+        ..LoaderConfig::default()
+    };
+    let err = Loader::new(ds, cols, cfg).unwrap_err().to_string();
+    assert!(err.contains("decoded_cache"), "{err}");
+}

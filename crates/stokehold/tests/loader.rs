@@ -593,3 +593,100 @@ fn the_run_started_ahead_is_used_only_for_the_epoch_it_was_made_for() {
     l.load_state(&state).unwrap();
     assert_eq!(epoch(&mut l), fresh(6));
 }
+
+#[test]
+fn the_ram_cache_changes_no_output_and_serves_the_second_epoch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 300);
+    let mut plain_loader = Loader::new(ds.clone(), columns(&ds), config(16, 2, 2)).unwrap();
+    let cached_cfg = LoaderConfig {
+        cache_bytes: 1 << 30,
+        // the counts below are of the epochs asked for only
+        prepare_next_epoch: false,
+        ..config(16, 2, 2)
+    };
+    let mut cached = Loader::new(ds.clone(), columns(&ds), cached_cfg).unwrap();
+    let first = epoch(&mut cached);
+    assert_eq!(first, epoch(&mut plain_loader), "epoch 0");
+    let cache = stokehold::RecordCache::shared(&ds, &stokehold::fingerprint(&ds), 1);
+    assert!(cache.wait_loaded(std::time::Duration::from_secs(10)));
+    let before = cached.stats().caches[0].clone();
+    assert_eq!(before.kind, "records");
+    assert_eq!(before.entries, ds.shards().len() as u64, "every shard fits");
+    assert_eq!(
+        before.bytes,
+        ds.shards().iter().map(|s| s.file_len()).sum::<u64>()
+    );
+    assert_eq!(epoch(&mut cached), epoch(&mut plain_loader), "epoch 1");
+    let after = cached.stats().caches[0].clone();
+    assert_eq!(after.misses, before.misses, "the warm epoch never misses");
+    assert_eq!(
+        after.hits - before.hits,
+        288,
+        "18 batches of 16 served from RAM"
+    );
+    assert!(cached.stats().report().contains("records cache: "));
+}
+
+#[test]
+fn the_ram_cache_keeps_within_its_budget_and_is_shared_by_loaders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 300);
+    let shard = ds.shards()[0].file_len();
+    let budget = 3 * shard + shard / 2;
+    let cfg = LoaderConfig {
+        cache_bytes: budget,
+        ..config(10, 2, 2)
+    };
+    let mut a = Loader::new(ds.clone(), columns(&ds), cfg.clone()).unwrap();
+    let mut b = Loader::new(ds.clone(), columns(&ds), cfg).unwrap();
+    let mut reference = Loader::new(ds.clone(), columns(&ds), config(10, 1, 1)).unwrap();
+    let want = epoch(&mut reference);
+    assert_eq!(epoch(&mut a), want);
+    assert_eq!(epoch(&mut b), want);
+    let cache = stokehold::RecordCache::shared(&ds, &stokehold::fingerprint(&ds), 1);
+    assert!(cache.wait_loaded(std::time::Duration::from_secs(10)));
+    let s = cache.stats();
+    assert!(s.bytes <= budget, "{} > {budget}", s.bytes);
+    assert!(s.entries >= 1 && s.entries <= 3, "{s:?}");
+    assert_eq!(s.budget, budget, "the first loader's budget");
+    assert_eq!(
+        a.stats().caches[0],
+        b.stats().caches[0],
+        "one cache for both"
+    );
+}
+
+#[test]
+fn reads_through_every_access_mode_give_the_same_batches() {
+    use stokehold::format::{Access, OpenOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 200);
+    let dir = ds.dir().to_path_buf();
+    let mut reference = Loader::new(ds.clone(), columns(&ds), config(8, 2, 2)).unwrap();
+    let want = epoch(&mut reference);
+    for access in [Access::Pread, Access::Mmap, Access::Memory, Access::Direct] {
+        let opened = Dataset::open_with(&dir, OpenOptions::with_access(access));
+        let ds = match opened {
+            Ok(d) => Arc::new(d),
+            Err(e) if access == Access::Direct => {
+                eprintln!("no direct I/O here: {e}");
+                continue;
+            }
+            Err(e) => panic!("{access:?}: {e}"),
+        };
+        for shuffle in [Shuffle::Global, Shuffle::Sequential] {
+            let cfg = LoaderConfig {
+                shuffle: shuffle.clone(),
+                ..config(8, 2, 2)
+            };
+            let mut l = Loader::new(ds.clone(), columns(&ds), cfg.clone()).unwrap();
+            let mut r = Loader::new(reference.dataset().clone(), columns(&ds), cfg).unwrap();
+            let got = epoch(&mut l);
+            assert_eq!(got, epoch(&mut r), "{access:?} {shuffle:?}");
+            if shuffle == Shuffle::Global {
+                assert_eq!(got, want, "{access:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,367 @@
+//! In-process caches, shared by every loader of one process that reads the same data:
+//!
+//! - [`RecordCache`]: the bytes of whole shards in RAM, within a byte budget. A shard is loaded
+//!   by one background thread with large sequential reads the first time any sample of it is
+//!   asked for; until it is ready, samples are read from storage as usual. Shards that would
+//!   pass the budget are never cached ("cache what fits"): with a random order, keeping a fixed
+//!   subset resident beats any eviction policy, which would only thrash.
+//! - [`DecodedCache`]: the output of an image pipeline's deterministic prefix (decode, then
+//!   resize to a shorter side) per sample, within a byte budget; the random part of the pipeline
+//!   starts from it. Both filled and warm paths give the same output, so results never depend on
+//!   cache state.
+//!
+//! Caches are found through a process-wide registry by a key naming the dataset (its
+//! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use crossbeam_channel::{Sender, unbounded};
+use stokehold_format::Dataset;
+
+/// What a cache did, for statistics and reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheStats {
+    /// "records" or "decoded".
+    pub kind: String,
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups not served (and, for the decoded cache, computed).
+    pub misses: u64,
+    /// Bytes held.
+    pub bytes: u64,
+    /// The byte budget.
+    pub budget: u64,
+    /// Entries held (shards or samples).
+    pub entries: u64,
+    /// Worker time the hits saved (decoded cache: the mean time of the prefix on a miss, times
+    /// the hits). Zero for the record cache.
+    pub saved: Duration,
+}
+
+impl CacheStats {
+    /// One line for reports.
+    pub fn report_line(&self) -> String {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let total = (self.hits + self.misses).max(1);
+        let mut line = format!(
+            "{} cache: {:.1}% hits ({} of {}) · {} entries · {:.1} of {:.1} MiB",
+            self.kind,
+            100.0 * self.hits as f64 / total as f64,
+            self.hits,
+            self.hits + self.misses,
+            self.entries,
+            mib(self.bytes),
+            mib(self.budget)
+        );
+        if self.kind == "decoded" {
+            line.push_str(&format!(
+                " · saved ~{:.2} s of worker time",
+                self.saved.as_secs_f64()
+            ));
+        }
+        line
+    }
+}
+
+/// Find or make the cache registered under `key`.
+fn shared<T: Send + Sync + 'static>(
+    registry: &'static OnceLock<Mutex<HashMap<String, Weak<T>>>>,
+    key: &str,
+    make: impl FnOnce() -> Arc<T>,
+) -> Arc<T> {
+    let map = registry.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    m.retain(|_, w| w.strong_count() > 0);
+    if let Some(c) = m.get(key).and_then(Weak::upgrade) {
+        return c;
+    }
+    let c = make();
+    m.insert(key.to_string(), Arc::downgrade(&c));
+    c
+}
+
+const UNTOUCHED: u8 = 0;
+const LOADING: u8 = 1;
+const READY: u8 = 2;
+const NEVER: u8 = 3;
+
+/// Whole shards in RAM, within a byte budget. See the module documentation.
+#[derive(Debug)]
+pub struct RecordCache {
+    budget: u64,
+    reserved: AtomicU64,
+    held: AtomicU64,
+    state: Vec<AtomicU8>,
+    shards: Vec<OnceLock<Arc<[u8]>>>,
+    loads: Mutex<Option<Sender<usize>>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static RECORD_CACHES: OnceLock<Mutex<HashMap<String, Weak<RecordCache>>>> = OnceLock::new();
+
+impl RecordCache {
+    /// The record cache of `dataset` in this process (made with `budget` bytes when it does not
+    /// exist yet; an existing one keeps its budget). `key` names the dataset (its fingerprint).
+    pub fn shared(dataset: &Arc<Dataset>, key: &str, budget: u64) -> Arc<RecordCache> {
+        shared(&RECORD_CACHES, key, || RecordCache::new(dataset, budget))
+    }
+
+    /// A cache of its own (not registered).
+    pub fn new(dataset: &Arc<Dataset>, budget: u64) -> Arc<RecordCache> {
+        let n = dataset.shards().len();
+        let cache = Arc::new(RecordCache {
+            budget,
+            reserved: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            state: (0..n).map(|_| AtomicU8::new(UNTOUCHED)).collect(),
+            shards: (0..n).map(|_| OnceLock::new()).collect(),
+            loads: Mutex::new(None),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        });
+        let (tx, rx) = unbounded::<usize>();
+        let weak = Arc::downgrade(&cache);
+        let ds = Arc::clone(dataset);
+        let started = std::thread::Builder::new()
+            .name("stokehold-cache".into())
+            .spawn(move || {
+                // Ends when the cache (the only sender's owner) is dropped.
+                for k in rx {
+                    let Some(cache) = weak.upgrade() else { return };
+                    cache.load(&ds, k);
+                }
+            });
+        if started.is_ok() {
+            *cache.loads.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        }
+        cache
+    }
+
+    fn load(&self, ds: &Dataset, k: usize) {
+        let shard = &ds.shards()[k];
+        let len = shard.file_len();
+        let mut bytes = vec![0u8; len as usize]; // the file's real size, reserved in the budget
+        match shard.source().read_at(0, &mut bytes) {
+            Ok(()) => {
+                let _ = self.shards[k].set(Arc::from(bytes));
+                self.held.fetch_add(len, Ordering::Relaxed);
+                self.state[k].store(READY, Ordering::Release);
+            }
+            Err(_) => {
+                // Not cached; reads go to storage (and report the error with the record).
+                self.reserved.fetch_sub(len, Ordering::Relaxed);
+                self.state[k].store(NEVER, Ordering::Release);
+            }
+        }
+    }
+
+    /// Shard `k`'s bytes when cached. The first miss on a shard queues its load when it fits in
+    /// the budget.
+    pub fn shard(&self, ds: &Dataset, k: usize) -> Option<&[u8]> {
+        let st = self.state.get(k)?;
+        match st.load(Ordering::Acquire) {
+            READY => {
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return self.shards[k].get().map(|b| &b[..]);
+            }
+            UNTOUCHED
+                if st
+                    .compare_exchange(UNTOUCHED, LOADING, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok() =>
+            {
+                self.queue(ds, k);
+            }
+            _ => {}
+        }
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        None
+    }
+
+    /// Reserve shard `k`'s size in the budget and queue its load; when it does not fit (or the
+    /// loading thread is gone), mark it as never cached.
+    fn queue(&self, ds: &Dataset, k: usize) {
+        let len = ds.shards()[k].file_len();
+        let fits = self
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |r| {
+                r.checked_add(len).filter(|&t| t <= self.budget)
+            })
+            .is_ok();
+        let queued = fits
+            && self
+                .loads
+                .lock()
+                .ok()
+                .and_then(|tx| tx.as_ref().map(|tx| tx.send(k).is_ok()))
+                .unwrap_or(false);
+        if !queued {
+            if fits {
+                self.reserved.fetch_sub(len, Ordering::Relaxed);
+            }
+            self.state[k].store(NEVER, Ordering::Release);
+        }
+    }
+
+    /// Shard `k`'s bytes when cached, counting nothing and queueing nothing.
+    pub fn peek(&self, k: usize) -> Option<&[u8]> {
+        if self.state.get(k)?.load(Ordering::Acquire) == READY {
+            self.shards[k].get().map(|b| &b[..])
+        } else {
+            None
+        }
+    }
+
+    /// Wait until every queued load has finished (tests and benchmarks that want a warm cache).
+    pub fn wait_loaded(&self, timeout: Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            if self
+                .state
+                .iter()
+                .all(|s| s.load(Ordering::Acquire) != LOADING)
+            {
+                return true;
+            }
+            if start.elapsed() > timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// What it did.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            kind: "records".into(),
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            bytes: self.held.load(Ordering::Relaxed),
+            budget: self.budget,
+            entries: self
+                .state
+                .iter()
+                .filter(|s| s.load(Ordering::Relaxed) == READY)
+                .count() as u64,
+            saved: Duration::ZERO,
+        }
+    }
+}
+
+/// One decoded image kept by a [`DecodedCache`].
+#[derive(Debug)]
+pub struct DecodedImage {
+    /// Width.
+    pub width: u32,
+    /// Height.
+    pub height: u32,
+    /// Channels (1 or 3).
+    pub channels: u8,
+    /// Packed pixels, row-major.
+    pub data: Box<[u8]>,
+}
+
+const DECODED_SHARDS: usize = 64;
+
+/// Per-sample decoded images within a byte budget. See the module documentation.
+#[derive(Debug)]
+pub struct DecodedCache {
+    budget: u64,
+    held: AtomicU64,
+    maps: Vec<Mutex<HashMap<u64, Arc<DecodedImage>>>>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    /// Time spent computing the prefix on misses (to estimate what the hits saved).
+    miss_ns: AtomicU64,
+}
+
+static DECODED_CACHES: OnceLock<Mutex<HashMap<String, Weak<DecodedCache>>>> = OnceLock::new();
+
+impl DecodedCache {
+    /// The decoded cache registered under `key` (dataset fingerprint + column + prefix) in this
+    /// process, made with `budget` bytes when it does not exist yet.
+    pub fn shared(key: &str, budget: u64) -> Arc<DecodedCache> {
+        shared(&DECODED_CACHES, key, || Arc::new(DecodedCache::new(budget)))
+    }
+
+    /// A cache of its own (not registered).
+    pub fn new(budget: u64) -> DecodedCache {
+        DecodedCache {
+            budget,
+            held: AtomicU64::new(0),
+            maps: (0..DECODED_SHARDS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            miss_ns: AtomicU64::new(0),
+        }
+    }
+
+    fn map(&self, id: u64) -> &Mutex<HashMap<u64, Arc<DecodedImage>>> {
+        &self.maps[(crate::rng::mix64(id) % DECODED_SHARDS as u64) as usize]
+    }
+
+    /// Sample `id`'s image when cached.
+    pub fn get(&self, id: u64) -> Option<Arc<DecodedImage>> {
+        let hit = self.map(id).lock().ok().and_then(|m| m.get(&id).cloned());
+        match &hit {
+            Some(_) => self.hits.fetch_add(1, Ordering::Relaxed),
+            None => self.misses.fetch_add(1, Ordering::Relaxed),
+        };
+        hit
+    }
+
+    /// Keep sample `id`'s image when it fits in the budget; `took` is the time its prefix took.
+    /// Returns whether it was kept.
+    pub fn insert(&self, id: u64, image: DecodedImage, took: Duration) -> bool {
+        self.miss_ns
+            .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        let size = image.data.len() as u64 + std::mem::size_of::<DecodedImage>() as u64;
+        if self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |h| {
+                h.checked_add(size).filter(|&t| t <= self.budget)
+            })
+            .is_err()
+        {
+            return false;
+        }
+        let Ok(mut m) = self.map(id).lock() else {
+            self.held.fetch_sub(size, Ordering::Relaxed);
+            return false;
+        };
+        if m.insert(id, Arc::new(image)).is_some() {
+            // Another thread computed the same sample (the same bytes): count it once.
+            self.held.fetch_sub(size, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// What it did.
+    pub fn stats(&self) -> CacheStats {
+        let hits = self.hits.load(Ordering::Relaxed);
+        let misses = self.misses.load(Ordering::Relaxed);
+        let mean = self
+            .miss_ns
+            .load(Ordering::Relaxed)
+            .checked_div(misses)
+            .unwrap_or(0);
+        CacheStats {
+            kind: "decoded".into(),
+            hits,
+            misses,
+            bytes: self.held.load(Ordering::Relaxed),
+            budget: self.budget,
+            entries: self
+                .maps
+                .iter()
+                .map(|m| m.lock().map_or(0, |m| m.len() as u64))
+                .sum(),
+            saved: Duration::from_nanos(mean.saturating_mul(hits)),
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Fetching the record bytes of a task (a few consecutive slots of a batch), order-aware:
+//!
+//! - bytes already in memory (a map, memory, the RAM cache) are borrowed, not read;
+//! - the other records of the task are sorted by position in their shard, and neighbours (gaps of
+//!   at most [`MAX_GAP`]) are coalesced into one positional read of at most [`MAX_RUN`] bytes, so
+//!   a sequential or shard-block order reads in large requests;
+//! - [`hint`] tells storage which records a batch a few steps ahead will need (readahead), since
+//!   the sampler knows the order in advance.
+//!
+//! A failed coalesced read falls back to one read per record, so that an error names the exact
+//! record.
+
+use std::ops::Range;
+
+use stokehold_format::{Dataset, FormatError};
+
+use crate::cache::RecordCache;
+
+/// Largest gap between two records read in one request (the gap's bytes are read and dropped).
+pub const MAX_GAP: u64 = 64 << 10;
+/// Largest single coalesced read.
+pub const MAX_RUN: u64 = 8 << 20;
+
+/// Where one slot's record bytes are.
+#[derive(Debug)]
+enum Src {
+    /// Borrowed from memory (map, memory source or RAM cache): shard, record.
+    Memory,
+    /// In the task buffer.
+    Buffer(Range<usize>),
+    /// Failed.
+    Failed(FormatError),
+}
+
+/// The record bytes of one task.
+#[derive(Debug, Default)]
+pub struct TaskBytes {
+    buf: Vec<u8>,
+    slots: Vec<(usize, u64, Src)>,
+    pending: Vec<(usize, usize, u64, u64, u32)>,
+    /// Bytes fetched from storage by the last [`TaskBytes::fetch`] (not from memory).
+    pub read_bytes: u64,
+    /// Storage requests made by the last fetch.
+    pub requests: u64,
+}
+
+/// The record bytes of shard `k`, record `local`, from memory (a map, memory source or the RAM
+/// cache), checked when `verify` is set.
+fn from_memory<'a>(
+    ds: &'a Dataset,
+    cache: Option<&'a RecordCache>,
+    k: usize,
+    local: u64,
+    touch: bool,
+) -> Option<&'a [u8]> {
+    let shard = &ds.shards()[k];
+    if let Some(s) = shard.record_slice(local) {
+        return Some(s);
+    }
+    let c = cache?;
+    let bytes = if touch { c.shard(ds, k)? } else { c.peek(k)? };
+    let e = shard.entry(local);
+    let start = usize::try_from(e.offset).ok()?;
+    bytes.get(start..start.checked_add(e.len as usize)?)
+}
+
+impl TaskBytes {
+    /// Locate and fetch the records of `ids` (one per slot).
+    pub fn fetch(&mut self, ds: &Dataset, cache: Option<&RecordCache>, ids: &[u64]) {
+        self.buf.clear();
+        self.slots.clear();
+        self.pending.clear();
+        self.read_bytes = 0;
+        self.requests = 0;
+        for (i, &id) in ids.iter().enumerate() {
+            match ds.locate(id) {
+                Err(e) => self.slots.push((0, 0, Src::Failed(e))),
+                Ok((k, local)) => {
+                    if from_memory(ds, cache, k, local, true).is_some() {
+                        self.slots.push((k, local, Src::Memory));
+                    } else {
+                        let e = ds.shards()[k].entry(local);
+                        self.pending.push((i, k, local, e.offset, e.len));
+                        self.slots.push((k, local, Src::Buffer(0..0)));
+                    }
+                }
+            }
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        self.pending.sort_by_key(|&(_, k, _, off, _)| (k, off));
+        let mut start = 0;
+        while start < self.pending.len() {
+            // the run [start, end): same shard, small gaps, bounded size
+            let (_, k, _, first, len) = self.pending[start];
+            let mut last_end = first + u64::from(len);
+            let mut end = start + 1;
+            while end < self.pending.len() {
+                let (_, k2, _, off, len2) = self.pending[end];
+                let new_end = off + u64::from(len2);
+                if k2 != k
+                    || off < last_end
+                    || off - last_end > MAX_GAP
+                    || new_end - first > MAX_RUN
+                {
+                    break;
+                }
+                last_end = new_end;
+                end += 1;
+            }
+            self.read_run(ds, start..end, first, last_end);
+            start = end;
+        }
+    }
+
+    fn read_run(&mut self, ds: &Dataset, run: Range<usize>, first: u64, end: u64) {
+        let k = self.pending[run.start].1;
+        let shard = &ds.shards()[k];
+        let base = self.buf.len();
+        let len = (end - first) as usize; // within one shard: checked against its size at open
+        self.buf.resize(base + len, 0);
+        self.requests += 1;
+        if shard
+            .source()
+            .read_at(first, &mut self.buf[base..base + len])
+            .is_ok()
+        {
+            self.read_bytes += len as u64;
+            for &(i, _, _, off, l) in &self.pending[run] {
+                let s = base + (off - first) as usize;
+                self.slots[i].2 = Src::Buffer(s..s + l as usize);
+            }
+            return;
+        }
+        // One read per record, so that the error says which one.
+        self.buf.truncate(base);
+        let mut one = Vec::new();
+        for &(i, _, local, _, _) in &self.pending[run] {
+            self.requests += 1;
+            match shard.read_record(local, &mut one, false) {
+                Ok(()) => {
+                    let s = self.buf.len();
+                    self.buf.extend_from_slice(&one);
+                    self.read_bytes += one.len() as u64;
+                    self.slots[i].2 = Src::Buffer(s..self.buf.len());
+                }
+                Err(e) => self.slots[i].2 = Src::Failed(e),
+            }
+        }
+    }
+
+    /// Slot `i`'s record: (shard, record in shard, bytes), checksummed when `verify` is set.
+    pub fn get<'a>(
+        &'a mut self,
+        ds: &'a Dataset,
+        cache: Option<&'a RecordCache>,
+        i: usize,
+        verify: bool,
+    ) -> Result<(usize, u64, &'a [u8]), FormatError> {
+        let (k, local, src) = &mut self.slots[i];
+        let (k, local) = (*k, *local);
+        let bytes = match src {
+            Src::Failed(_) => {
+                let Src::Failed(e) = std::mem::replace(src, Src::Memory) else {
+                    unreachable!("matched above")
+                };
+                return Err(e);
+            }
+            Src::Memory => {
+                from_memory(ds, cache, k, local, false).ok_or_else(|| FormatError::Corrupt {
+                    path: ds.shards()[k].path().to_path_buf(),
+                    what: ds.shards()[k].describe(local),
+                    offset: ds.shards()[k].entry(local).offset,
+                    detail: "record bytes vanished from memory".into(),
+                })?
+            }
+            Src::Buffer(r) => &self.buf[r.clone()],
+        };
+        if verify {
+            ds.shards()[k].check_record(local, bytes)?;
+        }
+        Ok((k, local, bytes))
+    }
+}
+
+/// Readahead: tell storage that the records of `ids` will be read soon (coalescing neighbours
+/// into one hint). Records in memory need no hint.
+pub fn hint(
+    ds: &Dataset,
+    cache: Option<&RecordCache>,
+    ids: &[u64],
+    scratch: &mut Vec<(usize, u64, u64)>,
+) {
+    scratch.clear();
+    for &id in ids {
+        let Ok((k, local)) = ds.locate(id) else {
+            continue;
+        };
+        if from_memory(ds, cache, k, local, false).is_some() {
+            continue;
+        }
+        let e = ds.shards()[k].entry(local);
+        scratch.push((k, e.offset, e.offset + u64::from(e.len)));
+    }
+    scratch.sort_unstable();
+    let mut i = 0;
+    while i < scratch.len() {
+        let (k, start, mut end) = scratch[i];
+        let mut j = i + 1;
+        while j < scratch.len() && scratch[j].0 == k && scratch[j].1 <= end + MAX_GAP {
+            end = end.max(scratch[j].2);
+            j += 1;
+        }
+        ds.shards()[k].source().will_need(start, end - start);
+        i = j;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stokehold_format::{
+        Access, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
+    };
+
+    fn dataset(dir: &std::path::Path, access: Access) -> Dataset {
+        let path = dir.join("ds");
+        if !path.exists() {
+            let schema = Schema::from_specs([("b", "bytes")]).unwrap();
+            let opts = DatasetWriteOptions {
+                target_shard_bytes: 64 << 10,
+                ..DatasetWriteOptions::default()
+            };
+            let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
+            for i in 0..100u64 {
+                let b: Vec<u8> = (0..(1000 + i * 7)).map(|k| (k ^ i) as u8).collect();
+                w.write(&[FieldValue::Bytes(b.into())]).unwrap();
+            }
+            w.finish().unwrap();
+        }
+        Dataset::open_with(&path, OpenOptions::with_access(access)).unwrap()
+    }
+
+    fn expect(ds: &Dataset, id: u64) -> Vec<u8> {
+        let mut v = Vec::new();
+        ds.read_record(id, &mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn neighbours_are_read_in_one_request_and_every_slot_gets_its_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Pread);
+        let mut tb = TaskBytes::default();
+        let ids: Vec<u64> = (10..20).collect();
+        tb.fetch(&ds, None, &ids);
+        let (k0, _) = ds.locate(10).unwrap();
+        let (k1, _) = ds.locate(19).unwrap();
+        assert_eq!(
+            tb.requests,
+            1 + (k1 - k0) as u64,
+            "one read per shard touched"
+        );
+        for (i, &id) in ids.iter().enumerate() {
+            let (_, _, b) = tb.get(&ds, None, i, true).unwrap();
+            assert_eq!(b, expect(&ds, id), "slot {i}");
+        }
+        // scattered ids, in any order: one request each (gaps too large), right bytes
+        let ids = [90u64, 3, 55, 3, 71];
+        tb.fetch(&ds, None, &ids);
+        for (i, &id) in ids.iter().enumerate() {
+            let (_, _, b) = tb.get(&ds, None, i, true).unwrap();
+            assert_eq!(b, expect(&ds, id), "slot {i}");
+        }
+    }
+
+    #[test]
+    fn memory_sources_are_borrowed_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Memory);
+        let mut tb = TaskBytes::default();
+        tb.fetch(&ds, None, &[1, 2, 3]);
+        assert_eq!((tb.requests, tb.read_bytes), (0, 0));
+        assert_eq!(tb.get(&ds, None, 2, true).unwrap().2, expect(&ds, 3));
+    }
+
+    #[test]
+    fn a_corrupt_or_missing_record_fails_alone_with_its_location() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Pread);
+        let (k, local) = ds.locate(12).unwrap();
+        let shard = &ds.shards()[k];
+        let e = shard.entry(local);
+        let mut bytes = std::fs::read(shard.path()).unwrap();
+        bytes[e.offset as usize + 3] ^= 1;
+        std::fs::write(shard.path(), &bytes).unwrap();
+        let mut tb = TaskBytes::default();
+        tb.fetch(&ds, None, &[11, 12, 13, 1_000_000]);
+        assert!(tb.get(&ds, None, 0, true).is_ok());
+        let err = tb.get(&ds, None, 1, true).unwrap_err().to_string();
+        assert!(
+            err.contains("checksum") && err.contains("global sample 12"),
+            "{err}"
+        );
+        assert!(tb.get(&ds, None, 2, true).is_ok());
+        assert!(tb.get(&ds, None, 3, true).is_err(), "out of range id");
+        // a truncated shard: the coalesced read fails, and per-record reads name the lost ones
+        std::fs::write(shard.path(), &bytes[..e.offset as usize + 10]).unwrap();
+        tb.fetch(&ds, None, &[11, 12, 13]);
+        let err = tb.get(&ds, None, 1, false).unwrap_err().to_string();
+        assert!(err.contains("global sample 12"), "{err}");
+    }
+}
