@@ -29,6 +29,7 @@ pub use stokehold_format as format;
 
 mod batch;
 pub mod cache;
+pub mod disk_cache;
 mod error;
 mod fetch;
 pub mod image;

@@ -677,7 +677,7 @@ fn reads_through_every_access_mode_give_the_same_batches() {
         };
         for shuffle in [Shuffle::Global, Shuffle::Sequential] {
             let cfg = LoaderConfig {
-                shuffle: shuffle.clone(),
+                shuffle,
                 ..config(8, 2, 2)
             };
             let mut l = Loader::new(ds.clone(), columns(&ds), cfg.clone()).unwrap();

@@ -135,7 +135,7 @@ fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<(bool
             };
             stokehold_ops::resize::Resizer::new()
                 .resize(
-                    &px,
+                    px.view(),
                     stokehold_ops::geometry::full(px.width, px.height),
                     w,
                     h,

@@ -1,0 +1,483 @@
+//! A local disk cache of shard files for datasets on slow storage (a network filesystem now;
+//! object storage later): [`open_dataset`] opens a dataset whose shards are read from the source
+//! until their local copy is ready, and copied into the cache directory by a background thread in
+//! the dataset's shard order.
+//!
+//! Rules (rows E1–E3 of the reliability matrix):
+//! - **Atomic publication.** A shard is copied to `NAME.tmp-PID`, its CRC-32C computed on the
+//!   way and compared with the manifest's, the file synced, then renamed to `NAME` and the
+//!   directory synced. A file without the `.tmp-` suffix is complete and checked.
+//! - **One fetch per shard, several processes.** Each copy is made while holding an exclusive
+//!   `flock` on `NAME.lock`; a process that finds the lock taken fetches other shards first and
+//!   comes back later, when the copy is usually published.
+//! - **Orphans swept.** At open, `*.tmp-*` files whose lock no live process holds (a process
+//!   killed while copying) are removed; they are never read.
+//! - **Size limit.** Copies are kept under `limit` bytes. To make room, the least recently used
+//!   entries (modification time, refreshed on use) that belong to other datasets are removed; the
+//!   current dataset's own entries are never evicted during a run ("cache what fits", as the RAM
+//!   cache: with a random order any eviction would thrash). A limit below the largest shard is a
+//!   configuration error at open.
+//! - **Failures bypass the cache.** A failed copy (disk full, I/O error, checksum mismatch) is
+//!   reported once on stderr and the shard is read from the source; nothing deadlocks.
+//!
+//! Names are `DATASET-CRC-FILE`: a hash of the source directory's path, the shard's CRC-32C from
+//! the manifest, and its file name, so a changed shard never matches an old copy.
+
+use std::collections::VecDeque;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use rustix::fs::FlockOperation;
+use stokehold_format::storage::{PreadFile, Storage};
+use stokehold_format::{Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc};
+
+use crate::error::{EngineError, Result};
+
+/// What the disk cache did in this process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskCacheStats {
+    /// Shards this process copied into the cache.
+    pub fetched: u64,
+    /// Shards found already in the cache (copied earlier or by another process).
+    pub reused: u64,
+    /// Shards read from the source because their copy failed or did not fit.
+    pub bypassed: u64,
+    /// Orphaned temporary files removed at open.
+    pub swept: u64,
+    /// Entries of other datasets removed to make room.
+    pub evicted: u64,
+}
+
+/// A cache directory with a size limit. See the module documentation.
+#[derive(Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+    limit: u64,
+    fetched: AtomicU64,
+    reused: AtomicU64,
+    bypassed: AtomicU64,
+    swept: AtomicU64,
+    evicted: AtomicU64,
+    /// Serialises this process's space accounting (other processes are bounded by the locks).
+    space: Mutex<()>,
+    /// Test hook: fail (or abort the process) after this many bytes of a copy were written.
+    fault: Mutex<Option<(u64, bool)>>,
+}
+
+fn is_tmp(name: &str) -> Option<&str> {
+    name.split_once(".tmp-").map(|(base, _)| base)
+}
+
+fn lock_path(dir: &Path, entry: &str) -> PathBuf {
+    dir.join(format!("{entry}.lock"))
+}
+
+/// Take `path`'s exclusive lock, without waiting when `wait` is false (then `None` if taken).
+fn lock(path: &Path, wait: bool) -> io::Result<Option<File>> {
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let op = if wait {
+        FlockOperation::LockExclusive
+    } else {
+        FlockOperation::NonBlockingLockExclusive
+    };
+    match rustix::fs::flock(&f, op) {
+        Ok(()) => Ok(Some(f)),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl DiskCache {
+    /// Open (creating it) the cache directory `dir` with a size limit, and sweep orphaned
+    /// temporary files.
+    pub fn open(dir: impl Into<PathBuf>, limit: u64) -> Result<Arc<DiskCache>> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, None, e))?;
+        let cache = DiskCache {
+            dir,
+            limit,
+            fetched: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
+            bypassed: AtomicU64::new(0),
+            swept: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            space: Mutex::new(()),
+            fault: Mutex::new(None),
+        };
+        cache.sweep();
+        Ok(Arc::new(cache))
+    }
+
+    /// Make this cache's copies fail with "no space left on device" once `bytes` bytes of a copy
+    /// are written (`abort = false`), or abort the whole process at that point (`abort = true`: a
+    /// crash in the middle of a copy). For reliability tests only.
+    #[doc(hidden)]
+    pub fn inject_copy_fault(&self, fault: Option<(u64, bool)>) {
+        *self.fault.lock().unwrap_or_else(|p| p.into_inner()) = fault;
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Remove temporary files no live process is writing; returns how many.
+    pub fn sweep(&self) -> usize {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(base) = is_tmp(&name) else { continue };
+            // The writer holds the entry's lock for as long as it writes.
+            if let Ok(Some(_held)) = lock(&lock_path(&self.dir, base), false) {
+                if fs::remove_file(e.path()).is_ok() {
+                    n += 1;
+                }
+            }
+        }
+        self.swept.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// What it did.
+    pub fn stats(&self) -> DiskCacheStats {
+        DiskCacheStats {
+            fetched: self.fetched.load(Ordering::Relaxed),
+            reused: self.reused.load(Ordering::Relaxed),
+            bypassed: self.bypassed.load(Ordering::Relaxed),
+            swept: self.swept.load(Ordering::Relaxed),
+            evicted: self.evicted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Complete entries: (name, bytes, modification time).
+    fn entries(&self) -> Vec<(String, u64, std::time::SystemTime)> {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        rd.flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.ends_with(".lock") || is_tmp(&name).is_some() {
+                    return None;
+                }
+                let m = e.metadata().ok()?;
+                Some((name, m.len(), m.modified().ok()?))
+            })
+            .collect()
+    }
+
+    /// Make room for `need` more bytes, evicting least recently used entries of other datasets
+    /// (names not starting with `keep`). False when it cannot.
+    fn make_room(&self, need: u64, keep: &str) -> bool {
+        let mut entries = self.entries();
+        let used: u64 = entries.iter().map(|e| e.1).sum();
+        if used + need <= self.limit {
+            return true;
+        }
+        entries.sort_by_key(|e| e.2);
+        let mut used = used;
+        for (name, len, _) in entries {
+            if used + need <= self.limit {
+                break;
+            }
+            if name.starts_with(keep) {
+                continue;
+            }
+            if fs::remove_file(self.dir.join(&name)).is_ok() {
+                used -= len;
+                self.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        used + need <= self.limit
+    }
+
+    /// The local copy of `src` (`len` bytes, whole-file CRC-32C `crc`) as entry `entry`: found,
+    /// or copied now. `Ok(None)` when another process holds the entry's lock (try later).
+    fn fetch(
+        &self,
+        src: &Path,
+        entry: &str,
+        len: u64,
+        crc: u32,
+        keep: &str,
+    ) -> io::Result<Option<PathBuf>> {
+        let final_path = self.dir.join(entry);
+        let found = |p: &Path| fs::metadata(p).is_ok_and(|m| m.len() == len);
+        if found(&final_path) {
+            touch(&final_path);
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(final_path));
+        }
+        let Some(_lock) = lock(&lock_path(&self.dir, entry), false)? else {
+            return Ok(None);
+        };
+        if found(&final_path) {
+            // published by another process while we waited for the lock
+            touch(&final_path);
+            self.reused.fetch_add(1, Ordering::Relaxed);
+            return Ok(Some(final_path));
+        }
+        {
+            let _g = self.space.lock().unwrap_or_else(|p| p.into_inner());
+            if !self.make_room(len, keep) {
+                return Err(io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    format!("the cache limit of {} bytes is full", self.limit),
+                ));
+            }
+        }
+        let tmp = self.dir.join(format!("{entry}.tmp-{}", std::process::id()));
+        let fault = *self.fault.lock().unwrap_or_else(|p| p.into_inner());
+        let r = copy_checked(src, &tmp, len, crc, fault);
+        if let Err(e) = r {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        fs::rename(&tmp, &final_path)?;
+        File::open(&self.dir).and_then(|d| d.sync_all())?;
+        self.fetched.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(final_path))
+    }
+}
+
+/// Refresh the modification time (the LRU clock).
+fn touch(p: &Path) {
+    if let Ok(f) = fs::OpenOptions::new().append(true).open(p) {
+        let _ = f.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Copy `src` to `dst`, checking length and CRC-32C on the way, then sync.
+fn copy_checked(
+    src: &Path,
+    dst: &Path,
+    len: u64,
+    expected: u32,
+    fault: Option<(u64, bool)>,
+) -> io::Result<()> {
+    let mut input = File::open(src)?;
+    let mut out = File::create(dst)?;
+    let mut buf = vec![0u8; 8 << 20];
+    let mut c = 0u32;
+    let mut done = 0u64;
+    loop {
+        let n = input.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if let Some((at, abort)) = fault {
+            if done + n as u64 >= at {
+                let part = (at - done.min(at)) as usize;
+                out.write_all(&buf[..part.min(n)])?;
+                if abort {
+                    let _ = out.sync_all();
+                    std::process::abort();
+                }
+                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+            }
+        }
+        c = crc::append(c, &buf[..n]);
+        out.write_all(&buf[..n])?;
+        done += n as u64;
+        if done > len {
+            break;
+        }
+    }
+    if done != len || c != expected {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: copied {done} bytes with CRC-32C {c:#010x}, the manifest says {len} bytes and {expected:#010x}",
+                src.display()
+            ),
+        ));
+    }
+    out.sync_all()
+}
+
+/// One shard to copy.
+#[derive(Debug)]
+struct Job {
+    src: PathBuf,
+    entry: String,
+    len: u64,
+    crc: u32,
+    shard: Arc<CachedShardHandle>,
+}
+
+#[derive(Debug)]
+struct CachedShardHandle(OnceLock<PreadFile>);
+
+/// A shard storage sharing its `local` cell with the fetcher.
+#[derive(Debug)]
+struct SharedShard {
+    source: PreadFile,
+    handle: Arc<CachedShardHandle>,
+}
+
+impl Storage for SharedShard {
+    fn kind(&self) -> &'static str {
+        "disk-cache"
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        self.source.size()
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        match self.handle.0.get() {
+            Some(l) => l.read_at(offset, buf),
+            None => self.source.read_at(offset, buf),
+        }
+    }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        match self.handle.0.get() {
+            Some(l) => l.will_need(offset, len),
+            None => self.source.will_need(offset, len),
+        }
+    }
+}
+
+/// Copy the shards in order; a shard another process is copying is retried after the others.
+/// Ends when every shard is published or bypassed, or its dataset is gone.
+fn fetcher(cache: Arc<DiskCache>, mut queue: VecDeque<Job>, keep: String) {
+    let mut busy_in_a_row = 0usize;
+    while let Some(job) = queue.pop_front() {
+        if Arc::strong_count(&job.shard) == 1 {
+            continue; // only this queue holds it: the dataset is gone
+        }
+        match cache.fetch(&job.src, &job.entry, job.len, job.crc, &keep) {
+            Ok(Some(path)) => {
+                busy_in_a_row = 0;
+                match PreadFile::open(&path) {
+                    Ok(f) => {
+                        let _ = job.shard.0.set(f);
+                    }
+                    Err(_) => {
+                        cache.bypassed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            Ok(None) => {
+                // another process is copying it: come back to it after the others
+                busy_in_a_row += 1;
+                if busy_in_a_row > queue.len() {
+                    std::thread::sleep(Duration::from_millis(10));
+                    busy_in_a_row = 0;
+                }
+                queue.push_back(job);
+            }
+            Err(e) => {
+                busy_in_a_row = 0;
+                cache.bypassed.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "stokehold: not caching {} in {}: {e}; reading it from its source",
+                    job.src.display(),
+                    cache.dir.display()
+                );
+            }
+        }
+    }
+}
+
+/// The copies of one opened dataset: how many shards already read from the cache.
+#[derive(Debug, Clone)]
+pub struct CacheProgress {
+    shards: Vec<Arc<CachedShardHandle>>,
+}
+
+impl CacheProgress {
+    /// Shards reading from their local copy.
+    pub fn ready(&self) -> usize {
+        self.shards.iter().filter(|h| h.0.get().is_some()).count()
+    }
+
+    /// Shards in the dataset.
+    pub fn total(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Wait until every shard reads from its local copy (false after `timeout`, or when some
+    /// copy failed and those shards stay on their source).
+    pub fn wait(&self, cache: &DiskCache, timeout: Duration) -> bool {
+        let start = std::time::Instant::now();
+        loop {
+            let ready = self.ready();
+            if ready == self.total() {
+                return true;
+            }
+            if start.elapsed() > timeout
+                || ready as u64 + cache.bypassed.load(Ordering::Relaxed) >= self.total() as u64
+            {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// Open the dataset at `dir` with its shards cached in `cache`. The shards are read from `dir`
+/// until their copy is ready; a background thread copies them in shard order.
+pub fn open_dataset(
+    dir: &Path,
+    cache: &Arc<DiskCache>,
+    options: OpenOptions,
+) -> Result<(Dataset, CacheProgress)> {
+    let manifest = Manifest::load(dir, &options.limits)?;
+    let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
+    if largest > cache.limit {
+        return Err(EngineError::Config(format!(
+            "the disk cache limit ({} bytes) is below the largest shard of {} ({largest} bytes): raise the limit",
+            cache.limit,
+            dir.display()
+        )));
+    }
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let keep = format!(
+        "{:08x}-",
+        crc::crc32c(canonical.to_string_lossy().as_bytes())
+    );
+    let mut shards = Vec::with_capacity(manifest.shards.len());
+    let mut jobs = Vec::with_capacity(manifest.shards.len());
+    for (k, info) in manifest.shards.iter().enumerate() {
+        let path = manifest.shard_path(dir, k);
+        let source = PreadFile::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
+        let handle = Arc::new(CachedShardHandle(OnceLock::new()));
+        jobs.push(Job {
+            src: path.clone(),
+            entry: format!("{keep}{:08x}-{}", info.crc32c, info.file),
+            len: info.bytes,
+            crc: info.crc32c,
+            shard: Arc::clone(&handle),
+        });
+        let storage = SharedShard { source, handle };
+        shards.push(ShardReader::from_source(
+            &path,
+            Box::new(storage),
+            options.limits,
+        )?);
+    }
+    let ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
+    let progress = CacheProgress {
+        shards: jobs.iter().map(|j| Arc::clone(&j.shard)).collect(),
+    };
+    let c = Arc::clone(cache);
+    let queue: VecDeque<Job> = jobs.into();
+    std::thread::Builder::new()
+        .name("stokehold-disk-cache".into())
+        .spawn(move || fetcher(c, queue, keep))
+        .map_err(|e| EngineError::Config(format!("cannot start the disk cache thread: {e}")))?;
+    Ok((ds, progress))
+}

@@ -1,0 +1,236 @@
+//! The disk cache of shards (rows E1–E3 of the reliability matrix): atomic publication, orphans
+//! swept after a crash, failures bypassing the cache, a limit below one shard refused, and
+//! several processes sharing one directory with each shard fetched once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use stokehold::disk_cache::{DiskCache, open_dataset};
+use stokehold::format::{
+    Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
+};
+
+/// A dataset of `n` records of about 2 KiB over shards of about 16 KiB.
+fn dataset(dir: &Path, n: u64) -> PathBuf {
+    let path = dir.join("src");
+    let schema = Schema::from_specs([("b", "bytes")]).unwrap();
+    let opts = DatasetWriteOptions {
+        target_shard_bytes: 16 << 10,
+        ..DatasetWriteOptions::default()
+    };
+    let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
+    for i in 0..n {
+        let b: Vec<u8> = (0..2000u64).map(|k| (k * 31 + i * 7) as u8).collect();
+        w.write(&[FieldValue::Bytes(b.into())]).unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+fn all_records(ds: &Dataset) -> Vec<Vec<u8>> {
+    (0..ds.len())
+        .map(|i| {
+            let mut v = Vec::new();
+            ds.read_record(i, &mut v).unwrap();
+            v
+        })
+        .collect()
+}
+
+fn files(dir: &Path, pred: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| pred(n))
+        .collect();
+    v.sort();
+    v
+}
+
+fn complete(dir: &Path) -> Vec<String> {
+    files(dir, |n| n.ends_with(".skh") && !n.contains(".tmp-"))
+}
+
+#[test]
+fn shards_are_copied_checked_and_then_read_locally() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 60);
+    let want = all_records(&Dataset::open(&src).unwrap());
+    let cache = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    let (ds, progress) = open_dataset(&src, &cache, OpenOptions::default()).unwrap();
+    assert_eq!(all_records(&ds), want, "reads while copying");
+    assert!(progress.wait(&cache, Duration::from_secs(20)));
+    let n = ds.shards().len();
+    assert!(n >= 5, "{n} shards");
+    assert_eq!(complete(cache.dir()).len(), n);
+    assert_eq!(cache.stats().fetched, n as u64);
+    // the copies are what is read now: damage the source, the data stays right
+    for s in ds.shards() {
+        std::fs::write(s.path(), b"gone").unwrap();
+    }
+    assert_eq!(all_records(&ds), want, "reads from the copies");
+    // a second open finds every copy (but the source manifest is still needed)
+    drop(ds);
+}
+
+#[test]
+fn a_limit_below_one_shard_is_a_configuration_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 20);
+    let cache = DiskCache::open(tmp.path().join("cache"), 1000).unwrap();
+    let err = open_dataset(&src, &cache, OpenOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("below the largest shard"), "{err}");
+}
+
+#[test]
+fn a_full_disk_bypasses_the_cache_without_losing_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 40);
+    let want = all_records(&Dataset::open(&src).unwrap());
+    let cache = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    cache.inject_copy_fault(Some((5000, false)));
+    let (ds, progress) = open_dataset(&src, &cache, OpenOptions::default()).unwrap();
+    assert!(
+        !progress.wait(&cache, Duration::from_secs(20)),
+        "no copy can finish"
+    );
+    cache.inject_copy_fault(None);
+    assert_eq!(cache.stats().bypassed, ds.shards().len() as u64);
+    assert_eq!(all_records(&ds), want);
+    assert!(complete(cache.dir()).is_empty());
+    assert!(
+        files(cache.dir(), |n| n.contains(".tmp-")).is_empty(),
+        "failed copies are removed"
+    );
+}
+
+#[test]
+fn a_small_limit_caches_what_fits_and_evicts_other_datasets_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 60);
+    let shard = Dataset::open(&src).unwrap().shards()[0].file_len();
+    let dir = tmp.path().join("cache");
+    std::fs::create_dir_all(&dir).unwrap();
+    // an old entry of another dataset
+    std::fs::write(
+        dir.join("00000000-00000000-old.skh"),
+        vec![0u8; shard as usize],
+    )
+    .unwrap();
+    let cache = DiskCache::open(&dir, 3 * shard + shard / 2).unwrap();
+    let (ds, progress) = open_dataset(&src, &cache, OpenOptions::default()).unwrap();
+    assert!(
+        !progress.wait(&cache, Duration::from_secs(20)),
+        "not everything fits"
+    );
+    let s = cache.stats();
+    assert_eq!(s.evicted, 1, "the other dataset's entry made room");
+    assert_eq!(progress.ready(), 3);
+    assert_eq!(s.bypassed, ds.shards().len() as u64 - 3);
+    assert!(!complete(&dir).contains(&"00000000-00000000-old.skh".to_string()));
+    let want = all_records(&Dataset::open(&src).unwrap());
+    assert_eq!(all_records(&ds), want);
+}
+
+/// Child process entry: open the dataset through the cache in `STOKEHOLD_TEST_CACHE` and do
+/// what `STOKEHOLD_TEST_MODE` says.
+#[test]
+#[ignore = "run as a child process by the tests below"]
+fn child() {
+    let Ok(mode) = std::env::var("STOKEHOLD_TEST_MODE") else {
+        return;
+    };
+    let src = PathBuf::from(std::env::var("STOKEHOLD_TEST_SRC").unwrap());
+    let cache = DiskCache::open(std::env::var("STOKEHOLD_TEST_CACHE").unwrap(), 1 << 30).unwrap();
+    if mode == "crash" {
+        // die in the middle of the first copy
+        cache.inject_copy_fault(Some((3000, true)));
+    }
+    let (ds, progress) = open_dataset(&src, &cache, OpenOptions::default()).unwrap();
+    assert!(progress.wait(&cache, Duration::from_secs(60)));
+    let sum: u64 = all_records(&ds)
+        .iter()
+        .map(|r| r.iter().map(|&b| u64::from(b)).sum::<u64>())
+        .sum();
+    let s = cache.stats();
+    println!("RESULT fetched={} reused={} sum={sum}", s.fetched, s.reused);
+}
+
+fn spawn_child(mode: &str, src: &Path, cache: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("STOKEHOLD_TEST_MODE", mode)
+        .env("STOKEHOLD_TEST_SRC", src)
+        .env("STOKEHOLD_TEST_CACHE", cache)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn result(out: &std::process::Output) -> (u64, u64, u64) {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no result in {text}"));
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .map(|kv| kv.split_once('=').unwrap().1.parse().unwrap())
+        .collect();
+    (v[0], v[1], v[2])
+}
+
+// E1
+#[test]
+fn a_process_killed_while_copying_leaves_only_a_temporary_file_that_is_swept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 40);
+    let dir = tmp.path().join("cache");
+    let out = spawn_child("crash", &src, &dir).wait_with_output().unwrap();
+    assert!(!out.status.success(), "the child aborted");
+    let temps = files(&dir, |n| n.contains(".tmp-"));
+    assert_eq!(temps.len(), 1, "{temps:?}");
+    assert!(complete(&dir).is_empty(), "nothing published");
+    // the next start sweeps it, and copies everything anew
+    let cache = DiskCache::open(&dir, 1 << 30).unwrap();
+    assert_eq!(cache.stats().swept, 1);
+    assert!(files(&dir, |n| n.contains(".tmp-")).is_empty());
+    let (ds, progress) = open_dataset(&src, &cache, OpenOptions::default()).unwrap();
+    assert!(progress.wait(&cache, Duration::from_secs(20)));
+    assert_eq!(all_records(&ds), all_records(&Dataset::open(&src).unwrap()));
+}
+
+// E3
+#[test]
+fn four_processes_share_one_cache_and_each_shard_is_fetched_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 200);
+    let shards = Dataset::open(&src).unwrap().shards().len() as u64;
+    let dir = tmp.path().join("cache");
+    let children: Vec<_> = (0..4).map(|_| spawn_child("share", &src, &dir)).collect();
+    let results: Vec<(u64, u64, u64)> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            assert!(out.status.success());
+            result(&out)
+        })
+        .collect();
+    let fetched: u64 = results.iter().map(|r| r.0).sum();
+    assert_eq!(fetched, shards, "each shard copied once: {results:?}");
+    for r in &results {
+        assert_eq!(r.0 + r.1, shards, "every shard fetched or reused: {r:?}");
+        assert_eq!(r.2, results[0].2, "every process read the same data");
+    }
+    assert_eq!(complete(&dir).len() as u64, shards);
+}
