@@ -264,6 +264,21 @@ class Loader:
         where jax accepts the buffer, else a copy).
     :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
         for ``.cuda(non_blocking=True)``; ignored without CUDA.
+    :param cache: RAM cache of the shards' bytes, shared by the loaders of this process that read
+        the same dataset: ``True`` (up to half the RAM), a byte budget (``"16GiB"`` or an int), or
+        ``False`` (default: the page cache serves local files). Shards that fit are loaded whole,
+        in the background, the first time they are needed; the rest are read from storage.
+    :param decoded_cache: keep each image after its deterministic prefix (decoded, resized to this
+        shorter side in pixels) in RAM; the random stages (crop, flip, jitter) then start from it
+        instead of the JPEG. Output is the same whether a sample was cached or not, but differs
+        from the uncached pipeline (crops come from the resized image, as with FFCV's
+        ``max_resolution``). ``stats()["caches"]["decoded"]["saved"]`` is the worker time saved.
+    :param decoded_cache_budget: its byte budget (``"auto"``: half the RAM).
+    :param cache_dir: a local directory caching the shard files of a dataset on slow storage (a
+        network filesystem): shards are copied there in the background (atomically, checked,
+        shared safely by several processes) and read from there once copied.
+    :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
+        datasets are evicted, least recently used first, to make room.
     :raises ConfigError: an invalid option, field or stage.
     :raises TypeError: a stage that is not a stage.
     """
@@ -286,6 +301,11 @@ class Loader:
         include_ids: bool = False,
         to: str = "numpy",
         pin_memory: bool = False,
+        cache: Union[bool, int, str] = False,
+        decoded_cache: Optional[int] = None,
+        decoded_cache_budget: Union[int, str] = "auto",
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache_dir_limit: Union[int, str] = "auto",
     ) -> None: ...
     def __iter__(self) -> Iterator[_Batch]:
         """Run (the rest of) the current epoch.
@@ -331,7 +351,9 @@ class Loader:
         ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
         seconds per item),
         ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
-        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads`` and ``active_threads``."""
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``
+        and ``caches`` (``"records"``, ``"decoded"``, ``"disk"`` -> ``hits``, ``misses``,
+        ``bytes``, ``budget``, ``entries``, ``saved`` seconds of worker time)."""
     def report(self) -> str:
         """The statistics as a readable table (``print(loader.report())``)."""
     def close(self) -> None:

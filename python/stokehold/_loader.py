@@ -55,6 +55,39 @@ def default_rank_world_size() -> Tuple[int, int]:
     return 0, 1
 
 
+_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1 << 10, "M": 1000**2, "MB": 1000**2, "MIB": 1 << 20,
+          "G": 1000**3, "GB": 1000**3, "GIB": 1 << 30, "T": 1000**4, "TB": 1000**4, "TIB": 1 << 40}
+
+
+def _ram() -> int:
+    """Physical memory in bytes (0 when unknown)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 0
+
+
+def _bytes(value: Union[int, str], name: str) -> int:
+    """A byte count from an int or a string such as ``"16GiB"``, ``"500MB"`` or ``"1.5G"``."""
+    if isinstance(value, bool):
+        raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ConfigError(f"{name} must not be negative, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip().upper().replace(" ", "")
+        digits = text.rstrip("KMGTIB")
+        unit = text[len(digits):]
+        try:
+            number = float(digits)
+        except ValueError:
+            number = -1.0
+        if number >= 0 and unit in _UNITS:
+            return int(number * _UNITS[unit])
+    raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
+
+
 def _shuffle_mode(shuffle: Union[bool, str]) -> str:
     if shuffle is True:
         return "global"
@@ -90,6 +123,11 @@ class Loader:
         include_ids: bool = False,
         to: str = "numpy",
         pin_memory: bool = False,
+        cache: Union[bool, int, str] = False,
+        decoded_cache: Optional[int] = None,
+        decoded_cache_budget: Union[int, str] = "auto",
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache_dir_limit: Union[int, str] = "auto",
     ) -> None:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -113,6 +151,22 @@ class Loader:
             raise ConfigError(f'threads must be "auto" or an int >= 0, and prefetch >= 1; got {threads!r} and {prefetch}')
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
+        if cache is True:
+            cache_bytes = _ram() // 2 or (1 << 62)
+        elif cache is False or cache is None:
+            cache_bytes = 0
+        else:
+            cache_bytes = _bytes(cache, "cache")
+        if decoded_cache is not None and (
+            isinstance(decoded_cache, bool) or not isinstance(decoded_cache, int) or decoded_cache < 1
+        ):
+            raise ConfigError(f"decoded_cache must be the shorter side in pixels (an int >= 1), got {decoded_cache!r}")
+        decoded_budget = (
+            (_ram() // 2 or (1 << 62)) if decoded_cache_budget == "auto" else _bytes(decoded_cache_budget, "decoded_cache_budget")
+        )
+        dir_limit = 0 if cache_dir_limit == "auto" else _bytes(cache_dir_limit, "cache_dir_limit")
+        if cache_dir is not None and cache_dir_limit != "auto" and dir_limit == 0:
+            raise ConfigError("cache_dir_limit must be positive")
         self._config: Dict[str, Any] = dict(
             shuffle=shuffle,
             shuffle_window=shuffle_window,
@@ -127,6 +181,11 @@ class Loader:
             include_ids=include_ids,
             to=to,
             pin_memory=pin_memory,
+            cache=cache,
+            decoded_cache=decoded_cache,
+            decoded_cache_budget=decoded_cache_budget,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_dir_limit=cache_dir_limit,
         )
         if pin_memory and to != "torch":
             warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=2)
@@ -150,6 +209,11 @@ class Loader:
                 on_error=on_error,
                 include_ids=include_ids,
                 autotune=autotune,
+                cache_bytes=cache_bytes,
+                decoded_size=decoded_cache or 0,
+                decoded_budget=decoded_budget,
+                cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+                cache_dir_limit=dir_limit,
             )
         except OverflowError as e:
             raise ConfigError(f"an option is out of range: {e}") from None

@@ -93,6 +93,11 @@ class _Engine:
         on_error: str,
         include_ids: bool,
         autotune: bool = ...,
+        cache_bytes: int = ...,
+        decoded_size: int = ...,
+        decoded_budget: int = ...,
+        cache_dir: Optional[str] = ...,
+        cache_dir_limit: int = ...,
     ) -> "_Engine": ...
     def iter(self) -> "_EngineIter":
         """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run

@@ -31,6 +31,20 @@ impl Dataset {
         Arc::clone(&self.inner)
     }
 
+    /// The path it was opened from.
+    pub fn source_path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> OpenOptions {
+        OpenOptions {
+            access: self.access,
+            verify_records: self.verify,
+            ..OpenOptions::default()
+        }
+    }
+
     /// Open `path` with the default options (what `stokehold.Loader("path", ...)` does).
     pub fn open_default(py: Python<'_>, path: PathBuf) -> PyResult<Dataset> {
         Dataset::open(py, path, Access::Auto, true)

@@ -25,6 +25,7 @@
 //! every use raises a `StokeholdError` saying to create a new Loader in the child.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -33,12 +34,13 @@ use numpy::{Element, PyArray, PyArray1};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use stokehold::disk_cache::{self, DiskCache};
 use stokehold::format::DType;
 use stokehold::sampler::{EpochOrder, RankPlan};
 use stokehold::spec::{TransformSpec, build_columns};
 use stokehold::{
-    Batch, BatchIter, Buffer, BufferPool, ColumnData, EngineError, ErrorPolicy, Loader,
-    LoaderConfig, ResumeState, SampleCtx, Shuffle, Tail, Transform, Value,
+    Batch, BatchIter, Buffer, BufferPool, ColumnData, DecodedCacheConfig, EngineError, ErrorPolicy,
+    Loader, LoaderConfig, ResumeState, SampleCtx, Shuffle, Tail, Transform, Value,
 };
 
 use crate::convert::{py_to_value, value_to_py};
@@ -560,7 +562,7 @@ const PY_STAGE: &str = "<python callable>#";
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false))]
+    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false, cache_bytes = 0, decoded_size = 0, decoded_budget = 0, cache_dir = None, cache_dir_limit = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -578,8 +580,31 @@ impl Engine {
         on_error: &str,
         include_ids: bool,
         autotune: bool,
+        cache_bytes: u64,
+        decoded_size: u32,
+        decoded_budget: u64,
+        cache_dir: Option<PathBuf>,
+        cache_dir_limit: u64,
     ) -> PyResult<Engine> {
-        let ds = dataset.shared();
+        let mut ds = dataset.shared();
+        let mut disk = None;
+        if let Some(dir) = cache_dir {
+            let limit = if cache_dir_limit == 0 {
+                ds.bytes()
+            } else {
+                cache_dir_limit
+            };
+            let (path, options) = (dataset.source_path().to_path_buf(), dataset.options());
+            let (opened, cache, progress) = py
+                .detach(|| {
+                    let cache = DiskCache::open(dir, limit)?;
+                    let (d, p) = disk_cache::open_dataset(&path, &cache, options)?;
+                    Ok::<_, EngineError>((d, cache, p))
+                })
+                .map_err(|e| engine_err(py, e))?;
+            ds = Arc::new(opened);
+            disk = Some((cache, progress));
+        }
         let shuffle = parse_shuffle(py, shuffle, shuffle_window)?;
         let on_error = match on_error {
             "fail" => ErrorPolicy::Fail,
@@ -636,6 +661,11 @@ impl Engine {
             // joined when the loader is dropped, which can happen with the GIL held: never start
             // one then. Without Python stages the workers never need the GIL.
             prepare_next_epoch: customs.is_empty(),
+            cache_bytes,
+            decoded_cache: (decoded_size > 0).then_some(DecodedCacheConfig {
+                size: decoded_size,
+                budget: decoded_budget,
+            }),
         };
         let steps_per_epoch = py
             .detach(|| -> Result<u64, EngineError> {
@@ -647,7 +677,10 @@ impl Engine {
                 Ok(RankPlan::new(order, 0, world_size, rank, batch_size, tail)?.steps())
             })
             .map_err(|e| engine_err(py, e))?;
-        let loader = Loader::new(ds, columns, config).map_err(|e| engine_err(py, e))?;
+        let mut loader = Loader::new(ds, columns, config).map_err(|e| engine_err(py, e))?;
+        if let Some((cache, progress)) = disk {
+            loader = loader.with_disk_cache(cache, progress);
+        }
         Ok(Engine {
             state: Mutex::new(State::Idle(Box::new(loader))),
             generation: AtomicU64::new(FORK_GENERATION.load(Ordering::Acquire)),
@@ -785,6 +818,18 @@ impl Engine {
         d.set_item("skipped", PyList::new(py, &st.skipped)?)?;
         d.set_item("threads", st.threads)?;
         d.set_item("active_threads", st.active_threads)?;
+        let caches = PyDict::new(py);
+        for c in &st.caches {
+            let e = PyDict::new(py);
+            e.set_item("hits", c.hits)?;
+            e.set_item("misses", c.misses)?;
+            e.set_item("bytes", c.bytes)?;
+            e.set_item("budget", c.budget)?;
+            e.set_item("entries", c.entries)?;
+            e.set_item("saved", c.saved.as_secs_f64())?;
+            caches.set_item(&c.kind, e)?;
+        }
+        d.set_item("caches", caches)?;
         Ok(d)
     }
 

@@ -45,6 +45,16 @@ impl CacheStats {
     /// One line for reports.
     pub fn report_line(&self) -> String {
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        if self.kind == "disk" {
+            return format!(
+                "disk cache: {} shards local ({:.1} of {:.1} MiB) · {} found copied · {} copied or bypassed now",
+                self.entries,
+                mib(self.bytes),
+                mib(self.budget),
+                self.hits,
+                self.misses
+            );
+        }
         let total = (self.hits + self.misses).max(1);
         let mut line = format!(
             "{} cache: {:.1}% hits ({} of {}) · {} entries · {:.1} of {:.1} MiB",

@@ -396,9 +396,31 @@ fn fetcher(cache: Arc<DiskCache>, mut queue: VecDeque<Job>, keep: String) {
 #[derive(Debug, Clone)]
 pub struct CacheProgress {
     shards: Vec<Arc<CachedShardHandle>>,
+    bytes: Vec<u64>,
 }
 
 impl CacheProgress {
+    /// The cache's figures for reports: hits = shards found already copied, misses = shards
+    /// copied now or bypassed, entries = shards reading locally, bytes = their size.
+    pub fn stats(&self, cache: &DiskCache) -> crate::cache::CacheStats {
+        let s = cache.stats();
+        crate::cache::CacheStats {
+            kind: "disk".into(),
+            hits: s.reused,
+            misses: s.fetched + s.bypassed,
+            bytes: self
+                .shards
+                .iter()
+                .zip(&self.bytes)
+                .filter(|(h, _)| h.0.get().is_some())
+                .map(|(_, b)| b)
+                .sum(),
+            budget: cache.limit,
+            entries: self.ready() as u64,
+            saved: Duration::ZERO,
+        }
+    }
+
     /// Shards reading from their local copy.
     pub fn ready(&self) -> usize {
         self.shards.iter().filter(|h| h.0.get().is_some()).count()
@@ -472,6 +494,7 @@ pub fn open_dataset(
     let ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
     let progress = CacheProgress {
         shards: jobs.iter().map(|j| Arc::clone(&j.shard)).collect(),
+        bytes: jobs.iter().map(|j| j.len).collect(),
     };
     let c = Arc::clone(cache);
     let queue: VecDeque<Job> = jobs.into();

@@ -18,6 +18,7 @@ use stokehold_format::{Dataset, FieldValue, RecordView};
 
 use crate::batch::{Batch, BufferPool, SharedBatch, copy_slot, finish_batch};
 use crate::cache::{DecodedCache, RecordCache};
+use crate::disk_cache::{CacheProgress, DiskCache};
 use crate::error::{EngineError, Result};
 use crate::fetch::{self, TaskBytes};
 use crate::rng::SampleRng;
@@ -143,6 +144,8 @@ pub struct Loader {
     cache: Option<Arc<RecordCache>>,
     /// The decoded caches of image columns, when on.
     decoded: Vec<Arc<DecodedCache>>,
+    /// The disk cache the dataset was opened through, when any.
+    disk: Option<(Arc<DiskCache>, CacheProgress)>,
     /// The next epoch's run, started when the previous epoch delivered its last batch, so that
     /// its first batches are ready when the next iteration begins.
     prepared: Option<Prepared>,
@@ -305,6 +308,7 @@ impl Loader {
         Ok(Loader {
             cache,
             decoded: decoded.into_inner(),
+            disk: None,
             fingerprint: fp,
             dataset,
             field_index,
@@ -321,6 +325,13 @@ impl Loader {
             columns,
             config,
         })
+    }
+
+    /// Report the disk cache the dataset was opened through
+    /// ([`crate::disk_cache::open_dataset`]) in this loader's statistics.
+    pub fn with_disk_cache(mut self, cache: Arc<DiskCache>, progress: CacheProgress) -> Loader {
+        self.disk = Some((cache, progress));
+        self
     }
 
     /// The dataset.
@@ -409,6 +420,7 @@ impl Loader {
         s.active_threads = self.active.load(Ordering::Relaxed);
         s.caches = self.cache.iter().map(|c| c.stats()).collect();
         s.caches.extend(self.decoded.iter().map(|c| c.stats()));
+        s.caches.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
         s
     }
 

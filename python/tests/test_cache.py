@@ -1,0 +1,122 @@
+"""Caches and storage access from Python: Dataset(access=...), Loader(cache=, decoded_cache=,
+cache_dir=): same batches as without them, and their figures in stats()."""
+
+import gc
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import stokehold
+from stokehold.image import RandomHorizontalFlip, RandomResizedCrop
+
+from _loader_helpers import write
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tbl") / "ds"
+    write(path, 300, shard_size=4096)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("img")
+    cli = [sys.executable, "-m", "stokehold._cli"]
+    subprocess.run([*cli, "sample-data", root / "imgs", "--images", "32", "--classes", "2", "--size", "96x72"], check=True, capture_output=True)
+    subprocess.run([*cli, "pack", root / "imgs", root / "ds", "--shard-size", "64KiB"], check=True, capture_output=True)
+    return str(root / "ds")
+
+
+def epoch(loader):
+    return [{k: np.array(v) for k, v in b.items()} for b in loader]
+
+
+def same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if x[k].dtype == object:
+                assert list(x[k]) == list(y[k]), k
+            else:
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_every_access_mode_reads_the_same_batches(table):
+    ref = epoch(stokehold.Loader(table, 16, seed=1, threads=2))
+    for access in ("pread", "mmap", "memory", "auto"):
+        ds = stokehold.Dataset(table, access=access)
+        assert ds.access in ("pread", "mmap", "memory")
+        if access != "auto":
+            assert ds.access == access
+        same(epoch(stokehold.Loader(ds, 16, seed=1, threads=2)), ref)
+    with pytest.raises(stokehold.ConfigError, match="access must be one of"):
+        stokehold.Dataset(table, access="nvme")
+
+
+def test_dataset_access_survives_pickling(table):
+    import pickle
+
+    ds = pickle.loads(pickle.dumps(stokehold.Dataset(table, access="mmap")))
+    assert ds.access == "mmap"
+
+
+def test_ram_cache_changes_nothing_and_reports_hits(table):
+    ref = stokehold.Loader(table, 20, seed=2, threads=2)
+    cached = stokehold.Loader(table, 20, seed=2, threads=2, cache="64MiB")
+    for _ in range(2):
+        same(epoch(cached), epoch(ref))
+    c = cached.stats()["caches"]["records"]
+    assert c["budget"] == 64 << 20
+    assert c["hits"] > 0 and c["entries"] >= 1
+    assert "records cache:" in cached.report()
+    assert "caches" in ref.stats() and ref.stats()["caches"] == {}
+
+
+@pytest.mark.parametrize("bad", ["lots", -5, "12XB", True])
+def test_byte_options_are_checked(table, bad):
+    with pytest.raises(stokehold.ConfigError, match="byte count|negative"):
+        stokehold.Loader(table, 4, cache=bad) if bad is not True else stokehold.Loader(table, 4, cache_dir="x", cache_dir_limit=bad)
+
+
+def test_decoded_cache_is_deterministic_cold_or_warm_and_saves_work(images):
+    chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
+    loader = stokehold.Loader(images, 8, seed=4, threads=2, transforms={"image": chain}, decoded_cache=64, include_ids=True)
+    loader.set_epoch(0)
+    cold = epoch(loader)
+    loader.set_epoch(0)
+    warm = epoch(loader)
+    same(cold, warm)
+    d = loader.stats()["caches"]["decoded"]
+    assert d["entries"] == 32 and d["hits"] >= 32 and d["saved"] > 0
+    del loader  # a cache lives as long as a loader holds it
+    gc.collect()
+    other = stokehold.Loader(images, 8, seed=4, threads=1, transforms={"image": chain}, decoded_cache=64, decoded_cache_budget=1, include_ids=True)
+    other.set_epoch(0)
+    same(epoch(other), cold)  # nothing fits in 1 byte: computed every time, same pixels
+    assert other.stats()["caches"]["decoded"]["entries"] == 0
+    with pytest.raises(stokehold.ConfigError, match="decoded_cache"):
+        stokehold.Loader(images, 8, decoded_cache=0, transforms={"image": chain})
+    with pytest.raises(stokehold.ConfigError, match="decoded_cache"):
+        stokehold.Loader(images, 8, decoded_cache=64)  # no image stages
+
+
+def test_cache_dir_copies_the_shards_and_gives_the_same_batches(table, tmp_path):
+    ref = epoch(stokehold.Loader(table, 16, seed=5, threads=2))
+    cache_dir = tmp_path / "cache"
+    loader = stokehold.Loader(table, 16, seed=5, threads=2, cache_dir=cache_dir)
+    same(epoch(loader), ref)
+    files = os.listdir(cache_dir)
+    shards = [f for f in files if f.endswith(".skh") and ".tmp-" not in f]
+    assert shards, files
+    disk = loader.stats()["caches"]["disk"]
+    assert disk["misses"] + disk["hits"] >= disk["entries"] >= 1
+    # a second loader finds the copies
+    again = stokehold.Loader(table, 16, seed=5, threads=2, cache_dir=cache_dir)
+    same(epoch(again), ref)
+    with pytest.raises(stokehold.ConfigError, match="below the largest shard"):
+        stokehold.Loader(table, 16, cache_dir=tmp_path / "small", cache_dir_limit=100)
