@@ -218,7 +218,7 @@ def test_pickle_reopens(small_ds, tmp_path):
     mm = Dataset(tmp_path / "small", mmap=True, verify=False)
     args, kwargs = pickle.loads(pickle.dumps(mm)).__getnewargs_ex__()
     assert args == (str(tmp_path / "small"),)
-    assert kwargs == {"mmap": True, "verify": False}
+    assert kwargs == {"access": "mmap", "verify": False}
 
 
 def _read_labels(ds):
