@@ -170,12 +170,11 @@ impl RecordCache {
     }
 
     /// Shard `k`'s bytes when cached. The first miss on a shard queues its load when it fits in
-    /// the budget.
+    /// the budget. Counts nothing: callers count in bulk with [`RecordCache::count`].
     pub fn shard(&self, ds: &Dataset, k: usize) -> Option<&[u8]> {
         let st = self.state.get(k)?;
         match st.load(Ordering::Acquire) {
             READY => {
-                self.hits.fetch_add(1, Ordering::Relaxed);
                 return self.shards[k].get().map(|b| &b[..]);
             }
             UNTOUCHED
@@ -187,8 +186,17 @@ impl RecordCache {
             }
             _ => {}
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
         None
+    }
+
+    /// Add lookups served (`hits`) and not served (`misses`) to the statistics.
+    pub fn count(&self, hits: u64, misses: u64) {
+        if hits > 0 {
+            self.hits.fetch_add(hits, Ordering::Relaxed);
+        }
+        if misses > 0 {
+            self.misses.fetch_add(misses, Ordering::Relaxed);
+        }
     }
 
     /// Reserve shard `k`'s size in the budget and queue its load; when it does not fit (or the

@@ -526,7 +526,19 @@ impl Loader {
         let steps = plan.steps();
         let b = self.config.batch_size as usize;
         let task_size = match self.config.task_size {
-            0 => (b / (self.threads * 4)).clamp(1, 64),
+            0 => {
+                // Enough tasks per batch to share it between the threads; with large records,
+                // tasks of a few MiB, so that records neighbouring in the order are read in
+                // large requests (coalesced in `fetch`).
+                let by_count = (b / (self.threads * 4)).clamp(1, 64);
+                let mean = self.dataset.bytes() / self.dataset.len().max(1);
+                if mean >= 64 << 10 {
+                    let by_bytes = ((4u64 << 20) / mean) as usize;
+                    by_count.max(by_bytes.min(b / self.threads).max(1))
+                } else {
+                    by_count
+                }
+            }
             n => n.min(b),
         };
         let (tx, rx) = crossbeam_channel::unbounded();
