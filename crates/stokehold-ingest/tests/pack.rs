@@ -588,4 +588,34 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
     };
     let (_, p) = decode(b);
     assert_eq!((p.width, p.height), (60, 45));
+    // restart markers: every JPEG rewritten losslessly, indexable, same pixels
+    let o = PackOptions {
+        images: ImagePolicy {
+            restart_markers: true,
+            ..ImagePolicy::default()
+        },
+        ..opts(2)
+    };
+    let r = pack(
+        std::slice::from_ref(&src),
+        &tmp.path().join("r"),
+        None,
+        &o,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.manifest.source["restart_markers"], true);
+    assert_eq!(r.transcoded_to_baseline, 2, "the progressive ones");
+    let ds = Dataset::open(tmp.path().join("r")).unwrap();
+    for i in 0..3 {
+        let FieldValue::Image(b) = &ds.get(i).unwrap()[0] else {
+            panic!()
+        };
+        assert!(
+            stokehold_ops::restart::RestartIndex::parse(b).is_some(),
+            "sample {i} has row-aligned restart markers"
+        );
+        let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
+        assert_eq!(decode(b).1, decode(&original).1, "sample {i}: same pixels");
+    }
 }

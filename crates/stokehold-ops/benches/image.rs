@@ -125,13 +125,23 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
     let n = files.len() as f64;
     let mb: f64 = files.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6;
     // interleave the measurements so drift affects all alike
-    let (mut raw, mut ours, mut fused, mut naive) =
-        (f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    let marked: Vec<Vec<u8>> = files
+        .iter()
+        .map(|f| stokehold_ops::jpeg::with_restarts(f).unwrap_or_else(|_| f.clone()))
+        .collect();
+    let (mut raw, mut ours, mut fused, mut naive, mut cut) = (
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+        f64::INFINITY,
+    );
     for _ in 0..runs {
         raw = raw.min(raw_full(files));
         ours = ours.min(ours_full(files));
         fused = fused.min(rrc(files, true));
         naive = naive.min(best_of(1, || rrc(files, false)));
+        cut = cut.min(rrc(&marked, true));
     }
     println!(
         "{name}: {} JPEGs, {:.1} MB, best of {runs} passes, one thread",
@@ -156,6 +166,14 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         "  same, full decode then crop+resize (naive)   {:8.0} images/s  {:.2}x",
         n / naive,
         raw / naive
+    );
+    let grown = marked.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6 / mb;
+    println!(
+        "  same, restart-marked (`pack --restart-markers`, {:+.1}% bytes)   {:8.0} images/s  {:.2}x raw full decode, {:.2}x the fused path",
+        100.0 * (grown - 1.0),
+        n / cut,
+        raw / cut,
+        fused / cut
     );
 }
 

@@ -100,18 +100,25 @@ pub fn write(
                         &mut g_plane[y * w..(y + 1) * w],
                         &mut b_plane[y * w..(y + 1) * w],
                     );
+                    // iterators without indexing: no bounds checks, and the compiler turns the
+                    // de-interleave into vector shuffles
+                    let px = row.chunks_exact(3);
                     if flip {
-                        for (x, p) in row.chunks_exact(3).enumerate() {
-                            let d = w - 1 - x;
-                            r[d] = p[0];
-                            g[d] = p[1];
-                            b[d] = p[2];
+                        let dst = r
+                            .iter_mut()
+                            .rev()
+                            .zip(g.iter_mut().rev().zip(b.iter_mut().rev()));
+                        for (p, (r, (g, b))) in px.zip(dst) {
+                            *r = p[0];
+                            *g = p[1];
+                            *b = p[2];
                         }
                     } else {
-                        for (x, p) in row.chunks_exact(3).enumerate() {
-                            r[x] = p[0];
-                            g[x] = p[1];
-                            b[x] = p[2];
+                        let dst = r.iter_mut().zip(g.iter_mut().zip(b.iter_mut()));
+                        for (p, (r, (g, b))) in px.zip(dst) {
+                            *r = p[0];
+                            *g = p[1];
+                            *b = p[2];
                         }
                     }
                 }

@@ -14,6 +14,7 @@ pub mod jpeg;
 pub mod layout;
 pub mod pipeline;
 pub mod resize;
+pub mod restart;
 
 pub use error::{OpsError, Result};
 pub use jpeg::{Pixels, PixelsRef};

@@ -10,6 +10,7 @@ use crate::geometry::{self, Crop};
 use crate::jpeg::{Decoder, Pixels, PixelsRef, Scale};
 use crate::layout::{self, OutSpec};
 use crate::resize::Resizer;
+use crate::restart::RestartIndex;
 
 /// Which part of the image, at which size.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +117,8 @@ pub struct Workspace {
     resizer: Resizer,
     decoded: Pixels,
     resized: Vec<u8>,
+    /// The JPEG cut out of a restart-marked file for a crop.
+    sub: Vec<u8>,
 }
 
 impl Default for Pixels {
@@ -169,8 +172,54 @@ pub fn run(
         r?;
         (ws.decoded.width, ws.decoded.height)
     };
-    let (crop, flip, factors) = draw(ops, width, height, rng);
-    // Decode (the JPEG path: only the crop's region, at the smallest covering DCT scale).
+    let (mut crop, flip, factors) = draw(ops, width, height, rng);
+    // With restart markers aligned to MCU rows, cut the rows and bands the crop needs out of the
+    // entropy-coded data: the decoder then Huffman-decodes only those.
+    let mut sub = std::mem::take(&mut ws.sub);
+    let mut data = data;
+    if format == Format::Jpeg && ops.fused {
+        if let Some(idx) = RestartIndex::parse(data) {
+            let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
+            let margin = 2.0 * 8.0 / f64::from(scale.0);
+            let (rows, bands) = idx.cover(crop.x, crop.y, crop.x + crop.w, crop.y + crop.h, margin);
+            if rows.len() < idx.rows() as usize || bands.len() < idx.bands() as usize {
+                let (ox, oy) = (bands.start * idx.band_w(), rows.start * idx.mcu_h);
+                if idx.extract(data, rows, bands, &mut sub) {
+                    data = &sub;
+                    crop.x -= f64::from(ox);
+                    crop.y -= f64::from(oy);
+                }
+            }
+        }
+    }
+    let r = decode_crop(ops, format, data, crop, ws);
+    ws.sub = sub;
+    let box_in_decoded = r?;
+    let decoded = std::mem::take(&mut ws.decoded);
+    let r = finish(
+        ops,
+        decoded.view(),
+        box_in_decoded,
+        flip,
+        factors,
+        &mut ws.resizer,
+        &mut ws.resized,
+        slot,
+    );
+    ws.decoded = decoded;
+    r
+}
+
+/// Decode the JPEG path's crop (only its region, at the smallest covering DCT scale) into
+/// `ws.decoded`, and return where the crop lies in it. Other formats are decoded already.
+fn decode_crop(
+    ops: &ImageOps,
+    format: Format,
+    data: &[u8],
+    crop: Crop,
+    ws: &mut Workspace,
+) -> Result<Crop> {
+    let (out_w, out_h) = ops.geometry.size();
     let mut box_in_decoded = crop;
     if format == Format::Jpeg {
         let scale = if ops.fused {
@@ -200,19 +249,7 @@ pub fn run(
             h: crop.h * s,
         };
     }
-    let decoded = std::mem::take(&mut ws.decoded);
-    let r = finish(
-        ops,
-        decoded.view(),
-        box_in_decoded,
-        flip,
-        factors,
-        &mut ws.resizer,
-        &mut ws.resized,
-        slot,
-    );
-    ws.decoded = decoded;
-    r
+    Ok(box_in_decoded)
 }
 
 /// Colour jitter factors drawn for one sample (brightness, contrast, saturation).

@@ -36,9 +36,31 @@ fn picture(w: u16, h: u16, seed: u64) -> Vec<u8> {
 }
 
 fn jpeg(w: u16, h: u16, seed: u64, progressive: bool) -> Vec<u8> {
+    jpeg_sampled(
+        w,
+        h,
+        seed,
+        progressive,
+        jpeg_encoder::SamplingFactor::R_4_4_4,
+    )
+}
+
+/// With 4:2:0 chroma, as most photographs are.
+fn jpeg420(w: u16, h: u16, seed: u64) -> Vec<u8> {
+    jpeg_sampled(w, h, seed, false, jpeg_encoder::SamplingFactor::R_4_2_0)
+}
+
+fn jpeg_sampled(
+    w: u16,
+    h: u16,
+    seed: u64,
+    progressive: bool,
+    sampling: jpeg_encoder::SamplingFactor,
+) -> Vec<u8> {
     let mut out = Vec::new();
     let mut e = jpeg_encoder::Encoder::new(&mut out, 90);
     e.set_progressive(progressive);
+    e.set_sampling_factor(sampling);
     e.encode(&picture(w, h, seed), w, h, jpeg_encoder::ColorType::Rgb)
         .unwrap();
     out
@@ -469,4 +491,145 @@ fn grayscale_and_cmyk_jpegs_decode_to_rgb() {
     let ops = rrc(8);
     let mut slot = vec![0u8; ops.slot_bytes()];
     run(&ops, &c, &mut Rng(3), &mut Workspace::new(), &mut slot).unwrap();
+}
+
+#[test]
+fn restart_markers_are_lossless_and_indexable() {
+    use stokehold_ops::restart::RestartIndex;
+    let mut d = Decoder::new().unwrap();
+    for (w, h, seed) in [
+        (500u16, 375u16, 1u64),
+        (375, 500, 2),
+        (97, 61, 3),
+        (16, 16, 4),
+        (333, 250, 5),
+    ] {
+        for (progressive, sub420) in [(false, false), (true, false), (false, true)] {
+            let src = if sub420 {
+                jpeg420(w, h, seed)
+            } else {
+                jpeg(w, h, seed, progressive)
+            };
+            assert!(RestartIndex::parse(&src).is_none(), "no markers yet");
+            let rst = stokehold_ops::jpeg::with_restarts(&src).unwrap();
+            let idx = RestartIndex::parse(&rst).unwrap_or_else(|| panic!("{w}x{h} indexable"));
+            assert!(!d.header(&rst).unwrap().progressive);
+            let mut a = Pixels {
+                width: 0,
+                height: 0,
+                channels: 0,
+                data: Vec::new(),
+            };
+            let mut b = a.clone();
+            d.decode(&src, Scale::FULL, None, false, 1 << 30, &mut a)
+                .unwrap();
+            d.decode(&rst, Scale::FULL, None, false, 1 << 30, &mut b)
+                .unwrap();
+            assert_eq!(a, b, "{w}x{h}: same pixels with markers");
+            assert!(
+                rst.len() < src.len() * 21 / 20 + 600,
+                "{} vs {}",
+                rst.len(),
+                src.len()
+            );
+            // every sub-rectangle of rows and bands decodes to the same pixels as that part of
+            // the whole image (the interior, away from upsampling edges)
+            let (rows, bands) = (idx.rows(), idx.bands());
+            let mut sub = Vec::new();
+            for (r0, r1, b0, b1) in [
+                (0, rows, 0, bands),
+                (1, rows.min(3), 0, 1),
+                (rows / 2, rows, bands / 2, bands),
+            ] {
+                if r0 >= r1 || b0 >= b1 {
+                    continue;
+                }
+                assert!(idx.extract(&rst, r0..r1, b0..b1, &mut sub));
+                let mut c = a.clone();
+                d.decode(&sub, Scale::FULL, None, false, 1 << 30, &mut c)
+                    .unwrap_or_else(|e| panic!("{w}x{h} rows {r0}..{r1} bands {b0}..{b1}: {e}"));
+                let (x0, y0) = (b0 * idx.band_w(), r0 * idx.mcu_h);
+                assert_eq!(c.width, (b1 * idx.band_w()).min(u32::from(w)) - x0);
+                assert_eq!(c.height, (r1 * idx.mcu_h).min(u32::from(h)) - y0);
+                // compare rows and columns at least one MCU away from a cut edge
+                let m = idx.mcu_h.max(idx.mcu_w);
+                for y in 0..c.height {
+                    let gy = y + y0;
+                    if (r0 > 0 && y < m) || (r1 < rows && y + m >= c.height) {
+                        continue;
+                    }
+                    for x in 0..c.width {
+                        if (b0 > 0 && x < m) || (b1 < bands && x + m >= c.width) {
+                            continue;
+                        }
+                        let gx = x + x0;
+                        let p = ((y * c.width + x) * 3) as usize;
+                        let q = ((gy * a.width + gx) * 3) as usize;
+                        assert_eq!(c.data[p..p + 3], a.data[q..q + 3], "{w}x{h} at {gx},{gy}");
+                    }
+                }
+            }
+            assert!(
+                !idx.extract(&rst, 0..rows + 1, 0..1, &mut sub),
+                "out of range"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_fused_path_on_restart_marked_files_matches_the_plain_file() {
+    // Same draws through the same pipeline, on a file and on its restart-marked transcode (which
+    // decodes only the rows and bands each crop needs): the outputs agree to within the
+    // upsampling differences at cut edges (as the crop-region decode does).
+    let mut ws = Workspace::new();
+    let mut worst = f64::INFINITY;
+    let mut identical = 0;
+    for seed in 0..40u64 {
+        let (w, h) = if seed % 3 == 0 {
+            (375, 500)
+        } else {
+            (500, 375)
+        };
+        let data = if seed % 2 == 0 {
+            jpeg420(w, h, seed)
+        } else {
+            jpeg(w, h, seed, false)
+        };
+        let rst = stokehold_ops::jpeg::with_restarts(&data).unwrap();
+        let ops = rrc(112);
+        let mut a = vec![0u8; ops.slot_bytes()];
+        let mut b = vec![0u8; ops.slot_bytes()];
+        run(&ops, &data, &mut Rng(seed), &mut ws, &mut a).unwrap();
+        run(&ops, &rst, &mut Rng(seed), &mut ws, &mut b).unwrap();
+        identical += usize::from(a == b);
+        worst = worst.min(psnr(&a, &b));
+    }
+    assert!(worst >= 40.0, "worst PSNR {worst:.1} dB");
+    assert!(identical >= 30, "{identical} of 40 bit-identical");
+}
+
+#[test]
+fn restart_index_refuses_what_it_cannot_cut() {
+    use stokehold_ops::restart::RestartIndex;
+    let data = jpeg(200, 100, 9, false);
+    let rst = stokehold_ops::jpeg::with_restarts(&data).unwrap();
+    assert!(RestartIndex::parse(&rst).is_some());
+    // truncated, or with a marker renumbered, or garbage: not indexable (the normal path then
+    // reports the damage)
+    assert!(RestartIndex::parse(&rst[..rst.len() - 20]).is_none());
+    let at = rst.windows(2).rposition(|w| w == [0xFF, 0xD3]).unwrap();
+    let mut bad = rst.clone();
+    bad[at + 1] = 0xD5;
+    assert!(RestartIndex::parse(&bad).is_none());
+    assert!(RestartIndex::parse(b"\xff\xd8\xff\xdb\x00").is_none());
+    assert!(RestartIndex::parse(&[]).is_none());
+    for i in (0..rst.len()).step_by(7) {
+        let mut m = rst.clone();
+        m[i] ^= 0x5A;
+        let _ = RestartIndex::parse(&m); // never panics
+        let mut ws = Workspace::new();
+        let mut out = vec![0u8; rrc(32).slot_bytes()];
+        let _ = run(&rrc(32), &m, &mut Rng(i as u64), &mut ws, &mut out);
+    }
 }

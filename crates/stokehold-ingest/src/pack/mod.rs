@@ -95,6 +95,9 @@ pub struct ImagePolicy {
     pub max_side: Option<u32>,
     /// JPEG quality of re-encoded images.
     pub quality: u8,
+    /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows, so a
+    /// crop needs only its share of the Huffman decoding (see `stokehold_ops::restart`).
+    pub restart_markers: bool,
 }
 
 impl Default for ImagePolicy {
@@ -103,6 +106,7 @@ impl Default for ImagePolicy {
             baseline: false,
             max_side: None,
             quality: 90,
+            restart_markers: false,
         }
     }
 }
@@ -144,7 +148,16 @@ fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<(bool
                 .map_err(|e| e.to_string())?;
             *bytes =
                 stokehold_ops::jpeg::encode(&out, policy.quality).map_err(|e| e.to_string())?;
+            if policy.restart_markers {
+                add_restarts(bytes)?;
+            }
             return Ok((false, true));
+        }
+    }
+    if policy.restart_markers {
+        if let Ok(h) = crate::jpeg::parse_header(bytes) {
+            add_restarts(bytes)?;
+            return Ok((h.progressive, false));
         }
     }
     if policy.baseline && crate::jpeg::parse_header(bytes).is_ok_and(|h| h.progressive) {
@@ -153,6 +166,13 @@ fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<(bool
         return Ok((true, false));
     }
     Ok((false, false))
+}
+
+/// Rewrite a JPEG losslessly with restart markers (baseline, same pixels).
+fn add_restarts(bytes: &mut Vec<u8>) -> Result<(), String> {
+    *bytes = stokehold_ops::jpeg::with_restarts(bytes)
+        .map_err(|e| format!("lossless transcode with restart markers failed: {e}"))?;
+    Ok(())
 }
 
 impl Default for PackOptions {
@@ -312,7 +332,7 @@ impl Sink<'_> {
     ) -> Result<(), PackError> {
         let schema = self.writer.schema().clone();
         let policy = self.images;
-        let touch_images = policy.baseline || policy.max_side.is_some();
+        let touch_images = policy.baseline || policy.max_side.is_some() || policy.restart_markers;
         let encode = |job: J| -> Encoded {
             match load(job) {
                 Loaded::Skip(s) => Encoded::Skip(s),
@@ -535,8 +555,11 @@ pub fn pack(
         "skipped": skipped.len(),
         "progressive_jpegs": progressive,
     });
-    if options.images.baseline {
+    if options.images.baseline || options.images.restart_markers {
         source["transcoded_to_baseline"] = transcoded.into();
+    }
+    if options.images.restart_markers {
+        source["restart_markers"] = true.into();
     }
     if let Some(m) = options.images.max_side {
         // lossy: say so in the manifest
