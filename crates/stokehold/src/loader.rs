@@ -21,7 +21,7 @@ use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
 use crate::sampler::{EpochOrder, RankPlan, Shuffle, Slot, Tail};
 use crate::state::{ResumeState, STATE_VERSION, fingerprint};
-use crate::stats::{Collector, Stats};
+use crate::stats::{Collector, Stats, WorkerStats};
 use crate::transform::{Column, Output, SampleCtx, write_value};
 
 /// What to do with a sample that cannot be read or transformed.
@@ -68,8 +68,25 @@ pub struct LoaderConfig {
     pub world_size: u32,
     /// Worker threads; 0 means one per core.
     pub threads: usize,
-    /// Batches prepared ahead of the consumer (at least 1).
+    /// Batches prepared ahead of the consumer (at least 1); with `prefetch_auto`, the starting
+    /// depth.
     pub prefetch: usize,
+    /// Adjust the prefetch depth while running: deeper when the consumer waits for data while
+    /// workers sit blocked on the prefetch window (bursty stages), never beyond what
+    /// `memory_budget` allows (and shallower when a deeper window would exceed it).
+    pub prefetch_auto: bool,
+    /// Bytes that batches prepared ahead may take, for `prefetch_auto`: the depth is kept at or
+    /// below `memory_budget / bytes per batch` (at least 1). 0: the default,
+    /// [`default_memory_budget`].
+    pub memory_budget: u64,
+    /// Time each stage of each sample (the statistics' items, busy time and latencies). Off, the
+    /// workers read no clock per sample; throughput, waits, queue and bytes read are still
+    /// counted.
+    pub profile: bool,
+    /// Keep the newest `trace_capacity` stage spans (stage, thread, start, duration, sample id)
+    /// for [`Loader::trace_json`]: 32 bytes each in a bounded ring. 0 (the default): no tracing,
+    /// no cost.
+    pub trace_capacity: usize,
     /// Samples per task; 0 picks one from the batch size and thread count.
     pub task_size: usize,
     /// Adjust the number of working threads while running (between 1 and `threads`): fewer
@@ -99,10 +116,29 @@ impl Default for LoaderConfig {
             prefetch: 4,
             task_size: 0,
             autotune: false,
+            prefetch_auto: false,
+            memory_budget: 0,
+            profile: true,
+            trace_capacity: 0,
             prepare_next_epoch: true,
             on_error: ErrorPolicy::Fail,
         }
     }
+}
+
+/// The default memory budget of batches prepared ahead: 10% of physical memory, at most 2 GiB
+/// (2 GiB where physical memory is unknown).
+pub fn default_memory_budget() -> u64 {
+    const CAP: u64 = 2 << 30;
+    physical_memory().map_or(CAP, |m| (m / 10).clamp(64 << 20, CAP))
+}
+
+/// Physical memory in bytes (Linux: `MemTotal` of /proc/meminfo).
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// A loader over one dataset: iterate it once per epoch; save and restore its position.
@@ -114,6 +150,10 @@ pub struct Loader {
     threads: usize,
     /// Threads currently allowed to work (autotuning moves it; kept across epochs).
     active: Arc<AtomicUsize>,
+    /// The prefetch depth now (autotuning moves it; kept across epochs).
+    prefetch: Arc<AtomicU64>,
+    /// `config.memory_budget`, or the default.
+    memory_budget: u64,
     fingerprint: String,
     blocks: Vec<u64>,
     epoch: u64,
@@ -245,6 +285,16 @@ impl Loader {
             0,
         )?;
         let names = stage_names(&columns);
+        let memory_budget = match config.memory_budget {
+            0 => default_memory_budget(),
+            b => b,
+        };
+        let mut prefetch = config.prefetch.max(1) as u64;
+        if config.prefetch_auto {
+            if let Some(b) = fixed_batch_bytes(&columns, config.batch_size) {
+                prefetch = prefetch.min((memory_budget / b.max(1)).max(1));
+            }
+        }
         Ok(Loader {
             fingerprint: fingerprint(&dataset),
             dataset,
@@ -256,8 +306,15 @@ impl Loader {
             pool: Arc::new(BufferPool::new(
                 4 * (config.prefetch.max(1) + 2) * columns.len(),
             )),
-            stats: Arc::new(Collector::new(names, threads)),
+            stats: Arc::new(Collector::new(
+                names,
+                threads,
+                config.profile,
+                config.trace_capacity,
+            )),
             active: Arc::new(AtomicUsize::new(threads)),
+            prefetch: Arc::new(AtomicU64::new(prefetch)),
+            memory_budget,
             prepared: None,
             columns,
             config,
@@ -348,7 +405,20 @@ impl Loader {
     pub fn stats(&self) -> Stats {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
+        s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
+    }
+
+    /// The stage spans kept so far (the newest `trace_capacity`) as Chrome Trace Event JSON,
+    /// loadable in chrome://tracing or Perfetto; `None` when tracing is off
+    /// (`trace_capacity` 0).
+    pub fn trace_json(&self) -> Option<String> {
+        self.stats.trace_json()
+    }
+
+    /// The memory budget of batches prepared ahead, in bytes.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget
     }
 
     /// Iterate the rest of the current epoch. When the iterator has delivered the epoch's last
@@ -474,7 +544,7 @@ impl Loader {
             next_task: AtomicU64::new(0),
             delivered: Mutex::new(0),
             window: Condvar::new(),
-            prefetch: self.config.prefetch.max(1) as u64,
+            prefetch: Arc::clone(&self.prefetch),
             batches: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             tx,
@@ -510,6 +580,20 @@ impl Loader {
     }
 }
 
+/// Bytes of one batch when every column is a fixed-shape tensor (`None` with a list column).
+fn fixed_batch_bytes(columns: &[Column], batch_size: u32) -> Option<u64> {
+    columns
+        .iter()
+        .map(|c| match c.output {
+            Output::Fixed { .. } => Some(c.output.slot_bytes() as u64 * u64::from(batch_size)),
+            Output::List => None,
+        })
+        .sum()
+}
+
+/// Deepest prefetch window the autotuner uses.
+const MAX_AUTO_PREFETCH: u64 = 64;
+
 /// Stage names: read, parse, then each column's stages.
 fn stage_names(columns: &[Column]) -> Vec<String> {
     let mut names = vec!["read".to_string(), "parse".to_string()];
@@ -541,7 +625,7 @@ struct Run {
     /// Steps the consumer has taken; workers stay within `prefetch` steps of it.
     delivered: Mutex<u64>,
     window: Condvar,
-    prefetch: u64,
+    prefetch: Arc<AtomicU64>,
     batches: Mutex<HashMap<u64, Arc<SharedBatch>>>,
     stop: AtomicBool,
     tx: Sender<Arc<SharedBatch>>,
@@ -555,6 +639,7 @@ struct Run {
 
 fn worker(run: &Run, index: usize) {
     let mut buf = Vec::new();
+    let mut ws = run.stats.worker(index);
     let total = run.steps * run.tasks_per_batch as u64;
     loop {
         if run.stop.load(Ordering::Acquire) {
@@ -579,7 +664,9 @@ fn worker(run: &Run, index: usize) {
             let Ok(mut d) = run.delivered.lock() else {
                 return;
             };
-            while step >= *d + run.prefetch && !run.stop.load(Ordering::Acquire) {
+            while step >= *d + run.prefetch.load(Ordering::Relaxed)
+                && !run.stop.load(Ordering::Acquire)
+            {
                 match run.window.wait_timeout(d, Duration::from_millis(100)) {
                     Ok((g, _)) => d = g,
                     Err(_) => return,
@@ -601,7 +688,7 @@ fn worker(run: &Run, index: usize) {
         for slot in first..last {
             let id = batch.ids[slot];
             let outcome = catch_unwind(AssertUnwindSafe(|| {
-                process(run, &batch, slot, id, &mut buf)
+                process(run, &batch, slot, id, &mut buf, &mut ws)
             }));
             let err = match outcome {
                 Ok(Ok(())) => continue,
@@ -615,6 +702,7 @@ fn worker(run: &Run, index: usize) {
                 f.push((slot, err));
             }
         }
+        ws.flush();
         if batch.task_done() {
             if let Ok(mut m) = run.batches.lock() {
                 m.remove(&step);
@@ -681,14 +769,22 @@ fn record<'a>(
 }
 
 /// Read, parse and transform sample `id` into `slot` of `batch`.
-fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u8>) -> Result<()> {
-    let stats = &run.stats;
+fn process(
+    run: &Run,
+    batch: &SharedBatch,
+    slot: usize,
+    id: u64,
+    buf: &mut Vec<u8>,
+    ws: &mut WorkerStats<'_>,
+) -> Result<()> {
     let ds = &*run.dataset;
     let sample_err = |source| EngineError::Sample { id, source };
-    let t0 = Instant::now();
+    // one clock read per stage boundary (none when profiling is off)
+    let mut clock = ws.clock();
     let (k, local) = ds.locate(id).map_err(sample_err)?;
     let bytes = record(ds, k, local, buf).map_err(sample_err)?;
-    stats.add(0, t0.elapsed());
+    ws.read(bytes.len());
+    ws.lap(0, id, &mut clock);
     let shard = &ds.shards()[k];
     let schema = ds.schema();
     let view = RecordView::parse(bytes, schema.len())
@@ -696,7 +792,6 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
     let mut stage = 2;
     let mut parse_time = Duration::ZERO;
     for (c, col) in run.columns.iter().enumerate() {
-        let p0 = Instant::now();
         let value = view
             .field(
                 schema,
@@ -704,7 +799,7 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
                 shard.limits().max_decompressed_bytes,
             )
             .map_err(|e| sample_err(shard.record_error(local, e)))?;
-        parse_time += p0.elapsed();
+        ws.lap_into(&mut parse_time, 1, id, &mut clock);
         let mut rng = SampleRng::for_sample(run.seed, run.epoch, id, c as u64);
         let mut ctx = SampleCtx {
             id,
@@ -718,7 +813,6 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
             message,
         };
         if col.transforms.is_empty() {
-            let s0 = Instant::now();
             match &col.output {
                 Output::Fixed { .. } => {
                     // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges) and has not
@@ -728,14 +822,13 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
                 }
                 Output::List => batch.set_list(c, slot, value.into_owned()),
             }
-            stats.add(stage, s0.elapsed());
+            ws.lap(stage, id, &mut clock);
             stage += 1;
             continue;
         }
         let n = col.transforms.len();
         let mut v: FieldValue<'_> = value;
         for (i, t) in col.transforms.iter().enumerate() {
-            let s0 = Instant::now();
             if i + 1 == n {
                 match &col.output {
                     Output::Fixed { .. } => {
@@ -749,16 +842,16 @@ fn process(run: &Run, batch: &SharedBatch, slot: usize, id: u64, buf: &mut Vec<u
                         batch.set_list(c, slot, r.into_owned());
                     }
                 }
-                stats.add(stage, s0.elapsed());
+                ws.lap(stage, id, &mut clock);
                 stage += 1;
                 break;
             }
             v = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
-            stats.add(stage, s0.elapsed());
+            ws.lap(stage, id, &mut clock);
             stage += 1;
         }
     }
-    stats.add(1, parse_time);
+    ws.add(1, parse_time);
     Ok(())
 }
 
@@ -889,7 +982,7 @@ impl BatchIter<'_> {
             self.finished = true;
             return Some(Err(e));
         }
-        if self.loader.config.autotune {
+        if self.loader.config.autotune || self.loader.config.prefetch_auto {
             self.tune();
         }
         self.next_step += 1;
@@ -909,10 +1002,31 @@ impl BatchIter<'_> {
         Some(Ok(batch))
     }
 
-    /// One autotuning decision every few batches (at least 100 ms apart): one more working
-    /// thread when the consumer waited for data more than 2% of the window, one fewer when it
-    /// (almost) never waited and the workers spent over half their time blocked on a full prefetch
-    /// window.
+    /// Bytes one batch holds: the fixed-shape columns' buffers, plus (for list columns) the mean
+    /// record size read so far times the batch size.
+    fn batch_bytes(&self) -> u64 {
+        let b = u64::from(self.loader.config.batch_size);
+        let mut bytes = 0;
+        let mut lists = false;
+        for o in &self.outputs {
+            match o {
+                Output::Fixed { .. } => bytes += o.slot_bytes() as u64 * b,
+                Output::List => lists = true,
+            }
+        }
+        if lists {
+            let s = self.run.stats.snapshot_read();
+            bytes += s.0 / s.1.max(1) * b;
+        }
+        bytes.max(1)
+    }
+
+    /// One autotuning decision every few batches (at least 100 ms apart). When the consumer
+    /// waited for data more than 2% of the window: a deeper prefetch window (`prefetch_auto`) if
+    /// the workers also sat blocked on the window more than 10% of their time (the window, not the
+    /// CPU, was the limit), else one more working thread (`autotune`). One fewer thread when the
+    /// consumer (almost) never waited and the workers spent over half their time blocked on a
+    /// full window. The depth never exceeds the memory budget over the bytes of a batch.
     fn tune(&mut self) {
         self.tuner.batches += 1;
         let dt = self.tuner.since.elapsed();
@@ -927,10 +1041,27 @@ impl BatchIter<'_> {
         let consumer = (cw - self.tuner.consumer_wait) as f64 / window;
         let workers = (ww - self.tuner.worker_wait) as f64 / (window * active.max(1) as f64);
         let max = self.workers.len();
-        if consumer > 0.02 && active < max {
+        let config = &self.loader.config;
+        let depth = self.run.prefetch.load(Ordering::Relaxed);
+        let most = if config.prefetch_auto {
+            (self.loader.memory_budget / self.batch_bytes()).clamp(1, MAX_AUTO_PREFETCH)
+        } else {
+            depth
+        };
+        if depth > most {
+            // over the memory budget: shrink to it
+            self.run.prefetch.store(most, Ordering::Relaxed);
+        } else if consumer > 0.02 && config.prefetch_auto && workers > 0.1 && depth < most {
+            self.run
+                .prefetch
+                .store((depth * 2).min(most), Ordering::Relaxed);
+            if let Ok(_d) = self.run.delivered.lock() {
+                self.run.window.notify_all();
+            }
+        } else if consumer > 0.02 && config.autotune && active < max {
             self.run.active.store(active + 1, Ordering::Relaxed);
             self.run.parked.notify_all();
-        } else if consumer < 0.005 && workers > 0.5 && active > 1 {
+        } else if consumer < 0.005 && workers > 0.5 && config.autotune && active > 1 {
             self.run.active.store(active - 1, Ordering::Relaxed);
         }
         self.tuner = Tuner::new(stats);
