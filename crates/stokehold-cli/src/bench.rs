@@ -1,41 +1,45 @@
 //! `stokehold bench`: stream a dataset through the loading engine with no model and report
-//! throughput and where the time went, stage by stage.
+//! throughput and where the time went, stage by stage; `stokehold bench storage`: what the
+//! storage under it delivers for the loader's access pattern.
 
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
-use std::collections::BTreeMap;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use stokehold::format::{Dataset, FieldType, OpenOptions};
 use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::storage_bench::{self, StorageOptions, StorageReport};
 use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
 
 use crate::units;
 
+/// The loader's configuration and the image stages: shared by `bench` and `bench storage`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// The dataset directory.
-    dataset: PathBuf,
+pub struct PipelineArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 256)]
     batch_size: u32,
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Batches prepared ahead.
+    /// Batches prepared ahead (with --autotune: the starting depth).
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
-    /// Let the loader adjust its working threads (up to --threads) to what the consumer takes.
+    /// Let the loader adjust its working threads (up to --threads) and its prefetch depth (within
+    /// --memory-budget) while running.
     #[arg(long)]
     autotune: bool,
-    /// Passes over the dataset.
-    #[arg(long, default_value_t = 1)]
-    epochs: u64,
+    /// With --autotune: the most memory batches prepared ahead may take (default: 10% of RAM, at
+    /// most 2 GiB).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    memory_budget: Option<u64>,
     /// Visit samples in a seeded random order (a global shuffle) instead of in order.
     #[arg(long)]
     shuffle: bool,
@@ -60,20 +64,87 @@ pub struct BenchArgs {
     /// Normalise to float32 with ImageNet's mean and std (default: uint8).
     #[arg(long)]
     normalize: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// The dataset directory.
+    #[arg(required = true)]
+    dataset: Option<PathBuf>,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+    /// Passes over the dataset.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
     /// Simulate a training step of MS milliseconds per batch and report the data stall: the
     /// share of the time after the first batch that the step would have waited for data.
     #[arg(long, value_name = "MS")]
     step_ms: Option<f64>,
-    /// Measure throughput over thread counts and prefetch depths, and print the curve.
+    /// Measure throughput over thread counts and prefetch depths, and print the curve. With
+    /// --autotune, then run the autotuned loader from cold for --duration seconds and compare.
     #[arg(long)]
     sweep: bool,
     /// With --sweep: also write the curve as an SVG chart to FILE.
     #[arg(long, value_name = "FILE", requires = "sweep")]
     plot: Option<PathBuf>,
+    /// With --sweep --autotune: seconds of the autotuned run (throughput is measured after 5 s).
+    #[arg(long, default_value_t = 15.0, value_name = "S")]
+    duration: f64,
+    /// Write each sample's stage spans (the newest --trace-capacity) as Chrome Trace Event JSON
+    /// to FILE, for chrome://tracing or ui.perfetto.dev.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Spans kept for --trace (32 bytes each; older spans are dropped).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    trace_capacity: usize,
+    /// Do not time the stages (the report then has no per-stage figures).
+    #[arg(long)]
+    no_profile: bool,
+    /// Measure what stage timing costs: ROUNDS runs with it and ROUNDS without, alternating, on
+    /// the same pipeline.
+    #[arg(long, value_name = "ROUNDS")]
+    overhead: Option<u32>,
+    /// Skip the storage measurement at the end of the report.
+    #[arg(long)]
+    no_storage: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Sequential and random (global-shuffle record) read throughput of the storage under a
+    /// dataset, from a cold page cache where possible, against what the pipeline consumes.
+    Storage(StorageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StorageArgs {
+    /// The dataset directory.
+    dataset: PathBuf,
+    /// Seconds of each measurement (the pipeline's, the sequential and the random reads).
+    #[arg(long, default_value_t = 3.0, value_name = "S")]
+    seconds: f64,
+    /// Threads issuing the random reads (default: the pipeline's thread count).
+    #[arg(long, value_name = "N")]
+    io_threads: Option<usize>,
+    /// Read with O_DIRECT (bypassing the page cache; falls back with a note where unsupported).
+    #[arg(long)]
+    direct: bool,
+    /// Keep the page cache: do not drop the files' pages before each measurement.
+    #[arg(long, conflicts_with = "cold")]
+    warm: bool,
+    /// Drop the whole page cache (writes /proc/sys/vm/drop_caches: needs root) before each
+    /// measurement, instead of only the dataset's clean pages with posix_fadvise.
+    #[arg(long)]
+    cold: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
 }
 
 /// The image stages the flags ask for, if any.
-fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
+fn image_specs(a: &PipelineArgs) -> anyhow::Result<Vec<TransformSpec>> {
     let spec = |name: &str, params: serde_json::Value| TransformSpec {
         name: name.into(),
         params,
@@ -113,15 +184,20 @@ fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
     Ok(v)
 }
 
-pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+/// The dataset, its columns and the loader configuration the flags describe.
+fn pipeline(
+    dataset: &std::path::Path,
+    a: &PipelineArgs,
+    epochs: u64,
+) -> anyhow::Result<(Arc<Dataset>, Vec<Column>, LoaderConfig)> {
     let ds = Arc::new(Dataset::open_with(
-        &a.dataset,
+        dataset,
         OpenOptions {
             mmap: a.mmap,
             ..OpenOptions::default()
         },
     )?);
-    let image = image_specs(&a)?;
+    let image = image_specs(a)?;
     let columns = if image.is_empty() {
         Column::all(ds.schema())?
     } else {
@@ -157,17 +233,95 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         threads: a.threads,
         prefetch: a.prefetch,
         autotune: a.autotune,
+        prefetch_auto: a.autotune,
+        memory_budget: a.memory_budget.unwrap_or(0),
         // starting an epoch ahead only helps when another epoch follows
-        prepare_next_epoch: a.epochs > 1,
+        prepare_next_epoch: epochs > 1,
         ..LoaderConfig::default()
     };
+    Ok((ds, columns, config))
+}
+
+/// A live progress line on a terminal (nothing otherwise): batches/s, samples/s, MB/s read.
+struct Live {
+    bar: Option<ProgressBar>,
+    t0: Instant,
+    last: Instant,
+}
+
+impl Live {
+    fn new(batches: u64) -> Live {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new(batches);
+            b.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} batches  {msg}  ETA {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        });
+        let now = Instant::now();
+        Live {
+            bar,
+            t0: now,
+            last: now,
+        }
+    }
+
+    /// One more batch; the figures are refreshed at most 5 times a second.
+    fn tick(&mut self, stats: impl FnOnce() -> stokehold::Stats) {
+        let Some(bar) = &self.bar else { return };
+        bar.inc(1);
+        if self.last.elapsed() >= Duration::from_millis(200) {
+            self.last = Instant::now();
+            let s = stats();
+            bar.set_message(live_message(
+                s.batches,
+                s.samples,
+                s.bytes_read,
+                self.t0.elapsed().as_secs_f64(),
+            ));
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// "12.3 batches/s · 3,150 samples/s · 45.1 MB/s read".
+fn live_message(batches: u64, samples: u64, bytes: u64, secs: f64) -> String {
+    format!(
+        "{:.1} batches/s · {} samples/s · {} read",
+        batches as f64 / secs.max(1e-9),
+        units::count((samples as f64 / secs.max(1e-9)) as u64),
+        units::rate(bytes, secs)
+    )
+}
+
+pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if let Some(BenchCommand::Storage(s)) = a.command {
+        return storage(s, out);
+    }
+    let dataset = a.dataset.clone().context("a dataset directory is needed")?;
+    let (ds, columns, mut config) = pipeline(&dataset, &a.pipeline, a.epochs)?;
+    config.profile = !a.no_profile;
+    if a.trace.is_some() {
+        anyhow::ensure!(a.trace_capacity > 0, "--trace-capacity must be at least 1");
+        config.trace_capacity = a.trace_capacity;
+    }
     if a.sweep {
         return sweep(&a, &ds, &columns, &config, out);
+    }
+    if let Some(rounds) = a.overhead {
+        return overhead(&a, &ds, &columns, &config, rounds.max(1), out);
     }
     let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
     let step = a
         .step_ms
         .map(|ms| std::time::Duration::from_secs_f64(ms.max(0.0) / 1e3));
+    let mut live = Live::new(loader.steps()? * a.epochs);
     let t0 = Instant::now();
     let mut first_batch = None;
     let mut samples = 0u64;
@@ -192,28 +346,35 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                     ColumnData::List(items) => items.iter().map(value_bytes).sum(),
                 };
             }
+            live.tick(|| it.stats());
             if let Some(d) = step {
                 std::thread::sleep(d);
             }
         }
     }
+    live.finish();
     let wall = t0.elapsed().as_secs_f64();
     let stats = loader.stats();
+    let p = &a.pipeline;
     writeln!(
         out,
         "bench       {}: {} samples x {} epochs, batch {}, {} threads{}, prefetch {}, {}",
-        a.dataset.display(),
+        dataset.display(),
         units::count(ds.len()),
         a.epochs,
-        a.batch_size,
+        p.batch_size,
         stats.threads,
-        if a.autotune {
+        if p.autotune {
             format!(" (autotuned: {} working at the end)", stats.active_threads)
         } else {
             String::new()
         },
-        a.prefetch,
-        if a.shuffle {
+        if p.autotune {
+            format!("{} (autotuned from {})", stats.prefetch, p.prefetch)
+        } else {
+            p.prefetch.to_string()
+        },
+        if p.shuffle {
             "global shuffle"
         } else {
             "in order"
@@ -242,6 +403,53 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     for line in stats.report().lines() {
         writeln!(out, "  {line}")?;
     }
+    // what the storage gives for this access pattern, briefly (1 s a measurement)
+    let mut storage_use = None;
+    if !a.no_storage {
+        let report = storage_bench::measure(
+            &ds,
+            &StorageOptions {
+                duration: Duration::from_secs(1),
+                threads: stats.threads,
+                seed: p.seed,
+                ..StorageOptions::default()
+            },
+        )?;
+        let read_rate = stats.bytes_read as f64 / wall.max(1e-9);
+        let capacity = if p.shuffle {
+            report.random.bytes_per_sec()
+        } else {
+            report.sequential.bytes_per_sec()
+        };
+        storage_use = Some(read_rate / capacity.max(1.0));
+        writeln!(
+            out,
+            "storage     the pipeline read {} ({} records/s); the storage gives {} in random record reads, {} sequential{}: the pipeline used {:.0}% of the {} rate",
+            units::rate(stats.bytes_read, wall),
+            units::count((stats.records_read as f64 / wall.max(1e-9)) as u64),
+            units::rate(report.random.bytes, report.random.seconds),
+            units::rate(report.sequential.bytes, report.sequential.seconds),
+            cache_note(&report),
+            100.0 * read_rate / capacity.max(1.0),
+            if p.shuffle {
+                "random-read"
+            } else {
+                "sequential"
+            }
+        )?;
+    }
+    if let Some(path) = &a.trace {
+        let json = loader
+            .trace_json()
+            .context("tracing was not on (an internal error)")?;
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(
+            out,
+            "trace       {} ({} stage spans; open in chrome://tracing or ui.perfetto.dev)",
+            path.display(),
+            json.matches("\"ph\":\"X\"").count()
+        )?;
+    }
     writeln!(
         out,
         "bottleneck  {}",
@@ -249,14 +457,219 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             &stats,
             wall,
             stall.as_secs_f64() / after_first.max(1e-9),
-            a.step_ms.is_some()
+            a.step_ms.is_some(),
+            storage_use,
         )
     )?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// "(cold: ...)" / "(warm ...)": how far the figures include the page cache.
+fn cache_note(r: &StorageReport) -> String {
+    let mut s = if r.direct {
+        " (O_DIRECT".to_string()
+    } else if r.evicted {
+        " (page cache dropped with posix_fadvise".to_string()
+    } else {
+        " (page cache warm".to_string()
+    };
+    for n in &r.notes {
+        s.push_str("; ");
+        s.push_str(n);
+    }
+    s.push(')');
+    s
+}
+
+/// `stokehold bench storage`.
+fn storage(a: StorageArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let (ds, columns, mut config) = pipeline(&a.dataset, &a.pipeline, 1)?;
+    let duration = Duration::from_secs_f64(a.seconds.max(0.01));
+    config.prepare_next_epoch = false;
+    let drop_all = || -> anyhow::Result<()> {
+        if a.cold {
+            drop_page_cache().context(
+                "--cold writes /proc/sys/vm/drop_caches, which needs root (without --cold only the dataset's pages are dropped)",
+            )?;
+        }
+        Ok(())
+    };
+    // the pipeline first, from a cold cache: what it consumes
+    drop_all()?;
+    if !a.warm && !a.cold {
+        storage_bench::drop_cached_pages(&ds)?;
+    }
+    let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
+    let threads = loader.stats().threads;
+    let t0 = Instant::now();
+    let mut samples = 0u64;
+    'epochs: loop {
+        let mut n = 0;
+        for b in loader.iter()? {
+            samples += b.context("while streaming the dataset")?.len() as u64;
+            n += 1;
+            if t0.elapsed() >= duration {
+                break 'epochs;
+            }
+        }
+        if n == 0 {
+            break;
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let stats = loader.stats();
+    drop(loader);
+    drop_all()?;
+    let report = storage_bench::measure(
+        &ds,
+        &StorageOptions {
+            duration,
+            threads: a.io_threads.unwrap_or(threads),
+            direct: a.direct,
+            evict: !a.warm,
+            seed: a.pipeline.seed,
+            ..StorageOptions::default()
+        },
+    )?;
+    let mb = |m: &storage_bench::Measure| units::rate(m.bytes, m.seconds);
+    writeln!(
+        out,
+        "storage     {}: {} shard files, {}, mean record {}{}",
+        a.dataset.display(),
+        ds.shards().len(),
+        units::bytes(ds.shards().iter().map(|s| s.file_len()).sum()),
+        units::bytes(report.mean_record as u64),
+        cache_note(&report)
+    )?;
+    writeln!(
+        out,
+        "sequential  {} ({} reads of {} in {:.2} s)",
+        mb(&report.sequential),
+        units::count(report.sequential.reads),
+        units::bytes(StorageOptions::default().chunk as u64),
+        report.sequential.seconds
+    )?;
+    writeln!(
+        out,
+        "random      {} ({} records/s, global-shuffle order, {} threads, {:.2} s)",
+        mb(&report.random),
+        units::count(report.random.reads_per_sec() as u64),
+        a.io_threads.unwrap_or(threads),
+        report.random.seconds
+    )?;
+    let consumed = stats.bytes_read as f64 / wall.max(1e-9);
+    let capacity = if a.pipeline.shuffle {
+        report.random.bytes_per_sec()
+    } else {
+        report.sequential.bytes_per_sec()
+    };
+    writeln!(
+        out,
+        "pipeline    consumes {} ({} samples/s, {} threads, {}): {:.0}% of what the storage gives for its access pattern ({})",
+        units::rate(stats.bytes_read, wall),
+        units::count((samples as f64 / wall.max(1e-9)) as u64),
+        threads,
+        if a.pipeline.shuffle {
+            "global shuffle"
+        } else {
+            "in order"
+        },
+        100.0 * consumed / capacity.max(1.0),
+        if a.pipeline.shuffle {
+            "random record reads"
+        } else {
+            "sequential reads"
+        }
+    )?;
+    writeln!(
+        out,
+        "verdict     {}",
+        if consumed > 0.8 * capacity {
+            "storage-bound: faster storage, memory maps (--mmap) of a cached dataset, or sequential access (in-order or shard-block shuffle) would help"
+        } else {
+            "the storage keeps up: the limit is elsewhere (see `stokehold bench` for the stages)"
+        }
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Write back dirty pages and drop the whole page cache (root only).
+fn drop_page_cache() -> std::io::Result<()> {
+    // SAFETY: sync takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+}
+
+/// Throughput with stage timing on and off, `rounds` runs each, alternating.
+fn overhead(
+    a: &BenchArgs,
+    ds: &Arc<Dataset>,
+    columns: &[Column],
+    base: &LoaderConfig,
+    rounds: u32,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    let mut on = Vec::new();
+    let mut off = Vec::new();
+    for r in 0..rounds {
+        // alternate which goes first, so drift in the machine's load cancels out
+        let order = if r % 2 == 0 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for profile in order {
+            let cfg = LoaderConfig {
+                profile,
+                trace_capacity: 0,
+                ..base.clone()
+            };
+            let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+            let t0 = Instant::now();
+            let mut n = 0u64;
+            for _ in 0..a.epochs {
+                for b in l.iter()? {
+                    n += b?.len() as u64;
+                }
+            }
+            let rate = n as f64 / t0.elapsed().as_secs_f64();
+            if profile { &mut on } else { &mut off }.push(rate);
+        }
+    }
+    let ratios: Vec<String> = on
+        .iter()
+        .zip(&off)
+        .map(|(x, y)| format!("{:.3}", x / y))
+        .collect();
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (m_on, m_off) = (median(&mut on), median(&mut off));
+    writeln!(
+        out,
+        "profiling   on {} samples/s, off {} samples/s (median of {rounds} runs each, alternating, {} epochs a run): stage timing costs {:.1}%",
+        units::count(m_on as u64),
+        units::count(m_off as u64),
+        a.epochs,
+        100.0 * (1.0 - m_on / m_off)
+    )?;
+    writeln!(
+        out,
+        "rounds      on/off throughput ratio of each round: {}",
+        ratios.join(" ")
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// One sentence naming what limits throughput, and the change that would help most.
-fn bottleneck(stats: &stokehold::Stats, wall: f64, stall: f64, simulated_step: bool) -> String {
+fn bottleneck(
+    stats: &stokehold::Stats,
+    wall: f64,
+    stall: f64,
+    simulated_step: bool,
+    storage_use: Option<f64>,
+) -> String {
     let busy: f64 = stats.stages.iter().map(|s| s.busy.as_secs_f64()).sum();
     let utilisation = busy / (wall * stats.threads as f64).max(1e-9);
     if simulated_step && stall < 0.05 {
@@ -283,6 +696,18 @@ fn bottleneck(stats: &stokehold::Stats, wall: f64, stall: f64, simulated_step: b
         "that stage is the one to make cheaper, or to give more threads"
     };
     let waiting = stats.consumer_wait.as_secs_f64() / wall.max(1e-9);
+    if let Some(u) = storage_use.filter(|&u| u > 0.8 && waiting >= 0.5) {
+        return format!(
+            "storage: the pipeline reads at {:.0}% of what the storage gives for its access pattern: use faster storage, a RAM-resident or memory-mapped (--mmap) cached dataset, or a sequential order",
+            u * 100.0
+        );
+    }
+    if !stats.profiled {
+        return format!(
+            "unknown (stage timing was off); the consumer waited for data {:.0}% of the time",
+            waiting * 100.0
+        );
+    }
     if waiting < 0.5 {
         format!(
             "the consumer waited for data only {:.0}% of the time, so the consumer, not the pipeline, sets the pace (workers {:.0}% busy; the largest stage is {} at {:.0}% of worker time)",
@@ -311,13 +736,16 @@ fn sweep(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads: Vec<usize> = (1..=cores * 2).collect();
     let prefetch = [1usize, 2, 4, 8];
-    let max_batches = (2000 / a.batch_size.max(1) as usize).max(2);
+    let max_batches = (2000 / a.pipeline.batch_size.max(1) as usize).max(2);
     writeln!(
         out,
         "sweep       {}: samples/s by threads (rows) and prefetch (columns), {} batches of {} each",
-        a.dataset.display(),
+        a.dataset
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""))
+            .display(),
         max_batches,
-        a.batch_size
+        a.pipeline.batch_size
     )?;
     write!(out, "{:>8}", "threads")?;
     for p in prefetch {
@@ -333,6 +761,8 @@ fn sweep(
             let cfg = LoaderConfig {
                 threads: t,
                 prefetch: p,
+                autotune: false,
+                prefetch_auto: false,
                 ..base.clone()
             };
             let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
@@ -363,7 +793,78 @@ fn sweep(
             .with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "plot        {}", path.display())?;
     }
+    if a.pipeline.autotune {
+        autotune_check(a, ds, columns, base, best.0, out)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Run the autotuned loader from cold for `--duration` seconds (as many epochs as that takes)
+/// and compare its throughput after 5 s with the sweep's best.
+fn autotune_check(
+    a: &BenchArgs,
+    ds: &Arc<Dataset>,
+    columns: &[Column],
+    base: &LoaderConfig,
+    best: f64,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    const SETTLE: f64 = 5.0;
+    let duration = a.duration.max(SETTLE + 1.0);
+    let cfg = LoaderConfig {
+        autotune: true,
+        prefetch_auto: true,
+        prepare_next_epoch: true,
+        ..base.clone()
+    };
+    let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+    let t0 = Instant::now();
+    // (seconds since start, samples so far) after each batch
+    let mut marks: Vec<(f64, u64)> = Vec::new();
+    let mut n = 0u64;
+    'run: loop {
+        let mut any = false;
+        for b in l.iter()? {
+            n += b?.len() as u64;
+            any = true;
+            let t = t0.elapsed().as_secs_f64();
+            marks.push((t, n));
+            if t >= duration {
+                break 'run;
+            }
+        }
+        anyhow::ensure!(any, "the dataset has no batches");
+    }
+    let at = |t: f64| -> (f64, u64) {
+        let i = marks.partition_point(|m| m.0 < t);
+        if i == 0 { (0.0, 0) } else { marks[i - 1] }
+    };
+    let (t5, n5) = at(SETTLE);
+    let (tend, nend) = *marks.last().context("no batches")?;
+    let rate = (nend - n5) as f64 / (tend - t5).max(1e-9);
+    // the first time the trailing 1-second window reaches 90% of the best
+    let reached = marks.iter().find_map(|&(t, k)| {
+        if t < 1.0 {
+            return None;
+        }
+        let (t1, k1) = at(t - 1.0);
+        ((k - k1) as f64 / (t - t1).max(1e-9) >= 0.9 * best).then_some(t)
+    });
+    let s = l.stats();
+    writeln!(
+        out,
+        "autotune    {} samples/s from {SETTLE:.0} s to {tend:.1} s after a cold start = {:.2} of the sweep's best; {}; at the end {} of {} threads working, prefetch {}",
+        units::count(rate as u64),
+        rate / best.max(1e-9),
+        match reached {
+            Some(t) => format!("90% of the best reached (over a 1 s window) after {t:.1} s"),
+            None => "90% of the best never reached over a 1 s window".into(),
+        },
+        s.active_threads,
+        s.threads,
+        s.prefetch
+    )?;
+    Ok(())
 }
 
 /// A line chart: samples/s against threads, one line per prefetch depth.

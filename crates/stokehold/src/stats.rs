@@ -489,11 +489,17 @@ impl Stats {
                 s.p99.as_secs_f64() * 1e6
             ));
         }
+        if !self.profiled {
+            out.push_str("(stage timing was off)\n");
+        }
         out.push_str(&format!(
-            "batches {} · samples {} · threads {} · consumer waited {:.3} s · workers waited {:.3} s · mean queue {:.2} · skipped {}\n",
+            "batches {} · samples {} · threads {} ({} working) · prefetch {} · read {:.1} MB · consumer waited {:.3} s · workers waited {:.3} s · mean queue {:.2} · skipped {}\n",
             self.batches,
             self.samples,
             self.threads,
+            self.active_threads,
+            self.prefetch,
+            self.bytes_read as f64 / 1e6,
             self.consumer_wait.as_secs_f64(),
             self.worker_wait.as_secs_f64(),
             self.mean_queue,

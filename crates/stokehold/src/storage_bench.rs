@@ -238,6 +238,13 @@ fn read_span(
     }
 }
 
+/// Drop `ds`'s files' clean pages from the page cache with `posix_fadvise(DONTNEED)`; false
+/// when the kernel refused for some file.
+pub fn drop_cached_pages(ds: &Dataset) -> Result<bool, StorageBenchError> {
+    let files = open_files(ds, false, &mut Vec::new())?;
+    Ok(evict(&files))
+}
+
 /// Measure sequential and random read throughput of `ds`'s files.
 pub fn measure(ds: &Dataset, options: &StorageOptions) -> Result<StorageReport, StorageBenchError> {
     let mut notes = Vec::new();
