@@ -154,6 +154,8 @@ pub struct Loader {
     prefetch: Arc<AtomicU64>,
     /// `config.memory_budget`, or the default.
     memory_budget: u64,
+    /// Estimated bytes of one batch (for the memory budget).
+    batch_bytes: u64,
     fingerprint: String,
     blocks: Vec<u64>,
     epoch: u64,
@@ -289,11 +291,10 @@ impl Loader {
             0 => default_memory_budget(),
             b => b,
         };
+        let batch_bytes = batch_bytes(&dataset, &columns, config.batch_size);
         let mut prefetch = config.prefetch.max(1) as u64;
         if config.prefetch_auto {
-            if let Some(b) = fixed_batch_bytes(&columns, config.batch_size) {
-                prefetch = prefetch.min((memory_budget / b.max(1)).max(1));
-            }
+            prefetch = prefetch.min((memory_budget / batch_bytes).max(1));
         }
         Ok(Loader {
             fingerprint: fingerprint(&dataset),
@@ -315,6 +316,7 @@ impl Loader {
             active: Arc::new(AtomicUsize::new(threads)),
             prefetch: Arc::new(AtomicU64::new(prefetch)),
             memory_budget,
+            batch_bytes,
             prepared: None,
             columns,
             config,
@@ -580,15 +582,22 @@ impl Loader {
     }
 }
 
-/// Bytes of one batch when every column is a fixed-shape tensor (`None` with a list column).
-fn fixed_batch_bytes(columns: &[Column], batch_size: u32) -> Option<u64> {
+/// Bytes one batch holds: the fixed-shape columns' buffers exactly, and for each list column
+/// the dataset's mean record size (an upper bound of one field's share).
+fn batch_bytes(dataset: &Dataset, columns: &[Column], batch_size: u32) -> u64 {
+    let b = u64::from(batch_size);
+    let mean_record = || {
+        let bytes: u64 = dataset.shards().iter().map(|s| s.file_len()).sum();
+        bytes / dataset.len().max(1)
+    };
     columns
         .iter()
         .map(|c| match c.output {
-            Output::Fixed { .. } => Some(c.output.slot_bytes() as u64 * u64::from(batch_size)),
-            Output::List => None,
+            Output::Fixed { .. } => c.output.slot_bytes() as u64 * b,
+            Output::List => mean_record() * b,
         })
-        .sum()
+        .sum::<u64>()
+        .max(1)
 }
 
 /// Deepest prefetch window the autotuner uses.
@@ -917,6 +926,11 @@ impl BatchIter<'_> {
         self.loader.stats()
     }
 
+    /// The trace so far (see [`Loader::trace_json`]).
+    pub fn trace_json(&self) -> Option<String> {
+        self.loader.trace_json()
+    }
+
     /// Stop the workers, join them, and give back the loader of an iterator made by
     /// [`Loader::into_batches`] (`None` for one borrowing its loader). The loader's position is
     /// after the last batch delivered, as when the iterator is dropped.
@@ -1002,25 +1016,6 @@ impl BatchIter<'_> {
         Some(Ok(batch))
     }
 
-    /// Bytes one batch holds: the fixed-shape columns' buffers, plus (for list columns) the mean
-    /// record size read so far times the batch size.
-    fn batch_bytes(&self) -> u64 {
-        let b = u64::from(self.loader.config.batch_size);
-        let mut bytes = 0;
-        let mut lists = false;
-        for o in &self.outputs {
-            match o {
-                Output::Fixed { .. } => bytes += o.slot_bytes() as u64 * b,
-                Output::List => lists = true,
-            }
-        }
-        if lists {
-            let s = self.run.stats.snapshot_read();
-            bytes += s.0 / s.1.max(1) * b;
-        }
-        bytes.max(1)
-    }
-
     /// One autotuning decision every few batches (at least 100 ms apart). When the consumer
     /// waited for data more than 2% of the window: a deeper prefetch window (`prefetch_auto`) if
     /// the workers also sat blocked on the window more than 10% of their time (the window, not the
@@ -1028,6 +1023,17 @@ impl BatchIter<'_> {
     /// consumer (almost) never waited and the workers spent over half their time blocked on a
     /// full window. The depth never exceeds the memory budget over the bytes of a batch.
     fn tune(&mut self) {
+        let config = &self.loader.config;
+        let depth = self.run.prefetch.load(Ordering::Relaxed);
+        let most = if config.prefetch_auto {
+            (self.loader.memory_budget / self.loader.batch_bytes).clamp(1, MAX_AUTO_PREFETCH)
+        } else {
+            depth
+        };
+        if depth > most {
+            // over the memory budget: shrink to it
+            self.run.prefetch.store(most, Ordering::Relaxed);
+        }
         self.tuner.batches += 1;
         let dt = self.tuner.since.elapsed();
         if self.tuner.batches < 4 || dt < Duration::from_millis(100) {
@@ -1041,17 +1047,7 @@ impl BatchIter<'_> {
         let consumer = (cw - self.tuner.consumer_wait) as f64 / window;
         let workers = (ww - self.tuner.worker_wait) as f64 / (window * active.max(1) as f64);
         let max = self.workers.len();
-        let config = &self.loader.config;
-        let depth = self.run.prefetch.load(Ordering::Relaxed);
-        let most = if config.prefetch_auto {
-            (self.loader.memory_budget / self.batch_bytes()).clamp(1, MAX_AUTO_PREFETCH)
-        } else {
-            depth
-        };
-        if depth > most {
-            // over the memory budget: shrink to it
-            self.run.prefetch.store(most, Ordering::Relaxed);
-        } else if consumer > 0.02 && config.prefetch_auto && workers > 0.1 && depth < most {
+        if consumer > 0.02 && config.prefetch_auto && workers > 0.1 && depth < most {
             self.run
                 .prefetch
                 .store((depth * 2).min(most), Ordering::Relaxed);

@@ -209,14 +209,6 @@ impl Collector {
         }
     }
 
-    /// Bytes and records read so far.
-    pub(crate) fn snapshot_read(&self) -> (u64, u64) {
-        (
-            self.bytes_read.load(Ordering::Relaxed),
-            self.records_read.load(Ordering::Relaxed),
-        )
-    }
-
     pub(crate) fn queue(&self, len: usize) {
         self.queue_sum.fetch_add(len as u64, Ordering::Relaxed);
         self.queue_n.fetch_add(1, Ordering::Relaxed);
