@@ -600,6 +600,18 @@ fn drop_page_cache() -> std::io::Result<()> {
     std::fs::write("/proc/sys/vm/drop_caches", "3\n")
 }
 
+/// User plus system CPU seconds of this process so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only into `u`, which outlives the call.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
 /// Throughput with stage timing on and off, `rounds` runs each, alternating.
 fn overhead(
     a: &BenchArgs,
@@ -611,6 +623,10 @@ fn overhead(
 ) -> anyhow::Result<ExitCode> {
     let mut on = Vec::new();
     let mut off = Vec::new();
+    // CPU seconds per sample of the whole process: unlike wall-clock throughput, barely moved by
+    // other processes competing for the cores
+    let mut cpu_on = Vec::new();
+    let mut cpu_off = Vec::new();
     for r in 0..rounds {
         // alternate which goes first, so drift in the machine's load cancels out
         let order = if r % 2 == 0 {
@@ -625,6 +641,7 @@ fn overhead(
                 ..base.clone()
             };
             let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+            let c0 = cpu_seconds();
             let t0 = Instant::now();
             let mut n = 0u64;
             for _ in 0..a.epochs {
@@ -633,7 +650,10 @@ fn overhead(
                 }
             }
             let rate = n as f64 / t0.elapsed().as_secs_f64();
+            drop(l); // joins the run started ahead, if any
+            let cpu = (cpu_seconds() - c0) / n.max(1) as f64;
             if profile { &mut on } else { &mut off }.push(rate);
+            if profile { &mut cpu_on } else { &mut cpu_off }.push(cpu);
         }
     }
     let ratios: Vec<String> = on
@@ -646,6 +666,7 @@ fn overhead(
         v[v.len() / 2]
     };
     let (m_on, m_off) = (median(&mut on), median(&mut off));
+    let (c_on, c_off) = (median(&mut cpu_on), median(&mut cpu_off));
     writeln!(
         out,
         "profiling   on {} samples/s, off {} samples/s (median of {rounds} runs each, alternating, {} epochs a run): stage timing costs {:.1}%",
@@ -653,6 +674,13 @@ fn overhead(
         units::count(m_off as u64),
         a.epochs,
         100.0 * (1.0 - m_on / m_off)
+    )?;
+    writeln!(
+        out,
+        "cpu         on {:.3} us, off {:.3} us of CPU time per sample (median): stage timing costs {:.1}% of CPU time",
+        c_on * 1e6,
+        c_off * 1e6,
+        100.0 * (c_on / c_off - 1.0)
     )?;
     writeln!(
         out,

@@ -136,6 +136,8 @@ mod tests {
 pub(crate) struct Collector {
     names: Vec<String>,
     items: Vec<AtomicU64>,
+    /// Items that were timed (one sample in [`TIME_EVERY`] per worker, or all when tracing).
+    timed: Vec<AtomicU64>,
     nanos: Vec<AtomicU64>,
     hist: Vec<Vec<AtomicU64>>,
     pub batches: AtomicU64,
@@ -165,6 +167,7 @@ impl Collector {
         Collector {
             names,
             items: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            timed: (0..n).map(|_| AtomicU64::new(0)).collect(),
             nanos: (0..n).map(|_| AtomicU64::new(0)).collect(),
             hist: (0..n)
                 .map(|_| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect())
@@ -196,11 +199,13 @@ impl Collector {
         let n = self.names.len();
         WorkerStats {
             collector: self,
-            on: self.profile || self.trace.is_some(),
+            on: self.profile,
             tracing: self.trace.is_some(),
             tid: tid as u32,
             items: vec![0; n],
+            timed: vec![0; n],
             nanos: vec![0; n],
+            samples: 0,
             hist: vec![0; n * BUCKETS],
             dirty: Vec::new(),
             bytes: 0,
@@ -225,7 +230,16 @@ impl Collector {
                 .map(|(i, n)| StageStats {
                     name: n.clone(),
                     items: self.items[i].load(Ordering::Relaxed),
-                    busy: ns(&self.nanos[i]),
+                    busy: {
+                        // the timed items' time, scaled to all items
+                        let timed = self.timed[i].load(Ordering::Relaxed);
+                        let items = self.items[i].load(Ordering::Relaxed);
+                        if timed == 0 {
+                            Duration::ZERO
+                        } else {
+                            ns(&self.nanos[i]).mul_f64(items as f64 / timed as f64)
+                        }
+                    },
                     p50: quantile(&self.hist[i], 0.5),
                     p99: quantile(&self.hist[i], 0.99),
                 })
@@ -308,18 +322,27 @@ struct TraceRing {
     dropped: u64,
 }
 
+/// With profiling on, each worker times one sample in this many (all of them when tracing): the
+/// latency histograms are made of those, and busy time is their time scaled to all items. Every
+/// item is counted. Reading the clock at each stage boundary of every sample would cost a few
+/// percent of a cheap pipeline's throughput.
+pub(crate) const TIME_EVERY: u32 = 8;
+
 /// One worker thread's statistics since its last flush: plain (non-atomic) counters, added into
-/// the shared [`Collector`] once per task, so that timing a stage costs one clock read and a few
-/// local additions (no shared cache line per sample).
+/// the shared [`Collector`] once per task, so that a stage costs a few local additions (and, for
+/// the timed samples, one clock read) rather than shared cache-line traffic per sample.
 #[derive(Debug)]
 pub(crate) struct WorkerStats<'c> {
     collector: &'c Collector,
-    /// Stage timing (profiling or tracing) is on.
+    /// Profiling is on (count items; time one sample in `TIME_EVERY`).
     on: bool,
     tracing: bool,
     tid: u32,
     items: Vec<u64>,
+    timed: Vec<u64>,
     nanos: Vec<u64>,
+    /// Samples started on this worker.
+    samples: u32,
     /// `stage * BUCKETS + bucket` counts; `dirty` lists the non-zero ones.
     hist: Vec<u32>,
     dirty: Vec<u32>,
@@ -329,27 +352,33 @@ pub(crate) struct WorkerStats<'c> {
 }
 
 impl WorkerStats<'_> {
-    /// The clock at the start of a sample: `None` when timing is off (then the other timing
-    /// methods do nothing).
+    /// The clock at the start of a sample: `Some` when this sample is timed (one in
+    /// [`TIME_EVERY`] with profiling, every one when tracing), else `None`.
     #[inline]
-    pub(crate) fn clock(&self) -> Option<Instant> {
-        if self.on { Some(Instant::now()) } else { None }
-    }
-
-    /// `stage` of sample `id` ran from `*clock` until now; the clock moves to now (one clock
-    /// read per stage boundary).
-    #[inline]
-    pub(crate) fn lap(&mut self, stage: usize, id: u64, clock: &mut Option<Instant>) {
-        if let Some(t0) = *clock {
-            let now = Instant::now();
-            self.span(stage, id, t0, now);
-            self.add(stage, now.duration_since(t0));
-            *clock = Some(now);
+    pub(crate) fn clock(&mut self) -> Option<Instant> {
+        self.samples = self.samples.wrapping_add(1);
+        if self.tracing || (self.on && self.samples % TIME_EVERY == 0) {
+            Some(Instant::now())
+        } else {
+            None
         }
     }
 
-    /// Like [`WorkerStats::lap`], but the time is added to `acc` (a stage timed in pieces, added
-    /// once per sample with [`WorkerStats::add`]).
+    /// `stage` of sample `id` is done: counted, and when the sample is timed, it ran from
+    /// `*clock` until now and the clock moves to now (one clock read per stage boundary).
+    #[inline]
+    pub(crate) fn lap(&mut self, stage: usize, id: u64, clock: &mut Option<Instant>) {
+        let d = clock.map(|t0| {
+            let now = Instant::now();
+            self.span(stage, id, t0, now);
+            *clock = Some(now);
+            now.duration_since(t0)
+        });
+        self.add(stage, d);
+    }
+
+    /// A piece of a stage timed in pieces (per column): its time is added to `acc`; count the
+    /// stage once per sample with [`WorkerStats::add`].
     #[inline]
     pub(crate) fn lap_into(
         &mut self,
@@ -380,20 +409,23 @@ impl WorkerStats<'_> {
         }
     }
 
-    /// One item of `stage` took `d` (nothing when profiling is off).
+    /// One item of `stage`, which took `d` when it was timed (nothing when profiling is off).
     #[inline]
-    pub(crate) fn add(&mut self, stage: usize, d: Duration) {
+    pub(crate) fn add(&mut self, stage: usize, d: Option<Duration>) {
         if !self.on {
             return;
         }
-        let ns = d.as_nanos() as u64;
         self.items[stage] += 1;
-        self.nanos[stage] += ns;
-        let h = stage * BUCKETS + bucket(ns);
-        if self.hist[h] == 0 {
-            self.dirty.push(h as u32);
+        if let Some(d) = d {
+            let ns = d.as_nanos() as u64;
+            self.timed[stage] += 1;
+            self.nanos[stage] += ns;
+            let h = stage * BUCKETS + bucket(ns);
+            if self.hist[h] == 0 {
+                self.dirty.push(h as u32);
+            }
+            self.hist[h] += 1;
         }
-        self.hist[h] += 1;
     }
 
     /// A record of `n` bytes was read.
@@ -416,8 +448,12 @@ impl WorkerStats<'_> {
             for (i, n) in self.items.iter_mut().enumerate() {
                 if *n > 0 {
                     c.items[i].fetch_add(*n, Ordering::Relaxed);
-                    c.nanos[i].fetch_add(self.nanos[i], Ordering::Relaxed);
                     *n = 0;
+                }
+                if self.timed[i] > 0 {
+                    c.timed[i].fetch_add(self.timed[i], Ordering::Relaxed);
+                    c.nanos[i].fetch_add(self.nanos[i], Ordering::Relaxed);
+                    self.timed[i] = 0;
                     self.nanos[i] = 0;
                 }
             }
@@ -426,12 +462,6 @@ impl WorkerStats<'_> {
                 c.hist[h / BUCKETS][h % BUCKETS]
                     .fetch_add(u64::from(self.hist[h]), Ordering::Relaxed);
                 self.hist[h] = 0;
-            }
-        } else {
-            self.items.iter_mut().for_each(|n| *n = 0);
-            self.nanos.iter_mut().for_each(|n| *n = 0);
-            for h in self.dirty.drain(..) {
-                self.hist[h as usize] = 0;
             }
         }
         if !self.spans.is_empty() {
