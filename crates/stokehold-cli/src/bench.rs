@@ -84,15 +84,24 @@ pub struct BenchArgs {
     #[arg(long, value_name = "MS")]
     step_ms: Option<f64>,
     /// Measure throughput over thread counts and prefetch depths, and print the curve. With
-    /// --autotune, then run the autotuned loader from cold for --duration seconds and compare.
+    /// --autotune, then compare the autotuned loader with the best setting found, both from a
+    /// cold start, in alternating runs.
     #[arg(long)]
     sweep: bool,
     /// With --sweep: also write the curve as an SVG chart to FILE.
     #[arg(long, value_name = "FILE", requires = "sweep")]
     plot: Option<PathBuf>,
-    /// With --sweep --autotune: seconds of the autotuned run (throughput is measured after 5 s).
-    #[arg(long, default_value_t = 15.0, value_name = "S")]
+    /// With --sweep: seconds each setting runs (after its first batch).
+    #[arg(long, default_value_t = 2.0, value_name = "S", requires = "sweep")]
+    sweep_seconds: f64,
+    /// With --sweep --autotune: seconds of each run of the comparison (throughput is measured
+    /// after 5 s).
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
     duration: f64,
+    /// With --sweep --autotune: alternating runs of the best fixed setting and the autotuned
+    /// loader.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    rounds: u32,
     /// Write each sample's stage spans (the newest --trace-capacity) as Chrome Trace Event JSON
     /// to FILE, for chrome://tracing or ui.perfetto.dev.
     #[arg(long, value_name = "FILE")]
@@ -764,15 +773,14 @@ fn sweep(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads: Vec<usize> = (1..=cores * 2).collect();
     let prefetch = [1usize, 2, 4, 8];
-    let max_batches = (2000 / a.pipeline.batch_size.max(1) as usize).max(2);
+    let seconds = a.sweep_seconds.max(0.001);
     writeln!(
         out,
-        "sweep       {}: samples/s by threads (rows) and prefetch (columns), {} batches of {} each",
+        "sweep       {}: samples/s by threads (rows) and prefetch (columns), batches of {}, {seconds} s each after the first batch",
         a.dataset
             .as_deref()
             .unwrap_or(std::path::Path::new(""))
             .display(),
-        max_batches,
         a.pipeline.batch_size
     )?;
     write!(out, "{:>8}", "threads")?;
@@ -791,15 +799,11 @@ fn sweep(
                 prefetch: p,
                 autotune: false,
                 prefetch_auto: false,
+                prepare_next_epoch: true,
                 ..base.clone()
             };
             let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
-            let t0 = Instant::now();
-            let mut n = 0u64;
-            for b in l.iter()?.take(max_batches) {
-                n += b?.len() as u64;
-            }
-            let rate = n as f64 / t0.elapsed().as_secs_f64();
+            let rate = steady_rate(&mut l, seconds)?;
             if rate > best.0 {
                 best = (rate, t, p);
             }
@@ -822,32 +826,55 @@ fn sweep(
         writeln!(out, "plot        {}", path.display())?;
     }
     if a.pipeline.autotune {
-        autotune_check(a, ds, columns, base, best.0, out)?;
+        autotune_check(a, ds, columns, base, best, out)?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Run the autotuned loader from cold for `--duration` seconds (as many epochs as that takes)
-/// and compare its throughput after 5 s with the sweep's best.
-fn autotune_check(
-    a: &BenchArgs,
+/// Samples/s from the first batch until `seconds` later (as many epochs as that takes).
+fn steady_rate(l: &mut Loader, seconds: f64) -> anyhow::Result<f64> {
+    let mut t0 = None;
+    let mut n = 0u64;
+    loop {
+        let mut any = false;
+        for b in l.iter()? {
+            let len = b?.len() as u64;
+            any = true;
+            match t0 {
+                None => t0 = Some(Instant::now()),
+                Some(t) => {
+                    n += len;
+                    if t.elapsed().as_secs_f64() >= seconds {
+                        return Ok(n as f64 / t.elapsed().as_secs_f64());
+                    }
+                }
+            }
+        }
+        anyhow::ensure!(any, "the dataset has no batches");
+    }
+}
+
+/// The figures of one timed run from a cold start.
+struct Window {
+    /// Samples/s from `SETTLE` seconds to the end.
+    rate: f64,
+    /// (seconds since start, samples so far) after each batch.
+    marks: Vec<(f64, u64)>,
+    stats: stokehold::Stats,
+}
+
+/// Seconds after a cold start from which throughput is compared.
+const SETTLE: f64 = 5.0;
+
+/// Run a new loader with `cfg` for `duration` seconds (as many epochs as that takes).
+fn timed_run(
     ds: &Arc<Dataset>,
     columns: &[Column],
-    base: &LoaderConfig,
-    best: f64,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    const SETTLE: f64 = 5.0;
-    let duration = a.duration.max(SETTLE + 1.0);
-    let cfg = LoaderConfig {
-        autotune: true,
-        prefetch_auto: true,
-        prepare_next_epoch: true,
-        ..base.clone()
-    };
+    cfg: LoaderConfig,
+    duration: f64,
+) -> anyhow::Result<Window> {
     let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
     let t0 = Instant::now();
-    // (seconds since start, samples so far) after each batch
     let mut marks: Vec<(f64, u64)> = Vec::new();
     let mut n = 0u64;
     'run: loop {
@@ -863,34 +890,89 @@ fn autotune_check(
         }
         anyhow::ensure!(any, "the dataset has no batches");
     }
-    let at = |t: f64| -> (f64, u64) {
-        let i = marks.partition_point(|m| m.0 < t);
-        if i == 0 { (0.0, 0) } else { marks[i - 1] }
-    };
-    let (t5, n5) = at(SETTLE);
+    let (t5, n5) = mark_at(&marks, SETTLE);
     let (tend, nend) = *marks.last().context("no batches")?;
-    let rate = (nend - n5) as f64 / (tend - t5).max(1e-9);
-    // the first time the trailing 1-second window reaches 90% of the best
-    let reached = marks.iter().find_map(|&(t, k)| {
-        if t < 1.0 {
-            return None;
-        }
-        let (t1, k1) = at(t - 1.0);
-        ((k - k1) as f64 / (t - t1).max(1e-9) >= 0.9 * best).then_some(t)
-    });
-    let s = l.stats();
+    Ok(Window {
+        rate: (nend - n5) as f64 / (tend - t5).max(1e-9),
+        marks,
+        stats: l.stats(),
+    })
+}
+
+/// The last mark before `t` (or the start).
+fn mark_at(marks: &[(f64, u64)], t: f64) -> (f64, u64) {
+    let i = marks.partition_point(|m| m.0 < t);
+    if i == 0 { (0.0, 0) } else { marks[i - 1] }
+}
+
+/// Compare the autotuned loader with the sweep's best fixed setting, both from a cold start for
+/// `--duration` seconds, measured after 5 s, in alternating runs (`--rounds`), so that both see
+/// the same machine load.
+fn autotune_check(
+    a: &BenchArgs,
+    ds: &Arc<Dataset>,
+    columns: &[Column],
+    base: &LoaderConfig,
+    best: (f64, usize, usize),
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let duration = a.duration.max(SETTLE + 0.5);
+    let fixed_cfg = LoaderConfig {
+        threads: best.1,
+        prefetch: best.2,
+        autotune: false,
+        prefetch_auto: false,
+        prepare_next_epoch: true,
+        ..base.clone()
+    };
+    let auto_cfg = LoaderConfig {
+        autotune: true,
+        prefetch_auto: true,
+        prepare_next_epoch: true,
+        ..base.clone()
+    };
+    let mut ratios = Vec::new();
+    for round in 0..a.rounds.max(1) {
+        let (fixed, auto) = if round % 2 == 0 {
+            let f = timed_run(ds, columns, fixed_cfg.clone(), duration)?;
+            (f, timed_run(ds, columns, auto_cfg.clone(), duration)?)
+        } else {
+            let t = timed_run(ds, columns, auto_cfg.clone(), duration)?;
+            (timed_run(ds, columns, fixed_cfg.clone(), duration)?, t)
+        };
+        // the first time the autotuned run's trailing 1-second window reaches 90% of the fixed
+        let reached = auto.marks.iter().find_map(|&(t, k)| {
+            if t < 1.0 {
+                return None;
+            }
+            let (t1, k1) = mark_at(&auto.marks, t - 1.0);
+            ((k - k1) as f64 / (t - t1).max(1e-9) >= 0.9 * fixed.rate).then_some(t)
+        });
+        let ratio = auto.rate / fixed.rate.max(1e-9);
+        ratios.push(ratio);
+        writeln!(
+            out,
+            "autotune    round {}: best fixed ({} threads, prefetch {}) {} samples/s, autotuned {} samples/s ({SETTLE:.0}-{duration:.0} s after a cold start) = {ratio:.2}; {}; ended with {} of {} threads working, prefetch {}",
+            round + 1,
+            best.1,
+            best.2,
+            units::count(fixed.rate as u64),
+            units::count(auto.rate as u64),
+            match reached {
+                Some(t) => format!("90% reached after {t:.1} s"),
+                None => "90% never reached over a 1 s window".into(),
+            },
+            auto.stats.active_threads,
+            auto.stats.threads,
+            auto.stats.prefetch
+        )?;
+    }
+    ratios.sort_by(f64::total_cmp);
     writeln!(
         out,
-        "autotune    {} samples/s from {SETTLE:.0} s to {tend:.1} s after a cold start = {:.2} of the sweep's best; {}; at the end {} of {} threads working, prefetch {}",
-        units::count(rate as u64),
-        rate / best.max(1e-9),
-        match reached {
-            Some(t) => format!("90% of the best reached (over a 1 s window) after {t:.1} s"),
-            None => "90% of the best never reached over a 1 s window".into(),
-        },
-        s.active_threads,
-        s.threads,
-        s.prefetch
+        "autotuned   {:.2} of the best fixed setting (median of {} alternating rounds)",
+        ratios[ratios.len() / 2],
+        ratios.len()
     )?;
     Ok(())
 }

@@ -294,8 +294,11 @@ impl Loader {
         };
         let batch_bytes = batch_bytes(&dataset, &columns, config.batch_size);
         let mut prefetch = config.prefetch.max(1) as u64;
+        // the deepest window: the pool keeps enough free buffers for it
+        let mut deepest = prefetch;
         if config.prefetch_auto {
-            prefetch = prefetch.min((memory_budget / batch_bytes).max(1));
+            deepest = (memory_budget / batch_bytes).clamp(1, MAX_AUTO_PREFETCH);
+            prefetch = prefetch.min(deepest);
         }
         Ok(Loader {
             fingerprint: fingerprint(&dataset),
@@ -305,9 +308,7 @@ impl Loader {
             blocks,
             epoch: 0,
             position: 0,
-            pool: Arc::new(BufferPool::new(
-                4 * (config.prefetch.max(1) + 2) * columns.len(),
-            )),
+            pool: Arc::new(BufferPool::new(4 * (deepest as usize + 2) * columns.len())),
             stats: Arc::new(Collector::new(
                 names,
                 threads,
@@ -602,7 +603,7 @@ fn batch_bytes(dataset: &Dataset, columns: &[Column], batch_size: u32) -> u64 {
 }
 
 /// Deepest prefetch window the autotuner uses.
-const MAX_AUTO_PREFETCH: u64 = 64;
+const MAX_AUTO_PREFETCH: u64 = 32;
 
 /// Stage names: read, parse, then each column's stages.
 fn stage_names(columns: &[Column]) -> Vec<String> {
