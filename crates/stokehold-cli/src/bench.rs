@@ -322,6 +322,14 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         config.trace_capacity = a.trace_capacity;
     }
     if a.sweep {
+        if let Some(p) = &a.plot {
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+            anyhow::ensure!(
+                ext.eq_ignore_ascii_case("svg"),
+                "--plot writes an SVG chart: give a path ending in .svg (got {})",
+                p.display()
+            );
+        }
         return sweep(&a, &ds, &columns, &config, out);
     }
     if let Some(rounds) = a.overhead {

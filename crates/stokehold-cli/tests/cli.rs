@@ -448,4 +448,13 @@ fn bench_sweep_with_autotune_compares_the_autotuned_run() {
         out.contains("autotune    round 1: best fixed (") && out.contains("autotuned   "),
         "{out}"
     );
+    // the chart is SVG only: another extension is refused before anything runs
+    let (r, _) = run_captured(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--sweep",
+        "--plot",
+        "curve.png",
+    ]);
+    assert!(format!("{:#}", r.unwrap_err()).contains(".svg"));
 }
