@@ -12,7 +12,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -127,8 +127,17 @@ fn open_files(
     let open = |p: &PathBuf, direct: bool| {
         let mut o = std::fs::OpenOptions::new();
         o.read(true);
+        #[cfg(target_os = "linux")]
         if direct {
+            use std::os::unix::fs::OpenOptionsExt;
             o.custom_flags(libc::O_DIRECT);
+        }
+        #[cfg(not(target_os = "linux"))]
+        if direct {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "O_DIRECT is Linux-only",
+            ));
         }
         o.open(p)
     };
@@ -163,6 +172,7 @@ fn open_files(
 }
 
 /// Drop the files' clean pages from the page cache; false when the kernel refused.
+#[cfg(target_os = "linux")]
 fn evict(files: &Files) -> bool {
     let mut ok = true;
     for (_, f) in &files.files {
@@ -173,6 +183,12 @@ fn evict(files: &Files) -> bool {
         ok &= r == 0;
     }
     ok
+}
+
+/// Not available here (`posix_fadvise` is Linux's).
+#[cfg(not(target_os = "linux"))]
+fn evict(_files: &Files) -> bool {
+    false
 }
 
 /// A zeroed buffer whose start is aligned to 4096 bytes (for O_DIRECT).
