@@ -252,7 +252,9 @@ class Loader:
     :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
         loop is slower than the loader (saves CPU; never makes the loop wait); an int fixes the
         number (0: one per core).
-    :param prefetch: batches prepared ahead (bounds memory).
+    :param prefetch: ``"auto"`` (default): batches prepared ahead start at 4 and the depth
+        moves while running: deeper when the training loop waits for data while the workers sit
+        blocked on the prefetch window, never beyond ``memory_budget``; an int fixes it.
     :param rank: this process's rank; with ``world_size``. Default:
         :func:`default_rank_world_size`.
     :param world_size: number of ranks.
@@ -264,6 +266,14 @@ class Loader:
         where jax accepts the buffer, else a copy).
     :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
         for ``.cuda(non_blocking=True)``; ignored without CUDA.
+    :param memory_budget: bytes the batches prepared ahead may take with ``prefetch="auto"``
+        (default: 10% of physical memory, at most 2 GiB): the depth stays at or below the budget
+        over the bytes of one batch (at least 1).
+    :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
+        saves the clock reads (stage figures then stay zero).
+    :param trace: a path: keep the newest 1,000,000 stage spans (stage, thread, start, duration,
+        sample id; 32 MB) and write them as Chrome Trace Event JSON there on :meth:`close` (or
+        with :meth:`export_trace`), for chrome://tracing or ui.perfetto.dev.
     :param cache: RAM cache of the shards' bytes, shared by the loaders of this process that read
         the same dataset: ``True`` (up to half the RAM), a byte budget (``"16GiB"`` or an int), or
         ``False`` (default: the page cache serves local files). Shards that fit are loaded whole,
@@ -294,13 +304,16 @@ class Loader:
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
         threads: Union[int, str] = "auto",
-        prefetch: int = 4,
+        prefetch: Union[int, str] = "auto",
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         on_error: str = "fail",
         include_ids: bool = False,
         to: str = "numpy",
         pin_memory: bool = False,
+        memory_budget: Optional[int] = None,
+        profile: bool = True,
+        trace: Union[None, str, "os.PathLike[str]"] = None,
         cache: Union[bool, int, str] = False,
         decoded_cache: Optional[int] = None,
         decoded_cache_budget: Union[int, str] = "auto",
@@ -351,13 +364,22 @@ class Loader:
         ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
         seconds per item),
         ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
-        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``
-        and ``caches`` (``"records"``, ``"decoded"``, ``"disk"`` -> ``hits``, ``misses``,
-        ``bytes``, ``budget``, ``entries``, ``saved`` seconds of worker time)."""
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``,
+        ``prefetch`` (the depth now), ``bytes_read`` and ``records_read`` (what the pipeline took
+        from storage), ``profiled`` (whether stages were timed) and ``caches`` (``"records"``,
+        ``"decoded"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
+        ``saved`` seconds of worker time)."""
     def report(self) -> str:
         """The statistics as a readable table (``print(loader.report())``)."""
+    def export_trace(self, path: Union[None, str, "os.PathLike[str]"] = None) -> str:
+        """Write the stage spans kept so far as Chrome Trace Event JSON to ``path`` (default: the
+        ``trace`` path); returns the path.
+
+        :raises ConfigError: the loader was made without ``trace``, or no path is known.
+        """
     def close(self) -> None:
-        """Stop a running iteration and join its worker threads (the position is kept)."""
+        """Stop a running iteration and join its worker threads (the position is kept); with
+        ``trace``, write the trace."""
     def __enter__(self) -> "Loader": ...
     def __exit__(self, *exc: Any) -> None:
         """:meth:`close`."""

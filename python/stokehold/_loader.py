@@ -17,6 +17,12 @@ __all__ = ["Loader", "default_rank_world_size"]
 
 _TARGETS = ("numpy", "torch", "jax")
 
+# prefetch="auto" starts at this depth, then moves within the memory budget
+_AUTO_PREFETCH_START = 4
+
+# Stage spans kept in memory with trace=PATH (32 bytes each: 32 MB; older spans are dropped)
+TRACE_CAPACITY = 1_000_000
+
 # Every live loader, so that interpreter exit can stop their worker threads first.
 _LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
@@ -116,7 +122,7 @@ class Loader:
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
         threads: Union[int, str] = "auto",
-        prefetch: int = 4,
+        prefetch: Union[int, str] = "auto",
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         on_error: str = "fail",
@@ -128,6 +134,9 @@ class Loader:
         decoded_cache_budget: Union[int, str] = "auto",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_dir_limit: Union[int, str] = "auto",
+        memory_budget: Optional[int] = None,
+        profile: bool = True,
+        trace: Union[None, str, "os.PathLike[str]"] = None,
     ) -> None:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -147,8 +156,23 @@ class Loader:
         autotune = threads == "auto"
         if autotune:
             threads = 0
-        if not isinstance(threads, int) or not 0 <= threads or not 1 <= prefetch:
-            raise ConfigError(f'threads must be "auto" or an int >= 0, and prefetch >= 1; got {threads!r} and {prefetch}')
+        prefetch_auto = prefetch == "auto"
+        depth = _AUTO_PREFETCH_START if prefetch_auto else prefetch
+        if (
+            isinstance(threads, bool)
+            or not isinstance(threads, int)
+            or not 0 <= threads
+            or isinstance(depth, bool)
+            or not isinstance(depth, int)
+            or not 1 <= depth
+        ):
+            raise ConfigError(
+                f'threads must be "auto" or an int >= 0, and prefetch "auto" or an int >= 1; got {threads!r} and {prefetch!r}'
+            )
+        if memory_budget is not None and (
+            isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
+        ):
+            raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
         if cache is True:
@@ -175,6 +199,9 @@ class Loader:
             transforms=dict(transforms) if transforms is not None else None,
             threads="auto" if autotune else threads,
             prefetch=prefetch,
+            memory_budget=memory_budget,
+            profile=profile,
+            trace=trace,
             rank=rank,
             world_size=world_size,
             on_error=on_error,
@@ -193,6 +220,7 @@ class Loader:
         self._batch_size = batch_size
         self._to = to
         self._pin = bool(pin_memory)
+        self._trace = None if trace is None else os.fspath(trace)
         try:
             self._engine = _native._Engine(
                 dataset,
@@ -203,7 +231,7 @@ class Loader:
                 drop_last=drop_last,
                 transforms=self._config["transforms"],
                 threads=threads,
-                prefetch=prefetch,
+                prefetch=depth,
                 rank=rank,
                 world_size=world_size,
                 on_error=on_error,
@@ -214,6 +242,10 @@ class Loader:
                 decoded_budget=decoded_budget,
                 cache_dir=None if cache_dir is None else os.fspath(cache_dir),
                 cache_dir_limit=dir_limit,
+                prefetch_auto=prefetch_auto,
+                memory_budget=memory_budget or 0,
+                profile=bool(profile),
+                trace_capacity=TRACE_CAPACITY if trace is not None else 0,
             )
         except OverflowError as e:
             raise ConfigError(f"an option is out of range: {e}") from None
@@ -268,8 +300,21 @@ class Loader:
     def report(self) -> str:
         return self._engine.report()
 
+    def export_trace(self, path: Union[None, str, "os.PathLike[str]"] = None) -> str:
+        target = self._trace if path is None else os.fspath(path)
+        if target is None:
+            raise ConfigError("no trace path: pass one, or make the Loader with trace=PATH")
+        text = self._engine.trace_json()
+        if text is None:
+            raise ConfigError("tracing is off: make the Loader with trace=PATH")
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return target
+
     def close(self) -> None:
         self._engine.close()
+        if self._trace is not None:
+            self.export_trace()
 
     def __enter__(self) -> "Loader":
         return self

@@ -98,6 +98,10 @@ class _Engine:
         decoded_budget: int = ...,
         cache_dir: Optional[str] = ...,
         cache_dir_limit: int = ...,
+        prefetch_auto: bool = ...,
+        memory_budget: int = ...,
+        profile: bool = ...,
+        trace_capacity: int = ...,
     ) -> "_Engine": ...
     def iter(self) -> "_EngineIter":
         """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run
@@ -120,6 +124,8 @@ class _Engine:
         """Statistics since the loader was made, as a dict."""
     def report(self) -> str:
         """The statistics as a readable table."""
+    def trace_json(self) -> Optional[str]:
+        """The stage spans kept so far as Chrome Trace Event JSON, or None when tracing is off."""
     def _drain(self) -> int:
         """Benchmark helper: run the rest of the current epoch in Rust, dropping each batch;
         returns the number of batches."""

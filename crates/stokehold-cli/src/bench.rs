@@ -1,41 +1,51 @@
 //! `stokehold bench`: stream a dataset through the loading engine with no model and report
-//! throughput and where the time went, stage by stage.
+//! throughput and where the time went, stage by stage; `stokehold bench storage`: what the
+//! storage under it delivers for the loader's access pattern.
 
-use std::io::Write;
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
-use std::collections::BTreeMap;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use stokehold::format::{Access, Dataset, FieldType, OpenOptions};
 use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::storage_bench::{self, StorageOptions};
 use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
 
 use crate::units;
 
+mod overhead;
+mod storage;
+mod sweep;
+
+use storage::cache_note;
+
+/// The loader's configuration and the image stages: shared by `bench` and `bench storage`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
-    /// The dataset directory.
-    dataset: PathBuf,
+pub struct PipelineArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 256)]
     batch_size: u32,
     /// Worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
-    /// Batches prepared ahead.
+    /// Batches prepared ahead (with --autotune: the starting depth).
     #[arg(long, default_value_t = 4)]
     prefetch: usize,
-    /// Let the loader adjust its working threads (up to --threads) to what the consumer takes.
+    /// Let the loader adjust its working threads (up to --threads) and its prefetch depth (within
+    /// --memory-budget) while running.
     #[arg(long)]
     autotune: bool,
-    /// Passes over the dataset.
-    #[arg(long, default_value_t = 1)]
-    epochs: u64,
+    /// With --autotune: the most memory batches prepared ahead may take (default: 10% of RAM, at
+    /// most 2 GiB).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    memory_budget: Option<u64>,
     /// Visit samples in a seeded random order (a global shuffle) instead of in order.
     #[arg(long)]
     shuffle: bool,
@@ -60,20 +70,97 @@ pub struct BenchArgs {
     /// Normalise to float32 with ImageNet's mean and std (default: uint8).
     #[arg(long)]
     normalize: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    /// The dataset directory.
+    #[arg(required = true)]
+    dataset: Option<PathBuf>,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+    /// Passes over the dataset.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
     /// Simulate a training step of MS milliseconds per batch and report the data stall: the
     /// share of the time after the first batch that the step would have waited for data.
     #[arg(long, value_name = "MS")]
     step_ms: Option<f64>,
-    /// Measure throughput over thread counts and prefetch depths, and print the curve.
+    /// Measure throughput over thread counts and prefetch depths, and print the curve. With
+    /// --autotune, then compare the autotuned loader with the best setting found, both from a
+    /// cold start, in alternating runs.
     #[arg(long)]
     sweep: bool,
     /// With --sweep: also write the curve as an SVG chart to FILE.
     #[arg(long, value_name = "FILE", requires = "sweep")]
     plot: Option<PathBuf>,
+    /// With --sweep: seconds each setting runs (after its first batch).
+    #[arg(long, default_value_t = 2.0, value_name = "S", requires = "sweep")]
+    sweep_seconds: f64,
+    /// With --sweep --autotune: seconds of each run of the comparison (throughput is measured
+    /// after 5 s).
+    #[arg(long, default_value_t = 10.0, value_name = "S")]
+    duration: f64,
+    /// With --sweep --autotune: alternating runs of the best fixed setting and the autotuned
+    /// loader.
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    rounds: u32,
+    /// Write each sample's stage spans (the newest --trace-capacity) as Chrome Trace Event JSON
+    /// to FILE, for chrome://tracing or ui.perfetto.dev.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Spans kept for --trace (32 bytes each; older spans are dropped).
+    #[arg(long, default_value_t = 1_000_000, value_name = "N")]
+    trace_capacity: usize,
+    /// Do not time the stages (the report then has no per-stage figures).
+    #[arg(long)]
+    no_profile: bool,
+    /// Measure what stage timing costs: ROUNDS runs with it and ROUNDS without, alternating, on
+    /// the same pipeline.
+    #[arg(long, value_name = "ROUNDS")]
+    overhead: Option<u32>,
+    /// Skip the storage measurement at the end of the report.
+    #[arg(long)]
+    no_storage: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Sequential and random (global-shuffle record) read throughput of the storage under a
+    /// dataset, from a cold page cache where possible, against what the pipeline consumes.
+    Storage(StorageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StorageArgs {
+    /// The dataset directory.
+    dataset: PathBuf,
+    /// Seconds of each measurement (the pipeline's, at most one pass over the dataset; the
+    /// sequential and the random reads).
+    #[arg(long, default_value_t = 3.0, value_name = "S")]
+    seconds: f64,
+    /// Threads issuing the random reads (default: the pipeline's thread count).
+    #[arg(long, value_name = "N")]
+    io_threads: Option<usize>,
+    /// Read with O_DIRECT (bypassing the page cache; falls back with a note where unsupported).
+    #[arg(long)]
+    direct: bool,
+    /// Keep the page cache: do not drop the files' pages before each measurement.
+    #[arg(long, conflicts_with = "cold")]
+    warm: bool,
+    /// Drop the whole page cache (writes /proc/sys/vm/drop_caches: needs root) before each
+    /// measurement, instead of only the dataset's clean pages with posix_fadvise.
+    #[arg(long)]
+    cold: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
 }
 
 /// The image stages the flags ask for, if any.
-fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
+fn image_specs(a: &PipelineArgs) -> anyhow::Result<Vec<TransformSpec>> {
     let spec = |name: &str, params: serde_json::Value| TransformSpec {
         name: name.into(),
         params,
@@ -113,12 +200,17 @@ fn image_specs(a: &BenchArgs) -> anyhow::Result<Vec<TransformSpec>> {
     Ok(v)
 }
 
-pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+/// The dataset, its columns and the loader configuration the flags describe.
+fn pipeline(
+    dataset: &std::path::Path,
+    a: &PipelineArgs,
+    epochs: u64,
+) -> anyhow::Result<(Arc<Dataset>, Vec<Column>, LoaderConfig)> {
     let ds = Arc::new(Dataset::open_with(
-        &a.dataset,
+        dataset,
         OpenOptions::with_access(if a.mmap { Access::Mmap } else { Access::Auto }),
     )?);
-    let image = image_specs(&a)?;
+    let image = image_specs(a)?;
     let columns = if image.is_empty() {
         Column::all(ds.schema())?
     } else {
@@ -154,17 +246,103 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         threads: a.threads,
         prefetch: a.prefetch,
         autotune: a.autotune,
+        prefetch_auto: a.autotune,
+        memory_budget: a.memory_budget.unwrap_or(0),
         // starting an epoch ahead only helps when another epoch follows
-        prepare_next_epoch: a.epochs > 1,
+        prepare_next_epoch: epochs > 1,
         ..LoaderConfig::default()
     };
+    Ok((ds, columns, config))
+}
+
+/// A live progress line on a terminal (nothing otherwise): batches/s, samples/s, MB/s read.
+struct Live {
+    bar: Option<ProgressBar>,
+    t0: Instant,
+    last: Instant,
+}
+
+impl Live {
+    fn new(batches: u64) -> Live {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new(batches);
+            b.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} batches  {msg}  ETA {eta}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            b
+        });
+        let now = Instant::now();
+        Live {
+            bar,
+            t0: now,
+            last: now,
+        }
+    }
+
+    /// One more batch; the figures are refreshed at most 5 times a second.
+    fn tick(&mut self, stats: impl FnOnce() -> stokehold::Stats) {
+        let Some(bar) = &self.bar else { return };
+        bar.inc(1);
+        if self.last.elapsed() >= Duration::from_millis(200) {
+            self.last = Instant::now();
+            let s = stats();
+            bar.set_message(live_message(
+                s.batches,
+                s.samples,
+                s.bytes_read,
+                self.t0.elapsed().as_secs_f64(),
+            ));
+        }
+    }
+
+    fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// "12.3 batches/s · 3,150 samples/s · 45.1 MB/s read".
+fn live_message(batches: u64, samples: u64, bytes: u64, secs: f64) -> String {
+    format!(
+        "{:.1} batches/s · {} samples/s · {} read",
+        batches as f64 / secs.max(1e-9),
+        units::count((samples as f64 / secs.max(1e-9)) as u64),
+        units::rate(bytes, secs)
+    )
+}
+
+pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if let Some(BenchCommand::Storage(s)) = a.command {
+        return storage::storage(s, out);
+    }
+    let dataset = a.dataset.clone().context("a dataset directory is needed")?;
+    let (ds, columns, mut config) = pipeline(&dataset, &a.pipeline, a.epochs)?;
+    config.profile = !a.no_profile;
+    if a.trace.is_some() {
+        anyhow::ensure!(a.trace_capacity > 0, "--trace-capacity must be at least 1");
+        config.trace_capacity = a.trace_capacity;
+    }
     if a.sweep {
-        return sweep(&a, &ds, &columns, &config, out);
+        if let Some(p) = &a.plot {
+            let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+            anyhow::ensure!(
+                ext.eq_ignore_ascii_case("svg"),
+                "--plot writes an SVG chart: give a path ending in .svg (got {})",
+                p.display()
+            );
+        }
+        return sweep::sweep(&a, &ds, &columns, &config, out);
+    }
+    if let Some(rounds) = a.overhead {
+        return overhead::overhead(&a, &ds, &columns, &config, rounds.max(1), out);
     }
     let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
     let step = a
         .step_ms
         .map(|ms| std::time::Duration::from_secs_f64(ms.max(0.0) / 1e3));
+    let mut live = Live::new(loader.steps()? * a.epochs);
     let t0 = Instant::now();
     let mut first_batch = None;
     let mut samples = 0u64;
@@ -189,28 +367,35 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                     ColumnData::List(items) => items.iter().map(value_bytes).sum(),
                 };
             }
+            live.tick(|| it.stats());
             if let Some(d) = step {
                 std::thread::sleep(d);
             }
         }
     }
+    live.finish();
     let wall = t0.elapsed().as_secs_f64();
     let stats = loader.stats();
+    let p = &a.pipeline;
     writeln!(
         out,
         "bench       {}: {} samples x {} epochs, batch {}, {} threads{}, prefetch {}, {}",
-        a.dataset.display(),
+        dataset.display(),
         units::count(ds.len()),
         a.epochs,
-        a.batch_size,
+        p.batch_size,
         stats.threads,
-        if a.autotune {
+        if p.autotune {
             format!(" (autotuned: {} working at the end)", stats.active_threads)
         } else {
             String::new()
         },
-        a.prefetch,
-        if a.shuffle {
+        if p.autotune {
+            format!("{} (autotuned from {})", stats.prefetch, p.prefetch)
+        } else {
+            p.prefetch.to_string()
+        },
+        if p.shuffle {
             "global shuffle"
         } else {
             "in order"
@@ -239,6 +424,53 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     for line in stats.report().lines() {
         writeln!(out, "  {line}")?;
     }
+    // what the storage gives for this access pattern, briefly (1 s a measurement)
+    let mut storage_use = None;
+    if !a.no_storage {
+        let report = storage_bench::measure(
+            &ds,
+            &StorageOptions {
+                duration: Duration::from_secs(1),
+                threads: stats.threads,
+                seed: p.seed,
+                ..StorageOptions::default()
+            },
+        )?;
+        let read_rate = stats.bytes_read as f64 / wall.max(1e-9);
+        let capacity = if p.shuffle {
+            report.random.bytes_per_sec()
+        } else {
+            report.sequential.bytes_per_sec()
+        };
+        storage_use = Some(read_rate / capacity.max(1.0));
+        writeln!(
+            out,
+            "storage     the pipeline read {} ({} records/s); the storage gives {} in random record reads, {} sequential{}: the pipeline used {:.0}% of the {} rate",
+            units::rate(stats.bytes_read, wall),
+            units::count((stats.records_read as f64 / wall.max(1e-9)) as u64),
+            units::rate(report.random.bytes, report.random.seconds),
+            units::rate(report.sequential.bytes, report.sequential.seconds),
+            cache_note(&report),
+            100.0 * read_rate / capacity.max(1.0),
+            if p.shuffle {
+                "random-read"
+            } else {
+                "sequential"
+            }
+        )?;
+    }
+    if let Some(path) = &a.trace {
+        let json = loader
+            .trace_json()
+            .context("tracing was not on (an internal error)")?;
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(
+            out,
+            "trace       {} ({} stage spans; open in chrome://tracing or ui.perfetto.dev)",
+            path.display(),
+            json.matches("\"ph\":\"X\"").count()
+        )?;
+    }
     writeln!(
         out,
         "bottleneck  {}",
@@ -246,14 +478,21 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             &stats,
             wall,
             stall.as_secs_f64() / after_first.max(1e-9),
-            a.step_ms.is_some()
+            a.step_ms.is_some(),
+            storage_use,
         )
     )?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// One sentence naming what limits throughput, and the change that would help most.
-fn bottleneck(stats: &stokehold::Stats, wall: f64, stall: f64, simulated_step: bool) -> String {
+fn bottleneck(
+    stats: &stokehold::Stats,
+    wall: f64,
+    stall: f64,
+    simulated_step: bool,
+    storage_use: Option<f64>,
+) -> String {
     let busy: f64 = stats.stages.iter().map(|s| s.busy.as_secs_f64()).sum();
     let utilisation = busy / (wall * stats.threads as f64).max(1e-9);
     if simulated_step && stall < 0.05 {
@@ -280,6 +519,18 @@ fn bottleneck(stats: &stokehold::Stats, wall: f64, stall: f64, simulated_step: b
         "that stage is the one to make cheaper, or to give more threads"
     };
     let waiting = stats.consumer_wait.as_secs_f64() / wall.max(1e-9);
+    if let Some(u) = storage_use.filter(|&u| u > 0.8 && waiting >= 0.5) {
+        return format!(
+            "storage: the pipeline reads at {:.0}% of what the storage gives for its access pattern: use faster storage, a RAM-resident or memory-mapped (--mmap) cached dataset, or a sequential order",
+            u * 100.0
+        );
+    }
+    if !stats.profiled {
+        return format!(
+            "unknown (stage timing was off); the consumer waited for data {:.0}% of the time",
+            waiting * 100.0
+        );
+    }
     if waiting < 0.5 {
         format!(
             "the consumer waited for data only {:.0}% of the time, so the consumer, not the pipeline, sets the pace (workers {:.0}% busy; the largest stage is {} at {:.0}% of worker time)",
@@ -297,134 +548,6 @@ fn bottleneck(stats: &stokehold::Stats, wall: f64, stall: f64, simulated_step: b
     }
 }
 
-/// Throughput over thread counts × prefetch depths (one epoch, or at most ~2,000 samples, each).
-fn sweep(
-    a: &BenchArgs,
-    ds: &Arc<Dataset>,
-    columns: &[Column],
-    base: &LoaderConfig,
-    out: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads: Vec<usize> = (1..=cores * 2).collect();
-    let prefetch = [1usize, 2, 4, 8];
-    let max_batches = (2000 / a.batch_size.max(1) as usize).max(2);
-    writeln!(
-        out,
-        "sweep       {}: samples/s by threads (rows) and prefetch (columns), {} batches of {} each",
-        a.dataset.display(),
-        max_batches,
-        a.batch_size
-    )?;
-    write!(out, "{:>8}", "threads")?;
-    for p in prefetch {
-        write!(out, "{:>12}", format!("prefetch {p}"))?;
-    }
-    writeln!(out)?;
-    let mut grid = Vec::new();
-    let mut best = (0.0f64, 0usize, 0usize);
-    for &t in &threads {
-        write!(out, "{t:>8}")?;
-        let mut row = Vec::new();
-        for &p in &prefetch {
-            let cfg = LoaderConfig {
-                threads: t,
-                prefetch: p,
-                ..base.clone()
-            };
-            let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
-            let t0 = Instant::now();
-            let mut n = 0u64;
-            for b in l.iter()?.take(max_batches) {
-                n += b?.len() as u64;
-            }
-            let rate = n as f64 / t0.elapsed().as_secs_f64();
-            if rate > best.0 {
-                best = (rate, t, p);
-            }
-            write!(out, "{:>12}", units::count(rate as u64))?;
-            row.push(rate);
-        }
-        writeln!(out)?;
-        grid.push(row);
-    }
-    writeln!(
-        out,
-        "best        {} samples/s with {} threads and prefetch {}",
-        units::count(best.0 as u64),
-        best.1,
-        best.2
-    )?;
-    if let Some(path) = &a.plot {
-        std::fs::write(path, svg(&threads, &prefetch, &grid))
-            .with_context(|| format!("writing {}", path.display()))?;
-        writeln!(out, "plot        {}", path.display())?;
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// A line chart: samples/s against threads, one line per prefetch depth.
-fn svg(threads: &[usize], prefetch: &[usize], grid: &[Vec<f64>]) -> String {
-    let (w, h, m) = (640.0, 400.0, 60.0);
-    let max = grid.iter().flatten().copied().fold(1.0f64, f64::max) * 1.1;
-    let x = |t: usize| m + (t as f64 - 1.0) / ((threads.len().max(2) - 1) as f64) * (w - 2.0 * m);
-    let y = |v: f64| h - m - v / max * (h - 2.0 * m);
-    let colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"];
-    let mut s = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-    );
-    s += &format!(
-        "<line x1=\"{m}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"black\"/>\n",
-        h - m,
-        w - m,
-        h - m
-    );
-    s += &format!(
-        "<line x1=\"{m}\" y1=\"{m}\" x2=\"{m}\" y2=\"{}\" stroke=\"black\"/>\n",
-        h - m
-    );
-    for &t in threads {
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{t}</text>\n",
-            x(t),
-            h - m + 18.0
-        );
-    }
-    for k in 0..=4 {
-        let v = max * f64::from(k) / 4.0;
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\n",
-            m - 6.0,
-            y(v) + 4.0,
-            units::count(v as u64)
-        );
-    }
-    s += &format!(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">threads</text>\n",
-        w / 2.0,
-        h - 15.0
-    );
-    s += &format!("<text x=\"{m}\" y=\"{}\">samples/s</text>\n", m - 20.0);
-    for (j, p) in prefetch.iter().enumerate() {
-        let pts: Vec<String> = threads
-            .iter()
-            .enumerate()
-            .map(|(i, &t)| format!("{:.1},{:.1}", x(t), y(grid[i][j])))
-            .collect();
-        let c = colours[j % colours.len()];
-        s += &format!(
-            "<polyline fill=\"none\" stroke=\"{c}\" stroke-width=\"2\" points=\"{}\"/>\n",
-            pts.join(" ")
-        );
-        s += &format!(
-            "<text x=\"{}\" y=\"{}\" fill=\"{c}\">prefetch {p}</text>\n",
-            w - m - 80.0,
-            m + 16.0 * j as f64
-        );
-    }
-    s + "</svg>\n"
-}
-
 fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
     use stokehold::format::FieldValue;
     match v {
@@ -432,5 +555,20 @@ fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
         FieldValue::String(s) => s.len() as u64,
         FieldValue::Array(a) => a.data.len() as u64,
         FieldValue::Int64(_) | FieldValue::Float64(_) => 8,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_live_line_shows_batches_samples_and_bytes_per_second() {
+        assert_eq!(
+            live_message(25, 6_400, 90_000_000, 2.0),
+            "12.5 batches/s · 3,200 samples/s · 45.0 MB/s read"
+        );
+        // no division by zero at the start
+        assert!(live_message(0, 0, 0, 0.0).starts_with("0.0 batches/s"));
     }
 }

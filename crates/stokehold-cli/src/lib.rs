@@ -33,7 +33,7 @@ enum Command {
     Verify(commands::VerifyArgs),
     /// Stream a dataset through the reading pipeline on several threads and report throughput
     /// and where the time goes.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
     /// out; nothing is downloaded).
     SampleData(commands::SampleDataArgs),
@@ -71,7 +71,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Command::Inspect(a) => commands::inspect(a, out),
         Command::Verify(a) => commands::verify(a, out),
         Command::SampleData(a) => commands::sample_data(a, out),
-        Command::Bench(a) => bench::bench(a, out),
+        Command::Bench(a) => bench::bench(*a, out),
     }
 }
 

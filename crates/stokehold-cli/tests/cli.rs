@@ -250,6 +250,8 @@ fn bench_reports_stall_bottleneck_and_sweeps() {
         "--random-resized-crop",
         "16",
         "--sweep",
+        "--sweep-seconds",
+        "0.05",
         "--plot",
         plot.to_str().unwrap(),
     ]);
@@ -262,4 +264,197 @@ fn bench_reports_stall_bottleneck_and_sweeps() {
         svg.starts_with("<svg") && svg.matches("<polyline").count() == 4,
         "{svg}"
     );
+}
+
+/// A small packed image dataset for the bench tests.
+fn image_dataset(tmp: &std::path::Path, images: &str) -> std::path::PathBuf {
+    let imgs = tmp.join("imgs");
+    let ds = tmp.join("ds");
+    ok(&[
+        "sample-data",
+        imgs.to_str().unwrap(),
+        "--images",
+        images,
+        "--classes",
+        "2",
+        "--size",
+        "40x32",
+    ]);
+    ok(&[
+        "pack",
+        imgs.to_str().unwrap(),
+        ds.to_str().unwrap(),
+        "--shard-size",
+        "8KiB",
+    ]);
+    ds
+}
+
+#[test]
+fn bench_writes_a_chrome_trace_with_spans_of_every_stage() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = image_dataset(tmp.path(), "16");
+    let trace = tmp.path().join("trace.json");
+    let out = ok(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--batch-size",
+        "4",
+        "--threads",
+        "2",
+        "--random-resized-crop",
+        "16",
+        "--flip",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--no-storage",
+    ]);
+    assert!(out.contains("trace       "), "{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&trace).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let spans: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    for stage in [
+        "read",
+        "parse",
+        // the flip is fused into the decode stage
+        "image/decode+crop+resize",
+        "label/collate",
+        "path/collate",
+    ] {
+        let of_stage: Vec<_> = spans.iter().filter(|e| e["name"] == stage).collect();
+        // one span per sample (parse: one per column)
+        assert!(of_stage.len() >= 16, "{stage}: {} spans", of_stage.len());
+        let mut ids: Vec<u64> = of_stage
+            .iter()
+            .map(|e| e["args"]["id"].as_u64().unwrap())
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids, (0..16).collect::<Vec<u64>>(), "{stage}");
+    }
+    for e in &spans {
+        assert!(e["dur"].as_f64().unwrap() >= 0.0 && e["pid"].is_u64() && e["tid"].is_u64());
+    }
+    // thread names for the viewer
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "M" && e["name"] == "thread_name")
+    );
+}
+
+#[test]
+fn bench_reports_storage_bytes_read_and_the_profiling_switch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = image_dataset(tmp.path(), "12");
+    let ds_s = ds.to_str().unwrap();
+    let out = ok(&["bench", ds_s, "--batch-size", "4", "--shuffle"]);
+    assert!(
+        out.contains("storage     the pipeline read ")
+            && out.contains("in random record reads")
+            && out.contains("of the random-read rate"),
+        "{out}"
+    );
+    assert!(
+        out.contains(" · read 0."),
+        "bytes read in the profile: {out}"
+    );
+    let out = ok(&[
+        "bench",
+        ds_s,
+        "--batch-size",
+        "4",
+        "--no-profile",
+        "--no-storage",
+    ]);
+    assert!(!out.contains("storage     "), "{out}");
+    assert!(out.contains("(stage timing was off)"), "{out}");
+    assert!(
+        out.contains("bottleneck  unknown (stage timing was off)"),
+        "{out}"
+    );
+    // --overhead: both figures and the cost
+    let out = ok(&["bench", ds_s, "--batch-size", "4", "--overhead", "2"]);
+    assert!(
+        out.contains("profiling   on ") && out.contains("stage timing costs"),
+        "{out}"
+    );
+    assert_eq!(out.matches("rounds      ").count(), 1, "{out}");
+}
+
+#[test]
+fn bench_storage_prints_sequential_random_and_pipeline_figures() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = image_dataset(tmp.path(), "12");
+    let ds_s = ds.to_str().unwrap();
+    for extra in [&[][..], &["--direct", "--shuffle"][..], &["--warm"][..]] {
+        let mut args = vec![
+            "bench",
+            "storage",
+            ds_s,
+            "--seconds",
+            "0.2",
+            "--batch-size",
+            "4",
+        ];
+        args.extend_from_slice(extra);
+        let out = ok(&args);
+        for line in [
+            "storage     ",
+            "sequential  ",
+            "random      ",
+            "pipeline    consumes ",
+            "verdict     ",
+        ] {
+            assert!(out.contains(line), "{args:?}: {line:?} in {out}");
+        }
+        if extra.contains(&"--direct") {
+            assert!(out.contains("O_DIRECT"), "{out}");
+            assert!(out.contains("random record reads"), "{out}");
+        } else if extra.contains(&"--warm") {
+            assert!(out.contains("page cache warm"), "{out}");
+        } else {
+            assert!(out.contains("posix_fadvise"), "{out}");
+        }
+    }
+    // a subcommand and a dataset are exclusive; a dataset is needed without one
+    let (r, _) = run_captured(&["bench"]);
+    assert!(r.is_err());
+    let (r, _) = run_captured(&["bench", "storage"]);
+    assert!(r.is_err());
+}
+
+#[test]
+fn bench_sweep_with_autotune_compares_the_autotuned_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = image_dataset(tmp.path(), "12");
+    let out = ok(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--batch-size",
+        "4",
+        "--sweep",
+        "--sweep-seconds",
+        "0.05",
+        "--autotune",
+        "--duration",
+        "5.5",
+        "--rounds",
+        "1",
+    ]);
+    assert!(out.contains("best        "), "{out}");
+    assert!(
+        out.contains("autotune    round 1: best fixed (") && out.contains("autotuned   "),
+        "{out}"
+    );
+    // the chart is SVG only: another extension is refused before anything runs
+    let (r, _) = run_captured(&[
+        "bench",
+        ds.to_str().unwrap(),
+        "--sweep",
+        "--plot",
+        "curve.png",
+    ]);
+    assert!(format!("{:#}", r.unwrap_err()).contains(".svg"));
 }

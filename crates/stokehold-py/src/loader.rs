@@ -562,7 +562,7 @@ const PY_STAGE: &str = "<python callable>#";
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false, cache_bytes = 0, decoded_size = 0, decoded_budget = 0, cache_dir = None, cache_dir_limit = 0))]
+    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false, prefetch_auto = false, memory_budget = 0, profile = true, trace_capacity = 0, cache_bytes = 0, decoded_size = 0, decoded_budget = 0, cache_dir = None, cache_dir_limit = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -580,6 +580,10 @@ impl Engine {
         on_error: &str,
         include_ids: bool,
         autotune: bool,
+        prefetch_auto: bool,
+        memory_budget: u64,
+        profile: bool,
+        trace_capacity: usize,
         cache_bytes: u64,
         decoded_size: u32,
         decoded_budget: u64,
@@ -655,6 +659,10 @@ impl Engine {
             threads,
             autotune,
             prefetch,
+            prefetch_auto,
+            memory_budget,
+            profile,
+            trace_capacity,
             task_size: 0,
             on_error,
             // A Python stage needs the GIL on the worker threads; a run started ahead would be
@@ -830,7 +838,20 @@ impl Engine {
             caches.set_item(&c.kind, e)?;
         }
         d.set_item("caches", caches)?;
+        d.set_item("prefetch", st.prefetch)?;
+        d.set_item("bytes_read", st.bytes_read)?;
+        d.set_item("records_read", st.records_read)?;
+        d.set_item("profiled", st.profiled)?;
         Ok(d)
+    }
+
+    /// The stage spans kept so far as Chrome Trace Event JSON, or None when tracing is off.
+    fn trace_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.with_state(py, |s| match s {
+            State::Idle(l) => Outcome::Ok(l.trace_json()),
+            State::Running { iter, .. } => Outcome::Ok(iter.trace_json()),
+            State::Gone => Outcome::Misuse("this Loader's engine was lost".into()),
+        })
     }
 
     /// The statistics as a readable table.

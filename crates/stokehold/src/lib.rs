@@ -39,12 +39,15 @@ pub mod sampler;
 pub mod spec;
 mod state;
 mod stats;
+pub mod storage_bench;
 pub mod transform;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, Result};
-pub use loader::{BatchIter, DecodedCacheConfig, ErrorPolicy, Loader, LoaderConfig};
+pub use loader::{
+    BatchIter, DecodedCacheConfig, ErrorPolicy, Loader, LoaderConfig, default_memory_budget,
+};
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
 pub use state::{ResumeState, STATE_VERSION, fingerprint};

@@ -24,7 +24,7 @@ use crate::fetch::{self, TaskBytes};
 use crate::rng::SampleRng;
 use crate::sampler::{EpochOrder, RankPlan, Shuffle, Slot, Tail};
 use crate::state::{ResumeState, STATE_VERSION, fingerprint};
-use crate::stats::{Collector, Stats};
+use crate::stats::{Collector, Stats, WorkerStats};
 use crate::transform::{Column, Output, SampleCtx, write_value};
 
 /// What to do with a sample that cannot be read or transformed.
@@ -71,8 +71,26 @@ pub struct LoaderConfig {
     pub world_size: u32,
     /// Worker threads; 0 means one per core.
     pub threads: usize,
-    /// Batches prepared ahead of the consumer (at least 1).
+    /// Batches prepared ahead of the consumer (at least 1); with `prefetch_auto`, the starting
+    /// depth.
     pub prefetch: usize,
+    /// Adjust the prefetch depth while running: deeper when the consumer waits for data while
+    /// workers sit blocked on the prefetch window (bursty stages), never beyond what
+    /// `memory_budget` allows (and shallower when a deeper window would exceed it).
+    pub prefetch_auto: bool,
+    /// Bytes that batches prepared ahead may take, for `prefetch_auto`: the depth is kept at or
+    /// below `memory_budget / bytes per batch` (at least 1). 0: the default,
+    /// [`default_memory_budget`].
+    pub memory_budget: u64,
+    /// Count and time the stages (the statistics' items, busy time and latencies): each worker
+    /// times one sample in 8 (its latencies make the histograms; busy time is scaled to all
+    /// items). Off, the workers read no clock per sample; throughput, waits, queue and bytes read
+    /// are still counted.
+    pub profile: bool,
+    /// Keep the newest `trace_capacity` stage spans (stage, thread, start, duration, sample id)
+    /// for [`Loader::trace_json`]: 32 bytes each in a bounded ring. 0 (the default): no tracing,
+    /// no cost.
+    pub trace_capacity: usize,
     /// Samples per task; 0 picks one from the batch size and thread count.
     pub task_size: usize,
     /// Adjust the number of working threads while running (between 1 and `threads`): fewer
@@ -117,12 +135,31 @@ impl Default for LoaderConfig {
             prefetch: 4,
             task_size: 0,
             autotune: false,
+            prefetch_auto: false,
+            memory_budget: 0,
+            profile: true,
+            trace_capacity: 0,
             prepare_next_epoch: true,
             on_error: ErrorPolicy::Fail,
             cache_bytes: 0,
             decoded_cache: None,
         }
     }
+}
+
+/// The default memory budget of batches prepared ahead: 10% of physical memory, at most 2 GiB
+/// (2 GiB where physical memory is unknown).
+pub fn default_memory_budget() -> u64 {
+    const CAP: u64 = 2 << 30;
+    physical_memory().map_or(CAP, |m| (m / 10).clamp(64 << 20, CAP))
+}
+
+/// Physical memory in bytes (Linux: `MemTotal` of /proc/meminfo).
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// A loader over one dataset: iterate it once per epoch; save and restore its position.
@@ -134,6 +171,12 @@ pub struct Loader {
     threads: usize,
     /// Threads currently allowed to work (autotuning moves it; kept across epochs).
     active: Arc<AtomicUsize>,
+    /// The prefetch depth now (autotuning moves it; kept across epochs).
+    prefetch: Arc<AtomicU64>,
+    /// `config.memory_budget`, or the default.
+    memory_budget: u64,
+    /// Estimated bytes of one batch (for the memory budget).
+    batch_bytes: u64,
     fingerprint: String,
     blocks: Vec<u64>,
     epoch: u64,
@@ -305,6 +348,18 @@ impl Loader {
             }
         }
         let names = stage_names(&columns);
+        let memory_budget = match config.memory_budget {
+            0 => default_memory_budget(),
+            b => b,
+        };
+        let batch_bytes = batch_bytes(&dataset, &columns, config.batch_size);
+        let mut prefetch = config.prefetch.max(1) as u64;
+        // the deepest window: the pool keeps enough free buffers for it
+        let mut deepest = prefetch;
+        if config.prefetch_auto {
+            deepest = (memory_budget / batch_bytes).clamp(1, MAX_AUTO_PREFETCH);
+            prefetch = prefetch.min(deepest);
+        }
         Ok(Loader {
             cache,
             decoded: decoded.into_inner(),
@@ -316,11 +371,17 @@ impl Loader {
             blocks,
             epoch: 0,
             position: 0,
-            pool: Arc::new(BufferPool::new(
-                4 * (config.prefetch.max(1) + 2) * columns.len(),
+            pool: Arc::new(BufferPool::new(4 * (deepest as usize + 2) * columns.len())),
+            stats: Arc::new(Collector::new(
+                names,
+                threads,
+                config.profile,
+                config.trace_capacity,
             )),
-            stats: Arc::new(Collector::new(names, threads)),
             active: Arc::new(AtomicUsize::new(threads)),
+            prefetch: Arc::new(AtomicU64::new(prefetch)),
+            memory_budget,
+            batch_bytes,
             prepared: None,
             columns,
             config,
@@ -421,7 +482,20 @@ impl Loader {
         s.caches = self.cache.iter().map(|c| c.stats()).collect();
         s.caches.extend(self.decoded.iter().map(|c| c.stats()));
         s.caches.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
+        s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
+    }
+
+    /// The stage spans kept so far (the newest `trace_capacity`) as Chrome Trace Event JSON,
+    /// loadable in chrome://tracing or Perfetto; `None` when tracing is off
+    /// (`trace_capacity` 0).
+    pub fn trace_json(&self) -> Option<String> {
+        self.stats.trace_json()
+    }
+
+    /// The memory budget of batches prepared ahead, in bytes.
+    pub fn memory_budget(&self) -> u64 {
+        self.memory_budget
     }
 
     /// Iterate the rest of the current epoch. When the iterator has delivered the epoch's last
@@ -565,7 +639,7 @@ impl Loader {
             next_task: AtomicU64::new(0),
             delivered: Mutex::new(0),
             window: Condvar::new(),
-            prefetch: self.config.prefetch.max(1) as u64,
+            prefetch: Arc::clone(&self.prefetch),
             batches: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             tx,
@@ -600,6 +674,27 @@ impl Loader {
         }
     }
 }
+
+/// Bytes one batch holds: the fixed-shape columns' buffers exactly, and for each list column
+/// the dataset's mean record size (an upper bound of one field's share).
+fn batch_bytes(dataset: &Dataset, columns: &[Column], batch_size: u32) -> u64 {
+    let b = u64::from(batch_size);
+    let mean_record = || {
+        let bytes: u64 = dataset.shards().iter().map(|s| s.file_len()).sum();
+        bytes / dataset.len().max(1)
+    };
+    columns
+        .iter()
+        .map(|c| match c.output {
+            Output::Fixed { .. } => c.output.slot_bytes() as u64 * b,
+            Output::List => mean_record() * b,
+        })
+        .sum::<u64>()
+        .max(1)
+}
+
+/// Deepest prefetch window the autotuner uses.
+const MAX_AUTO_PREFETCH: u64 = 32;
 
 /// Stage names: read, parse, then each column's stages.
 fn stage_names(columns: &[Column]) -> Vec<String> {
@@ -640,7 +735,7 @@ struct Run {
     /// Steps the consumer has taken; workers stay within `prefetch` steps of it.
     delivered: Mutex<u64>,
     window: Condvar,
-    prefetch: u64,
+    prefetch: Arc<AtomicU64>,
     batches: Mutex<HashMap<u64, Arc<SharedBatch>>>,
     stop: AtomicBool,
     tx: Sender<Arc<SharedBatch>>,
@@ -655,6 +750,7 @@ struct Run {
 fn worker(run: &Run, index: usize) {
     let mut bytes = TaskBytes::default();
     let mut hints = Vec::new();
+    let mut ws = run.stats.worker(index);
     let total = run.steps * run.tasks_per_batch as u64;
     loop {
         if run.stop.load(Ordering::Acquire) {
@@ -679,7 +775,9 @@ fn worker(run: &Run, index: usize) {
             let Ok(mut d) = run.delivered.lock() else {
                 return;
             };
-            while step >= *d + run.prefetch && !run.stop.load(Ordering::Acquire) {
+            while step >= *d + run.prefetch.load(Ordering::Relaxed)
+                && !run.stop.load(Ordering::Acquire)
+            {
                 match run.window.wait_timeout(d, Duration::from_millis(100)) {
                     Ok((g, _)) => d = g,
                     Err(_) => return,
@@ -709,11 +807,18 @@ fn worker(run: &Run, index: usize) {
         }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
-        let t0 = Instant::now();
+        // the read stage: one fetch per task (coalesced reads), its time shared by the samples
+        let t0 = ws.profiling().then(Instant::now);
         bytes.fetch(&run.dataset, run.cache.as_deref(), &batch.ids[first..last]);
-        let per_sample = t0.elapsed() / (last - first).max(1) as u32;
-        for _ in first..last {
-            run.stats.add(0, per_sample);
+        let now = t0.map(|_| Instant::now());
+        let per_sample = t0
+            .zip(now)
+            .map(|(a, b)| b.duration_since(a) / (last - first).max(1) as u32);
+        for &id in &batch.ids[first..last] {
+            if let (Some(a), Some(b)) = (t0, now) {
+                ws.span(0, id, a, b);
+            }
+            ws.add(0, per_sample);
         }
         for slot in first..last {
             let id = batch.ids[slot];
@@ -725,7 +830,7 @@ fn worker(run: &Run, index: usize) {
                     run.dataset.verifies_records(),
                 );
                 match got {
-                    Ok((k, local, b)) => process(run, &batch, slot, id, k, local, b),
+                    Ok(record) => process(run, &batch, slot, id, record, &mut ws),
                     Err(e) => Err(EngineError::Sample { id, source: e }),
                 }
             }));
@@ -741,6 +846,7 @@ fn worker(run: &Run, index: usize) {
                 f.push((slot, err));
             }
         }
+        ws.flush();
         if batch.task_done() {
             if let Ok(mut m) = run.batches.lock() {
                 m.remove(&step);
@@ -785,20 +891,22 @@ fn batch_for(run: &Run, step: u64) -> Option<(Arc<SharedBatch>, bool)> {
     Some((b, true))
 }
 
-/// Parse and transform sample `id` (record `local` of shard `k`, `bytes`) into `slot` of
+/// Parse and transform sample `id` (record `local` of shard `k`: `bytes`) into `slot` of
 /// `batch`.
 fn process(
     run: &Run,
     batch: &SharedBatch,
     slot: usize,
     id: u64,
-    k: usize,
-    local: u64,
-    bytes: &[u8],
+    (k, local, bytes): (usize, u64, &[u8]),
+    ws: &mut WorkerStats<'_>,
 ) -> Result<()> {
-    let stats = &run.stats;
     let ds = &*run.dataset;
     let sample_err = |source| EngineError::Sample { id, source };
+    // one clock read per stage boundary of the timed samples (see `stats::TIME_EVERY`); the
+    // read stage was counted with the task's fetch
+    let mut clock = ws.clock();
+    ws.read(bytes.len());
     let shard = &ds.shards()[k];
     let schema = ds.schema();
     let view = RecordView::parse(bytes, schema.len())
@@ -806,7 +914,6 @@ fn process(
     let mut stage = 2;
     let mut parse_time = Duration::ZERO;
     for (c, col) in run.columns.iter().enumerate() {
-        let p0 = Instant::now();
         let value = view
             .field(
                 schema,
@@ -814,7 +921,7 @@ fn process(
                 shard.limits().max_decompressed_bytes,
             )
             .map_err(|e| sample_err(shard.record_error(local, e)))?;
-        parse_time += p0.elapsed();
+        ws.lap_into(&mut parse_time, 1, id, &mut clock);
         let mut rng = SampleRng::for_sample(run.seed, run.epoch, id, c as u64);
         let mut ctx = SampleCtx {
             id,
@@ -828,7 +935,6 @@ fn process(
             message,
         };
         if col.transforms.is_empty() {
-            let s0 = Instant::now();
             match &col.output {
                 Output::Fixed { .. } => {
                     // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges) and has not
@@ -838,14 +944,13 @@ fn process(
                 }
                 Output::List => batch.set_list(c, slot, value.into_owned()),
             }
-            stats.add(stage, s0.elapsed());
+            ws.lap(stage, id, &mut clock);
             stage += 1;
             continue;
         }
         let n = col.transforms.len();
         let mut v: FieldValue<'_> = value;
         for (i, t) in col.transforms.iter().enumerate() {
-            let s0 = Instant::now();
             if i + 1 == n {
                 match &col.output {
                     Output::Fixed { .. } => {
@@ -859,16 +964,16 @@ fn process(
                         batch.set_list(c, slot, r.into_owned());
                     }
                 }
-                stats.add(stage, s0.elapsed());
+                ws.lap(stage, id, &mut clock);
                 stage += 1;
                 break;
             }
             v = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
-            stats.add(stage, s0.elapsed());
+            ws.lap(stage, id, &mut clock);
             stage += 1;
         }
     }
-    stats.add(1, parse_time);
+    ws.add(1, clock.map(|_| parse_time));
     Ok(())
 }
 
@@ -932,6 +1037,11 @@ impl BatchIter<'_> {
     /// Statistics.
     pub fn stats(&self) -> Stats {
         self.loader.stats()
+    }
+
+    /// The trace so far (see [`Loader::trace_json`]).
+    pub fn trace_json(&self) -> Option<String> {
+        self.loader.trace_json()
     }
 
     /// Stop the workers, join them, and give back the loader of an iterator made by
@@ -999,7 +1109,7 @@ impl BatchIter<'_> {
             self.finished = true;
             return Some(Err(e));
         }
-        if self.loader.config.autotune {
+        if self.loader.config.autotune || self.loader.config.prefetch_auto {
             self.tune();
         }
         self.next_step += 1;
@@ -1019,11 +1129,24 @@ impl BatchIter<'_> {
         Some(Ok(batch))
     }
 
-    /// One autotuning decision every few batches (at least 100 ms apart): one more working
-    /// thread when the consumer waited for data more than 2% of the window, one fewer when it
-    /// (almost) never waited and the workers spent over half their time blocked on a full prefetch
-    /// window.
+    /// One autotuning decision every few batches (at least 100 ms apart). When the consumer
+    /// waited for data more than 2% of the window: a deeper prefetch window (`prefetch_auto`) if
+    /// the workers also sat blocked on the window more than 10% of their time (the window, not the
+    /// CPU, was the limit), else one more working thread (`autotune`). One fewer thread when the
+    /// consumer (almost) never waited and the workers spent over half their time blocked on a
+    /// full window. The depth never exceeds the memory budget over the bytes of a batch.
     fn tune(&mut self) {
+        let config = &self.loader.config;
+        let depth = self.run.prefetch.load(Ordering::Relaxed);
+        let most = if config.prefetch_auto {
+            (self.loader.memory_budget / self.loader.batch_bytes).clamp(1, MAX_AUTO_PREFETCH)
+        } else {
+            depth
+        };
+        if depth > most {
+            // over the memory budget: shrink to it
+            self.run.prefetch.store(most, Ordering::Relaxed);
+        }
         self.tuner.batches += 1;
         let dt = self.tuner.since.elapsed();
         if self.tuner.batches < 4 || dt < Duration::from_millis(100) {
@@ -1037,10 +1160,17 @@ impl BatchIter<'_> {
         let consumer = (cw - self.tuner.consumer_wait) as f64 / window;
         let workers = (ww - self.tuner.worker_wait) as f64 / (window * active.max(1) as f64);
         let max = self.workers.len();
-        if consumer > 0.02 && active < max {
+        if consumer > 0.02 && config.prefetch_auto && workers > 0.1 && depth < most {
+            self.run
+                .prefetch
+                .store((depth * 2).min(most), Ordering::Relaxed);
+            if let Ok(_d) = self.run.delivered.lock() {
+                self.run.window.notify_all();
+            }
+        } else if consumer > 0.02 && config.autotune && active < max {
             self.run.active.store(active + 1, Ordering::Relaxed);
             self.run.parked.notify_all();
-        } else if consumer < 0.005 && workers > 0.5 && active > 1 {
+        } else if consumer < 0.005 && workers > 0.5 && config.autotune && active > 1 {
             self.run.active.store(active - 1, Ordering::Relaxed);
         }
         self.tuner = Tuner::new(stats);

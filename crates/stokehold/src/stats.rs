@@ -2,9 +2,10 @@
 //! queue's occupancy and the consumer's wait (the time the training loop was blocked on data,
 //! i.e. how idle the accelerator would be).
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cache::CacheStats;
 
@@ -83,6 +84,15 @@ pub struct Stats {
     pub active_threads: usize,
     /// The caches in use (RAM cache of records, decoded caches).
     pub caches: Vec<CacheStats>,
+    /// Bytes of records read (the read stage's input: what the pipeline takes from storage).
+    pub bytes_read: u64,
+    /// Records read.
+    pub records_read: u64,
+    /// The prefetch depth now (moved by autotuning when `prefetch_auto` is on).
+    pub prefetch: usize,
+    /// Whether stage timing was on (`LoaderConfig::profile`); without it the stages' items, busy
+    /// time and latencies stay zero.
+    pub profiled: bool,
 }
 
 #[cfg(test)]
@@ -130,6 +140,8 @@ mod tests {
 pub(crate) struct Collector {
     names: Vec<String>,
     items: Vec<AtomicU64>,
+    /// Items that were timed (one sample in [`TIME_EVERY`] per worker, or all when tracing).
+    timed: Vec<AtomicU64>,
     nanos: Vec<AtomicU64>,
     hist: Vec<Vec<AtomicU64>>,
     pub batches: AtomicU64,
@@ -140,14 +152,26 @@ pub(crate) struct Collector {
     queue_n: AtomicU64,
     pub skipped: Mutex<Vec<u64>>,
     threads: usize,
+    bytes_read: AtomicU64,
+    records_read: AtomicU64,
+    profile: bool,
+    /// The span ring (None: tracing off).
+    trace: Option<Mutex<TraceRing>>,
+    origin: Instant,
 }
 
 impl Collector {
-    pub(crate) fn new(names: Vec<String>, threads: usize) -> Collector {
+    pub(crate) fn new(
+        names: Vec<String>,
+        threads: usize,
+        profile: bool,
+        trace_capacity: usize,
+    ) -> Collector {
         let n = names.len();
         Collector {
             names,
             items: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            timed: (0..n).map(|_| AtomicU64::new(0)).collect(),
             nanos: (0..n).map(|_| AtomicU64::new(0)).collect(),
             hist: (0..n)
                 .map(|_| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect())
@@ -160,15 +184,38 @@ impl Collector {
             queue_n: AtomicU64::new(0),
             skipped: Mutex::new(Vec::new()),
             threads,
+            bytes_read: AtomicU64::new(0),
+            records_read: AtomicU64::new(0),
+            profile,
+            trace: (trace_capacity > 0).then(|| {
+                Mutex::new(TraceRing {
+                    spans: VecDeque::new(),
+                    capacity: trace_capacity,
+                    dropped: 0,
+                })
+            }),
+            origin: Instant::now(),
         }
     }
 
-    #[inline]
-    pub(crate) fn add(&self, stage: usize, d: Duration) {
-        let ns = d.as_nanos() as u64;
-        self.items[stage].fetch_add(1, Ordering::Relaxed);
-        self.nanos[stage].fetch_add(ns, Ordering::Relaxed);
-        self.hist[stage][bucket(ns)].fetch_add(1, Ordering::Relaxed);
+    /// A worker's recorder, flushed into this collector after each task (and when dropped).
+    pub(crate) fn worker(&self, tid: usize) -> WorkerStats<'_> {
+        let n = self.names.len();
+        WorkerStats {
+            collector: self,
+            on: self.profile,
+            tracing: self.trace.is_some(),
+            tid: tid as u32,
+            items: vec![0; n],
+            timed: vec![0; n],
+            nanos: vec![0; n],
+            samples: 0,
+            hist: vec![0; n * BUCKETS],
+            dirty: Vec::new(),
+            bytes: 0,
+            records: 0,
+            spans: Vec::new(),
+        }
     }
 
     pub(crate) fn queue(&self, len: usize) {
@@ -187,7 +234,16 @@ impl Collector {
                 .map(|(i, n)| StageStats {
                     name: n.clone(),
                     items: self.items[i].load(Ordering::Relaxed),
-                    busy: ns(&self.nanos[i]),
+                    busy: {
+                        // the timed items' time, scaled to all items
+                        let timed = self.timed[i].load(Ordering::Relaxed);
+                        let items = self.items[i].load(Ordering::Relaxed);
+                        if timed == 0 {
+                            Duration::ZERO
+                        } else {
+                            ns(&self.nanos[i]).mul_f64(items as f64 / timed as f64)
+                        }
+                    },
                     p50: quantile(&self.hist[i], 0.5),
                     p99: quantile(&self.hist[i], 0.99),
                 })
@@ -205,7 +261,238 @@ impl Collector {
             threads: self.threads,
             active_threads: self.threads,
             caches: Vec::new(),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            records_read: self.records_read.load(Ordering::Relaxed),
+            prefetch: 0,
+            profiled: self.profile,
         }
+    }
+
+    /// The trace's spans as Chrome Trace Event JSON (`{"traceEvents": [...]}`, complete events
+    /// `"ph": "X"` with microsecond times, one track per worker thread), or `None` when tracing
+    /// is off.
+    pub(crate) fn trace_json(&self) -> Option<String> {
+        let ring = self.trace.as_ref()?.lock().ok()?;
+        let pid = std::process::id();
+        let mut events = Vec::with_capacity(ring.spans.len() + self.threads + 1);
+        let mut tids: Vec<u32> = ring.spans.iter().map(|s| s.tid).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        events.push(serde_json::json!({
+            "name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+            "args": { "name": "stokehold loader" }
+        }));
+        for t in tids {
+            events.push(serde_json::json!({
+                "name": "thread_name", "ph": "M", "pid": pid, "tid": t,
+                "args": { "name": format!("stokehold-worker-{t}") }
+            }));
+        }
+        for s in &ring.spans {
+            events.push(serde_json::json!({
+                "name": self.names[s.stage as usize],
+                "cat": "stage",
+                "ph": "X",
+                "ts": s.start_ns as f64 / 1e3,
+                "dur": s.dur_ns as f64 / 1e3,
+                "pid": pid,
+                "tid": s.tid,
+                "args": { "id": s.id },
+            }));
+        }
+        let doc = serde_json::json!({
+            "traceEvents": events,
+            "displayTimeUnit": "ms",
+            "otherData": { "dropped_spans": ring.dropped, "capacity": ring.capacity },
+        });
+        Some(doc.to_string())
+    }
+}
+
+/// One stage of one sample on one thread.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    stage: u16,
+    tid: u32,
+    start_ns: u64,
+    dur_ns: u64,
+    id: u64,
+}
+
+/// The newest `capacity` spans (older ones are dropped and counted).
+#[derive(Debug)]
+struct TraceRing {
+    spans: VecDeque<Span>,
+    capacity: usize,
+    dropped: u64,
+}
+
+/// With profiling on, each worker times one sample in this many (all of them when tracing): the
+/// latency histograms are made of those, and busy time is their time scaled to all items. Every
+/// item is counted. Reading the clock at each stage boundary of every sample would cost a few
+/// percent of a cheap pipeline's throughput.
+pub(crate) const TIME_EVERY: u32 = 8;
+
+/// One worker thread's statistics since its last flush: plain (non-atomic) counters, added into
+/// the shared [`Collector`] once per task, so that a stage costs a few local additions (and, for
+/// the timed samples, one clock read) rather than shared cache-line traffic per sample.
+#[derive(Debug)]
+pub(crate) struct WorkerStats<'c> {
+    collector: &'c Collector,
+    /// Profiling is on (count items; time one sample in `TIME_EVERY`).
+    on: bool,
+    tracing: bool,
+    tid: u32,
+    items: Vec<u64>,
+    timed: Vec<u64>,
+    nanos: Vec<u64>,
+    /// Samples started on this worker.
+    samples: u32,
+    /// `stage * BUCKETS + bucket` counts; `dirty` lists the non-zero ones.
+    hist: Vec<u32>,
+    dirty: Vec<u32>,
+    bytes: u64,
+    records: u64,
+    spans: Vec<Span>,
+}
+
+impl WorkerStats<'_> {
+    /// The clock at the start of a sample: `Some` when this sample is timed (one in
+    /// [`TIME_EVERY`] with profiling, every one when tracing), else `None`.
+    #[inline]
+    pub(crate) fn clock(&mut self) -> Option<Instant> {
+        self.samples = self.samples.wrapping_add(1);
+        if self.tracing || (self.on && self.samples % TIME_EVERY == 0) {
+            Some(Instant::now())
+        } else {
+            None
+        }
+    }
+
+    /// `stage` of sample `id` is done: counted, and when the sample is timed, it ran from
+    /// `*clock` until now and the clock moves to now (one clock read per stage boundary).
+    #[inline]
+    pub(crate) fn lap(&mut self, stage: usize, id: u64, clock: &mut Option<Instant>) {
+        let d = clock.map(|t0| {
+            let now = Instant::now();
+            self.span(stage, id, t0, now);
+            *clock = Some(now);
+            now.duration_since(t0)
+        });
+        self.add(stage, d);
+    }
+
+    /// A piece of a stage timed in pieces (per column): its time is added to `acc`; count the
+    /// stage once per sample with [`WorkerStats::add`].
+    #[inline]
+    pub(crate) fn lap_into(
+        &mut self,
+        acc: &mut Duration,
+        stage: usize,
+        id: u64,
+        clock: &mut Option<Instant>,
+    ) {
+        if let Some(t0) = *clock {
+            let now = Instant::now();
+            self.span(stage, id, t0, now);
+            *acc += now.duration_since(t0);
+            *clock = Some(now);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn span(&mut self, stage: usize, id: u64, t0: Instant, now: Instant) {
+        if self.tracing {
+            let origin = self.collector.origin;
+            self.spans.push(Span {
+                stage: stage as u16,
+                tid: self.tid,
+                start_ns: t0.saturating_duration_since(origin).as_nanos() as u64,
+                dur_ns: now.duration_since(t0).as_nanos() as u64,
+                id,
+            });
+        }
+    }
+
+    /// One item of `stage`, which took `d` when it was timed (nothing when profiling is off).
+    #[inline]
+    pub(crate) fn add(&mut self, stage: usize, d: Option<Duration>) {
+        if !self.on {
+            return;
+        }
+        self.items[stage] += 1;
+        if let Some(d) = d {
+            let ns = d.as_nanos() as u64;
+            self.timed[stage] += 1;
+            self.nanos[stage] += ns;
+            let h = stage * BUCKETS + bucket(ns);
+            if self.hist[h] == 0 {
+                self.dirty.push(h as u32);
+            }
+            self.hist[h] += 1;
+        }
+    }
+
+    /// Whether profiling is on.
+    #[inline]
+    pub(crate) fn profiling(&self) -> bool {
+        self.on
+    }
+
+    /// A record of `n` bytes was read.
+    #[inline]
+    pub(crate) fn read(&mut self, n: usize) {
+        self.bytes += n as u64;
+        self.records += 1;
+    }
+
+    /// Add everything since the last flush into the collector.
+    pub(crate) fn flush(&mut self) {
+        let c = self.collector;
+        if self.records > 0 {
+            c.bytes_read.fetch_add(self.bytes, Ordering::Relaxed);
+            c.records_read.fetch_add(self.records, Ordering::Relaxed);
+            self.bytes = 0;
+            self.records = 0;
+        }
+        if c.profile {
+            for (i, n) in self.items.iter_mut().enumerate() {
+                if *n > 0 {
+                    c.items[i].fetch_add(*n, Ordering::Relaxed);
+                    *n = 0;
+                }
+                if self.timed[i] > 0 {
+                    c.timed[i].fetch_add(self.timed[i], Ordering::Relaxed);
+                    c.nanos[i].fetch_add(self.nanos[i], Ordering::Relaxed);
+                    self.timed[i] = 0;
+                    self.nanos[i] = 0;
+                }
+            }
+            for h in self.dirty.drain(..) {
+                let h = h as usize;
+                c.hist[h / BUCKETS][h % BUCKETS]
+                    .fetch_add(u64::from(self.hist[h]), Ordering::Relaxed);
+                self.hist[h] = 0;
+            }
+        }
+        if !self.spans.is_empty() {
+            if let Some(Ok(mut ring)) = c.trace.as_ref().map(Mutex::lock) {
+                for s in self.spans.drain(..) {
+                    if ring.spans.len() == ring.capacity {
+                        ring.spans.pop_front();
+                        ring.dropped += 1;
+                    }
+                    ring.spans.push_back(s);
+                }
+            }
+            self.spans.clear();
+        }
+    }
+}
+
+impl Drop for WorkerStats<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -235,11 +522,17 @@ impl Stats {
                 s.p99.as_secs_f64() * 1e6
             ));
         }
+        if !self.profiled {
+            out.push_str("(stage timing was off)\n");
+        }
         out.push_str(&format!(
-            "batches {} · samples {} · threads {} · consumer waited {:.3} s · workers waited {:.3} s · mean queue {:.2} · skipped {}\n",
+            "batches {} · samples {} · threads {} ({} working) · prefetch {} · read {:.1} MB · consumer waited {:.3} s · workers waited {:.3} s · mean queue {:.2} · skipped {}\n",
             self.batches,
             self.samples,
             self.threads,
+            self.active_threads,
+            self.prefetch,
+            self.bytes_read as f64 / 1e6,
             self.consumer_wait.as_secs_f64(),
             self.worker_wait.as_secs_f64(),
             self.mean_queue,

@@ -636,6 +636,8 @@ fn the_ram_cache_keeps_within_its_budget_and_is_shared_by_loaders() {
     let budget = 3 * shard + shard / 2;
     let cfg = LoaderConfig {
         cache_bytes: budget,
+        // no run started ahead: the counts compared below stay still
+        prepare_next_epoch: false,
         ..config(10, 2, 2)
     };
     let mut a = Loader::new(ds.clone(), columns(&ds), cfg.clone()).unwrap();
@@ -689,4 +691,160 @@ fn reads_through_every_access_mode_give_the_same_batches() {
             }
         }
     }
+}
+
+// Prefetch autotuning: a deeper window when workers idle on it while the consumer waits, the
+// same output whatever the depth.
+#[test]
+fn prefetch_autotuning_deepens_a_window_that_starves_the_consumer_and_changes_no_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 1200);
+    // every sample takes 1 ms: with batches of 6 on 4 threads and a window of 1, two threads sit
+    // on the window for the second half of every batch
+    let slow_columns = || {
+        let mut cols = columns(&ds);
+        cols.push(Column {
+            name: "slow".into(),
+            ..Column::fixed(
+                "x",
+                vec![from_fn("sleep", |v, _| {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    Ok(v)
+                })],
+                DType::F64,
+                vec![],
+            )
+        });
+        cols
+    };
+    let base = LoaderConfig {
+        task_size: 1,
+        prepare_next_epoch: false,
+        ..config(6, 4, 1)
+    };
+    let reference = epoch(&mut Loader::new(ds.clone(), slow_columns(), base.clone()).unwrap());
+    let cfg = LoaderConfig {
+        prefetch_auto: true,
+        ..base
+    };
+    let mut l = Loader::new(ds.clone(), slow_columns(), cfg).unwrap();
+    assert_eq!(l.stats().prefetch, 1, "starts at the configured depth");
+    assert_eq!(
+        epoch(&mut l),
+        reference,
+        "the depth never changes the output"
+    );
+    let s = l.stats();
+    assert!(s.prefetch > 1, "the window was deepened: {}", s.prefetch);
+    assert_eq!(s.threads, 4);
+    assert_eq!(s.active_threads, 4, "thread autotuning was off");
+}
+
+// The memory budget bounds the depth: at construction and while running.
+#[test]
+fn the_prefetch_depth_stays_within_the_memory_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 600);
+    // two fixed f64 columns: 16 bytes a sample, 128 bytes a batch of 8
+    let cols: Vec<Column> = columns(&ds)
+        .into_iter()
+        .filter(|c| c.name == "x" || c.name == "noise")
+        .collect();
+    let reference = epoch(&mut Loader::new(ds.clone(), cols.clone(), config(8, 2, 3)).unwrap());
+    let cfg = LoaderConfig {
+        prefetch_auto: true,
+        autotune: true,
+        memory_budget: 3 * 128,
+        ..config(8, 2, 16)
+    };
+    let mut l = Loader::new(ds.clone(), cols.clone(), cfg).unwrap();
+    assert_eq!(l.memory_budget(), 384);
+    assert_eq!(l.stats().prefetch, 3, "16 batches would exceed the budget");
+    let mut got = Vec::new();
+    {
+        let mut it = l.iter().unwrap();
+        while let Some(b) = it.next() {
+            got.push(plain(&b.unwrap()));
+            let depth = it.stats().prefetch;
+            assert!((1..=3).contains(&depth), "depth {depth}");
+        }
+    }
+    assert_eq!(got, reference);
+    // without prefetch_auto the configured depth is used as is
+    let l = Loader::new(ds.clone(), cols, config(8, 2, 16)).unwrap();
+    assert_eq!(l.stats().prefetch, 16);
+}
+
+// Statistics: bytes read are the records' bytes; with profiling off the stages are not timed.
+#[test]
+fn bytes_read_are_counted_and_profiling_can_be_switched_off() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 240);
+    let record_bytes: u64 = ds
+        .shards()
+        .iter()
+        .flat_map(|s| s.index().iter().map(|e| u64::from(e.len)))
+        .sum();
+    for profile in [true, false] {
+        let cfg = LoaderConfig {
+            profile,
+            prepare_next_epoch: false,
+            ..config(8, 2, 2)
+        };
+        let mut l = Loader::new(ds.clone(), columns(&ds), cfg).unwrap();
+        assert_eq!(epoch(&mut l).len(), 30);
+        let s = l.stats();
+        assert_eq!(s.bytes_read, record_bytes);
+        assert_eq!(s.records_read, 240);
+        assert_eq!(s.samples, 240);
+        assert_eq!(s.profiled, profile);
+        for st in &s.stages {
+            let want = if profile { 240 } else { 0 };
+            assert_eq!(st.items, want, "{} (profile {profile})", st.name);
+            assert_eq!(st.busy.is_zero(), !profile, "{}", st.name);
+        }
+        assert!(s.report().contains("read"));
+    }
+}
+
+// Tracing: a bounded ring of stage spans, written as Chrome Trace Event JSON.
+#[test]
+fn the_trace_keeps_the_newest_spans_as_chrome_trace_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 120);
+    let mut off = Loader::new(ds.clone(), columns(&ds), config(8, 2, 2)).unwrap();
+    epoch(&mut off);
+    assert!(off.trace_json().is_none(), "no tracing by default");
+    let stage_count = |cap: usize| {
+        let cfg = LoaderConfig {
+            trace_capacity: cap,
+            prepare_next_epoch: false,
+            ..config(8, 2, 2)
+        };
+        let mut l = Loader::new(ds.clone(), columns(&ds), cfg).unwrap();
+        epoch(&mut l);
+        let names: Vec<String> = l.stats().stages.iter().map(|s| s.name.clone()).collect();
+        let doc: serde_json::Value = serde_json::from_str(&l.trace_json().unwrap()).unwrap();
+        let events = doc["traceEvents"].as_array().unwrap().clone();
+        let spans: Vec<&serde_json::Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+        for e in &spans {
+            assert!(names.iter().any(|n| e["name"] == n.as_str()), "{e}");
+            assert!(e["ts"].as_f64().unwrap() >= 0.0 && e["dur"].as_f64().unwrap() >= 0.0);
+            assert!(e["args"]["id"].as_u64().unwrap() < 120);
+            assert!(e["tid"].as_u64().unwrap() < 2);
+        }
+        (
+            names,
+            spans.len(),
+            doc["otherData"]["dropped_spans"].as_u64().unwrap(),
+        )
+    };
+    // 120 samples: read, parse (once per column), and one span per column's stage
+    let (names, all, dropped) = stage_count(1 << 20);
+    let per_sample = 1 + 4 + (names.len() - 2);
+    assert_eq!(all, 120 * per_sample);
+    assert_eq!(dropped, 0);
+    let (_, kept, dropped) = stage_count(100);
+    assert_eq!(kept, 100, "the ring is bounded");
+    assert_eq!(dropped as usize, 120 * per_sample - 100);
 }
