@@ -3,7 +3,7 @@
 //! normalisation, and the fused image pipeline that chains them ([`pipeline::run`]).
 //!
 //! This crate knows nothing of datasets, threads or files: each kernel takes bytes or pixels and
-//! writes into a caller-provided buffer. Tokenization (issue #8) will live here too.
+//! writes into a caller-provided buffer. Tokenization lives in [`text`].
 
 pub mod color;
 pub mod decode;
@@ -14,6 +14,7 @@ pub mod jpeg;
 pub mod layout;
 pub mod pipeline;
 pub mod resize;
+pub mod text;
 
 pub use error::{OpsError, Result};
 pub use layout::{OutDType, OutSpec};
