@@ -337,6 +337,111 @@ pub fn train_word_level(texts: &[String], vocab_size: usize) -> Result<TextToken
     TextTokenizer::from_bytes(json.as_bytes(), "<trained>")
 }
 
+/// `n` synthetic documents of varied length (1 to about 40 sentences of English-like words),
+/// a pure function of `seed`: text for tests, examples and benchmarks.
+pub fn synthetic_documents(n: usize, seed: u64) -> Vec<String> {
+    const WORDS: [&str; 64] = [
+        "the",
+        "a",
+        "data",
+        "loader",
+        "reads",
+        "shards",
+        "from",
+        "disk",
+        "and",
+        "model",
+        "trains",
+        "on",
+        "tokens",
+        "every",
+        "step",
+        "while",
+        "workers",
+        "decode",
+        "batches",
+        "in",
+        "order",
+        "with",
+        "seed",
+        "epoch",
+        "rank",
+        "world",
+        "size",
+        "resume",
+        "state",
+        "exact",
+        "window",
+        "sequence",
+        "document",
+        "boundary",
+        "position",
+        "segment",
+        "mask",
+        "attention",
+        "learning",
+        "rate",
+        "gradient",
+        "loss",
+        "falls",
+        "slowly",
+        "quickly",
+        "river",
+        "mountain",
+        "city",
+        "night",
+        "morning",
+        "small",
+        "large",
+        "red",
+        "green",
+        "blue",
+        "cat",
+        "dog",
+        "runs",
+        "sleeps",
+        "writes",
+        "counts",
+        "of",
+        "to",
+        "is",
+    ];
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        // splitmix64
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..n)
+        .map(|_| {
+            let sentences = 1 + (next() % 40) as usize;
+            let mut doc = String::new();
+            for s in 0..sentences {
+                if s > 0 {
+                    doc.push(' ');
+                }
+                let words = 3 + (next() % 14) as usize;
+                for w in 0..words {
+                    if w > 0 {
+                        doc.push(' ');
+                    }
+                    let r = next();
+                    if r % 23 == 0 {
+                        doc.push_str(&(r % 1000).to_string());
+                    } else {
+                        doc.push_str(WORDS[(r >> 8) as usize % WORDS.len()]);
+                    }
+                }
+                doc.push('.');
+            }
+            doc
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

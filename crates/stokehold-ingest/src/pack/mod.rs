@@ -12,6 +12,7 @@
 mod image_folder;
 mod table;
 mod tfrecord;
+pub mod tokens;
 mod webdataset;
 
 use std::fmt::Write as _;
