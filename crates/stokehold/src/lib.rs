@@ -37,6 +37,7 @@ pub mod sequence;
 pub mod spec;
 mod state;
 mod stats;
+pub mod text;
 pub mod transform;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};

@@ -407,3 +407,79 @@ fn non_token_datasets_and_bad_configs_are_refused() {
     c.world_size = 2;
     assert!(SequenceLoader::new(data, c).is_err());
 }
+
+#[test]
+fn tokenize_stage_gives_padded_fixed_ids_or_variable_lists() {
+    use std::collections::BTreeMap;
+    use stokehold::spec::{TransformSpec, build_columns};
+    use stokehold::{Loader, LoaderConfig};
+    use stokehold_ops::text::{synthetic_documents, train_word_level};
+
+    let dir = tempfile::tempdir().unwrap();
+    let docs = synthetic_documents(40, 9);
+    let tok = train_word_level(&docs, 2000).unwrap();
+    let tp = dir.path().join("tokenizer.json");
+    std::fs::write(&tp, tok.inner().to_string(false).unwrap()).unwrap();
+    let schema = Schema::from_specs([("text", "string")]).unwrap();
+    let mut w = DatasetWriter::create(dir.path().join("ds"), schema, Default::default()).unwrap();
+    for d in &docs {
+        w.write(&[FieldValue::String(d.clone().into())]).unwrap();
+    }
+    w.finish().unwrap();
+    let ds = Arc::new(Dataset::open(dir.path().join("ds")).unwrap());
+    let eos = tok.token_id("</s>").unwrap();
+    let pad = tok.token_id("<pad>").unwrap();
+    for max_length in [Some(24u64), None] {
+        let spec = TransformSpec {
+            name: "tokenize".into(),
+            params: serde_json::json!({
+                "tokenizer": tp.to_str().unwrap(), "max_length": max_length,
+                "dtype": "int64", "eos": "</s>",
+            }),
+        };
+        let specs = BTreeMap::from([("text".to_string(), vec![spec])]);
+        let cols = build_columns(ds.schema(), &specs, false, &mut |_| None).unwrap();
+        let config = LoaderConfig {
+            batch_size: 8,
+            shuffle: Shuffle::Sequential,
+            ..LoaderConfig::default()
+        };
+        let mut l = Loader::new(Arc::clone(&ds), cols, config).unwrap();
+        let batches: Vec<Batch> = l.iter().unwrap().collect::<Result<_, _>>().unwrap();
+        for b in &batches {
+            for (r, &id) in b.ids.iter().enumerate() {
+                let mut want = tok.encode(&docs[id as usize]).unwrap();
+                want.push(eos);
+                let got: Vec<i64> = match b.column("text").unwrap() {
+                    ColumnData::Fixed { shape, data, .. } => {
+                        assert_eq!(shape, &[8, 24]);
+                        bytemuck::cast_slice::<u8, i64>(data.as_bytes())[r * 24..(r + 1) * 24]
+                            .to_vec()
+                    }
+                    ColumnData::List(items) => match &items[r] {
+                        FieldValue::Array(a) => a
+                            .data
+                            .chunks_exact(8)
+                            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+                            .collect(),
+                        other => panic!("{}", other.kind()),
+                    },
+                };
+                if max_length.is_some() {
+                    want.truncate(24);
+                    want.resize(24, pad);
+                }
+                let want: Vec<i64> = want.into_iter().map(i64::from).collect();
+                assert_eq!(got, want, "sample {id}");
+            }
+        }
+    }
+    // A missing tokenizer is a configuration error naming the file.
+    let spec = TransformSpec {
+        name: "tokenize".into(),
+        params: serde_json::json!({"tokenizer": "/nope/tokenizer.json"}),
+    };
+    let specs = BTreeMap::from([("text".to_string(), vec![spec])]);
+    let e = build_columns(ds.schema(), &specs, false, &mut |_| None).unwrap_err();
+    assert!(e.to_string().contains("/nope/tokenizer.json"), "{e}");
+}
