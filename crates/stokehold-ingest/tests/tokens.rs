@@ -91,7 +91,14 @@ fn documents_round_trip_and_the_manifest_describes_the_tokens() {
     let dest = f.root.join("tok");
     let mut t = topts(&f);
     t.append_eos = Some("</s>".into());
-    let report = pack_tokens(&[f.jsonl.clone()], &dest, &opts(2), &t, &NoProgress).unwrap();
+    let report = pack_tokens(
+        std::slice::from_ref(&f.jsonl),
+        &dest,
+        &opts(2),
+        &t,
+        &NoProgress,
+    )
+    .unwrap();
     assert!(report.skipped.is_empty());
     let ds = Dataset::open(&dest).unwrap();
     assert_eq!(ds.len(), 300);
@@ -137,7 +144,7 @@ fn output_bytes_are_identical_for_any_thread_count() {
     for threads in [1, 2, 5] {
         let dest = f.root.join(format!("t{threads}"));
         pack_tokens(
-            &[f.jsonl.clone()],
+            std::slice::from_ref(&f.jsonl),
             &dest,
             &opts(threads),
             &topts(&f),
@@ -247,7 +254,7 @@ fn missing_tokenizer_and_unknown_special_tokens_are_clear_errors() {
     let mut t = topts(&f);
     t.tokenizer = f.root.join("nope.json");
     let e = pack_tokens(
-        &[f.jsonl.clone()],
+        std::slice::from_ref(&f.jsonl),
         &f.root.join("a"),
         &opts(1),
         &t,

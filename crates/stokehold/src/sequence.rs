@@ -983,6 +983,17 @@ impl Worker {
     }
 }
 
+/// What [`SequenceIter::next_timeout`] found.
+#[derive(Debug)]
+pub enum Next {
+    /// The next batch, or the error that ended the epoch.
+    Batch(Result<Batch>),
+    /// Not ready within the time-out.
+    Pending,
+    /// The epoch is over (or ended with an error).
+    End,
+}
+
 /// The batches of one epoch (from the loader's position), in order. Dropping it stops and joins
 /// the workers.
 #[derive(Debug)]
@@ -1016,13 +1027,10 @@ impl SequenceIter {
         }
     }
 
-    /// The next batch, waiting at most `timeout` (`Ok(None)` on time-out; `Err` after the end).
-    pub fn next_timeout(
-        &mut self,
-        timeout: Duration,
-    ) -> std::result::Result<Option<Result<Batch>>, ()> {
+    /// The next batch, waiting at most `timeout`.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
         if self.failed || self.next >= self.steps {
-            return Err(());
+            return Next::End;
         }
         let t0 = Instant::now();
         let got = loop {
@@ -1038,7 +1046,7 @@ impl SequenceIter {
                     self.counters
                         .wait_ns
                         .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                    return Ok(None);
+                    return Next::Pending;
                 }
                 Err(RecvTimeoutError::Disconnected) => {
                     break Err(EngineError::Config("the sequence workers stopped".into()));
@@ -1075,7 +1083,7 @@ impl SequenceIter {
                 self.shutdown();
             }
         }
-        Ok(Some(got))
+        Next::Batch(got)
     }
 
     fn shutdown(&mut self) {
@@ -1093,9 +1101,9 @@ impl Iterator for SequenceIter {
     fn next(&mut self) -> Option<Result<Batch>> {
         loop {
             match self.next_timeout(Duration::from_secs(3600)) {
-                Err(()) => return None,
-                Ok(Some(b)) => return Some(b),
-                Ok(None) => {}
+                Next::End => return None,
+                Next::Batch(b) => return Some(b),
+                Next::Pending => {}
             }
         }
     }
