@@ -32,7 +32,7 @@ setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tool
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy tokenizers
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
 	$(PY) -m pip install -q torch jax
 	touch $@

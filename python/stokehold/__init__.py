@@ -42,8 +42,9 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
-from . import image, transforms
+from . import image, text, transforms
 from ._loader import Loader, default_rank_world_size
+from ._sequence import SequenceLoader
 
 __all__ = [
     "ConfigError",
@@ -54,6 +55,7 @@ __all__ = [
     "Loader",
     "SampleError",
     "SchemaError",
+    "SequenceLoader",
     "ShardWriter",
     "StokeholdError",
     "StokeholdIOError",
@@ -61,5 +63,6 @@ __all__ = [
     "__version__",
     "default_rank_world_size",
     "image",
+    "text",
     "transforms",
 ]
