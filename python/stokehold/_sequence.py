@@ -1,12 +1,11 @@
 """stokehold.SequenceLoader: packed (or per-document) token batches for language-model training,
 over a token dataset made by ``stokehold pack --tokenizer`` (the native ``_SequenceEngine``)."""
 
-import json
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Union
 
 from . import _native
-from ._loader import _TARGETS, _converted, _converter, default_rank_world_size
+from ._loader import _TARGETS, _converted, _converter, _Front, default_rank_world_size
 from ._native import ConfigError, Dataset
 
 __all__ = ["SequenceLoader"]
@@ -18,7 +17,7 @@ def _positive(name: str, v: Any) -> int:
     return v
 
 
-class SequenceLoader:
+class SequenceLoader(_Front):
     """Batches of token sequences from a token dataset.
 
     See the stub (``__init__.pyi``) and ``docs/text.md`` for every parameter.
@@ -116,20 +115,6 @@ class SequenceLoader:
             return it
         return _converted(it, _converter(self._to, False))
 
-    def __len__(self) -> int:
-        return len(self._engine)
-
-    def set_epoch(self, epoch: int) -> None:
-        self._engine.set_epoch(epoch)
-
-    @property
-    def epoch(self) -> int:
-        return self._engine.epoch
-
-    @property
-    def dataset(self) -> Dataset:
-        return self._dataset
-
     @property
     def total_tokens(self) -> int:
         return self._engine.total_tokens
@@ -141,33 +126,6 @@ class SequenceLoader:
     @property
     def samples(self) -> int:
         return self._engine.samples
-
-    @property
-    def rank(self) -> int:
-        return self._config["rank"]
-
-    @property
-    def world_size(self) -> int:
-        return self._config["world_size"]
-
-    def state_dict(self) -> Dict[str, Any]:
-        return json.loads(self._engine.state_json())
-
-    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
-        text = state if isinstance(state, str) else json.dumps(dict(state))
-        self._engine.load_state_json(text)
-
-    def stats(self) -> Dict[str, Any]:
-        return self._engine.stats()
-
-    def close(self) -> None:
-        self._engine.close()
-
-    def __enter__(self) -> "SequenceLoader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         mode = f"seq_len={self._config['seq_len']}" if self._config["max_len"] is None else f"max_len={self._config['max_len']}"

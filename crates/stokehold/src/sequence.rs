@@ -809,43 +809,9 @@ impl Worker {
             names.push("segment_ids");
         }
         let mut bufs: Vec<_> = names.iter().map(|_| self.pool.get(b * t * esize)).collect();
-        {
-            let mut it = bufs.iter_mut();
-            let mut next = || it.next().expect("one buffer per column").as_bytes_mut();
-            match self.config.dtype {
-                DType::I64 => {
-                    let mut cols = Columns::<i64> {
-                        input: bytemuck::cast_slice_mut(next()),
-                        labels: bytemuck::cast_slice_mut(next()),
-                        mask: (!packed).then(|| bytemuck::cast_slice_mut(next())),
-                        position: self
-                            .config
-                            .position_ids
-                            .then(|| bytemuck::cast_slice_mut(next())),
-                        segment: self
-                            .config
-                            .segment_ids
-                            .then(|| bytemuck::cast_slice_mut(next())),
-                    };
-                    self.fill(&ids, t, &mut cols)?;
-                }
-                _ => {
-                    let mut cols = Columns::<i32> {
-                        input: bytemuck::cast_slice_mut(next()),
-                        labels: bytemuck::cast_slice_mut(next()),
-                        mask: (!packed).then(|| bytemuck::cast_slice_mut(next())),
-                        position: self
-                            .config
-                            .position_ids
-                            .then(|| bytemuck::cast_slice_mut(next())),
-                        segment: self
-                            .config
-                            .segment_ids
-                            .then(|| bytemuck::cast_slice_mut(next())),
-                    };
-                    self.fill(&ids, t, &mut cols)?;
-                }
-            }
+        match self.config.dtype {
+            DType::I64 => self.fill_buffers::<i64>(&ids, t, packed, &mut bufs)?,
+            _ => self.fill_buffers::<i32>(&ids, t, packed, &mut bufs)?,
         }
         let columns = names
             .iter()
@@ -896,6 +862,27 @@ impl Worker {
         }
         let (_, run) = cache.as_ref().expect("just filled");
         run[(p - first) as usize]
+    }
+
+    /// View the column buffers (in column order) as `E` and fill them.
+    fn fill_buffers<E: Elem>(
+        &self,
+        ids: &[u64],
+        t: usize,
+        packed: bool,
+        bufs: &mut [crate::batch::Buffer],
+    ) -> Result<()> {
+        let mut it = bufs.iter_mut();
+        let mut next =
+            || bytemuck::cast_slice_mut(it.next().expect("one buffer per column").as_bytes_mut());
+        let mut cols = Columns::<E> {
+            input: next(),
+            labels: next(),
+            mask: (!packed).then(&mut next),
+            position: self.config.position_ids.then(&mut next),
+            segment: self.config.segment_ids.then(&mut next),
+        };
+        self.fill(ids, t, &mut cols)
     }
 
     fn fill<E: Elem>(&self, ids: &[u64], t: usize, cols: &mut Columns<'_, E>) -> Result<()> {

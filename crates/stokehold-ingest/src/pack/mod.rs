@@ -511,15 +511,7 @@ pub fn pack(
     (plan.run)(&mut sink)?;
     progress.finish();
     if sink.writer.is_empty() {
-        return Err(PackError::Empty(match sink.skipped.first() {
-            Some(s) => format!(
-                "all {} inputs were skipped; the first: {}: {}",
-                sink.skipped.len(),
-                s.input,
-                s.reason
-            ),
-            None => "the source holds no samples".into(),
-        }));
+        return Err(nothing_packed(&sink.skipped, "inputs", "samples"));
     }
     let Sink {
         mut writer,
@@ -546,13 +538,7 @@ pub fn pack(
         source["jpeg_quality"] = options.images.quality.into();
     }
     writer.set_source(source);
-    if !skipped.is_empty() {
-        let mut text = String::new();
-        for s in &skipped {
-            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
-        }
-        writer.add_file("skipped.txt", text.as_bytes())?;
-    }
+    add_skipped_file(&mut writer, &skipped)?;
     let manifest = writer.finish()?;
     Ok(PackReport {
         kind,
@@ -564,6 +550,35 @@ pub fn pack(
         resized,
         notes,
     })
+}
+
+/// The error of a pack that wrote nothing: every one of `what` was skipped, or there were none
+/// (no `items`).
+pub(crate) fn nothing_packed(skipped: &[Skipped], what: &str, items: &str) -> PackError {
+    PackError::Empty(match skipped.first() {
+        Some(s) => format!(
+            "all {} {what} were skipped; the first: {}: {}",
+            skipped.len(),
+            s.input,
+            s.reason
+        ),
+        None => format!("the source holds no {items}"),
+    })
+}
+
+/// List the skipped inputs in the dataset's `skipped.txt` (none: no file).
+pub(crate) fn add_skipped_file(
+    writer: &mut DatasetWriter,
+    skipped: &[Skipped],
+) -> Result<(), PackError> {
+    if !skipped.is_empty() {
+        let mut text = String::new();
+        for s in skipped {
+            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
+        }
+        writer.add_file("skipped.txt", text.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// What a source reader works out before packing: the schema and a way to produce the samples.

@@ -331,15 +331,7 @@ pub fn pack_tokens(
     progress.finish();
     if writer.is_empty() {
         writer.abort();
-        return Err(PackError::Empty(match skipped.first() {
-            Some(s) => format!(
-                "all {} lines were skipped; the first: {}: {}",
-                skipped.len(),
-                s.input,
-                s.reason
-            ),
-            None => "the source holds no documents".into(),
-        }));
+        return Err(super::nothing_packed(&skipped, "lines", "documents"));
     }
     let documents = writer.len();
     writer.set_source(serde_json::json!({
@@ -358,14 +350,7 @@ pub fn pack_tokens(
         },
     }));
     writer.add_file(TOKENIZER_FILE, &tokenizer_bytes)?;
-    if !skipped.is_empty() {
-        let mut text = String::new();
-        for s in &skipped {
-            use std::fmt::Write as _;
-            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
-        }
-        writer.add_file("skipped.txt", text.as_bytes())?;
-    }
+    super::add_skipped_file(&mut writer, &skipped)?;
     let manifest = writer.finish()?;
     Ok(PackReport {
         kind: SourceKind::Jsonl,
