@@ -1,0 +1,203 @@
+//! Text benchmarks, each a ratio against a baseline measured in the same run
+//! (`cargo bench -p stokehold --bench sequence`, or `make bench`):
+//!
+//! 1. packing throughput: `pack_tokens` (JSONL read, JSON parse, tokenize, write shards) on N
+//!    threads against the `tokenizers` crate's own `encode_batch_fast` of the same texts on the
+//!    same N threads (target: >= 0.9);
+//! 2. packed sequence loading, seq_len 2048, batch 32, int32, from warm shards: bytes of
+//!    `input_ids` delivered per second against a plain `memcpy` of int32 tokens of the same batch
+//!    size from a warm buffer, single-threaded (target: >= 0.5).
+//!
+//! The corpus is synthetic English-like text (`stokehold_ops::text::synthetic_documents`) and the
+//! tokenizer a WordLevel model trained on it in the run: nothing is downloaded. Environment:
+//! `STOKEHOLD_BENCH_DOCS` (documents, default 60000), `STOKEHOLD_BENCH_THREADS` (default: the
+//! available cores).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stokehold::format::{Dataset, OpenOptions};
+use stokehold::{SequenceConfig, SequenceLoader, SequenceMode, Shuffle, TokenDataset};
+use stokehold_ingest::{NoProgress, PackOptions, TokenOptions, pack_tokens};
+use stokehold_ops::text::{synthetic_documents, train_word_level};
+
+fn median(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
+    let mut v: Vec<Duration> = (0..runs).map(|_| f()).collect();
+    v.sort();
+    v[runs / 2]
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn open(dir: &Path, o: OpenOptions) -> Arc<TokenDataset> {
+    Arc::new(TokenDataset::open(Arc::new(Dataset::open_with(dir, o).unwrap())).unwrap())
+}
+
+fn main() {
+    let docs_n = env("STOKEHOLD_BENCH_DOCS", 60_000);
+    let threads = env(
+        "STOKEHOLD_BENCH_THREADS",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = synthetic_documents(docs_n, 11);
+    let text_bytes: usize = docs.iter().map(String::len).sum();
+    let tok = train_word_level(&docs[..docs.len().min(5000)], 30_000).unwrap();
+    let tp = tmp.path().join("tokenizer.json");
+    std::fs::write(&tp, tok.inner().to_string(false).unwrap()).unwrap();
+    let jsonl = tmp.path().join("corpus.jsonl");
+    let mut lines = String::with_capacity(text_bytes + docs_n * 16);
+    for d in &docs {
+        lines.push_str(&serde_json::json!({ "text": d }).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&jsonl, &lines).unwrap();
+    println!(
+        "corpus: {docs_n} documents, {:.1} MB of text, WordLevel vocabulary {}; {threads} threads",
+        text_bytes as f64 / 1e6,
+        tok.vocab_size()
+    );
+
+    // 1. Packing against encode_batch_fast on the same threads.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let inputs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let mut tokens = 0usize;
+    let t_enc = median(3, || {
+        let t = Instant::now();
+        let enc = pool.install(|| {
+            tok.inner()
+                .encode_batch_fast(inputs.clone(), false)
+                .unwrap()
+        });
+        tokens = enc.iter().map(|e| e.get_ids().len()).sum();
+        black_box(enc);
+        t.elapsed()
+    });
+    let dest = tmp.path().join("tok");
+    let options = PackOptions {
+        threads,
+        write: stokehold::format::DatasetWriteOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+        ..PackOptions::default()
+    };
+    let topts = TokenOptions {
+        text_field: "text".into(),
+        tokenizer: tp.clone(),
+        prepend_bos: None,
+        append_eos: Some("</s>".into()),
+    };
+    let t_pack = median(3, || {
+        let t = Instant::now();
+        pack_tokens(
+            std::slice::from_ref(&jsonl),
+            &dest,
+            &options,
+            &topts,
+            &NoProgress,
+        )
+        .unwrap();
+        t.elapsed()
+    });
+    let enc_rate = tokens as f64 / t_enc.as_secs_f64();
+    let pack_rate = tokens as f64 / t_pack.as_secs_f64();
+    println!(
+        "packing: encode_batch_fast {:.2} M tok/s ({:.1} MB/s of text), pack_tokens {:.2} M tok/s; \
+         ratio {:.2} (target >= 0.9)",
+        enc_rate / 1e6,
+        text_bytes as f64 / t_enc.as_secs_f64() / 1e6,
+        pack_rate / 1e6,
+        pack_rate / enc_rate
+    );
+
+    // 2. Sequence loading against memcpy.
+    let (seq_len, batch) = (2048usize, 32usize);
+    let batch_bytes = seq_len * batch * 4;
+    let src: Vec<i32> = (0..(64 << 20) / 4).map(|i| i as i32).collect();
+    let mut dst = vec![0i32; batch_bytes / 4];
+    let chunks = src.len() * 4 / batch_bytes;
+    let t_copy = median(5, || {
+        let t = Instant::now();
+        for c in 0..chunks {
+            dst.copy_from_slice(&src[c * dst.len()..(c + 1) * dst.len()]);
+            black_box(&mut dst);
+        }
+        t.elapsed()
+    });
+    let copy_bw = (chunks * batch_bytes) as f64 / t_copy.as_secs_f64();
+    println!(
+        "memcpy: {:.2} GB/s (int32 batches of {} KiB, single thread)",
+        copy_bw / 1e9,
+        batch_bytes >> 10
+    );
+    for (name, o, workers) in [
+        ("pread + crc", OpenOptions::default(), threads),
+        (
+            "mmap, no crc",
+            OpenOptions {
+                mmap: true,
+                verify_records: false,
+                ..OpenOptions::default()
+            },
+            threads,
+        ),
+        (
+            "mmap, no crc, 1 thread",
+            OpenOptions {
+                mmap: true,
+                verify_records: false,
+                ..OpenOptions::default()
+            },
+            1,
+        ),
+    ] {
+        let data = open(&dest, o);
+        let config = SequenceConfig {
+            mode: SequenceMode::Packed {
+                seq_len: seq_len as u32,
+            },
+            batch_size: batch as u32,
+            shuffle: Shuffle::Global,
+            threads: workers,
+            prefetch: 4,
+            ..SequenceConfig::default()
+        };
+        let mut loader = SequenceLoader::new(Arc::clone(&data), config).unwrap();
+        let steps = loader.steps_per_epoch().unwrap();
+        // warm the page cache and the buffer pool
+        for b in loader.iter().unwrap() {
+            black_box(b.unwrap());
+        }
+        let mut epoch = 1;
+        let t_load = median(3, || {
+            loader.set_epoch(epoch);
+            epoch += 1;
+            let t = Instant::now();
+            for b in loader.iter().unwrap() {
+                black_box(b.unwrap());
+            }
+            t.elapsed()
+        });
+        let rate = (steps as usize * batch_bytes) as f64 / t_load.as_secs_f64();
+        println!(
+            "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len} in \
+             {:.1} ms, {:.2} GB/s of int32 input_ids ({:.0} M tok/s); ratio to memcpy {:.2} \
+             (target >= 0.5)",
+            t_load.as_secs_f64() * 1e3,
+            rate / 1e9,
+            rate / 4.0 / 1e6,
+            rate / copy_bw
+        );
+    }
+}
