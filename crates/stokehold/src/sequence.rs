@@ -205,9 +205,13 @@ impl TokenDataset {
 
     /// Call `f(piece, raw)` for the tokens `[start, start + n)` of the stream, one document piece
     /// at a time in order: `piece` counts from 0, `raw` holds the piece's tokens little-endian.
-    /// Reads only the bytes needed (plus the record's 4-byte field table, which is checked, when a
-    /// piece starts a document); with a dataset opened to verify checksums, whole records are
-    /// read and checked (up to [`VERIFY_MAX_RECORD`] bytes).
+    ///
+    /// The documents of one shard are contiguous records, so the pieces in one shard are one
+    /// positional read (or one slice of a map): from the first needed token (or its record's
+    /// start) to the last needed token (or its record's end). Every record field table in the
+    /// range is checked against the index; with a dataset opened to verify checksums, the first
+    /// and last records are read whole when they are at most [`VERIFY_MAX_RECORD`] bytes and every
+    /// whole record read is checksummed.
     pub fn for_each_piece(
         &self,
         start: u64,
@@ -216,102 +220,132 @@ impl TokenDataset {
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
         let end = start + n;
-        if end > self.total_tokens() {
+        let total = self.total_tokens();
+        if end > total {
             return Err(EngineError::Config(format!(
-                "tokens {start}..{end} are past the stream's end ({})",
-                self.total_tokens()
+                "tokens {start}..{end} are past the stream's end ({total})"
             )));
         }
+        if n == 0 {
+            return Ok(());
+        }
+        let w = self.dtype.size() as u64;
+        let verify = self.ds.verifies_records();
+        let whole = |len: u32| verify && u64::from(len) <= VERIFY_MAX_RECORD;
+        let last_needed = self.document_of(end - 1);
+        let mut doc = self.document_of(start);
         let mut t = start;
-        let mut doc = self.document_of(start.min(self.total_tokens().saturating_sub(1)));
         let mut piece = 0usize;
         while t < end {
-            let ds_start = self.doc_start(doc);
-            let len = self.doc_len(doc);
-            if len == 0 || t >= ds_start + len {
+            while self.doc_len(doc) == 0 {
                 doc += 1;
-                continue;
             }
-            let off = t - ds_start;
-            let take = (len - off).min(end - t);
-            let raw = self.read_piece(doc, off, take, len, scratch)?;
-            f(piece, raw);
-            piece += 1;
-            t += take;
-            doc += 1;
+            let (k, local) = self.ds.locate(doc)?;
+            let shard = &self.ds.shards()[k];
+            let first_doc = doc - local;
+            let last = last_needed.min(first_doc + shard.len() - 1);
+            let (e0, e1) = (shard.entry(local), shard.entry(last - first_doc));
+            let off = t - self.doc_start(doc);
+            let lo = if off == 0 || whole(e0.len) {
+                e0.offset
+            } else {
+                e0.offset + 4 + off * w
+            };
+            let need_end =
+                end.min(self.doc_start(last) + self.doc_len(last)) - self.doc_start(last);
+            let hi = if whole(e1.len) {
+                e1.end()
+            } else {
+                e1.offset + 4 + need_end * w
+            };
+            let data = self.read_range(doc, local, shard, lo, hi, scratch)?;
+            for d in doc..=last {
+                let e = shard.entry(d - first_doc);
+                let len = self.doc_len(d);
+                if e.offset >= lo && e.offset + 4 <= hi {
+                    let rel = (e.offset - lo) as usize;
+                    if whole(e.len) && e.end() <= hi {
+                        let record = &data[rel..rel + e.len as usize];
+                        let computed = stokehold_format::crc::crc32c(record);
+                        if computed != e.crc {
+                            return Err(EngineError::Sample {
+                                id: d,
+                                source: FormatError::Checksum {
+                                    path: shard.path().to_path_buf(),
+                                    what: shard.describe(d - first_doc),
+                                    start: e.offset,
+                                    end: e.end(),
+                                    stored: e.crc,
+                                    computed,
+                                },
+                            });
+                        }
+                    }
+                    let table = &data[rel..rel + 4];
+                    let stored =
+                        u64::from(u32::from_le_bytes([table[0], table[1], table[2], table[3]]));
+                    if stored != len * w {
+                        return Err(corrupt(
+                            &self.ds,
+                            d,
+                            0,
+                            format!(
+                                "the field table says {stored} token bytes, the index {} ({len} tokens)",
+                                len * w
+                            ),
+                        ));
+                    }
+                }
+                let ds0 = self.doc_start(d);
+                let (a, b) = (t.max(ds0) - ds0, end.min(ds0 + len) - ds0);
+                if a >= b {
+                    continue;
+                }
+                let at = (e.offset + 4 + a * w - lo) as usize;
+                f(piece, &data[at..at + ((b - a) * w) as usize]);
+                piece += 1;
+                t = ds0 + b;
+            }
+            doc = last + 1;
         }
         Ok(())
     }
 
-    /// The raw bytes of tokens `[off, off + take)` of document `doc` (of `len` tokens).
-    fn read_piece<'s>(
-        &'s self,
+    /// Bytes `[lo, hi)` of `shard` (whose record `local` is document `doc`, named in errors): a
+    /// slice of the map, or one positional read into `scratch`.
+    fn read_range<'s>(
+        &self,
         doc: u64,
-        off: u64,
-        take: u64,
-        len: u64,
+        local: u64,
+        shard: &'s stokehold_format::ShardReader,
+        lo: u64,
+        hi: u64,
         scratch: &'s mut Vec<u8>,
     ) -> Result<&'s [u8]> {
-        let w = self.dtype.size() as u64;
-        let (k, local) = self.ds.locate(doc)?;
-        let shard = &self.ds.shards()[k];
-        let entry = shard.entry(local);
-        let sample = |source: FormatError| EngineError::Sample { id: doc, source };
-        let check_table = |bytes: &[u8]| -> Result<()> {
-            let stored = u64::from(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
-            if stored != len * w {
-                return Err(corrupt(
-                    &self.ds,
-                    doc,
-                    0,
-                    format!(
-                        "the field table says {stored} token bytes, the index {} ({len} tokens)",
-                        len * w
-                    ),
-                ));
-            }
-            Ok(())
-        };
-        if self.ds.verifies_records() && u64::from(entry.len) <= VERIFY_MAX_RECORD {
-            shard.read_record(local, scratch, true).map_err(sample)?;
-            check_table(scratch)?;
-            let a = (4 + off * w) as usize;
-            return Ok(&scratch[a..a + (take * w) as usize]);
+        let bytes = (hi - lo) as usize;
+        if let Some(s) = shard.source().slice(lo, bytes) {
+            return Ok(s);
         }
-        let with_table = off == 0;
-        let (pos, bytes) = if with_table {
-            (entry.offset, 4 + take * w)
-        } else {
-            (entry.offset + 4 + off * w, take * w)
-        };
-        let bytes = bytes as usize;
-        let data: &[u8] = match shard.source().slice(pos, bytes) {
-            Some(s) => s,
-            None => {
-                scratch.clear();
-                scratch.resize(bytes, 0);
-                shard.source().read_at(pos, scratch).map_err(|e| {
-                    sample(if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        FormatError::Truncated {
-                            path: shard.path().to_path_buf(),
-                            what: shard.describe(local),
-                            start: pos,
-                            end: pos + bytes as u64,
-                            file_len: shard.file_len(),
-                        }
-                    } else {
-                        FormatError::io(shard.path(), Some(pos), e)
-                    })
-                })?;
-                scratch
-            }
-        };
-        if with_table {
-            check_table(data)?;
-            Ok(&data[4..])
-        } else {
-            Ok(data)
-        }
+        scratch.clear();
+        scratch.resize(bytes, 0);
+        shard
+            .source()
+            .read_at(lo, scratch)
+            .map_err(|e| EngineError::Sample {
+                id: doc,
+                source: if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    FormatError::Truncated {
+                        path: shard.path().to_path_buf(),
+                        what: shard.describe(local),
+                        start: lo,
+                        end: hi,
+                        file_len: shard.file_len(),
+                    }
+                } else {
+                    FormatError::io(shard.path(), Some(lo), e)
+                },
+            })?;
+        Ok(scratch)
     }
 }
 
@@ -899,6 +933,7 @@ impl Worker {
                     let labels = &mut cols.labels[base..base + t];
                     let mut position = cols.position.as_deref_mut().map(|p| &mut p[base..base + t]);
                     let mut segment = cols.segment.as_deref_mut().map(|s| &mut s[base..base + t]);
+                    let mut last = E::from_u32(0);
                     self.data
                         .for_each_piece(start, t as u64 + 1, &mut scratch, |piece, raw| {
                             let n = raw.len() / w;
@@ -915,14 +950,14 @@ impl Worker {
                                     s[j..in_end].fill(E::from_i64(piece as i64));
                                 }
                             }
-                            // labels: window tokens j..j+n ∩ 1..t+1, at index - 1
-                            let skip = usize::from(j == 0);
-                            if n > skip {
-                                let lo = j + skip - 1;
-                                widen(dtype, &raw[skip * w..], &mut labels[lo..lo + n - skip]);
+                            if j + n > t {
+                                last = E::from_u32(dtype.get(raw, t - j));
                             }
                             j += n;
                         })?;
+                    // labels are the inputs shifted by one, then the window's last token
+                    labels[..t - 1].copy_from_slice(&input[1..]);
+                    labels[t - 1] = last;
                 }
             }
             SequenceMode::Documents {
@@ -949,6 +984,7 @@ impl Worker {
                     }
                     let start = self.data.doc_start(doc);
                     let mut at = 0usize;
+                    let mut last = E::from_u32(0);
                     self.data
                         .for_each_piece(start, len as u64, &mut scratch, |_, raw| {
                             let k = raw.len() / w;
@@ -956,13 +992,13 @@ impl Worker {
                             if at < in_end {
                                 widen(dtype, raw, &mut input[at..in_end]);
                             }
-                            let skip = usize::from(at == 0);
-                            if k > skip {
-                                let lo = at + skip - 1;
-                                widen(dtype, &raw[skip * w..], &mut labels[lo..lo + k - skip]);
+                            if at + k > n {
+                                last = E::from_u32(dtype.get(raw, n - at));
                             }
                             at += k;
                         })?;
+                    labels[..n - 1].copy_from_slice(&input[1..n]);
+                    labels[n - 1] = last;
                 }
             }
         }

@@ -483,3 +483,24 @@ fn tokenize_stage_gives_padded_fixed_ids_or_variable_lists() {
     let e = build_columns(ds.schema(), &specs, false, &mut |_| None).unwrap_err();
     assert!(e.to_string().contains("/nope/tokenizer.json"), "{e}");
 }
+
+#[test]
+fn windows_inside_a_document_longer_than_the_verify_limit_read_only_their_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    // 600,000 u16 tokens: a 1.2 MB record, over VERIFY_MAX_RECORD, between small documents.
+    let data = write(&dir.path().join("ds"), &[5, 600_000, 7, 0, 3, 40_000], false);
+    let mut c = cfg(4096, 8);
+    c.shuffle = Shuffle::Sequential;
+    c.threads = 2;
+    let l = SequenceLoader::new(Arc::clone(&data), c).unwrap();
+    let batches = run(&l);
+    let ids: Vec<u64> = batches.iter().flat_map(|b| b.ids.clone()).collect();
+    let (inp, lab) = (rows(&batches, "input_ids"), rows(&batches, "labels"));
+    for (r, &w) in ids.iter().enumerate() {
+        for i in [0usize, 1, 2047, 4095] {
+            let g = w * 4096 + i as u64;
+            assert_eq!(inp[r][i] as u64, g % MOD);
+            assert_eq!(lab[r][i] as u64, (g + 1) % MOD);
+        }
+    }
+}
