@@ -142,26 +142,18 @@ fn main() {
         copy_bw / 1e9,
         batch_bytes >> 10
     );
+    let opts = |mmap: bool, verify_records: bool| OpenOptions {
+        mmap,
+        verify_records,
+        ..OpenOptions::default()
+    };
     for (name, o, workers) in [
-        ("pread + crc", OpenOptions::default(), threads),
-        (
-            "mmap, no crc",
-            OpenOptions {
-                mmap: true,
-                verify_records: false,
-                ..OpenOptions::default()
-            },
-            threads,
-        ),
-        (
-            "mmap, no crc, 1 thread",
-            OpenOptions {
-                mmap: true,
-                verify_records: false,
-                ..OpenOptions::default()
-            },
-            1,
-        ),
+        ("pread + crc (default)", opts(false, true), threads),
+        ("pread, no crc", opts(false, false), threads),
+        ("mmap + crc", opts(true, true), threads),
+        ("mmap, no crc", opts(true, false), threads),
+        ("pread + crc (default)", opts(false, true), 1),
+        ("mmap, no crc", opts(true, false), 1),
     ] {
         let data = open(&dest, o);
         let config = SequenceConfig {

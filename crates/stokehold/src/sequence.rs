@@ -326,11 +326,14 @@ impl TokenDataset {
         if let Some(s) = shard.source().slice(lo, bytes) {
             return Ok(s);
         }
-        scratch.clear();
-        scratch.resize(bytes, 0);
+        // Grow only: a read overwrites what it uses, so no zeroing per read.
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        let buf = &mut scratch[..bytes];
         shard
             .source()
-            .read_at(lo, scratch)
+            .read_at(lo, buf)
             .map_err(|e| EngineError::Sample {
                 id: doc,
                 source: if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -345,7 +348,7 @@ impl TokenDataset {
                     FormatError::io(shard.path(), Some(lo), e)
                 },
             })?;
-        Ok(scratch)
+        Ok(buf)
     }
 }
 

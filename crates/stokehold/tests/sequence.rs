@@ -488,7 +488,11 @@ fn tokenize_stage_gives_padded_fixed_ids_or_variable_lists() {
 fn windows_inside_a_document_longer_than_the_verify_limit_read_only_their_tokens() {
     let dir = tempfile::tempdir().unwrap();
     // 600,000 u16 tokens: a 1.2 MB record, over VERIFY_MAX_RECORD, between small documents.
-    let data = write(&dir.path().join("ds"), &[5, 600_000, 7, 0, 3, 40_000], false);
+    let data = write(
+        &dir.path().join("ds"),
+        &[5, 600_000, 7, 0, 3, 40_000],
+        false,
+    );
     let mut c = cfg(4096, 8);
     c.shuffle = Shuffle::Sequential;
     c.threads = 2;
