@@ -23,10 +23,9 @@ use stokehold::{SequenceConfig, SequenceLoader, SequenceMode, Shuffle, TokenData
 use stokehold_ingest::{NoProgress, PackOptions, TokenOptions, pack_tokens};
 use stokehold_ops::text::{synthetic_documents, train_word_level};
 
-fn median(runs: usize, mut f: impl FnMut() -> Duration) -> Duration {
-    let mut v: Vec<Duration> = (0..runs).map(|_| f()).collect();
+fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
-    v[runs / 2]
+    v[v.len() / 2]
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -71,18 +70,6 @@ fn main() {
         .build()
         .unwrap();
     let inputs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let mut tokens = 0usize;
-    let t_enc = median(3, || {
-        let t = Instant::now();
-        let enc = pool.install(|| {
-            tok.inner()
-                .encode_batch_fast(inputs.clone(), false)
-                .unwrap()
-        });
-        tokens = enc.iter().map(|e| e.get_ids().len()).sum();
-        black_box(enc);
-        t.elapsed()
-    });
     let dest = tmp.path().join("tok");
     let options = PackOptions {
         threads,
@@ -98,7 +85,19 @@ fn main() {
         prepend_bos: None,
         append_eos: Some("</s>".into()),
     };
-    let t_pack = median(3, || {
+    // Alternate the two, 3 times each, and compare the medians.
+    let mut tokens = 0usize;
+    let (mut enc_times, mut pack_times) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        let enc = pool.install(|| {
+            tok.inner()
+                .encode_batch_fast(inputs.clone(), false)
+                .unwrap()
+        });
+        tokens = enc.iter().map(|e| e.get_ids().len()).sum();
+        black_box(enc);
+        enc_times.push(t.elapsed());
         let t = Instant::now();
         pack_tokens(
             std::slice::from_ref(&jsonl),
@@ -108,8 +107,9 @@ fn main() {
             &NoProgress,
         )
         .unwrap();
-        t.elapsed()
-    });
+        pack_times.push(t.elapsed());
+    }
+    let (t_enc, t_pack) = (median(enc_times), median(pack_times));
     let enc_rate = tokens as f64 / t_enc.as_secs_f64();
     let pack_rate = tokens as f64 / t_pack.as_secs_f64();
     println!(
@@ -121,27 +121,22 @@ fn main() {
         pack_rate / enc_rate
     );
 
-    // 2. Sequence loading against memcpy.
+    // 2. Sequence loading against memcpy. The machine may be shared: each variant alternates a
+    // memcpy pass and a loader epoch, 7 times, and compares the medians.
     let (seq_len, batch) = (2048usize, 32usize);
     let batch_bytes = seq_len * batch * 4;
     let src: Vec<i32> = (0..(64 << 20) / 4).collect();
     let mut dst = vec![0i32; batch_bytes / 4];
     let chunks = src.len() * 4 / batch_bytes;
-    let t_copy = median(5, || {
+    let mut memcpy = || {
         let t = Instant::now();
         let n = dst.len();
         for c in 0..chunks {
             dst.copy_from_slice(&src[c * n..(c + 1) * n]);
             black_box(&mut dst);
         }
-        t.elapsed()
-    });
-    let copy_bw = (chunks * batch_bytes) as f64 / t_copy.as_secs_f64();
-    println!(
-        "memcpy: {:.2} GB/s (int32 batches of {} KiB, single thread)",
-        copy_bw / 1e9,
-        batch_bytes >> 10
-    );
+        (chunks * batch_bytes) as f64 / t.elapsed().as_secs_f64()
+    };
     let opts = |mmap: bool, verify_records: bool| OpenOptions {
         mmap,
         verify_records,
@@ -172,24 +167,28 @@ fn main() {
         for b in loader.iter().unwrap() {
             black_box(b.unwrap());
         }
-        let mut epoch = 1;
-        let t_load = median(3, || {
+        let (mut copy_rates, mut load_rates) = (Vec::new(), Vec::new());
+        for epoch in 1..=7 {
+            copy_rates.push(memcpy());
             loader.set_epoch(epoch);
-            epoch += 1;
             let t = Instant::now();
             for b in loader.iter().unwrap() {
                 black_box(b.unwrap());
             }
-            t.elapsed()
-        });
-        let rate = (steps as usize * batch_bytes) as f64 / t_load.as_secs_f64();
+            load_rates.push((steps as usize * batch_bytes) as f64 / t.elapsed().as_secs_f64());
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (copy_bw, rate) = (med(&mut copy_rates), med(&mut load_rates));
         println!(
-            "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len} in \
-             {:.1} ms, {:.2} GB/s of int32 input_ids ({:.0} M tok/s); ratio to memcpy {:.2} \
+            "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len}, \
+             {:.2} GB/s of int32 input_ids ({:.0} M tok/s); memcpy {:.2} GB/s; ratio {:.2} \
              (target >= 0.5)",
-            t_load.as_secs_f64() * 1e3,
             rate / 1e9,
             rate / 4.0 / 1e6,
+            copy_bw / 1e9,
             rate / copy_bw
         );
     }
