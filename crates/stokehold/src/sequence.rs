@@ -744,6 +744,30 @@ impl Elem for i64 {
 /// Widen little-endian tokens of `dtype` into `out` (`out.len()` tokens from the start of `raw`).
 #[inline]
 fn widen<E: Elem>(dtype: TokenDType, raw: &[u8], out: &mut [E]) {
+    // Token data is naturally aligned in shards (16-byte header, records of 4 + k*w bytes), so
+    // the typed view almost always works; it lets the compiler vectorise the widening.
+    match dtype {
+        TokenDType::U16 => {
+            if let Ok(src) =
+                bytemuck::try_cast_slice::<u8, u16>(&raw[..out.len().min(raw.len() / 2) * 2])
+            {
+                for (o, &v) in out.iter_mut().zip(src) {
+                    *o = E::from_u32(u32::from(u16::from_le(v)));
+                }
+                return;
+            }
+        }
+        TokenDType::U32 => {
+            if let Ok(src) =
+                bytemuck::try_cast_slice::<u8, u32>(&raw[..out.len().min(raw.len() / 4) * 4])
+            {
+                for (o, &v) in out.iter_mut().zip(src) {
+                    *o = E::from_u32(u32::from_le(v));
+                }
+                return;
+            }
+        }
+    }
     match dtype {
         TokenDType::U16 => {
             for (o, c) in out.iter_mut().zip(raw.chunks_exact(2)) {
