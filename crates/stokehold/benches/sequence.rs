@@ -170,6 +170,7 @@ fn main() {
             black_box(b.unwrap());
         }
         let (mut copy_rates, mut load_rates) = (Vec::new(), Vec::new());
+        let busy0 = loader.stats().busy;
         for epoch in 1..=7 {
             copy_rates.push(memcpy());
             loader.set_epoch(epoch);
@@ -184,16 +185,18 @@ fn main() {
             v[v.len() / 2]
         };
         let (copy_bw, rate) = (med(&mut copy_rates), med(&mut load_rates));
+        let busy = (loader.stats().busy - busy0).as_secs_f64() / (7.0 * steps as f64);
         // `rate` counts the input_ids tensor; a batch also delivers labels of the same size.
         println!(
             "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len}, \
              {:.0} M tok/s, {:.2} GB/s delivered (input_ids + labels); memcpy {:.2} GB/s; \
-             ratio {:.2} (input_ids alone {:.2}; target >= 0.5)",
+             ratio {:.2} (input_ids alone {:.2}; target >= 0.5); worker time {:.0} us/batch",
             rate / 4.0 / 1e6,
             2.0 * rate / 1e9,
             copy_bw / 1e9,
             2.0 * rate / copy_bw,
-            rate / copy_bw
+            rate / copy_bw,
+            busy * 1e6
         );
     }
 }
