@@ -78,6 +78,7 @@ demo: build ## sample images → pack → verify → inspect → stream through 
 bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)
 	bash scripts/bench-foundation.sh target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
+	$(CARGO) bench -q -p stokehold --bench sequence
 	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
 
 .PHONY: clean
