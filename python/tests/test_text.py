@@ -172,3 +172,26 @@ def test_not_a_token_dataset_and_bad_options(corpus, tmp_path):
         SequenceLoader(dest, dtype="float32")
     with pytest.raises(ConfigError):
         SequenceLoader(dest, seq_len=0)
+
+
+def test_torch_adapter_and_jax(corpus):
+    torch = pytest.importorskip("torch")
+    import stokehold.torch as st
+
+    _, _, _, dest = corpus
+    loader = SequenceLoader(dest, seq_len=64, batch_size=4, rank=0, world_size=1, segment_ids=True)
+    dl = torch.utils.data.DataLoader(st.IterableDataset(loader), batch_size=None)
+    batches = list(dl)
+    assert len(batches) == len(loader) > 0
+    b = batches[0]
+    assert isinstance(b["input_ids"], torch.Tensor) and b["input_ids"].shape == (4, 64)
+    assert torch.equal(b["input_ids"][:, 1:], b["labels"][:, :-1])
+    # a block-diagonal mask from segment ids
+    seg = b["segment_ids"]
+    mask = seg[:, :, None] == seg[:, None, :]
+    assert mask.shape == (4, 64, 64) and bool(mask[:, 0, 0].all())
+
+    jnp = pytest.importorskip("jax.numpy")
+    jl = SequenceLoader(dest, seq_len=64, batch_size=4, rank=0, world_size=1, to="jax")
+    first = next(iter(jl))
+    assert first["input_ids"].shape == (4, 64) and first["input_ids"].dtype == jnp.int32
