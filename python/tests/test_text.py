@@ -158,6 +158,12 @@ def test_tokenize_stage_in_loader(tmp_path):
             ids = (tok.encode(docs[i], add_special_tokens=False).ids + [tok.token_to_id("</s>")])[:16]
             ids += [pad] * (16 - len(ids))
             assert b["text"][r].tolist() == ids
+    ragged = stokehold.Loader(tmp_path / "ds", 10, shuffle=False, include_ids=True, rank=0, world_size=1,
+                              transforms={"text": [Tokenize(tmp_path / "tokenizer.json", dtype="int64")]})
+    for b in ragged:
+        for r, i in enumerate(b["id"]):
+            assert b["text"][r].dtype == np.int64
+            assert b["text"][r].tolist() == tok.encode(docs[i], add_special_tokens=False).ids
     with pytest.raises(ConfigError, match="nope.json"):
         stokehold.Loader(tmp_path / "ds", 10, transforms={"text": [Tokenize(tmp_path / "nope.json")]})
 

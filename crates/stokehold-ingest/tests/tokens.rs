@@ -1,7 +1,7 @@
 //! `pack --tokenizer`: JSONL text into token datasets, with a tokenizer trained in the test.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use stokehold_format::record::RecordEncoder;
 use stokehold_format::{Dataset, FieldValue};
@@ -40,6 +40,9 @@ fn fixture(n: usize, vocab: usize) -> Fixture {
     }
 }
 
+mod common;
+use common::tree;
+
 fn topts(f: &Fixture) -> TokenOptions {
     TokenOptions {
         text_field: "text".into(),
@@ -68,21 +71,6 @@ fn doc_tokens(ds: &Dataset, i: u64, dtype: TokenDType) -> Vec<u32> {
     (0..b.len() / dtype.size())
         .map(|k| dtype.get(b, k))
         .collect()
-}
-
-fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
@@ -151,7 +139,7 @@ fn output_bytes_are_identical_for_any_thread_count() {
             &NoProgress,
         )
         .unwrap();
-        let tree = files(&dest);
+        let tree = tree(&dest);
         match &first {
             None => first = Some(tree),
             Some(t) => assert!(t == &tree, "{threads} threads differ"),

@@ -476,15 +476,7 @@ pub fn pack(
         SourceKind::WebDataset => webdataset::plan(sources, options, progress)?,
         SourceKind::TfRecord => tfrecord::plan(sources, options, progress)?,
     };
-    let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("stokehold-pack-{i}"))
-        .build()
-        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))?;
+    let pool = thread_pool(options.threads, "pack")?;
     let mut writer = DatasetWriter::create(dest, plan.schema.clone(), options.write)?;
     if let Some(classes) = &plan.classes {
         writer.set_classes(classes.clone());
@@ -550,6 +542,22 @@ pub fn pack(
         resized,
         notes,
     })
+}
+
+/// The packer's rayon pool: `threads` threads (0: one per core) named `stokehold-{name}-N`.
+pub(crate) fn thread_pool(
+    threads: usize,
+    name: &'static str,
+) -> Result<rayon::ThreadPool, PackError> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("stokehold-{name}-{i}"))
+        .build()
+        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))
 }
 
 /// The error of a pack that wrote nothing: every one of `what` was skipped, or there were none

@@ -249,15 +249,7 @@ pub fn pack_tokens(
         .filter_map(|f| std::fs::metadata(f).ok())
         .map(|m| m.len())
         .sum();
-    let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("stokehold-tok-{i}"))
-        .build()
-        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))?;
+    let pool = super::thread_pool(options.threads, "tok")?;
     let enc = Encoder {
         tok: &tok,
         field: &tokens.text_field,
