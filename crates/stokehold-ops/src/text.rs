@@ -134,39 +134,6 @@ impl TokenDType {
             ]),
         }
     }
-
-    /// Widen the little-endian tokens in `bytes` into `out` (one element per token; `out.len()`
-    /// must be `bytes.len() / size()`).
-    pub fn widen_i32(self, bytes: &[u8], out: &mut [i32]) {
-        match self {
-            TokenDType::U16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *o = i32::from(u16::from_le_bytes([c[0], c[1]]));
-                }
-            }
-            TokenDType::U32 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *o = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as i32;
-                }
-            }
-        }
-    }
-
-    /// Like [`TokenDType::widen_i32`], into `i64`.
-    pub fn widen_i64(self, bytes: &[u8], out: &mut [i64]) {
-        match self {
-            TokenDType::U16 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *o = i64::from(u16::from_le_bytes([c[0], c[1]]));
-                }
-            }
-            TokenDType::U32 => {
-                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *o = i64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]));
-                }
-            }
-        }
-    }
 }
 
 /// A loaded tokenizer with its identity (for manifests and resume fingerprints).
@@ -478,14 +445,10 @@ mod tests {
         TokenDType::U16.append(&[1, 65_535], 10, &mut out).unwrap();
         assert_eq!(out, [1, 0, 255, 255]);
         assert!(TokenDType::U16.append(&[65_536], 10, &mut out).is_err());
-        let mut w = [0i32; 2];
-        TokenDType::U16.widen_i32(&out, &mut w);
-        assert_eq!(w, [1, 65_535]);
+        assert_eq!(TokenDType::U16.get(&out, 1), 65_535);
         let mut b = Vec::new();
         TokenDType::U32.append(&[70_000, 3], 10, &mut b).unwrap();
-        let mut w = [0i64; 2];
-        TokenDType::U32.widen_i64(&b, &mut w);
-        assert_eq!(w, [70_000, 3]);
+        assert_eq!(TokenDType::U32.get(&b, 1), 3);
         assert_eq!(TokenDType::U32.get(&b, 0), 70_000);
     }
 
