@@ -24,6 +24,13 @@ deterministic order, exact resume)::
         for batch in loader:          # {"label": int64 array, "emb": [arrays], "id": ..., ...}
             ...
 
+For language models, ``stokehold pack corpus.jsonl tok --tokenizer tokenizer.json`` makes a token
+dataset and :class:`SequenceLoader` streams packed windows from it (``docs/text.md``)::
+
+    loader = stokehold.SequenceLoader("tok", seq_len=2048, batch_size=32, seed=0)
+    for batch in loader:          # {"input_ids": int32 [32, 2048], "labels": int32 [32, 2048]}
+        ...
+
 Errors derive from :class:`StokeholdError`; damaged data raises :class:`CorruptDataError`, whose
 message names the shard file, the record and the byte range.
 """

@@ -7,6 +7,9 @@
 //! seeded by (seed, epoch, sample id), so output is the same whatever the thread count. A
 //! [`ResumeState`] continues exactly, on any number of ranks. [`Stats`] say where the time went.
 //!
+//! For language models, [`SequenceLoader`] streams packed token windows (or padded documents)
+//! from a token dataset ([`TokenDataset`], made by `stokehold pack --tokenizer`).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use stokehold::{Column, Loader, LoaderConfig, format::{Dataset, DatasetWriter, DatasetWriteOptions, FieldValue, Schema}};
