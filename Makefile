@@ -32,7 +32,7 @@ setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tool
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy
+	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy tokenizers
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
 	$(PY) -m pip install -q torch jax
 	touch $@
@@ -78,6 +78,7 @@ demo: build ## sample images → pack → verify → inspect → stream through 
 bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)
 	bash scripts/bench-foundation.sh target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
+	$(CARGO) bench -q -p stokehold --bench sequence
 	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
 
 .PHONY: clean

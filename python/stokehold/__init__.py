@@ -24,6 +24,13 @@ deterministic order, exact resume)::
         for batch in loader:          # {"label": int64 array, "emb": [arrays], "id": ..., ...}
             ...
 
+For language models, ``stokehold pack corpus.jsonl tok --tokenizer tokenizer.json`` makes a token
+dataset and :class:`SequenceLoader` streams packed windows from it (``docs/text.md``)::
+
+    loader = stokehold.SequenceLoader("tok", seq_len=2048, batch_size=32, seed=0)
+    for batch in loader:          # {"input_ids": int32 [32, 2048], "labels": int32 [32, 2048]}
+        ...
+
 Errors derive from :class:`StokeholdError`; damaged data raises :class:`CorruptDataError`, whose
 message names the shard file, the record and the byte range.
 """
@@ -42,8 +49,9 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
-from . import image, transforms
+from . import image, text, transforms
 from ._loader import Loader, default_rank_world_size
+from ._sequence import SequenceLoader
 
 __all__ = [
     "ConfigError",
@@ -54,6 +62,7 @@ __all__ = [
     "Loader",
     "SampleError",
     "SchemaError",
+    "SequenceLoader",
     "ShardWriter",
     "StokeholdError",
     "StokeholdIOError",
@@ -61,5 +70,6 @@ __all__ = [
     "__version__",
     "default_rank_world_size",
     "image",
+    "text",
     "transforms",
 ]

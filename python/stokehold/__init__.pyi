@@ -16,6 +16,7 @@ __all__ = [
     "Loader",
     "SampleError",
     "SchemaError",
+    "SequenceLoader",
     "ShardWriter",
     "StokeholdError",
     "StokeholdIOError",
@@ -23,10 +24,11 @@ __all__ = [
     "__version__",
     "default_rank_world_size",
     "image",
+    "text",
     "transforms",
 ]
 
-from . import image as image, transforms as transforms
+from . import image as image, text as text, transforms as transforms
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.
@@ -387,3 +389,113 @@ class Loader:
         """Pickles as its configuration and state: unpickling makes a new, idle loader that
         continues from the same position (for spawn-based worker processes). Transforms must be
         picklable (module-level functions)."""
+
+class SequenceLoader:
+    """Batches of token sequences from a token dataset (``stokehold pack --tokenizer``), made on
+    native threads, in an order that is a pure function of (dataset, seed, epoch, rank, world
+    size, configuration); resumable to the exact token on any number of ranks.
+
+    **Packed** (default): the documents form one token stream; each sample is a window of
+    ``seq_len + 1`` tokens starting at a multiple of ``seq_len``, giving ``input_ids`` and
+    ``labels`` (the next tokens), each ``[batch_size, seq_len]``; windows are shuffled per epoch.
+    **Documents** (``max_len`` given): one document per sample, truncated to ``max_len + 1``
+    tokens and padded to the longest in the batch: ``input_ids`` (``pad_id``), ``labels`` (-100
+    where padded) and ``attention_mask`` (1/0).
+
+    :param dataset: a token :class:`Dataset` or its path.
+    :param seq_len: tokens per packed sample.
+    :param batch_size: samples per batch, per rank.
+    :param shuffle: shuffle the windows (or documents) every epoch.
+    :param seed: seed of the order.
+    :param rank: this process's rank; with ``world_size``. Default:
+        :func:`default_rank_world_size`.
+    :param world_size: number of ranks.
+    :param dtype: ``"int32"`` or ``"int64"`` output.
+    :param position_ids: add ``position_ids``: 0 at the window start and at every document start
+        inside it (documents mode: 0, 1, ... within the document).
+    :param segment_ids: add ``segment_ids`` (packed): the index within the window of each input
+        token's document, for cross-document attention masking.
+    :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
+        pads it with repeats.
+    :param max_len: documents mode: longest sample (input tokens).
+    :param pad_id: documents mode: the input id of padding.
+    :param bucket: documents mode: sort runs of this many epoch positions by length (length
+        bucketing; 1 = off).
+    :param threads: worker threads.
+    :param prefetch: batches prepared ahead.
+    :param include_ids: add ``batch["id"]`` (window or document indices) and ``batch["is_padding"]``.
+    :param to: ``"numpy"``, ``"torch"`` or ``"jax"``.
+    :raises ConfigError: not a token dataset, or an invalid option.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[Dataset, str, "os.PathLike[str]"],
+        seq_len: int = 2048,
+        batch_size: int = 32,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        dtype: str = "int32",
+        position_ids: bool = False,
+        segment_ids: bool = False,
+        drop_last: bool = True,
+        max_len: Optional[int] = None,
+        pad_id: int = 0,
+        bucket: int = 1,
+        threads: int = 4,
+        prefetch: int = 4,
+        include_ids: bool = False,
+        to: str = "numpy",
+    ) -> None: ...
+    def __iter__(self) -> Iterator[_Batch]:
+        """Run (the rest of) the current epoch.
+
+        :raises CorruptDataError: a damaged token record (the message names shard and record).
+        """
+    def __len__(self) -> int:
+        """Batches per epoch for this rank."""
+    def set_epoch(self, epoch: int) -> None:
+        """Run ``epoch`` at the next iteration, from its beginning (a resumed position is kept when
+        ``epoch`` is already the current epoch). Stops a running iteration."""
+    @property
+    def epoch(self) -> int:
+        """The epoch the next (or the running) iteration belongs to."""
+    @property
+    def dataset(self) -> Dataset:
+        """The dataset."""
+    @property
+    def total_tokens(self) -> int:
+        """Tokens in the dataset."""
+    @property
+    def documents(self) -> int:
+        """Documents in the dataset."""
+    @property
+    def samples(self) -> int:
+        """Windows (or documents) per epoch over all ranks."""
+    @property
+    def rank(self) -> int:
+        """This process's rank."""
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader is, after the batches delivered so far (a global position in windows,
+        exact to the token; any rank's state resumes any number of ranks)."""
+    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
+        """Continue from a saved state (a dict or its JSON). Stops a running iteration.
+
+        :raises IncompatibleStateError: the state is of another dataset, ``seq_len``/``max_len``,
+            seed or order.
+        """
+    def stats(self) -> Dict[str, Any]:
+        """``batches``, ``tokens``, ``consumer_wait`` and ``worker_busy`` (seconds)."""
+    def close(self) -> None:
+        """Stop a running iteration and join its worker threads (the position is kept)."""
+    def __enter__(self) -> "SequenceLoader": ...
+    def __exit__(self, *exc: Any) -> None:
+        """:meth:`close`."""
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickles as its configuration and state."""

@@ -104,7 +104,58 @@ def _shuffle_mode(shuffle: Union[bool, str]) -> str:
     raise ConfigError(f'shuffle must be True, False, "global", "sequential" or "shard_block", got {shuffle!r}')
 
 
-class Loader:
+class _Front:
+    """What :class:`Loader` and :class:`stokehold.SequenceLoader` share: a native engine
+    (``self._engine``) with epochs, resume state and statistics, and the configuration
+    (``self._config``) with ``rank`` and ``world_size``."""
+
+    _engine: Any
+    _config: Dict[str, Any]
+    _dataset: Dataset
+
+    def __len__(self) -> int:
+        return len(self._engine)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._engine.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self._engine.epoch
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+    @property
+    def rank(self) -> int:
+        return self._config["rank"]
+
+    @property
+    def world_size(self) -> int:
+        return self._config["world_size"]
+
+    def state_dict(self) -> Dict[str, Any]:
+        return json.loads(self._engine.state_json())
+
+    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
+        text = state if isinstance(state, str) else json.dumps(dict(state))
+        self._engine.load_state_json(text)
+
+    def stats(self) -> Dict[str, Any]:
+        return self._engine.stats()
+
+    def close(self) -> None:
+        self._engine.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Loader(_Front):
     """An iterable of batches over a :class:`Dataset`, loaded on native threads.
 
     See ``help(stokehold)`` and ``docs/python.md``; the stub (``__init__.pyi``) documents every
@@ -259,43 +310,9 @@ class Loader:
             return it
         return _converted(it, _converter(self._to, self._pin))
 
-    def __len__(self) -> int:
-        return len(self._engine)
-
-    def set_epoch(self, epoch: int) -> None:
-        self._engine.set_epoch(epoch)
-
-    @property
-    def epoch(self) -> int:
-        return self._engine.epoch
-
-    @property
-    def dataset(self) -> Dataset:
-        return self._dataset
-
     @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    @property
-    def rank(self) -> int:
-        return self._config["rank"]
-
-    @property
-    def world_size(self) -> int:
-        return self._config["world_size"]
-
-    # --- state, statistics -----------------------------------------------------------------
-
-    def state_dict(self) -> Dict[str, Any]:
-        return json.loads(self._engine.state_json())
-
-    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
-        text = state if isinstance(state, str) else json.dumps(dict(state))
-        self._engine.load_state_json(text)
-
-    def stats(self) -> Dict[str, Any]:
-        return self._engine.stats()
 
     def report(self) -> str:
         return self._engine.report()
@@ -312,15 +329,9 @@ class Loader:
         return target
 
     def close(self) -> None:
-        self._engine.close()
+        super().close()
         if self._trace is not None:
             self.export_trace()
-
-    def __enter__(self) -> "Loader":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -16,6 +16,7 @@ import torch
 import torch.utils.data
 
 from ._loader import Loader
+from ._sequence import SequenceLoader
 from ._native import StokeholdError
 
 __all__ = ["IterableDataset", "to_torch"]
@@ -36,8 +37,8 @@ def to_torch(batch: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
-    """Wraps a :class:`stokehold.Loader` as a ``torch.utils.data.IterableDataset`` yielding whole
-    batches (dicts of tensors).
+    """Wraps a :class:`stokehold.Loader` (or :class:`stokehold.SequenceLoader`) as a
+    ``torch.utils.data.IterableDataset`` yielding whole batches (dicts of tensors).
 
     Give it to ``DataLoader(adapter, batch_size=None, num_workers=0)``: batching, shuffling,
     threads and rank splitting are the Loader's. ``set_epoch``, ``state_dict`` and
@@ -45,9 +46,9 @@ class IterableDataset(torch.utils.data.IterableDataset):
     batch once per worker, so it is refused.
     """
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Union[Loader, SequenceLoader]) -> None:
         super().__init__()
-        if not isinstance(loader, Loader):
+        if not isinstance(loader, (Loader, SequenceLoader)):
             raise TypeError(f"IterableDataset wraps a stokehold.Loader, got {type(loader).__name__}")
         self.loader = loader
 

@@ -70,6 +70,18 @@ pub struct PackArgs {
     /// pixels, ~1.5% larger): random crops then decode only the rows and columns they need.
     #[arg(long)]
     restart_markers: bool,
+    /// Tokenize text into a token dataset with this tokenizer.json (JSONL sources).
+    #[arg(long, value_name = "PATH")]
+    tokenizer: Option<PathBuf>,
+    /// With --tokenizer: the JSONL key holding each document's text.
+    #[arg(long, default_value = "text", value_name = "FIELD")]
+    text_field: String,
+    /// With --tokenizer: put this token (by name, e.g. "<s>") before every document.
+    #[arg(long, value_name = "TOKEN")]
+    prepend_bos: Option<String>,
+    /// With --tokenizer: put this token (by name, e.g. "</s>") after every document.
+    #[arg(long, value_name = "TOKEN")]
+    append_eos: Option<String>,
 }
 
 pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
@@ -102,7 +114,21 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     };
     let bar = Bar::new();
     let t0 = Instant::now();
-    let report = stokehold_ingest::pack(&a.sources, &a.dest, kind, &options, &bar)?;
+    let report = match &a.tokenizer {
+        Some(tokenizer) => {
+            if kind.is_some_and(|k| k != SourceKind::Jsonl) {
+                bail!("--tokenizer reads JSONL sources (--from jsonl)");
+            }
+            let tokens = stokehold_ingest::TokenOptions {
+                text_field: a.text_field.clone(),
+                tokenizer: tokenizer.clone(),
+                prepend_bos: a.prepend_bos.clone(),
+                append_eos: a.append_eos.clone(),
+            };
+            stokehold_ingest::pack_tokens(&a.sources, &a.dest, &options, &tokens, &bar)?
+        }
+        None => stokehold_ingest::pack(&a.sources, &a.dest, kind, &options, &bar)?,
+    };
     let secs = t0.elapsed().as_secs_f64();
     let m = &report.manifest;
     let total_bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();

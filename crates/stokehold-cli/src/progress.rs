@@ -15,6 +15,8 @@ pub struct Bar {
     bytes: AtomicU64,
     items: AtomicU64,
     started: Mutex<Instant>,
+    /// The phase counts tokens in `bytes` ("tokenizing"): show tokens/s.
+    tokens: std::sync::atomic::AtomicBool,
 }
 
 impl Bar {
@@ -24,6 +26,7 @@ impl Bar {
             bytes: AtomicU64::new(0),
             items: AtomicU64::new(0),
             started: Mutex::new(Instant::now()),
+            tokens: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -47,6 +50,7 @@ impl Progress for Bar {
             ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_prefix(phase.to_string());
+        self.tokens.store(phase == "tokenizing", Ordering::Relaxed);
         self.bytes.store(0, Ordering::Relaxed);
         self.items.store(0, Ordering::Relaxed);
         if let Ok(mut s) = self.started.lock() {
@@ -62,13 +66,17 @@ impl Progress for Bar {
         let n = self.items.fetch_add(items, Ordering::Relaxed) + items;
         self.with(|b| {
             b.inc(items);
-            if n % 64 == 0 {
+            if n % 64 == 0 || items >= 64 {
                 let secs = self
                     .started
                     .lock()
                     .map(|s| s.elapsed().as_secs_f64())
                     .unwrap_or(1.0);
-                b.set_message(units::rate(total, secs));
+                b.set_message(if self.tokens.load(Ordering::Relaxed) {
+                    units::token_rate(total, secs)
+                } else {
+                    units::rate(total, secs)
+                });
             }
         });
     }

@@ -29,6 +29,16 @@ pub fn bytes(n: u64) -> String {
     }
 }
 
+/// A rate in tokens per second: "1.25 M tok/s".
+pub fn token_rate(tokens: u64, secs: f64) -> String {
+    let r = tokens as f64 / secs.max(1e-9);
+    if r >= 1e6 {
+        format!("{:.2} M tok/s", r / 1e6)
+    } else {
+        format!("{:.1} k tok/s", r / 1e3)
+    }
+}
+
 /// A rate in bytes per second: "1.2 GB/s" (decimal units, as disks are sold).
 pub fn rate(bytes: u64, secs: f64) -> String {
     let r = bytes as f64 / secs.max(1e-9);

@@ -458,3 +458,75 @@ fn bench_sweep_with_autotune_compares_the_autotuned_run() {
     ]);
     assert!(format!("{:#}", r.unwrap_err()).contains(".svg"));
 }
+
+#[test]
+fn pack_tokenizer_writes_a_verifiable_token_dataset() {
+    use stokehold_ops::text::{synthetic_documents, train_word_level};
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = synthetic_documents(50, 4);
+    let tok = train_word_level(&docs, 1000).unwrap();
+    let tp = tmp.path().join("tokenizer.json");
+    fs::write(&tp, tok.inner().to_string(false).unwrap()).unwrap();
+    let jsonl = tmp.path().join("corpus.jsonl");
+    let lines: String = docs
+        .iter()
+        .map(|d| format!("{}\n", serde_json::json!({ "body": d })))
+        .collect();
+    fs::write(&jsonl, lines + "not json\n").unwrap();
+    let ds = tmp.path().join("tok");
+    let (jsonl_s, tp_s, ds_s) = (
+        jsonl.to_str().unwrap(),
+        tp.to_str().unwrap(),
+        ds.to_str().unwrap(),
+    );
+    let out = ok(&[
+        "pack",
+        jsonl_s,
+        ds_s,
+        "--from",
+        "jsonl",
+        "--text-field",
+        "body",
+        "--tokenizer",
+        tp_s,
+        "--prepend-bos",
+        "<s>",
+        "--append-eos",
+        "</s>",
+    ]);
+    assert!(out.starts_with("packed 50 samples from jsonl"), "{out}");
+    assert!(out.contains("1 inputs skipped"), "{out}");
+    assert!(out.contains(":51: invalid JSON"), "{out}");
+    assert!(out.contains("tokens (u16 each) in 50 documents"), "{out}");
+    let out = ok(&["verify", ds_s]);
+    assert!(out.starts_with("ok:"), "{out}");
+
+    let (r, _) = run_captured(&[
+        "pack",
+        jsonl_s,
+        tmp.path().join("x").to_str().unwrap(),
+        "--from",
+        "csv",
+        "--tokenizer",
+        tp_s,
+    ]);
+    let e = r.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("--tokenizer reads JSONL"),
+        "{e:#}"
+    );
+    let (r, _) = run_captured(&[
+        "pack",
+        jsonl_s,
+        tmp.path().join("y").to_str().unwrap(),
+        "--tokenizer",
+        tp_s,
+        "--append-eos",
+        "<eos>",
+    ]);
+    let e = r.unwrap_err();
+    assert!(
+        format!("{e:#}").contains("\"<eos>\" is not in the tokenizer's vocabulary"),
+        "{e:#}"
+    );
+}

@@ -13,6 +13,7 @@ pub mod sample_data;
 pub mod tar;
 pub mod tfrecord;
 
+pub use pack::tokens::{TokenOptions, pack_tokens};
 pub use pack::{
     ImagePolicy, NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,
     detect, pack,

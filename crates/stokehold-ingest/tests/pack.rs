@@ -39,26 +39,14 @@ fn jpeg(seed: u64) -> Vec<u8> {
     fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
 }
 
+mod common;
+use common::tree;
+
 fn opts(threads: usize) -> PackOptions {
     PackOptions {
         threads,
         ..PackOptions::default()
     }
-}
-
-fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut v: Vec<_> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]

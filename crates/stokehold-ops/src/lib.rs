@@ -3,7 +3,7 @@
 //! normalisation, and the fused image pipeline that chains them ([`pipeline::run`]).
 //!
 //! This crate knows nothing of datasets, threads or files: each kernel takes bytes or pixels and
-//! writes into a caller-provided buffer. Tokenization (issue #8) will live here too.
+//! writes into a caller-provided buffer. Tokenization lives in [`text`].
 
 pub mod color;
 pub mod decode;
@@ -15,6 +15,7 @@ pub mod layout;
 pub mod pipeline;
 pub mod resize;
 pub mod restart;
+pub mod text;
 
 pub use error::{OpsError, Result};
 pub use jpeg::{Pixels, PixelsRef};

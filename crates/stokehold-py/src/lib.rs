@@ -5,6 +5,7 @@
 //! - [`writer::ShardWriter`]: `stokehold.ShardWriter`, writes one.
 //! - [`loader::Engine`]: the loading engine behind `stokehold.Loader` (the Python class in
 //!   `python/stokehold/_loader.py`).
+//! - [`sequence::SequenceEngine`]: the sequence loader behind `stokehold.SequenceLoader`.
 //! - [`errors`]: the exception classes and the one mapping from `FormatError` to them.
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
@@ -13,6 +14,7 @@ pub mod convert;
 pub mod dataset;
 pub mod errors;
 pub mod loader;
+pub mod sequence;
 pub mod writer;
 
 use pyo3::prelude::*;
@@ -27,6 +29,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::ShardWriter>()?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     loader::register(m)?;
+    sequence::register(m)?;
     errors::register(m)?;
     Ok(())
 }

@@ -244,7 +244,11 @@ fn fixed_to_numpy<'py>(
 
 /// A delivered batch as a dict: fixed columns as numpy arrays over the batch's own buffers, list
 /// columns as lists; with `include_ids`, `id` (int64) and `is_padding` (bool).
-fn batch_to_py(py: Python<'_>, mut batch: Batch, include_ids: bool) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn batch_to_py(
+    py: Python<'_>,
+    mut batch: Batch,
+    include_ids: bool,
+) -> PyResult<Bound<'_, PyDict>> {
     let pool = batch.pool().cloned();
     let ids = std::mem::take(&mut batch.ids);
     let padding = std::mem::take(&mut batch.padding);

@@ -322,6 +322,26 @@ impl SharedBatch {
     }
 }
 
+/// A delivered batch made elsewhere in the crate (the sequence loader); its fixed buffers return
+/// to `pool`.
+pub(crate) fn new_batch(
+    epoch: u64,
+    step: u64,
+    ids: Vec<u64>,
+    padding: Vec<bool>,
+    columns: Vec<(String, ColumnData)>,
+    pool: Arc<BufferPool>,
+) -> Batch {
+    Batch {
+        epoch,
+        step,
+        ids,
+        padding,
+        columns,
+        pool: Some(pool),
+    }
+}
+
 /// Assemble the delivered batch.
 pub(crate) fn finish_batch(
     shared: &SharedBatch,

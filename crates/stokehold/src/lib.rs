@@ -7,6 +7,9 @@
 //! seeded by (seed, epoch, sample id), so output is the same whatever the thread count. A
 //! [`ResumeState`] continues exactly, on any number of ranks. [`Stats`] say where the time went.
 //!
+//! For language models, [`SequenceLoader`] streams packed token windows (or padded documents)
+//! from a token dataset ([`TokenDataset`], made by `stokehold pack --tokenizer`).
+//!
 //! ```
 //! use std::sync::Arc;
 //! use stokehold::{Column, Loader, LoaderConfig, format::{Dataset, DatasetWriter, DatasetWriteOptions, FieldValue, Schema}};
@@ -36,10 +39,12 @@ pub mod image;
 mod loader;
 mod rng;
 pub mod sampler;
+pub mod sequence;
 pub mod spec;
 mod state;
 mod stats;
 pub mod storage_bench;
+pub mod text;
 pub mod transform;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
@@ -50,6 +55,7 @@ pub use loader::{
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
+pub use sequence::{SequenceConfig, SequenceIter, SequenceLoader, SequenceMode, TokenDataset};
 pub use state::{ResumeState, STATE_VERSION, fingerprint};
 pub use stats::{StageStats, Stats};
 pub use transform::{Column, CopyBytes, Output, SampleCtx, Transform, Value, from_fn};

@@ -38,6 +38,12 @@ pub fn build_column(
     if specs.is_empty() {
         return Ok(column);
     }
+    if let Some(planned) = crate::text::plan(field, specs) {
+        let (t, output) = planned?;
+        column.transforms = vec![t];
+        column.output = output;
+        return Ok(column);
+    }
     if specs.iter().any(|s| crate::image::is_image_stage(&s.name)) {
         // An image chain is planned as one fused stage with a fixed output.
         if let Some(other) = specs
@@ -60,9 +66,10 @@ pub fn build_column(
             Some(t) => transforms.push(t),
             None => {
                 return Err(EngineError::Config(format!(
-                    "column {field:?}: unknown transform {:?} (built-in transforms: {})",
+                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {})",
                     s.name,
-                    BUILT_IN.join(", ")
+                    BUILT_IN.join(", "),
+                    crate::text::TOKENIZE
                 )));
             }
         }

@@ -12,6 +12,7 @@
 mod image_folder;
 mod table;
 mod tfrecord;
+pub mod tokens;
 mod webdataset;
 
 use std::fmt::Write as _;
@@ -495,15 +496,7 @@ pub fn pack(
         SourceKind::WebDataset => webdataset::plan(sources, options, progress)?,
         SourceKind::TfRecord => tfrecord::plan(sources, options, progress)?,
     };
-    let threads = match options.threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .thread_name(|i| format!("stokehold-pack-{i}"))
-        .build()
-        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))?;
+    let pool = thread_pool(options.threads, "pack")?;
     let mut writer = DatasetWriter::create(dest, plan.schema.clone(), options.write)?;
     if let Some(classes) = &plan.classes {
         writer.set_classes(classes.clone());
@@ -530,15 +523,7 @@ pub fn pack(
     (plan.run)(&mut sink)?;
     progress.finish();
     if sink.writer.is_empty() {
-        return Err(PackError::Empty(match sink.skipped.first() {
-            Some(s) => format!(
-                "all {} inputs were skipped; the first: {}: {}",
-                sink.skipped.len(),
-                s.input,
-                s.reason
-            ),
-            None => "the source holds no samples".into(),
-        }));
+        return Err(nothing_packed(&sink.skipped, "inputs", "samples"));
     }
     let Sink {
         mut writer,
@@ -568,13 +553,7 @@ pub fn pack(
         source["jpeg_quality"] = options.images.quality.into();
     }
     writer.set_source(source);
-    if !skipped.is_empty() {
-        let mut text = String::new();
-        for s in &skipped {
-            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
-        }
-        writer.add_file("skipped.txt", text.as_bytes())?;
-    }
+    add_skipped_file(&mut writer, &skipped)?;
     let manifest = writer.finish()?;
     Ok(PackReport {
         kind,
@@ -586,6 +565,51 @@ pub fn pack(
         resized,
         notes,
     })
+}
+
+/// The packer's rayon pool: `threads` threads (0: one per core) named `stokehold-{name}-N`.
+pub(crate) fn thread_pool(
+    threads: usize,
+    name: &'static str,
+) -> Result<rayon::ThreadPool, PackError> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("stokehold-{name}-{i}"))
+        .build()
+        .map_err(|e| PackError::Input(format!("cannot start {threads} threads: {e}")))
+}
+
+/// The error of a pack that wrote nothing: every one of `what` was skipped, or there were none
+/// (no `items`).
+pub(crate) fn nothing_packed(skipped: &[Skipped], what: &str, items: &str) -> PackError {
+    PackError::Empty(match skipped.first() {
+        Some(s) => format!(
+            "all {} {what} were skipped; the first: {}: {}",
+            skipped.len(),
+            s.input,
+            s.reason
+        ),
+        None => format!("the source holds no {items}"),
+    })
+}
+
+/// List the skipped inputs in the dataset's `skipped.txt` (none: no file).
+pub(crate) fn add_skipped_file(
+    writer: &mut DatasetWriter,
+    skipped: &[Skipped],
+) -> Result<(), PackError> {
+    if !skipped.is_empty() {
+        let mut text = String::new();
+        for s in skipped {
+            let _ = writeln!(text, "{}\t{}", s.input, s.reason.replace(['\n', '\t'], " "));
+        }
+        writer.add_file("skipped.txt", text.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// What a source reader works out before packing: the schema and a way to produce the samples.

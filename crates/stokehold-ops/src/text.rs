@@ -1,0 +1,463 @@
+//! Tokenization: a Hugging Face `tokenizer.json` (any model: BPE, WordPiece, Unigram, WordLevel)
+//! loaded with the `tokenizers` crate, and the token storage types of token datasets.
+//!
+//! Encoding never adds the tokenizer's own special tokens (its post-processor); beginning- and
+//! end-of-document tokens are explicit ([`TextTokenizer::token_id`] resolves their names), so a
+//! packed stream holds exactly what the options say.
+
+use std::path::{Path, PathBuf};
+
+/// Largest `tokenizer.json` accepted (the biggest public ones are around 20 MB).
+pub const MAX_TOKENIZER_BYTES: u64 = 256 << 20;
+
+/// Errors of tokenizer loading and encoding.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TextError {
+    /// The tokenizer file could not be read.
+    #[error("{}: cannot read the tokenizer: {detail}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The file is not a tokenizer the `tokenizers` crate understands.
+    #[error("{}: not a valid tokenizer.json: {detail}", path.display())]
+    Parse {
+        /// The file (or `<memory>`).
+        path: PathBuf,
+        /// The parser's message.
+        detail: String,
+    },
+    /// A special token named in the options is not in the vocabulary.
+    #[error("{}: token {token:?} is not in the tokenizer's vocabulary", path.display())]
+    UnknownToken {
+        /// The tokenizer file.
+        path: PathBuf,
+        /// The token's name.
+        token: String,
+    },
+    /// Encoding failed.
+    #[error("tokenization failed: {0}")]
+    Encode(String),
+    /// A token id does not fit the dataset's token type.
+    #[error("token id {id} does not fit {dtype} (vocabulary size {vocab_size})")]
+    IdOutOfRange {
+        /// The id.
+        id: u32,
+        /// The storage type.
+        dtype: &'static str,
+        /// The tokenizer's vocabulary size.
+        vocab_size: u32,
+    },
+}
+
+/// How token ids are stored: little-endian `u16` when the vocabulary has at most 65,536 entries,
+/// `u32` otherwise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TokenDType {
+    /// 2 bytes per token.
+    U16,
+    /// 4 bytes per token.
+    U32,
+}
+
+impl TokenDType {
+    /// The narrowest type that holds every id of a vocabulary of `vocab_size` entries.
+    pub fn for_vocab(vocab_size: u32) -> TokenDType {
+        if vocab_size <= 1 << 16 {
+            TokenDType::U16
+        } else {
+            TokenDType::U32
+        }
+    }
+
+    /// Bytes per token.
+    pub fn size(self) -> usize {
+        match self {
+            TokenDType::U16 => 2,
+            TokenDType::U32 => 4,
+        }
+    }
+
+    /// `"u16"` or `"u32"`, as written in manifests.
+    pub fn name(self) -> &'static str {
+        match self {
+            TokenDType::U16 => "u16",
+            TokenDType::U32 => "u32",
+        }
+    }
+
+    /// Parse [`TokenDType::name`].
+    pub fn parse(s: &str) -> Option<TokenDType> {
+        match s {
+            "u16" => Some(TokenDType::U16),
+            "u32" => Some(TokenDType::U32),
+            _ => None,
+        }
+    }
+
+    /// Append `ids` to `out` little-endian, checking that each fits.
+    pub fn append(self, ids: &[u32], vocab_size: u32, out: &mut Vec<u8>) -> Result<(), TextError> {
+        out.reserve(ids.len() * self.size());
+        match self {
+            TokenDType::U16 => {
+                for &id in ids {
+                    let v = u16::try_from(id).map_err(|_| TextError::IdOutOfRange {
+                        id,
+                        dtype: "u16",
+                        vocab_size,
+                    })?;
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            TokenDType::U32 => {
+                for &id in ids {
+                    out.extend_from_slice(&id.to_le_bytes());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Token `i` of little-endian `bytes` of this type (panics when out of range).
+    #[inline]
+    pub fn get(self, bytes: &[u8], i: usize) -> u32 {
+        match self {
+            TokenDType::U16 => u32::from(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])),
+            TokenDType::U32 => u32::from_le_bytes([
+                bytes[4 * i],
+                bytes[4 * i + 1],
+                bytes[4 * i + 2],
+                bytes[4 * i + 3],
+            ]),
+        }
+    }
+}
+
+/// A loaded tokenizer with its identity (for manifests and resume fingerprints).
+#[derive(Clone)]
+pub struct TextTokenizer {
+    inner: tokenizers::Tokenizer,
+    path: PathBuf,
+    vocab_size: u32,
+    fingerprint: String,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("vocab_size", &self.vocab_size)
+            .field("fingerprint", &self.fingerprint)
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Load a `tokenizer.json` (at most [`MAX_TOKENIZER_BYTES`]).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<TextTokenizer, TextError> {
+        use std::io::Read;
+        let path = path.as_ref();
+        let read_err = |detail: String| TextError::Read {
+            path: path.to_path_buf(),
+            detail,
+        };
+        let f = std::fs::File::open(path).map_err(|e| read_err(e.to_string()))?;
+        let mut bytes = Vec::new();
+        f.take(MAX_TOKENIZER_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| read_err(e.to_string()))?;
+        if bytes.len() as u64 > MAX_TOKENIZER_BYTES {
+            return Err(read_err(format!(
+                "larger than the limit of {MAX_TOKENIZER_BYTES} bytes"
+            )));
+        }
+        TextTokenizer::from_bytes(&bytes, path)
+    }
+
+    /// Parse the bytes of a `tokenizer.json`; `path` names it in messages.
+    pub fn from_bytes(bytes: &[u8], path: impl AsRef<Path>) -> Result<TextTokenizer, TextError> {
+        let path = path.as_ref().to_path_buf();
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| TextError::Parse {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        let vocab_size = u32::try_from(inner.get_vocab_size(true)).unwrap_or(u32::MAX);
+        Ok(TextTokenizer {
+            inner,
+            path,
+            vocab_size,
+            fingerprint: fingerprint(bytes),
+        })
+    }
+
+    /// Wrap a tokenizer built in code (tests, training); its fingerprint is that of its JSON.
+    pub fn from_tokenizer(inner: tokenizers::Tokenizer) -> Result<TextTokenizer, TextError> {
+        let json = inner
+            .to_string(false)
+            .map_err(|e| TextError::Encode(e.to_string()))?;
+        TextTokenizer::from_bytes(json.as_bytes(), "<memory>")
+    }
+
+    /// The `tokenizers` crate's tokenizer.
+    pub fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    /// The file it was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Vocabulary size, added tokens included.
+    pub fn vocab_size(&self) -> u32 {
+        self.vocab_size
+    }
+
+    /// The storage type of its ids.
+    pub fn dtype(&self) -> TokenDType {
+        TokenDType::for_vocab(self.vocab_size)
+    }
+
+    /// `crc32c:XXXXXXXX:LEN` of the `tokenizer.json` bytes.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The id of token `name`, or a [`TextError::UnknownToken`].
+    pub fn token_id(&self, name: &str) -> Result<u32, TextError> {
+        self.inner
+            .token_to_id(name)
+            .ok_or_else(|| TextError::UnknownToken {
+                path: self.path.clone(),
+                token: name.to_string(),
+            })
+    }
+
+    /// The ids of `text`, without the tokenizer's special tokens, appended to `out`.
+    pub fn encode_into(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TextError> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| TextError::Encode(e.to_string()))?;
+        out.extend_from_slice(enc.get_ids());
+        Ok(())
+    }
+
+    /// The ids of `text`, without the tokenizer's special tokens.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TextError> {
+        let mut v = Vec::new();
+        self.encode_into(text, &mut v)?;
+        Ok(v)
+    }
+
+    /// The text of `ids` (special tokens kept).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, TextError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| TextError::Encode(e.to_string()))
+    }
+}
+
+/// `crc32c:XXXXXXXX:LEN` — identifies a tokenizer.json's bytes (an integrity tag, not a security
+/// hash).
+fn fingerprint(bytes: &[u8]) -> String {
+    format!("crc32c:{:08x}:{}", crc32c::crc32c(bytes), bytes.len())
+}
+
+/// A small WordLevel tokenizer trained on `texts` (whitespace pre-tokenizer, `[UNK]`, `<s>`,
+/// `</s>`, `<pad>` as special tokens): for tests, examples and benchmarks; nothing is downloaded.
+pub fn train_word_level(texts: &[String], vocab_size: usize) -> Result<TextTokenizer, TextError> {
+    use tokenizers::models::wordlevel::{WordLevel, WordLevelTrainerBuilder};
+    use tokenizers::pre_tokenizers::whitespace::Whitespace;
+    use tokenizers::{AddedToken, TokenizerBuilder};
+    let err = |e: tokenizers::Error| TextError::Encode(e.to_string());
+    let specials: Vec<AddedToken> = ["[UNK]", "<s>", "</s>", "<pad>"]
+        .iter()
+        .map(|s| AddedToken::from(*s, true))
+        .collect();
+    let mut trainer = WordLevelTrainerBuilder::default()
+        .vocab_size(vocab_size)
+        .min_frequency(0)
+        .special_tokens(specials)
+        .build()
+        .map_err(|e| TextError::Encode(e.to_string()))?;
+    let model = WordLevel::builder()
+        .unk_token("[UNK]".into())
+        .build()
+        .map_err(err)?;
+    let mut tok: tokenizers::TokenizerImpl<
+        WordLevel,
+        tokenizers::NormalizerWrapper,
+        Whitespace,
+        tokenizers::PostProcessorWrapper,
+        tokenizers::DecoderWrapper,
+    > = TokenizerBuilder::new()
+        .with_model(model)
+        .with_pre_tokenizer(Some(Whitespace {}))
+        .build()
+        .map_err(err)?;
+    tok.train(&mut trainer, texts.iter()).map_err(err)?;
+    let json = tok.to_string(false).map_err(err)?;
+    TextTokenizer::from_bytes(json.as_bytes(), "<trained>")
+}
+
+/// `n` synthetic documents of varied length (1 to about 40 sentences of English-like words),
+/// a pure function of `seed`: text for tests, examples and benchmarks.
+pub fn synthetic_documents(n: usize, seed: u64) -> Vec<String> {
+    const WORDS: [&str; 64] = [
+        "the",
+        "a",
+        "data",
+        "loader",
+        "reads",
+        "shards",
+        "from",
+        "disk",
+        "and",
+        "model",
+        "trains",
+        "on",
+        "tokens",
+        "every",
+        "step",
+        "while",
+        "workers",
+        "decode",
+        "batches",
+        "in",
+        "order",
+        "with",
+        "seed",
+        "epoch",
+        "rank",
+        "world",
+        "size",
+        "resume",
+        "state",
+        "exact",
+        "window",
+        "sequence",
+        "document",
+        "boundary",
+        "position",
+        "segment",
+        "mask",
+        "attention",
+        "learning",
+        "rate",
+        "gradient",
+        "loss",
+        "falls",
+        "slowly",
+        "quickly",
+        "river",
+        "mountain",
+        "city",
+        "night",
+        "morning",
+        "small",
+        "large",
+        "red",
+        "green",
+        "blue",
+        "cat",
+        "dog",
+        "runs",
+        "sleeps",
+        "writes",
+        "counts",
+        "of",
+        "to",
+        "is",
+    ];
+    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
+    let mut next = move || {
+        // splitmix64
+        x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = x;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    (0..n)
+        .map(|_| {
+            let sentences = 1 + (next() % 40) as usize;
+            let mut doc = String::new();
+            for s in 0..sentences {
+                if s > 0 {
+                    doc.push(' ');
+                }
+                let words = 3 + (next() % 14) as usize;
+                for w in 0..words {
+                    if w > 0 {
+                        doc.push(' ');
+                    }
+                    let r = next();
+                    if r % 23 == 0 {
+                        doc.push_str(&(r % 1000).to_string());
+                    } else {
+                        doc.push_str(WORDS[(r >> 8) as usize % WORDS.len()]);
+                    }
+                }
+                doc.push('.');
+            }
+            doc
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus() -> Vec<String> {
+        (0..200)
+            .map(|i| format!("the cat {} sat on mat {} and the dog ran", i % 17, i % 5))
+            .collect()
+    }
+
+    #[test]
+    fn trained_tokenizer_round_trips_through_json() {
+        let t = train_word_level(&corpus(), 1000).unwrap();
+        assert!(t.vocab_size() > 10);
+        assert_eq!(t.dtype(), TokenDType::U16);
+        let ids = t.encode("the cat sat").unwrap();
+        assert_eq!(ids.len(), 3);
+        assert_eq!(t.decode(&ids).unwrap(), "the cat sat");
+        let again =
+            TextTokenizer::from_bytes(t.inner().to_string(false).unwrap().as_bytes(), "x").unwrap();
+        assert_eq!(again.encode("the cat sat").unwrap(), ids);
+        assert!(t.token_id("</s>").is_ok());
+        assert!(matches!(
+            t.token_id("<nope>"),
+            Err(TextError::UnknownToken { .. })
+        ));
+    }
+
+    #[test]
+    fn dtype_choice_and_storage() {
+        assert_eq!(TokenDType::for_vocab(65_536), TokenDType::U16);
+        assert_eq!(TokenDType::for_vocab(65_537), TokenDType::U32);
+        let mut out = Vec::new();
+        TokenDType::U16.append(&[1, 65_535], 10, &mut out).unwrap();
+        assert_eq!(out, [1, 0, 255, 255]);
+        assert!(TokenDType::U16.append(&[65_536], 10, &mut out).is_err());
+        assert_eq!(TokenDType::U16.get(&out, 1), 65_535);
+        let mut b = Vec::new();
+        TokenDType::U32.append(&[70_000, 3], 10, &mut b).unwrap();
+        assert_eq!(TokenDType::U32.get(&b, 1), 3);
+        assert_eq!(TokenDType::U32.get(&b, 0), 70_000);
+    }
+
+    #[test]
+    fn missing_and_invalid_files_are_typed_errors() {
+        let e = TextTokenizer::from_file("/nonexistent/tokenizer.json").unwrap_err();
+        assert!(matches!(e, TextError::Read { .. }), "{e}");
+        assert!(e.to_string().contains("/nonexistent/tokenizer.json"));
+        let e = TextTokenizer::from_bytes(b"{not json", "bad.json").unwrap_err();
+        assert!(matches!(e, TextError::Parse { .. }), "{e}");
+    }
+}

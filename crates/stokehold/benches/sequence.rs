@@ -1,0 +1,206 @@
+//! Text benchmarks, each a ratio against a baseline measured in the same run
+//! (`cargo bench -p stokehold --bench sequence`, or `make bench`):
+//!
+//! 1. packing throughput: `pack_tokens` (JSONL read, JSON parse, tokenize, write shards) on N
+//!    threads against the `tokenizers` crate's own `encode_batch_fast` of the same texts on the
+//!    same N threads (target: >= 0.9);
+//! 2. packed sequence loading, seq_len 2048, batch 32, int32, from warm shards, in each read mode
+//!    (pread or mmap, with or without per-record checksums) on N and on 1 worker: bytes delivered
+//!    per second (`input_ids` + `labels`; the `input_ids`-only ratio is printed too) against a
+//!    plain single-threaded `memcpy` of int32 batches from a warm 64 MiB buffer, alternated with
+//!    the loader's epochs (target: >= 0.5).
+//!
+//! The corpus is synthetic English-like text (`stokehold_ops::text::synthetic_documents`) and the
+//! tokenizer a WordLevel model trained on it in the run: nothing is downloaded. Environment:
+//! `STOKEHOLD_BENCH_DOCS` (documents, default 60000), `STOKEHOLD_BENCH_THREADS` (default: the
+//! available cores).
+
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stokehold::format::{Dataset, OpenOptions};
+use stokehold::{SequenceConfig, SequenceLoader, SequenceMode, Shuffle, TokenDataset};
+use stokehold_ingest::{NoProgress, PackOptions, TokenOptions, pack_tokens};
+use stokehold_ops::text::{synthetic_documents, train_word_level};
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn open(dir: &Path, o: OpenOptions) -> Arc<TokenDataset> {
+    Arc::new(TokenDataset::open(Arc::new(Dataset::open_with(dir, o).unwrap())).unwrap())
+}
+
+fn main() {
+    let docs_n = env("STOKEHOLD_BENCH_DOCS", 60_000);
+    let threads = env(
+        "STOKEHOLD_BENCH_THREADS",
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let docs = synthetic_documents(docs_n, 11);
+    let text_bytes: usize = docs.iter().map(String::len).sum();
+    let tok = train_word_level(&docs[..docs.len().min(5000)], 30_000).unwrap();
+    let tp = tmp.path().join("tokenizer.json");
+    std::fs::write(&tp, tok.inner().to_string(false).unwrap()).unwrap();
+    let jsonl = tmp.path().join("corpus.jsonl");
+    let mut lines = String::with_capacity(text_bytes + docs_n * 16);
+    for d in &docs {
+        lines.push_str(&serde_json::json!({ "text": d }).to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&jsonl, &lines).unwrap();
+    println!(
+        "corpus: {docs_n} documents, {:.1} MB of text, WordLevel vocabulary {}; {threads} threads",
+        text_bytes as f64 / 1e6,
+        tok.vocab_size()
+    );
+
+    // 1. Packing against encode_batch_fast on the same threads.
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let inputs: Vec<&str> = docs.iter().map(String::as_str).collect();
+    let dest = tmp.path().join("tok");
+    let options = PackOptions {
+        threads,
+        write: stokehold::format::DatasetWriteOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+        ..PackOptions::default()
+    };
+    let topts = TokenOptions {
+        text_field: "text".into(),
+        tokenizer: tp.clone(),
+        prepend_bos: None,
+        append_eos: Some("</s>".into()),
+    };
+    // Alternate the two, 3 times each, and compare the medians.
+    let mut tokens = 0usize;
+    let (mut enc_times, mut pack_times) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        let enc = pool.install(|| {
+            tok.inner()
+                .encode_batch_fast(inputs.clone(), false)
+                .unwrap()
+        });
+        tokens = enc.iter().map(|e| e.get_ids().len()).sum();
+        black_box(enc);
+        enc_times.push(t.elapsed());
+        let t = Instant::now();
+        pack_tokens(
+            std::slice::from_ref(&jsonl),
+            &dest,
+            &options,
+            &topts,
+            &NoProgress,
+        )
+        .unwrap();
+        pack_times.push(t.elapsed());
+    }
+    let (t_enc, t_pack) = (median(enc_times), median(pack_times));
+    let enc_rate = tokens as f64 / t_enc.as_secs_f64();
+    let pack_rate = tokens as f64 / t_pack.as_secs_f64();
+    println!(
+        "packing: encode_batch_fast {:.2} M tok/s ({:.1} MB/s of text), pack_tokens {:.2} M tok/s; \
+         ratio {:.2} (target >= 0.9)",
+        enc_rate / 1e6,
+        text_bytes as f64 / t_enc.as_secs_f64() / 1e6,
+        pack_rate / 1e6,
+        pack_rate / enc_rate
+    );
+
+    // 2. Sequence loading against memcpy. The machine may be shared: each variant alternates a
+    // memcpy pass and a loader epoch, 7 times, and compares the medians.
+    let (seq_len, batch) = (2048usize, 32usize);
+    let batch_bytes = seq_len * batch * 4;
+    let src: Vec<i32> = (0..(64 << 20) / 4).collect();
+    let mut dst = vec![0i32; batch_bytes / 4];
+    let chunks = src.len() * 4 / batch_bytes;
+    let mut memcpy = || {
+        let t = Instant::now();
+        let n = dst.len();
+        for c in 0..chunks {
+            dst.copy_from_slice(&src[c * n..(c + 1) * n]);
+            black_box(&mut dst);
+        }
+        (chunks * batch_bytes) as f64 / t.elapsed().as_secs_f64()
+    };
+    let opts = |mmap: bool, verify_records: bool| OpenOptions {
+        access: if mmap {
+            stokehold::format::Access::Mmap
+        } else {
+            stokehold::format::Access::Pread
+        },
+        verify_records,
+        ..OpenOptions::default()
+    };
+    for (name, o, workers) in [
+        ("pread + crc (default)", opts(false, true), threads),
+        ("pread, no crc", opts(false, false), threads),
+        ("mmap + crc", opts(true, true), threads),
+        ("mmap, no crc", opts(true, false), threads),
+        ("pread + crc (default)", opts(false, true), 1),
+        ("mmap, no crc", opts(true, false), 1),
+    ] {
+        let data = open(&dest, o);
+        let config = SequenceConfig {
+            mode: SequenceMode::Packed {
+                seq_len: seq_len as u32,
+            },
+            batch_size: batch as u32,
+            shuffle: Shuffle::Global,
+            threads: workers,
+            prefetch: 4,
+            ..SequenceConfig::default()
+        };
+        let mut loader = SequenceLoader::new(Arc::clone(&data), config).unwrap();
+        let steps = loader.steps_per_epoch().unwrap();
+        // warm the page cache and the buffer pool
+        for b in loader.iter().unwrap() {
+            black_box(b.unwrap());
+        }
+        let (mut copy_rates, mut load_rates) = (Vec::new(), Vec::new());
+        let busy0 = loader.stats().busy;
+        for epoch in 1..=7 {
+            copy_rates.push(memcpy());
+            loader.set_epoch(epoch);
+            let t = Instant::now();
+            for b in loader.iter().unwrap() {
+                black_box(b.unwrap());
+            }
+            load_rates.push((steps as usize * batch_bytes) as f64 / t.elapsed().as_secs_f64());
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (copy_bw, rate) = (med(&mut copy_rates), med(&mut load_rates));
+        let busy = (loader.stats().busy - busy0).as_secs_f64() / (7.0 * steps as f64);
+        // `rate` counts the input_ids tensor; a batch also delivers labels of the same size.
+        println!(
+            "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len}, \
+             {:.0} M tok/s, {:.2} GB/s delivered (input_ids + labels); memcpy {:.2} GB/s; \
+             ratio {:.2} (input_ids alone {:.2}; target >= 0.5); worker time {:.0} us/batch",
+            rate / 4.0 / 1e6,
+            2.0 * rate / 1e9,
+            copy_bw / 1e9,
+            2.0 * rate / copy_bw,
+            rate / copy_bw,
+            busy * 1e6
+        );
+    }
+}

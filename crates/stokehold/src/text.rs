@@ -1,0 +1,178 @@
+//! The `tokenize` stage: a string (or UTF-8 bytes) field into token ids, on the loader's threads,
+//! for datasets too small to be worth packing into a token dataset.
+//!
+//! Spec: `{"name": "tokenize", "params": {"tokenizer": PATH, "max_length": N | null,
+//! "dtype": "int32" | "int64", "pad_id": ID, "bos": TOKEN | null, "eos": TOKEN | null}}`.
+//! With `max_length` the output is fixed, `[batch, max_length]`: ids truncated to `max_length`
+//! (BOS/EOS included) and padded with `pad_id` (default: the id of `<pad>` or `[PAD]` when the
+//! vocabulary has one, else 0). Without it, each sample is a 1-d array of its own length (a list
+//! column).
+
+use std::sync::Arc;
+
+use serde_json::Value as Json;
+use stokehold_format::{DType, FieldValue};
+use stokehold_ops::text::TextTokenizer;
+
+use crate::error::{EngineError, Result};
+use crate::spec::TransformSpec;
+use crate::transform::{Output, SampleCtx, Transform, Value, tensor};
+
+/// The stage's name in specs.
+pub const TOKENIZE: &str = "tokenize";
+
+/// The tokenize stage.
+#[derive(Debug)]
+pub struct Tokenize {
+    tok: Arc<TextTokenizer>,
+    max_length: Option<usize>,
+    dtype: DType,
+    pad_id: u32,
+    bos: Option<u32>,
+    eos: Option<u32>,
+}
+
+fn bad(column: &str, m: impl std::fmt::Display) -> EngineError {
+    EngineError::Config(format!("column {column:?}: tokenize: {m}"))
+}
+
+/// Plan a column whose chain is one `tokenize` stage; None when the chain has none.
+pub fn plan(column: &str, specs: &[TransformSpec]) -> Option<Result<(Arc<dyn Transform>, Output)>> {
+    if !specs.iter().any(|s| s.name == TOKENIZE) {
+        return None;
+    }
+    Some(plan_inner(column, specs))
+}
+
+fn plan_inner(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>, Output)> {
+    let [spec] = specs else {
+        return Err(bad(column, "must be the only stage of its column"));
+    };
+    let p = &spec.params;
+    let path = p
+        .get("tokenizer")
+        .and_then(Json::as_str)
+        .ok_or_else(|| bad(column, "\"tokenizer\" (a tokenizer.json path) is required"))?;
+    let tok = TextTokenizer::from_file(path).map_err(|e| bad(column, e))?;
+    let max_length = match p.get("max_length") {
+        None | Some(Json::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 && n <= 1 << 24 => Some(n as usize),
+            _ => {
+                return Err(bad(
+                    column,
+                    format!("max_length must be 1 to 2^24, got {v}"),
+                ));
+            }
+        },
+    };
+    let dtype = match p.get("dtype").and_then(Json::as_str).unwrap_or("int32") {
+        "int32" | "i32" => DType::I32,
+        "int64" | "i64" => DType::I64,
+        other => {
+            return Err(bad(
+                column,
+                format!("dtype must be int32 or int64, got {other:?}"),
+            ));
+        }
+    };
+    let token = |key: &str| -> Result<Option<u32>> {
+        match p.get(key) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::String(name)) => tok.token_id(name).map(Some).map_err(|e| bad(column, e)),
+            Some(v) => Err(bad(column, format!("{key} must be a token name, got {v}"))),
+        }
+    };
+    let (bos, eos) = (token("bos")?, token("eos")?);
+    let pad_id = match p.get("pad_id") {
+        None | Some(Json::Null) => ["<pad>", "[PAD]", "<|pad|>"]
+            .iter()
+            .find_map(|n| tok.inner().token_to_id(n))
+            .unwrap_or(0),
+        Some(v) => v
+            .as_u64()
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| bad(column, format!("pad_id must be a token id, got {v}")))?,
+    };
+    let output = match max_length {
+        Some(n) => Output::Fixed {
+            dtype,
+            shape: vec![n],
+        },
+        None => Output::List,
+    };
+    let t = Tokenize {
+        tok: Arc::new(tok),
+        max_length,
+        dtype,
+        pad_id,
+        bos,
+        eos,
+    };
+    Ok((Arc::new(t), output))
+}
+
+impl Tokenize {
+    fn ids(&self, x: &Value<'_>) -> std::result::Result<Vec<u32>, String> {
+        let text = match x {
+            FieldValue::String(s) => s.as_ref(),
+            FieldValue::Bytes(b) => {
+                std::str::from_utf8(b).map_err(|e| format!("the bytes are not UTF-8: {e}"))?
+            }
+            other => return Err(format!("expects a string field, got {}", other.kind())),
+        };
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        ids.extend(self.bos);
+        self.tok
+            .encode_into(text, &mut ids)
+            .map_err(|e| e.to_string())?;
+        ids.extend(self.eos);
+        if let Some(n) = self.max_length {
+            ids.truncate(n);
+        }
+        Ok(ids)
+    }
+}
+
+impl Transform for Tokenize {
+    fn name(&self) -> &str {
+        TOKENIZE
+    }
+
+    fn apply<'a>(
+        &self,
+        x: Value<'a>,
+        _: &mut SampleCtx<'_>,
+    ) -> std::result::Result<Value<'a>, String> {
+        let mut ids = self.ids(&x)?;
+        if let Some(n) = self.max_length {
+            ids.resize(n, self.pad_id);
+        }
+        let mut data = Vec::with_capacity(ids.len() * self.dtype.size());
+        for &i in &ids {
+            match self.dtype {
+                DType::I64 => data.extend_from_slice(&i64::from(i).to_le_bytes()),
+                _ => data.extend_from_slice(&(i as i32).to_le_bytes()),
+            }
+        }
+        Ok(tensor(self.dtype, vec![ids.len() as u64], data))
+    }
+
+    fn apply_into(
+        &self,
+        x: Value<'_>,
+        _: &mut SampleCtx<'_>,
+        slot: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let ids = self.ids(&x)?;
+        let size = self.dtype.size();
+        for (k, chunk) in slot.chunks_exact_mut(size).enumerate() {
+            let id = ids.get(k).copied().unwrap_or(self.pad_id);
+            match self.dtype {
+                DType::I64 => chunk.copy_from_slice(&i64::from(id).to_le_bytes()),
+                _ => chunk.copy_from_slice(&(id as i32).to_le_bytes()),
+            }
+        }
+        Ok(())
+    }
+}
