@@ -248,11 +248,20 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let tmp = tempfile::tempdir_in(base).unwrap();
-    ram_cache(tmp.path(), 1024, 200_000);
-    ram_cache(tmp.path(), 100 << 10, 2000);
-    let jpegs = std::env::var_os("STOKEHOLD_BENCH_JPEGS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/tmp/inet-shards"));
-    decoded_cache(&jpegs);
-    direct_reads(tmp.path());
+    // STOKEHOLD_BENCH_ONLY=ram|decoded|direct runs one part
+    let only = std::env::var("STOKEHOLD_BENCH_ONLY").unwrap_or_default();
+    let part = |p: &str| only.is_empty() || only == p;
+    if part("ram") {
+        ram_cache(tmp.path(), 1024, 200_000);
+        ram_cache(tmp.path(), 100 << 10, 2000);
+    }
+    if part("decoded") {
+        let jpegs = std::env::var_os("STOKEHOLD_BENCH_JPEGS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/tmp/inet-shards"));
+        decoded_cache(&jpegs);
+    }
+    if part("direct") {
+        direct_reads(tmp.path());
+    }
 }
