@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use stokehold::format::{Access, Dataset, FieldType, OpenOptions};
 use stokehold::spec::{TransformSpec, build_columns};
 use stokehold::storage_bench::{self, StorageOptions};
-use stokehold::{Column, ColumnData, Loader, LoaderConfig, Shuffle, Tail};
+use stokehold::{Column, ColumnData, DecodedCacheConfig, Loader, LoaderConfig, Shuffle, Tail};
 
 use crate::units;
 
@@ -25,6 +25,11 @@ mod storage;
 mod sweep;
 
 use storage::cache_note;
+
+fn parse_access(s: &str) -> Result<Access, String> {
+    Access::parse(s)
+        .ok_or_else(|| format!("unknown access {s:?}: use auto, pread, mmap, direct or memory"))
+}
 
 /// The loader's configuration and the image stages: shared by `bench` and `bench storage`.
 #[derive(Debug, Args)]
@@ -52,9 +57,19 @@ pub struct PipelineArgs {
     /// Seed of the order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Read through memory maps instead of positional reads.
+    /// Read through memory maps instead of positional reads (same as --access mmap).
     #[arg(long)]
     mmap: bool,
+    /// How shards are read: auto, pread, mmap, direct (O_DIRECT) or memory (docs/storage.md).
+    #[arg(long, value_name = "MODE", value_parser = parse_access, conflicts_with = "mmap")]
+    access: Option<Access>,
+    /// RAM cache of whole shards with this budget (e.g. 8GiB), shared by the epochs.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
+    cache: Option<u64>,
+    /// Keep the images decoded and resized to this shorter side in RAM (the decoded cache); the
+    /// random stages start from it. Its budget is half the RAM.
+    #[arg(long, value_name = "N")]
+    decoded_cache: Option<u32>,
     /// Decode the image field with a fused RandomResizedCrop to N×N (the training pipeline).
     #[arg(long, value_name = "N")]
     random_resized_crop: Option<u32>,
@@ -206,9 +221,14 @@ fn pipeline(
     a: &PipelineArgs,
     epochs: u64,
 ) -> anyhow::Result<(Arc<Dataset>, Vec<Column>, LoaderConfig)> {
+    let access = match (a.access, a.mmap) {
+        (Some(x), _) => x,
+        (None, true) => Access::Mmap,
+        (None, false) => Access::Auto,
+    };
     let ds = Arc::new(Dataset::open_with(
         dataset,
-        OpenOptions::with_access(if a.mmap { Access::Mmap } else { Access::Auto }),
+        OpenOptions::with_access(access),
     )?);
     let image = image_specs(a)?;
     let columns = if image.is_empty() {
@@ -250,6 +270,11 @@ fn pipeline(
         memory_budget: a.memory_budget.unwrap_or(0),
         // starting an epoch ahead only helps when another epoch follows
         prepare_next_epoch: epochs > 1,
+        cache_bytes: a.cache.unwrap_or(0),
+        decoded_cache: a.decoded_cache.map(|size| DecodedCacheConfig {
+            size,
+            budget: (stokehold::format::storage::physical_memory() / 2).max(1 << 30),
+        }),
         ..LoaderConfig::default()
     };
     Ok((ds, columns, config))

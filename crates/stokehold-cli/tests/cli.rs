@@ -530,3 +530,32 @@ fn pack_tokenizer_writes_a_verifiable_token_dataset() {
         "{e:#}"
     );
 }
+
+#[test]
+fn bench_runs_with_caches_and_access_modes_and_reports_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = image_dataset(tmp.path(), "12");
+    let d = ds.to_str().unwrap();
+    let common = [
+        "bench",
+        d,
+        "--batch-size",
+        "4",
+        "--threads",
+        "2",
+        "--random-resized-crop",
+        "16",
+        "--epochs",
+        "2",
+        "--no-storage",
+    ];
+    let out = ok(&[&common[..], &["--decoded-cache", "24"]].concat());
+    assert!(out.contains("decoded cache: "), "{out}");
+    assert!(out.contains("12 entries"), "every image kept: {out}");
+    let out = ok(&[&common[..], &["--cache", "64MiB", "--access", "pread"]].concat());
+    assert!(out.contains("records cache: "), "{out}");
+    let out = ok(&[&common[..], &["--access", "memory"]].concat());
+    assert!(!out.contains("cache: "), "{out}");
+    let (r, _) = run_captured(&[&common[..], &["--access", "nvme"]].concat());
+    assert!(format!("{:#}", r.unwrap_err()).contains("unknown access"));
+}
