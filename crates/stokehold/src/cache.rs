@@ -14,7 +14,7 @@
 //! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -109,6 +109,8 @@ pub struct RecordCache {
     loads: Mutex<Option<Sender<usize>>>,
     hits: AtomicU64,
     misses: AtomicU64,
+    /// Shards ready; when it equals the shard count, every record is in memory.
+    ready: AtomicUsize,
 }
 
 static RECORD_CACHES: OnceLock<Mutex<HashMap<String, Weak<RecordCache>>>> = OnceLock::new();
@@ -132,6 +134,7 @@ impl RecordCache {
             loads: Mutex::new(None),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            ready: AtomicUsize::new(0),
         });
         let (tx, rx) = unbounded::<usize>();
         let weak = Arc::downgrade(&cache);
@@ -160,6 +163,7 @@ impl RecordCache {
                 let _ = self.shards[k].set(Arc::from(bytes));
                 self.held.fetch_add(len, Ordering::Relaxed);
                 self.state[k].store(READY, Ordering::Release);
+                self.ready.fetch_add(1, Ordering::Release);
             }
             Err(_) => {
                 // Not cached; reads go to storage (and report the error with the record).
@@ -222,6 +226,11 @@ impl RecordCache {
             }
             self.state[k].store(NEVER, Ordering::Release);
         }
+    }
+
+    /// Whether every shard is in memory (then reads need no readahead hints).
+    pub fn complete(&self) -> bool {
+        self.ready.load(Ordering::Acquire) == self.state.len()
     }
 
     /// Shard `k`'s bytes when cached, counting nothing and queueing nothing.

@@ -794,7 +794,7 @@ fn worker(run: &Run, index: usize) {
             Some(b) => b,
             None => return,
         };
-        if created && run.readahead {
+        if created && run.readahead && !run.cache.as_ref().is_some_and(|c| c.complete()) {
             // Order-aware readahead: the batch `READAHEAD` steps on will be read soon (the
             // first batch of a run also announces the ones before it).
             let from = if step == 0 { 0 } else { step + READAHEAD };
