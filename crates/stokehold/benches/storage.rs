@@ -95,7 +95,7 @@ fn ram_cache(dir: &Path, record: usize, n: u64) {
     let mut a = copy_loader(&mem, record, Shuffle::Global, 0);
     let mut b = copy_loader(&disk, record, Shuffle::Global, 1 << 34);
     epoch(&mut b); // fills the cache
-    let cache = RecordCache::shared(&disk, &stokehold::fingerprint(&disk), 0);
+    let cache = RecordCache::shared(&disk, &stokehold::cache::dataset_key(&disk), 0);
     assert!(cache.wait_loaded(Duration::from_secs(120)));
     epoch(&mut a);
     // interleave the runs so that both see the same machine state

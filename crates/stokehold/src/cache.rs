@@ -115,6 +115,12 @@ pub struct RecordCache {
 
 static RECORD_CACHES: OnceLock<Mutex<HashMap<String, Weak<RecordCache>>>> = OnceLock::new();
 
+/// The registry key of a dataset: its directory and its fingerprint (two copies of the same
+/// data at two paths get two caches, each with its own budget).
+pub fn dataset_key(ds: &Dataset) -> String {
+    format!("{}|{}", ds.dir().display(), crate::state::fingerprint(ds))
+}
+
 impl RecordCache {
     /// The record cache of `dataset` in this process (made with `budget` bytes when it does not
     /// exist yet; an existing one keeps its budget). `key` names the dataset (its fingerprint).

@@ -20,6 +20,10 @@ use crate::cache::RecordCache;
 pub const MAX_GAP: u64 = 64 << 10;
 /// Largest single coalesced read.
 pub const MAX_RUN: u64 = 8 << 20;
+/// With direct I/O, runs are cut at this size so that their pieces are read in parallel lanes
+/// (the device sees several requests at once, as the kernel's readahead would give buffered
+/// reads).
+pub const MAX_DIRECT_RUN: u64 = 1 << 20;
 
 /// Requests a task keeps in flight at once with direct I/O (which has no kernel readahead to
 /// overlap requests): fast devices need many to reach their throughput.
@@ -81,6 +85,14 @@ fn read_parallel(ds: &Dataset, runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
         }
     });
     ok
+}
+
+fn max_run(ds: &Dataset, k: usize) -> u64 {
+    if ds.shards()[k].source().kind() == "direct" {
+        MAX_DIRECT_RUN
+    } else {
+        MAX_RUN
+    }
 }
 
 /// Where one slot's record bytes are.
@@ -171,7 +183,7 @@ impl TaskBytes {
                 if k2 != k
                     || off < last_end
                     || off - last_end > MAX_GAP
-                    || new_end - first > MAX_RUN
+                    || new_end - first > max_run(ds, k)
                 {
                     break;
                 }

@@ -17,7 +17,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use stokehold_format::{Dataset, FieldValue, RecordView};
 
 use crate::batch::{Batch, BufferPool, SharedBatch, copy_slot, finish_batch};
-use crate::cache::{DecodedCache, RecordCache};
+use crate::cache::{DecodedCache, RecordCache, dataset_key};
 use crate::disk_cache::{CacheProgress, DiskCache};
 use crate::error::{EngineError, Result};
 use crate::fetch::{self, TaskBytes};
@@ -319,7 +319,7 @@ impl Loader {
             .first()
             .is_none_or(|s| s.source().slice(0, 0).is_some());
         let cache = (config.cache_bytes > 0 && !in_memory)
-            .then(|| RecordCache::shared(&dataset, &fp, config.cache_bytes));
+            .then(|| RecordCache::shared(&dataset, &dataset_key(&dataset), config.cache_bytes));
         let mut columns = columns;
         let decoded = std::cell::RefCell::new(Vec::new());
         if let Some(dc) = config.decoded_cache {
@@ -331,7 +331,7 @@ impl Loader {
             for c in &mut columns {
                 for t in &mut c.transforms {
                     let get = |prefix: &str| {
-                        let key = format!("{fp}/{}/{prefix}", c.name);
+                        let key = format!("{}/{}/{prefix}", dataset_key(&dataset), c.name);
                         let cache = DecodedCache::shared(&key, dc.budget);
                         decoded.borrow_mut().push(Arc::clone(&cache));
                         cache

@@ -608,7 +608,7 @@ fn the_ram_cache_changes_no_output_and_serves_the_second_epoch() {
     let mut cached = Loader::new(ds.clone(), columns(&ds), cached_cfg).unwrap();
     let first = epoch(&mut cached);
     assert_eq!(first, epoch(&mut plain_loader), "epoch 0");
-    let cache = stokehold::RecordCache::shared(&ds, &stokehold::fingerprint(&ds), 1);
+    let cache = stokehold::RecordCache::shared(&ds, &stokehold::cache::dataset_key(&ds), 1);
     assert!(cache.wait_loaded(std::time::Duration::from_secs(10)));
     let before = cached.stats().caches[0].clone();
     assert_eq!(before.kind, "records");
@@ -646,7 +646,7 @@ fn the_ram_cache_keeps_within_its_budget_and_is_shared_by_loaders() {
     let want = epoch(&mut reference);
     assert_eq!(epoch(&mut a), want);
     assert_eq!(epoch(&mut b), want);
-    let cache = stokehold::RecordCache::shared(&ds, &stokehold::fingerprint(&ds), 1);
+    let cache = stokehold::RecordCache::shared(&ds, &stokehold::cache::dataset_key(&ds), 1);
     assert!(cache.wait_loaded(std::time::Duration::from_secs(10)));
     let s = cache.stats();
     assert!(s.bytes <= budget, "{} > {budget}", s.bytes);
