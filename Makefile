@@ -79,6 +79,7 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	bash scripts/bench-foundation.sh target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
+	$(CARGO) bench -q -p stokehold --bench storage
 	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
 
 .PHONY: clean
