@@ -241,6 +241,10 @@ fn bench_reports_stall_bottleneck_and_sweeps() {
         out.contains("bottleneck  image/decode+crop+resize takes"),
         "{out}"
     );
+    assert!(
+        out.contains("--decoded-cache 256"),
+        "the advice names the decoded cache: {out}"
+    );
     let plot = tmp.path().join("sweep.svg");
     let out = ok(&[
         "bench",
@@ -552,6 +556,7 @@ fn bench_runs_with_caches_and_access_modes_and_reports_them() {
     let out = ok(&[&common[..], &["--decoded-cache", "24"]].concat());
     assert!(out.contains("decoded cache: "), "{out}");
     assert!(out.contains("12 entries"), "every image kept: {out}");
+    assert!(out.contains("from the decoded cache already"), "{out}");
     let out = ok(&[&common[..], &["--cache", "64MiB", "--access", "pread"]].concat());
     assert!(out.contains("records cache: "), "{out}");
     let out = ok(&[&common[..], &["--access", "memory"]].concat());

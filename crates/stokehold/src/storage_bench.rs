@@ -130,7 +130,7 @@ fn open_files(
         #[cfg(target_os = "linux")]
         if direct {
             use std::os::unix::fs::OpenOptionsExt;
-            o.custom_flags(libc::O_DIRECT);
+            o.custom_flags(rustix::fs::OFlags::DIRECT.bits() as i32);
         }
         #[cfg(not(target_os = "linux"))]
         if direct {
@@ -176,11 +176,7 @@ fn open_files(
 fn evict(files: &Files) -> bool {
     let mut ok = true;
     for (_, f) in &files.files {
-        use std::os::fd::AsRawFd;
-        // SAFETY: posix_fadvise only reads its integer arguments; the descriptor is open (owned by
-        // `f` for the whole call).
-        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        ok &= r == 0;
+        ok &= rustix::fs::fadvise(f, 0, None, rustix::fs::Advice::DontNeed).is_ok();
     }
     ok
 }
