@@ -41,9 +41,10 @@ use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, RankPlan, Shuffle, Tail};
 use crate::state::{ResumeState, STATE_VERSION, fingerprint};
 
-/// Records up to this size are read whole and checksummed when the dataset verifies records;
-/// pieces of longer documents are read alone (field table checked, checksum left to
-/// `stokehold verify`), so a window never costs a whole book.
+/// Records up to this size are read whole and checksummed the first time this process reads them
+/// (when the dataset verifies records); afterwards, and for longer documents, only the pieces a
+/// window needs are read (field table checked; the checksum of a longer document is left to
+/// `stokehold verify`), so a window never costs a whole book, nor a document's checksum twice.
 pub const VERIFY_MAX_RECORD: u64 = 1 << 20;
 
 /// The label of padded positions (PyTorch's `ignore_index` default).
@@ -61,6 +62,8 @@ pub struct TokenDataset {
     bos: Option<u32>,
     eos: Option<u32>,
     fingerprint: String,
+    /// One bit per document: its checksum was checked in this process.
+    verified: Vec<std::sync::atomic::AtomicU64>,
 }
 
 fn corrupt(ds: &Dataset, doc: u64, offset: u64, detail: String) -> EngineError {
@@ -142,7 +145,11 @@ impl TokenDataset {
             }
         }
         let fingerprint = fingerprint(&ds);
+        let verified = (0..ds.len().div_ceil(64))
+            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .collect();
         Ok(TokenDataset {
+            verified,
             dtype,
             starts,
             vocab_size: meta["vocab_size"].as_u64(),
@@ -151,6 +158,19 @@ impl TokenDataset {
             fingerprint,
             ds,
         })
+    }
+
+    /// Whether document `d`'s checksum was checked in this process.
+    fn checked(&self, d: u64) -> bool {
+        self.verified
+            .get((d / 64) as usize)
+            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) & (1 << (d % 64)) != 0)
+    }
+
+    fn mark_checked(&self, d: u64) {
+        if let Some(w) = self.verified.get((d / 64) as usize) {
+            w.fetch_or(1 << (d % 64), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// The dataset.
@@ -210,8 +230,8 @@ impl TokenDataset {
     /// positional read (or one slice of a map): from the first needed token (or its record's
     /// start) to the last needed token (or its record's end). Every record field table in the
     /// range is checked against the index; with a dataset opened to verify checksums, the first
-    /// and last records are read whole when they are at most [`VERIFY_MAX_RECORD`] bytes and every
-    /// whole record read is checksummed.
+    /// and last records are read whole when they are at most [`VERIFY_MAX_RECORD`] bytes and not
+    /// yet checked in this process, and every whole record read is checksummed once.
     pub fn for_each_piece(
         &self,
         start: u64,
@@ -231,7 +251,8 @@ impl TokenDataset {
         }
         let w = self.dtype.size() as u64;
         let verify = self.ds.verifies_records();
-        let whole = |len: u32| verify && u64::from(len) <= VERIFY_MAX_RECORD;
+        let whole =
+            |d: u64, len: u32| verify && u64::from(len) <= VERIFY_MAX_RECORD && !self.checked(d);
         let last_needed = self.document_of(end - 1);
         let mut doc = self.document_of(start);
         let mut t = start;
@@ -246,14 +267,14 @@ impl TokenDataset {
             let last = last_needed.min(first_doc + shard.len() - 1);
             let (e0, e1) = (shard.entry(local), shard.entry(last - first_doc));
             let off = t - self.doc_start(doc);
-            let lo = if off == 0 || whole(e0.len) {
+            let lo = if off == 0 || whole(doc, e0.len) {
                 e0.offset
             } else {
                 e0.offset + 4 + off * w
             };
             let need_end =
                 end.min(self.doc_start(last) + self.doc_len(last)) - self.doc_start(last);
-            let hi = if whole(e1.len) {
+            let hi = if whole(last, e1.len) {
                 e1.end()
             } else {
                 e1.offset + 4 + need_end * w
@@ -264,7 +285,7 @@ impl TokenDataset {
                 let len = self.doc_len(d);
                 if e.offset >= lo && e.offset + 4 <= hi {
                     let rel = (e.offset - lo) as usize;
-                    if whole(e.len) && e.end() <= hi {
+                    if whole(d, e.len) && e.end() <= hi {
                         let record = &data[rel..rel + e.len as usize];
                         let computed = stokehold_format::crc::crc32c(record);
                         if computed != e.crc {
@@ -280,6 +301,7 @@ impl TokenDataset {
                                 },
                             });
                         }
+                        self.mark_checked(d);
                     }
                     let table = &data[rel..rel + 4];
                     let stored =
