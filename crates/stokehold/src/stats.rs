@@ -361,8 +361,11 @@ impl WorkerStats<'_> {
     /// [`TIME_EVERY`] with profiling, every one when tracing), else `None`.
     #[inline]
     pub(crate) fn clock(&mut self) -> Option<Instant> {
+        // the first sample of each worker is timed (then one in TIME_EVERY), so that even a
+        // short run has a figure for every stage
+        let timed = self.samples % TIME_EVERY == 0;
         self.samples = self.samples.wrapping_add(1);
-        if self.tracing || (self.on && self.samples % TIME_EVERY == 0) {
+        if self.tracing || (self.on && timed) {
             Some(Instant::now())
         } else {
             None
