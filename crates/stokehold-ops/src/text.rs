@@ -221,7 +221,7 @@ impl TextTokenizer {
         TokenDType::for_vocab(self.vocab_size)
     }
 
-    /// `crc32c:XXXXXXXX:LEN` of the `tokenizer.json` bytes.
+    /// `crc32c:<8 hex digits>:<length>` of the `tokenizer.json` bytes.
     pub fn fingerprint(&self) -> &str {
         &self.fingerprint
     }
@@ -261,7 +261,7 @@ impl TextTokenizer {
     }
 }
 
-/// `crc32c:XXXXXXXX:LEN` — identifies a tokenizer.json's bytes (an integrity tag, not a security
+/// `crc32c:<8 hex digits>:<length>` — identifies a tokenizer.json's bytes (an integrity tag, not a security
 /// hash).
 fn fingerprint(bytes: &[u8]) -> String {
     format!("crc32c:{:08x}:{}", crc32c::crc32c(bytes), bytes.len())

@@ -113,12 +113,7 @@ fn full_decode_matches_the_encoded_picture() {
     let mut d = Decoder::new().unwrap();
     let h = d.header(&data).unwrap();
     assert_eq!((h.width, h.height, h.progressive), (120, 80, false));
-    let mut px = Pixels {
-        width: 0,
-        height: 0,
-        channels: 0,
-        data: Vec::new(),
-    };
+    let mut px = Pixels::default();
     d.decode(&data, Scale::FULL, None, false, 1 << 30, &mut px)
         .unwrap();
     assert_eq!((px.width, px.height, px.channels), (120, 80, 3));
@@ -129,12 +124,7 @@ fn full_decode_matches_the_encoded_picture() {
     // the fast DCT and upsampling give nearly the same picture
     let mut fast = Decoder::new().unwrap();
     fast.set_fast(true).unwrap();
-    let mut fpx = Pixels {
-        width: 0,
-        height: 0,
-        channels: 0,
-        data: Vec::new(),
-    };
+    let mut fpx = Pixels::default();
     fast.decode(&data, Scale::FULL, None, false, 1 << 30, &mut fpx)
         .unwrap();
     assert!(psnr(&fpx.data, &px.data) > 35.0);
@@ -279,12 +269,7 @@ fn png_and_webp_go_through_the_general_path() {
         enc.write_header().unwrap().write_image_data(&px).unwrap();
     }
     let mut d = Decoder::new().unwrap();
-    let mut out = Pixels {
-        width: 0,
-        height: 0,
-        channels: 0,
-        data: Vec::new(),
-    };
+    let mut out = Pixels::default();
     decode_full(&mut d, &png_bytes, false, 1 << 20, &mut out).unwrap();
     assert_eq!(out.data, px, "PNG is lossless");
     let mut webp_bytes = Vec::new();
@@ -385,12 +370,7 @@ fn lossless_baseline_transcode_keeps_every_pixel() {
     let mut d = Decoder::new().unwrap();
     assert!(d.header(&prog).unwrap().progressive);
     assert!(!d.header(&base).unwrap().progressive);
-    let mut a = Pixels {
-        width: 0,
-        height: 0,
-        channels: 0,
-        data: Vec::new(),
-    };
+    let mut a = Pixels::default();
     let mut b = a.clone();
     d.decode(&prog, Scale::FULL, None, false, 1 << 30, &mut a)
         .unwrap();
@@ -453,12 +433,7 @@ fn image_fuzz_corpus_and_mutations_never_panic() {
 #[test]
 fn grayscale_and_cmyk_jpegs_decode_to_rgb() {
     let mut d = Decoder::new().unwrap();
-    let mut out = Pixels {
-        width: 0,
-        height: 0,
-        channels: 0,
-        data: Vec::new(),
-    };
+    let mut out = Pixels::default();
     // grayscale JPEG → RGB with equal channels
     let gray: Vec<u8> = (0..32 * 24).map(|k| (k * 5 % 256) as u8).collect();
     let mut g = Vec::new();
@@ -514,12 +489,7 @@ fn restart_markers_are_lossless_and_indexable() {
             let rst = stokehold_ops::jpeg::with_restarts(&src).unwrap();
             let idx = RestartIndex::parse(&rst).unwrap_or_else(|| panic!("{w}x{h} indexable"));
             assert!(!d.header(&rst).unwrap().progressive);
-            let mut a = Pixels {
-                width: 0,
-                height: 0,
-                channels: 0,
-                data: Vec::new(),
-            };
+            let mut a = Pixels::default();
             let mut b = a.clone();
             d.decode(&src, Scale::FULL, None, false, 1 << 30, &mut a)
                 .unwrap();

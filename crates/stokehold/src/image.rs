@@ -258,28 +258,19 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
         dtype,
         shape: ops.shape(),
     };
-    Ok((Arc::new(ImageTransform { ops }), output))
+    Ok((Arc::new(ImageTransform { ops, decoded: None }), output))
 }
 
-/// The fused image transform.
+/// The fused image transform. With a decoded cache, the deterministic prefix (decode + resize to
+/// a shorter side) is computed once per sample and kept within the cache's budget; the rest of the
+/// pipeline (crop, resize, flip, jitter, layout) runs on the cached pixels, and a cold and a warm
+/// sample give the same output.
 #[derive(Debug, Clone)]
 pub struct ImageTransform {
-    /// What it does.
+    /// What it does (after the prefix, with a decoded cache).
     pub ops: ImageOps,
-}
-
-/// The image transform over a decoded cache: the deterministic prefix (decode + resize to a
-/// shorter side of `size`) is computed once per sample and kept within the cache's budget; the
-/// rest of the pipeline (crop, resize, flip, jitter, layout) runs on the cached pixels. A cold
-/// and a warm sample give the same output.
-#[derive(Debug, Clone)]
-pub struct CachedImageTransform {
-    /// What it does after the prefix.
-    pub ops: ImageOps,
-    /// Shorter side of the cached images.
-    pub size: u32,
-    /// Where the prefixes are kept.
-    pub cache: Arc<DecodedCache>,
+    /// The decoded cache, when on: the cached images' shorter side, and the cache.
+    pub decoded: Option<(u32, Arc<DecodedCache>)>,
 }
 
 struct Draws<'a>(&'a mut SampleRng);
@@ -329,14 +320,20 @@ fn output_tensor<'a>(ops: &ImageOps, out: Vec<u8>) -> Value<'a> {
     tensor(dtype, ops.shape().iter().map(|&d| d as u64).collect(), out)
 }
 
-impl CachedImageTransform {
+impl ImageTransform {
     fn run_into(
         &self,
         x: &Value<'_>,
         ctx: &mut SampleCtx<'_>,
         slot: &mut [u8],
     ) -> std::result::Result<(), String> {
-        if let Some(img) = self.cache.get(ctx.id) {
+        let Some((size, cache)) = &self.decoded else {
+            let bytes = encoded(x)?;
+            return with_workspace(|ws| {
+                run(&self.ops, bytes, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
+            });
+        };
+        if let Some(img) = cache.get(ctx.id) {
             let px = PixelsRef {
                 width: img.width,
                 height: img.height,
@@ -347,26 +344,26 @@ impl CachedImageTransform {
                 run_pixels(&self.ops, px, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
             });
         }
+        // a miss: the prefix, then the same code a hit runs, on the pixels it keeps
         let bytes = encoded(x)?;
-        let t0 = Instant::now();
         let mut px = Pixels::default();
-        with_workspace(|ws| {
+        let took = with_workspace(|ws| {
+            let t0 = Instant::now();
             decode_prefix(
                 bytes,
-                self.size,
+                *size,
                 self.ops.gray,
                 self.ops.max_pixels,
                 ws,
                 &mut px,
             )
-            .map_err(|e| e.to_string())
-        })?;
-        let took = t0.elapsed();
-        with_workspace(|ws| {
+            .map_err(|e| e.to_string())?;
+            let took = t0.elapsed();
             run_pixels(&self.ops, px.view(), &mut Draws(ctx.rng), ws, slot)
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            Ok(took)
         })?;
-        self.cache.insert(
+        cache.insert(
             ctx.id,
             DecodedImage {
                 width: px.width,
@@ -380,48 +377,13 @@ impl CachedImageTransform {
     }
 }
 
-impl Transform for CachedImageTransform {
-    fn name(&self) -> &str {
-        "decoded-cache+crop+resize"
-    }
-
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        ctx: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String> {
-        let mut out = vec![0u8; self.ops.slot_bytes()];
-        self.run_into(&x, ctx, &mut out)?;
-        Ok(output_tensor(&self.ops, out))
-    }
-
-    fn apply_into(
-        &self,
-        x: Value<'_>,
-        ctx: &mut SampleCtx<'_>,
-        slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
-        self.run_into(&x, ctx, slot)
-    }
-}
-
-impl ImageTransform {
-    fn run_into(
-        &self,
-        x: &Value<'_>,
-        ctx: &mut SampleCtx<'_>,
-        slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
-        let bytes = encoded(x)?;
-        with_workspace(|ws| {
-            run(&self.ops, bytes, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
-        })
-    }
-}
-
 impl Transform for ImageTransform {
     fn name(&self) -> &str {
-        "decode+crop+resize"
+        if self.decoded.is_some() {
+            "decoded-cache+crop+resize"
+        } else {
+            "decode+crop+resize"
+        }
     }
 
     fn apply<'a>(
@@ -452,10 +414,9 @@ impl Transform for ImageTransform {
             "decode-shorter-{size}-{}",
             if self.ops.gray { "gray" } else { "rgb" }
         );
-        Some(Arc::new(CachedImageTransform {
+        Some(Arc::new(ImageTransform {
             ops: self.ops.clone(),
-            size,
-            cache: cache(&prefix),
+            decoded: Some((size, cache(&prefix))),
         }))
     }
 }

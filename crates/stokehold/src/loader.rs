@@ -83,7 +83,7 @@ pub struct LoaderConfig {
     /// [`default_memory_budget`].
     pub memory_budget: u64,
     /// Count and time the stages (the statistics' items, busy time and latencies): each worker
-    /// times one sample in 8 (its latencies make the histograms; busy time is scaled to all
+    /// times its first sample and then one in 8 (its latencies make the histograms; busy time is scaled to all
     /// items). Off, the workers read no clock per sample; throughput, waits, queue and bytes read
     /// are still counted.
     pub profile: bool,
@@ -631,7 +631,8 @@ impl Loader {
                 .dataset
                 .shards()
                 .first()
-                .is_some_and(|s| s.source().slice(0, 0).is_none()),
+                .is_some_and(|s| s.source().slice(0, 0).is_none())
+                && self.dataset.bytes() / self.dataset.len().max(1) >= READAHEAD_MIN_RECORD,
             batch_size: b,
             task_size,
             tasks_per_batch: b.div_ceil(task_size),
@@ -714,6 +715,10 @@ fn stage_names(columns: &[Column]) -> Vec<String> {
 /// storage (readahead).
 const READAHEAD: u64 = 2;
 
+/// Mean record size from which readahead hints are sent: below it, a hint (one system call per
+/// record in a shuffled order) would cost more than the small read it announces.
+const READAHEAD_MIN_RECORD: u64 = 32 << 10;
+
 /// What the workers of one iteration share.
 struct Run {
     dataset: Arc<Dataset>,
@@ -725,7 +730,7 @@ struct Run {
     outputs: Vec<Output>,
     /// The RAM cache of record bytes, when on.
     cache: Option<Arc<RecordCache>>,
-    /// Whether to send readahead hints (storage that is not already in memory).
+    /// Whether to send readahead hints (storage not already in memory, records large enough).
     readahead: bool,
     batch_size: usize,
     task_size: usize,

@@ -66,12 +66,26 @@ fn shards_are_copied_checked_and_then_read_locally() {
     assert_eq!(complete(cache.dir()).len(), n);
     assert_eq!(cache.stats().fetched, n as u64);
     // the copies are what is read now: damage the source, the data stays right
+    let originals: Vec<(PathBuf, Vec<u8>)> = ds
+        .shards()
+        .iter()
+        .map(|s| (s.path().to_path_buf(), std::fs::read(s.path()).unwrap()))
+        .collect();
     for s in ds.shards() {
         std::fs::write(s.path(), b"gone").unwrap();
     }
     assert_eq!(all_records(&ds), want, "reads from the copies");
-    // a second open finds every copy (but the source manifest is still needed)
     drop(ds);
+    // another process (here: another cache handle) finds every copy and copies nothing; the
+    // source's manifest and footers are still read at open, so restore the source first
+    for (p, b) in originals {
+        std::fs::write(p, b).unwrap();
+    }
+    let cache2 = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    let (_ds2, progress2) = open_dataset(&src, &cache2, OpenOptions::default()).unwrap();
+    assert!(progress2.wait(&cache2, Duration::from_secs(20)));
+    let s = cache2.stats();
+    assert_eq!((s.fetched, s.reused), (0, n as u64), "{s:?}");
 }
 
 #[test]

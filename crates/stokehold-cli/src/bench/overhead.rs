@@ -13,14 +13,8 @@ use crate::units;
 
 /// User plus system CPU seconds of this process so far.
 fn cpu_seconds() -> f64 {
-    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes only into `u`, which outlives the call.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
 }
 
 /// Throughput with stage timing on and off, `rounds` runs each, alternating.

@@ -137,7 +137,6 @@ pub(super) fn storage(a: StorageArgs, out: &mut dyn Write) -> anyhow::Result<Exi
 
 /// Write back dirty pages and drop the whole page cache (root only).
 fn drop_page_cache() -> std::io::Result<()> {
-    // SAFETY: sync takes no arguments and cannot fail.
-    unsafe { libc::sync() };
+    rustix::fs::sync();
     std::fs::write("/proc/sys/vm/drop_caches", "3\n")
 }
