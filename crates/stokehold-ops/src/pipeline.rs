@@ -302,6 +302,19 @@ fn finish(
 ) -> Result<()> {
     let (out_w, out_h) = ops.geometry.size();
     let c = src.channels as usize;
+    let no_jitter = factors.is_none_or(|(b, ct, sat)| b.is_none() && ct.is_none() && sat.is_none());
+    let to_gray = ops.gray && c == 3;
+    if no_jitter && !to_gray && ops.out.chw && ops.out.dtype == layout::OutDType::U8 {
+        // the common case: the resizer writes the planes (mirrored when flipped) straight into
+        // the slot
+        if slot.len() != out_w as usize * out_h as usize * c {
+            return Err(OpsError::Invalid(format!(
+                "a {c}-channel {out_w}x{out_h} output into a {}-byte slot",
+                slot.len()
+            )));
+        }
+        return resizer.resize_planes(src, crop, out_w, out_h, flip, slot);
+    }
     // the resizer writes every byte: no need to zero the buffer again
     let need = out_w as usize * out_h as usize * c;
     if resized.len() < need {
