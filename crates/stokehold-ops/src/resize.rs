@@ -216,7 +216,7 @@ impl Resizer {
                 }
                 for (ch, plane) in dst.chunks_exact_mut(ow * oh).enumerate() {
                     let from = &self.planes[ch * oh * wide..];
-                    gather_plane_ssse3(from, wide, &self.gather, ow, oh, plane);
+                    gather_plane(from, wide, &self.gather, ow, oh, plane, avx2());
                 }
             }
             return Ok(());
@@ -236,6 +236,16 @@ impl Resizer {
     }
 }
 
+/// Whether the CPU has AVX2 (detected once; the detection macro caches it).
+#[cfg(target_arch = "x86_64")]
+fn avx2() -> bool {
+    #[cfg(test)]
+    if tests::NO_AVX2.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
 /// Make `buf` at least `n` bytes long without clearing what it holds.
 fn grow(buf: &mut Vec<u8>, n: usize) {
     if buf.len() < n {
@@ -247,6 +257,8 @@ fn grow(buf: &mut Vec<u8>, n: usize) {
 /// `row` bytes from byte `col0` of each source row.
 fn vertical(src: &[u8], stride: usize, col0: usize, row: usize, ay: &Axis, mid: &mut [u8]) {
     let t = ay.taps;
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = avx2();
     for (i, &s) in ay.start.iter().enumerate() {
         let w = &ay.weights[i * t..(i + 1) * t];
         let out = &mut mid[i * row..(i + 1) * row];
@@ -259,7 +271,16 @@ fn vertical(src: &[u8], stride: usize, col0: usize, row: usize, ay: &Axis, mid: 
             }
             #[cfg(target_arch = "x86_64")]
             // SAFETY: SSE2 is part of the x86_64 baseline: every x86_64 CPU has it.
-            2 => unsafe { vertical2_sse2(src_row(0), src_row(1), w[0], w[1], out) },
+            2 => unsafe {
+                let (a, b) = (src_row(0), src_row(1));
+                // (AVX2 only when detected at run time)
+                let n = if avx2 {
+                    vertical2_avx2(a, b, w[0], w[1], out)
+                } else {
+                    0
+                };
+                n + vertical2_sse2(&a[n..], &b[n..], w[0], w[1], &mut out[n..])
+            },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
             _ => unsafe { vertical_any_sse2(src, first, stride, w, out) },
@@ -392,6 +413,8 @@ struct Gather {
     weights: Vec<[i16; 8]>,
     /// The last `ow % 4` outputs: first sample and its two weights.
     tail: Vec<(u32, [i16; 2])>,
+    /// How far into a row the groups' 16-byte loads reach.
+    reach: usize,
 }
 
 /// Build [`Gather`] groups for the whole groups of 4 outputs (the last `ow % 4` outputs are done
@@ -422,6 +445,7 @@ fn gather_groups(ax: &Axis, x0: usize, flip: bool, g: &mut Gather) -> bool {
         g.mask.push(mask);
         g.weights.push(w);
     }
+    g.reach = g.base.iter().max().map_or(0, |&b| b as usize + 16);
     g.tail.clear();
     for j in ow / 4 * 4..ow {
         let x = x_of(j);
@@ -482,57 +506,171 @@ unsafe fn split_rgb_ssse3(src: &[u8], planes: &mut [u8], n: usize) {
 }
 
 /// The horizontal pass of one plane through [`Gather`] groups: `oh` rows of `wide` bytes in
-/// `from` (followed by slack) to `oh` rows of `ow` bytes in `plane`.
+/// `from` (followed by slack) to `oh` rows of `ow` bytes in `plane`; with `avx2`, eight groups
+/// at a time.
 ///
 /// # Safety
-/// The CPU must support SSSE3.
+/// The CPU must support SSSE3, and AVX2 when `avx2`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
-unsafe fn gather_plane_ssse3(
+unsafe fn gather_plane(
     from: &[u8],
     wide: usize,
     g: &Gather,
     ow: usize,
     oh: usize,
     plane: &mut [u8],
+    avx2: bool,
 ) {
-    use std::arch::x86_64::*;
-    let round = _mm_set1_epi32(HALF);
-    let groups = g.base.len();
-    let quads = groups / 4 * 4;
     for y in 0..oh {
         let row = &from[y * wide..];
         let out = &mut plane[y * ow..(y + 1) * ow];
-        let one = |k: usize| -> __m128i {
-            let v = load16(&row[g.base[k] as usize..]);
-            // SAFETY: the mask and weights are 16 readable bytes each; the loads are unaligned.
-            let (mask, w) = unsafe {
+        let done = if avx2 {
+            // SAFETY: the caller vouches for AVX2 when `avx2`.
+            unsafe { gather_row_avx2(row, g, out) }
+        } else {
+            0
+        };
+        gather_row_ssse3(row, g, out, done);
+    }
+}
+
+/// One row of [`gather_plane`] with SSSE3, from group `k0` on, and the tail.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+fn gather_row_ssse3(row: &[u8], g: &Gather, out: &mut [u8], k0: usize) {
+    use std::arch::x86_64::*;
+    let round = _mm_set1_epi32(HALF);
+    let groups = g.base.len();
+    let one = |k: usize| -> __m128i {
+        let v = load16(&row[g.base[k] as usize..]);
+        // SAFETY: the mask and weights are 16 readable bytes each; the loads are unaligned.
+        let (mask, w) = unsafe {
+            (
+                _mm_loadu_si128(g.mask[k].as_ptr().cast()),
+                _mm_loadu_si128(g.weights[k].as_ptr().cast()),
+            )
+        };
+        _mm_add_epi32(round, _mm_madd_epi16(_mm_shuffle_epi8(v, mask), w))
+    };
+    let mut k = k0;
+    while k + 4 <= groups {
+        store_packed(
+            [one(k), one(k + 1), one(k + 2), one(k + 3)],
+            &mut out[4 * k..],
+        );
+        k += 4;
+    }
+    for k in k..groups {
+        let v = _mm_srai_epi32::<{ BITS as i32 }>(one(k));
+        let v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+        let b = _mm_cvtsi128_si32(v).to_le_bytes();
+        out[4 * k..4 * k + 4].copy_from_slice(&b);
+    }
+    for (j, &(at, [w0, w1])) in (groups * 4..).zip(&g.tail) {
+        let at = at as usize;
+        let acc =
+            HALF + i32::from(row[at]) * i32::from(w0) + i32::from(row[at + 1]) * i32::from(w1);
+        out[j] = (acc >> BITS).clamp(0, 255) as u8;
+    }
+}
+
+/// One row of [`gather_plane`] with AVX2, eight groups (32 outputs) at a time; returns the first
+/// group it left to [`gather_row_ssse3`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn gather_row_avx2(row: &[u8], g: &Gather, out: &mut [u8]) -> usize {
+    use std::arch::x86_64::*;
+    let round = _mm256_set1_epi32(HALF);
+    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    let n = g.base.len();
+    let groups = n / 8 * 8;
+    if g.reach > row.len() || out.len() < 4 * groups || g.mask.len() != n || g.weights.len() != n {
+        return 0; // (not expected: the SSSE3 kernel, with its checks, does the row)
+    }
+    let (r, base, masks, weights) = (
+        row.as_ptr(),
+        g.base.as_ptr(),
+        g.mask.as_ptr(),
+        g.weights.as_ptr(),
+    );
+    // two groups per 256-bit register: group k in the low lane, k + 1 in the high one (a macro,
+    // not a closure: closures are not inlined into `target_feature` functions reliably)
+    macro_rules! two {
+        ($k:expr) => {{
+            let k = $k;
+            // SAFETY: k + 1 < groups <= n == g.base.len() == g.mask.len() == g.weights.len(), so the
+            // base, mask and weight reads are in bounds (masks and weights are 16-byte arrays,
+            // two adjacent ones are 32 contiguous bytes); every base + 16 <= g.reach <= row.len(),
+            // so both 16-byte row loads are inside `row`. All loads are unaligned.
+            let (v, mask, w) = unsafe {
                 (
-                    _mm_loadu_si128(g.mask[k].as_ptr().cast()),
-                    _mm_loadu_si128(g.weights[k].as_ptr().cast()),
+                    _mm256_loadu2_m128i(
+                        r.add(*base.add(k + 1) as usize).cast(),
+                        r.add(*base.add(k) as usize).cast(),
+                    ),
+                    _mm256_loadu_si256(masks.add(k).cast()),
+                    _mm256_loadu_si256(weights.add(k).cast()),
                 )
             };
-            _mm_add_epi32(round, _mm_madd_epi16(_mm_shuffle_epi8(v, mask), w))
-        };
-        for k in (0..quads).step_by(4) {
-            store_packed(
-                [one(k), one(k + 1), one(k + 2), one(k + 3)],
-                &mut out[4 * k..],
-            );
-        }
-        for k in quads..groups {
-            let v = _mm_srai_epi32::<{ BITS as i32 }>(one(k));
-            let v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
-            let b = _mm_cvtsi128_si32(v).to_le_bytes();
-            out[4 * k..4 * k + 4].copy_from_slice(&b);
-        }
-        for (j, &(at, [w0, w1])) in (groups * 4..).zip(&g.tail) {
-            let at = at as usize;
-            let acc =
-                HALF + i32::from(row[at]) * i32::from(w0) + i32::from(row[at + 1]) * i32::from(w1);
-            out[j] = (acc >> BITS).clamp(0, 255) as u8;
-        }
+            let acc = _mm256_add_epi32(round, _mm256_madd_epi16(_mm256_shuffle_epi8(v, mask), w));
+            _mm256_srai_epi32::<{ BITS as i32 }>(acc)
+        }};
     }
+    let mut k = 0;
+    while k + 8 <= groups {
+        // lanes: [k | k+1], [k+2 | k+3], ... → packs interleave the lanes' halves, so the packed
+        // dwords come out as k, k+2, k+4, k+6 | k+1, k+3, k+5, k+7: `order` puts them right
+        let s0 = _mm256_packs_epi32(two!(k), two!(k + 2));
+        let s1 = _mm256_packs_epi32(two!(k + 4), two!(k + 6));
+        let v = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(s0, s1), order);
+        let o: &mut [u8; 32] = (&mut out[4 * k..4 * k + 32]).try_into().expect("32");
+        // SAFETY: `o` is 32 writable bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), v) };
+        k += 8;
+    }
+    k
+}
+
+/// A two-tap vertical row with AVX2, 32 bytes at a time; returns how many bytes it wrote.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn vertical2_avx2(a: &[u8], b: &[u8], wa: i16, wb: i16, out: &mut [u8]) -> usize {
+    use std::arch::x86_64::*;
+    let p = _mm256_set1_epi32((i32::from(wb) << 16) | i32::from(wa as u16));
+    let round = _mm256_set1_epi32(HALF);
+    let zero = _mm256_setzero_si256();
+    let n = out.len() / 32 * 32;
+    for ((o, a), b) in out
+        .chunks_exact_mut(32)
+        .zip(a.chunks_exact(32))
+        .zip(b.chunks_exact(32))
+    {
+        // SAFETY: `a` and `b` are 32 readable bytes each; the loads are unaligned.
+        let (va, vb) = unsafe {
+            (
+                _mm256_loadu_si256(a.as_ptr().cast()),
+                _mm256_loadu_si256(b.as_ptr().cast()),
+            )
+        };
+        // in-lane unpacks and packs: each 128-bit lane keeps its own 16 bytes in order
+        let (lo, hi) = (_mm256_unpacklo_epi8(va, vb), _mm256_unpackhi_epi8(va, vb));
+        let m = |v: __m256i| {
+            let acc = _mm256_add_epi32(round, _mm256_madd_epi16(v, p));
+            _mm256_srai_epi32::<{ BITS as i32 }>(acc)
+        };
+        let s0 = _mm256_packs_epi32(
+            m(_mm256_unpacklo_epi8(lo, zero)),
+            m(_mm256_unpackhi_epi8(lo, zero)),
+        );
+        let s1 = _mm256_packs_epi32(
+            m(_mm256_unpacklo_epi8(hi, zero)),
+            m(_mm256_unpackhi_epi8(hi, zero)),
+        );
+        // SAFETY: `o` is 32 writable bytes; the store is unaligned.
+        unsafe { _mm256_storeu_si256(o.as_mut_ptr().cast(), _mm256_packus_epi16(s0, s1)) };
+    }
+    n
 }
 
 /// The horizontal pass, one pixel at a time (any channel count; also the reference the SIMD
@@ -727,6 +865,11 @@ unsafe fn horizontal_rgb_ssse3(
 mod tests {
     use super::*;
 
+    /// Turns the AVX2 kernels off, so that the SSE ones are tested on machines with AVX2 too (the
+    /// kernels compute the same bytes, so other tests running meanwhile are not affected).
+    pub(super) static NO_AVX2: std::sync::atomic::AtomicBool =
+        std::sync::atomic::AtomicBool::new(false);
+
     fn image(w: u32, h: u32, c: u8, seed: u32) -> Vec<u8> {
         (0..w * h * u32::from(c))
             .map(|i| {
@@ -821,6 +964,14 @@ mod tests {
 
     #[test]
     fn planes_and_mirroring_match_the_packed_output_and_simd_matches_scalar() {
+        for no_avx2 in [false, true] {
+            NO_AVX2.store(no_avx2, std::sync::atomic::Ordering::Relaxed);
+            planes_and_mirroring_once();
+        }
+        NO_AVX2.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn planes_and_mirroring_once() {
         let mut rs = Resizer::new();
         for (i, (w, h, crop, ow, oh)) in boxes().into_iter().enumerate() {
             for c in [1u8, 3] {
