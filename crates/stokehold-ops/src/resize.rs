@@ -279,7 +279,13 @@ fn vertical(src: &[u8], stride: usize, col0: usize, row: usize, ay: &Axis, mid: 
                 } else {
                     0
                 };
-                n + vertical2_sse2(&a[n..], &b[n..], w[0], w[1], &mut out[n..])
+                // fewer than 16 bytes left: redo the last 16 (same values) rather than go scalar
+                let from = if row - n < 16 && row >= 16 {
+                    row - 16
+                } else {
+                    n
+                };
+                from + vertical2_sse2(&a[from..], &b[from..], w[0], w[1], &mut out[from..])
             },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above.
@@ -365,7 +371,7 @@ fn vertical2_sse2(a: &[u8], b: &[u8], wa: i16, wb: i16, out: &mut [u8]) -> usize
     use std::arch::x86_64::*;
     let p = pair(wa, wb);
     let round = _mm_set1_epi32(HALF);
-    let n = out.len() / 16 * 16;
+    let len = out.len();
     for ((o, a), b) in out
         .chunks_exact_mut(16)
         .zip(a.chunks_exact(16))
@@ -375,7 +381,16 @@ fn vertical2_sse2(a: &[u8], b: &[u8], wa: i16, wb: i16, out: &mut [u8]) -> usize
         madd_rows(&mut acc, load16(a), load16(b), p);
         store_packed(acc, o);
     }
-    n
+    if len % 16 == 0 || len < 16 {
+        return len / 16 * 16;
+    }
+    // the last bytes: one more group ending at the row's end (overlapping the previous one,
+    // which it rewrites with the same values)
+    let at = len - 16;
+    let mut acc = [round; 4];
+    madd_rows(&mut acc, load16(&a[at..]), load16(&b[at..]), p);
+    store_packed(acc, &mut out[at..]);
+    len
 }
 
 /// A vertical row with any number of taps, two source rows at a time.
