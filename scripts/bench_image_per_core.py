@@ -31,6 +31,11 @@ Target: (b) >= 4x (a) per core (and (d), the same pipeline on losslessly prepare
 import argparse
 import io
 import os
+
+# Everything runs on one core: keep BLAS/OpenMP pools (numpy, torch) to one thread each, so that
+# no idle pool spins on the measured core.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 import shutil
 import statistics
 import subprocess
@@ -241,6 +246,12 @@ def main() -> None:
         )
     print(f"stokehold Loader creation: median {statistics.median(create_times) * 1000:.2f} ms (not in its img/s)")
     print()
+    # per-pass ratios (a pass runs every pipeline back to back, so drift hits them alike)
+    per_pass = {k: statistics.median(r / a for r, a in zip(rates[k], rates["a"])) for k in "bde"}
+    print(
+        "median of per-pass ratios to (a): "
+        + ", ".join(f"{k} {v:.2f}x" for k, v in per_pass.items())
+    )
     ratio = med["b"] / med["a"]
     print(f"stokehold / torchvision PIL:        {ratio:.2f}x  (target >= 4x: {'met' if ratio >= 4 else 'NOT met'})")
     ratio_d = med["d"] / med["a"]
