@@ -20,8 +20,6 @@ that drift in the machine hits every pipeline alike.
     to the last batch (loader creation is timed apart and printed).
 (d) stokehold as (b), over the same files packed with ``--restart-markers`` (lossless: same
     pixels; crops then Huffman-decode only the rows and columns they need).
-(e) as (d), with ``RandomResizedCrop(224, fast_decode=True)`` (opt-in: libjpeg-turbo's fast IDCT
-    and merged chroma upsampling; not the same pixels, so reported apart from the target).
 (c) reference: ``torchvision.io.decode_jpeg`` (RGB) -> ``RandomResizedCrop(224)`` on the uint8
     tensor (antialias) -> ``RandomHorizontalFlip()``, then ``torch.stack`` of every 50.
 
@@ -142,14 +140,13 @@ def main() -> None:
         return check / (len(blobs) * 3)
 
     stages = [RandomResizedCrop(224), RandomHorizontalFlip()]
-    fast_stages = [RandomResizedCrop(224, fast_decode=True), RandomHorizontalFlip()]
     create_times = []
     last_loader = []
 
-    def run_stokehold(dataset=ds, chain=stages):
+    def run_stokehold(dataset=ds):
         t0 = time.perf_counter()
         loader = stokehold.Loader(
-            dataset, args.batch, threads=1, shuffle=False, transforms={"image": chain}, prefetch=2
+            dataset, args.batch, threads=1, shuffle=False, transforms={"image": stages}, prefetch=2
         )
         create_times.append(time.perf_counter() - t0)
         return loader
@@ -198,11 +195,10 @@ def main() -> None:
         "a": "torchvision PIL (a)",
         "b": "stokehold (b)",
         "d": "stokehold, restart markers (d)",
-        "e": "stokehold, (d) + fast_decode (e)",
         "c": "torchvision.io decode_jpeg (c)",
     }
-    rates = {k: [] for k in "abcde"}
-    means = {k: [] for k in "abcde"}
+    rates = {"a": [], "b": [], "c": [], "d": []}
+    means = {"a": [], "b": [], "c": [], "d": []}
     for p in range(args.passes):
         t0 = time.perf_counter()
         means["a"].append(run_pil())
@@ -218,25 +214,20 @@ def main() -> None:
         means["d"].append(iterate_stokehold(loader))
         rates["d"].append(args.files / (time.perf_counter() - t0))
 
-        loader = run_stokehold(ds_marked, fast_stages)
-        t0 = time.perf_counter()
-        means["e"].append(iterate_stokehold(loader))
-        rates["e"].append(args.files / (time.perf_counter() - t0))
-
         if run_tvio is not None:
             t0 = time.perf_counter()
             means["c"].append(run_tvio())
             rates["c"].append(args.files / (time.perf_counter() - t0))
         print(
             f"pass {p + 1}: "
-            + ", ".join(f"{k} {rates[k][-1]:.0f} img/s" for k in "abdec" if rates[k])
+            + ", ".join(f"{k} {rates[k][-1]:.0f} img/s" for k in "abdc" if rates[k])
         )
     assert os.sched_getaffinity(0) == {args.core}
 
     print()
     print(f"{'pipeline (1 core, 1 thread)':34} {'median img/s':>12} {'ms/img':>7}  {'passes':22} {'mean px':>7}")
     med = {}
-    for k in "abdec":
+    for k in "abdc":
         if not rates[k]:
             continue
         med[k] = statistics.median(rates[k])
@@ -247,7 +238,7 @@ def main() -> None:
     print(f"stokehold Loader creation: median {statistics.median(create_times) * 1000:.2f} ms (not in its img/s)")
     print()
     # per-pass ratios (a pass runs every pipeline back to back, so drift hits them alike)
-    per_pass = {k: statistics.median(r / a for r, a in zip(rates[k], rates["a"])) for k in "bde"}
+    per_pass = {k: statistics.median(r / a for r, a in zip(rates[k], rates["a"])) for k in "bd"}
     print(
         "median of per-pass ratios to (a): "
         + ", ".join(f"{k} {v:.2f}x" for k, v in per_pass.items())
@@ -258,8 +249,6 @@ def main() -> None:
     print(
         f"stokehold, restart markers / PIL:   {ratio_d:.2f}x  (target >= 4x: {'met' if ratio_d >= 4 else 'NOT met'})"
     )
-    ratio_e = med["e"] / med["a"]
-    print(f"(d) with fast_decode / PIL:         {ratio_e:.2f}x  (opt-in: fast IDCT + merged upsampling)")
     if "c" in med:
         print(f"stokehold / torchvision.io:         {med['b'] / med['c']:.2f}x")
         print(f"torchvision.io / torchvision PIL:   {med['c'] / med['a']:.2f}x")

@@ -6,11 +6,6 @@ or 1) that still covers the output, then resized (SIMD, bilinear with antialiasi
 and written straight into the batch tensor. Every random choice comes from the sample's own
 generator, so output is the same whatever the thread count.
 
-``fast_decode=True`` on :class:`RandomResizedCrop` or :class:`Resize` decodes JPEGs with
-libjpeg-turbo's fast integer inverse DCT and merged (box-filter) chroma upsampling: about 5% more
-images per core, at a small cost in exactness (above 30 dB PSNR against the exact path; tested).
-FFCV decodes with the fast DCT too. It is off by default.
-
 A chain needs a fixed output size: :class:`RandomResizedCrop`, or :class:`Resize` with a
 ``(height, width)``, or :class:`Resize` (shorter side) followed by :class:`CenterCrop`. It may end
 with :class:`ToTensor` (uint8, the default) or :class:`Normalize` (float32 or float16)::
@@ -71,13 +66,6 @@ class _Stage:
         return (_rebuild, (type(self), self._params()))
 
 
-def _with_fast(params: Dict[str, Any], stage: Any) -> Dict[str, Any]:
-    """``params`` plus ``fast_decode`` when it is on (left out otherwise, the default)."""
-    if getattr(stage, "fast_decode", False):
-        params["fast_decode"] = True
-    return params
-
-
 def _rebuild(cls, params):
     obj = cls.__new__(cls)
     obj.__dict__.update(params)
@@ -90,20 +78,13 @@ class RandomResizedCrop(_Stage):
 
     _name = "random_resized_crop"
 
-    def __init__(
-        self,
-        size: Size,
-        scale: Tuple[float, float] = (0.08, 1.0),
-        ratio: Tuple[float, float] = (3 / 4, 4 / 3),
-        fast_decode: bool = False,
-    ) -> None:
+    def __init__(self, size: Size, scale: Tuple[float, float] = (0.08, 1.0), ratio: Tuple[float, float] = (3 / 4, 4 / 3)) -> None:
         self.size = _size(size)
         self.scale = [float(scale[0]), float(scale[1])]
         self.ratio = [float(ratio[0]), float(ratio[1])]
-        self.fast_decode = bool(fast_decode)
 
     def _params(self) -> Dict[str, Any]:
-        return _with_fast({"size": self.size, "scale": self.scale, "ratio": self.ratio}, self)
+        return {"size": self.size, "scale": self.scale, "ratio": self.ratio}
 
 
 class Resize(_Stage):
@@ -112,12 +93,11 @@ class Resize(_Stage):
 
     _name = "resize"
 
-    def __init__(self, size: Size, fast_decode: bool = False) -> None:
+    def __init__(self, size: Size) -> None:
         self.size = _size(size)
-        self.fast_decode = bool(fast_decode)
 
     def _params(self) -> Dict[str, Any]:
-        return _with_fast({"size": self.size}, self)
+        return {"size": self.size}
 
 
 class CenterCrop(_Stage):

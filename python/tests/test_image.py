@@ -58,30 +58,6 @@ def test_evaluation_chain_normalises_and_matches_resize_of_the_decoded_image(sha
     assert f16[0]["image"].dtype == np.float16 and f16[0]["image"].shape == (16, 3, 20, 30)
 
 
-def test_fast_decode_is_another_close_decode_and_still_deterministic(shards):
-    exact = batches(shards, [RandomResizedCrop(32), RandomHorizontalFlip()], threads=1)
-    fast1 = batches(shards, [RandomResizedCrop(32, fast_decode=True), RandomHorizontalFlip()], threads=1)
-    fast2 = batches(shards, [RandomResizedCrop(32, fast_decode=True), RandomHorizontalFlip()], threads=2)
-    differs = False
-    for e, a, b in zip(exact, fast1, fast2):
-        np.testing.assert_array_equal(a["image"], b["image"])
-        np.testing.assert_array_equal(e["id"], a["id"])
-        diff = np.abs(e["image"].astype(np.int16) - a["image"].astype(np.int16))
-        assert diff.mean() < 3.0, diff.mean()
-        differs |= bool(diff.any())
-    assert differs, "fast_decode=True gave the exact decode: the flag did not reach the decoder"
-    ev = batches(shards, [Resize(40, fast_decode=True), CenterCrop(32)], threads=1)
-    assert ev[0]["image"].shape == (16, 3, 32, 32)
-    assert RandomResizedCrop(8, fast_decode=True)._spec()["params"]["fast_decode"] is True
-
-    class NotABool:
-        def _spec(self):
-            return {"name": "resize", "params": {"size": [8, 8], "fast_decode": 1}}
-
-    with pytest.raises(stokehold.ConfigError, match="fast_decode must be true or false"):
-        stokehold.Loader(shards, 4, transforms={"image": [NotABool()]})
-
-
 def test_planning_errors_are_config_errors(shards):
     with pytest.raises(stokehold.ConfigError, match="fixed output size"):
         stokehold.Loader(shards, 4, transforms={"image": [RandomHorizontalFlip()]})

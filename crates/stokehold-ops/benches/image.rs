@@ -87,7 +87,7 @@ fn ours_full(files: &[Vec<u8>]) -> f64 {
 
 use stokehold_ops::geometry::SeededRandom as Rng;
 
-fn rrc(files: &[Vec<u8>], fused: bool, fast_decode: bool) -> f64 {
+fn rrc(files: &[Vec<u8>], fused: bool) -> f64 {
     let ops = ImageOps {
         geometry: Geometry::RandomResizedCrop {
             width: 224,
@@ -101,7 +101,6 @@ fn rrc(files: &[Vec<u8>], fused: bool, fast_decode: bool) -> f64 {
         out: OutSpec::default(),
         max_pixels: u64::MAX,
         fused,
-        fast_decode,
     };
     let mut ws = Workspace::new();
     let mut slot = vec![0u8; ops.slot_bytes()];
@@ -130,8 +129,7 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         .iter()
         .map(|f| stokehold_ops::jpeg::with_restarts(f).unwrap_or_else(|_| f.clone()))
         .collect();
-    let (mut raw, mut ours, mut fused, mut naive, mut cut, mut cut_fast) = (
-        f64::INFINITY,
+    let (mut raw, mut ours, mut fused, mut naive, mut cut) = (
         f64::INFINITY,
         f64::INFINITY,
         f64::INFINITY,
@@ -141,10 +139,9 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
     for _ in 0..runs {
         raw = raw.min(raw_full(files));
         ours = ours.min(ours_full(files));
-        fused = fused.min(rrc(files, true, false));
-        naive = naive.min(best_of(1, || rrc(files, false, false)));
-        cut = cut.min(rrc(&marked, true, false));
-        cut_fast = cut_fast.min(rrc(&marked, true, true));
+        fused = fused.min(rrc(files, true));
+        naive = naive.min(best_of(1, || rrc(files, false)));
+        cut = cut.min(rrc(&marked, true));
     }
     println!(
         "{name}: {} JPEGs, {:.1} MB, best of {runs} passes, one thread",
@@ -177,12 +174,6 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         n / cut,
         raw / cut,
         fused / cut
-    );
-    println!(
-        "  same, restart-marked, fast_decode (fast IDCT + merged upsampling)   {:8.0} images/s  {:.2}x raw full decode, {:.2}x the fused path",
-        n / cut_fast,
-        raw / cut_fast,
-        fused / cut_fast
     );
 }
 

@@ -21,7 +21,6 @@ pub fn fuzz_image(data: &[u8]) {
         out: OutSpec::default(),
         max_pixels: 1 << 22,
         fused: true,
-        fast_decode: false,
     };
     let variants = [
         base.clone(),
@@ -47,7 +46,6 @@ pub fn fuzz_image(data: &[u8]) {
         },
         ImageOps {
             fused: false,
-            fast_decode: false,
             ..base
         },
     ];

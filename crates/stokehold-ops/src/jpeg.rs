@@ -152,11 +152,14 @@ impl Decoder {
         Ok(d)
     }
 
-    /// Trade a little accuracy for speed: the fast integer inverse DCT and plain (not "fancy")
-    /// chroma upsampling. About 5-10% faster; differences are far below what augmentations do.
+    /// Trade a little accuracy for speed: libjpeg-turbo's fast integer inverse DCT.
+    ///
+    /// Not its fast (merged) chroma upsampling: with a cropping region, libjpeg-turbo 3.1 skips
+    /// the rows above the crop with `jpeg_skip_scanlines`, which mishandles the merged upsampler
+    /// (libjpeg-turbo issue #915, fixed after 3.1): we saw "extraneous bytes before marker" and
+    /// "bad Huffman code" errors on valid restart-marked files, differing from run to run.
     pub fn set_fast(&mut self, fast: bool) -> Result<()> {
-        self.set(tj::TJPARAM_TJPARAM_FASTDCT, i32::from(fast))?;
-        self.set(tj::TJPARAM_TJPARAM_FASTUPSAMPLE, i32::from(fast))
+        self.set(tj::TJPARAM_TJPARAM_FASTDCT, i32::from(fast))
     }
 
     /// The last error's message; the handle is then replaced by a fresh one, because a

@@ -85,9 +85,6 @@ pub struct ImageOps {
     /// Use DCT scaling and cropped decoding (on by default; off gives the reference path: full
     /// decode, then crop and resize).
     pub fused: bool,
-    /// Decode JPEGs with libjpeg-turbo's fast integer inverse DCT and merged (box-filter) chroma
-    /// upsampling: about 5% faster per image, slightly less exact (off by default).
-    pub fast_decode: bool,
 }
 
 impl ImageOps {
@@ -239,9 +236,9 @@ fn decode_crop(
             (x0, y0, (x1 - x0).max(1), (y1 - y0).max(1))
         });
         let mut decoded = std::mem::take(&mut ws.decoded);
-        let decoder = ws.jpeg()?;
-        decoder.set_fast(ops.fast_decode)?;
-        let r = decoder.decode(data, scale, region, ops.gray, ops.max_pixels, &mut decoded);
+        let r = ws
+            .jpeg()?
+            .decode(data, scale, region, ops.gray, ops.max_pixels, &mut decoded);
         ws.decoded = decoded;
         let x_offset = r?;
         let (rx, ry) = region.map_or((0, 0), |(x, y, _, _)| (x - x_offset, y));

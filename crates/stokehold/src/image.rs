@@ -108,18 +108,6 @@ fn triple(column: &str, p: &Json, key: &str) -> Result<[f32; 3]> {
     }
 }
 
-/// An optional boolean parameter (false when absent).
-fn flag(column: &str, stage: &str, p: &Json, key: &str) -> Result<bool> {
-    match p.get(key) {
-        None | Some(Json::Null) => Ok(false),
-        Some(Json::Bool(b)) => Ok(*b),
-        Some(other) => Err(bad(
-            column,
-            format!("{stage}: {key} must be true or false, got {other}"),
-        )),
-    }
-}
-
 fn layout(column: &str, stage: &str, p: &Json) -> Result<bool> {
     match p.get("layout").and_then(Json::as_str).unwrap_or("CHW") {
         "CHW" | "chw" => Ok(true),
@@ -140,7 +128,6 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
     let mut gray = false;
     let mut out = OutSpec::default();
     let mut finished = false;
-    let mut fast_decode = false;
     let null = Json::Null;
     for s in specs {
         let p = if s.params.is_null() { &null } else { &s.params };
@@ -180,7 +167,6 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                         "random_resized_crop: scale must be within (0, 1]",
                     ));
                 }
-                fast_decode = flag(column, &s.name, p, "fast_decode")?;
                 geometry = Some(Geometry::RandomResizedCrop {
                     width,
                     height,
@@ -188,16 +174,13 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                     ratio,
                 });
             }
-            "resize" => {
-                fast_decode = flag(column, "resize", p, "fast_decode")?;
-                match p.get("size") {
-                    Some(Json::Array(_)) => {
-                        let (width, height) = size_param(column, "resize", p.get("size"))?;
-                        geometry = Some(Geometry::Resize { width, height });
-                    }
-                    v => pending_resize = Some(size_param(column, "resize", v)?.0),
+            "resize" => match p.get("size") {
+                Some(Json::Array(_)) => {
+                    let (width, height) = size_param(column, "resize", p.get("size"))?;
+                    geometry = Some(Geometry::Resize { width, height });
                 }
-            }
+                v => pending_resize = Some(size_param(column, "resize", v)?.0),
+            },
             "center_crop" => {
                 let (width, height) = size_param(column, &s.name, p.get("size"))?;
                 let shorter = pending_resize.take().ok_or_else(|| {
@@ -265,7 +248,6 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
         out,
         max_pixels: DEFAULT_MAX_PIXELS,
         fused: true,
-        fast_decode,
     };
     let dtype = match ops.out.dtype {
         OutDType::U8 => DType::U8,
