@@ -216,7 +216,7 @@ impl Resizer {
                 }
                 for (ch, plane) in dst.chunks_exact_mut(ow * oh).enumerate() {
                     let from = &self.planes[ch * oh * wide..];
-                    gather_plane(from, wide, &self.gather, ow, oh, plane, avx2());
+                    gather_plane(from, wide, &self.gather, ow, oh, plane);
                 }
             }
             return Ok(());
@@ -472,13 +472,10 @@ fn gather_groups(ax: &Axis, x0: usize, flip: bool, g: &mut Gather) -> bool {
 }
 
 /// Split `n` packed RGB pixels of `src` into three planes of `n` bytes in `planes` (SSSE3, 16
-/// pixels at a time; the rest one by one).
-///
-/// # Safety
-/// The CPU must support SSSE3.
+/// pixels at a time; the rest one by one). Callers check for SSSE3 at run time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
-unsafe fn split_rgb_ssse3(src: &[u8], planes: &mut [u8], n: usize) {
+fn split_rgb_ssse3(src: &[u8], planes: &mut [u8], n: usize) {
     use std::arch::x86_64::*;
     assert!(src.len() >= 3 * n && planes.len() >= 3 * n, "buffer sizes");
     // mask[p][v]: the bytes of plane p that come from the v-th 16 bytes of 48
@@ -521,27 +518,17 @@ unsafe fn split_rgb_ssse3(src: &[u8], planes: &mut [u8], n: usize) {
 }
 
 /// The horizontal pass of one plane through [`Gather`] groups: `oh` rows of `wide` bytes in
-/// `from` (followed by slack) to `oh` rows of `ow` bytes in `plane`; with `avx2`, eight groups
-/// at a time.
-///
-/// # Safety
-/// The CPU must support SSSE3, and AVX2 when `avx2`.
+/// `from` (followed by slack) to `oh` rows of `ow` bytes in `plane`; eight groups at a time
+/// where the CPU has AVX2. Callers check for SSSE3 at run time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
-unsafe fn gather_plane(
-    from: &[u8],
-    wide: usize,
-    g: &Gather,
-    ow: usize,
-    oh: usize,
-    plane: &mut [u8],
-    avx2: bool,
-) {
+fn gather_plane(from: &[u8], wide: usize, g: &Gather, ow: usize, oh: usize, plane: &mut [u8]) {
+    let avx2 = avx2();
     for y in 0..oh {
         let row = &from[y * wide..];
         let out = &mut plane[y * ow..(y + 1) * ow];
         let done = if avx2 {
-            // SAFETY: the caller vouches for AVX2 when `avx2`.
+            // SAFETY: AVX2 was detected at run time (`avx2()`).
             unsafe { gather_row_avx2(row, g, out) }
         } else {
             0
@@ -614,10 +601,11 @@ fn gather_row_avx2(row: &[u8], g: &Gather, out: &mut [u8]) -> usize {
     macro_rules! two {
         ($k:expr) => {{
             let k = $k;
-            // SAFETY: k + 1 < groups <= n == g.base.len() == g.mask.len() == g.weights.len(), so the
-            // base, mask and weight reads are in bounds (masks and weights are 16-byte arrays,
-            // two adjacent ones are 32 contiguous bytes); every base + 16 <= g.reach <= row.len(),
-            // so both 16-byte row loads are inside `row`. All loads are unaligned.
+            // k + 1 < groups <= n == g.base.len() == g.mask.len() == g.weights.len(): the base,
+            // mask and weight reads are in bounds (masks and weights are 16-byte arrays, two
+            // adjacent ones are 32 contiguous bytes); every base + 16 <= g.reach <= row.len():
+            // both 16-byte row loads are inside `row`.
+            // SAFETY: every read is in bounds (just above); all loads are unaligned.
             let (v, mask, w) = unsafe {
                 (
                     _mm256_loadu2_m128i(
@@ -751,14 +739,12 @@ fn pack_weights(ax: &Axis, x0: usize, xw: &mut Vec<i16>, offs: &mut Vec<u32>) {
 /// The horizontal pass for RGB with SSSE3: per output pixel, 16 source bytes (4 pixels and a
 /// byte) per group of 4 taps, shuffled into (R, G, B) pairs of 16-bit lanes and multiplied with
 /// `pmaddwd`; four pixels at a time are rounded, packed and stored (as planes, mirrored when
-/// asked, or packed). The last `ow % 4` pixels of each row take the scalar path.
-///
-/// # Safety
-/// The CPU must support SSSE3.
+/// asked, or packed). The last `ow % 4` pixels of each row take the scalar path. Callers check for
+/// SSSE3 at run time.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "ssse3")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn horizontal_rgb_ssse3(
+fn horizontal_rgb_ssse3(
     mid: &[u8],
     row: usize,
     x0: usize,
@@ -797,9 +783,9 @@ unsafe fn horizontal_rgb_ssse3(
     let pixel = |r: usize, x: usize| -> __m128i {
         let mut acc = round;
         for g in 0..groups {
-            // SAFETY: `r + offs[x] + 12 * g + 16 <= (oh - 1) * row + reach <= mid.len()` (checked
-            // above, with r = y * row, y < oh), and the weights' `(x * groups + g) * 16 + 16 <=
-            // xw.len()`; both loads are unaligned.
+            // `r + offs[x] + 12 * g + 16 <= (oh - 1) * row + reach <= mid.len()` (checked above,
+            // with r = y * row, y < oh), and the weights' `(x * groups + g) * 16 + 16 <= xw.len()`.
+            // SAFETY: both loads are in bounds (just above) and unaligned.
             let (v, w0, w1) = unsafe {
                 let at = (x * groups + g) * 16;
                 (
