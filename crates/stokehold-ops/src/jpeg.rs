@@ -341,6 +341,110 @@ impl Decoder {
     }
 }
 
+/// The Y, Cb and Cr planes of a decoded JPEG, chroma at its coded resolution (no upsampling, no
+/// colour conversion). Plane `c` is `width[c]`×`height[c]` bytes, row-major.
+#[derive(Debug, Default)]
+pub struct YccPlanes {
+    /// Plane widths (libjpeg-turbo's plane widths: the luma width rounded up to the subsampling
+    /// factor, and its share for chroma).
+    pub width: [u32; 3],
+    /// Plane heights.
+    pub height: [u32; 3],
+    /// Plane bytes.
+    pub data: [Vec<u8>; 3],
+    /// The scaled image size (what the luma plane holds before its padding).
+    pub image: (u32, u32),
+    /// Chroma subsampling: (horizontal, vertical) factor, 1 or 2.
+    pub factor: (u32, u32),
+}
+
+impl Decoder {
+    /// Decode `data` at `scale` into its Y, Cb and Cr planes ([`YccPlanes`]), skipping chroma
+    /// upsampling and colour conversion. Only YCbCr JPEGs with 4:4:4, 4:2:2 or 4:2:0 chroma take
+    /// this path: for any other image it returns `Ok(false)` and decodes nothing.
+    pub fn decode_ycc(
+        &mut self,
+        data: &[u8],
+        scale: Scale,
+        max_pixels: u64,
+        out: &mut YccPlanes,
+    ) -> Result<bool> {
+        let hdr = self.header(data)?;
+        check_pixels(u64::from(hdr.width), u64::from(hdr.height), max_pixels)?;
+        let factor = match hdr.subsamp {
+            s if s == tj::TJSAMP_TJSAMP_444 => (1, 1),
+            s if s == tj::TJSAMP_TJSAMP_422 => (2, 1),
+            s if s == tj::TJSAMP_TJSAMP_420 => (2, 2),
+            _ => return Ok(false),
+        };
+        if hdr.colorspace != tj::TJCS_TJCS_YCbCr as i32 {
+            return Ok(false);
+        }
+        let num = c_int::from(scale.0);
+        let g = gcd(num, 8);
+        let sf = tj::tjscalingfactor {
+            num: num / g,
+            denom: 8 / g,
+        };
+        let none = tj::tjregion {
+            x: 0,
+            y: 0,
+            w: 0,
+            h: 0,
+        };
+        // SAFETY: `handle` is live; the factor is one of M/8 (validated by libjpeg-turbo too).
+        if unsafe { tj::tj3SetScalingFactor(self.handle, sf) } != 0 {
+            return Err(self.error());
+        }
+        // SAFETY: `handle` is live; an empty region means "uncropped" (YUV decoding cannot crop).
+        if unsafe { tj::tj3SetCroppingRegion(self.handle, none) } != 0 {
+            return Err(self.error());
+        }
+        let (sw, sh) = (scale.apply(hdr.width), scale.apply(hdr.height));
+        let mut planes: [*mut u8; 3] = [std::ptr::null_mut(); 3];
+        let mut strides: [c_int; 3] = [0; 3];
+        for c in 0..3 {
+            // SAFETY: pure functions of their arguments.
+            let (pw, ph) = unsafe {
+                (
+                    tj::tj3YUVPlaneWidth(c as c_int, sw as c_int, hdr.subsamp),
+                    tj::tj3YUVPlaneHeight(c as c_int, sh as c_int, hdr.subsamp),
+                )
+            };
+            if pw <= 0 || ph <= 0 {
+                return Err(self.error());
+            }
+            let need = pw as usize * ph as usize;
+            if out.data[c].len() < need {
+                out.data[c].resize(need, 0);
+            }
+            out.data[c].truncate(need);
+            out.width[c] = pw as u32;
+            out.height[c] = ph as u32;
+            planes[c] = out.data[c].as_mut_ptr();
+            strides[c] = pw;
+        }
+        // SAFETY: each plane holds exactly `stride × plane height` bytes, the sizes
+        // libjpeg-turbo's own tj3YUVPlaneWidth/Height give for this scaled size and subsampling,
+        // which is what it writes; `data` is only read.
+        let r = unsafe {
+            tj::tj3DecompressToYUVPlanes8(
+                self.handle,
+                data.as_ptr(),
+                data.len() as _,
+                planes.as_mut_ptr(),
+                strides.as_mut_ptr(),
+            )
+        };
+        if r != 0 {
+            return Err(self.error());
+        }
+        out.image = (sw, sh);
+        out.factor = factor;
+        Ok(true)
+    }
+}
+
 impl Drop for Decoder {
     fn drop(&mut self) {
         // SAFETY: `handle` came from tj3Init and is destroyed once.

@@ -7,7 +7,7 @@ use crate::decode::{Format, decode_full, sniff};
 use crate::error::{OpsError, Result};
 pub use crate::geometry::Random;
 use crate::geometry::{self, Crop};
-use crate::jpeg::{Decoder, Pixels, PixelsRef, Scale};
+use crate::jpeg::{Decoder, Pixels, PixelsRef, Scale, YccPlanes};
 use crate::layout::{self, OutSpec};
 use crate::resize::Resizer;
 use crate::restart::RestartIndex;
@@ -119,6 +119,9 @@ pub struct Workspace {
     resized: Vec<u8>,
     /// The JPEG cut out of a restart-marked file for a crop.
     sub: Vec<u8>,
+    /// Its Y, Cb and Cr planes, and their resized planes.
+    ycc: YccPlanes,
+    ycc_out: Vec<u8>,
 }
 
 impl Default for Pixels {
@@ -177,6 +180,7 @@ pub fn run(
     // entropy-coded data: the decoder then Huffman-decodes only those.
     let mut sub = std::mem::take(&mut ws.sub);
     let mut data = data;
+    let mut cut = false;
     if format == Format::Jpeg && ops.fused {
         if let Some(idx) = RestartIndex::parse(data) {
             let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
@@ -186,9 +190,35 @@ pub fn run(
                 let (ox, oy) = (bands.start * idx.band_w(), rows.start * idx.mcu_h);
                 if idx.extract(data, rows, bands, &mut sub) {
                     data = &sub;
+                    cut = true;
                     crop.x -= f64::from(ox);
                     crop.y -= f64::from(oy);
                 }
+            }
+        }
+    }
+    if cut && plain_planes(ops, 3, factors) {
+        // The cut is about the crop already (no cropping region needed): decode its Y, Cb and
+        // Cr planes, resize each (chroma from its own resolution) and convert colour at the
+        // output size, which skips chroma upsampling and converts only the output's pixels.
+        let mut ycc = std::mem::take(&mut ws.ycc);
+        let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
+        let r = ws
+            .jpeg()
+            .and_then(|d| d.decode_ycc(data, scale, ops.max_pixels, &mut ycc))
+            .and_then(|planar| {
+                if planar {
+                    finish_ycc(ops, &ycc, crop, scale, flip, ws, slot).map(|_| true)
+                } else {
+                    Ok(false)
+                }
+            });
+        ws.ycc = ycc;
+        match r {
+            Ok(false) => {} // not 4:4:4/4:2:2/4:2:0 YCbCr: the RGB path below
+            done => {
+                ws.sub = sub;
+                return done.map(|_| ());
             }
         }
     }
@@ -255,6 +285,65 @@ fn decode_crop(
 /// Colour jitter factors drawn for one sample (brightness, contrast, saturation).
 type Factors = (Option<f32>, Option<f32>, Option<f32>);
 
+/// Whether the output is plain u8 planes of the decoded channels: CHW, no jitter, no conversion
+/// to gray (the resizer then writes the slot directly).
+fn plain_planes(ops: &ImageOps, channels: usize, factors: Option<Factors>) -> bool {
+    let no_jitter = factors.is_none_or(|(b, ct, sat)| b.is_none() && ct.is_none() && sat.is_none());
+    no_jitter
+        && !(ops.gray && channels == 3)
+        && ops.out.chw
+        && ops.out.dtype == layout::OutDType::U8
+}
+
+/// The tail of the planar path: resize the Y, Cb and Cr planes of `ycc` (decoded at `scale`;
+/// `crop` in the undecoded image's pixels) to the output size, mirrored when `flip`, then
+/// convert them to RGB planes in `slot`.
+fn finish_ycc(
+    ops: &ImageOps,
+    ycc: &YccPlanes,
+    crop: Crop,
+    scale: Scale,
+    flip: bool,
+    ws: &mut Workspace,
+    slot: &mut [u8],
+) -> Result<()> {
+    let (out_w, out_h) = ops.geometry.size();
+    let n = out_w as usize * out_h as usize;
+    if slot.len() != 3 * n {
+        return Err(OpsError::Invalid(format!(
+            "a 3-channel {out_w}x{out_h} output into a {}-byte slot",
+            slot.len()
+        )));
+    }
+    let s = f64::from(scale.0) / 8.0;
+    if ws.ycc_out.len() < 3 * n {
+        ws.ycc_out.resize(3 * n, 0);
+    }
+    for c in 0..3 {
+        // chroma samples are centred on their luma blocks: chroma coordinates are luma / factor
+        let (fx, fy) = if c == 0 { (1, 1) } else { ycc.factor };
+        let (fx, fy) = (f64::from(fx), f64::from(fy));
+        let b = Crop {
+            x: crop.x * s / fx,
+            y: crop.y * s / fy,
+            w: crop.w * s / fx,
+            h: crop.h * s / fy,
+        };
+        let src = PixelsRef {
+            width: ycc.width[c],
+            height: ycc.height[c],
+            channels: 1,
+            data: &ycc.data[c],
+        };
+        let out = &mut ws.ycc_out[c * n..(c + 1) * n];
+        ws.resizer.resize_planes(src, b, out_w, out_h, flip, out)?;
+    }
+    let (y, rest) = ws.ycc_out[..3 * n].split_at(n);
+    let (cb, cr) = rest.split_at(n);
+    color::ycc_to_rgb_planes(y, cb, cr, slot);
+    Ok(())
+}
+
 /// Draw the random choices in their fixed order (crop, flip, jitter factors) for an image of
 /// `width`×`height`.
 fn draw(
@@ -302,9 +391,7 @@ fn finish(
 ) -> Result<()> {
     let (out_w, out_h) = ops.geometry.size();
     let c = src.channels as usize;
-    let no_jitter = factors.is_none_or(|(b, ct, sat)| b.is_none() && ct.is_none() && sat.is_none());
-    let to_gray = ops.gray && c == 3;
-    if no_jitter && !to_gray && ops.out.chw && ops.out.dtype == layout::OutDType::U8 {
+    if plain_planes(ops, c, factors) {
         // the common case: the resizer writes the planes (mirrored when flipped) straight into
         // the slot
         if slot.len() != out_w as usize * out_h as usize * c {

@@ -206,16 +206,18 @@ impl Resizer {
             && gather_groups(&self.x, x0, flip, &mut self.gather)
         {
             let wide = x1 - x0;
-            grow(&mut self.planes, c * oh * wide + SLACK);
             // SAFETY: SSSE3 was detected at run time just above.
             unsafe {
-                if c == 3 {
+                // one channel: `mid` is the plane already
+                let planes = if c == 3 {
+                    grow(&mut self.planes, c * oh * wide + SLACK);
                     split_rgb_ssse3(&self.mid[..oh * row], &mut self.planes, oh * wide);
+                    &self.planes
                 } else {
-                    self.planes[..oh * wide].copy_from_slice(&self.mid[..oh * row]);
-                }
+                    &self.mid
+                };
                 for (ch, plane) in dst.chunks_exact_mut(ow * oh).enumerate() {
-                    let from = &self.planes[ch * oh * wide..];
+                    let from = &planes[ch * oh * wide..];
                     gather_plane(from, wide, &self.gather, ow, oh, plane);
                 }
             }

@@ -550,11 +550,13 @@ fn restart_markers_are_lossless_and_indexable() {
 #[test]
 fn the_fused_path_on_restart_marked_files_matches_the_plain_file() {
     // Same draws through the same pipeline, on a file and on its restart-marked transcode (which
-    // decodes only the rows and bands each crop needs): the outputs agree to within the
-    // upsampling differences at cut edges (as the crop-region decode does).
+    // decodes only the rows and bands each crop needs). Packed (HWC) output goes through the RGB
+    // decode of the cut: it agrees with the plain file to within the upsampling differences at
+    // cut edges. Planar u8 output (CHW) takes the Y/Cb/Cr planes of the cut instead (chroma
+    // resized from its own resolution, colour converted at the output size): close, not equal.
     let mut ws = Workspace::new();
-    let mut worst = f64::INFINITY;
-    let mut identical = 0;
+    let (mut worst_rgb, mut worst_ycc, mut identical, mut planar_differs) =
+        (f64::INFINITY, f64::INFINITY, 0, 0);
     for seed in 0..40u64 {
         let (w, h) = if seed % 3 == 0 {
             (375, 500)
@@ -567,16 +569,80 @@ fn the_fused_path_on_restart_marked_files_matches_the_plain_file() {
             jpeg(w, h, seed, false)
         };
         let rst = stokehold_ops::jpeg::with_restarts(&data).unwrap();
-        let ops = rrc(112);
-        let mut a = vec![0u8; ops.slot_bytes()];
-        let mut b = vec![0u8; ops.slot_bytes()];
-        run(&ops, &data, &mut Rng(seed), &mut ws, &mut a).unwrap();
-        run(&ops, &rst, &mut Rng(seed), &mut ws, &mut b).unwrap();
+        let chw = rrc(112);
+        let hwc = ImageOps {
+            out: OutSpec {
+                chw: false,
+                ..OutSpec::default()
+            },
+            ..chw.clone()
+        };
+        let run_on = |ops: &ImageOps, file: &[u8], ws: &mut Workspace| {
+            let mut out = vec![0u8; ops.slot_bytes()];
+            run(ops, file, &mut Rng(seed), ws, &mut out).unwrap();
+            out
+        };
+        let (a, b) = (run_on(&hwc, &data, &mut ws), run_on(&hwc, &rst, &mut ws));
         identical += usize::from(a == b);
-        worst = worst.min(psnr(&a, &b));
+        worst_rgb = worst_rgb.min(psnr(&a, &b));
+        // planes of the plain file (RGB decode) vs planes of the restart-marked one (Y/Cb/Cr)
+        let (p, q) = (run_on(&chw, &data, &mut ws), run_on(&chw, &rst, &mut ws));
+        worst_ycc = worst_ycc.min(psnr(&p, &q));
+        let n = 112 * 112;
+        let b_as_planes: Vec<u8> = (0..3 * n).map(|i| b[(i % n) * 3 + i / n]).collect();
+        planar_differs += usize::from(q != b_as_planes);
     }
-    assert!(worst >= 40.0, "worst PSNR {worst:.1} dB");
+    assert!(worst_rgb >= 40.0, "RGB cut: worst PSNR {worst_rgb:.1} dB");
     assert!(identical >= 30, "{identical} of 40 bit-identical");
+    assert!(
+        worst_ycc >= 38.0,
+        "planar cut: worst PSNR {worst_ycc:.1} dB"
+    );
+    assert!(
+        planar_differs >= 30,
+        "the planar path was taken {planar_differs} of 40 times"
+    );
+}
+
+#[test]
+fn planar_ycc_decode_and_colour_conversion_match_the_rgb_decode() {
+    // 4:4:4 (no upsampling involved): Y/Cb/Cr planes + our conversion = libjpeg-turbo's RGB
+    // decode to within its SIMD rounding; 4:2:0 planes have the chroma at half size.
+    let mut d = Decoder::new().unwrap();
+    let data = jpeg(90, 70, 5, false);
+    let mut rgb = Pixels::default();
+    d.decode(&data, Scale::FULL, None, false, 1 << 30, &mut rgb)
+        .unwrap();
+    let mut ycc = stokehold_ops::jpeg::YccPlanes::default();
+    assert!(d.decode_ycc(&data, Scale::FULL, 1 << 30, &mut ycc).unwrap());
+    assert_eq!(
+        (ycc.width, ycc.height, ycc.factor),
+        ([90; 3], [70; 3], (1, 1))
+    );
+    let n = 90 * 70;
+    let mut planes = vec![0u8; 3 * n];
+    stokehold_ops::color::ycc_to_rgb_planes(&ycc.data[0], &ycc.data[1], &ycc.data[2], &mut planes);
+    let worst = (0..3 * n)
+        .map(|i| (i32::from(planes[i]) - i32::from(rgb.data[(i % n) * 3 + i / n])).abs())
+        .max()
+        .unwrap();
+    assert!(worst <= 1, "off by {worst}");
+    let sub = jpeg420(91, 71, 6);
+    assert!(d.decode_ycc(&sub, Scale(4), 1 << 30, &mut ycc).unwrap());
+    assert_eq!(ycc.image, (46, 36));
+    assert_eq!(
+        (ycc.width, ycc.height, ycc.factor),
+        ([46, 23, 23], [36, 18, 18], (2, 2))
+    );
+    // gray images are not for this path
+    let mut gray = Vec::new();
+    jpeg_encoder::Encoder::new(&mut gray, 90)
+        .encode(&[128u8; 32 * 16], 32, 16, jpeg_encoder::ColorType::Luma)
+        .unwrap();
+    assert!(!d.decode_ycc(&gray, Scale::FULL, 1 << 30, &mut ycc).unwrap());
+    // corrupt data is an error, not planes of garbage
+    let cut = &data[..data.len() / 2];
+    assert!(d.decode_ycc(cut, Scale::FULL, 1 << 30, &mut ycc).is_err());
 }
 
 #[test]
