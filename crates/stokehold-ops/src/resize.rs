@@ -50,6 +50,10 @@ impl Axis {
         self.start.clear();
         self.weights.clear();
         self.weights.resize(out as usize * taps, 0);
+        if fs == 1.0 && taps == 2 {
+            self.interpolate(size, x0, scale, out);
+            return;
+        }
         self.scratch.resize(taps, 0.0);
         for i in 0..out as usize {
             let center = x0 + (i as f64 + 0.5) * scale;
@@ -90,6 +94,30 @@ impl Axis {
             row[big_at] = (i32::from(row[big_at]) + ONE - total) as i16;
             self.start.push(start);
         }
+    }
+
+    /// The two-tap filter of plain interpolation (the common case, without the general window
+    /// arithmetic): output `i` at source position `c = x0 + (i + 0.5) * scale - 0.5` blends samples
+    /// `floor(c)` and `floor(c) + 1` by `1 - t`, `t` (its fraction); past either edge, the edge
+    /// sample alone. The same weights as the general path, up to the rounding of the last bit.
+    fn interpolate(&mut self, size: u32, x0: f64, scale: f64, out: u32) {
+        let last = f64::from(size - 1);
+        for (i, w) in self.weights.chunks_exact_mut(2).enumerate() {
+            let c = x0 + (i as f64 + 0.5) * scale - 0.5;
+            let (start, w0) = if c <= 0.0 {
+                (0, ONE)
+            } else if c >= last {
+                (size - 2, 0)
+            } else {
+                let lo = c as u32; // floor (c > 0)
+                let t = c - f64::from(lo);
+                (lo, ((1.0 - t) * f64::from(ONE) + 0.5) as i32)
+            };
+            w[0] = w0 as i16;
+            w[1] = (ONE - w0) as i16;
+            self.start.push(start);
+        }
+        debug_assert_eq!(self.start.len(), out as usize);
     }
 
     /// The source range every output reads from.
