@@ -181,9 +181,10 @@ pub fn run(
     let mut sub = std::mem::take(&mut ws.sub);
     let mut data = data;
     let mut cut = false;
+    // the DCT scale of the crop (the same for a cut: only the crop's offset changes)
+    let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
     if format == Format::Jpeg && ops.fused {
         if let Some(idx) = RestartIndex::parse(data) {
-            let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
             let margin = 2.0 * 8.0 / f64::from(scale.0);
             let (rows, bands) = idx.cover(crop.x, crop.y, crop.x + crop.w, crop.y + crop.h, margin);
             if rows.len() < idx.rows() as usize || bands.len() < idx.bands() as usize {
@@ -202,7 +203,6 @@ pub fn run(
         // Cr planes, resize each (chroma from its own resolution) and convert colour at the
         // output size, which skips chroma upsampling and converts only the output's pixels.
         let mut ycc = std::mem::take(&mut ws.ycc);
-        let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
         let r = ws
             .jpeg()
             .and_then(|d| d.decode_ycc(data, scale, ops.max_pixels, &mut ycc))
@@ -393,13 +393,7 @@ fn finish(
     let c = src.channels as usize;
     if plain_planes(ops, c, factors) {
         // the common case: the resizer writes the planes (mirrored when flipped) straight into
-        // the slot
-        if slot.len() != out_w as usize * out_h as usize * c {
-            return Err(OpsError::Invalid(format!(
-                "a {c}-channel {out_w}x{out_h} output into a {}-byte slot",
-                slot.len()
-            )));
-        }
+        // the slot (and refuses a slot of the wrong size)
         return resizer.resize_planes(src, crop, out_w, out_h, flip, slot);
     }
     // the resizer writes every byte: no need to zero the buffer again

@@ -261,7 +261,7 @@ impl Resizer {
             };
             return Ok(());
         }
-        horizontal_scalar(&self.mid, row, x0, &self.x, c, ow, oh, out, dst);
+        horizontal_scalar(&self.mid, row, x0, &self.x, c, (ow, oh), 0..ow, out, dst);
         Ok(())
     }
 }
@@ -706,8 +706,8 @@ fn vertical2_avx2(a: &[u8], b: &[u8], wa: i16, wb: i16, out: &mut [u8]) -> usize
     n
 }
 
-/// The horizontal pass, one pixel at a time (any channel count; also the reference the SIMD
-/// kernel is tested against).
+/// The horizontal pass, one pixel at a time, for the output columns `cols` (any channel count;
+/// the fallback, the SIMD kernel's last columns, and the reference it is tested against).
 #[allow(clippy::too_many_arguments)]
 fn horizontal_scalar(
     mid: &[u8],
@@ -715,15 +715,16 @@ fn horizontal_scalar(
     x0: usize,
     ax: &Axis,
     c: usize,
-    ow: usize,
-    oh: usize,
+    (ow, oh): (usize, usize),
+    cols: std::ops::Range<usize>,
     out: Out,
     dst: &mut [u8],
 ) {
     let t = ax.taps;
     for y in 0..oh {
         let r = &mid[y * row..(y + 1) * row];
-        for (x, &s) in ax.start.iter().enumerate() {
+        for x in cols.clone() {
+            let s = ax.start[x];
             let w = &ax.weights[x * t..(x + 1) * t];
             let base = (s as usize - x0) * c;
             for ch in 0..c {
@@ -865,31 +866,8 @@ fn horizontal_rgb_ssse3(
             }
         }
     }
-    if quads < ow {
-        // the last (ow % 4) columns, one pixel at a time
-        let t = ax.taps;
-        for y in 0..oh {
-            let r = &mid[y * row..(y + 1) * row];
-            for x in quads..ow {
-                let w = &ax.weights[x * t..(x + 1) * t];
-                let base = (ax.start[x] as usize - x0) * 3;
-                for ch in 0..3 {
-                    let mut acc = HALF;
-                    for (k, &wk) in w.iter().enumerate() {
-                        acc += i32::from(r[base + k * 3 + ch]) * i32::from(wk);
-                    }
-                    let v = (acc >> BITS).clamp(0, 255) as u8;
-                    let d = match out {
-                        Out::Packed => (y * ow + x) * 3 + ch,
-                        Out::Planes { flip } => {
-                            ch * plane + y * ow + if flip { ow - 1 - x } else { x }
-                        }
-                    };
-                    dst[d] = v;
-                }
-            }
-        }
-    }
+    // the last (ow % 4) columns, one pixel at a time
+    horizontal_scalar(mid, row, x0, ax, 3, (ow, oh), quads..ow, out, dst);
 }
 
 #[cfg(test)]
@@ -1018,23 +996,24 @@ mod tests {
                 rs.resize(px, crop, ow, oh, &mut packed).unwrap();
                 // the scalar kernel from the same intermediate rows gives the same bytes
                 let mut scalar = vec![0u8; n];
-                let (x0, _) = rs.x.span();
-                let row = (rs.x.span().1 - x0) * usize::from(c) * oh as usize;
+                let (x0, x1) = rs.x.span();
+                let rb = (x1 - x0) * usize::from(c);
+                let size = (ow as usize, oh as usize);
+                let (m, a) = (&rs.mid, &rs.x);
                 horizontal_scalar(
-                    &rs.mid,
-                    row / oh as usize,
+                    m,
+                    rb,
                     x0,
-                    &rs.x,
+                    a,
                     usize::from(c),
-                    ow as usize,
-                    oh as usize,
+                    size,
+                    0..size.0,
                     Out::Packed,
                     &mut scalar,
                 );
                 assert_eq!(packed, scalar, "box {i} c {c}: SIMD and scalar differ");
                 // and the vertical pass's SIMD part computes the scalar formula
                 let t = rs.y.taps;
-                let rb = row / oh as usize;
                 let stride = w as usize * usize::from(c);
                 for (yo, &sy) in rs.y.start.iter().enumerate() {
                     for j in 0..rb {
