@@ -587,6 +587,73 @@ fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+
+    use std::time::Duration;
+
+    fn stats(stage: &str, consumer_wait_s: f64) -> stokehold::Stats {
+        let st = |name: &str, ms: u64| stokehold::StageStats {
+            name: name.into(),
+            items: 100,
+            busy: Duration::from_millis(ms),
+            p50: Duration::from_micros(10),
+            p99: Duration::from_micros(20),
+        };
+        stokehold::Stats {
+            stages: vec![st("read", 10), st(stage, 900), st("label/collate", 1)],
+            batches: 10,
+            samples: 100,
+            consumer_wait: Duration::from_secs_f64(consumer_wait_s),
+            worker_wait: Duration::ZERO,
+            mean_queue: 0.0,
+            skipped: Vec::new(),
+            threads: 1,
+            active_threads: 1,
+            caches: Vec::new(),
+            bytes_read: 0,
+            records_read: 100,
+            prefetch: 2,
+            profiled: true,
+        }
+    }
+
+    #[test]
+    fn the_bottleneck_sentence_follows_the_largest_stage_and_the_consumer_wait() {
+        // pipeline-bound (the consumer waited 80% of 1 s): advice for the largest stage
+        let cached = bottleneck(
+            &stats("image/decoded-cache+crop+resize", 0.8),
+            1.0,
+            0.0,
+            false,
+            None,
+        );
+        assert!(
+            cached.contains("from the decoded cache already"),
+            "{cached}"
+        );
+        let decode = bottleneck(
+            &stats("image/decode+crop+resize", 0.8),
+            1.0,
+            0.0,
+            false,
+            None,
+        );
+        assert!(
+            decode.contains("--restart-markers") && decode.contains("--decoded-cache"),
+            "{decode}"
+        );
+        // consumer-bound: the sentence says so instead
+        let consumer = bottleneck(
+            &stats("image/decode+crop+resize", 0.1),
+            1.0,
+            0.0,
+            false,
+            None,
+        );
+        assert!(
+            consumer.contains("the consumer, not the pipeline, sets the pace"),
+            "{consumer}"
+        );
+    }
     use super::*;
 
     #[test]

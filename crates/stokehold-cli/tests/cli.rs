@@ -226,7 +226,9 @@ fn bench_reports_stall_bottleneck_and_sweeps() {
         out.contains("bottleneck  none: the pipeline keeps up"),
         "{out}"
     );
-    // without a step, the decode stage is named
+    // without a step, the bottleneck line names the decode stage (as the stage to make cheaper,
+    // or as the largest stage when the consumer sets the pace: which one depends on timing; the
+    // advice itself is unit-tested in bench.rs)
     let out = ok(&[
         "bench",
         ds_s,
@@ -237,14 +239,11 @@ fn bench_reports_stall_bottleneck_and_sweeps() {
         "--threads",
         "1",
     ]);
-    assert!(
-        out.contains("bottleneck  image/decode+crop+resize takes"),
-        "{out}"
-    );
-    assert!(
-        out.contains("--decoded-cache 256"),
-        "the advice names the decoded cache: {out}"
-    );
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("bottleneck  "))
+        .unwrap_or_else(|| panic!("no bottleneck line: {out}"));
+    assert!(line.contains("image/decode+crop+resize"), "{out}");
     let plot = tmp.path().join("sweep.svg");
     let out = ok(&[
         "bench",
@@ -556,7 +555,9 @@ fn bench_runs_with_caches_and_access_modes_and_reports_them() {
     let out = ok(&[&common[..], &["--decoded-cache", "24"]].concat());
     assert!(out.contains("decoded cache: "), "{out}");
     assert!(out.contains("12 entries"), "every image kept: {out}");
-    assert!(out.contains("from the decoded cache already"), "{out}");
+    // the stage is named for the cache (which bottleneck sentence follows depends on timing:
+    // the advice itself is unit-tested in bench.rs)
+    assert!(out.contains("image/decoded-cache+crop+resize"), "{out}");
     let out = ok(&[&common[..], &["--cache", "64MiB", "--access", "pread"]].concat());
     assert!(out.contains("records cache: "), "{out}");
     let out = ok(&[&common[..], &["--access", "memory"]].concat());
