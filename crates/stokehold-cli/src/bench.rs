@@ -546,7 +546,15 @@ fn bottleneck(
         "that stage is the one to make cheaper, or to give more threads"
     };
     let waiting = stats.consumer_wait.as_secs_f64() / wall.max(1e-9);
-    if let Some(u) = storage_use.filter(|&u| u > 0.8 && waiting >= 0.5) {
+    // Storage is named only when reading costs the workers real time: a pipeline that read faster
+    // than the cold-cache probe but spent little time in `read` was served by the page cache.
+    let read_share = stats
+        .stages
+        .iter()
+        .find(|s| s.name == "read")
+        .map_or(0.0, |s| s.busy.as_secs_f64() / busy.max(1e-12));
+    let reading_costs = !stats.profiled || read_share >= 0.25;
+    if let Some(u) = storage_use.filter(|&u| u > 0.8 && waiting >= 0.5 && reading_costs) {
         return format!(
             "storage: the pipeline reads at {:.0}% of what the storage gives for its access pattern: use faster storage, a RAM-resident or memory-mapped (--mmap) cached dataset, or a sequential order",
             u * 100.0
@@ -587,7 +595,7 @@ fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
 
 #[cfg(test)]
 mod tests {
-
+    use super::*;
     use std::time::Duration;
 
     fn stats(stage: &str, consumer_wait_s: f64) -> stokehold::Stats {
@@ -654,7 +662,33 @@ mod tests {
             "{consumer}"
         );
     }
-    use super::*;
+
+    #[test]
+    fn storage_is_named_only_when_reading_costs_worker_time() {
+        // read at 358% of the cold-cache rate, but `read` is 1% of worker time: the page cache
+        // served it, and the decode stage is the one to name
+        let warm = bottleneck(
+            &stats("image/decode+crop+resize", 0.8),
+            1.0,
+            0.0,
+            false,
+            Some(3.58),
+        );
+        assert!(warm.starts_with("image/decode+crop+resize takes"), "{warm}");
+        // reading takes most of the worker time and the storage is saturated: storage is named
+        let mut cold = stats("image/decode+crop+resize", 0.8);
+        cold.stages[0].busy = Duration::from_millis(2_000);
+        let cold = bottleneck(&cold, 1.0, 0.0, false, Some(0.95));
+        assert!(
+            cold.starts_with("storage: the pipeline reads at 95%"),
+            "{cold}"
+        );
+        // a storage with room to spare is not named however long reading takes
+        let mut spare = stats("image/decode+crop+resize", 0.8);
+        spare.stages[0].busy = Duration::from_millis(2_000);
+        let spare = bottleneck(&spare, 1.0, 0.0, false, Some(0.3));
+        assert!(spare.starts_with("read takes"), "{spare}");
+    }
 
     #[test]
     fn the_live_line_shows_batches_samples_and_bytes_per_second() {
