@@ -606,4 +606,24 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
         let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
         assert_eq!(decode(b).1, decode(&original).1, "sample {i}: same pixels");
     }
+    // a JPEG whose header is fine but whose data is cut short fails the transcode: skipped,
+    // counted, and named by its file
+    let good = fs::read(src.join("a/1.jpg")).unwrap();
+    fs::write(src.join("a/3.jpg"), &good[..good.len() / 2]).unwrap();
+    let r = pack(
+        std::slice::from_ref(&src),
+        &tmp.path().join("t"),
+        None,
+        &o,
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.manifest.total_records, 3);
+    assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
+    let s = &r.skipped[0];
+    assert!(s.input.ends_with("3.jpg"), "{s:?}");
+    assert!(
+        s.reason.contains("\"image\"") && s.reason.contains("restart markers failed"),
+        "{s:?}"
+    );
 }

@@ -157,6 +157,7 @@ fn load(job: Job, max: u64) -> Loaded {
     }
     values.push(FieldValue::String(job.rel.into()));
     Loaded::Sample {
+        input: job.path.display().to_string(),
         values,
         bytes: n,
         progressive,

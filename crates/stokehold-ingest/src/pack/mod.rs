@@ -279,6 +279,8 @@ impl PackError {
 /// One input, loaded: a sample ready to encode, or a reason to skip it.
 pub(crate) enum Loaded {
     Sample {
+        /// The file, archive member or record it came from, for errors found later.
+        input: String,
         values: Vec<FieldValue<'static>>,
         bytes: u64,
         progressive: bool,
@@ -338,6 +340,7 @@ impl Sink<'_> {
             match load(job) {
                 Loaded::Skip(s) => Encoded::Skip(s),
                 Loaded::Sample {
+                    input,
                     mut values,
                     bytes,
                     progressive,
@@ -355,8 +358,8 @@ impl Sink<'_> {
                                     }
                                     Err(e) => {
                                         return Encoded::Skip(Skipped {
-                                            input: String::from("<image>"),
-                                            reason: e,
+                                            input,
+                                            reason: format!("field {:?}: {e}", field.name),
                                         });
                                     }
                                 }
@@ -374,7 +377,7 @@ impl Sink<'_> {
                             resized,
                         },
                         Err(e) => Encoded::Skip(Skipped {
-                            input: String::from("<sample>"),
+                            input,
                             reason: e.to_string(),
                         }),
                     }

@@ -345,6 +345,7 @@ fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
     }
     values.extend(job.others);
     Loaded::Sample {
+        input: format!("{} ({})", job.at, job.file.display()),
         values,
         bytes: n,
         progressive,

@@ -287,6 +287,7 @@ fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
         values.push(v);
     }
     Loaded::Sample {
+        input: at,
         values,
         bytes: data.len() as u64,
         progressive,

@@ -207,6 +207,7 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
         });
     }
     Loaded::Sample {
+        input: at,
         values,
         bytes: total,
         progressive,
