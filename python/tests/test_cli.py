@@ -37,9 +37,17 @@ def test_pack_verify_inspect_through_the_installed_command(tmp_path):
     assert run("verify", ds_dir).stdout.startswith("ok: ")
     ds = stokehold.Dataset(str(ds_dir))
     assert len(ds) == 24 and ds.classes == ["class_000", "class_001", "class_002"]
-    assert ds[0]["image"] == (imgs / ds[0]["path"]).read_bytes()
+    assert all(ds[i]["image"] == (imgs / ds[i]["path"]).read_bytes() for i in range(len(ds)))
     manifest = json.loads(run("inspect", ds_dir, "--json").stdout)
     assert manifest["total_records"] == 24
+    # --restart-markers rewrites the JPEGs losslessly with restart markers (a DRI segment)
+    run("pack", imgs, ds_dir, "--overwrite", "--restart-markers")
+    ds = stokehold.Dataset(str(ds_dir))
+    original = (imgs / ds[0]["path"]).read_bytes()
+    assert b"\xff\xdd" not in original.split(b"\xff\xda")[0]
+    assert b"\xff\xdd" in ds[0]["image"].split(b"\xff\xda")[0]
+    manifest = json.loads(run("inspect", ds_dir, "--json").stdout)
+    assert manifest["source"]["restart_markers"] is True
 
 
 def test_verify_exit_status_and_message_name_the_fault(tmp_path):

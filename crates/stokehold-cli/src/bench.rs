@@ -505,18 +505,21 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             stall.as_secs_f64() / after_first.max(1e-9),
             a.step_ms.is_some(),
             storage_use,
+            ds.manifest().source["restart_markers"] == true,
         )
     )?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// One sentence naming what limits throughput, and the change that would help most.
+/// `restart_marked`: the dataset's JPEGs were packed with restart markers.
 fn bottleneck(
     stats: &stokehold::Stats,
     wall: f64,
     stall: f64,
     simulated_step: bool,
     storage_use: Option<f64>,
+    restart_marked: bool,
 ) -> String {
     let busy: f64 = stats.stages.iter().map(|s| s.busy.as_secs_f64()).sum();
     let utilisation = busy / (wall * stats.threads as f64).max(1e-9);
@@ -537,7 +540,11 @@ fn bottleneck(
         || top.name.contains("crop")
         || top.name.contains("resize")
     {
-        "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it about 3x faster, more threads (or cores) scale it, and packing with --restart-markers (random crops decode only what they need), --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
+        if restart_marked {
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it about 3x faster, more threads (or cores) scale it, and packing with --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
+        } else {
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it about 3x faster, more threads (or cores) scale it, and packing with --restart-markers (lossless; this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
+        }
     } else if top.name == "read" {
         "storage is the limit: use faster storage, a RAM-resident dataset (in_memory) or memory maps (--mmap)"
     } else if top.name.ends_with("collate") || top.name == "parse" {
@@ -633,6 +640,7 @@ mod tests {
             0.0,
             false,
             None,
+            true,
         );
         assert!(
             cached.contains("from the decoded cache already"),
@@ -644,11 +652,22 @@ mod tests {
             0.0,
             false,
             None,
+            true,
         );
         assert!(
-            decode.contains("--restart-markers") && decode.contains("--decoded-cache"),
+            decode.contains("--decoded-cache") && !decode.contains("restart markers"),
             "{decode}"
         );
+        // a dataset packed without restart markers is told to pack with them
+        let plain = bottleneck(
+            &stats("image/decode+crop+resize", 0.8),
+            1.0,
+            0.0,
+            false,
+            None,
+            false,
+        );
+        assert!(plain.contains("packing with --restart-markers"), "{plain}");
         // consumer-bound: the sentence says so instead
         let consumer = bottleneck(
             &stats("image/decode+crop+resize", 0.1),
@@ -656,6 +675,7 @@ mod tests {
             0.0,
             false,
             None,
+            true,
         );
         assert!(
             consumer.contains("the consumer, not the pipeline, sets the pace"),
@@ -673,12 +693,13 @@ mod tests {
             0.0,
             false,
             Some(3.58),
+            true,
         );
         assert!(warm.starts_with("image/decode+crop+resize takes"), "{warm}");
         // reading takes most of the worker time and the storage is saturated: storage is named
         let mut cold = stats("image/decode+crop+resize", 0.8);
         cold.stages[0].busy = Duration::from_millis(2_000);
-        let cold = bottleneck(&cold, 1.0, 0.0, false, Some(0.95));
+        let cold = bottleneck(&cold, 1.0, 0.0, false, Some(0.95), true);
         assert!(
             cold.starts_with("storage: the pipeline reads at 95%"),
             "{cold}"
@@ -686,7 +707,7 @@ mod tests {
         // a storage with room to spare is not named however long reading takes
         let mut spare = stats("image/decode+crop+resize", 0.8);
         spare.stages[0].busy = Duration::from_millis(2_000);
-        let spare = bottleneck(&spare, 1.0, 0.0, false, Some(0.3));
+        let spare = bottleneck(&spare, 1.0, 0.0, false, Some(0.3), true);
         assert!(spare.starts_with("read takes"), "{spare}");
     }
 

@@ -12,7 +12,7 @@ use stokehold_format::{
     Dataset, DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest,
     VerifyOptions, WriteOptions, verify_dataset,
 };
-use stokehold_ingest::{ImagePolicy, PackOptions, SourceKind};
+use stokehold_ingest::{ImagePolicy, PackOptions, Skipped, SourceKind};
 
 use crate::progress::Bar;
 use crate::units;
@@ -67,7 +67,8 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 90)]
     jpeg_quality: u8,
     /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows (same
-    /// pixels, ~1.5% larger): random crops then decode only the rows and columns they need.
+    /// pixels, ~0.5% larger, ~2 ms of CPU per ImageNet-sized image): random crops then decode
+    /// only the rows and columns they need (~35% faster; centre crops ~25%).
     #[arg(long)]
     restart_markers: bool,
     /// Tokenize text into a token dataset with this tokenizer.json (JSONL sources).
@@ -82,6 +83,31 @@ pub struct PackArgs {
     /// With --tokenizer: put this token (by name, e.g. "</s>") after every document.
     #[arg(long, value_name = "TOKEN")]
     append_eos: Option<String>,
+}
+
+/// Print a count of `items`, where they are listed, and the first five.
+fn list_inputs(
+    out: &mut dyn Write,
+    what: &str,
+    file: &std::path::Path,
+    items: &[Skipped],
+) -> std::io::Result<()> {
+    if items.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "  {} {what} (listed in {}):",
+        units::count(items.len() as u64),
+        file.display()
+    )?;
+    for s in items.iter().take(5) {
+        writeln!(out, "    {}: {}", s.input, s.reason)?;
+    }
+    if items.len() > 5 {
+        writeln!(out, "    ...")?;
+    }
+    Ok(())
 }
 
 pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
@@ -145,25 +171,28 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     if let Some(c) = &m.classes {
         writeln!(out, "  {} classes", units::count(c.len() as u64))?;
     }
-    if !report.skipped.is_empty() {
+    list_inputs(
+        out,
+        "inputs skipped",
+        &a.dest.join("skipped.txt"),
+        &report.skipped,
+    )?;
+    let images = m
+        .schema
+        .fields
+        .iter()
+        .any(|f| matches!(f.ty, FieldType::Image { .. }));
+    if images && options.images.restart_markers {
         writeln!(
             out,
-            "  {} inputs skipped (listed in {}):",
-            units::count(report.skipped.len() as u64),
-            a.dest.join("skipped.txt").display()
-        )?;
-        for s in report.skipped.iter().take(5) {
-            writeln!(out, "    {}: {}", s.input, s.reason)?;
-        }
-        if report.skipped.len() > 5 {
-            writeln!(out, "    ...")?;
-        }
-    }
-    if options.images.restart_markers {
-        writeln!(
-            out,
-            "  every JPEG rewritten losslessly with restart markers ({} of them progressive before)",
+            "  JPEGs rewritten losslessly with restart markers ({} of them progressive before)",
             units::count(report.transcoded_to_baseline)
+        )?;
+        list_inputs(
+            out,
+            "samples whose JPEGs the rewrite failed on, stored as given",
+            &a.dest.join("kept-as-is.txt"),
+            &report.kept_as_is,
         )?;
     } else if report.progressive_jpegs > 0 {
         if options.images.baseline {
@@ -321,6 +350,8 @@ fn describe(ty: &FieldType, v: &FieldValue<'_>, classes: Option<&[String]>) -> S
                     h.components,
                     if h.progressive {
                         "progressive"
+                    } else if stokehold_ops::restart::RestartIndex::parse(b).is_some() {
+                        "baseline with row-aligned restart markers"
                     } else {
                         "baseline"
                     },

@@ -4,6 +4,7 @@
 use std::fs;
 use std::process::ExitCode;
 
+use stokehold::format::FieldValue;
 use stokehold_cli::run_captured;
 
 fn ok(args: &[&str]) -> String {
@@ -52,6 +53,7 @@ fn pack_verify_inspect_round_trip() {
         out.contains("1 inputs skipped") && out.contains("readme.txt: not an image"),
         "{out}"
     );
+    assert!(!out.contains("restart markers"), "{out}");
 
     let out = ok(&["verify", ds_s]);
     assert!(
@@ -69,7 +71,16 @@ fn pack_verify_inspect_round_trip() {
         "{out}"
     );
     assert!(out.contains("label        1 (class_001)"), "{out}");
-    assert!(out.contains("JPEG ") && out.contains("baseline"), "{out}");
+    assert!(out.contains("3 components, baseline, "), "{out}");
+    // the JPEGs are stored byte for byte
+    let d = stokehold::format::Dataset::open(&ds).unwrap();
+    for i in 0..d.len() {
+        let v = d.get(i).unwrap();
+        let (FieldValue::Image(b), FieldValue::String(rel)) = (&v[0], &v[2]) else {
+            panic!("{v:?}")
+        };
+        assert_eq!(b.as_ref(), fs::read(imgs.join(rel.as_ref())).unwrap());
+    }
 
     let json = ok(&["inspect", ds_s, "--json"]);
     let m: serde_json::Value = serde_json::from_str(&json).unwrap();
@@ -78,7 +89,17 @@ fn pack_verify_inspect_round_trip() {
     // packing again into an existing dataset is refused, with --overwrite it is replaced
     let (r, _) = run_captured(&["pack", imgs_s, ds_s]);
     assert!(r.unwrap_err().to_string().contains("already exists"));
-    ok(&["pack", imgs_s, ds_s, "--overwrite"]);
+    // --restart-markers rewrites them losslessly, and inspect says so
+    let out = ok(&["pack", imgs_s, ds_s, "--overwrite", "--restart-markers"]);
+    assert!(
+        out.contains("JPEGs rewritten losslessly with restart markers (0 of them progressive"),
+        "{out}"
+    );
+    let out = ok(&["inspect", ds_s, "--sample", "12"]);
+    assert!(
+        out.contains("3 components, baseline with row-aligned restart markers, "),
+        "{out}"
+    );
 }
 
 #[test]

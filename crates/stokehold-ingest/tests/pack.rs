@@ -606,10 +606,11 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
         let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
         assert_eq!(decode(b).1, decode(&original).1, "sample {i}: same pixels");
     }
-    // a JPEG whose header is fine but whose data is cut short fails the transcode: skipped,
-    // counted, and named by its file
+    // a JPEG whose header is fine but whose data is cut short fails the lossless rewrite (it
+    // stops at libjpeg's first warning): kept as given, counted and listed by file, not dropped
     let good = fs::read(src.join("a/1.jpg")).unwrap();
-    fs::write(src.join("a/3.jpg"), &good[..good.len() / 2]).unwrap();
+    let cut = &good[..good.len() / 2];
+    fs::write(src.join("a/3.jpg"), cut).unwrap();
     let r = pack(
         std::slice::from_ref(&src),
         &tmp.path().join("t"),
@@ -618,12 +619,41 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
         &NoProgress,
     )
     .unwrap();
+    assert_eq!(r.manifest.total_records, 4);
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    assert_eq!(r.kept_as_is.len(), 1, "{:?}", r.kept_as_is);
+    let k = &r.kept_as_is[0];
+    assert!(k.input.ends_with("3.jpg"), "{k:?}");
+    assert!(
+        k.reason.contains("\"image\"") && k.reason.contains("restart markers failed"),
+        "{k:?}"
+    );
+    assert_eq!(r.manifest.source["kept_as_is"], 1);
+    let ds = Dataset::open(tmp.path().join("t")).unwrap();
+    assert_eq!(ds.get(3).unwrap()[0], FieldValue::Image(cut.into()));
+    let listed = fs::read_to_string(tmp.path().join("t/kept-as-is.txt")).unwrap();
+    assert!(listed.contains("3.jpg\tfield \"image\""), "{listed}");
+    // a lossy size cap must decode the image: one that cannot be decoded is skipped, named
+    let o = PackOptions {
+        images: ImagePolicy {
+            max_side: Some(60),
+            ..ImagePolicy::default()
+        },
+        ..opts(1)
+    };
+    let r = pack(
+        std::slice::from_ref(&src),
+        &tmp.path().join("u"),
+        None,
+        &o,
+        &NoProgress,
+    )
+    .unwrap();
     assert_eq!(r.manifest.total_records, 3);
     assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
-    let s = &r.skipped[0];
-    assert!(s.input.ends_with("3.jpg"), "{s:?}");
     assert!(
-        s.reason.contains("\"image\"") && s.reason.contains("restart markers failed"),
-        "{s:?}"
+        r.skipped[0].input.ends_with("3.jpg") && r.skipped[0].reason.contains("cannot decode"),
+        "{:?}",
+        r.skipped[0]
     );
 }

@@ -352,6 +352,7 @@ pub fn pack_tokens(
         progressive_jpegs: 0,
         transcoded_to_baseline: 0,
         resized: 0,
+        kept_as_is: Vec::new(),
         notes: vec![format!(
             "{total_tokens} tokens ({} each) in {documents} documents",
             tok.dtype().name()
