@@ -631,52 +631,29 @@ mod tests {
         }
     }
 
+    /// The sentence for a run of 1 s without a simulated step in which `stats` happened.
+    fn say(stats: &stokehold::Stats, storage_use: Option<f64>, restart_marked: bool) -> String {
+        bottleneck(stats, 1.0, 0.0, false, storage_use, restart_marked)
+    }
+
     #[test]
     fn the_bottleneck_sentence_follows_the_largest_stage_and_the_consumer_wait() {
         // pipeline-bound (the consumer waited 80% of 1 s): advice for the largest stage
-        let cached = bottleneck(
-            &stats("image/decoded-cache+crop+resize", 0.8),
-            1.0,
-            0.0,
-            false,
-            None,
-            true,
-        );
+        let cached = say(&stats("image/decoded-cache+crop+resize", 0.8), None, true);
         assert!(
             cached.contains("from the decoded cache already"),
             "{cached}"
         );
-        let decode = bottleneck(
-            &stats("image/decode+crop+resize", 0.8),
-            1.0,
-            0.0,
-            false,
-            None,
-            true,
-        );
+        let decode = say(&stats("image/decode+crop+resize", 0.8), None, true);
         assert!(
             decode.contains("--decoded-cache") && !decode.contains("restart markers"),
             "{decode}"
         );
         // a dataset packed without restart markers is told to pack with them
-        let plain = bottleneck(
-            &stats("image/decode+crop+resize", 0.8),
-            1.0,
-            0.0,
-            false,
-            None,
-            false,
-        );
+        let plain = say(&stats("image/decode+crop+resize", 0.8), None, false);
         assert!(plain.contains("packing with --restart-markers"), "{plain}");
         // consumer-bound: the sentence says so instead
-        let consumer = bottleneck(
-            &stats("image/decode+crop+resize", 0.1),
-            1.0,
-            0.0,
-            false,
-            None,
-            true,
-        );
+        let consumer = say(&stats("image/decode+crop+resize", 0.1), None, true);
         assert!(
             consumer.contains("the consumer, not the pipeline, sets the pace"),
             "{consumer}"
@@ -687,27 +664,18 @@ mod tests {
     fn storage_is_named_only_when_reading_costs_worker_time() {
         // read at 358% of the cold-cache rate, but `read` is 1% of worker time: the page cache
         // served it, and the decode stage is the one to name
-        let warm = bottleneck(
-            &stats("image/decode+crop+resize", 0.8),
-            1.0,
-            0.0,
-            false,
-            Some(3.58),
-            true,
-        );
+        let warm = say(&stats("image/decode+crop+resize", 0.8), Some(3.58), true);
         assert!(warm.starts_with("image/decode+crop+resize takes"), "{warm}");
         // reading takes most of the worker time and the storage is saturated: storage is named
-        let mut cold = stats("image/decode+crop+resize", 0.8);
-        cold.stages[0].busy = Duration::from_millis(2_000);
-        let cold = bottleneck(&cold, 1.0, 0.0, false, Some(0.95), true);
+        let mut slow_read = stats("image/decode+crop+resize", 0.8);
+        slow_read.stages[0].busy = Duration::from_millis(2_000);
+        let cold = say(&slow_read, Some(0.95), true);
         assert!(
             cold.starts_with("storage: the pipeline reads at 95%"),
             "{cold}"
         );
         // a storage with room to spare is not named however long reading takes
-        let mut spare = stats("image/decode+crop+resize", 0.8);
-        spare.stages[0].busy = Duration::from_millis(2_000);
-        let spare = bottleneck(&spare, 1.0, 0.0, false, Some(0.3), true);
+        let spare = say(&slow_read, Some(0.3), true);
         assert!(spare.starts_with("read takes"), "{spare}");
     }
 

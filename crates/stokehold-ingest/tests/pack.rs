@@ -526,79 +526,55 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
             .unwrap();
         (d.header(b).unwrap().progressive, p)
     };
-    let o = PackOptions {
-        images: ImagePolicy {
+    // pack the folder into tmp/NAME with `images`; the dataset is opened too
+    let pack_with = |name: &str, images: ImagePolicy| {
+        let o = PackOptions { images, ..opts(2) };
+        let dest = tmp.path().join(name);
+        let r = pack(std::slice::from_ref(&src), &dest, None, &o, &NoProgress).unwrap();
+        (r, Dataset::open(dest).unwrap())
+    };
+    let image = |ds: &Dataset, i: u64| match &ds.get(i).unwrap()[0] {
+        FieldValue::Image(b) => b.to_vec(),
+        v => panic!("{v:?}"),
+    };
+    let (r, ds) = pack_with(
+        "b",
+        ImagePolicy {
             baseline: true,
             ..ImagePolicy::default()
         },
-        ..opts(2)
-    };
-    let r = pack(
-        std::slice::from_ref(&src),
-        &tmp.path().join("b"),
-        None,
-        &o,
-        &NoProgress,
-    )
-    .unwrap();
+    );
     assert_eq!((r.progressive_jpegs, r.transcoded_to_baseline), (2, 2));
     assert_eq!(r.manifest.source["transcoded_to_baseline"], 2);
-    let ds = Dataset::open(tmp.path().join("b")).unwrap();
     for i in 0..3 {
-        let FieldValue::Image(b) = &ds.get(i).unwrap()[0] else {
-            panic!()
-        };
+        let b = &image(&ds, i);
         let (progressive, pixels) = decode(b);
         assert!(!progressive, "sample {i} is baseline now");
         let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
         assert_eq!(pixels, decode(&original).1, "sample {i}: same pixels");
     }
-    let o = PackOptions {
-        images: ImagePolicy {
+    let (r, ds) = pack_with(
+        "m",
+        ImagePolicy {
             max_side: Some(60),
             ..ImagePolicy::default()
         },
-        ..opts(1)
-    };
-    let r = pack(
-        std::slice::from_ref(&src),
-        &tmp.path().join("m"),
-        None,
-        &o,
-        &NoProgress,
-    )
-    .unwrap();
+    );
     assert_eq!(r.resized, 3);
     assert_eq!(r.manifest.source["max_side"], 60);
-    let ds = Dataset::open(tmp.path().join("m")).unwrap();
-    let FieldValue::Image(b) = &ds.get(0).unwrap()[0] else {
-        panic!()
-    };
+    let b = &image(&ds, 0);
     let (_, p) = decode(b);
     assert_eq!((p.width, p.height), (60, 45));
     // restart markers: every JPEG rewritten losslessly, indexable, same pixels
-    let o = PackOptions {
-        images: ImagePolicy {
-            restart_markers: true,
-            ..ImagePolicy::default()
-        },
-        ..opts(2)
+    let restart = ImagePolicy {
+        restart_markers: true,
+        ..ImagePolicy::default()
     };
-    let r = pack(
-        std::slice::from_ref(&src),
-        &tmp.path().join("r"),
-        None,
-        &o,
-        &NoProgress,
-    )
-    .unwrap();
+    let (r, ds) = pack_with("r", restart);
     assert_eq!(r.manifest.source["restart_markers"], true);
     assert_eq!(r.transcoded_to_baseline, 2, "the progressive ones");
-    let ds = Dataset::open(tmp.path().join("r")).unwrap();
     for i in 0..3 {
-        let FieldValue::Image(b) = &ds.get(i).unwrap()[0] else {
-            panic!()
-        };
+        let b = &image(&ds, i);
         assert!(
             stokehold_ops::restart::RestartIndex::parse(b).is_some(),
             "sample {i} has row-aligned restart markers"
@@ -611,14 +587,7 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
     let good = fs::read(src.join("a/1.jpg")).unwrap();
     let cut = &good[..good.len() / 2];
     fs::write(src.join("a/3.jpg"), cut).unwrap();
-    let r = pack(
-        std::slice::from_ref(&src),
-        &tmp.path().join("t"),
-        None,
-        &o,
-        &NoProgress,
-    )
-    .unwrap();
+    let (r, ds) = pack_with("t", restart);
     assert_eq!(r.manifest.total_records, 4);
     assert!(r.skipped.is_empty(), "{:?}", r.skipped);
     assert_eq!(r.kept_as_is.len(), 1, "{:?}", r.kept_as_is);
@@ -629,26 +598,17 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
         "{k:?}"
     );
     assert_eq!(r.manifest.source["kept_as_is"], 1);
-    let ds = Dataset::open(tmp.path().join("t")).unwrap();
-    assert_eq!(ds.get(3).unwrap()[0], FieldValue::Image(cut.into()));
+    assert_eq!(image(&ds, 3), cut);
     let listed = fs::read_to_string(tmp.path().join("t/kept-as-is.txt")).unwrap();
     assert!(listed.contains("3.jpg\tfield \"image\""), "{listed}");
     // a lossy size cap must decode the image: one that cannot be decoded is skipped, named
-    let o = PackOptions {
-        images: ImagePolicy {
+    let (r, _) = pack_with(
+        "u",
+        ImagePolicy {
             max_side: Some(60),
             ..ImagePolicy::default()
         },
-        ..opts(1)
-    };
-    let r = pack(
-        std::slice::from_ref(&src),
-        &tmp.path().join("u"),
-        None,
-        &o,
-        &NoProgress,
-    )
-    .unwrap();
+    );
     assert_eq!(r.manifest.total_records, 3);
     assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
     assert!(
