@@ -73,6 +73,39 @@ mod tests {
     }
 
     #[test]
+    fn ycc_conversion_is_within_one_level_of_the_exact_jfif_transform() {
+        // every chroma pair, at luma levels where clamping and rounding both show
+        let cb: Vec<u8> = (0..65536).map(|i| (i >> 8) as u8).collect();
+        let cr: Vec<u8> = (0..65536).map(|i| i as u8).collect();
+        let mut rgb = vec![0u8; 3 * cb.len()];
+        for level in [0u8, 1, 77, 128, 200, 254, 255] {
+            let y = vec![level; cb.len()];
+            ycc_to_rgb_planes(&y, &cb, &cr, &mut rgb);
+            for i in 0..cb.len() {
+                let (yy, u, v) = (
+                    f64::from(level),
+                    f64::from(cb[i]) - 128.0,
+                    f64::from(cr[i]) - 128.0,
+                );
+                let exact = [
+                    yy + 1.402 * v,
+                    yy - 0.344_136 * u - 0.714_136 * v,
+                    yy + 1.772 * u,
+                ];
+                for (c, e) in exact.iter().enumerate() {
+                    let got = f64::from(rgb[c * cb.len() + i]);
+                    assert!(
+                        (got - e.round().clamp(0.0, 255.0)).abs() <= 1.0,
+                        "Y {level} Cb {} Cr {}: channel {c} {got} vs {e}",
+                        cb[i],
+                        cr[i]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn identities_and_extremes() {
         let orig = vec![10u8, 100, 250, 0, 0, 0, 255, 255, 255];
         for f in [brightness, contrast, saturation] {
@@ -93,8 +126,9 @@ mod tests {
 }
 
 /// JFIF YCbCr → RGB on planes: `y`, `cb`, `cr` of `n` bytes each into `rgb` (`3n` bytes: the R, G
-/// and B planes), with libjpeg's coefficients in 16-bit fixed point (rounded, clamped). Compiled
-/// twice, with and without AVX2 (chosen at run time); both compute the same bytes.
+/// and B planes), with libjpeg-turbo's SIMD formulation of the JFIF coefficients in 16-bit lanes
+/// (each product rounded to nearest, then clamped; within one level of the exact transform).
+/// Compiled twice, with and without AVX2 (chosen at run time); both compute the same bytes.
 pub fn ycc_to_rgb_planes(y: &[u8], cb: &[u8], cr: &[u8], rgb: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
@@ -111,17 +145,28 @@ fn ycc_avx2(y: &[u8], cb: &[u8], cr: &[u8], rgb: &mut [u8]) {
     ycc(y, cb, cr, rgb);
 }
 
+/// `round(x * c / 65536)` for |x| ≤ 128, in a form the compiler turns into `pmulhw` on 16-bit
+/// lanes: the high half of `2x * c`, plus one, halved.
+#[inline(always)]
+fn mul_q16(x: i16, c: i16) -> i16 {
+    let hi = ((i32::from(x * 2) * i32::from(c)) >> 16) as i16;
+    (hi + 1) >> 1
+}
+
 #[inline(always)]
 fn ycc(y: &[u8], cb: &[u8], cr: &[u8], rgb: &mut [u8]) {
+    // R = Y + Cr + 0.40200 Cr; G = Y - 0.34414 Cb + 0.28586 Cr - Cr; B = Y + 2 Cb - 0.22800 Cb
+    // (the fractions of 65536: 26345, -22554, 18734, -14942), as libjpeg-turbo's SIMD code does,
+    // so every product fits 16 bits.
     let n = y.len();
     let (r, rest) = rgb.split_at_mut(n);
     let (g, b) = rest.split_at_mut(n);
     let planes = r.iter_mut().zip(g.iter_mut()).zip(b.iter_mut());
     for ((((r, g), b), &yy), (&u, &v)) in planes.zip(y).zip(cb.iter().zip(cr)) {
-        let yy = i32::from(yy);
-        let (u, v) = (i32::from(u) - 128, i32::from(v) - 128);
-        *r = (yy + ((91881 * v + 32768) >> 16)).clamp(0, 255) as u8;
-        *g = (yy + ((-22554 * u - 46802 * v + 32768) >> 16)).clamp(0, 255) as u8;
-        *b = (yy + ((116130 * u + 32768) >> 16)).clamp(0, 255) as u8;
+        let yy = i16::from(yy);
+        let (u, v) = (i16::from(u) - 128, i16::from(v) - 128);
+        *r = (yy + v + mul_q16(v, 26345)).clamp(0, 255) as u8;
+        *g = (yy + mul_q16(u, -22554) + mul_q16(v, 18734) - v).clamp(0, 255) as u8;
+        *b = (yy + 2 * u + mul_q16(u, -14942)).clamp(0, 255) as u8;
     }
 }
