@@ -286,6 +286,13 @@ class Loader:
         from the uncached pipeline (crops come from the resized image, as with FFCV's
         ``max_resolution``). ``stats()["caches"]["decoded"]["saved"]`` is the worker time saved.
     :param decoded_cache_budget: its byte budget (``"auto"``: half the RAM).
+    :param decoded_cache_dir: also keep the decoded images in this local directory (fast local
+        disk), across runs and shared by the processes of a node: a later run reads them instead
+        of decoding (``stats()["caches"]["decoded-disk"]``). Written in checksummed parts,
+        published atomically; damaged parts or images are computed again, never served.
+    :param decoded_cache_dir_limit: the most bytes the directory may hold for this dataset and
+        size (``"auto"``: no limit of its own; writing always stops with 5% of the filesystem
+        free). Images beyond it are computed each time.
     :param cache_dir: a local directory caching the shard files of a dataset on slow storage (a
         network filesystem): shards are copied there in the background (atomically, checked,
         shared safely by several processes) and read from there once copied.
@@ -319,6 +326,8 @@ class Loader:
         cache: Union[bool, int, str] = False,
         decoded_cache: Optional[int] = None,
         decoded_cache_budget: Union[int, str] = "auto",
+        decoded_cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        decoded_cache_dir_limit: Union[int, str] = "auto",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_dir_limit: Union[int, str] = "auto",
     ) -> None: ...
@@ -369,7 +378,7 @@ class Loader:
         ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``,
         ``prefetch`` (the depth now), ``bytes_read`` and ``records_read`` (what the pipeline took
         from storage), ``profiled`` (whether stages were timed) and ``caches`` (``"records"``,
-        ``"decoded"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
+        ``"decoded"``, ``"decoded-disk"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
         ``saved`` seconds of worker time)."""
     def report(self) -> str:
         """The statistics as a readable table (``print(loader.report())``)."""

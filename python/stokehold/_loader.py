@@ -183,6 +183,8 @@ class Loader(_Front):
         cache: Union[bool, int, str] = False,
         decoded_cache: Optional[int] = None,
         decoded_cache_budget: Union[int, str] = "auto",
+        decoded_cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        decoded_cache_dir_limit: Union[int, str] = "auto",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_dir_limit: Union[int, str] = "auto",
         memory_budget: Optional[int] = None,
@@ -239,6 +241,13 @@ class Loader(_Front):
         decoded_budget = (
             (_ram() // 2 or (1 << 62)) if decoded_cache_budget == "auto" else _bytes(decoded_cache_budget, "decoded_cache_budget")
         )
+        if decoded_cache_dir is not None and decoded_cache is None:
+            raise ConfigError("decoded_cache_dir needs decoded_cache (the shorter side of the cached images)")
+        decoded_dir_limit = (
+            0 if decoded_cache_dir_limit == "auto" else _bytes(decoded_cache_dir_limit, "decoded_cache_dir_limit")
+        )
+        if decoded_cache_dir_limit != "auto" and decoded_dir_limit == 0:
+            raise ConfigError("decoded_cache_dir_limit must be positive")
         dir_limit = 0 if cache_dir_limit == "auto" else _bytes(cache_dir_limit, "cache_dir_limit")
         if cache_dir is not None and cache_dir_limit != "auto" and dir_limit == 0:
             raise ConfigError("cache_dir_limit must be positive")
@@ -262,6 +271,8 @@ class Loader(_Front):
             cache=cache,
             decoded_cache=decoded_cache,
             decoded_cache_budget=decoded_cache_budget,
+            decoded_cache_dir=None if decoded_cache_dir is None else os.fspath(decoded_cache_dir),
+            decoded_cache_dir_limit=decoded_cache_dir_limit,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             cache_dir_limit=cache_dir_limit,
         )
@@ -291,6 +302,8 @@ class Loader(_Front):
                 cache_bytes=cache_bytes,
                 decoded_size=decoded_cache or 0,
                 decoded_budget=decoded_budget,
+                decoded_dir=None if decoded_cache_dir is None else os.fspath(decoded_cache_dir),
+                decoded_dir_limit=decoded_dir_limit,
                 cache_dir=None if cache_dir is None else os.fspath(cache_dir),
                 cache_dir_limit=dir_limit,
                 prefetch_auto=prefetch_auto,

@@ -98,6 +98,8 @@ class _Engine:
         cache_bytes: int = ...,
         decoded_size: int = ...,
         decoded_budget: int = ...,
+        decoded_dir: Optional[str] = ...,
+        decoded_dir_limit: int = ...,
         cache_dir: Optional[str] = ...,
         cache_dir_limit: int = ...,
         prefetch_auto: bool = ...,

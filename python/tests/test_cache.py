@@ -1,5 +1,5 @@
 """Caches and storage access from Python: Dataset(access=...), Loader(cache=, decoded_cache=,
-cache_dir=): same batches as without them, and their figures in stats()."""
+decoded_cache_dir=, cache_dir=): same batches as without them, and their figures in stats()."""
 
 import gc
 import os
@@ -104,6 +104,45 @@ def test_decoded_cache_is_deterministic_cold_or_warm_and_saves_work(images):
         stokehold.Loader(images, 8, decoded_cache=0, transforms={"image": chain})
     with pytest.raises(stokehold.ConfigError, match="decoded_cache"):
         stokehold.Loader(images, 8, decoded_cache=64)  # no image stages
+
+
+FILL_DECODED_DIR = """
+import sys
+import stokehold
+from stokehold.image import RandomHorizontalFlip, RandomResizedCrop
+
+chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
+loader = stokehold.Loader(sys.argv[1], 8, seed=4, threads=2, transforms={"image": chain}, decoded_cache=64,
+                          decoded_cache_dir=sys.argv[2])
+loader.set_epoch(0)
+n = sum(len(b["image"]) for b in loader)
+print(loader.stats()["caches"]["decoded-disk"]["misses"], n)
+"""
+
+
+def test_decoded_cache_dir_is_read_by_a_later_process_with_the_same_pixels(images, tmp_path):
+    chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
+    ram_only = stokehold.Loader(images, 8, seed=4, threads=2, transforms={"image": chain}, decoded_cache=64, include_ids=True)
+    ram_only.set_epoch(0)
+    reference = epoch(ram_only)
+    del ram_only
+    gc.collect()
+    root = tmp_path / "decoded"
+    # another process decodes every image and leaves them in the directory
+    p = subprocess.run([sys.executable, "-c", FILL_DECODED_DIR, images, str(root)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["32", "32"], p.stdout
+    loader = stokehold.Loader(images, 8, seed=4, threads=1, transforms={"image": chain}, decoded_cache=64,
+                              decoded_cache_dir=root, include_ids=True)
+    loader.set_epoch(0)
+    same(epoch(loader), reference)
+    disk = loader.stats()["caches"]["decoded-disk"]
+    assert (disk["hits"], disk["misses"], disk["entries"]) == (32, 0, 32)
+    assert "decoded-disk cache: 100.0% hits" in loader.report()
+    with pytest.raises(stokehold.ConfigError, match="decoded_cache_dir needs decoded_cache"):
+        stokehold.Loader(images, 8, transforms={"image": chain}, decoded_cache_dir=root)
+    with pytest.raises(stokehold.ConfigError, match="decoded_cache_dir_limit"):
+        stokehold.Loader(images, 8, transforms={"image": chain}, decoded_cache=64, decoded_cache_dir=root, decoded_cache_dir_limit=0)
 
 
 def test_cache_dir_copies_the_shards_and_gives_the_same_batches(table, tmp_path):

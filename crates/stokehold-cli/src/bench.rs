@@ -70,6 +70,10 @@ pub struct PipelineArgs {
     /// random stages start from it. Its budget is half the RAM.
     #[arg(long, value_name = "N")]
     decoded_cache: Option<u32>,
+    /// With --decoded-cache: also keep the decoded images in this local directory, across runs
+    /// (the second run reads them instead of decoding).
+    #[arg(long, value_name = "DIR", requires = "decoded_cache")]
+    decoded_cache_dir: Option<std::path::PathBuf>,
     /// Decode the image field with a fused RandomResizedCrop to N×N (the training pipeline).
     #[arg(long, value_name = "N")]
     random_resized_crop: Option<u32>,
@@ -272,8 +276,11 @@ fn pipeline(
         prepare_next_epoch: epochs > 1,
         cache_bytes: a.cache.unwrap_or(0),
         decoded_cache: a.decoded_cache.map(|size| DecodedCacheConfig {
-            size,
-            budget: (stokehold::format::storage::physical_memory() / 2).max(1 << 30),
+            dir: a.decoded_cache_dir.clone(),
+            ..DecodedCacheConfig::in_ram(
+                size,
+                (stokehold::format::storage::physical_memory() / 2).max(1 << 30),
+            )
         }),
         ..LoaderConfig::default()
     };

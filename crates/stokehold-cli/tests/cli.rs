@@ -579,6 +579,24 @@ fn bench_runs_with_caches_and_access_modes_and_reports_them() {
     // the stage is named for the cache (which bottleneck sentence follows depends on timing:
     // the advice itself is unit-tested in bench.rs)
     assert!(out.contains("image/decoded-cache+crop+resize"), "{out}");
+    // with a directory, a second run decodes nothing
+    let dir = tmp.path().join("decoded");
+    let with_dir = [
+        &common[..],
+        &["--decoded-cache", "24", "--decoded-cache-dir"],
+        &[dir.to_str().unwrap()],
+    ]
+    .concat();
+    let out = ok(&with_dir);
+    assert!(
+        out.contains("decoded-disk cache: 0.0% hits (0 of 12)"),
+        "{out}"
+    );
+    let out = ok(&with_dir);
+    assert!(
+        out.contains("decoded-disk cache: 100.0% hits (12 of 12) · 12 entries"),
+        "{out}"
+    );
     let out = ok(&[&common[..], &["--cache", "64MiB", "--access", "pread"]].concat());
     assert!(out.contains("records cache: "), "{out}");
     let out = ok(&[&common[..], &["--access", "memory"]].concat());

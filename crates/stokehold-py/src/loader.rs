@@ -566,7 +566,7 @@ const PY_STAGE: &str = "<python callable>#";
 #[pymethods]
 impl Engine {
     #[new]
-    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false, prefetch_auto = false, memory_budget = 0, profile = true, trace_capacity = 0, cache_bytes = 0, decoded_size = 0, decoded_budget = 0, cache_dir = None, cache_dir_limit = 0))]
+    #[pyo3(signature = (dataset, batch_size, *, shuffle, shuffle_window, seed, drop_last, transforms, threads, prefetch, rank, world_size, on_error, include_ids, autotune = false, prefetch_auto = false, memory_budget = 0, profile = true, trace_capacity = 0, cache_bytes = 0, decoded_size = 0, decoded_budget = 0, decoded_dir = None, decoded_dir_limit = 0, cache_dir = None, cache_dir_limit = 0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -591,6 +591,8 @@ impl Engine {
         cache_bytes: u64,
         decoded_size: u32,
         decoded_budget: u64,
+        decoded_dir: Option<PathBuf>,
+        decoded_dir_limit: u64,
         cache_dir: Option<PathBuf>,
         cache_dir_limit: u64,
     ) -> PyResult<Engine> {
@@ -674,9 +676,15 @@ impl Engine {
             // one then. Without Python stages the workers never need the GIL.
             prepare_next_epoch: customs.is_empty(),
             cache_bytes,
-            decoded_cache: (decoded_size > 0).then_some(DecodedCacheConfig {
-                size: decoded_size,
-                budget: decoded_budget,
+            decoded_cache: (decoded_size > 0).then(|| DecodedCacheConfig {
+                dir: decoded_dir,
+                // 0: no limit of its own (writing still stops with 5% of the filesystem free)
+                dir_limit: if decoded_dir_limit == 0 {
+                    u64::MAX
+                } else {
+                    decoded_dir_limit
+                },
+                ..DecodedCacheConfig::in_ram(decoded_size, decoded_budget)
             }),
         };
         let steps_per_epoch = py

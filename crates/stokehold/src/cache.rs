@@ -8,7 +8,8 @@
 //! - [`DecodedCache`]: the output of an image pipeline's deterministic prefix (decode, then
 //!   resize to a shorter side) per sample, within a byte budget; the random part of the pipeline
 //!   starts from it. Both filled and warm paths give the same output, so results never depend on
-//!   cache state.
+//!   cache state. Optionally backed by a local directory ([`crate::decoded_disk`]) that keeps the
+//!   images across runs and processes.
 //!
 //! Caches are found through a process-wide registry by a key naming the dataset (its
 //! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
@@ -20,6 +21,8 @@ use std::time::Duration;
 
 use crossbeam_channel::{Sender, unbounded};
 use stokehold_format::Dataset;
+
+use crate::decoded_disk::DecodedDisk;
 
 /// What a cache did, for statistics and reports.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -56,17 +59,20 @@ impl CacheStats {
             );
         }
         let total = (self.hits + self.misses).max(1);
+        let held = if self.budget == u64::MAX {
+            format!("{:.1} MiB, no limit", mib(self.bytes))
+        } else {
+            format!("{:.1} of {:.1} MiB", mib(self.bytes), mib(self.budget))
+        };
         let mut line = format!(
-            "{} cache: {:.1}% hits ({} of {}) · {} entries · {:.1} of {:.1} MiB",
+            "{} cache: {:.1}% hits ({} of {}) · {} entries · {held}",
             self.kind,
             100.0 * self.hits as f64 / total as f64,
             self.hits,
             self.hits + self.misses,
             self.entries,
-            mib(self.bytes),
-            mib(self.budget)
         );
-        if self.kind == "decoded" {
+        if self.kind.starts_with("decoded") && self.saved > Duration::ZERO {
             line.push_str(&format!(
                 " · saved ~{:.2} s of worker time",
                 self.saved.as_secs_f64()
@@ -82,15 +88,25 @@ fn shared<T: Send + Sync + 'static>(
     key: &str,
     make: impl FnOnce() -> Arc<T>,
 ) -> Arc<T> {
+    try_shared(registry, key, || Ok::<_, std::convert::Infallible>(make()))
+        .unwrap_or_else(|e| match e {})
+}
+
+/// Find the cache registered under `key`, or make it (which may fail).
+fn try_shared<T: Send + Sync + 'static, E>(
+    registry: &'static OnceLock<Mutex<HashMap<String, Weak<T>>>>,
+    key: &str,
+    make: impl FnOnce() -> std::result::Result<Arc<T>, E>,
+) -> std::result::Result<Arc<T>, E> {
     let map = registry.get_or_init(|| Mutex::new(HashMap::new()));
     let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
     m.retain(|_, w| w.strong_count() > 0);
     if let Some(c) = m.get(key).and_then(Weak::upgrade) {
-        return c;
+        return Ok(c);
     }
-    let c = make();
+    let c = make()?;
     m.insert(key.to_string(), Arc::downgrade(&c));
-    c
+    Ok(c)
 }
 
 const UNTOUCHED: u8 = 0;
@@ -307,8 +323,12 @@ pub struct DecodedCache {
     maps: Vec<Mutex<HashMap<u64, Arc<DecodedImage>>>>,
     hits: AtomicU64,
     misses: AtomicU64,
-    /// Time spent computing the prefix on misses (to estimate what the hits saved).
+    /// Images computed (misses of RAM and disk alike), and the time their prefix took (to
+    /// estimate what the hits saved).
+    computed: AtomicU64,
     miss_ns: AtomicU64,
+    /// The local directory behind the RAM, when on.
+    disk: Option<DecodedDisk>,
 }
 
 static DECODED_CACHES: OnceLock<Mutex<HashMap<String, Weak<DecodedCache>>>> = OnceLock::new();
@@ -318,6 +338,25 @@ impl DecodedCache {
     /// process, made with `budget` bytes when it does not exist yet.
     pub fn shared(key: &str, budget: u64) -> Arc<DecodedCache> {
         shared(&DECODED_CACHES, key, || Arc::new(DecodedCache::new(budget)))
+    }
+
+    /// [`shared`](Self::shared), backed by the directory of `disk_key` under `dir` (at most
+    /// `limit` bytes) when the cache is made; see [`DecodedDisk`].
+    pub fn shared_on_disk(
+        key: &str,
+        budget: u64,
+        dir: &std::path::Path,
+        disk_key: &str,
+        limit: u64,
+    ) -> crate::error::Result<Arc<DecodedCache>> {
+        let registry_key = format!("{key}|{}", dir.display());
+        try_shared(&DECODED_CACHES, &registry_key, || {
+            let disk = DecodedDisk::open(dir, disk_key, limit)?;
+            Ok(Arc::new(DecodedCache {
+                disk: Some(disk),
+                ..DecodedCache::new(budget)
+            }))
+        })
     }
 
     /// A cache of its own (not registered).
@@ -330,7 +369,9 @@ impl DecodedCache {
                 .collect(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
+            computed: AtomicU64::new(0),
             miss_ns: AtomicU64::new(0),
+            disk: None,
         }
     }
 
@@ -338,21 +379,43 @@ impl DecodedCache {
         &self.maps[(crate::rng::mix64(id) % DECODED_SHARDS as u64) as usize]
     }
 
-    /// Sample `id`'s image when cached.
+    /// Sample `id`'s image when cached: in RAM, else in the directory (then kept in RAM too,
+    /// within the budget).
     pub fn get(&self, id: u64) -> Option<Arc<DecodedImage>> {
         let hit = self.map(id).lock().ok().and_then(|m| m.get(&id).cloned());
         match &hit {
             Some(_) => self.hits.fetch_add(1, Ordering::Relaxed),
             None => self.misses.fetch_add(1, Ordering::Relaxed),
         };
-        hit
+        if hit.is_some() {
+            return hit;
+        }
+        let image = Arc::new(self.disk.as_ref()?.get(id)?);
+        self.keep(id, &image);
+        Some(image)
     }
 
-    /// Keep sample `id`'s image when it fits in the budget; `took` is the time its prefix took.
-    /// Returns whether it was kept.
+    /// Keep sample `id`'s image, just computed, when it fits in the budget (and in the
+    /// directory); `took` is the time its prefix took. Returns whether RAM kept it.
     pub fn insert(&self, id: u64, image: DecodedImage, took: Duration) -> bool {
+        self.computed.fetch_add(1, Ordering::Relaxed);
         self.miss_ns
             .fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        if let Some(disk) = &self.disk {
+            disk.put(id, &image);
+        }
+        self.keep(id, &Arc::new(image))
+    }
+
+    /// Publish what the directory holds so far (other processes and later runs see it).
+    pub fn flush(&self) {
+        if let Some(disk) = &self.disk {
+            disk.flush();
+        }
+    }
+
+    /// Keep `image` in RAM when it fits in the budget.
+    fn keep(&self, id: u64, image: &Arc<DecodedImage>) -> bool {
         let size = image.data.len() as u64 + std::mem::size_of::<DecodedImage>() as u64;
         if self
             .held
@@ -367,23 +430,23 @@ impl DecodedCache {
             self.held.fetch_sub(size, Ordering::Relaxed);
             return false;
         };
-        if m.insert(id, Arc::new(image)).is_some() {
+        if m.insert(id, Arc::clone(image)).is_some() {
             // Another thread computed the same sample (the same bytes): count it once.
             self.held.fetch_sub(size, Ordering::Relaxed);
         }
         true
     }
 
-    /// What it did.
-    pub fn stats(&self) -> CacheStats {
+    /// What it did: the RAM's figures, then the directory's when there is one.
+    pub fn stats(&self) -> Vec<CacheStats> {
         let hits = self.hits.load(Ordering::Relaxed);
         let misses = self.misses.load(Ordering::Relaxed);
         let mean = self
             .miss_ns
             .load(Ordering::Relaxed)
-            .checked_div(misses)
+            .checked_div(self.computed.load(Ordering::Relaxed))
             .unwrap_or(0);
-        CacheStats {
+        let mut all = vec![CacheStats {
             kind: "decoded".into(),
             hits,
             misses,
@@ -395,6 +458,12 @@ impl DecodedCache {
                 .map(|m| m.lock().map_or(0, |m| m.len() as u64))
                 .sum(),
             saved: Duration::from_nanos(mean.saturating_mul(hits)),
+        }];
+        if let Some(disk) = &self.disk {
+            let mut d = disk.stats();
+            d.saved = Duration::from_nanos(mean.saturating_mul(d.hits));
+            all.push(d);
         }
+        all
     }
 }

@@ -32,6 +32,7 @@ pub use stokehold_format as format;
 
 mod batch;
 pub mod cache;
+pub mod decoded_disk;
 pub mod disk_cache;
 mod error;
 mod fetch;

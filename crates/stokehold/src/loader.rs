@@ -109,17 +109,34 @@ pub struct LoaderConfig {
     /// process that read the same dataset); 0 turns it off.
     pub cache_bytes: u64,
     /// Keep the output of the image columns' deterministic prefix (decode + resize to a shorter
-    /// side) in RAM; the random stages start from it.
+    /// side) in RAM, and optionally in a local directory; the random stages start from it.
     pub decoded_cache: Option<DecodedCacheConfig>,
 }
 
 /// The decoded cache of image columns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodedCacheConfig {
     /// Shorter side of the cached images (images already smaller keep their size).
     pub size: u32,
     /// Byte budget (shared by the loaders of this process with the same dataset and prefix).
     pub budget: u64,
+    /// A local directory that keeps the images across runs and processes (see
+    /// [`crate::decoded_disk`]); `None`: RAM only.
+    pub dir: Option<std::path::PathBuf>,
+    /// The most bytes the directory may hold for one dataset and prefix.
+    pub dir_limit: u64,
+}
+
+impl DecodedCacheConfig {
+    /// A RAM-only decoded cache of images with shorter side `size`, within `budget` bytes.
+    pub fn in_ram(size: u32, budget: u64) -> DecodedCacheConfig {
+        DecodedCacheConfig {
+            size,
+            budget,
+            dir: None,
+            dir_limit: u64::MAX,
+        }
+    }
 }
 
 impl Default for LoaderConfig {
@@ -322,7 +339,7 @@ impl Loader {
             .then(|| RecordCache::shared(&dataset, &dataset_key(&dataset), config.cache_bytes));
         let mut columns = columns;
         let decoded = std::cell::RefCell::new(Vec::new());
-        if let Some(dc) = config.decoded_cache {
+        if let Some(dc) = &config.decoded_cache {
             if dc.size == 0 {
                 return Err(EngineError::Config(
                     "the decoded cache's size must be at least 1".into(),
@@ -330,13 +347,35 @@ impl Loader {
             }
             for c in &mut columns {
                 for t in &mut c.transforms {
+                    let failed = std::cell::RefCell::new(None);
                     let get = |prefix: &str| {
                         let key = format!("{}/{}/{prefix}", dataset_key(&dataset), c.name);
-                        let cache = DecodedCache::shared(&key, dc.budget);
+                        let cache = match &dc.dir {
+                            None => DecodedCache::shared(&key, dc.budget),
+                            Some(dir) => {
+                                // the directory's key names the content, not where it is
+                                let disk_key = format!("{fp}/{}/{prefix}", c.name);
+                                DecodedCache::shared_on_disk(
+                                    &key,
+                                    dc.budget,
+                                    dir,
+                                    &disk_key,
+                                    dc.dir_limit,
+                                )
+                                .unwrap_or_else(|e| {
+                                    failed.borrow_mut().get_or_insert(e);
+                                    DecodedCache::shared(&key, dc.budget)
+                                })
+                            }
+                        };
                         decoded.borrow_mut().push(Arc::clone(&cache));
                         cache
                     };
-                    if let Some(cached) = t.with_decoded_cache(dc.size, &get) {
+                    let cached = t.with_decoded_cache(dc.size, &get);
+                    if let Some(e) = failed.into_inner() {
+                        return Err(e);
+                    }
+                    if let Some(cached) = cached {
                         *t = cached;
                     }
                 }
@@ -480,7 +519,7 @@ impl Loader {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
         s.caches = self.cache.iter().map(|c| c.stats()).collect();
-        s.caches.extend(self.decoded.iter().map(|c| c.stats()));
+        s.caches.extend(self.decoded.iter().flat_map(|c| c.stats()));
         s.caches.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
         s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
@@ -1185,6 +1224,10 @@ impl BatchIter<'_> {
         if !self.finished {
             self.finished = true;
             let loader = &mut *self.loader;
+            // what the decoded caches' directories hold is published for later runs
+            for c in &loader.decoded {
+                c.flush();
+            }
             loader.epoch = self.run.epoch + 1;
             loader.position = 0;
             // Start the next epoch now, so that its first batches are being prepared while the

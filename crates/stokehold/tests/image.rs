@@ -294,13 +294,10 @@ fn pixels(l: &mut Loader, epoch: u64) -> Vec<IdsAndPixels> {
 fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path(), 40);
-    let dc = stokehold::DecodedCacheConfig {
-        size: 40,
-        budget: 1 << 30,
-    };
+    let dc = stokehold::DecodedCacheConfig::in_ram(40, 1 << 30);
     // cold (filling), then warm (another loader of this process finds the same cache), on
     // other thread counts
-    let mut first = cached_loader(&ds, 2, Some(dc));
+    let mut first = cached_loader(&ds, 2, Some(dc.clone()));
     let cold = pixels(&mut first, 3);
     let s1 = first.stats();
     let c1 = &s1.caches[0];
@@ -326,10 +323,7 @@ fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
     assert_ne!(e4, cold);
     assert_eq!(second.stats().caches[0].hits, 80);
     // a budget too small for one image: nothing kept, the same output every time
-    let tiny = stokehold::DecodedCacheConfig {
-        size: 41,
-        budget: 100,
-    };
+    let tiny = stokehold::DecodedCacheConfig::in_ram(41, 100);
     let mut over = cached_loader(&ds, 2, Some(tiny));
     let o1 = pixels(&mut over, 3);
     let c3 = &over.stats().caches[0];
@@ -346,15 +340,85 @@ fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
 }
 
 #[test]
+fn the_decoded_cache_directory_serves_later_runs_the_same_pixels() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 40);
+    let root = tmp.path().join("decoded");
+    let ram = stokehold::DecodedCacheConfig::in_ram(40, 1 << 30);
+    let on_disk = stokehold::DecodedCacheConfig {
+        dir: Some(root.clone()),
+        ..ram.clone()
+    };
+    let reference = pixels(&mut cached_loader(&ds, 2, Some(ram)), 3);
+    let parts = |ext: &str| {
+        let mut n = 0;
+        for d in std::fs::read_dir(&root).unwrap().flatten() {
+            for f in std::fs::read_dir(d.path()).unwrap().flatten() {
+                n += usize::from(f.path().extension().is_some_and(|x| x == ext));
+            }
+        }
+        n
+    };
+    // the first run decodes every image and writes it; the epoch's end publishes the part
+    let mut first = cached_loader(&ds, 2, Some(on_disk.clone()));
+    assert_eq!(
+        pixels(&mut first, 3),
+        reference,
+        "the directory changes no pixel"
+    );
+    let st = first.stats();
+    let disk = st.caches.iter().find(|c| c.kind == "decoded-disk").unwrap();
+    assert_eq!(
+        (disk.hits, disk.misses, disk.entries),
+        (0, 40, 40),
+        "{disk:?}"
+    );
+    assert_eq!((parts("skdc"), parts("tmp")), (1, 0));
+    drop(first);
+    // a later run (a new cache, as in another process): every image comes from the directory
+    let mut later = cached_loader(&ds, 1, Some(on_disk.clone()));
+    assert_eq!(pixels(&mut later, 3), reference);
+    let st = later.stats();
+    let disk = st.caches.iter().find(|c| c.kind == "decoded-disk").unwrap();
+    assert_eq!(
+        (disk.hits, disk.misses, disk.entries),
+        (40, 0, 40),
+        "{disk:?}"
+    );
+    // the next epoch's crops start from the images it kept in RAM
+    let e4 = pixels(&mut later, 4);
+    let st = later.stats();
+    let in_ram = st.caches.iter().find(|c| c.kind == "decoded").unwrap();
+    assert_eq!((in_ram.hits, in_ram.misses), (40, 40), "{in_ram:?}");
+    drop(later);
+    assert_eq!(
+        e4,
+        pixels(&mut cached_loader(&ds, 2, Some(on_disk)), 4),
+        "nothing new was written, nothing differs"
+    );
+    assert_eq!(parts("skdc"), 1);
+    // a directory that cannot be made is a configuration error at construction
+    let blocked = tmp.path().join("a-file");
+    std::fs::write(&blocked, b"x").unwrap();
+    let cols = build_columns(ds.schema(), &train_specs(), true, &mut |_| None).unwrap();
+    let cfg = LoaderConfig {
+        decoded_cache: Some(stokehold::DecodedCacheConfig {
+            dir: Some(blocked.join("sub")),
+            ..stokehold::DecodedCacheConfig::in_ram(40, 1 << 30)
+        }),
+        ..LoaderConfig::default()
+    };
+    let err = Loader::new(ds.clone(), cols, cfg).unwrap_err().to_string();
+    assert!(err.contains("a-file"), "{err}");
+}
+
+#[test]
 fn the_decoded_cache_needs_an_image_column() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path(), 4);
     let cols = stokehold::Column::all(ds.schema()).unwrap();
     let cfg = LoaderConfig {
-        decoded_cache: Some(stokehold::DecodedCacheConfig {
-            size: 64,
-            budget: 1 << 20,
-        }),
+        decoded_cache: Some(stokehold::DecodedCacheConfig::in_ram(64, 1 << 20)),
         ..LoaderConfig::default()
     };
     let err = Loader::new(ds, cols, cfg).unwrap_err().to_string();

@@ -1,0 +1,763 @@
+//! The decoded cache on local disk (`decoded_cache_dir`): the pixels of an image pipeline's
+//! deterministic prefix, kept across runs and shared by the processes of a node, so that only the
+//! first run of a training job decodes its JPEGs.
+//!
+//! Layout: one directory per cache key (dataset fingerprint, column, prefix, [`PREFIX_VERSION`])
+//! under the root, named by a hash of the key (the key itself is in its `key.txt`). In it, *parts*:
+//! each written by one process, as the pixels of its images back to back, then an index (32 bytes
+//! an image: sample id, offset, width, height, channels, CRC-32C of the pixels) and a 32-byte
+//! footer (magic, version, index CRC, count, end of the pixels).
+//!
+//! Rules:
+//! - **Publication.** A part is written as `part-PID-STAMP-N.tmp` under an exclusive `flock` and
+//!   renamed to `part-PID-STAMP-N.skdc` once its index and footer are written: when it reaches its size, when an
+//!   epoch ends ([`DecodedDisk::flush`]) and when the cache is dropped. Only published parts are
+//!   read by other processes (and by later runs); a process reads its own unpublished images too.
+//! - **Orphans swept.** At open, `*.tmp` parts whose lock no live process holds are removed.
+//! - **Nothing unchecked is served.** A part whose footer, index or index checksum does not add
+//!   up is ignored (reported once, by file); an image whose pixels fail their checksum is computed
+//!   again (reported once, with the file, byte offset and sample id). Sizes come from the index
+//!   only after they are checked against the file's length, so no allocation follows an unchecked
+//!   field. Parts are published without `fsync`: after a power loss the checksums catch a damaged
+//!   part, and its images are computed again.
+//! - **Limits.** Writing stops (reported once) when the directory would pass `limit` bytes or the
+//!   filesystem would have less than 5% free; images beyond that are computed each time. Nothing is
+//!   evicted: a directory belongs to one dataset and prefix, and can be removed when not in use.
+//! - **Failures never fail the run.** A write error (disk full, I/O) stops writing for this
+//!   process, with one message on stderr; the images are computed as without the cache.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use rustix::fs::FlockOperation;
+use stokehold_format::{FormatError, crc};
+
+use crate::cache::{CacheStats, DecodedImage};
+use crate::error::Result;
+
+/// Bumped whenever the prefix's pixels change (decoder, resizer, colour conversion), so that a
+/// directory written by another version is never read.
+pub const PREFIX_VERSION: u32 = 1;
+
+const MAGIC: &[u8; 8] = b"SKHDPX01";
+const FOOTER: u64 = 32;
+const ENTRY: u64 = 32;
+/// A part is published when it reaches this many bytes of pixels.
+const PART_BYTES: u64 = 256 << 20;
+/// Writing stops when the filesystem would have less than this fraction free.
+const KEEP_FREE: f64 = 0.05;
+/// Parts started by this process (unique names, whatever the number of caches).
+static NEXT_PART: AtomicU64 = AtomicU64::new(0);
+
+/// Where one image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Loc {
+    part: u32,
+    offset: u64,
+    width: u32,
+    height: u32,
+    channels: u8,
+    crc: u32,
+}
+
+impl Loc {
+    fn len(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * u64::from(self.channels)
+    }
+
+    fn encode(&self, id: u64) -> [u8; ENTRY as usize] {
+        let mut b = [0u8; ENTRY as usize];
+        b[0..8].copy_from_slice(&id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..20].copy_from_slice(&self.width.to_le_bytes());
+        b[20..24].copy_from_slice(&self.height.to_le_bytes());
+        b[24..28].copy_from_slice(&u32::from(self.channels).to_le_bytes());
+        b[28..32].copy_from_slice(&self.crc.to_le_bytes());
+        b
+    }
+
+    /// Decode an index entry of part `part` whose pixels end at `data_end`; `None` when it does
+    /// not describe pixels inside that range.
+    fn decode(b: &[u8], part: u32, data_end: u64) -> Option<(u64, Loc)> {
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let channels = u8::try_from(u32_at(24))
+            .ok()
+            .filter(|c| *c == 1 || *c == 3)?;
+        let loc = Loc {
+            part,
+            offset: u64_at(8),
+            width: u32_at(16),
+            height: u32_at(20),
+            channels,
+            crc: u32_at(28),
+        };
+        let fits = loc.width > 0
+            && loc.height > 0
+            && loc
+                .offset
+                .checked_add(loc.len())
+                .is_some_and(|end| end <= data_end);
+        fits.then_some((u64_at(0), loc))
+    }
+}
+
+/// The part this process is writing.
+#[derive(Debug)]
+struct Writer {
+    file: Arc<File>,
+    tmp: PathBuf,
+    part: u32,
+    at: u64,
+    entries: Vec<(u64, Loc)>,
+}
+
+/// What the on-disk decoded cache did.
+#[derive(Debug, Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    written: AtomicU64,
+    corrupt: AtomicU64,
+    swept: AtomicU64,
+    ignored: AtomicU64,
+}
+
+/// One cache key's directory of parts. See the module documentation.
+#[derive(Debug)]
+pub struct DecodedDisk {
+    dir: PathBuf,
+    limit: u64,
+    part_bytes: u64,
+    /// Bytes of the parts in the directory (published ones at open, plus what this process wrote).
+    used: AtomicU64,
+    parts: RwLock<Vec<Arc<File>>>,
+    /// Published parts' file names, for messages (same order as `parts`; ours: the tmp name).
+    names: RwLock<Vec<PathBuf>>,
+    index: RwLock<HashMap<u64, Loc>>,
+    writer: Mutex<Option<Writer>>,
+    /// Set when writing stopped (limit, free space, an error).
+    stopped: AtomicBool,
+    /// Part names are `part-PID-STAMP-N`: the stamp (the open time) keeps a reused process id
+    /// from replacing an earlier run's parts; N counts the parts of this process.
+    stamp: u64,
+    warned_corrupt: AtomicBool,
+    counters: Counters,
+}
+
+/// A stable 64-bit hash (FNV-1a) of a key, for directory names.
+fn key_hash(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Take `f`'s exclusive lock without waiting; false when another process holds it.
+fn try_lock(f: &File) -> io::Result<bool> {
+    match rustix::fs::flock(f, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(true),
+        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl DecodedDisk {
+    /// Open (creating it) the directory of cache key `key` under `root`, with a byte limit for
+    /// the directory; sweeps orphaned parts and reads the index of every published one.
+    pub fn open(root: &Path, key: &str, limit: u64) -> Result<DecodedDisk> {
+        Self::open_with_part_size(root, key, limit, PART_BYTES)
+    }
+
+    /// [`open`](Self::open) with parts published every `part_bytes` bytes (tests use small
+    /// parts).
+    #[doc(hidden)]
+    pub fn open_with_part_size(
+        root: &Path,
+        key: &str,
+        limit: u64,
+        part_bytes: u64,
+    ) -> Result<DecodedDisk> {
+        let full_key = format!("{key}|prefix v{PREFIX_VERSION}");
+        let dir = root.join(format!("{:016x}", key_hash(&full_key)));
+        fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, None, e))?;
+        let key_file = dir.join("key.txt");
+        if !key_file.exists() {
+            fs::write(&key_file, format!("{full_key}\n"))
+                .map_err(|e| FormatError::io(&key_file, None, e))?;
+        }
+        let disk = DecodedDisk {
+            dir,
+            limit,
+            part_bytes: part_bytes.max(1),
+            used: AtomicU64::new(0),
+            parts: RwLock::new(Vec::new()),
+            names: RwLock::new(Vec::new()),
+            index: RwLock::new(HashMap::new()),
+            writer: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            stamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            warned_corrupt: AtomicBool::new(false),
+            counters: Counters::default(),
+        };
+        disk.sweep();
+        disk.load_parts()?;
+        Ok(disk)
+    }
+
+    /// The key's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Remove `*.tmp` parts that no live process is writing; returns how many.
+    fn sweep(&self) -> usize {
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in rd.flatten() {
+            if e.path().extension().is_none_or(|x| x != "tmp") {
+                continue;
+            }
+            let Ok(f) = File::open(e.path()) else {
+                continue;
+            };
+            // the writer holds the part's lock for as long as it writes
+            if try_lock(&f).unwrap_or(false) && fs::remove_file(e.path()).is_ok() {
+                n += 1;
+            }
+        }
+        self.counters.swept.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Read the index of every published part.
+    fn load_parts(&self) -> Result<()> {
+        let rd = fs::read_dir(&self.dir).map_err(|e| FormatError::io(&self.dir, None, e))?;
+        let mut paths: Vec<PathBuf> = rd
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "skdc"))
+            .collect();
+        paths.sort();
+        let mut parts = Vec::new();
+        let mut names = Vec::new();
+        let mut index = HashMap::new();
+        let mut used = 0u64;
+        for path in paths {
+            let part = u32::try_from(parts.len()).unwrap_or(u32::MAX);
+            match read_part(&path, part) {
+                Ok(p) => {
+                    used += p.size;
+                    for (id, loc) in p.entries {
+                        index.entry(id).or_insert(loc);
+                    }
+                    parts.push(Arc::new(p.file));
+                    names.push(path);
+                }
+                Err(why) => {
+                    self.counters.ignored.fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "stokehold: decoded cache part {} is ignored ({why}); its images are computed again",
+                        path.display()
+                    );
+                }
+            }
+        }
+        self.used.store(used, Ordering::Relaxed);
+        *self.parts.write().unwrap_or_else(|p| p.into_inner()) = parts;
+        *self.names.write().unwrap_or_else(|p| p.into_inner()) = names;
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
+        Ok(())
+    }
+
+    /// Sample `id`'s image, when the directory has it and its pixels pass their checksum.
+    pub fn get(&self, id: u64) -> Option<DecodedImage> {
+        let loc = self.index.read().ok().and_then(|m| m.get(&id).copied());
+        let Some(loc) = loc else {
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let file = self
+            .parts
+            .read()
+            .ok()
+            .and_then(|p| p.get(loc.part as usize).cloned())?;
+        // the length was checked against the part's size when the index was read
+        let mut data = vec![0u8; loc.len() as usize].into_boxed_slice();
+        let ok = file.read_exact_at(&mut data, loc.offset).is_ok() && crc::crc32c(&data) == loc.crc;
+        if !ok {
+            self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+            self.counters.misses.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut m) = self.index.write() {
+                m.remove(&id);
+            }
+            if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
+                let name = self
+                    .names
+                    .read()
+                    .ok()
+                    .and_then(|n| n.get(loc.part as usize).cloned())
+                    .unwrap_or_default();
+                eprintln!(
+                    "stokehold: decoded cache {}: the image of sample {id} at byte {} fails its checksum (or cannot be read); it is computed again (further such images are counted, not reported)",
+                    name.display(),
+                    loc.offset
+                );
+            }
+            return None;
+        }
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        Some(DecodedImage {
+            width: loc.width,
+            height: loc.height,
+            channels: loc.channels,
+            data,
+        })
+    }
+
+    /// Keep sample `id`'s image in this process's part (unless it is there already, or writing
+    /// has stopped).
+    pub fn put(&self, id: u64, img: &DecodedImage) {
+        let len = img.data.len() as u64;
+        let expected = u64::from(img.width) * u64::from(img.height) * u64::from(img.channels);
+        if self.stopped.load(Ordering::Relaxed)
+            || len != expected
+            || !(img.channels == 1 || img.channels == 3)
+            || self.index.read().is_ok_and(|m| m.contains_key(&id))
+        {
+            return;
+        }
+        let Ok(mut w) = self.writer.lock() else {
+            return;
+        };
+        if self.used.load(Ordering::Relaxed) + len + ENTRY + FOOTER > self.limit {
+            self.stop(&format!(
+                "the directory reached its limit of {} bytes",
+                self.limit
+            ));
+            return;
+        }
+        if w.is_none() {
+            match self.start_part() {
+                Ok(new) => *w = Some(new),
+                Err(e) => {
+                    self.stop(&e);
+                    return;
+                }
+            }
+        }
+        let Some(part) = w.as_mut() else { return };
+        let loc = Loc {
+            part: part.part,
+            offset: part.at,
+            width: img.width,
+            height: img.height,
+            channels: img.channels,
+            crc: crc::crc32c(&img.data),
+        };
+        if let Err(e) = part.file.write_all_at(&img.data, part.at) {
+            let tmp = part.tmp.clone();
+            *w = None;
+            let _ = fs::remove_file(&tmp);
+            self.stop(&format!("writing {}: {e}", tmp.display()));
+            return;
+        }
+        part.at += len;
+        part.entries.push((id, loc));
+        self.used.fetch_add(len + ENTRY, Ordering::Relaxed);
+        self.counters.written.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.index.write() {
+            m.insert(id, loc);
+        }
+        if part.at >= self.part_bytes {
+            self.publish(&mut w);
+        }
+    }
+
+    /// Publish the part being written, if it holds any image (at the end of an epoch).
+    pub fn flush(&self) {
+        if let Ok(mut w) = self.writer.lock() {
+            self.publish(&mut w);
+        }
+    }
+
+    fn stop(&self, why: &str) {
+        if !self.stopped.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "stokehold: decoded cache {}: {why}; no more images are written there (those not in it are computed each time)",
+                self.dir.display()
+            );
+        }
+    }
+
+    /// A new part file, locked, registered as a part (so this process can read it at once).
+    fn start_part(&self) -> std::result::Result<Writer, String> {
+        if let Ok(s) = rustix::fs::statvfs(&self.dir) {
+            let total = s.f_blocks as f64 * s.f_frsize as f64;
+            let free = s.f_bavail as f64 * s.f_frsize as f64;
+            if free - (self.part_bytes as f64) < KEEP_FREE * total {
+                return Err(format!(
+                    "its filesystem has less than {:.0}% free",
+                    KEEP_FREE * 100.0
+                ));
+            }
+        }
+        loop {
+            let n = NEXT_PART.fetch_add(1, Ordering::Relaxed);
+            let tmp = self.dir.join(format!(
+                "part-{}-{:x}-{n}.tmp",
+                std::process::id(),
+                self.stamp
+            ));
+            let file = match fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("creating {}: {e}", tmp.display())),
+            };
+            if !try_lock(&file).unwrap_or(false) {
+                continue; // a sweeper holds it for a moment: take another name
+            }
+            // a sweeper may have removed the file between its creation and our lock
+            let same = fs::metadata(&tmp).is_ok_and(|m| {
+                file.metadata()
+                    .is_ok_and(|f| f.ino() == m.ino() && f.dev() == m.dev())
+            });
+            if !same {
+                continue;
+            }
+            let file = Arc::new(file);
+            let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
+            let part = u32::try_from(parts.len()).map_err(|_| "too many parts".to_string())?;
+            parts.push(Arc::clone(&file));
+            self.names
+                .write()
+                .map_err(|_| "poisoned".to_string())?
+                .push(tmp.clone());
+            return Ok(Writer {
+                file,
+                tmp,
+                part,
+                at: 0,
+                entries: Vec::new(),
+            });
+        }
+    }
+
+    /// Write the index and footer of the part in `w` and rename it to its published name.
+    fn publish(&self, w: &mut Option<Writer>) {
+        let Some(part) = w.take() else { return };
+        if part.entries.is_empty() {
+            let _ = fs::remove_file(&part.tmp);
+            return;
+        }
+        let mut tail = Vec::with_capacity(part.entries.len() * ENTRY as usize + FOOTER as usize);
+        for (id, loc) in &part.entries {
+            tail.extend_from_slice(&loc.encode(*id));
+        }
+        let index_crc = crc::crc32c(&tail);
+        tail.extend_from_slice(MAGIC);
+        tail.extend_from_slice(&PREFIX_VERSION.to_le_bytes());
+        tail.extend_from_slice(&index_crc.to_le_bytes());
+        tail.extend_from_slice(&(part.entries.len() as u64).to_le_bytes());
+        tail.extend_from_slice(&part.at.to_le_bytes());
+        let done = part.tmp.with_extension("skdc");
+        let r = part
+            .file
+            .write_all_at(&tail, part.at)
+            .and_then(|()| fs::rename(&part.tmp, &done));
+        match r {
+            Ok(()) => {
+                self.used.fetch_add(FOOTER, Ordering::Relaxed);
+                if let Ok(mut n) = self.names.write() {
+                    if let Some(name) = n.get_mut(part.part as usize) {
+                        *name = done;
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&part.tmp);
+                self.stop(&format!("publishing {}: {e}", part.tmp.display()));
+            }
+        }
+    }
+
+    /// What it did, as a cache report line's figures (`kind` "decoded-disk"): hits, misses,
+    /// images known (entries), bytes in the directory, the limit.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            kind: "decoded-disk".into(),
+            hits: self.counters.hits.load(Ordering::Relaxed),
+            misses: self.counters.misses.load(Ordering::Relaxed),
+            bytes: self.used.load(Ordering::Relaxed),
+            budget: self.limit,
+            entries: self.index.read().map_or(0, |m| m.len() as u64),
+            saved: std::time::Duration::ZERO,
+        }
+    }
+
+    /// Images written by this process, images whose pixels failed their checksum, orphaned parts
+    /// swept and damaged parts ignored at open.
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
+        let c = &self.counters;
+        (
+            c.written.load(Ordering::Relaxed),
+            c.corrupt.load(Ordering::Relaxed),
+            c.swept.load(Ordering::Relaxed),
+            c.ignored.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for DecodedDisk {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+/// A published part, its footer and index checked.
+#[derive(Debug)]
+struct Part {
+    file: File,
+    size: u64,
+    entries: Vec<(u64, Loc)>,
+}
+
+/// Open a published part (number `part` in this process) and check its footer and index.
+fn read_part(path: &Path, part: u32) -> std::result::Result<Part, String> {
+    let file = File::open(path).map_err(|e| e.to_string())?;
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    if size < FOOTER {
+        return Err(format!("{size} bytes, shorter than its footer"));
+    }
+    let mut footer = [0u8; FOOTER as usize];
+    file.read_exact_at(&mut footer, size - FOOTER)
+        .map_err(|e| e.to_string())?;
+    if &footer[0..8] != MAGIC {
+        return Err("no part footer".into());
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(footer[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |i: usize| u64::from_le_bytes(footer[i..i + 8].try_into().expect("8 bytes"));
+    let (version, index_crc, count, data_end) = (u32_at(8), u32_at(12), u64_at(16), u64_at(24));
+    if version != PREFIX_VERSION {
+        return Err(format!("written by prefix version {version}"));
+    }
+    // the index must fill the file exactly between the pixels and the footer
+    let index_len = count
+        .checked_mul(ENTRY)
+        .filter(|&l| data_end.checked_add(l).and_then(|e| e.checked_add(FOOTER)) == Some(size))
+        .ok_or_else(|| {
+            format!(
+                "its footer's count {count} and pixel end {data_end} do not fit its {size} bytes"
+            )
+        })?;
+    let mut index = vec![0u8; index_len as usize];
+    file.read_exact_at(&mut index, data_end)
+        .map_err(|e| e.to_string())?;
+    if crc::crc32c(&index) != index_crc {
+        return Err("its index fails its checksum".into());
+    }
+    let entries = index
+        .chunks_exact(ENTRY as usize)
+        .enumerate()
+        .map(|(i, b)| {
+            Loc::decode(b, part, data_end)
+                .ok_or_else(|| format!("index entry {i} points outside the pixels"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(Part {
+        file,
+        size,
+        entries,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(seed: u8, w: u32, h: u32) -> DecodedImage {
+        DecodedImage {
+            width: w,
+            height: h,
+            channels: 3,
+            data: (0..w * h * 3)
+                .map(|i| (i as u8).wrapping_mul(seed))
+                .collect(),
+        }
+    }
+
+    fn same(a: &DecodedImage, b: &DecodedImage) -> bool {
+        (a.width, a.height, a.channels, &a.data) == (b.width, b.height, b.channels, &b.data)
+    }
+
+    fn parts(dir: &Path, ext: &str) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == ext))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn images_persist_across_opens_in_published_parts() {
+        let tmp = tempfile::tempdir().unwrap();
+        let imgs: Vec<DecodedImage> = (0..10)
+            .map(|i| image(i + 1, 20 + u32::from(i), 9))
+            .collect();
+        let dir = {
+            // parts of about three images: several are published on the way
+            let d =
+                DecodedDisk::open_with_part_size(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
+            for (i, img) in imgs.iter().enumerate() {
+                d.put(i as u64 * 7, img);
+            }
+            d.put(0, &imgs[5]); // already there: not written again
+            // this process reads its own images at once, published or not
+            assert!(same(&d.get(21).unwrap(), &imgs[3]));
+            assert!(parts(d.dir(), "skdc").len() >= 2, "published on the way");
+            assert_eq!(d.counts().0, 10);
+            d.dir().to_path_buf()
+        }; // dropped: the last part is published
+        assert!(parts(&dir, "tmp").is_empty());
+        let d = DecodedDisk::open_with_part_size(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
+        for (i, img) in imgs.iter().enumerate() {
+            assert!(same(&d.get(i as u64 * 7).unwrap(), img), "image {i}");
+        }
+        assert!(d.get(1).is_none());
+        let st = d.stats();
+        assert_eq!((st.hits, st.misses, st.entries), (10, 1, 10));
+        assert!(
+            fs::read_to_string(dir.join("key.txt"))
+                .unwrap()
+                .starts_with("ds/image/p|")
+        );
+        // another key is another directory
+        let other = DecodedDisk::open(tmp.path(), "ds/image/q", u64::MAX).unwrap();
+        assert_ne!(other.dir(), dir);
+        assert!(other.get(0).is_none());
+    }
+
+    #[test]
+    fn damaged_pixels_are_computed_again_and_damaged_parts_are_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = image(3, 16, 16);
+        let dir = {
+            let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+            d.put(1, &a);
+            d.put(2, &image(5, 16, 16));
+            d.dir().to_path_buf()
+        };
+        let part = parts(&dir, "skdc").pop().unwrap();
+        let mut bytes = fs::read(&part).unwrap();
+        bytes[100] ^= 0x01; // inside the first image's pixels
+        fs::write(&part, &bytes).unwrap();
+        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        assert!(d.get(1).is_none(), "a checksum mismatch is a miss");
+        assert!(d.get(2).is_some(), "the other image is fine");
+        assert!(d.get(1).is_none());
+        assert_eq!(d.counts().1, 1, "counted once, then forgotten");
+        drop(d);
+        // a damaged index: the whole part is ignored, nothing is served from it
+        let n = bytes.len();
+        bytes[n - FOOTER as usize - 3] ^= 0x10;
+        fs::write(&part, &bytes).unwrap();
+        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        assert_eq!(d.counts().3, 1);
+        assert!(d.get(2).is_none());
+        drop(d);
+        // a footer claiming an index of 2^58 entries is refused before any allocation
+        let mut huge = bytes.clone();
+        huge[n - 16..n - 8].copy_from_slice(&(u64::MAX / 64).to_le_bytes());
+        fs::write(&part, &huge).unwrap();
+        let err = read_part(&part, 0).unwrap_err();
+        assert!(err.contains("do not fit"), "{err}");
+        // truncated
+        fs::write(&part, &bytes[..10]).unwrap();
+        assert!(
+            read_part(&part, 0)
+                .unwrap_err()
+                .contains("shorter than its footer")
+        );
+    }
+
+    #[test]
+    fn writers_sharing_a_directory_leave_every_image_readable() {
+        // two caches of one key (as two processes of a node), writing at the same time
+        let tmp = tempfile::tempdir().unwrap();
+        let imgs: Vec<DecodedImage> = (0..40).map(|i| image(i + 1, 12, 8)).collect();
+        std::thread::scope(|s| {
+            for start in [0usize, 20] {
+                let (root, imgs) = (tmp.path(), &imgs);
+                s.spawn(move || {
+                    let d = DecodedDisk::open_with_part_size(root, "k", u64::MAX, 2000).unwrap();
+                    // overlapping ranges: both write ids 20..30
+                    for (i, img) in imgs.iter().enumerate().skip(start).take(30) {
+                        d.put(i as u64, img);
+                    }
+                });
+            }
+        });
+        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        assert_eq!(d.stats().entries, 40);
+        for (i, img) in imgs.iter().enumerate() {
+            assert!(same(&d.get(i as u64).unwrap(), img), "image {i}");
+        }
+        assert!(parts(d.dir(), "tmp").is_empty());
+    }
+
+    #[test]
+    fn orphaned_parts_are_swept_and_live_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = DecodedDisk::open(tmp.path(), "k", u64::MAX)
+            .unwrap()
+            .dir()
+            .to_path_buf();
+        // a part left by a killed process (nobody holds its lock) and one being written now
+        fs::write(dir.join("part-1-0.tmp"), b"half written").unwrap();
+        let live = File::create(dir.join("part-2-0.tmp")).unwrap();
+        assert!(try_lock(&live).unwrap());
+        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        assert_eq!(d.counts().2, 1);
+        assert!(!dir.join("part-1-0.tmp").exists());
+        assert!(dir.join("part-2-0.tmp").exists());
+    }
+
+    #[test]
+    fn writing_stops_at_the_limit_and_nothing_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = image(7, 10, 10); // 300 bytes
+        let d = DecodedDisk::open(tmp.path(), "k", 650).unwrap();
+        d.put(0, &img);
+        d.put(1, &img); // 2 × (300 + 32) + 32 > 650: not written
+        d.put(2, &img);
+        assert!(d.get(0).is_some() && d.get(1).is_none() && d.get(2).is_none());
+        assert_eq!(d.counts().0, 1);
+        assert!(d.stats().bytes <= 650);
+        // images that do not describe themselves are never written
+        let bad = DecodedImage {
+            width: 4,
+            height: 4,
+            channels: 3,
+            data: vec![0; 5].into_boxed_slice(),
+        };
+        let d = DecodedDisk::open(tmp.path(), "j", u64::MAX).unwrap();
+        d.put(9, &bad);
+        assert!(d.get(9).is_none());
+    }
+}
