@@ -366,30 +366,22 @@ fn the_decoded_cache_directory_serves_later_runs_the_same_pixels() {
         reference,
         "the directory changes no pixel"
     );
-    let st = first.stats();
-    let disk = st.caches.iter().find(|c| c.kind == "decoded-disk").unwrap();
-    assert_eq!(
-        (disk.hits, disk.misses, disk.entries),
-        (0, 40, 40),
-        "{disk:?}"
-    );
+    // (hits, misses, entries) of one of a loader's caches
+    let figures = |l: &Loader, kind: &str| {
+        let st = l.stats();
+        let c = st.caches.iter().find(|c| c.kind == kind).unwrap();
+        (c.hits, c.misses, c.entries)
+    };
+    assert_eq!(figures(&first, "decoded-disk"), (0, 40, 40));
     assert_eq!((parts("skdc"), parts("tmp")), (1, 0));
     drop(first);
     // a later run (a new cache, as in another process): every image comes from the directory
     let mut later = cached_loader(&ds, 1, Some(on_disk.clone()));
     assert_eq!(pixels(&mut later, 3), reference);
-    let st = later.stats();
-    let disk = st.caches.iter().find(|c| c.kind == "decoded-disk").unwrap();
-    assert_eq!(
-        (disk.hits, disk.misses, disk.entries),
-        (40, 0, 40),
-        "{disk:?}"
-    );
+    assert_eq!(figures(&later, "decoded-disk"), (40, 0, 40));
     // the next epoch's crops start from the images it kept in RAM
     let e4 = pixels(&mut later, 4);
-    let st = later.stats();
-    let in_ram = st.caches.iter().find(|c| c.kind == "decoded").unwrap();
-    assert_eq!((in_ram.hits, in_ram.misses), (40, 40), "{in_ram:?}");
+    assert_eq!(figures(&later, "decoded"), (40, 40, 40));
     drop(later);
     assert_eq!(
         e4,
