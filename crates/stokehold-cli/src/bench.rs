@@ -548,9 +548,9 @@ fn bottleneck(
         || top.name.contains("resize")
     {
         if restart_marked {
-            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it about 3x faster, more threads (or cores) scale it, and packing with --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and packing with --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
         } else {
-            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it about 3x faster, more threads (or cores) scale it, and packing with --restart-markers (lossless; this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and packing with --restart-markers (lossless; this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
         }
     } else if top.name == "read" {
         "storage is the limit: use faster storage, a RAM-resident dataset (in_memory) or memory maps (--mmap)"
