@@ -259,6 +259,30 @@ mod tests {
     }
 }
 
+/// Assert that `planes` (`[c, h, w]`) holds `packed` (`[h, w, c]`), each row mirrored when
+/// `flip`: the definition of the CHW output that the fast paths are tested against.
+#[cfg(test)]
+pub(crate) fn assert_planes_of(
+    planes: &[u8],
+    packed: &[u8],
+    (w, h, c): (usize, usize, usize),
+    flip: bool,
+    what: &str,
+) {
+    for y in 0..h {
+        for x in 0..w {
+            let sx = if flip { w - 1 - x } else { x };
+            for ch in 0..c {
+                assert_eq!(
+                    planes[(ch * h + y) * w + x],
+                    packed[(y * w + sx) * c + ch],
+                    "{what} flip {flip} at {x},{y} channel {ch}"
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod deinterleave_tests {
     use super::*;
@@ -271,18 +295,7 @@ mod deinterleave_tests {
             for flip in [false, true] {
                 let mut slot = vec![0u8; w * h * 3];
                 write(&src, w, h, 3, flip, &OutSpec::default(), &mut slot).unwrap();
-                for y in 0..h {
-                    for x in 0..w {
-                        let sx = if flip { w - 1 - x } else { x };
-                        for ch in 0..3 {
-                            assert_eq!(
-                                slot[(ch * h + y) * w + x],
-                                src[(y * w + sx) * 3 + ch],
-                                "w {w} flip {flip} at {x},{y} channel {ch}"
-                            );
-                        }
-                    }
-                }
+                assert_planes_of(&slot, &src, (w, h, 3), flip, &format!("w {w}"));
             }
         }
     }

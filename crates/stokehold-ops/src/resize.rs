@@ -1030,19 +1030,13 @@ mod tests {
                     let mut planes = vec![0u8; n];
                     rs.resize_planes(px, crop, ow, oh, flip, &mut planes)
                         .unwrap();
-                    let (ow, oh, c) = (ow as usize, oh as usize, usize::from(c));
-                    for y in 0..oh {
-                        for x in 0..ow {
-                            let sx = if flip { ow - 1 - x } else { x };
-                            for ch in 0..c {
-                                assert_eq!(
-                                    planes[(ch * oh + y) * ow + x],
-                                    packed[(y * ow + sx) * c + ch],
-                                    "box {i} flip {flip} at {x},{y},{ch}"
-                                );
-                            }
-                        }
-                    }
+                    crate::layout::assert_planes_of(
+                        &planes,
+                        &packed,
+                        (ow as usize, oh as usize, usize::from(c)),
+                        flip,
+                        &format!("box {i}"),
+                    );
                 }
             }
         }

@@ -136,9 +136,9 @@ pub struct DecodedDisk {
     part_bytes: u64,
     /// Bytes of the parts in the directory (published ones at open, plus what this process wrote).
     used: AtomicU64,
-    parts: RwLock<Vec<Arc<File>>>,
-    /// Published parts' file names, for messages (same order as `parts`; ours: the tmp name).
-    names: RwLock<Vec<PathBuf>>,
+    /// The parts' files (`Loc::part` indexes them) and names, for messages (a part this process
+    /// writes: its tmp name until published).
+    parts: RwLock<Vec<(Arc<File>, PathBuf)>>,
     index: RwLock<HashMap<u64, Loc>>,
     writer: Mutex<Option<Writer>>,
     /// Set when writing stopped (limit, free space, an error).
@@ -196,7 +196,6 @@ impl DecodedDisk {
             part_bytes: part_bytes.max(1),
             used: AtomicU64::new(0),
             parts: RwLock::new(Vec::new()),
-            names: RwLock::new(Vec::new()),
             index: RwLock::new(HashMap::new()),
             writer: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -248,7 +247,6 @@ impl DecodedDisk {
             .collect();
         paths.sort();
         let mut parts = Vec::new();
-        let mut names = Vec::new();
         let mut index = HashMap::new();
         let mut used = 0u64;
         for path in paths {
@@ -259,8 +257,7 @@ impl DecodedDisk {
                     for (id, loc) in p.entries {
                         index.entry(id).or_insert(loc);
                     }
-                    parts.push(Arc::new(p.file));
-                    names.push(path);
+                    parts.push((Arc::new(p.file), path));
                 }
                 Err(why) => {
                     self.counters.ignored.fetch_add(1, Ordering::Relaxed);
@@ -273,7 +270,6 @@ impl DecodedDisk {
         }
         self.used.store(used, Ordering::Relaxed);
         *self.parts.write().unwrap_or_else(|p| p.into_inner()) = parts;
-        *self.names.write().unwrap_or_else(|p| p.into_inner()) = names;
         *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
         Ok(())
     }
@@ -289,7 +285,7 @@ impl DecodedDisk {
             .parts
             .read()
             .ok()
-            .and_then(|p| p.get(loc.part as usize).cloned())?;
+            .and_then(|p| p.get(loc.part as usize).map(|(f, _)| Arc::clone(f)))?;
         // the length was checked against the part's size when the index was read
         let mut data = vec![0u8; loc.len() as usize].into_boxed_slice();
         let ok = file.read_exact_at(&mut data, loc.offset).is_ok() && crc::crc32c(&data) == loc.crc;
@@ -301,10 +297,10 @@ impl DecodedDisk {
             }
             if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
                 let name = self
-                    .names
+                    .parts
                     .read()
                     .ok()
-                    .and_then(|n| n.get(loc.part as usize).cloned())
+                    .and_then(|p| p.get(loc.part as usize).map(|(_, n)| n.clone()))
                     .unwrap_or_default();
                 eprintln!(
                     "stokehold: decoded cache {}: the image of sample {id} at byte {} fails its checksum (or cannot be read); it is computed again (further such images are counted, not reported)",
@@ -441,11 +437,7 @@ impl DecodedDisk {
             let file = Arc::new(file);
             let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
             let part = u32::try_from(parts.len()).map_err(|_| "too many parts".to_string())?;
-            parts.push(Arc::clone(&file));
-            self.names
-                .write()
-                .map_err(|_| "poisoned".to_string())?
-                .push(tmp.clone());
+            parts.push((Arc::clone(&file), tmp.clone()));
             return Ok(Writer {
                 file,
                 tmp,
@@ -481,8 +473,8 @@ impl DecodedDisk {
         match r {
             Ok(()) => {
                 self.used.fetch_add(FOOTER, Ordering::Relaxed);
-                if let Ok(mut n) = self.names.write() {
-                    if let Some(name) = n.get_mut(part.part as usize) {
+                if let Ok(mut parts) = self.parts.write() {
+                    if let Some((_, name)) = parts.get_mut(part.part as usize) {
                         *name = done;
                     }
                 }

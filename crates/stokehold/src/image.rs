@@ -408,16 +408,16 @@ impl Transform for ImageTransform {
     fn with_decoded_cache(
         &self,
         size: u32,
-        cache: &dyn Fn(&str) -> Arc<DecodedCache>,
-    ) -> Option<Arc<dyn Transform>> {
+        cache: &dyn Fn(&str) -> crate::error::Result<Arc<DecodedCache>>,
+    ) -> crate::error::Result<Option<Arc<dyn Transform>>> {
         let prefix = format!(
             "decode-shorter-{size}-{}",
             if self.ops.gray { "gray" } else { "rgb" }
         );
-        Some(Arc::new(ImageTransform {
+        Ok(Some(Arc::new(ImageTransform {
             ops: self.ops.clone(),
-            decoded: Some((size, cache(&prefix))),
-        }))
+            decoded: Some((size, cache(&prefix)?)),
+        })))
     }
 }
 

@@ -347,7 +347,6 @@ impl Loader {
             }
             for c in &mut columns {
                 for t in &mut c.transforms {
-                    let failed = std::cell::RefCell::new(None);
                     let get = |prefix: &str| {
                         let key = format!("{}/{}/{prefix}", dataset_key(&dataset), c.name);
                         let cache = match &dc.dir {
@@ -361,21 +360,13 @@ impl Loader {
                                     dir,
                                     &disk_key,
                                     dc.dir_limit,
-                                )
-                                .unwrap_or_else(|e| {
-                                    failed.borrow_mut().get_or_insert(e);
-                                    DecodedCache::shared(&key, dc.budget)
-                                })
+                                )?
                             }
                         };
                         decoded.borrow_mut().push(Arc::clone(&cache));
-                        cache
+                        Ok(cache)
                     };
-                    let cached = t.with_decoded_cache(dc.size, &get);
-                    if let Some(e) = failed.into_inner() {
-                        return Err(e);
-                    }
-                    if let Some(cached) = cached {
+                    if let Some(cached) = t.with_decoded_cache(dc.size, &get)? {
                         *t = cached;
                     }
                 }

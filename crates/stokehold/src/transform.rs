@@ -56,14 +56,14 @@ pub trait Transform: Send + Sync + 'static {
     /// A copy of this stage that keeps the output of its deterministic prefix (an image's decode
     /// and resize to a shorter side of `size`) in a decoded cache, or `None` for a stage without
     /// such a prefix (the default). `cache` gives the shared cache of a prefix, named by a key
-    /// that describes the prefix.
+    /// that describes the prefix (an error when its directory cannot be opened).
     fn with_decoded_cache(
         &self,
         size: u32,
-        cache: &dyn Fn(&str) -> Arc<crate::cache::DecodedCache>,
-    ) -> Option<Arc<dyn Transform>> {
+        cache: &dyn Fn(&str) -> crate::error::Result<Arc<crate::cache::DecodedCache>>,
+    ) -> crate::error::Result<Option<Arc<dyn Transform>>> {
         let _ = (size, cache);
-        None
+        Ok(None)
     }
 }
 

@@ -192,8 +192,10 @@ fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<Appli
     if policy.baseline && h.progressive {
         match stokehold_ops::jpeg::to_baseline(bytes) {
             Ok(b) => {
+                // rewritten after all (as baseline, without restart markers): not "as given"
                 *bytes = b;
                 applied.transcoded = true;
+                applied.kept = None;
             }
             Err(e) => {
                 let e = format!("lossless baseline transcode failed: {e}");
