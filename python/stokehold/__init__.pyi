@@ -360,6 +360,10 @@ class Loader:
     @property
     def world_size(self) -> int:
         """Number of ranks."""
+    @property
+    def spec(self) -> Dict[str, Any]:
+        """The whole configuration the native engine runs, as plain data (the loader's options,
+        what a sample is, the disk cache)."""
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader is, after the batches delivered so far: a small JSON-serialisable dict
         (``version``, ``dataset`` fingerprint, ``seed``, ``shuffle``, ``epoch``, ``position``).
@@ -434,6 +438,11 @@ class SequenceLoader:
     :param prefetch: batches prepared ahead.
     :param include_ids: add ``batch["id"]`` (window or document indices) and ``batch["is_padding"]``.
     :param to: ``"numpy"``, ``"torch"`` or ``"jax"``.
+    :param on_error: ``"fail"`` (default) or ``"skip"``: a damaged window or document is replaced by
+        another of its batch, flagged as padding, counted in ``stats()["skipped"]`` (at most 5% of
+        the epoch).
+    :param cache_dir: read the shards through a local copy in this directory (for slow or network
+        filesystems).
     :raises ConfigError: not a token dataset, or an invalid option.
     """
 
@@ -458,6 +467,8 @@ class SequenceLoader:
         prefetch: int = 4,
         include_ids: bool = False,
         to: str = "numpy",
+        on_error: str = "fail",
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[_Batch]:
         """Run (the rest of) the current epoch.
@@ -490,6 +501,10 @@ class SequenceLoader:
     @property
     def world_size(self) -> int:
         """Number of ranks."""
+    @property
+    def spec(self) -> Dict[str, Any]:
+        """The whole configuration the native engine runs, as plain data (the loader's options,
+        what a sample is, the disk cache)."""
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader is, after the batches delivered so far (a global position in windows,
         exact to the token; any rank's state resumes any number of ranks)."""

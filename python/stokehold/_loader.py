@@ -24,7 +24,7 @@ _AUTO_PREFETCH_START = 4
 TRACE_CAPACITY = 1_000_000
 
 # Every live loader, so that interpreter exit can stop their worker threads first.
-_LIVE: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+_LIVE: "weakref.WeakSet[_Front]" = weakref.WeakSet()
 
 
 def _close_all() -> None:
@@ -94,6 +94,54 @@ def _bytes(value: Union[int, str], name: str) -> int:
     raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
 
 
+def _on_error(on_error: str) -> Any:
+    if on_error == "fail":
+        return "fail"
+    if on_error == "skip":
+        return {"skip": {"max_fraction": 0.05, "max_consecutive": 64}}
+    raise ConfigError(f'on_error must be "fail" or "skip", got {on_error!r}')
+
+
+def _stage_specs(transforms: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], list]:
+    """Each field's stages as specs (``{"name", "params"}``), and the Python callables among them
+    as ``(callable, rng, name)`` tuples, referred to by index from ``{"name": "python"}`` specs."""
+    specs: Dict[str, Any] = {}
+    stages: list = []
+    for field, value in (transforms or {}).items():
+        if not isinstance(field, str):
+            raise TypeError(f"transforms must map field names (str) to lists of stages, got key {field!r}")
+        items = [value] if hasattr(value, "_spec") or callable(value) else list(value)
+        out = []
+        for stage in items:
+            if hasattr(stage, "_spec"):
+                out.append(stage._spec())
+                continue
+            if hasattr(stage, "_stokehold_callable"):
+                stages.append((stage._stokehold_callable, stage._stokehold_rng, stage.name))
+            elif callable(stage):
+                stages.append((stage, None, getattr(stage, "__name__", "callable")))
+            else:
+                raise TypeError(
+                    f"field {field!r}: a transform stage must be a stokehold.transforms.Lambda, a callable, "
+                    f"or a built-in stage object (one with _spec()), got {stage!r}"
+                )
+            out.append({"name": "python", "params": {"index": len(stages) - 1}})
+        specs[field] = out
+    return specs, stages
+
+
+def _make_engine(dataset: Dataset, spec: Dict[str, Any], stages: list, include_ids: bool) -> Any:
+    """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is)."""
+    try:
+        text = json.dumps(spec)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"the loader configuration is not plain data: {e}") from None
+    try:
+        return _native._Engine(dataset, text, stages, include_ids)
+    except OverflowError as e:  # pragma: no cover - JSON carries big ints; serde says out of range
+        raise ConfigError(f"an option is out of range: {e}") from None
+
+
 def _shuffle_mode(shuffle: Union[bool, str]) -> str:
     if shuffle is True:
         return "global"
@@ -137,6 +185,12 @@ class _Front:
 
     def state_dict(self) -> Dict[str, Any]:
         return json.loads(self._engine.state_json())
+
+    @property
+    def spec(self) -> Dict[str, Any]:
+        """The whole configuration the engine runs, as plain data (``EngineSpec``: the loader's
+        options, what a sample is, the disk cache)."""
+        return json.loads(self._engine.config_json)
 
     def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
         text = state if isinstance(state, str) else json.dumps(dict(state))
@@ -283,36 +337,38 @@ class Loader(_Front):
         self._to = to
         self._pin = bool(pin_memory)
         self._trace = None if trace is None else os.fspath(trace)
-        try:
-            self._engine = _native._Engine(
-                dataset,
-                batch_size,
-                shuffle=mode,
-                shuffle_window=window,
-                seed=seed,
-                drop_last=drop_last,
-                transforms=self._config["transforms"],
-                threads=threads,
-                prefetch=depth,
-                rank=rank,
-                world_size=world_size,
-                on_error=on_error,
-                include_ids=include_ids,
-                autotune=autotune,
-                cache_bytes=cache_bytes,
-                decoded_size=decoded_cache or 0,
-                decoded_budget=decoded_budget,
-                decoded_dir=None if decoded_cache_dir is None else os.fspath(decoded_cache_dir),
-                decoded_dir_limit=decoded_dir_limit,
-                cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-                cache_dir_limit=dir_limit,
-                prefetch_auto=prefetch_auto,
-                memory_budget=memory_budget or 0,
-                profile=bool(profile),
-                trace_capacity=TRACE_CAPACITY if trace is not None else 0,
-            )
-        except OverflowError as e:
-            raise ConfigError(f"an option is out of range: {e}") from None
+        loader_config: Dict[str, Any] = dict(
+            batch_size=batch_size,
+            seed=seed,
+            shuffle={"shard_block": {"window": window}} if mode == "shard_block" else mode,
+            tail="drop" if drop_last else "pad",
+            rank=rank,
+            world_size=world_size,
+            threads=threads,
+            autotune=autotune,
+            prefetch=depth,
+            prefetch_auto=prefetch_auto,
+            memory_budget=memory_budget or 0,
+            profile=bool(profile),
+            trace_capacity=TRACE_CAPACITY if trace is not None else 0,
+            on_error=_on_error(on_error),
+            cache_bytes=cache_bytes,
+        )
+        if decoded_cache is not None:
+            decoded: Dict[str, Any] = dict(size=decoded_cache, budget=decoded_budget)
+            if decoded_cache_dir is not None:
+                decoded["dir"] = os.fspath(decoded_cache_dir)
+            if decoded_dir_limit:
+                decoded["dir_limit"] = decoded_dir_limit
+            loader_config["decoded_cache"] = decoded
+        specs, stages = _stage_specs(self._config["transforms"])
+        spec: Dict[str, Any] = dict(
+            loader=loader_config,
+            samples=dict(kind="records", transforms=specs),
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_dir_limit=dir_limit or None,
+        )
+        self._engine = _make_engine(dataset, spec, stages, include_ids)
         _LIVE.add(self)
 
     # --- iteration -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ documented in the package stub (``__init__.pyi``); this stub re-exports them fro
 the private parts used by ``_loader.py`` and ``_cli.py``.
 """
 
-from typing import Any, Dict, Mapping, Optional, Sequence, final
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, final
 
 from . import (
     ConfigError as ConfigError,
@@ -32,8 +32,6 @@ __all__ = [
     "_Engine",
     "_EngineIter",
     "_BatchBuffer",
-    "_SequenceEngine",
-    "_SequenceIter",
     "_after_fork_in_child",
     "StokeholdError",
     "CorruptDataError",
@@ -76,37 +74,27 @@ class _BatchBuffer:
 
 @final
 class _Engine:
-    """The loading engine of one ``stokehold.Loader``."""
+    """The one loading engine of a ``stokehold.Loader`` or ``stokehold.SequenceLoader``."""
 
     def __new__(
         cls,
         dataset: Dataset,
-        batch_size: int,
-        *,
-        shuffle: str,
-        shuffle_window: int,
-        seed: int,
-        drop_last: bool,
-        transforms: Optional[Mapping[str, Any]],
-        threads: int,
-        prefetch: int,
-        rank: int,
-        world_size: int,
-        on_error: str,
-        include_ids: bool,
-        autotune: bool = ...,
-        cache_bytes: int = ...,
-        decoded_size: int = ...,
-        decoded_budget: int = ...,
-        decoded_dir: Optional[str] = ...,
-        decoded_dir_limit: int = ...,
-        cache_dir: Optional[str] = ...,
-        cache_dir_limit: int = ...,
-        prefetch_auto: bool = ...,
-        memory_budget: int = ...,
-        profile: bool = ...,
-        trace_capacity: int = ...,
+        config: str,
+        python_stages: Optional[List[Tuple[Any, Optional[str], str]]] = ...,
+        include_ids: bool = ...,
     ) -> "_Engine": ...
+    @property
+    def config_json(self) -> str:
+        """The loader's whole configuration as JSON (the ``EngineSpec``)."""
+    @property
+    def samples(self) -> int:
+        """Samples per epoch over all ranks (records, windows or documents)."""
+    @property
+    def total_tokens(self) -> Optional[int]:
+        """Tokens in a token dataset's stream (None for records)."""
+    @property
+    def documents(self) -> Optional[int]:
+        """Documents in a token dataset (None for records)."""
     def iter(self) -> "_EngineIter":
         """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run
         already in progress is stopped first (its iterator raises if used again)."""
@@ -146,66 +134,3 @@ class _EngineIter:
         """Batches left in this epoch (0 once finished)."""
     def close(self) -> None:
         """Stop this run now (its worker threads are joined); the loader keeps its position."""
-
-@final
-class _SequenceEngine:
-    """The native sequence loader of one ``stokehold.SequenceLoader``."""
-
-    def __new__(
-        cls,
-        dataset: Dataset,
-        *,
-        seq_len: int,
-        max_len: Optional[int],
-        pad_id: int,
-        bucket: int,
-        batch_size: int,
-        shuffle: bool,
-        seed: int,
-        rank: int,
-        world_size: int,
-        drop_last: bool,
-        dtype: str,
-        position_ids: bool,
-        segment_ids: bool,
-        threads: int,
-        prefetch: int,
-        include_ids: bool,
-    ) -> "_SequenceEngine": ...
-    def iter(self) -> "_SequenceIter":
-        """Start (or continue) the current epoch. A run in progress is stopped first."""
-    def __len__(self) -> int:
-        """Batches per epoch for this rank."""
-    @property
-    def epoch(self) -> int:
-        """The epoch the next iteration runs (or the one running)."""
-    @property
-    def samples(self) -> int:
-        """Samples (windows or documents) per epoch over all ranks."""
-    @property
-    def total_tokens(self) -> int:
-        """Tokens in the dataset's stream."""
-    @property
-    def documents(self) -> int:
-        """Documents in the dataset."""
-    def set_epoch(self, epoch: int) -> None:
-        """Start epoch ``epoch`` at the next iteration. Stops a running epoch."""
-    def state_json(self) -> str:
-        """The resume state as JSON (after the batches delivered so far)."""
-    def load_state_json(self, json: str) -> None:
-        """Continue from a state saved by ``state_json``. Stops a running epoch."""
-    def stats(self) -> Dict[str, Any]:
-        """Counters since the loader was made."""
-    def close(self) -> None:
-        """Stop the running epoch, if any (the position is kept)."""
-
-@final
-class _SequenceIter:
-    """One run (epoch) of a ``_SequenceEngine``."""
-
-    def __iter__(self) -> "_SequenceIter": ...
-    def __next__(self) -> Dict[str, Any]: ...
-    def __length_hint__(self) -> int:
-        """Batches left in this run."""
-    def close(self) -> None:
-        """Stop this run now; the loader keeps its position."""

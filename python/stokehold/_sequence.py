@@ -1,11 +1,11 @@
 """stokehold.SequenceLoader: packed (or per-document) token batches for language-model training,
-over a token dataset made by ``stokehold pack --tokenizer`` (the native ``_SequenceEngine``)."""
+over a token dataset made by ``stokehold pack --tokenizer``. The same native engine as
+:class:`stokehold.Loader` (``_native._Engine``), with token samples instead of records."""
 
 import os
 from typing import Any, Dict, Iterator, Optional, Union
 
-from . import _native
-from ._loader import _TARGETS, _converted, _converter, _Front, default_rank_world_size
+from ._loader import _LIVE, _TARGETS, _converted, _converter, _Front, _make_engine, _on_error, default_rank_world_size
 from ._native import ConfigError, Dataset
 
 __all__ = ["SequenceLoader"]
@@ -44,6 +44,8 @@ class SequenceLoader(_Front):
         prefetch: int = 4,
         include_ids: bool = False,
         to: str = "numpy",
+        on_error: str = "fail",
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
     ) -> None:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -83,31 +85,38 @@ class SequenceLoader(_Front):
             prefetch=prefetch,
             include_ids=include_ids,
             to=to,
+            on_error=on_error,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
         )
         self._dataset = dataset
         self._to = to
-        try:
-            self._engine = _native._SequenceEngine(
-                dataset,
-                seq_len=seq_len,
-                max_len=max_len,
-                pad_id=pad_id,
-                bucket=bucket,
+        if max_len is None:
+            mode: Dict[str, Any] = dict(kind="packed", seq_len=seq_len)
+        else:
+            mode = dict(kind="documents", max_len=max_len, pad_id=pad_id, bucket=bucket)
+        spec: Dict[str, Any] = dict(
+            loader=dict(
                 batch_size=batch_size,
-                shuffle=shuffle,
                 seed=seed,
+                shuffle="global" if shuffle else "sequential",
+                tail="drop" if drop_last else "pad",
                 rank=rank,
                 world_size=world_size,
-                drop_last=drop_last,
-                dtype=dtype,
-                position_ids=position_ids,
-                segment_ids=segment_ids,
                 threads=threads,
                 prefetch=prefetch,
-                include_ids=include_ids,
-            )
-        except OverflowError as e:
-            raise ConfigError(f"an option is out of range: {e}") from None
+                on_error=_on_error(on_error),
+            ),
+            samples=dict(
+                kind="tokens",
+                mode=mode,
+                dtype="i32" if dtype == "int32" else "i64",
+                position_ids=bool(position_ids),
+                segment_ids=bool(segment_ids),
+            ),
+            cache_dir=self._config["cache_dir"],
+        )
+        self._engine = _make_engine(dataset, spec, [], include_ids)
+        _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         it = self._engine.iter()

@@ -32,7 +32,7 @@ use pyo3::exceptions::{PyException, PyIndexError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use stokehold::EngineError;
+use stokehold::{EngineError, StageError};
 use stokehold_format::FormatError;
 
 pyo3::create_exception!(
@@ -187,9 +187,22 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
             };
             with_attr(py, err, "sample_id", id)
         }
-        EngineError::Transform { id, .. } | EngineError::Panic { id, .. } => {
-            with_attr(py, SampleError::new_err(msg), "sample_id", id)
+        EngineError::Transform { id, source, .. } => {
+            let err = match &source {
+                StageError::Ops(stokehold::ops::OpsError::TooLarge { .. }) => {
+                    LimitExceededError::new_err(msg)
+                }
+                _ => SampleError::new_err(msg),
+            };
+            if let StageError::External { source, .. } = source {
+                // a Python stage's own exception is the cause
+                if let Ok(cause) = source.downcast::<PyErr>() {
+                    err.set_cause(py, Some(*cause));
+                }
+            }
+            with_attr(py, err, "sample_id", id)
         }
+        EngineError::Panic { id, .. } => with_attr(py, SampleError::new_err(msg), "sample_id", id),
         EngineError::TooManyFailures { .. } => CorruptDataError::new_err(msg),
         EngineError::IncompatibleResume { field, .. } => {
             with_attr(py, build(state_error_type(py), msg, None), "field", field)

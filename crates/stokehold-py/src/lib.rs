@@ -3,18 +3,20 @@
 //!
 //! - [`dataset::Dataset`]: `stokehold.Dataset`, random access to a dataset directory.
 //! - [`writer::ShardWriter`]: `stokehold.ShardWriter`, writes one.
-//! - [`loader::Engine`]: the loading engine behind `stokehold.Loader` (the Python class in
-//!   `python/stokehold/_loader.py`).
-//! - [`sequence::SequenceEngine`]: the sequence loader behind `stokehold.SequenceLoader`.
+//! - [`engine::Engine`]: the one loading engine behind `stokehold.Loader` and
+//!   `stokehold.SequenceLoader` (the Python classes in `python/stokehold/_loader.py` and
+//!   `_sequence.py`); [`buffer`] hands its batches to numpy without a copy; [`stages`] runs
+//!   Python callables as stages.
 //! - [`errors`]: the exception classes and the one mapping from `FormatError` to them.
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
 
+pub mod buffer;
 pub mod convert;
 pub mod dataset;
+pub mod engine;
 pub mod errors;
-pub mod loader;
-pub mod sequence;
+pub mod stages;
 pub mod writer;
 
 use pyo3::prelude::*;
@@ -28,8 +30,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
-    loader::register(m)?;
-    sequence::register(m)?;
+    engine::register(m)?;
     errors::register(m)?;
     Ok(())
 }

@@ -174,7 +174,7 @@ fn main() {
             black_box(b.unwrap());
         }
         let (mut copy_rates, mut load_rates) = (Vec::new(), Vec::new());
-        let busy0 = loader.stats().busy;
+        let busy0 = busy(&loader.stats());
         for epoch in 1..=7 {
             copy_rates.push(memcpy());
             loader.set_epoch(epoch);
@@ -189,7 +189,7 @@ fn main() {
             v[v.len() / 2]
         };
         let (copy_bw, rate) = (med(&mut copy_rates), med(&mut load_rates));
-        let busy = (loader.stats().busy - busy0).as_secs_f64() / (7.0 * steps as f64);
+        let busy = (busy(&loader.stats()) - busy0).as_secs_f64() / (7.0 * steps as f64);
         // `rate` counts the input_ids tensor; a batch also delivers labels of the same size.
         println!(
             "sequence loading ({name}, {workers} workers): {steps} batches of {batch}x{seq_len}, \
@@ -203,4 +203,9 @@ fn main() {
             busy * 1e6
         );
     }
+}
+
+/// Worker time over all stages.
+fn busy(s: &stokehold::Stats) -> Duration {
+    s.stages.iter().map(|st| st.busy).sum()
 }

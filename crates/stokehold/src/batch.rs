@@ -187,6 +187,8 @@ pub(crate) struct SharedBatch {
     pub step: u64,
     pub ids: Vec<u64>,
     pub padding: Vec<bool>,
+    /// The outputs of this batch (per-batch shapes for padded samples).
+    pub outputs: Vec<Output>,
     fixed: Vec<Option<FixedSlots>>,
     lists: Vec<Option<Mutex<Vec<Option<FieldValue<'static>>>>>>,
     /// (slot, error) of samples that failed.
@@ -209,14 +211,14 @@ impl SharedBatch {
         step: u64,
         ids: Vec<u64>,
         padding: Vec<bool>,
-        outputs: &[Output],
+        outputs: Vec<Output>,
         pool: &BufferPool,
         tasks: usize,
     ) -> SharedBatch {
         let b = ids.len();
         let mut fixed = Vec::with_capacity(outputs.len());
         let mut lists = Vec::with_capacity(outputs.len());
-        for o in outputs {
+        for o in &outputs {
             match o {
                 Output::Fixed { .. } => {
                     let slot_bytes = o.slot_bytes();
@@ -240,6 +242,7 @@ impl SharedBatch {
             step,
             ids,
             padding,
+            outputs,
             fixed,
             lists,
             failures: Mutex::new(Vec::new()),
@@ -265,12 +268,15 @@ impl SharedBatch {
         unsafe { std::slice::from_raw_parts_mut(f.base.add(slot * f.slot_bytes), f.slot_bytes) }
     }
 
+    /// Whether column `col` is a fixed (tensor) column.
+    pub(crate) fn is_fixed(&self, col: usize) -> bool {
+        self.fixed.get(col).is_some_and(Option::is_some)
+    }
+
     /// Put a list column's value for `slot`.
     pub(crate) fn set_list(&self, col: usize, slot: usize, v: FieldValue<'static>) {
         if let Some(Some(l)) = self.lists.get(col) {
-            if let Ok(mut l) = l.lock() {
-                l[slot] = Some(v);
-            }
+            crate::pipeline::lock(l)[slot] = Some(v);
         }
     }
 
@@ -280,20 +286,16 @@ impl SharedBatch {
     }
 
     /// Take the filled columns out. Only after the last `task_done`.
-    pub(crate) fn take_columns(
-        &self,
-        names: &[String],
-        outputs: &[Output],
-    ) -> Vec<(String, ColumnData)> {
+    pub(crate) fn take_columns(&self, names: &[(String, Output)]) -> Vec<(String, ColumnData)> {
         debug_assert_eq!(self.remaining.load(Ordering::Acquire), 0);
         let b = self.ids.len();
-        let mut out = Vec::with_capacity(outputs.len());
-        for (k, o) in outputs.iter().enumerate() {
+        let mut out = Vec::with_capacity(self.outputs.len());
+        for (k, o) in self.outputs.iter().enumerate() {
             let data = match o {
                 Output::Fixed { dtype, shape } => {
                     let buf = self.fixed[k]
                         .as_ref()
-                        .and_then(|f| f.buffer.lock().ok().and_then(|mut g| g.take()))
+                        .and_then(|f| crate::pipeline::lock(&f.buffer).take())
                         .unwrap_or_default();
                     let mut full = vec![b];
                     full.extend_from_slice(shape);
@@ -306,7 +308,7 @@ impl SharedBatch {
                 Output::List => {
                     let items = self.lists[k]
                         .as_ref()
-                        .and_then(|l| l.lock().ok().map(|mut g| std::mem::take(&mut *g)))
+                        .map(|l| std::mem::take(&mut *crate::pipeline::lock(l)))
                         .unwrap_or_default();
                     ColumnData::List(
                         items
@@ -316,37 +318,16 @@ impl SharedBatch {
                     )
                 }
             };
-            out.push((names[k].clone(), data));
+            out.push((names[k].0.clone(), data));
         }
         out
-    }
-}
-
-/// A delivered batch made elsewhere in the crate (the sequence loader); its fixed buffers return
-/// to `pool`.
-pub(crate) fn new_batch(
-    epoch: u64,
-    step: u64,
-    ids: Vec<u64>,
-    padding: Vec<bool>,
-    columns: Vec<(String, ColumnData)>,
-    pool: Arc<BufferPool>,
-) -> Batch {
-    Batch {
-        epoch,
-        step,
-        ids,
-        padding,
-        columns,
-        pool: Some(pool),
     }
 }
 
 /// Assemble the delivered batch.
 pub(crate) fn finish_batch(
     shared: &SharedBatch,
-    names: &[String],
-    outputs: &[Output],
+    names: &[(String, Output)],
     pool: &Arc<BufferPool>,
 ) -> Batch {
     Batch {
@@ -354,7 +335,7 @@ pub(crate) fn finish_batch(
         step: shared.step,
         ids: shared.ids.clone(),
         padding: shared.padding.clone(),
-        columns: shared.take_columns(names, outputs),
+        columns: shared.take_columns(names),
         pool: Some(Arc::clone(pool)),
     }
 }

@@ -501,6 +501,6 @@ pub fn open_dataset(
     std::thread::Builder::new()
         .name("stokehold-disk-cache".into())
         .spawn(move || fetcher(c, queue, keep))
-        .map_err(|e| EngineError::Config(format!("cannot start the disk cache thread: {e}")))?;
+        .map_err(|e| EngineError::Worker(format!("cannot start the disk cache thread: {e}")))?;
     Ok((ds, progress))
 }

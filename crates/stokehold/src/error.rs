@@ -16,7 +16,7 @@ pub enum EngineError {
         source: FormatError,
     },
     /// A transform stage failed on sample `id`.
-    #[error("sample {id}: stage {stage:?} of column {column:?} failed: {message}")]
+    #[error("sample {id}: stage {stage:?} of column {column:?} failed: {source}")]
     Transform {
         /// Global sample id.
         id: u64,
@@ -24,8 +24,9 @@ pub enum EngineError {
         stage: String,
         /// The output column.
         column: String,
-        /// What went wrong.
-        message: String,
+        /// What went wrong, typed (the kernel's error or a binding's exception).
+        #[source]
+        source: crate::transform::StageError,
     },
     /// A transform panicked on sample `id`; the panic was caught at the sample boundary.
     #[error("sample {id}: a transform panicked: {message}")]
@@ -40,8 +41,9 @@ pub enum EngineError {
     TooManyFailures {
         /// Which bound was crossed.
         detail: String,
-        /// The first failure's message.
-        first: String,
+        /// The first failure.
+        #[source]
+        first: Box<EngineError>,
     },
     /// A resume state that does not belong to this loader.
     #[error("incompatible resume state: {field} is {found} in the state but {expected} here")]
@@ -56,6 +58,19 @@ pub enum EngineError {
     /// A resume state that cannot be parsed.
     #[error("invalid resume state: {0}")]
     InvalidState(String),
+    /// The worker threads could not be started, or stopped without a word (a bug, or a thread
+    /// killed from outside).
+    #[error("worker threads: {0}")]
+    Worker(String),
+    /// An I/O error outside any sample (a cache directory, a lock file), naming its path.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A configuration error, found when the loader is built.
     #[error("invalid configuration: {0}")]
     Config(String),

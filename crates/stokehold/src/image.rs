@@ -18,7 +18,7 @@ use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
 use crate::spec::TransformSpec;
-use crate::transform::{Output, SampleCtx, Transform, Value, tensor};
+use crate::transform::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The image stage names.
 pub const STAGES: &[&str] = &[
@@ -289,23 +289,18 @@ thread_local! {
     static WORKSPACE: RefCell<Workspace> = RefCell::new(Workspace::new());
 }
 
-fn encoded<'a>(x: &'a Value<'_>) -> std::result::Result<&'a [u8], String> {
+fn encoded<'a>(x: &'a Value<'_>) -> StageResult<&'a [u8]> {
     match x {
         FieldValue::Image(b) | FieldValue::Bytes(b) => Ok(b),
-        other => Err(format!(
-            "expected encoded image bytes, got a {}",
-            other.kind()
-        )),
+        other => Err(format!("expected encoded image bytes, got a {}", other.kind()).into()),
     }
 }
 
-fn with_workspace<T>(
-    f: impl FnOnce(&mut Workspace) -> std::result::Result<T, String>,
-) -> std::result::Result<T, String> {
+fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> StageResult<T>) -> StageResult<T> {
     WORKSPACE.with(|ws| {
-        let mut ws = ws
-            .try_borrow_mut()
-            .map_err(|_| "image workspace in use (re-entrant call)".to_string())?;
+        let mut ws = ws.try_borrow_mut().map_err(|_| {
+            StageError::from("image workspace in use (re-entrant call)".to_string())
+        })?;
         f(&mut ws)
     })
 }
@@ -321,16 +316,11 @@ fn output_tensor<'a>(ops: &ImageOps, out: Vec<u8>) -> Value<'a> {
 }
 
 impl ImageTransform {
-    fn run_into(
-        &self,
-        x: &Value<'_>,
-        ctx: &mut SampleCtx<'_>,
-        slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    fn run_into(&self, x: &Value<'_>, ctx: &mut SampleCtx<'_>, slot: &mut [u8]) -> StageResult<()> {
         let Some((size, cache)) = &self.decoded else {
             let bytes = encoded(x)?;
             return with_workspace(|ws| {
-                run(&self.ops, bytes, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
+                run(&self.ops, bytes, &mut Draws(ctx.rng), ws, slot).map_err(StageError::from)
             });
         };
         if let Some(img) = cache.get(ctx.id) {
@@ -341,7 +331,7 @@ impl ImageTransform {
                 data: &img.data,
             };
             return with_workspace(|ws| {
-                run_pixels(&self.ops, px, &mut Draws(ctx.rng), ws, slot).map_err(|e| e.to_string())
+                run_pixels(&self.ops, px, &mut Draws(ctx.rng), ws, slot).map_err(StageError::from)
             });
         }
         // a miss: the prefix, then the same code a hit runs, on the pixels it keeps
@@ -357,10 +347,10 @@ impl ImageTransform {
                 ws,
                 &mut px,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(StageError::from)?;
             let took = t0.elapsed();
             run_pixels(&self.ops, px.view(), &mut Draws(ctx.rng), ws, slot)
-                .map_err(|e| e.to_string())?;
+                .map_err(StageError::from)?;
             Ok(took)
         })?;
         cache.insert(
@@ -386,11 +376,7 @@ impl Transform for ImageTransform {
         }
     }
 
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        ctx: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String> {
+    fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
         let mut out = vec![0u8; self.ops.slot_bytes()];
         self.run_into(&x, ctx, &mut out)?;
         Ok(output_tensor(&self.ops, out))
@@ -401,14 +387,14 @@ impl Transform for ImageTransform {
         x: Value<'_>,
         ctx: &mut SampleCtx<'_>,
         slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    ) -> StageResult<()> {
         self.run_into(&x, ctx, slot)
     }
 
     fn with_decoded_cache(
         &self,
         size: u32,
-        cache: &dyn Fn(&str) -> crate::error::Result<Arc<DecodedCache>>,
+        cache: &mut dyn FnMut(&str) -> crate::error::Result<Arc<DecodedCache>>,
     ) -> crate::error::Result<Option<Arc<dyn Transform>>> {
         let prefix = format!(
             "decode-shorter-{size}-{}",

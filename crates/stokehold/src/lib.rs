@@ -1,14 +1,15 @@
 //! stokehold: a data loading engine for model training.
 //!
-//! This is the Rust API. A [`Loader`] reads a packed [`format::Dataset`] in the order the
-//! [`sampler`] gives this rank, runs each sample's fields through [`transform`] stages on a pool of
-//! native threads, collates them into recycled batch buffers ([`Batch`]) and delivers the batches
-//! in order through a bounded prefetch window. Every random choice comes from a [`SampleRng`]
+//! This is the Rust API. A [`Loader`] (the one engine, [`pipeline`]) takes [`Samples`] in the
+//! order the [`sampler`] gives this rank, has them fetched and filled on a pool of native threads
+//! (records of a packed [`format::Dataset`] through [`transform`] stages: [`Records`]; token
+//! windows or padded documents: [`Tokens`]), collates them into recycled batch buffers
+//! ([`Batch`]) and delivers the batches in order through a bounded prefetch window. Every random choice comes from a [`SampleRng`]
 //! seeded by (seed, epoch, sample id), so output is the same whatever the thread count. A
 //! [`ResumeState`] continues exactly, on any number of ranks. [`Stats`] say where the time went.
 //!
-//! For language models, [`SequenceLoader`] streams packed token windows (or padded documents)
-//! from a token dataset ([`TokenDataset`], made by `stokehold pack --tokenizer`).
+//! For language models, [`SequenceLoader`] is the same engine over [`Tokens`] of a token dataset
+//! ([`TokenDataset`], made by `stokehold pack --tokenizer`).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -29,6 +30,7 @@
 //! ```
 
 pub use stokehold_format as format;
+pub use stokehold_ops as ops;
 
 mod batch;
 pub mod cache;
@@ -37,9 +39,10 @@ pub mod disk_cache;
 mod error;
 mod fetch;
 pub mod image;
-mod loader;
+pub mod pipeline;
 mod rng;
 pub mod sampler;
+pub mod samples;
 pub mod sequence;
 pub mod spec;
 mod state;
@@ -51,12 +54,16 @@ pub mod transform;
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, Result};
-pub use loader::{
-    BatchIter, DecodedCacheConfig, ErrorPolicy, Loader, LoaderConfig, default_memory_budget,
+pub use pipeline::{
+    BatchIter, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader, LoaderConfig, Next,
+    SamplesSpec, default_memory_budget,
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
-pub use sequence::{SequenceConfig, SequenceIter, SequenceLoader, SequenceMode, TokenDataset};
+pub use samples::{Records, Samples, TokenDataset, TokenMode, TokenOptions, Tokens};
+pub use sequence::{SequenceConfig, SequenceIter, SequenceLoader, SequenceMode};
 pub use state::{ResumeState, STATE_VERSION, fingerprint};
 pub use stats::{StageStats, Stats};
-pub use transform::{Column, CopyBytes, Output, SampleCtx, Transform, Value, from_fn};
+pub use transform::{
+    Column, CopyBytes, Output, SampleCtx, StageError, StageResult, Transform, Value, from_fn,
+};

@@ -729,3 +729,57 @@ mod tests {
         assert_eq!(ids, vec![0, 1, 2, 3, 4]);
     }
 }
+
+/// An order adapter for samples of different lengths (padded documents): each run of `bucket`
+/// consecutive positions of the epoch order is sorted by (length, position), so a batch holds
+/// samples of similar lengths and pads less. Buckets are fixed positions of the epoch order, so
+/// the adapted order is still a pure function of (seed, epoch) and does not depend on the world
+/// size or the batch size; a padding position `p >= len` takes the sample of position
+/// `(p - len) % len`, as in [`RankPlan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LengthBuckets {
+    bucket: u32,
+}
+
+impl LengthBuckets {
+    /// Buckets of `bucket` positions (at least 2 to change anything).
+    pub fn new(bucket: u32) -> LengthBuckets {
+        LengthBuckets { bucket }
+    }
+
+    /// Replace each slot's id by the sample its position gets under bucketing.
+    pub fn apply(&self, order: &EpochOrder, slots: &mut [Slot], len_of: impl Fn(u64) -> u64) {
+        let mut cache: Option<(u64, Vec<u64>)> = None;
+        for s in slots {
+            s.id = self.id_at(order, s.position, &len_of, &mut cache);
+        }
+    }
+
+    /// The sample at epoch `position` under bucketing; `cache` keeps the last sorted bucket.
+    fn id_at(
+        &self,
+        order: &EpochOrder,
+        position: u64,
+        len_of: &impl Fn(u64) -> u64,
+        cache: &mut Option<(u64, Vec<u64>)>,
+    ) -> u64 {
+        let len = order.len();
+        let p = if position < len {
+            position
+        } else {
+            (position - len) % len.max(1)
+        };
+        let first = p - p % u64::from(self.bucket);
+        if cache.as_ref().is_none_or(|(f, _)| *f != first) {
+            let last = (first + u64::from(self.bucket)).min(len);
+            // (length, position, sample): ties keep the epoch order.
+            let mut run: Vec<(u64, u64, u64)> = (first..last)
+                .filter_map(|q| order.id_at(q).map(|d| (len_of(d), q, d)))
+                .collect();
+            run.sort_unstable();
+            *cache = Some((first, run.into_iter().map(|r| r.2).collect()));
+        }
+        let (_, run) = cache.as_ref().expect("just filled");
+        run[(p - first) as usize]
+    }
+}

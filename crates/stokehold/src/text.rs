@@ -16,7 +16,7 @@ use stokehold_ops::text::TextTokenizer;
 
 use crate::error::{EngineError, Result};
 use crate::spec::TransformSpec;
-use crate::transform::{Output, SampleCtx, Transform, Value, tensor};
+use crate::transform::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The stage's name in specs.
 pub const TOKENIZE: &str = "tokenize";
@@ -113,19 +113,20 @@ fn plan_inner(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transfor
 }
 
 impl Tokenize {
-    fn ids(&self, x: &Value<'_>) -> std::result::Result<Vec<u32>, String> {
+    fn ids(&self, x: &Value<'_>) -> StageResult<Vec<u32>> {
         let text = match x {
             FieldValue::String(s) => s.as_ref(),
-            FieldValue::Bytes(b) => {
-                std::str::from_utf8(b).map_err(|e| format!("the bytes are not UTF-8: {e}"))?
+            FieldValue::Bytes(b) => std::str::from_utf8(b)
+                .map_err(|e| StageError::from(format!("the bytes are not UTF-8: {e}")))?,
+            other => {
+                return Err(format!("expects a string field, got {}", other.kind()).into());
             }
-            other => return Err(format!("expects a string field, got {}", other.kind())),
         };
         let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         ids.extend(self.bos);
         self.tok
             .encode_into(text, &mut ids)
-            .map_err(|e| e.to_string())?;
+            .map_err(StageError::from)?;
         ids.extend(self.eos);
         if let Some(n) = self.max_length {
             ids.truncate(n);
@@ -139,11 +140,7 @@ impl Transform for Tokenize {
         TOKENIZE
     }
 
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        _: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String> {
+    fn apply<'a>(&self, x: Value<'a>, _: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
         let mut ids = self.ids(&x)?;
         if let Some(n) = self.max_length {
             ids.resize(n, self.pad_id);
@@ -158,12 +155,7 @@ impl Transform for Tokenize {
         Ok(tensor(self.dtype, vec![ids.len() as u64], data))
     }
 
-    fn apply_into(
-        &self,
-        x: Value<'_>,
-        _: &mut SampleCtx<'_>,
-        slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    fn apply_into(&self, x: Value<'_>, _: &mut SampleCtx<'_>, slot: &mut [u8]) -> StageResult<()> {
         let ids = self.ids(&x)?;
         let size = self.dtype.size();
         for (k, chunk) in slot.chunks_exact_mut(size).enumerate() {

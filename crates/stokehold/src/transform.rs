@@ -14,6 +14,40 @@ use stokehold_format::{ArrayValue, DType, FieldType, FieldValue, Schema};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
 
+/// Why a stage failed on one sample: the kernel's typed error, or the error of a stage defined
+/// elsewhere (a Python callable's exception), kept as the source so bindings can re-raise it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StageError {
+    /// An image kernel failed (an over-limit image is [`stokehold_ops::OpsError::TooLarge`]).
+    #[error(transparent)]
+    Ops(#[from] stokehold_ops::OpsError),
+    /// The tokenizer failed.
+    #[error(transparent)]
+    Text(#[from] stokehold_ops::text::TextError),
+    /// A stage defined outside this crate failed; `source` is its own error.
+    #[error("{message}")]
+    External {
+        /// The error as text (with a traceback where there is one).
+        message: String,
+        /// The original error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A value a stage cannot take (a wrong kind, a slot of another size).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<String> for StageError {
+    fn from(m: String) -> StageError {
+        StageError::Invalid(m)
+    }
+}
+
+/// `Result` of a stage.
+pub type StageResult<T> = std::result::Result<T, StageError>;
+
 /// A value flowing between stages: a field value as stored, or a tensor made by a stage.
 pub type Value<'a> = FieldValue<'a>;
 
@@ -34,11 +68,7 @@ pub trait Transform: Send + Sync + 'static {
     fn name(&self) -> &str;
 
     /// Transform a value.
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        ctx: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String>;
+    fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>>;
 
     /// Transform a value and write the result into `slot` (a fixed-size output slot of
     /// `slot.len()` bytes). The default applies, then copies; stages that can produce their
@@ -48,7 +78,7 @@ pub trait Transform: Send + Sync + 'static {
         x: Value<'_>,
         ctx: &mut SampleCtx<'_>,
         slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    ) -> StageResult<()> {
         let v = self.apply(x, ctx)?;
         write_value(&v, slot)
     }
@@ -60,7 +90,7 @@ pub trait Transform: Send + Sync + 'static {
     fn with_decoded_cache(
         &self,
         size: u32,
-        cache: &dyn Fn(&str) -> crate::error::Result<Arc<crate::cache::DecodedCache>>,
+        cache: &mut dyn FnMut(&str) -> crate::error::Result<Arc<crate::cache::DecodedCache>>,
     ) -> crate::error::Result<Option<Arc<dyn Transform>>> {
         let _ = (size, cache);
         Ok(None)
@@ -68,7 +98,7 @@ pub trait Transform: Send + Sync + 'static {
 }
 
 /// Copy a value's bytes into a fixed slot, checking the size.
-pub fn write_value(v: &Value<'_>, slot: &mut [u8]) -> std::result::Result<(), String> {
+pub fn write_value(v: &Value<'_>, slot: &mut [u8]) -> StageResult<()> {
     let bytes: &[u8] = match v {
         FieldValue::Int64(i) => return copy_exact(&i.to_le_bytes(), slot),
         FieldValue::Float64(f) => return copy_exact(&f.to_le_bytes(), slot),
@@ -79,13 +109,14 @@ pub fn write_value(v: &Value<'_>, slot: &mut [u8]) -> std::result::Result<(), St
     copy_exact(bytes, slot)
 }
 
-fn copy_exact(src: &[u8], slot: &mut [u8]) -> std::result::Result<(), String> {
+fn copy_exact(src: &[u8], slot: &mut [u8]) -> StageResult<()> {
     if src.len() != slot.len() {
         return Err(format!(
             "the value has {} bytes but the output slot takes {}",
             src.len(),
             slot.len()
-        ));
+        )
+        .into());
     }
     slot.copy_from_slice(src);
     Ok(())
@@ -108,10 +139,7 @@ impl<F> std::fmt::Debug for FnTransform<F> {
 /// Wrap a closure as a [`Transform`].
 pub fn from_fn<F>(name: impl Into<String>, f: F) -> Arc<dyn Transform>
 where
-    F: for<'a> Fn(Value<'a>, &mut SampleCtx<'_>) -> std::result::Result<Value<'a>, String>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(Value<'a>, &mut SampleCtx<'_>) -> StageResult<Value<'a>> + Send + Sync + 'static,
 {
     Arc::new(FnTransform {
         name: name.into(),
@@ -121,20 +149,13 @@ where
 
 impl<F> Transform for FnTransform<F>
 where
-    F: for<'a> Fn(Value<'a>, &mut SampleCtx<'_>) -> std::result::Result<Value<'a>, String>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(Value<'a>, &mut SampleCtx<'_>) -> StageResult<Value<'a>> + Send + Sync + 'static,
 {
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        ctx: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String> {
+    fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
         (self.f)(x, ctx)
     }
 }
@@ -149,20 +170,11 @@ impl Transform for CopyBytes {
         "copy"
     }
 
-    fn apply<'a>(
-        &self,
-        x: Value<'a>,
-        _: &mut SampleCtx<'_>,
-    ) -> std::result::Result<Value<'a>, String> {
+    fn apply<'a>(&self, x: Value<'a>, _: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
         Ok(x)
     }
 
-    fn apply_into(
-        &self,
-        x: Value<'_>,
-        _: &mut SampleCtx<'_>,
-        slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    fn apply_into(&self, x: Value<'_>, _: &mut SampleCtx<'_>, slot: &mut [u8]) -> StageResult<()> {
         write_value(&x, slot)
     }
 }

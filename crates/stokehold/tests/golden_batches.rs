@@ -276,9 +276,14 @@ fn token_run(data: &Arc<TokenDataset>, c: &TokenCase) -> Vec<Batch> {
     out
 }
 
-fn cases() -> Vec<(String, Box<dyn Fn(&Arc<Dataset>, &Arc<TokenDataset>) -> Vec<Batch>>)> {
-    let mut v: Vec<(String, Box<dyn Fn(&Arc<Dataset>, &Arc<TokenDataset>) -> Vec<Batch>>)> =
-        Vec::new();
+/// One case: its name and how to run it.
+type Case = (
+    String,
+    Box<dyn Fn(&Arc<Dataset>, &Arc<TokenDataset>) -> Vec<Batch>>,
+);
+
+fn cases() -> Vec<Case> {
+    let mut v: Vec<Case> = Vec::new();
     for seed in [0u64, 7] {
         for threads in [1usize, 3] {
             for (world, rank) in [(1u32, 0u32), (2, 1)] {
@@ -387,7 +392,11 @@ fn every_loader_gives_the_recorded_batches() {
     }
     let want = std::fs::read_to_string(GOLDEN).unwrap();
     let want: Vec<&str> = want.lines().collect();
-    assert_eq!(want.len(), got.len(), "the golden file has another set of cases");
+    assert_eq!(
+        want.len(),
+        got.len(),
+        "the golden file has another set of cases"
+    );
     for (w, g) in want.iter().zip(&got) {
         assert_eq!(w, g, "batches differ from the recorded ones");
     }

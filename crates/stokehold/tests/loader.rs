@@ -44,7 +44,7 @@ fn columns(ds: &Dataset) -> Vec<Column> {
     let mut cols = Column::all(ds.schema()).unwrap();
     let noise = from_fn("noise", |v, ctx| match v {
         FieldValue::Float64(x) => Ok(FieldValue::Float64(x + ctx.rng.unit_f64())),
-        other => Err(format!("unexpected {other:?}")),
+        other => Err(format!("unexpected {other:?}").into()),
     });
     cols.push(Column {
         name: "noise".into(),
@@ -667,6 +667,7 @@ fn reads_through_every_access_mode_give_the_same_batches() {
     let dir = ds.dir().to_path_buf();
     let mut reference = Loader::new(ds.clone(), columns(&ds), config(8, 2, 2)).unwrap();
     let want = epoch(&mut reference);
+    let reference_ds = Arc::clone(&ds);
     for access in [Access::Pread, Access::Mmap, Access::Memory, Access::Direct] {
         let opened = Dataset::open_with(&dir, OpenOptions::with_access(access));
         let ds = match opened {
@@ -683,7 +684,7 @@ fn reads_through_every_access_mode_give_the_same_batches() {
                 ..config(8, 2, 2)
             };
             let mut l = Loader::new(ds.clone(), columns(&ds), cfg.clone()).unwrap();
-            let mut r = Loader::new(reference.dataset().clone(), columns(&ds), cfg).unwrap();
+            let mut r = Loader::new(Arc::clone(&reference_ds), columns(&ds), cfg).unwrap();
             let got = epoch(&mut l);
             assert_eq!(got, epoch(&mut r), "{access:?} {shuffle:?}");
             if shuffle == Shuffle::Global {

@@ -1,0 +1,380 @@
+//! The one loading engine: the sampler's order for this rank, fetched and filled by a
+//! [`Samples`] implementation on a pool of native threads, collated into recycled batch buffers,
+//! delivered in order through a bounded prefetch window.
+//!
+//! Follow one batch: [`Loader::iter`] plans the epoch ([`RankPlan`]) and starts the workers
+//! ([`run`]); a worker takes the next task (a few slots of one batch), waits for the prefetch
+//! window, creates the step's [`SharedBatch`] if it is the first of its tasks, has the samples
+//! fetch the task's bytes and fill each slot, and sends the batch when its last task is done. The
+//! consumer ([`BatchIter::next_timeout`], [`deliver`]) reorders by step, applies the error policy,
+//! lets the autotuner decide ([`tune`]) and moves the shared cursor.
+//!
+//! Work is split into tasks of a few samples; a task writes only its own slots of its batch, so
+//! workers never wait for each other, and the order of delivery (and every random choice) is
+//! independent of which thread did what.
+//!
+//! **Ownership.** The loader and its iterators share one [`Core`] (`Arc`): the iterator owns what
+//! it needs, and the loader's position (a cursor behind a mutex) follows the batches the
+//! iterator delivers. Run one iterator of a loader at a time.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use stokehold_format::Dataset;
+
+use crate::batch::BufferPool;
+use crate::error::{EngineError, Result};
+use crate::sampler::{EpochOrder, RankPlan, Shuffle};
+use crate::samples::{Records, Samples};
+use crate::state::{ResumeState, STATE_VERSION};
+use crate::stats::{Collector, Stats};
+use crate::transform::Column;
+
+pub mod config;
+mod deliver;
+mod run;
+mod tune;
+
+pub use config::{
+    DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, SamplesSpec, default_memory_budget,
+};
+pub use deliver::{BatchIter, Next};
+
+use run::Spawned;
+
+/// Deepest prefetch window the autotuner uses.
+const MAX_AUTO_PREFETCH: u64 = 32;
+
+/// Lock a mutex, taking over the data of a thread that panicked while holding it (every value
+/// behind the engine's mutexes stays consistent between statements). The one poisoning policy
+/// of the engine.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where the loader is: the epoch the next iteration runs and the global position in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub(crate) epoch: u64,
+    pub(crate) position: u64,
+}
+
+/// What a loader and its iterators share.
+pub(crate) struct Core {
+    pub(crate) samples: Arc<dyn Samples>,
+    pub(crate) config: LoaderConfig,
+    pub(crate) threads: usize,
+    /// Threads currently allowed to work (autotuning moves it; kept across epochs).
+    pub(crate) active: AtomicUsize,
+    /// The prefetch depth now (autotuning moves it; kept across epochs).
+    pub(crate) prefetch: AtomicU64,
+    /// `config.memory_budget`, or the default.
+    pub(crate) memory_budget: u64,
+    /// Estimated bytes of one batch (for the memory budget).
+    pub(crate) batch_bytes: u64,
+    blocks: Option<Vec<u64>>,
+    fingerprint: String,
+    pub(crate) pool: Arc<BufferPool>,
+    pub(crate) stats: Arc<Collector>,
+    pub(crate) cursor: Mutex<Cursor>,
+    /// The next epoch's run, started when the previous epoch delivered its last batch, so that
+    /// its first batches are ready when the next iteration begins. `closed` once the loader is
+    /// dropped: the prepared run holds the core, so the loader breaks that cycle, and an iterator
+    /// that outlives its loader prepares nothing.
+    pub(crate) prepared: Mutex<PreparedSlot>,
+}
+
+/// The run prepared ahead, if any, and whether the loader is gone.
+#[derive(Default)]
+pub(crate) struct PreparedSlot {
+    pub(crate) run: Option<Prepared>,
+    pub(crate) closed: bool,
+}
+
+impl Core {
+    pub(crate) fn cursor(&self) -> Cursor {
+        *lock(&self.cursor)
+    }
+
+    /// Move the cursor; a run prepared for another position is dropped (stopped and joined).
+    fn set_cursor(&self, c: Cursor) {
+        let stale = {
+            let mut p = lock(&self.prepared);
+            if p.run
+                .as_ref()
+                .is_some_and(|p| (p.epoch, p.position) != (c.epoch, c.position))
+            {
+                p.run.take()
+            } else {
+                None
+            }
+        };
+        drop(stale);
+        *lock(&self.cursor) = c;
+    }
+
+    /// Statistics since the loader was made.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut s = self.stats.snapshot();
+        s.active_threads = self.active.load(Ordering::Relaxed);
+        s.caches = self.samples.cache_stats();
+        s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
+        s
+    }
+
+    pub(crate) fn plan(&self, c: Cursor) -> Result<RankPlan> {
+        let order = EpochOrder::new(
+            self.samples.len(),
+            self.blocks.as_deref(),
+            &self.config.shuffle,
+            self.config.seed,
+            c.epoch,
+        )?;
+        Ok(RankPlan::new(
+            order,
+            c.position,
+            self.config.world_size,
+            self.config.rank,
+            self.config.batch_size,
+            self.config.tail,
+        )?)
+    }
+}
+
+/// A run started ahead (see [`BatchIter`]'s end of epoch). Dropping it stops and joins its
+/// workers, except in a forked child, where those threads do not exist: there it is forgotten.
+pub(crate) struct Prepared {
+    pub(crate) epoch: u64,
+    pub(crate) position: u64,
+    pub(crate) pid: u32,
+    pub(crate) spawned: Option<Spawned>,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        if let Some(s) = self.spawned.take() {
+            if self.pid != std::process::id() {
+                // forked child: the workers are not here; joining would wait forever
+                std::mem::forget(s);
+                return;
+            }
+            s.stop();
+        }
+    }
+}
+
+/// A loader over one set of samples: iterate it once per epoch; save and restore its position.
+pub struct Loader {
+    core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = self.core.cursor();
+        f.debug_struct("Loader")
+            .field("samples", &self.core.samples)
+            .field("config", &self.core.config)
+            .field("epoch", &c.epoch)
+            .field("position", &c.position)
+            .finish()
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        let prepared = {
+            let mut p = lock(&self.core.prepared);
+            p.closed = true;
+            p.run.take()
+        };
+        drop(prepared); // stops and joins its workers
+    }
+}
+
+impl Loader {
+    /// A loader producing `columns` from the records of `dataset` (with the RAM and decoded
+    /// caches that `config` asks for).
+    pub fn new(
+        dataset: Arc<Dataset>,
+        columns: Vec<Column>,
+        config: LoaderConfig,
+    ) -> Result<Loader> {
+        config.validate()?;
+        let records = Records::new(
+            dataset,
+            columns,
+            config.cache_bytes,
+            config.decoded_cache.as_ref(),
+        )?;
+        Loader::from_samples(Arc::new(records), config)
+    }
+
+    /// A loader of any kind of samples.
+    pub fn from_samples(samples: Arc<dyn Samples>, config: LoaderConfig) -> Result<Loader> {
+        config.validate()?;
+        let threads = match config.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let blocks = samples.blocks();
+        if blocks.is_none() && matches!(config.shuffle, Shuffle::ShardBlock { .. }) {
+            return Err(EngineError::Config(
+                "these samples shuffle globally or not at all (no shard-block order)".into(),
+            ));
+        }
+        // Build one epoch's order now, so that a bad configuration fails here rather than later.
+        let order = EpochOrder::new(
+            samples.len(),
+            blocks.as_deref(),
+            &config.shuffle,
+            config.seed,
+            0,
+        )?;
+        RankPlan::new(
+            order,
+            0,
+            config.world_size,
+            config.rank,
+            config.batch_size,
+            config.tail,
+        )?;
+        let memory_budget = match config.memory_budget {
+            0 => default_memory_budget(),
+            b => b,
+        };
+        let batch_bytes = samples.batch_bytes(config.batch_size);
+        let mut prefetch = config.prefetch.max(1) as u64;
+        // the deepest window: the pool keeps enough free buffers for it
+        let mut deepest = prefetch;
+        if config.prefetch_auto {
+            deepest = (memory_budget / batch_bytes).clamp(1, MAX_AUTO_PREFETCH);
+            prefetch = prefetch.min(deepest);
+        }
+        let columns = samples.columns().len();
+        let stats = Collector::new(
+            samples.stage_names(),
+            threads,
+            config.profile,
+            config.trace_capacity,
+        );
+        Ok(Loader {
+            core: Arc::new(Core {
+                fingerprint: samples.fingerprint(),
+                blocks,
+                threads,
+                pool: Arc::new(BufferPool::new(4 * (deepest as usize + 2) * columns)),
+                stats: Arc::new(stats),
+                active: AtomicUsize::new(threads),
+                prefetch: AtomicU64::new(prefetch),
+                memory_budget,
+                batch_bytes,
+                cursor: Mutex::new(Cursor {
+                    epoch: 0,
+                    position: 0,
+                }),
+                prepared: Mutex::new(PreparedSlot::default()),
+                samples,
+                config,
+            }),
+        })
+    }
+
+    pub(crate) fn core(&self) -> Arc<Core> {
+        Arc::clone(&self.core)
+    }
+
+    /// The samples.
+    pub fn samples(&self) -> &Arc<dyn Samples> {
+        &self.core.samples
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.core.config
+    }
+
+    /// Worker threads (the configuration's, or one per core).
+    pub fn threads(&self) -> usize {
+        self.core.threads
+    }
+
+    /// The epoch the next iteration runs (or the one running).
+    pub fn epoch(&self) -> u64 {
+        self.core.cursor().epoch
+    }
+
+    /// Start epoch `epoch` from its beginning at the next iteration.
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.core.set_cursor(Cursor { epoch, position: 0 });
+    }
+
+    /// Batches this rank gets in the rest of the current epoch.
+    pub fn steps(&self) -> Result<u64> {
+        Ok(self.core.plan(self.core.cursor())?.steps())
+    }
+
+    /// Batches this rank gets in a whole epoch.
+    pub fn steps_per_epoch(&self) -> Result<u64> {
+        Ok(self
+            .core
+            .plan(Cursor {
+                epoch: 0,
+                position: 0,
+            })?
+            .steps())
+    }
+
+    /// Where the loader is (after the last batch delivered): resume any number of ranks from it
+    /// with [`Loader::load_state`].
+    pub fn state(&self) -> ResumeState {
+        let c = self.core.cursor();
+        ResumeState {
+            version: STATE_VERSION,
+            dataset: self.core.fingerprint.clone(),
+            seed: self.core.config.seed,
+            shuffle: self.core.config.shuffle,
+            epoch: c.epoch,
+            position: c.position,
+        }
+    }
+
+    /// Continue from a saved state (of the same samples, seed and order; any world size).
+    pub fn load_state(&mut self, state: &ResumeState) -> Result<()> {
+        state.check(
+            &self.core.fingerprint,
+            self.core.config.seed,
+            &self.core.config.shuffle,
+            self.core.samples.len(),
+        )?;
+        self.core.set_cursor(Cursor {
+            epoch: state.epoch,
+            position: state.position,
+        });
+        Ok(())
+    }
+
+    /// Statistics since the loader was made.
+    pub fn stats(&self) -> Stats {
+        self.core.stats()
+    }
+
+    /// The stage spans kept so far (the newest `trace_capacity`) as Chrome Trace Event JSON,
+    /// loadable in chrome://tracing or Perfetto; `None` when tracing is off
+    /// (`trace_capacity` 0).
+    pub fn trace_json(&self) -> Option<String> {
+        self.core.stats.trace_json()
+    }
+
+    /// The memory budget of batches prepared ahead, in bytes.
+    pub fn memory_budget(&self) -> u64 {
+        self.core.memory_budget
+    }
+
+    /// Iterate the rest of the current epoch on the worker threads. The iterator owns what it
+    /// needs; the loader's position follows the batches it delivers, and moves to the next epoch
+    /// once the last one is delivered (dropping the iterator earlier keeps the position of the
+    /// last batch delivered). Run one iterator at a time.
+    pub fn iter(&mut self) -> Result<BatchIter> {
+        BatchIter::start(Arc::clone(&self.core))
+    }
+}

@@ -1,0 +1,275 @@
+//! One epoch's run: the worker threads, their shared state and the tasks they take.
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use crate::batch::SharedBatch;
+use crate::error::{EngineError, Result};
+use crate::pipeline::{Core, lock};
+use crate::sampler::{RankPlan, Slot};
+use crate::samples::{SlotWriter, TaskCtx, TaskIo};
+
+/// Steps between a batch being started and the batch whose samples are then announced to
+/// storage (readahead).
+const READAHEAD: u64 = 2;
+
+/// What the workers of one iteration share.
+pub(crate) struct Run {
+    pub(crate) core: Arc<Core>,
+    pub(crate) plan: RankPlan,
+    pub(crate) epoch: u64,
+    pub(crate) batch_size: usize,
+    task_size: usize,
+    tasks_per_batch: usize,
+    pub(crate) steps: u64,
+    next_task: AtomicU64,
+    /// Steps the consumer has taken; workers stay within the prefetch depth of it.
+    pub(crate) delivered: Mutex<u64>,
+    pub(crate) window: Condvar,
+    batches: Mutex<HashMap<u64, Arc<SharedBatch>>>,
+    stop: AtomicBool,
+    tx: Sender<Arc<SharedBatch>>,
+    /// Workers with an index at or above `core.active` wait here (autotuning).
+    pub(crate) parked: Condvar,
+    park_lock: Mutex<()>,
+}
+
+impl Run {
+    /// Ask the workers to stop (they finish the sample in hand) and wake every waiting one.
+    pub(crate) fn signal_stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        {
+            let _d = lock(&self.delivered);
+            self.window.notify_all();
+        }
+        let _p = lock(&self.park_lock);
+        self.parked.notify_all();
+    }
+
+    /// The consumer took `steps` batches: let the workers move on.
+    pub(crate) fn set_delivered(&self, steps: u64) {
+        *lock(&self.delivered) = steps;
+        self.window.notify_all();
+    }
+
+    /// Wake the workers waiting on the window (its depth changed).
+    pub(crate) fn widen(&self) {
+        let _d = lock(&self.delivered);
+        self.window.notify_all();
+    }
+}
+
+/// A started run: its shared state, its workers and the channel of finished batches.
+pub(crate) struct Spawned {
+    pub(crate) run: Arc<Run>,
+    pub(crate) workers: Vec<JoinHandle<()>>,
+    pub(crate) rx: Receiver<Arc<SharedBatch>>,
+}
+
+impl Spawned {
+    /// Stop the workers and join them.
+    pub(crate) fn stop(self) {
+        self.run.signal_stop();
+        for w in self.workers {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Start the workers of `plan` (epoch `epoch`).
+pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spawned> {
+    let steps = plan.steps();
+    let b = core.config.batch_size as usize;
+    let threads = core.threads;
+    let task_size = match core.config.task_size {
+        0 if core.samples.whole_batch_tasks() => b,
+        0 => {
+            // Enough tasks per batch to share it between the threads; with large records,
+            // tasks of a few MiB, so that records neighbouring in the order are read in
+            // large requests (coalesced in `fetch`).
+            let by_count = (b / (threads * 4)).clamp(1, 64);
+            let mean = core.samples.mean_bytes();
+            if mean >= 64 << 10 {
+                let by_bytes = ((4u64 << 20) / mean) as usize;
+                by_count.max(by_bytes.min(b / threads).max(1))
+            } else {
+                by_count
+            }
+        }
+        n => n.min(b),
+    };
+    let (tx, rx) = crossbeam_channel::unbounded();
+    let run = Arc::new(Run {
+        core: Arc::clone(core),
+        plan,
+        epoch,
+        batch_size: b,
+        task_size,
+        tasks_per_batch: b.div_ceil(task_size),
+        steps,
+        next_task: AtomicU64::new(0),
+        delivered: Mutex::new(0),
+        window: Condvar::new(),
+        batches: Mutex::new(HashMap::new()),
+        stop: AtomicBool::new(false),
+        tx,
+        parked: Condvar::new(),
+        park_lock: Mutex::new(()),
+    });
+    let mut workers = Vec::new();
+    if steps > 0 {
+        for i in 0..threads.min(steps.saturating_mul(run.tasks_per_batch as u64) as usize) {
+            let r = Arc::clone(&run);
+            let spawned = std::thread::Builder::new()
+                .name(format!("stokehold-worker-{i}"))
+                .spawn(move || worker(&r, i));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    // stop and join the workers already started
+                    Spawned { run, workers, rx }.stop();
+                    return Err(EngineError::Worker(format!(
+                        "cannot start a worker thread: {e}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(Spawned { run, workers, rx })
+}
+
+fn worker(run: &Run, index: usize) {
+    let core = &*run.core;
+    let samples = &*core.samples;
+    let mut io = TaskIo::default();
+    let mut hints = Vec::new();
+    let mut ws = core.stats.worker(index);
+    let total = run.steps * run.tasks_per_batch as u64;
+    loop {
+        if run.stop.load(Ordering::Acquire) {
+            return;
+        }
+        if index >= core.active.load(Ordering::Relaxed) {
+            // parked by the autotuner: wait to be needed again (checking for stop)
+            let g = lock(&run.park_lock);
+            let _ = run.parked.wait_timeout(g, Duration::from_millis(50));
+            continue;
+        }
+        let t = run.next_task.fetch_add(1, Ordering::Relaxed);
+        if t >= total {
+            return;
+        }
+        let step = t / run.tasks_per_batch as u64;
+        let task = (t % run.tasks_per_batch as u64) as usize;
+        // Stay within the prefetch window.
+        {
+            let waited = Instant::now();
+            let mut d = lock(&run.delivered);
+            while step >= *d + core.prefetch.load(Ordering::Relaxed)
+                && !run.stop.load(Ordering::Acquire)
+            {
+                d = run
+                    .window
+                    .wait_timeout(d, Duration::from_millis(100))
+                    .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+            }
+            core.stats
+                .worker_wait
+                .fetch_add(waited.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        if run.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some((batch, created)) = batch_for(run, step) else {
+            return;
+        };
+        if created && samples.readahead() {
+            // Order-aware readahead: the batch `READAHEAD` steps on will be read soon (the
+            // first batch of a run also announces the ones before it).
+            let from = if step == 0 { 0 } else { step + READAHEAD };
+            for s in from..=(step + READAHEAD).min(run.steps.saturating_sub(1)) {
+                if let Ok(slots) = run.plan.batch(s) {
+                    let ids: Vec<u64> = slots.map(|x| x.id).collect();
+                    samples.hint(&ids, &mut hints);
+                }
+            }
+        }
+        let first = task * run.task_size;
+        let last = (first + run.task_size).min(run.batch_size);
+        let mut cx = TaskCtx {
+            seed: core.config.seed,
+            epoch: run.epoch,
+            ws: &mut ws,
+        };
+        samples.fetch(&batch.ids[first..last], &mut io, &mut cx);
+        for slot in first..last {
+            let id = batch.ids[slot];
+            let outcome = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges), has not yet
+                // reported itself done, and makes one writer of it at a time.
+                let mut out = unsafe { SlotWriter::new(&batch, slot) };
+                samples.fill(id, slot - first, &mut io, &mut cx, &mut out)
+            }));
+            let err = match outcome {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(panic) => EngineError::Panic {
+                    id,
+                    message: panic_message(&panic),
+                },
+            };
+            lock(&batch.failures).push((slot, err));
+        }
+        ws.flush();
+        if batch.task_done() {
+            lock(&run.batches).remove(&step);
+            if run.tx.send(batch).is_err() {
+                return; // the consumer is gone
+            }
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
+    }
+}
+
+/// The shared batch of `step`, created by the first task that needs it (then `true`).
+fn batch_for(run: &Run, step: u64) -> Option<(Arc<SharedBatch>, bool)> {
+    let mut m = lock(&run.batches);
+    if let Some(b) = m.get(&step) {
+        return Some((Arc::clone(b), false));
+    }
+    let samples = &*run.core.samples;
+    let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
+    run.plan.fill_batch(step, &mut slots).ok()?;
+    samples.adapt_order(run.plan.order(), &mut slots);
+    let ids: Vec<u64> = slots.iter().map(|s| s.id).collect();
+    let padding = slots.iter().map(|s| s.padding).collect();
+    let outputs = samples
+        .batch_outputs(&ids)
+        .unwrap_or_else(|| samples.columns().iter().map(|(_, o)| o.clone()).collect());
+    let b = Arc::new(SharedBatch::new(
+        run.epoch,
+        step,
+        ids,
+        padding,
+        outputs,
+        &run.core.pool,
+        run.tasks_per_batch,
+    ));
+    m.insert(step, Arc::clone(&b));
+    Some((b, true))
+}

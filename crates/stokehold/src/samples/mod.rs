@@ -1,0 +1,213 @@
+//! What one sample is. The engine ([`crate::pipeline`]) knows orders, tasks, batches, the prefetch
+//! window, the error policy and statistics; a [`Samples`] implementation knows how many samples
+//! there are, which columns each gives, how to fetch a task's bytes and how to fill one sample's
+//! slot of every column.
+//!
+//! - [`Records`]: the records of a packed dataset, each field through its transform stages
+//!   (images, labels, anything packed).
+//! - [`Tokens`]: a token dataset as packed windows of `seq_len + 1` tokens, or as padded
+//!   documents (`stokehold pack --tokenizer`).
+
+use std::sync::Arc;
+
+use crate::batch::SharedBatch;
+use crate::cache::CacheStats;
+use crate::error::Result;
+use crate::fetch::TaskBytes;
+use crate::sampler::{EpochOrder, Slot};
+use crate::stats::WorkerStats;
+use crate::transform::Output;
+
+pub mod records;
+pub mod tokens;
+
+pub use records::Records;
+pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
+
+/// What the engine needs to know of the samples it loads. Implementations must be deterministic:
+/// what `fill` writes for a sample depends only on the sample id, the epoch, the seed and the
+/// samples' own definition, never on the thread or the task that runs it.
+pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
+    /// Samples per epoch (what the order permutes and the resume state counts).
+    fn len(&self) -> u64;
+
+    /// True when there are no samples.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sizes of the blocks a shard-block order keeps together (records per shard), or `None`
+    /// when these samples have no blocks (the order is then sequential or global only).
+    fn blocks(&self) -> Option<Vec<u64>>;
+
+    /// The output columns: name and per-sample output.
+    fn columns(&self) -> &[(String, Output)];
+
+    /// The outputs of one batch when they depend on its samples (padded documents: padded to the
+    /// longest, known from the index before any read); `None`: [`Samples::columns`].
+    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        let _ = ids;
+        None
+    }
+
+    /// An order adapter: change which sample each slot of a batch gets (length bucketing). The
+    /// default keeps the order's choice.
+    fn adapt_order(&self, order: &EpochOrder, slots: &mut [Slot]) {
+        let _ = (order, slots);
+    }
+
+    /// Names of the stages the statistics report, in the order of their indices.
+    fn stage_names(&self) -> Vec<String>;
+
+    /// Identifies the dataset and the definition of a sample, for resume states: a state is only
+    /// loaded into a loader whose samples have the same fingerprint.
+    fn fingerprint(&self) -> String;
+
+    /// Mean bytes read per sample (task sizing and readahead).
+    fn mean_bytes(&self) -> u64;
+
+    /// Bytes one batch of `batch_size` holds (the memory budget of batches prepared ahead).
+    fn batch_bytes(&self, batch_size: u32) -> u64 {
+        self.columns()
+            .iter()
+            .map(|(_, o)| match o {
+                Output::Fixed { .. } => o.slot_bytes() as u64,
+                Output::List => self.mean_bytes(),
+            })
+            .sum::<u64>()
+            .saturating_mul(u64::from(batch_size))
+            .max(1)
+    }
+
+    /// Whether a task is a whole batch (cheap samples: one task per batch saves the hand-offs).
+    fn whole_batch_tasks(&self) -> bool {
+        false
+    }
+
+    /// Whether storage should be told a few batches ahead which samples will be read
+    /// ([`Samples::hint`]).
+    fn readahead(&self) -> bool {
+        false
+    }
+
+    /// Tell storage that `ids` will be read soon.
+    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
+        let _ = (ids, scratch);
+    }
+
+    /// Fetch what the samples `ids` of one task need (coalesced reads, caches) into `io`; errors
+    /// are reported per sample by [`Samples::fill`].
+    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
+        let _ = (ids, io, cx);
+    }
+
+    /// Write sample `id` (the `k`-th of its task) into its slot of every column.
+    fn fill(
+        &self,
+        id: u64,
+        k: usize,
+        io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()>;
+
+    /// An epoch delivered its last batch (caches publish what they hold).
+    fn epoch_done(&self) {}
+
+    /// The caches' figures, for the statistics.
+    fn cache_stats(&self) -> Vec<CacheStats> {
+        Vec::new()
+    }
+}
+
+/// A worker's scratch space for one task, kept across tasks so steady state allocates nothing.
+#[derive(Debug, Default)]
+pub struct TaskIo {
+    /// Record bytes of the task ([`Records`]).
+    pub(crate) records: TaskBytes,
+    /// Bytes read for one sample ([`Tokens`]).
+    pub(crate) scratch: Vec<u8>,
+}
+
+/// What a task's samples get besides their bytes: the run's seed and epoch, and the worker's
+/// statistics.
+#[derive(Debug)]
+pub struct TaskCtx<'w, 'c> {
+    pub(crate) seed: u64,
+    pub(crate) epoch: u64,
+    pub(crate) ws: &'w mut WorkerStats<'c>,
+}
+
+impl TaskCtx<'_, '_> {
+    /// The loader's seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The epoch being loaded.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+}
+
+/// Write access to one sample's slot of every column of a batch being filled.
+pub struct SlotWriter<'b> {
+    batch: &'b SharedBatch,
+    slot: usize,
+}
+
+impl std::fmt::Debug for SlotWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotWriter")
+            .field("step", &self.batch.step)
+            .field("slot", &self.slot)
+            .finish()
+    }
+}
+
+impl<'b> SlotWriter<'b> {
+    /// The writer of `slot`.
+    ///
+    /// # Safety
+    /// The caller's task must own `slot` (tasks cover disjoint slot ranges), must not have
+    /// reported itself done ([`SharedBatch::task_done`]) and must make no other writer of this
+    /// slot while this one lives.
+    pub(crate) unsafe fn new(batch: &'b SharedBatch, slot: usize) -> SlotWriter<'b> {
+        SlotWriter { batch, slot }
+    }
+
+    /// The sample's slot of fixed column `col` (`slot_bytes` of its output).
+    pub fn fixed(&mut self, col: usize) -> &mut [u8] {
+        // SAFETY: `new`'s contract: this writer is the only one of `slot`, and its task is still
+        // running; the `&mut self` borrow stops two live slices of the same column.
+        unsafe { self.batch.slot_mut(col, self.slot) }
+    }
+
+    /// The sample's slot of every fixed column at once (`None` for list columns), for samples
+    /// that fill several columns together.
+    pub fn fixed_columns(&mut self) -> Vec<Option<&mut [u8]>> {
+        (0..self.batch.outputs.len())
+            .map(|c| {
+                self.batch.is_fixed(c).then(|| {
+                    // SAFETY: `new`'s contract (this writer is the only one of `slot`, its task is
+                    // running); each column's slot is a distinct buffer, handed out once here,
+                    // and the `&mut self` borrow outlives the slices.
+                    unsafe { self.batch.slot_mut(c, self.slot) }
+                })
+            })
+            .collect()
+    }
+
+    /// The sample's value of list column `col`.
+    pub fn set_list(&mut self, col: usize, v: stokehold_format::FieldValue<'static>) {
+        self.batch.set_list(col, self.slot, v);
+    }
+
+    /// The outputs of this batch (with per-batch shapes, see [`Samples::batch_outputs`]).
+    pub fn outputs(&self) -> &[Output] {
+        &self.batch.outputs
+    }
+}
+
+/// Samples shared by the loaders and runs that use them.
+pub type SharedSamples = Arc<dyn Samples>;

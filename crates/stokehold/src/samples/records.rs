@@ -1,0 +1,374 @@
+//! [`Records`]: the records of a packed dataset as samples. Each output [`Column`] takes one
+//! field of the record through its chain of transform stages; the last stage writes straight into
+//! the sample's slot of the batch.
+//!
+//! A task's records are fetched together ([`crate::fetch`]: borrowed from memory or the RAM cache,
+//! neighbours coalesced into large reads); each sample is then parsed (`RecordView`, no copy) and
+//! transformed with its own generator per (seed, epoch, id, column).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stokehold_format::{Dataset, FieldValue, RecordView};
+
+use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
+use crate::disk_cache::{CacheProgress, DiskCache};
+use crate::error::{EngineError, Result};
+use crate::fetch;
+use crate::pipeline::DecodedCacheConfig;
+use crate::rng::SampleRng;
+use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::state::fingerprint;
+use crate::transform::{Column, Output, SampleCtx, write_value};
+
+/// Mean record size from which readahead hints are sent: below it, a hint (one system call per
+/// record in a shuffled order) would cost more than the small read it announces.
+const READAHEAD_MIN_RECORD: u64 = 32 << 10;
+
+/// Index of the read stage in the statistics.
+const STAGE_READ: usize = 0;
+/// Index of the parse stage (record view and field lookup).
+const STAGE_PARSE: usize = 1;
+/// Index of the first column stage.
+const STAGE_FIRST_COLUMN: usize = 2;
+
+/// The records of a dataset, each field through its stages.
+pub struct Records {
+    dataset: Arc<Dataset>,
+    columns: Vec<Column>,
+    outputs: Vec<(String, Output)>,
+    field_index: Vec<usize>,
+    fingerprint: String,
+    /// The RAM cache of record bytes, when on.
+    cache: Option<Arc<RecordCache>>,
+    /// The decoded caches of image columns, when on.
+    decoded: Vec<Arc<DecodedCache>>,
+    /// The disk cache the dataset was opened through, when any.
+    disk: Option<(Arc<DiskCache>, CacheProgress)>,
+    in_memory: bool,
+}
+
+impl std::fmt::Debug for Records {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Records")
+            .field("dataset", &self.dataset.dir())
+            .field("columns", &self.columns)
+            .finish()
+    }
+}
+
+impl Records {
+    /// `columns` of `dataset`, with a RAM cache of `cache_bytes` of record bytes (0: none) and an
+    /// optional decoded cache of the image columns.
+    pub fn new(
+        dataset: Arc<Dataset>,
+        columns: Vec<Column>,
+        cache_bytes: u64,
+        decoded_cache: Option<&DecodedCacheConfig>,
+    ) -> Result<Records> {
+        let schema = dataset.schema();
+        if columns.is_empty() {
+            return Err(EngineError::Config(
+                "a loader needs at least one column".into(),
+            ));
+        }
+        let mut field_index = Vec::with_capacity(columns.len());
+        for c in &columns {
+            field_index.push(schema.index_of(&c.field).ok_or_else(|| {
+                EngineError::Config(format!(
+                    "column {:?} reads field {:?}, which the dataset does not have ({schema})",
+                    c.name, c.field
+                ))
+            })?);
+            if let Output::Fixed { shape, .. } = &c.output {
+                if shape.iter().product::<usize>() == 0 && !shape.is_empty() {
+                    return Err(EngineError::Config(format!(
+                        "column {:?} has an empty fixed shape {shape:?}",
+                        c.name
+                    )));
+                }
+            }
+        }
+        let fp = fingerprint(&dataset);
+        let in_memory = dataset
+            .shards()
+            .first()
+            .is_none_or(|s| s.source().slice(0, 0).is_some());
+        let cache = (cache_bytes > 0 && !in_memory)
+            .then(|| RecordCache::shared(&dataset, &dataset_key(&dataset), cache_bytes));
+        let mut columns = columns;
+        let mut decoded = Vec::new();
+        if let Some(dc) = decoded_cache {
+            if dc.size == 0 {
+                return Err(EngineError::Config(
+                    "the decoded cache's size must be at least 1".into(),
+                ));
+            }
+            for c in &mut columns {
+                for t in &mut c.transforms {
+                    let mut get = |prefix: &str| {
+                        let key = format!("{}/{}/{prefix}", dataset_key(&dataset), c.name);
+                        let cache = match &dc.dir {
+                            None => DecodedCache::shared(&key, dc.budget),
+                            Some(dir) => {
+                                // the directory's key names the content, not where it is
+                                let disk_key = format!("{fp}/{}/{prefix}", c.name);
+                                DecodedCache::shared_on_disk(
+                                    &key,
+                                    dc.budget,
+                                    dir,
+                                    &disk_key,
+                                    dc.dir_limit,
+                                )?
+                            }
+                        };
+                        decoded.push(Arc::clone(&cache));
+                        Ok(cache)
+                    };
+                    if let Some(cached) = t.with_decoded_cache(dc.size, &mut get)? {
+                        *t = cached;
+                    }
+                }
+            }
+            if decoded.is_empty() {
+                return Err(EngineError::Config(
+                    "decoded_cache is set but no column has a stage with a deterministic prefix to cache (an image decode)".into(),
+                ));
+            }
+        }
+        let outputs = columns
+            .iter()
+            .map(|c| (c.name.clone(), c.output.clone()))
+            .collect();
+        Ok(Records {
+            dataset,
+            columns,
+            outputs,
+            field_index,
+            fingerprint: fp,
+            cache,
+            decoded,
+            disk: None,
+            in_memory,
+        })
+    }
+
+    /// Report the disk cache the dataset was opened through
+    /// ([`crate::disk_cache::open_dataset`]) in the loader's statistics.
+    pub fn with_disk_cache(mut self, cache: Arc<DiskCache>, progress: CacheProgress) -> Records {
+        self.disk = Some((cache, progress));
+        self
+    }
+
+    /// The dataset.
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// The columns.
+    pub fn output_columns(&self) -> &[Column] {
+        &self.columns
+    }
+}
+
+impl Samples for Records {
+    fn len(&self) -> u64 {
+        self.dataset.len()
+    }
+
+    fn blocks(&self) -> Option<Vec<u64>> {
+        Some(
+            self.dataset
+                .manifest()
+                .shards
+                .iter()
+                .map(|s| s.records)
+                .collect(),
+        )
+    }
+
+    fn columns(&self) -> &[(String, Output)] {
+        &self.outputs
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        let mut names = vec!["read".to_string(), "parse".to_string()];
+        for c in &self.columns {
+            if c.transforms.is_empty() {
+                names.push(format!("{}/collate", c.name));
+            }
+            for t in &c.transforms {
+                names.push(format!("{}/{}", c.name, t.name()));
+            }
+        }
+        names
+    }
+
+    fn fingerprint(&self) -> String {
+        self.fingerprint.clone()
+    }
+
+    fn mean_bytes(&self) -> u64 {
+        self.dataset.bytes() / self.dataset.len().max(1)
+    }
+
+    fn batch_bytes(&self, batch_size: u32) -> u64 {
+        // list columns: the dataset's mean record size (an upper bound of one field's share)
+        let b = u64::from(batch_size);
+        let mean_record = || {
+            let bytes: u64 = self.dataset.shards().iter().map(|s| s.file_len()).sum();
+            bytes / self.dataset.len().max(1)
+        };
+        self.columns
+            .iter()
+            .map(|c| match c.output {
+                Output::Fixed { .. } => c.output.slot_bytes() as u64 * b,
+                Output::List => mean_record() * b,
+            })
+            .sum::<u64>()
+            .max(1)
+    }
+
+    fn readahead(&self) -> bool {
+        !self.in_memory
+            && self.mean_bytes() >= READAHEAD_MIN_RECORD
+            && !self.cache.as_ref().is_some_and(|c| c.complete())
+    }
+
+    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
+        fetch::hint(&self.dataset, self.cache.as_deref(), ids, scratch);
+    }
+
+    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
+        // the read stage: one fetch per task (coalesced reads), its time shared by the samples
+        let ws = &mut *cx.ws;
+        let t0 = ws.profiling().then(Instant::now);
+        io.records.fetch(&self.dataset, self.cache.as_deref(), ids);
+        let now = t0.map(|_| Instant::now());
+        let per_sample = t0
+            .zip(now)
+            .map(|(a, b)| b.duration_since(a) / ids.len().max(1) as u32);
+        for &id in ids {
+            if let (Some(a), Some(b)) = (t0, now) {
+                ws.span(STAGE_READ, id, a, b);
+            }
+            ws.add(STAGE_READ, per_sample);
+        }
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        k: usize,
+        io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let got = io.records.get(
+            &self.dataset,
+            self.cache.as_deref(),
+            k,
+            self.dataset.verifies_records(),
+        );
+        match got {
+            Ok(record) => self.process(id, record, cx, out),
+            Err(e) => Err(EngineError::Sample { id, source: e }),
+        }
+    }
+
+    fn epoch_done(&self) {
+        // what the decoded caches' directories hold is published for later runs
+        for c in &self.decoded {
+            c.flush();
+        }
+    }
+
+    fn cache_stats(&self) -> Vec<CacheStats> {
+        let mut s: Vec<CacheStats> = self.cache.iter().map(|c| c.stats()).collect();
+        s.extend(self.decoded.iter().flat_map(|c| c.stats()));
+        s.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
+        s
+    }
+}
+
+impl Records {
+    /// Parse and transform sample `id` (record `local` of shard `k`: `bytes`) into its slot.
+    fn process(
+        &self,
+        id: u64,
+        (k, local, bytes): (usize, u64, &[u8]),
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let ds = &*self.dataset;
+        let ws = &mut *cx.ws;
+        let sample_err = |source| EngineError::Sample { id, source };
+        // one clock read per stage boundary of the timed samples (see `stats::TIME_EVERY`); the
+        // read stage was counted with the task's fetch
+        let mut clock = ws.clock();
+        ws.read(bytes.len());
+        let shard = &ds.shards()[k];
+        let schema = ds.schema();
+        let view = RecordView::parse(bytes, schema.len())
+            .map_err(|e| sample_err(shard.record_error(local, e)))?;
+        let mut stage = STAGE_FIRST_COLUMN;
+        let mut parse_time = Duration::ZERO;
+        for (c, col) in self.columns.iter().enumerate() {
+            let value = view
+                .field(
+                    schema,
+                    self.field_index[c],
+                    shard.limits().max_decompressed_bytes,
+                )
+                .map_err(|e| sample_err(shard.record_error(local, e)))?;
+            ws.lap_into(&mut parse_time, STAGE_PARSE, id, &mut clock);
+            let mut rng = SampleRng::for_sample(cx.seed, cx.epoch, id, c as u64);
+            let mut ctx = SampleCtx {
+                id,
+                epoch: cx.epoch,
+                rng: &mut rng,
+            };
+            let fail = |stage_name: &str, source| EngineError::Transform {
+                id,
+                stage: stage_name.to_string(),
+                column: col.name.clone(),
+                source,
+            };
+            if col.transforms.is_empty() {
+                match &col.output {
+                    Output::Fixed { .. } => {
+                        write_value(&value, out.fixed(c)).map_err(|m| fail("collate", m))?;
+                    }
+                    Output::List => out.set_list(c, value.into_owned()),
+                }
+                ws.lap(stage, id, &mut clock);
+                stage += 1;
+                continue;
+            }
+            let n = col.transforms.len();
+            let mut v: FieldValue<'_> = value;
+            for (i, t) in col.transforms.iter().enumerate() {
+                if i + 1 == n {
+                    match &col.output {
+                        Output::Fixed { .. } => {
+                            t.apply_into(v, &mut ctx, out.fixed(c))
+                                .map_err(|m| fail(t.name(), m))?;
+                        }
+                        Output::List => {
+                            let r = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
+                            out.set_list(c, r.into_owned());
+                        }
+                    }
+                    ws.lap(stage, id, &mut clock);
+                    stage += 1;
+                    break;
+                }
+                v = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
+                ws.lap(stage, id, &mut clock);
+                stage += 1;
+            }
+        }
+        ws.add(STAGE_PARSE, clock.map(|_| parse_time));
+        Ok(())
+    }
+}
