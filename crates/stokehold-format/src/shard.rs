@@ -484,12 +484,12 @@ impl Trailer {
 
     /// Offset of the trailer (= end of the index).
     pub fn start(&self) -> u64 {
-        self.file_len - TRAILER_LEN
+        self.file_len.saturating_sub(TRAILER_LEN)
     }
 
     /// Length of the index: 16 bytes per record (fits the file once parsed).
     pub fn index_len(&self) -> u64 {
-        self.records * INDEX_ENTRY_LEN
+        self.records.saturating_mul(INDEX_ENTRY_LEN)
     }
 }
 

@@ -563,7 +563,7 @@ impl TokenIndex {
     ///
     /// The documents of one shard are contiguous records, so the pieces in one shard are one
     /// read: from the first needed token (or its record's start) to the last needed token (or
-    /// its record's end). A range starts at a document's first token reads from its record's
+    /// its record's end). A read that starts at a document's first token starts at its record's
     /// start, so that its field table is checked; every document whose field table lies in the
     /// read gets a [`DocPiece`] with `table` set. `whole(doc, entry)` says whether document
     /// `doc` (record `entry`) is to be read whole and checksummed (say, when verifying, the
