@@ -120,6 +120,16 @@ pub enum FormatError {
         /// The dataset's length.
         len: u64,
     },
+    /// A token range past the end of a token dataset's stream.
+    #[error("tokens {start}..{end} are past the stream's end ({total})")]
+    TokenRange {
+        /// First token asked for.
+        start: u64,
+        /// One past the last token asked for.
+        end: u64,
+        /// Tokens in the stream.
+        total: u64,
+    },
     /// A value given to a writer does not fit the schema; nothing was written.
     #[error("sample {sample}: {source}")]
     InvalidValue {

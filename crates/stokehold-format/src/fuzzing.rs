@@ -4,7 +4,8 @@ use std::path::Path;
 
 use crate::limits::Limits;
 use crate::manifest::Manifest;
-use crate::shard::ShardReader;
+use crate::shard::{Header, IndexEntry, ShardMeta, ShardReader, Trailer, parse_index};
+use crate::tokens::{TokenDType, TokenIndex};
 
 /// Open arbitrary bytes as a shard and read and decode every record. Must never panic.
 pub fn fuzz_shard(data: &[u8]) {
@@ -31,4 +32,71 @@ pub fn fuzz_shard(data: &[u8]) {
 /// Parse arbitrary bytes as a manifest. Must never panic.
 pub fn fuzz_manifest(data: &[u8]) {
     let _ = Manifest::parse(data, Path::new("fuzz/manifest.json"), &Limits::default());
+}
+
+/// Run the pure shard parse functions on arbitrary bytes, without I/O: the bytes as a header, the
+/// bytes after an 8-byte file length as a trailer, and the whole bytes as a shard file parsed
+/// part by part ([`Header::parse`], [`Trailer::parse`], [`ShardMeta::parse`], [`parse_index`]).
+/// When the bytes are a valid shard, its index is taken as a token dataset's and token ranges are
+/// planned with [`TokenIndex::pieces`], whose invariants are asserted. Must never panic.
+pub fn fuzz_shard_parse(data: &[u8]) {
+    let path = Path::new("fuzz.skh");
+    let limits = Limits::default();
+    let _ = Header::parse(&data[..data.len().min(16)], path);
+    if data.len() >= 8 {
+        let file_len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+        let _ = Trailer::parse(&data[8..], file_len, &limits, path);
+    }
+    let Some(index) = parse_whole(data, &limits, path) else {
+        return;
+    };
+    for dtype in [TokenDType::U16, TokenDType::U32] {
+        let shards = [&index[..], &[][..], &index[..]];
+        let Ok(tokens) = TokenIndex::from_entries(&shards, dtype) else {
+            continue;
+        };
+        let total = tokens.total_tokens();
+        let seed = crate::crc::crc32c(data);
+        for k in 0..4u64 {
+            let start = if total == 0 {
+                0
+            } else {
+                u64::from(seed.rotate_left(k as u32 * 8)) % total
+            };
+            let n = (total - start).min(u64::from(seed >> 20) + k);
+            let whole = |d: u64, _: IndexEntry| (d + k) % 3 == 0;
+            let Ok(plan) = tokens.pieces(&shards, start, n, whole) else {
+                panic!("pieces({start}, {n}) of {total} tokens failed");
+            };
+            let got: u64 = plan.all_pieces().iter().map(|p| p.tokens).sum();
+            assert_eq!(got, n, "pieces cover the range");
+            for r in plan.reads() {
+                for p in plan.pieces(r) {
+                    assert!((p.at + p.bytes) as u64 <= r.len(), "piece inside its read");
+                }
+            }
+        }
+        let _ = tokens.pieces(&shards, total, 1, |_, _| false);
+    }
+}
+
+/// `data` as a whole shard file, parsed from slices: the index entries when valid.
+fn parse_whole(data: &[u8], limits: &Limits, path: &Path) -> Option<Vec<IndexEntry>> {
+    let file_len = data.len() as u64;
+    let at = |offset: u64, len: u64| -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        data.get(start..start.checked_add(usize::try_from(len).ok()?)?)
+    };
+    Header::parse(at(0, 16)?, path).ok()?;
+    let trailer =
+        Trailer::parse(at(file_len.checked_sub(64)?, 64)?, file_len, limits, path).ok()?;
+    let meta = ShardMeta::parse(at(trailer.meta_offset, trailer.meta_len)?, &trailer, path).ok()?;
+    parse_index(
+        at(trailer.index_offset, trailer.index_len())?,
+        &trailer,
+        meta.align,
+        limits,
+        path,
+    )
+    .ok()
 }

@@ -11,6 +11,12 @@
 //!   one positional read, `record_slice(i)` borrows them from a map.
 //! - [`ShardWriter`] / [`ShardReader`]: one shard file.
 //! - [`verify_dataset`]: every checksum, in one sequential pass.
+//! - [`Header::parse`], [`Trailer::parse`], [`ShardMeta::parse`], [`parse_index`]: the checks of a
+//!   shard's structure as pure functions of bytes (no I/O), used by [`ShardReader`] and fuzzed
+//!   directly.
+//! - [`tokens`]: token datasets (`docs/format.md` §9): [`TokenDType`], [`TokenMeta`] (the
+//!   manifest's `source.tokens`) and [`TokenIndex`] (document prefix sums and the byte ranges of a
+//!   token range).
 //!
 //! ```
 //! use stokehold_format::{Dataset, DatasetWriter, DatasetWriteOptions, FieldValue, Schema};
@@ -34,6 +40,7 @@ pub mod record;
 pub mod schema;
 pub mod shard;
 pub mod storage;
+pub mod tokens;
 mod verify;
 
 pub use dataset::{
@@ -45,8 +52,9 @@ pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardI
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{
-    IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary, ShardWriter,
-    WriteError, WriteOptions,
+    Header, IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary,
+    ShardWriter, Trailer, WriteError, WriteOptions, parse_index,
 };
 pub use storage::{Access, Storage};
+pub use tokens::{TokenDType, TokenIndex, TokenMeta};
 pub use verify::{VerifyOptions, VerifyReport, verify_dataset};

@@ -299,6 +299,301 @@ pub enum WriteError {
     Io(#[from] io::Error),
 }
 
+/// A shard of `file_len` bytes is at least a header and a trailer long.
+fn check_min_len(file_len: u64, path: &Path) -> Result<()> {
+    if file_len < HEADER_LEN + TRAILER_LEN {
+        // keeps the message exact: the smallest valid shard
+        return Err(FormatError::Truncated {
+            path: path.to_path_buf(),
+            what: "header and trailer".into(),
+            start: 0,
+            end: HEADER_LEN + TRAILER_LEN,
+            file_len,
+        });
+    }
+    Ok(())
+}
+
+fn corrupt(path: &Path, what: &str, offset: u64, detail: String) -> FormatError {
+    FormatError::Corrupt {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+        offset,
+        detail,
+    }
+}
+
+/// A parsed shard header (`docs/format.md` §4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The shard version (always [`SHARD_VERSION`] once parsed).
+    pub version: u16,
+}
+
+impl Header {
+    /// Check the 16 header bytes (at offset 0 of the file named `path`): magic, version, and that
+    /// flags and reserved bytes are zero. Pure: no I/O. Fewer than 16 bytes is
+    /// [`FormatError::Truncated`] (with `file_len` = `bytes.len()`).
+    pub fn parse(bytes: &[u8], path: &Path) -> Result<Header> {
+        if (bytes.len() as u64) < HEADER_LEN {
+            return Err(FormatError::Truncated {
+                path: path.to_path_buf(),
+                what: "header".into(),
+                start: 0,
+                end: HEADER_LEN,
+                file_len: bytes.len() as u64,
+            });
+        }
+        if &bytes[0..8] != HEADER_MAGIC {
+            return Err(FormatError::BadMagic {
+                path: path.to_path_buf(),
+                what: "shard header",
+                offset: 0,
+                expected: escape(HEADER_MAGIC),
+                found: escape(&bytes[0..8]),
+            });
+        }
+        let version = le_u16(bytes, 8);
+        if version != SHARD_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                what: "shard",
+                found: version.into(),
+                supported: SHARD_VERSION.into(),
+            });
+        }
+        if le_u16(bytes, 10) != 0 || le_u32(bytes, 12) != 0 {
+            return Err(corrupt(
+                path,
+                "shard header",
+                10,
+                "flags and reserved bytes must be zero in version 1".into(),
+            ));
+        }
+        Ok(Header { version })
+    }
+}
+
+/// A parsed, checked shard trailer (`docs/format.md` §4.5): where the meta block and the index
+/// are, and the stored checksums. Once parsed, the regions are known to tile the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    /// Offset of the meta block (= end of the record area).
+    pub meta_offset: u64,
+    /// Length of the meta block.
+    pub meta_len: u64,
+    /// Offset of the index.
+    pub index_offset: u64,
+    /// Number of records (and index entries).
+    pub records: u64,
+    /// CRC-32C of the meta block.
+    pub meta_crc: u32,
+    /// CRC-32C of the index.
+    pub index_crc: u32,
+    /// CRC-32C of every byte before the trailer.
+    pub file_crc: u32,
+    /// The file's length.
+    pub file_len: u64,
+}
+
+impl Trailer {
+    /// Check the 64 trailer bytes of a file of `file_len` bytes named `path`: magic,
+    /// `trailer_crc`, version, that the regions tile the file (overflow-checked: a count or length
+    /// that does not fit the file is an error), and the meta block's length against `limits`.
+    /// Pure: no I/O. A `bytes` of another length than 64, or a `file_len` under 80, is
+    /// [`FormatError::Truncated`].
+    pub fn parse(bytes: &[u8], file_len: u64, limits: &Limits, path: &Path) -> Result<Trailer> {
+        check_min_len(file_len, path)?;
+        let trailer_start = file_len - TRAILER_LEN;
+        if bytes.len() as u64 != TRAILER_LEN {
+            return Err(FormatError::Truncated {
+                path: path.to_path_buf(),
+                what: "trailer".into(),
+                start: trailer_start,
+                end: file_len,
+                file_len,
+            });
+        }
+        let t = bytes;
+        if &t[48..56] != TRAILER_MAGIC {
+            return Err(FormatError::BadMagic {
+                path: path.to_path_buf(),
+                what: "shard trailer",
+                offset: trailer_start + 48,
+                expected: escape(TRAILER_MAGIC),
+                found: escape(&t[48..56]),
+            });
+        }
+        let tcrc = crc::crc32c(&t[0..60]);
+        if tcrc != le_u32(t, 60) {
+            return Err(FormatError::Checksum {
+                path: path.to_path_buf(),
+                what: "trailer".into(),
+                start: trailer_start,
+                end: file_len,
+                stored: le_u32(t, 60),
+                computed: tcrc,
+            });
+        }
+        let tversion = le_u16(t, 44);
+        if tversion != SHARD_VERSION {
+            return Err(FormatError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                what: "shard trailer",
+                found: tversion.into(),
+                supported: SHARD_VERSION.into(),
+            });
+        }
+        let (meta_offset, meta_len, index_offset, records) =
+            (le_u64(t, 0), le_u64(t, 8), le_u64(t, 16), le_u64(t, 24));
+        // The layout must tile the file exactly: header ≤ meta, meta | index | trailer adjacent.
+        let index_len = records.checked_mul(INDEX_ENTRY_LEN);
+        let layout_ok = meta_offset >= HEADER_LEN
+            && meta_offset.checked_add(meta_len) == Some(index_offset)
+            && index_len.and_then(|l| index_offset.checked_add(l)) == Some(trailer_start);
+        if !layout_ok {
+            return Err(corrupt(
+                path,
+                "trailer",
+                trailer_start,
+                format!(
+                    "meta at {meta_offset}+{meta_len}, index at {index_offset} with {records} entries \
+                     do not fit a file of {file_len} bytes"
+                ),
+            ));
+        }
+        if meta_len > limits.max_meta_bytes {
+            return Err(FormatError::LimitExceeded {
+                path: path.to_path_buf(),
+                what: "meta block length".into(),
+                value: meta_len,
+                max: limits.max_meta_bytes,
+            });
+        }
+        Ok(Trailer {
+            meta_offset,
+            meta_len,
+            index_offset,
+            records,
+            meta_crc: le_u32(t, 32),
+            index_crc: le_u32(t, 36),
+            file_crc: le_u32(t, 40),
+            file_len,
+        })
+    }
+
+    /// Offset of the trailer (= end of the index).
+    pub fn start(&self) -> u64 {
+        self.file_len.saturating_sub(TRAILER_LEN)
+    }
+
+    /// Length of the index: 16 bytes per record (fits the file once parsed).
+    pub fn index_len(&self) -> u64 {
+        self.records.saturating_mul(INDEX_ENTRY_LEN)
+    }
+}
+
+impl ShardMeta {
+    /// Check and parse the meta block `bytes` (read at `trailer.meta_offset`, `trailer.meta_len`
+    /// bytes) of the shard named `path`: `meta_crc`, the JSON, the schema, the record count against
+    /// the trailer's, the alignment. Pure: no I/O.
+    pub fn parse(bytes: &[u8], trailer: &Trailer, path: &Path) -> Result<ShardMeta> {
+        let meta_offset = trailer.meta_offset;
+        let c = crc::crc32c(bytes);
+        if c != trailer.meta_crc || bytes.len() as u64 != trailer.meta_len {
+            return Err(FormatError::Checksum {
+                path: path.to_path_buf(),
+                what: "meta block".into(),
+                start: meta_offset,
+                end: trailer.index_offset,
+                stored: trailer.meta_crc,
+                computed: c,
+            });
+        }
+        let meta: ShardMeta = serde_json::from_slice(bytes)
+            .map_err(|e| corrupt(path, "meta block", meta_offset, e.to_string()))?;
+        meta.schema
+            .validate()
+            .map_err(|e| corrupt(path, "meta block", meta_offset, e.to_string()))?;
+        if meta.records != trailer.records {
+            return Err(corrupt(
+                path,
+                "meta block",
+                meta_offset,
+                format!(
+                    "meta says {} records, trailer says {}",
+                    meta.records, trailer.records
+                ),
+            ));
+        }
+        if !meta.align.is_power_of_two() || meta.align > MAX_ALIGN {
+            return Err(corrupt(
+                path,
+                "meta block",
+                meta_offset,
+                format!("invalid alignment {}", meta.align),
+            ));
+        }
+        Ok(meta)
+    }
+}
+
+/// Check and parse the index `bytes` (read at `trailer.index_offset`, [`Trailer::index_len`]
+/// bytes) of the shard named `path` whose records are aligned to `align`: `index_crc`, then every
+/// entry (in order, not overlapping, within the record area, aligned, within
+/// `limits.max_record_bytes`). Pure: no I/O.
+pub fn parse_index(
+    bytes: &[u8],
+    trailer: &Trailer,
+    align: u32,
+    limits: &Limits,
+    path: &Path,
+) -> Result<Vec<IndexEntry>> {
+    let (index_offset, meta_offset) = (trailer.index_offset, trailer.meta_offset);
+    let c = crc::crc32c(bytes);
+    if c != trailer.index_crc || bytes.len() as u64 != trailer.index_len() {
+        return Err(FormatError::Checksum {
+            path: path.to_path_buf(),
+            what: "index".into(),
+            start: index_offset,
+            end: trailer.start(),
+            stored: trailer.index_crc,
+            computed: c,
+        });
+    }
+    let mut index = Vec::with_capacity(bytes.len() / INDEX_ENTRY_LEN as usize);
+    let mut prev_end = HEADER_LEN;
+    let align = u64::from(align.max(1));
+    for (i, chunk) in bytes.chunks_exact(INDEX_ENTRY_LEN as usize).enumerate() {
+        let e = IndexEntry::from_bytes(chunk);
+        let at = index_offset + i as u64 * INDEX_ENTRY_LEN;
+        let end = e.offset.checked_add(u64::from(e.len));
+        if e.offset < prev_end || e.offset % align != 0 || end.is_none_or(|end| end > meta_offset) {
+            return Err(corrupt(
+                path,
+                &format!("index entry {i}"),
+                at,
+                format!(
+                    "record at {}+{} must start at or after {prev_end}, at a multiple of {align}, \
+                     and end by {meta_offset}",
+                    e.offset, e.len
+                ),
+            ));
+        }
+        if u64::from(e.len) > limits.max_record_bytes {
+            return Err(FormatError::LimitExceeded {
+                path: path.to_path_buf(),
+                what: format!("record {i} length"),
+                value: e.len.into(),
+                max: limits.max_record_bytes,
+            });
+        }
+        prev_end = e.end();
+        index.push(e);
+    }
+    Ok(index)
+}
+
 /// Where a shard's bytes come from: any [`Storage`] backend.
 pub type ShardSource = Box<dyn Storage>;
 
@@ -326,6 +621,10 @@ impl ShardReader {
     }
 
     /// Open a shard from a source. `path` is used in messages.
+    ///
+    /// The reads of `docs/format.md` §5: the header and the trailer (fixed offsets), the meta
+    /// block, the index; each is checked by a pure parse function ([`Header::parse`],
+    /// [`Trailer::parse`], [`ShardMeta::parse`], [`parse_index`]) before the next read.
     pub fn from_source(
         path: impl Into<PathBuf>,
         source: ShardSource,
@@ -333,205 +632,49 @@ impl ShardReader {
     ) -> Result<ShardReader> {
         let path = path.into();
         let file_len = source.size().map_err(|e| FormatError::io(&path, None, e))?;
-        let truncated = |what: &str, start: u64, end: u64| FormatError::Truncated {
-            path: path.clone(),
-            what: what.to_string(),
-            start,
-            end,
-            file_len,
-        };
-        if file_len < HEADER_LEN + TRAILER_LEN {
-            return Err(truncated(
-                "header and trailer",
-                0,
-                HEADER_LEN + TRAILER_LEN,
-                // keeps the message exact: the smallest valid shard
-            ));
-        }
+        check_min_len(file_len, &path)?;
         let read = |offset: u64, len: u64, what: &str| -> Result<Vec<u8>> {
             // `len` has been checked against the file length by every caller.
             let mut v = vec![0u8; len as usize];
             source.read_at(offset, &mut v).map_err(|e| {
                 if e.kind() == io::ErrorKind::UnexpectedEof {
-                    truncated(what, offset, offset + len)
+                    FormatError::Truncated {
+                        path: path.clone(),
+                        what: what.to_string(),
+                        start: offset,
+                        end: offset + len,
+                        file_len,
+                    }
                 } else {
                     FormatError::io(&path, Some(offset), e)
                 }
             })?;
             Ok(v)
         };
-        let header = read(0, HEADER_LEN, "header")?;
-        if &header[0..8] != HEADER_MAGIC {
-            return Err(FormatError::BadMagic {
-                path,
-                what: "shard header",
-                offset: 0,
-                expected: escape(HEADER_MAGIC),
-                found: escape(&header[0..8]),
-            });
-        }
-        let version = le_u16(&header, 8);
-        if version != SHARD_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                path,
-                what: "shard",
-                found: version.into(),
-                supported: SHARD_VERSION.into(),
-            });
-        }
-        let corrupt = |what: &str, offset: u64, detail: String| FormatError::Corrupt {
-            path: path.clone(),
-            what: what.to_string(),
-            offset,
-            detail,
-        };
-        if le_u16(&header, 10) != 0 || le_u32(&header, 12) != 0 {
-            return Err(corrupt(
-                "shard header",
-                10,
-                "flags and reserved bytes must be zero in version 1".into(),
-            ));
-        }
+        // 1. header and trailer
+        Header::parse(&read(0, HEADER_LEN, "header")?, &path)?;
         let trailer_start = file_len - TRAILER_LEN;
-        let t = read(trailer_start, TRAILER_LEN, "trailer")?;
-        if &t[48..56] != TRAILER_MAGIC {
-            return Err(FormatError::BadMagic {
-                path,
-                what: "shard trailer",
-                offset: trailer_start + 48,
-                expected: escape(TRAILER_MAGIC),
-                found: escape(&t[48..56]),
-            });
-        }
-        let tcrc = crc::crc32c(&t[0..60]);
-        if tcrc != le_u32(&t, 60) {
-            return Err(FormatError::Checksum {
-                path,
-                what: "trailer".into(),
-                start: trailer_start,
-                end: file_len,
-                stored: le_u32(&t, 60),
-                computed: tcrc,
-            });
-        }
-        let tversion = le_u16(&t, 44);
-        if tversion != SHARD_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                path,
-                what: "shard trailer",
-                found: tversion.into(),
-                supported: SHARD_VERSION.into(),
-            });
-        }
-        let (meta_offset, meta_len, index_offset, records) =
-            (le_u64(&t, 0), le_u64(&t, 8), le_u64(&t, 16), le_u64(&t, 24));
-        let (meta_crc, index_crc, file_crc) = (le_u32(&t, 32), le_u32(&t, 36), le_u32(&t, 40));
-        // The layout must tile the file exactly: header ≤ meta, meta | index | trailer adjacent.
-        let index_len = records.checked_mul(INDEX_ENTRY_LEN);
-        let layout_ok = meta_offset >= HEADER_LEN
-            && meta_offset.checked_add(meta_len) == Some(index_offset)
-            && index_len.and_then(|l| index_offset.checked_add(l)) == Some(trailer_start);
-        if !layout_ok {
-            return Err(corrupt(
-                "trailer",
-                trailer_start,
-                format!(
-                    "meta at {meta_offset}+{meta_len}, index at {index_offset} with {records} entries \
-                     do not fit a file of {file_len} bytes"
-                ),
-            ));
-        }
-        if meta_len > limits.max_meta_bytes {
-            return Err(FormatError::LimitExceeded {
-                path,
-                what: "meta block length".into(),
-                value: meta_len,
-                max: limits.max_meta_bytes,
-            });
-        }
-        let meta_bytes = read(meta_offset, meta_len, "meta block")?;
-        let c = crc::crc32c(&meta_bytes);
-        if c != meta_crc {
-            return Err(FormatError::Checksum {
-                path,
-                what: "meta block".into(),
-                start: meta_offset,
-                end: index_offset,
-                stored: meta_crc,
-                computed: c,
-            });
-        }
-        let meta: ShardMeta = serde_json::from_slice(&meta_bytes)
-            .map_err(|e| corrupt("meta block", meta_offset, e.to_string()))?;
-        meta.schema
-            .validate()
-            .map_err(|e| corrupt("meta block", meta_offset, e.to_string()))?;
-        if meta.records != records {
-            return Err(corrupt(
-                "meta block",
-                meta_offset,
-                format!("meta says {} records, trailer says {records}", meta.records),
-            ));
-        }
-        if !meta.align.is_power_of_two() || meta.align > MAX_ALIGN {
-            return Err(corrupt(
-                "meta block",
-                meta_offset,
-                format!("invalid alignment {}", meta.align),
-            ));
-        }
-        // index_len fits in the file, so this allocation is bounded by the file's size.
-        let index_bytes = read(index_offset, index_len.unwrap_or(0), "index")?;
-        let c = crc::crc32c(&index_bytes);
-        if c != index_crc {
-            return Err(FormatError::Checksum {
-                path,
-                what: "index".into(),
-                start: index_offset,
-                end: trailer_start,
-                stored: index_crc,
-                computed: c,
-            });
-        }
-        let mut index = Vec::with_capacity(records as usize);
-        let mut prev_end = HEADER_LEN;
-        let align = u64::from(meta.align);
-        for (i, chunk) in index_bytes
-            .chunks_exact(INDEX_ENTRY_LEN as usize)
-            .enumerate()
-        {
-            let e = IndexEntry::from_bytes(chunk);
-            let at = index_offset + i as u64 * INDEX_ENTRY_LEN;
-            if e.offset < prev_end || e.offset % align != 0 || e.end() > meta_offset {
-                return Err(corrupt(
-                    &format!("index entry {i}"),
-                    at,
-                    format!(
-                        "record at {}+{} must start at or after {prev_end}, at a multiple of {align}, \
-                         and end by {meta_offset}",
-                        e.offset, e.len
-                    ),
-                ));
-            }
-            if u64::from(e.len) > limits.max_record_bytes {
-                return Err(FormatError::LimitExceeded {
-                    path,
-                    what: format!("record {i} length"),
-                    value: e.len.into(),
-                    max: limits.max_record_bytes,
-                });
-            }
-            prev_end = e.end();
-            index.push(e);
-        }
+        let trailer = Trailer::parse(
+            &read(trailer_start, TRAILER_LEN, "trailer")?,
+            file_len,
+            &limits,
+            &path,
+        )?;
+        // 2. meta block (its length is within the limit and the file)
+        let meta_bytes = read(trailer.meta_offset, trailer.meta_len, "meta block")?;
+        let meta = ShardMeta::parse(&meta_bytes, &trailer, &path)?;
+        // 3. index: its size is 16 × records, already proven to fit in the file, so this
+        // allocation is bounded by the file's size.
+        let index_bytes = read(trailer.index_offset, trailer.index_len(), "index")?;
+        let index = parse_index(&index_bytes, &trailer, meta.align, &limits, &path)?;
         Ok(ShardReader {
             path,
             source,
             file_len,
             meta,
             index,
-            meta_offset,
-            file_crc,
+            meta_offset: trailer.meta_offset,
+            file_crc: trailer.file_crc,
             first_global: 0,
             limits,
         })
@@ -683,6 +826,62 @@ impl ShardReader {
         self.check_crc(i, e, bytes)
     }
 
+    /// Bytes `[lo, hi)` of the file: a slice of the source when it holds the file in memory (a
+    /// map, memory), otherwise one positional read into `scratch` (grown when too small, never
+    /// shrunk or zeroed per read). A range past the file's end is [`FormatError::Truncated`]
+    /// naming the record that holds `lo` (or the byte range); other failures are
+    /// [`FormatError::Io`] naming the path and `lo`. Not checksummed.
+    pub fn read_range<'a>(
+        &'a self,
+        lo: u64,
+        hi: u64,
+        scratch: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8]> {
+        let bytes = hi
+            .checked_sub(lo)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| {
+                FormatError::io(
+                    &self.path,
+                    Some(lo),
+                    io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!("invalid byte range {lo}..{hi}"),
+                    ),
+                )
+            })?;
+        if let Some(s) = self.source.slice(lo, bytes) {
+            return Ok(s);
+        }
+        if scratch.len() < bytes {
+            scratch.resize(bytes, 0);
+        }
+        let buf = &mut scratch[..bytes];
+        self.source.read_at(lo, buf).map_err(|e| {
+            if e.kind() == io::ErrorKind::UnexpectedEof {
+                FormatError::Truncated {
+                    path: self.path.clone(),
+                    what: self.describe_offset(lo, hi),
+                    start: lo,
+                    end: hi,
+                    file_len: self.file_len,
+                }
+            } else {
+                FormatError::io(&self.path, Some(lo), e)
+            }
+        })?;
+        Ok(buf)
+    }
+
+    /// "record 17 (global sample 1017)" for the record holding byte `lo` (the last record starting
+    /// at or before it), or "bytes lo..hi" before the first record.
+    fn describe_offset(&self, lo: u64, hi: u64) -> String {
+        match self.index.partition_point(|e| e.offset <= lo) {
+            0 => format!("bytes {lo}..{hi}"),
+            p => self.describe(p as u64 - 1),
+        }
+    }
+
     /// Check record `i`'s field table and decode its fields (borrowing from `bytes`).
     pub fn decode<'a>(&self, i: u64, bytes: &'a [u8]) -> Result<Vec<FieldValue<'a>>> {
         let schema = &self.meta.schema;
@@ -706,5 +905,11 @@ impl ShardReader {
             offset,
             detail,
         }
+    }
+}
+
+impl AsRef<[IndexEntry]> for ShardReader {
+    fn as_ref(&self) -> &[IndexEntry] {
+        &self.index
     }
 }

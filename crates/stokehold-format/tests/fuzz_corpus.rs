@@ -1,10 +1,10 @@
-//! The fuzz corpora in `fuzz/corpus/{shard,manifest}` replayed as ordinary tests, plus random
+//! The fuzz corpora in `fuzz/corpus/{shard,shard_parse,manifest}` replayed as ordinary tests, plus random
 //! mutations of a valid shard (row A6 of the reliability matrix: no panic on any input).
 
 use std::path::Path;
 
 use proptest::prelude::*;
-use stokehold_format::fuzzing::{fuzz_manifest, fuzz_shard};
+use stokehold_format::fuzzing::{fuzz_manifest, fuzz_shard, fuzz_shard_parse};
 
 fn replay(dir: &str, f: fn(&[u8])) -> usize {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -24,6 +24,13 @@ fn replay(dir: &str, f: fn(&[u8])) -> usize {
 #[test]
 fn shard_corpus_replays_without_panic() {
     assert!(replay("shard", fuzz_shard) >= 5);
+}
+
+#[test]
+fn shard_parse_corpus_replays_without_panic() {
+    // The shard corpus through the pure parse functions, and the token shards of its own corpus.
+    assert!(replay("shard", fuzz_shard_parse) >= 5);
+    assert!(replay("shard_parse", fuzz_shard_parse) >= 2);
 }
 
 #[test]
@@ -50,11 +57,14 @@ proptest! {
         let keep = cut.index(b.len() + 1);
         fuzz_shard(&b);
         fuzz_shard(&b[..keep]);
+        fuzz_shard_parse(&b);
+        fuzz_shard_parse(&b[..keep]);
     }
 
     #[test]
     fn random_bytes_never_panic(b in proptest::collection::vec(any::<u8>(), 0..4096)) {
         fuzz_shard(&b);
+        fuzz_shard_parse(&b);
         fuzz_manifest(&b);
     }
 }

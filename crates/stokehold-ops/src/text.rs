@@ -53,85 +53,16 @@ pub enum TextError {
     },
 }
 
-/// How token ids are stored: little-endian `u16` when the vocabulary has at most 65,536 entries,
-/// `u32` otherwise.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum TokenDType {
-    /// 2 bytes per token.
-    U16,
-    /// 4 bytes per token.
-    U32,
-}
+/// How token ids are stored; defined by the format crate (`docs/format.md` §9), re-exported here
+/// for the tokenizer's users.
+pub use stokehold_format::tokens::TokenDType;
 
-impl TokenDType {
-    /// The narrowest type that holds every id of a vocabulary of `vocab_size` entries.
-    pub fn for_vocab(vocab_size: u32) -> TokenDType {
-        if vocab_size <= 1 << 16 {
-            TokenDType::U16
-        } else {
-            TokenDType::U32
-        }
-    }
-
-    /// Bytes per token.
-    pub fn size(self) -> usize {
-        match self {
-            TokenDType::U16 => 2,
-            TokenDType::U32 => 4,
-        }
-    }
-
-    /// `"u16"` or `"u32"`, as written in manifests.
-    pub fn name(self) -> &'static str {
-        match self {
-            TokenDType::U16 => "u16",
-            TokenDType::U32 => "u32",
-        }
-    }
-
-    /// Parse [`TokenDType::name`].
-    pub fn parse(s: &str) -> Option<TokenDType> {
-        match s {
-            "u16" => Some(TokenDType::U16),
-            "u32" => Some(TokenDType::U32),
-            _ => None,
-        }
-    }
-
-    /// Append `ids` to `out` little-endian, checking that each fits.
-    pub fn append(self, ids: &[u32], vocab_size: u32, out: &mut Vec<u8>) -> Result<(), TextError> {
-        out.reserve(ids.len() * self.size());
-        match self {
-            TokenDType::U16 => {
-                for &id in ids {
-                    let v = u16::try_from(id).map_err(|_| TextError::IdOutOfRange {
-                        id,
-                        dtype: "u16",
-                        vocab_size,
-                    })?;
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
-            }
-            TokenDType::U32 => {
-                for &id in ids {
-                    out.extend_from_slice(&id.to_le_bytes());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Token `i` of little-endian `bytes` of this type (panics when out of range).
-    #[inline]
-    pub fn get(self, bytes: &[u8], i: usize) -> u32 {
-        match self {
-            TokenDType::U16 => u32::from(u16::from_le_bytes([bytes[2 * i], bytes[2 * i + 1]])),
-            TokenDType::U32 => u32::from_le_bytes([
-                bytes[4 * i],
-                bytes[4 * i + 1],
-                bytes[4 * i + 2],
-                bytes[4 * i + 3],
-            ]),
+impl From<stokehold_format::tokens::TokenIdOutOfRange> for TextError {
+    fn from(e: stokehold_format::tokens::TokenIdOutOfRange) -> TextError {
+        TextError::IdOutOfRange {
+            id: e.id,
+            dtype: e.dtype,
+            vocab_size: e.vocab_size,
         }
     }
 }

@@ -12,15 +12,12 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use stokehold_format::{DatasetWriter, Field, FieldType, Schema};
+use stokehold_format::DatasetWriter;
+use stokehold_format::tokens::TokenMeta;
+pub use stokehold_format::tokens::{TOKENIZER_FILE, TOKENS_FIELD, token_schema};
 use stokehold_ops::text::{TextError, TextTokenizer, TokenDType};
 
 use super::{PackError, PackOptions, PackReport, Progress, Skipped, SourceKind};
-
-/// The name of the one field of a token dataset.
-pub const TOKENS_FIELD: &str = "tokens";
-/// The copy of the tokenizer inside a token dataset.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 /// What to tokenize and how.
 #[derive(Debug, Clone)]
@@ -47,17 +44,6 @@ struct Line {
 enum Done {
     Doc { record: Vec<u8>, tokens: u64 },
     Skip(Skipped),
-}
-
-/// The schema of every token dataset: `tokens: bytes`.
-pub fn token_schema() -> Schema {
-    Schema {
-        fields: vec![Field {
-            name: TOKENS_FIELD.into(),
-            ty: FieldType::Bytes,
-            compression: stokehold_format::Compression::None,
-        }],
-    }
 }
 
 /// The record of one document: the one-field table (`u32` payload length) then the tokens.
@@ -210,6 +196,16 @@ impl Lines<'_> {
     }
 }
 
+/// The manifest's `source` of a token dataset.
+fn source_json(text_field: &str, skipped: usize, meta: &TokenMeta) -> serde_json::Value {
+    serde_json::json!({
+        "kind": SourceKind::Jsonl.name(),
+        "skipped": skipped,
+        "text_field": text_field,
+        "tokens": meta.to_value(),
+    })
+}
+
 /// Tokenize the `text_field` of every line of the JSONL `sources` into a token dataset at `dest`.
 pub fn pack_tokens(
     sources: &[PathBuf],
@@ -326,21 +322,17 @@ pub fn pack_tokens(
         return Err(super::nothing_packed(&skipped, "lines", "documents"));
     }
     let documents = writer.len();
-    writer.set_source(serde_json::json!({
-        "kind": SourceKind::Jsonl.name(),
-        "skipped": skipped.len(),
-        "text_field": tokens.text_field,
-        "tokens": {
-            "dtype": tok.dtype().name(),
-            "vocab_size": tok.vocab_size(),
-            "tokenizer": TOKENIZER_FILE,
-            "tokenizer_fingerprint": tok.fingerprint(),
-            "bos_id": bos,
-            "eos_id": eos,
-            "documents": documents,
-            "total_tokens": total_tokens,
-        },
-    }));
+    let meta = TokenMeta {
+        dtype: tok.dtype(),
+        vocab_size: Some(tok.vocab_size().into()),
+        tokenizer: Some(TOKENIZER_FILE.into()),
+        tokenizer_fingerprint: Some(tok.fingerprint().into()),
+        bos_id: bos,
+        eos_id: eos,
+        documents: Some(documents),
+        total_tokens: Some(total_tokens),
+    };
+    writer.set_source(source_json(&tokens.text_field, skipped.len(), &meta));
     writer.add_file(TOKENIZER_FILE, &tokenizer_bytes)?;
     super::add_skipped_file(&mut writer, &skipped)?;
     let manifest = writer.finish()?;
@@ -358,4 +350,63 @@ pub fn pack_tokens(
             tok.dtype().name()
         )],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The manifest's `source` as pack wrote it before [`TokenMeta`], by hand.
+    fn by_hand(
+        bos: Option<u32>,
+        eos: Option<u32>,
+        vocab: u32,
+        dtype: TokenDType,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "kind": SourceKind::Jsonl.name(),
+            "skipped": 3usize,
+            "text_field": "text",
+            "tokens": {
+                "dtype": dtype.name(),
+                "vocab_size": vocab,
+                "tokenizer": TOKENIZER_FILE,
+                "tokenizer_fingerprint": "crc32c:0123abcd:42",
+                "bos_id": bos,
+                "eos_id": eos,
+                "documents": 7u64,
+                "total_tokens": 99u64,
+            },
+        })
+    }
+
+    #[test]
+    fn source_through_token_meta_is_byte_identical() {
+        for (bos, eos, vocab) in [
+            (None, None, 100u32),
+            (Some(1), None, 70_000),
+            (Some(0), Some(2), 65_536),
+        ] {
+            let dtype = TokenDType::for_vocab(vocab);
+            let meta = TokenMeta {
+                dtype,
+                vocab_size: Some(vocab.into()),
+                tokenizer: Some(TOKENIZER_FILE.into()),
+                tokenizer_fingerprint: Some("crc32c:0123abcd:42".into()),
+                bos_id: bos,
+                eos_id: eos,
+                documents: Some(7),
+                total_tokens: Some(99),
+            };
+            let new = source_json("text", 3, &meta);
+            let old = by_hand(bos, eos, vocab, dtype);
+            assert_eq!(
+                serde_json::to_string_pretty(&new).unwrap(),
+                serde_json::to_string_pretty(&old).unwrap()
+            );
+            // and it reads back
+            let back: TokenMeta = serde_json::from_value(new["tokens"].clone()).unwrap();
+            assert_eq!(back, meta);
+        }
+    }
 }

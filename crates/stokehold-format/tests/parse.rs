@@ -1,0 +1,304 @@
+//! The pure parse functions of a shard's structure (`Header::parse`, `Trailer::parse`,
+//! `ShardMeta::parse`, `parse_index`): each kind of damage gives its error kind, naming the file
+//! and the offset, and a valid shard parses to what `ShardReader` opens.
+
+use std::path::Path;
+
+use stokehold_format::crc::crc32c;
+use stokehold_format::{
+    FieldValue, FormatError, Header, Limits, Schema, ShardMeta, ShardReader, ShardWriter, Trailer,
+    WriteOptions, memory_source, parse_index,
+};
+
+const PATH: &str = "dir/s.skh";
+
+fn shard(align: u32) -> Vec<u8> {
+    let schema = Schema::from_specs([("text", "string"), ("n", "int64")]).unwrap();
+    let opts = WriteOptions {
+        align,
+        ..WriteOptions::default()
+    };
+    let mut w = ShardWriter::new(Vec::new(), schema, opts).unwrap();
+    for i in 0..5 {
+        w.write(&[
+            FieldValue::String(format!("sample {i}").into()),
+            FieldValue::Int64(i),
+        ])
+        .unwrap();
+    }
+    w.finish().unwrap().0
+}
+
+fn trailer_of(b: &[u8]) -> &[u8] {
+    &b[b.len() - 64..]
+}
+
+/// Rewrite the trailer's CRC after an edit, so the edit itself is what is checked.
+fn reseal(t: &mut [u8]) {
+    let c = crc32c(&t[..60]);
+    t[60..64].copy_from_slice(&c.to_le_bytes());
+}
+
+fn path() -> &'static Path {
+    Path::new(PATH)
+}
+
+#[test]
+fn a_valid_shard_parses_to_what_the_reader_opens() {
+    for align in [1, 64] {
+        let b = shard(align);
+        let len = b.len() as u64;
+        assert_eq!(Header::parse(&b[..16], path()).unwrap().version, 1);
+        let t = Trailer::parse(trailer_of(&b), len, &Limits::default(), path()).unwrap();
+        assert_eq!(t.records, 5);
+        assert_eq!(t.start(), len - 64);
+        assert_eq!(t.index_offset + t.index_len(), t.start());
+        let meta = ShardMeta::parse(
+            &b[t.meta_offset as usize..t.index_offset as usize],
+            &t,
+            path(),
+        )
+        .unwrap();
+        assert_eq!(meta.align, align);
+        let index = parse_index(
+            &b[t.index_offset as usize..t.start() as usize],
+            &t,
+            meta.align,
+            &Limits::default(),
+            path(),
+        )
+        .unwrap();
+        let r =
+            ShardReader::from_source(PATH, memory_source(b.clone()), Limits::default()).unwrap();
+        assert_eq!(r.index(), &index[..]);
+        assert_eq!(r.meta(), &meta);
+        assert_eq!(r.data_end(), t.meta_offset);
+        assert_eq!(r.stored_prefix_crc(), t.file_crc);
+    }
+}
+
+fn named(e: &FormatError, offset: &str) {
+    let msg = e.to_string();
+    assert!(msg.starts_with(PATH) && msg.contains(offset), "{msg}");
+}
+
+#[test]
+fn header_damage_has_its_kind() {
+    let b = shard(1);
+    for cut in [0, 1, 8, 15] {
+        let e = Header::parse(&b[..cut], path()).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Truncated { start: 0, end: 16, file_len, .. } if file_len == cut as u64),
+            "{e}"
+        );
+    }
+    for at in 0..8 {
+        let mut h = b[..16].to_vec();
+        h[at] ^= 0x20;
+        let e = Header::parse(&h, path()).unwrap_err();
+        assert!(matches!(e, FormatError::BadMagic { offset: 0, .. }), "{e}");
+        named(&e, "at byte 0");
+        assert!(e.is_corruption());
+    }
+    let mut h = b[..16].to_vec();
+    h[8] = 2;
+    let e = Header::parse(&h, path()).unwrap_err();
+    assert!(
+        matches!(e, FormatError::UnsupportedVersion { found: 2, .. }),
+        "{e}"
+    );
+    assert!(!e.is_corruption());
+    for at in 10..16 {
+        let mut h = b[..16].to_vec();
+        h[at] = 1;
+        let e = Header::parse(&h, path()).unwrap_err();
+        assert!(matches!(e, FormatError::Corrupt { offset: 10, .. }), "{e}");
+    }
+}
+
+#[test]
+fn trailer_damage_has_its_kind() {
+    let b = shard(1);
+    let len = b.len() as u64;
+    let limits = Limits::default();
+    let t = trailer_of(&b);
+    // too short a file, or too few bytes
+    let e = Trailer::parse(t, 79, &limits, path()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            FormatError::Truncated {
+                end: 80,
+                file_len: 79,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = Trailer::parse(&t[..63], len, &limits, path()).unwrap_err();
+    assert!(matches!(e, FormatError::Truncated { .. }), "{e}");
+    // every flipped bit of the first 60 bytes breaks the trailer CRC (or the magic first)
+    for at in 0..64 {
+        let mut t2 = t.to_vec();
+        t2[at] ^= 1;
+        let e = Trailer::parse(&t2, len, &limits, path()).unwrap_err();
+        match at {
+            48..56 => {
+                assert!(
+                    matches!(e, FormatError::BadMagic { offset, .. } if offset == len - 64 + 48),
+                    "{e}"
+                );
+                named(&e, &format!("at byte {}", len - 16));
+            }
+            _ => {
+                assert!(
+                    matches!(e, FormatError::Checksum { start, end, .. } if start == len - 64 && end == len),
+                    "{e}"
+                );
+                named(&e, &format!("bytes {}..{len}", len - 64));
+            }
+        }
+        assert!(e.is_corruption());
+    }
+    // the same trailer in a file of another length does not tile it
+    let e = Trailer::parse(t, len + 1, &limits, path()).unwrap_err();
+    assert!(
+        matches!(e, FormatError::Corrupt { offset, .. } if offset == len + 1 - 64),
+        "{e}"
+    );
+    // a record count that overflows 16 × records, resealed: corrupt, not an allocation
+    let mut t2 = t.to_vec();
+    t2[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
+    reseal(&mut t2);
+    let e = Trailer::parse(&t2, len, &limits, path()).unwrap_err();
+    assert!(matches!(e, FormatError::Corrupt { .. }), "{e}");
+    // meta before the header's end
+    let mut t2 = t.to_vec();
+    t2[0..8].copy_from_slice(&8u64.to_le_bytes());
+    reseal(&mut t2);
+    assert!(matches!(
+        Trailer::parse(&t2, len, &limits, path()),
+        Err(FormatError::Corrupt { .. })
+    ));
+    // version 2, resealed
+    let mut t2 = t.to_vec();
+    t2[44] = 2;
+    reseal(&mut t2);
+    assert!(matches!(
+        Trailer::parse(&t2, len, &limits, path()),
+        Err(FormatError::UnsupportedVersion { found: 2, .. })
+    ));
+    // a meta block over the limit
+    let small = Limits {
+        max_meta_bytes: 10,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        Trailer::parse(t, len, &small, path()),
+        Err(FormatError::LimitExceeded { max: 10, .. })
+    ));
+}
+
+#[test]
+fn meta_and_index_damage_has_its_kind() {
+    let b = shard(1);
+    let len = b.len() as u64;
+    let limits = Limits::default();
+    let t = Trailer::parse(trailer_of(&b), len, &limits, path()).unwrap();
+    let meta = b[t.meta_offset as usize..t.index_offset as usize].to_vec();
+    let index = b[t.index_offset as usize..t.start() as usize].to_vec();
+    for at in 0..meta.len() {
+        let mut m = meta.clone();
+        m[at] ^= 4;
+        let e = ShardMeta::parse(&m, &t, path()).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Checksum { start, .. } if start == t.meta_offset),
+            "{e}"
+        );
+    }
+    assert!(matches!(
+        ShardMeta::parse(&meta[..meta.len() - 1], &t, path()),
+        Err(FormatError::Checksum { .. })
+    ));
+    // valid JSON with a wrong record count, its CRC matching
+    let text = String::from_utf8(meta.clone())
+        .unwrap()
+        .replace("\"records\":5", "\"records\":6");
+    let mut t6 = t;
+    t6.meta_crc = crc32c(text.as_bytes());
+    t6.meta_len = text.len() as u64;
+    let e = ShardMeta::parse(text.as_bytes(), &t6, path()).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::Corrupt { offset, .. } if *offset == t.meta_offset),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("meta says 6 records, trailer says 5"),
+        "{e}"
+    );
+    for at in 0..index.len() {
+        let mut x = index.clone();
+        x[at] ^= 0x80;
+        let e = parse_index(&x, &t, 1, &limits, path()).unwrap_err();
+        assert!(
+            matches!(e, FormatError::Checksum { start, .. } if start == t.index_offset),
+            "{e}"
+        );
+    }
+    // entries out of order, CRC matching: entry 2 names its own offset
+    let mut x = index.clone();
+    x.copy_within(16..24, 32);
+    let mut t2 = t;
+    t2.index_crc = crc32c(&x);
+    let e = parse_index(&x, &t2, 1, &limits, path()).unwrap_err();
+    assert!(
+        matches!(&e, FormatError::Corrupt { offset, what, .. } if *offset == t.index_offset + 32 && what == "index entry 2"),
+        "{e}"
+    );
+    // an entry whose offset + length overflows: corrupt, no panic
+    let mut x = index.clone();
+    x[64..72].copy_from_slice(&(u64::MAX - 2).to_le_bytes());
+    let mut t2 = t;
+    t2.index_crc = crc32c(&x);
+    assert!(matches!(
+        parse_index(&x, &t2, 1, &limits, path()),
+        Err(FormatError::Corrupt { .. })
+    ));
+    // a misaligned record under an alignment of 64
+    let e = parse_index(&index, &t, 64, &limits, path()).unwrap_err();
+    assert!(matches!(e, FormatError::Corrupt { .. }), "{e}");
+    // a record over the limit
+    let tiny = Limits {
+        max_record_bytes: 4,
+        ..Limits::default()
+    };
+    assert!(matches!(
+        parse_index(&index, &t, 1, &tiny, path()),
+        Err(FormatError::LimitExceeded { .. })
+    ));
+}
+
+#[test]
+fn from_source_reports_what_the_parse_functions_report() {
+    let b = shard(1);
+    let open = |b: Vec<u8>| ShardReader::from_source(PATH, memory_source(b), Limits::default());
+    let mut h = b.clone();
+    h[0] = b'X';
+    assert!(matches!(
+        open(h),
+        Err(FormatError::BadMagic { offset: 0, .. })
+    ));
+    let mut t = b.clone();
+    let n = t.len();
+    t[n - 1] ^= 1;
+    assert!(matches!(open(t), Err(FormatError::Checksum { what, .. }) if what == "trailer"));
+    assert!(matches!(
+        open(b[..70].to_vec()),
+        Err(FormatError::Truncated {
+            end: 80,
+            file_len: 70,
+            ..
+        })
+    ));
+}
