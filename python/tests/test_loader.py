@@ -207,6 +207,8 @@ def test_lambda_failure_names_the_sample(ds):
     assert e.value.sample_id == 42
     assert "no 42 please" in str(e.value) and "ValueError" in str(e.value)
     assert isinstance(e.value, StokeholdError)
+    # the stage's own exception is kept, as the cause
+    assert isinstance(e.value.__cause__, ValueError) and str(e.value.__cause__) == "no 42 please"
     # skipped under the skip policy
     skipping = Loader(ds, 100, shuffle=False, on_error="skip", include_ids=True, transforms={"x": [boom]})
     batches = list(skipping)
@@ -477,3 +479,22 @@ def test_fork_child_gets_a_clear_error_and_a_new_loader_works(ds):
     p = run_child(FORK_CHILD.replace("sys.argv[1]", repr(ds.path)), timeout=50)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["0", "19"], (p.stdout, p.stderr)
+
+
+def test_spec_is_the_one_configuration_and_rebuilds_the_loader(ds):
+    loader = Loader(ds, 50, shuffle=False, drop_last=False, threads=2, prefetch=3, on_error="skip",
+                    transforms={"x": [Lambda(lambda v: v)]})
+    spec = loader.spec
+    assert spec["loader"]["batch_size"] == 50 and spec["loader"]["tail"] == "pad"
+    assert spec["loader"]["shuffle"] == "sequential" and spec["loader"]["prefetch"] == 3
+    assert spec["loader"]["on_error"] == {"skip": {"max_fraction": 0.05, "max_consecutive": 64}}
+    # a Python stage is referred to by index, never by a name in a string
+    assert spec["samples"] == {"kind": "records", "transforms": {"x": [{"name": "python", "params": {"index": 0}}]}}
+    # the spec alone makes an engine that gives the same batches (without the Python stage)
+    plain = Loader(ds, 50, shuffle=False, drop_last=False, threads=2, prefetch=3, on_error="skip")
+    again = stokehold._native._Engine(ds, json.dumps(plain.spec), [], False)
+    a = [b["x"] for b in plain]
+    b = [b["x"] for b in again.iter()]
+    assert len(a) == len(b) == 20 and all(np.array_equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(ConfigError, match="unknown field"):
+        stokehold._native._Engine(ds, json.dumps({**plain.spec, "bogus": 1}), [], False)

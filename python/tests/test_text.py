@@ -201,3 +201,19 @@ def test_torch_adapter_and_jax(corpus):
     jl = SequenceLoader(dest, seq_len=64, batch_size=4, rank=0, world_size=1, to="jax")
     first = next(iter(jl))
     assert first["input_ids"].shape == (4, 64) and first["input_ids"].dtype == jnp.int32
+
+
+def test_sequence_loader_is_the_one_engine_with_its_stats_and_skip_policy(corpus):
+    _, _, _, dest = corpus
+    loader = stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4, threads=2, on_error="skip")
+    spec = loader.spec
+    assert spec["samples"]["kind"] == "tokens"
+    assert spec["samples"]["mode"] == {"kind": "packed", "seq_len": 32}
+    assert spec["loader"]["on_error"]["skip"]["max_fraction"] == 0.05
+    n = sum(1 for _ in loader)
+    st = loader.stats()
+    # the same statistics as Loader: per-stage figures, batches, samples, skipped ids
+    assert st["batches"] == n == len(loader) and st["samples"] == 4 * n
+    # (the next epoch, started ahead, may have filled a few windows already)
+    assert [s["name"] for s in st["stages"]] == ["window"] and st["stages"][0]["items"] >= 4 * n
+    assert st["skipped"] == [] and st["bytes_read"] > 0
