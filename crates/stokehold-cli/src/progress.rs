@@ -66,7 +66,7 @@ impl Progress for Bar {
         let n = self.items.fetch_add(items, Ordering::Relaxed) + items;
         self.with(|b| {
             b.inc(items);
-            if n % 64 == 0 || items >= 64 {
+            if n.is_multiple_of(64) || items >= 64 {
                 let secs = self
                     .started
                     .lock()
@@ -82,10 +82,10 @@ impl Progress for Bar {
     }
 
     fn finish(&self) {
-        if let Ok(mut b) = self.bar.lock() {
-            if let Some(bar) = b.take() {
-                bar.finish_and_clear();
-            }
+        if let Ok(mut b) = self.bar.lock()
+            && let Some(bar) = b.take()
+        {
+            bar.finish_and_clear();
         }
     }
 }

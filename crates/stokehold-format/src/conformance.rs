@@ -51,13 +51,13 @@ fn check_range(
             format!("read_at({offset}, {len}) returned other bytes"),
         ));
     }
-    if let Some(sl) = s.slice(offset, len) {
-        if sl != want {
-            return Err(fail(
-                name,
-                format!("slice({offset}, {len}) returned other bytes"),
-            ));
-        }
+    if let Some(sl) = s.slice(offset, len)
+        && sl != want
+    {
+        return Err(fail(
+            name,
+            format!("slice({offset}, {len}) returned other bytes"),
+        ));
     }
     Ok(())
 }

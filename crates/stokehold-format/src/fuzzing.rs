@@ -64,7 +64,7 @@ pub fn fuzz_shard_parse(data: &[u8]) {
                 u64::from(seed.rotate_left(k as u32 * 8)) % total
             };
             let n = (total - start).min(u64::from(seed >> 20) + k);
-            let whole = |d: u64, _: IndexEntry| (d + k) % 3 == 0;
+            let whole = |d: u64, _: IndexEntry| (d + k).is_multiple_of(3);
             let Ok(plan) = tokens.pieces(&shards, start, n, whole) else {
                 panic!("pieces({start}, {n}) of {total} tokens failed");
             };

@@ -568,7 +568,10 @@ pub fn parse_index(
         let e = IndexEntry::from_bytes(chunk);
         let at = index_offset + i as u64 * INDEX_ENTRY_LEN;
         let end = e.offset.checked_add(u64::from(e.len));
-        if e.offset < prev_end || e.offset % align != 0 || end.is_none_or(|end| end > meta_offset) {
+        if e.offset < prev_end
+            || !e.offset.is_multiple_of(align)
+            || end.is_none_or(|end| end > meta_offset)
+        {
             return Err(corrupt(
                 path,
                 &format!("index entry {i}"),

@@ -154,10 +154,10 @@ impl Storage for MmapFile {
     }
 
     fn will_need(&self, offset: u64, len: u64) {
-        if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len)) {
-            if o.checked_add(l).is_some_and(|end| end <= self.map.len()) {
-                let _ = self.map.advise_range(memmap2::Advice::WillNeed, o, l);
-            }
+        if let (Ok(o), Ok(l)) = (usize::try_from(offset), usize::try_from(len))
+            && o.checked_add(l).is_some_and(|end| end <= self.map.len())
+        {
+            let _ = self.map.advise_range(memmap2::Advice::WillNeed, o, l);
         }
     }
 }
@@ -286,7 +286,7 @@ impl Storage for DirectFile {
                     return Err(eof());
                 }
                 done += n;
-                if done % DIRECT_ALIGN != 0 && done < want {
+                if !done.is_multiple_of(DIRECT_ALIGN) && done < want {
                     // a short read that is not at the end of the file: direct I/O cannot go on
                     // from an unaligned position
                     return Err(io::Error::other("short unaligned direct read"));

@@ -429,7 +429,7 @@ impl TokenIndex {
             shard_docs.push(starts.len() as u64 - 1);
             for (i, e) in shard.as_ref().iter().enumerate() {
                 let len = u64::from(e.len);
-                if len < TOKEN_TABLE_LEN || (len - TOKEN_TABLE_LEN) % w != 0 {
+                if len < TOKEN_TABLE_LEN || !(len - TOKEN_TABLE_LEN).is_multiple_of(w) {
                     return Err(BadTokenRecord {
                         shard: k,
                         record: i as u64,
@@ -476,16 +476,16 @@ impl TokenIndex {
     /// Check `meta.total_tokens` (when present) against the records: [`FormatError::Manifest`]
     /// naming `manifest_path` and both counts otherwise.
     pub fn check_meta(&self, meta: &TokenMeta, manifest_path: &Path) -> Result<()> {
-        if let Some(t) = meta.total_tokens {
-            if t != self.total_tokens() {
-                return Err(FormatError::Manifest {
-                    path: manifest_path.to_path_buf(),
-                    detail: format!(
-                        "source.tokens.total_tokens is {t} but the shards hold {} tokens",
-                        self.total_tokens()
-                    ),
-                });
-            }
+        if let Some(t) = meta.total_tokens
+            && t != self.total_tokens()
+        {
+            return Err(FormatError::Manifest {
+                path: manifest_path.to_path_buf(),
+                detail: format!(
+                    "source.tokens.total_tokens is {t} but the shards hold {} tokens",
+                    self.total_tokens()
+                ),
+            });
         }
         Ok(())
     }

@@ -215,7 +215,7 @@ fn pieces_match_the_engine_and_brute_force() {
             let whole = |d: u64, len: u32| match mode {
                 0 => false,
                 1 => len <= max && !checked.contains(&d),
-                _ => d % 2 == 0,
+                _ => d.is_multiple_of(2),
             };
             let plan = ix
                 .pieces(&readers, start, n, |d, e: IndexEntry| whole(d, e.len))

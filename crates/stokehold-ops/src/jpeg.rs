@@ -584,7 +584,7 @@ pub fn to_baseline(data: &[u8]) -> Result<Vec<u8>> {
 /// then skip rows only.
 pub fn restart_interval(mcux: u32) -> u32 {
     let target = (mcux / 16).max(2);
-    match (1..=target).rev().find(|k| mcux % k == 0) {
+    match (1..=target).rev().find(|k| mcux.is_multiple_of(*k)) {
         Some(1) | None => mcux.max(1),
         Some(k) => k,
     }

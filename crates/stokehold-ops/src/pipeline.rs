@@ -183,18 +183,19 @@ pub fn run(
     let mut cut = false;
     // the DCT scale of the crop (the same for a cut: only the crop's offset changes)
     let scale = Scale::smallest_covering(crop.w, crop.h, out_w, out_h);
-    if format == Format::Jpeg && ops.fused {
-        if let Some(idx) = RestartIndex::parse(data) {
-            let margin = 2.0 * 8.0 / f64::from(scale.0);
-            let (rows, bands) = idx.cover(crop.x, crop.y, crop.x + crop.w, crop.y + crop.h, margin);
-            if rows.len() < idx.rows() as usize || bands.len() < idx.bands() as usize {
-                let (ox, oy) = (bands.start * idx.band_w(), rows.start * idx.mcu_h);
-                if idx.extract(data, rows, bands, &mut sub) {
-                    data = &sub;
-                    cut = true;
-                    crop.x -= f64::from(ox);
-                    crop.y -= f64::from(oy);
-                }
+    if format == Format::Jpeg
+        && ops.fused
+        && let Some(idx) = RestartIndex::parse(data)
+    {
+        let margin = 2.0 * 8.0 / f64::from(scale.0);
+        let (rows, bands) = idx.cover(crop.x, crop.y, crop.x + crop.w, crop.y + crop.h, margin);
+        if rows.len() < idx.rows() as usize || bands.len() < idx.bands() as usize {
+            let (ox, oy) = (bands.start * idx.band_w(), rows.start * idx.mcu_h);
+            if idx.extract(data, rows, bands, &mut sub) {
+                data = &sub;
+                cut = true;
+                crop.x -= f64::from(ox);
+                crop.y -= f64::from(oy);
             }
         }
     }

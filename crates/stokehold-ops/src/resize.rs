@@ -411,7 +411,7 @@ fn vertical2_sse2(a: &[u8], b: &[u8], wa: i16, wb: i16, out: &mut [u8]) -> usize
         madd_rows(&mut acc, load16(a), load16(b), p);
         store_packed(acc, o);
     }
-    if len % 16 == 0 || len < 16 {
+    if len.is_multiple_of(16) || len < 16 {
         return len / 16 * 16;
     }
     // the last bytes: one more group ending at the row's end (overlapping the previous one,

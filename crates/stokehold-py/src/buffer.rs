@@ -57,10 +57,10 @@ impl Drop for BatchBuffer {
     fn drop(&mut self) {
         // In a forked child the pool's lock may have been held by a thread that no longer
         // exists: free the memory instead of recycling it.
-        if self.generation == FORK_GENERATION.load(Ordering::Acquire) {
-            if let Some(pool) = &self.pool {
-                pool.put(std::mem::take(&mut self.buf));
-            }
+        if self.generation == FORK_GENERATION.load(Ordering::Acquire)
+            && let Some(pool) = &self.pool
+        {
+            pool.put(std::mem::take(&mut self.buf));
         }
     }
 }

@@ -85,10 +85,10 @@ impl BufferPool {
 
     /// Give a buffer back.
     pub fn put(&self, b: Buffer) {
-        if let Ok(mut f) = self.free.lock() {
-            if f.len() < self.max {
-                f.push(b);
-            }
+        if let Ok(mut f) = self.free.lock()
+            && f.len() < self.max
+        {
+            f.push(b);
         }
     }
 

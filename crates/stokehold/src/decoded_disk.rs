@@ -473,10 +473,10 @@ impl DecodedDisk {
         match r {
             Ok(()) => {
                 self.used.fetch_add(FOOTER, Ordering::Relaxed);
-                if let Ok(mut parts) = self.parts.write() {
-                    if let Some((_, name)) = parts.get_mut(part.part as usize) {
-                        *name = done;
-                    }
+                if let Ok(mut parts) = self.parts.write()
+                    && let Some((_, name)) = parts.get_mut(part.part as usize)
+                {
+                    *name = done;
                 }
             }
             Err(e) => {

@@ -139,10 +139,10 @@ impl DiskCache {
             let name = e.file_name().to_string_lossy().into_owned();
             let Some(base) = is_tmp(&name) else { continue };
             // The writer holds the entry's lock for as long as it writes.
-            if let Ok(Some(_held)) = lock(&lock_path(&self.dir, base), false) {
-                if fs::remove_file(e.path()).is_ok() {
-                    n += 1;
-                }
+            if let Ok(Some(_held)) = lock(&lock_path(&self.dir, base), false)
+                && fs::remove_file(e.path()).is_ok()
+            {
+                n += 1;
             }
         }
         self.swept.fetch_add(n as u64, Ordering::Relaxed);
@@ -276,16 +276,16 @@ fn copy_checked(
         if n == 0 {
             break;
         }
-        if let Some((at, abort)) = fault {
-            if done + n as u64 >= at {
-                let part = (at - done.min(at)) as usize;
-                out.write_all(&buf[..part.min(n)])?;
-                if abort {
-                    let _ = out.sync_all();
-                    std::process::abort();
-                }
-                return Err(io::Error::from_raw_os_error(28)); // ENOSPC
+        if let Some((at, abort)) = fault
+            && done + n as u64 >= at
+        {
+            let part = (at - done.min(at)) as usize;
+            out.write_all(&buf[..part.min(n)])?;
+            if abort {
+                let _ = out.sync_all();
+                std::process::abort();
             }
+            return Err(io::Error::from_raw_os_error(28)); // ENOSPC
         }
         c = crc::append(c, &buf[..n]);
         out.write_all(&buf[..n])?;

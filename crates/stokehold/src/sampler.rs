@@ -513,7 +513,7 @@ impl RankPlan {
         let steps = match tail {
             Tail::Drop => remaining / stride,
             Tail::Pad => {
-                let steps = remaining / stride + u64::from(remaining % stride != 0);
+                let steps = remaining / stride + u64::from(!remaining.is_multiple_of(stride));
                 // Every position of the padded epoch must be representable.
                 steps
                     .checked_mul(stride)

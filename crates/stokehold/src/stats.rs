@@ -363,7 +363,7 @@ impl WorkerStats<'_> {
     pub(crate) fn clock(&mut self) -> Option<Instant> {
         // the first sample of each worker is timed (then one in TIME_EVERY), so that even a
         // short run has a figure for every stage
-        let timed = self.samples % TIME_EVERY == 0;
+        let timed = self.samples.is_multiple_of(TIME_EVERY);
         self.samples = self.samples.wrapping_add(1);
         if self.tracing || (self.on && timed) {
             Some(Instant::now())

@@ -142,19 +142,17 @@ fn open_files(
         o.open(p)
     };
     let mut use_direct = direct;
-    if direct {
-        if let Some(p) = paths.first() {
-            // tmpfs and some other file systems refuse O_DIRECT with EINVAL
-            let probe = open(p, true).and_then(|f| {
-                let mut buf = AlignedBuf::new(ALIGN as usize);
-                f.read_at(buf.as_mut(), 0).map(|_| ())
-            });
-            if let Err(e) = probe {
-                notes.push(format!(
-                    "O_DIRECT is not supported here ({e}); measured buffered reads instead"
-                ));
-                use_direct = false;
-            }
+    if direct && let Some(p) = paths.first() {
+        // tmpfs and some other file systems refuse O_DIRECT with EINVAL
+        let probe = open(p, true).and_then(|f| {
+            let mut buf = AlignedBuf::new(ALIGN as usize);
+            f.read_at(buf.as_mut(), 0).map(|_| ())
+        });
+        if let Err(e) = probe {
+            notes.push(format!(
+                "O_DIRECT is not supported here ({e}); measured buffered reads instead"
+            ));
+            use_direct = false;
         }
     }
     let mut files = Vec::with_capacity(paths.len());

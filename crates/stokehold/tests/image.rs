@@ -221,11 +221,11 @@ fn dataset_with_broken_jpeg(dir: &Path, n: usize, broken: usize) -> Arc<Dataset>
         DatasetWriter::create(&path, ds.schema().clone(), DatasetWriteOptions::default()).unwrap();
     for i in 0..n as u64 {
         let mut v = ds.get(i).unwrap();
-        if i as usize == broken {
-            if let FieldValue::Image(b) = &mut v[0] {
-                let cut = b.len() / 3;
-                *b = b[..cut].to_vec().into();
-            }
+        if i as usize == broken
+            && let FieldValue::Image(b) = &mut v[0]
+        {
+            let cut = b.len() / 3;
+            *b = b[..cut].to_vec().into();
         }
         w.write(&v).unwrap();
     }

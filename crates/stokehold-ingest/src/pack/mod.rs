@@ -513,10 +513,10 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
         let mut kinds = std::collections::BTreeSet::new();
         for e in std::fs::read_dir(first).map_err(|e| PackError::io(first, e))? {
             let p = e.map_err(|e| PackError::io(first, e))?.path();
-            if p.is_file() {
-                if let Some(k @ (SourceKind::WebDataset | SourceKind::TfRecord)) = ext_kind(&p) {
-                    kinds.insert(k.name());
-                }
+            if p.is_file()
+                && let Some(k @ (SourceKind::WebDataset | SourceKind::TfRecord)) = ext_kind(&p)
+            {
+                kinds.insert(k.name());
             }
         }
         return match kinds.len() {
@@ -576,10 +576,10 @@ pub fn pack(
         progress,
         pool: &pool,
     };
-    if sink.strict {
-        if let Some(first) = sink.skipped.first() {
-            return Err(PackError::Strict(first.clone()));
-        }
+    if sink.strict
+        && let Some(first) = sink.skipped.first()
+    {
+        return Err(PackError::Strict(first.clone()));
     }
     progress.start("packing", plan.items, plan.bytes);
     (plan.run)(&mut sink)?;

@@ -175,15 +175,15 @@ impl LoaderConfig {
         if self.prefetch == 0 {
             return bad("prefetch must be at least 1".into());
         }
-        if let ErrorPolicy::Skip { max_fraction, .. } = self.on_error {
-            if !(0.0..=1.0).contains(&max_fraction) {
-                return bad(format!("max_fraction {max_fraction} is not in 0..=1"));
-            }
+        if let ErrorPolicy::Skip { max_fraction, .. } = self.on_error
+            && !(0.0..=1.0).contains(&max_fraction)
+        {
+            return bad(format!("max_fraction {max_fraction} is not in 0..=1"));
         }
-        if let Some(dc) = &self.decoded_cache {
-            if dc.size == 0 {
-                return bad("the decoded cache's size must be at least 1".into());
-            }
+        if let Some(dc) = &self.decoded_cache
+            && dc.size == 0
+        {
+            return bad("the decoded cache's size must be at least 1".into());
         }
         Ok(())
     }

@@ -212,23 +212,22 @@ impl BatchIter {
         if !core.config.prepare_next_epoch {
             return;
         }
-        if let Ok(plan) = core.plan(next) {
-            if plan.steps() > 0 {
-                if let Ok(spawned) = spawn(core, plan, next.epoch) {
-                    let prepared = Prepared {
-                        epoch: next.epoch,
-                        position: 0,
-                        pid: std::process::id(),
-                        spawned: Some(spawned),
-                    };
-                    let mut slot = lock(&core.prepared);
-                    if slot.closed {
-                        drop(slot);
-                        drop(prepared); // the loader is gone: stop it again
-                    } else {
-                        slot.run = Some(prepared);
-                    }
-                }
+        if let Ok(plan) = core.plan(next)
+            && plan.steps() > 0
+            && let Ok(spawned) = spawn(core, plan, next.epoch)
+        {
+            let prepared = Prepared {
+                epoch: next.epoch,
+                position: 0,
+                pid: std::process::id(),
+                spawned: Some(spawned),
+            };
+            let mut slot = lock(&core.prepared);
+            if slot.closed {
+                drop(slot);
+                drop(prepared); // the loader is gone: stop it again
+            } else {
+                slot.run = Some(prepared);
             }
         }
     }

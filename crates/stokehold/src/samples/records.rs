@@ -80,13 +80,14 @@ impl Records {
                     c.name, c.field
                 ))
             })?);
-            if let Output::Fixed { shape, .. } = &c.output {
-                if shape.iter().product::<usize>() == 0 && !shape.is_empty() {
-                    return Err(EngineError::Config(format!(
-                        "column {:?} has an empty fixed shape {shape:?}",
-                        c.name
-                    )));
-                }
+            if let Output::Fixed { shape, .. } = &c.output
+                && shape.iter().product::<usize>() == 0
+                && !shape.is_empty()
+            {
+                return Err(EngineError::Config(format!(
+                    "column {:?} has an empty fixed shape {shape:?}",
+                    c.name
+                )));
             }
         }
         let fp = fingerprint(&dataset);

@@ -125,15 +125,15 @@ impl TokenDataset {
                 doc += 1;
             }
         }
-        if let Some(t) = meta["total_tokens"].as_u64() {
-            if t != total {
-                return Err(EngineError::Format(FormatError::Manifest {
-                    path: ds.dir().join(stokehold_format::MANIFEST_FILE),
-                    detail: format!(
-                        "source.tokens.total_tokens is {t} but the shards hold {total} tokens"
-                    ),
-                }));
-            }
+        if let Some(t) = meta["total_tokens"].as_u64()
+            && t != total
+        {
+            return Err(EngineError::Format(FormatError::Manifest {
+                path: ds.dir().join(stokehold_format::MANIFEST_FILE),
+                detail: format!(
+                    "source.tokens.total_tokens is {t} but the shards hold {total} tokens"
+                ),
+            }));
         }
         let fingerprint = fingerprint(&ds);
         let verified = (0..ds.len().div_ceil(64))
@@ -516,12 +516,12 @@ impl Tokens {
         if !matches!(options.dtype, DType::I32 | DType::I64) {
             return cfg("dtype must be int32 or int64");
         }
-        if options.dtype == DType::I32 && data.dtype() == TokenDType::U32 {
-            if let Some(v) = data.vocab_size() {
-                if v > i32::MAX as u64 {
-                    return cfg("the vocabulary does not fit int32: use dtype int64");
-                }
-            }
+        if options.dtype == DType::I32
+            && data.dtype() == TokenDType::U32
+            && let Some(v) = data.vocab_size()
+            && v > i32::MAX as u64
+        {
+            return cfg("the vocabulary does not fit int32: use dtype int64");
         }
         let (samples, packed, t) = match options.mode {
             TokenMode::Packed { seq_len: 0 } => return cfg("seq_len must be at least 1"),
