@@ -62,15 +62,6 @@ pub enum EngineError {
     /// killed from outside).
     #[error("worker threads: {0}")]
     Worker(String),
-    /// An I/O error outside any sample (a cache directory, a lock file), naming its path.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: std::path::PathBuf,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
     /// A configuration error, found when the loader is built.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -98,15 +98,7 @@ impl BatchIter {
 
     /// The loader's state after the batches delivered so far.
     pub fn state(&self) -> ResumeState {
-        let c = self.core.cursor();
-        ResumeState {
-            version: crate::state::STATE_VERSION,
-            dataset: self.core.samples.fingerprint(),
-            seed: self.core.config.seed,
-            shuffle: self.core.config.shuffle,
-            epoch: c.epoch,
-            position: c.position,
-        }
+        self.core.state()
     }
 
     /// Statistics.

@@ -113,6 +113,19 @@ impl Core {
         *lock(&self.cursor) = c;
     }
 
+    /// Where the loader is (after the last batch delivered).
+    pub(crate) fn state(&self) -> ResumeState {
+        let c = self.cursor();
+        ResumeState {
+            version: STATE_VERSION,
+            dataset: self.fingerprint.clone(),
+            seed: self.config.seed,
+            shuffle: self.config.shuffle,
+            epoch: c.epoch,
+            position: c.position,
+        }
+    }
+
     /// Statistics since the loader was made.
     pub(crate) fn stats(&self) -> Stats {
         let mut s = self.stats.snapshot();
@@ -327,15 +340,7 @@ impl Loader {
     /// Where the loader is (after the last batch delivered): resume any number of ranks from it
     /// with [`Loader::load_state`].
     pub fn state(&self) -> ResumeState {
-        let c = self.core.cursor();
-        ResumeState {
-            version: STATE_VERSION,
-            dataset: self.core.fingerprint.clone(),
-            seed: self.core.config.seed,
-            shuffle: self.core.config.shuffle,
-            epoch: c.epoch,
-            position: c.position,
-        }
+        self.core.state()
     }
 
     /// Continue from a saved state (of the same samples, seed and order; any world size).

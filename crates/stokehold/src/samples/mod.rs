@@ -8,8 +8,6 @@
 //! - [`Tokens`]: a token dataset as packed windows of `seq_len + 1` tokens, or as padded
 //!   documents (`stokehold pack --tokenizer`).
 
-use std::sync::Arc;
-
 use crate::batch::SharedBatch;
 use crate::cache::CacheStats;
 use crate::error::Result;
@@ -22,7 +20,9 @@ pub mod records;
 pub mod tokens;
 
 pub use records::Records;
-pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
+pub use tokens::{
+    IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, TokenScratch, Tokens, VERIFY_MAX_RECORD,
+};
 
 /// What the engine needs to know of the samples it loads. Implementations must be deterministic:
 /// what `fill` writes for a sample depends only on the sample id, the epoch, the seed and the
@@ -125,8 +125,8 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
 pub struct TaskIo {
     /// Record bytes of the task ([`Records`]).
     pub(crate) records: TaskBytes,
-    /// Bytes read for one sample ([`Tokens`]).
-    pub(crate) scratch: Vec<u8>,
+    /// Buffers of token reads ([`Tokens`]).
+    pub(crate) tokens: tokens::TokenScratch,
 }
 
 /// What a task's samples get besides their bytes: the run's seed and epoch, and the worker's
@@ -169,6 +169,9 @@ impl<'b> SlotWriter<'b> {
     /// The writer of `slot`.
     ///
     /// # Safety
+    /// (This constructor's own body does nothing unsafe; the contract is what makes
+    /// [`SlotWriter::fixed`] and [`SlotWriter::fixed_columns`] sound.)
+    ///
     /// The caller's task must own `slot` (tasks cover disjoint slot ranges), must not have
     /// reported itself done ([`SharedBatch::task_done`]) and must make no other writer of this
     /// slot while this one lives.
@@ -208,6 +211,3 @@ impl<'b> SlotWriter<'b> {
         &self.batch.outputs
     }
 }
-
-/// Samples shared by the loaders and runs that use them.
-pub type SharedSamples = Arc<dyn Samples>;

@@ -45,7 +45,8 @@ pub struct Records {
     decoded: Vec<Arc<DecodedCache>>,
     /// The disk cache the dataset was opened through, when any.
     disk: Option<(Arc<DiskCache>, CacheProgress)>,
-    in_memory: bool,
+    /// Readahead hints are worth sending: storage not already in memory, records large enough.
+    hints_pay: bool,
 }
 
 impl std::fmt::Debug for Records {
@@ -141,6 +142,7 @@ impl Records {
             .iter()
             .map(|c| (c.name.clone(), c.output.clone()))
             .collect();
+        let hints_pay = !in_memory && dataset_mean(&dataset) >= READAHEAD_MIN_RECORD;
         Ok(Records {
             dataset,
             columns,
@@ -150,7 +152,7 @@ impl Records {
             cache,
             decoded,
             disk: None,
-            in_memory,
+            hints_pay,
         })
     }
 
@@ -210,30 +212,11 @@ impl Samples for Records {
     }
 
     fn mean_bytes(&self) -> u64 {
-        self.dataset.bytes() / self.dataset.len().max(1)
-    }
-
-    fn batch_bytes(&self, batch_size: u32) -> u64 {
-        // list columns: the dataset's mean record size (an upper bound of one field's share)
-        let b = u64::from(batch_size);
-        let mean_record = || {
-            let bytes: u64 = self.dataset.shards().iter().map(|s| s.file_len()).sum();
-            bytes / self.dataset.len().max(1)
-        };
-        self.columns
-            .iter()
-            .map(|c| match c.output {
-                Output::Fixed { .. } => c.output.slot_bytes() as u64 * b,
-                Output::List => mean_record() * b,
-            })
-            .sum::<u64>()
-            .max(1)
+        dataset_mean(&self.dataset)
     }
 
     fn readahead(&self) -> bool {
-        !self.in_memory
-            && self.mean_bytes() >= READAHEAD_MIN_RECORD
-            && !self.cache.as_ref().is_some_and(|c| c.complete())
+        self.hints_pay && !self.cache.as_ref().is_some_and(|c| c.complete())
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
@@ -290,6 +273,11 @@ impl Samples for Records {
         s.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
         s
     }
+}
+
+/// Mean bytes of a record.
+fn dataset_mean(ds: &Dataset) -> u64 {
+    ds.bytes() / ds.len().max(1)
 }
 
 impl Records {

@@ -22,9 +22,10 @@
 
 use std::sync::Arc;
 
-use stokehold_format::record::RecordError;
-use stokehold_format::{Compression, DType, Dataset, FieldType, FormatError};
-use stokehold_ops::text::TokenDType;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
+use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
 use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
@@ -41,112 +42,45 @@ pub const VERIFY_MAX_RECORD: u64 = 1 << 20;
 /// The label of padded positions (PyTorch's `ignore_index` default).
 pub const IGNORE_LABEL: i64 = -100;
 
-/// A token dataset opened for sequence loading: the dataset and the prefix sums of its document
-/// lengths (8 bytes per document), computed from the shard indexes at open without reading data.
+/// A token dataset opened for sequence loading: the dataset, its `source.tokens` meta and the
+/// format crate's [`TokenIndex`] (prefix sums of document lengths from the shard indexes, 8
+/// bytes per document, no data read), plus which documents' checksums this process checked.
 #[derive(Debug)]
 pub struct TokenDataset {
     ds: Arc<Dataset>,
-    dtype: TokenDType,
-    /// `starts[d]` is the stream position of document `d`'s first token; `starts[docs]` = total.
-    starts: Vec<u64>,
-    vocab_size: Option<u64>,
-    bos: Option<u32>,
-    eos: Option<u32>,
+    meta: TokenMeta,
+    index: TokenIndex,
     fingerprint: String,
     /// One bit per document: its checksum was checked in this process.
-    verified: Vec<std::sync::atomic::AtomicU64>,
+    verified: Vec<AtomicU64>,
 }
 
-fn corrupt(ds: &Dataset, doc: u64, offset: u64, detail: String) -> EngineError {
-    let source = match ds.locate(doc) {
-        Ok((k, local)) => ds.shards()[k].record_error(
-            local,
-            RecordError::Corrupt {
-                field: 0,
-                offset,
-                detail,
-            },
-        ),
-        Err(e) => e,
-    };
-    EngineError::Sample { id: doc, source }
+/// A worker's reusable buffers for reading token ranges.
+#[derive(Debug, Default)]
+pub struct TokenScratch {
+    bytes: Vec<u8>,
+    reads: TokenReads,
 }
 
 impl TokenDataset {
     /// Check that `ds` is a token dataset (one uncompressed `bytes` field `tokens`, and
     /// `source.tokens` in the manifest) and index its documents.
     pub fn open(ds: Arc<Dataset>) -> Result<TokenDataset> {
-        let not_tokens = |why: String| {
+        let meta = TokenMeta::from_dataset(&ds).map_err(|e| {
             EngineError::Config(format!(
-                "{} is not a token dataset ({why}); make one with `stokehold pack --tokenizer`",
+                "{} is not a token dataset ({e}); make one with `stokehold pack --tokenizer`",
                 ds.dir().display()
             ))
-        };
-        let fields = &ds.schema().fields;
-        if fields.len() != 1
-            || fields[0].name != "tokens"
-            || fields[0].ty != FieldType::Bytes
-            || fields[0].compression != Compression::None
-        {
-            return Err(not_tokens(format!("schema is {}", ds.schema())));
-        }
-        let meta = &ds.manifest().source["tokens"];
-        let dtype = meta["dtype"]
-            .as_str()
-            .and_then(TokenDType::parse)
-            .ok_or_else(|| {
-                not_tokens(format!(
-                    "manifest source.tokens.dtype is {}, not \"u16\" or \"u32\"",
-                    meta["dtype"]
-                ))
-            })?;
-        let id = |k: &str| meta[k].as_u64().and_then(|v| u32::try_from(v).ok());
-        let w = dtype.size() as u64;
-        let mut starts = Vec::with_capacity(usize::try_from(ds.len()).unwrap_or(0) + 1);
-        let mut total = 0u64;
-        starts.push(0);
-        let mut doc = 0u64;
-        for shard in ds.shards() {
-            for i in 0..shard.len() {
-                let len = u64::from(shard.entry(i).len);
-                if len < 4 || (len - 4) % w != 0 {
-                    return Err(corrupt(
-                        &ds,
-                        doc,
-                        0,
-                        format!(
-                            "a token record of {len} bytes is not a 4-byte field table plus whole {} tokens",
-                            dtype.name()
-                        ),
-                    ));
-                }
-                total += (len - 4) / w;
-                starts.push(total);
-                doc += 1;
-            }
-        }
-        if let Some(t) = meta["total_tokens"].as_u64()
-            && t != total
-        {
-            return Err(EngineError::Format(FormatError::Manifest {
-                path: ds.dir().join(stokehold_format::MANIFEST_FILE),
-                detail: format!(
-                    "source.tokens.total_tokens is {t} but the shards hold {total} tokens"
-                ),
-            }));
-        }
-        let fingerprint = fingerprint(&ds);
+        })?;
+        let index = TokenIndex::from_dataset(&ds, &meta)?;
         let verified = (0..ds.len().div_ceil(64))
-            .map(|_| std::sync::atomic::AtomicU64::new(0))
+            .map(|_| AtomicU64::new(0))
             .collect();
         Ok(TokenDataset {
+            fingerprint: fingerprint(&ds),
             verified,
-            dtype,
-            starts,
-            vocab_size: meta["vocab_size"].as_u64(),
-            bos: id("bos_id"),
-            eos: id("eos_id"),
-            fingerprint,
+            meta,
+            index,
             ds,
         })
     }
@@ -155,12 +89,12 @@ impl TokenDataset {
     fn checked(&self, d: u64) -> bool {
         self.verified
             .get((d / 64) as usize)
-            .is_some_and(|w| w.load(std::sync::atomic::Ordering::Relaxed) & (1 << (d % 64)) != 0)
+            .is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (d % 64)) != 0)
     }
 
     fn mark_checked(&self, d: u64) {
         if let Some(w) = self.verified.get((d / 64) as usize) {
-            w.fetch_or(1 << (d % 64), std::sync::atomic::Ordering::Relaxed);
+            w.fetch_or(1 << (d % 64), Ordering::Relaxed);
         }
     }
 
@@ -169,199 +103,107 @@ impl TokenDataset {
         &self.ds
     }
 
+    /// The manifest's `source.tokens`.
+    pub fn meta(&self) -> &TokenMeta {
+        &self.meta
+    }
+
+    /// The document index.
+    pub fn index(&self) -> &TokenIndex {
+        &self.index
+    }
+
     /// How tokens are stored.
     pub fn dtype(&self) -> TokenDType {
-        self.dtype
+        self.index.dtype()
     }
 
     /// Number of documents.
     pub fn documents(&self) -> u64 {
-        self.starts.len() as u64 - 1
+        self.index.documents()
     }
 
     /// Tokens in the whole stream.
     pub fn total_tokens(&self) -> u64 {
-        *self.starts.last().expect("starts is never empty")
+        self.index.total_tokens()
     }
 
     /// The stream position of document `d`'s first token.
     pub fn doc_start(&self, d: u64) -> u64 {
-        self.starts[d as usize]
+        self.index.doc_start(d)
     }
 
     /// Tokens of document `d`.
     pub fn doc_len(&self, d: u64) -> u64 {
-        self.starts[d as usize + 1] - self.starts[d as usize]
+        self.index.doc_len(d)
     }
 
     /// The document holding stream token `t` (`t < total_tokens()`).
     pub fn document_of(&self, t: u64) -> u64 {
-        (self.starts.partition_point(|&s| s <= t) - 1) as u64
+        self.index.document_of(t)
     }
 
     /// The vocabulary size recorded by the packer.
     pub fn vocab_size(&self) -> Option<u64> {
-        self.vocab_size
+        self.meta.vocab_size
     }
 
     /// The BOS id the packer put before every document, if any.
     pub fn bos_id(&self) -> Option<u32> {
-        self.bos
+        self.meta.bos_id
     }
 
     /// The EOS id the packer put after every document, if any.
     pub fn eos_id(&self) -> Option<u32> {
-        self.eos
+        self.meta.eos_id
     }
 
     /// Call `f(piece, raw)` for the tokens `[start, start + n)` of the stream, one document piece
-    /// at a time in order: `piece` counts from 0, `raw` holds the piece's tokens little-endian.
+    /// at a time in order: `piece` counts the pieces with tokens from 0, `raw` holds the piece's
+    /// tokens little-endian.
     ///
-    /// The documents of one shard are contiguous records, so the pieces in one shard are one
-    /// positional read (or one slice of a map): from the first needed token (or its record's
-    /// start) to the last needed token (or its record's end). Every record field table in the
-    /// range is checked against the index; with a dataset opened to verify checksums, the first
-    /// and last records are read whole when they are at most [`VERIFY_MAX_RECORD`] bytes and not
-    /// yet checked in this process, and every whole record read is checksummed once.
+    /// The reads are planned by [`TokenIndex::pieces_into`] (one positional read, or one slice of
+    /// a map, per shard touched); every field table in a read is checked against the index, and
+    /// with a dataset opened to verify checksums, records of at most [`VERIFY_MAX_RECORD`] bytes
+    /// not yet checked in this process are read whole and checksummed once.
     pub fn for_each_piece(
         &self,
         start: u64,
         n: u64,
-        scratch: &mut Vec<u8>,
+        scratch: &mut TokenScratch,
         mut f: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
-        let end = start + n;
-        let total = self.total_tokens();
-        if end > total {
-            return Err(EngineError::Config(format!(
-                "tokens {start}..{end} are past the stream's end ({total})"
-            )));
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        let w = self.dtype.size() as u64;
         let verify = self.ds.verifies_records();
-        let whole =
-            |d: u64, len: u32| verify && u64::from(len) <= VERIFY_MAX_RECORD && !self.checked(d);
-        let last_needed = self.document_of(end - 1);
-        let mut doc = self.document_of(start);
-        let mut t = start;
+        let whole = |d: u64, e: IndexEntry| {
+            verify && u64::from(e.len) <= VERIFY_MAX_RECORD && !self.checked(d)
+        };
+        let TokenScratch { bytes, reads } = scratch;
+        self.index
+            .pieces_into(self.ds.shards(), start, n, whole, reads)?;
+        let dtype = self.dtype();
         let mut piece = 0usize;
-        while t < end {
-            while self.doc_len(doc) == 0 {
-                doc += 1;
-            }
-            let (k, local) = self.ds.locate(doc)?;
-            let shard = &self.ds.shards()[k];
-            let first_doc = doc - local;
-            let last = last_needed.min(first_doc + shard.len() - 1);
-            let (e0, e1) = (shard.entry(local), shard.entry(last - first_doc));
-            let off = t - self.doc_start(doc);
-            let lo = if off == 0 || whole(doc, e0.len) {
-                e0.offset
-            } else {
-                e0.offset + 4 + off * w
-            };
-            let need_end =
-                end.min(self.doc_start(last) + self.doc_len(last)) - self.doc_start(last);
-            let hi = if whole(last, e1.len) {
-                e1.end()
-            } else {
-                e1.offset + 4 + need_end * w
-            };
-            let data = self.read_range(doc, local, shard, lo, hi, scratch)?;
-            for d in doc..=last {
-                let e = shard.entry(d - first_doc);
-                let len = self.doc_len(d);
-                if e.offset >= lo && e.offset + 4 <= hi {
-                    let rel = (e.offset - lo) as usize;
-                    if whole(d, e.len) && e.end() <= hi {
-                        let record = &data[rel..rel + e.len as usize];
-                        let computed = stokehold_format::crc::crc32c(record);
-                        if computed != e.crc {
-                            return Err(EngineError::Sample {
-                                id: d,
-                                source: FormatError::Checksum {
-                                    path: shard.path().to_path_buf(),
-                                    what: shard.describe(d - first_doc),
-                                    start: e.offset,
-                                    end: e.end(),
-                                    stored: e.crc,
-                                    computed,
-                                },
-                            });
-                        }
-                        self.mark_checked(d);
-                    }
-                    let table = &data[rel..rel + 4];
-                    let stored =
-                        u64::from(u32::from_le_bytes([table[0], table[1], table[2], table[3]]));
-                    if stored != len * w {
-                        return Err(corrupt(
-                            &self.ds,
-                            d,
-                            0,
-                            format!(
-                                "the field table says {stored} token bytes, the index {} ({len} tokens)",
-                                len * w
-                            ),
-                        ));
-                    }
+        for read in reads.reads() {
+            let shard = &self.ds.shards()[read.shard];
+            let data = shard
+                .read_range(read.lo, read.hi, bytes)
+                .map_err(|source| EngineError::Sample {
+                    id: read.first_doc,
+                    source,
+                })?;
+            for p in reads.pieces(read) {
+                let checked = p
+                    .check(shard, dtype, data)
+                    .map_err(|source| EngineError::Sample { id: p.doc, source })?;
+                if checked {
+                    self.mark_checked(p.doc);
                 }
-                let ds0 = self.doc_start(d);
-                let (a, b) = (t.max(ds0) - ds0, end.min(ds0 + len) - ds0);
-                if a >= b {
-                    continue;
+                if p.tokens > 0 {
+                    f(piece, p.bytes(data));
+                    piece += 1;
                 }
-                let at = (e.offset + 4 + a * w - lo) as usize;
-                f(piece, &data[at..at + ((b - a) * w) as usize]);
-                piece += 1;
-                t = ds0 + b;
             }
-            doc = last + 1;
         }
         Ok(())
-    }
-
-    /// Bytes `[lo, hi)` of `shard` (whose record `local` is document `doc`, named in errors): a
-    /// slice of the map, or one positional read into `scratch`.
-    fn read_range<'s>(
-        &self,
-        doc: u64,
-        local: u64,
-        shard: &'s stokehold_format::ShardReader,
-        lo: u64,
-        hi: u64,
-        scratch: &'s mut Vec<u8>,
-    ) -> Result<&'s [u8]> {
-        let bytes = (hi - lo) as usize;
-        if let Some(s) = shard.source().slice(lo, bytes) {
-            return Ok(s);
-        }
-        // Grow only: a read overwrites what it uses, so no zeroing per read.
-        if scratch.len() < bytes {
-            scratch.resize(bytes, 0);
-        }
-        let buf = &mut scratch[..bytes];
-        shard
-            .source()
-            .read_at(lo, buf)
-            .map_err(|e| EngineError::Sample {
-                id: doc,
-                source: if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                    FormatError::Truncated {
-                        path: shard.path().to_path_buf(),
-                        what: shard.describe(local),
-                        start: lo,
-                        end: hi,
-                        file_len: shard.file_len(),
-                    }
-                } else {
-                    FormatError::io(shard.path(), Some(lo), e)
-                },
-            })?;
-        Ok(buf)
     }
 }
 
@@ -601,7 +443,7 @@ impl Tokens {
     fn fill_as<E: Elem>(
         &self,
         id: u64,
-        scratch: &mut Vec<u8>,
+        scratch: &mut TokenScratch,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let mut slots = out.fixed_columns();
@@ -758,8 +600,8 @@ impl Samples for Tokens {
     ) -> Result<()> {
         let mut clock = cx.ws.clock();
         let r = match self.options.dtype {
-            DType::I64 => self.fill_as::<i64>(id, &mut io.scratch, out),
-            _ => self.fill_as::<i32>(id, &mut io.scratch, out),
+            DType::I64 => self.fill_as::<i64>(id, &mut io.tokens, out),
+            _ => self.fill_as::<i32>(id, &mut io.tokens, out),
         };
         cx.ws
             .read(self.read_len(id) as usize * self.data.dtype().size());
