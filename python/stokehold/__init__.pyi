@@ -268,7 +268,7 @@ class Loader:
         where jax accepts the buffer, else a copy).
     :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
         for ``.cuda(non_blocking=True)``; ignored without CUDA.
-    :param memory_budget: bytes the batches prepared ahead may take with ``prefetch="auto"``
+    :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared ahead may take with ``prefetch="auto"``
         (default: 10% of physical memory, at most 2 GiB): the depth stays at or below the budget
         over the bytes of one batch (at least 1).
     :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
@@ -320,7 +320,7 @@ class Loader:
         include_ids: bool = False,
         to: str = "numpy",
         pin_memory: bool = False,
-        memory_budget: Optional[int] = None,
+        memory_budget: Union[None, int, str] = None,
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache: Union[bool, int, str] = False,
@@ -361,9 +361,10 @@ class Loader:
     def world_size(self) -> int:
         """Number of ranks."""
     @property
-    def spec(self) -> Dict[str, Any]:
-        """The whole configuration the native engine runs, as plain data (the loader's options,
-        what a sample is, the disk cache)."""
+    def config(self) -> Dict[str, Any]:
+        """The whole configuration the native engine runs, as plain data (an ``EngineSpec``: the
+        loader's options, what a sample is, the disk cache); ``repr(loader)`` shows it, and
+        ``stokehold bench --config FILE`` runs it."""
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader is, after the batches delivered so far: a small JSON-serialisable dict
         (``version``, ``dataset`` fingerprint, ``seed``, ``shuffle``, ``epoch``, ``position``).
@@ -434,8 +435,10 @@ class SequenceLoader:
     :param pad_id: documents mode: the input id of padding.
     :param bucket: documents mode: sort runs of this many epoch positions by length (length
         bucketing; 1 = off).
-    :param threads: worker threads.
-    :param prefetch: batches prepared ahead.
+    :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
+        step is the slower side; an int fixes the count (0: one per core), as in :class:`Loader`.
+    :param prefetch: ``"auto"`` (default): batches prepared ahead start at 4 and deepen within
+        the memory budget; an int fixes the depth.
     :param include_ids: add ``batch["id"]`` (window or document indices) and ``batch["is_padding"]``.
     :param to: ``"numpy"``, ``"torch"`` or ``"jax"``.
     :param on_error: ``"fail"`` (default) or ``"skip"``: a damaged window or document is replaced by
@@ -463,8 +466,8 @@ class SequenceLoader:
         max_len: Optional[int] = None,
         pad_id: int = 0,
         bucket: int = 1,
-        threads: int = 4,
-        prefetch: int = 4,
+        threads: Union[int, str] = "auto",
+        prefetch: Union[int, str] = "auto",
         include_ids: bool = False,
         to: str = "numpy",
         on_error: str = "fail",
@@ -502,9 +505,10 @@ class SequenceLoader:
     def world_size(self) -> int:
         """Number of ranks."""
     @property
-    def spec(self) -> Dict[str, Any]:
-        """The whole configuration the native engine runs, as plain data (the loader's options,
-        what a sample is, the disk cache)."""
+    def config(self) -> Dict[str, Any]:
+        """The whole configuration the native engine runs, as plain data (an ``EngineSpec``: the
+        loader's options, what a sample is, the disk cache); ``repr(loader)`` shows it, and
+        ``stokehold bench --config FILE`` runs it."""
     def state_dict(self) -> Dict[str, Any]:
         """Where the loader is, after the batches delivered so far (a global position in windows,
         exact to the token; any rank's state resumes any number of ranks)."""

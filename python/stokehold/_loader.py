@@ -61,37 +61,34 @@ def default_rank_world_size() -> Tuple[int, int]:
     return 0, 1
 
 
-_UNITS = {"": 1, "B": 1, "K": 1000, "KB": 1000, "KIB": 1 << 10, "M": 1000**2, "MB": 1000**2, "MIB": 1 << 20,
-          "G": 1000**3, "GB": 1000**3, "GIB": 1 << 30, "T": 1000**4, "TB": 1000**4, "TIB": 1 << 40}
-
-
-def _ram() -> int:
-    """Physical memory in bytes (0 when unknown)."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return 0
-
-
-def _bytes(value: Union[int, str], name: str) -> int:
-    """A byte count from an int or a string such as ``"16GiB"``, ``"500MB"`` or ``"1.5G"``."""
-    if isinstance(value, bool):
+def _size(value: Any, name: str) -> Any:
+    """A byte count as given (an int, or a string such as ``"16GiB"`` that the engine parses:
+    one parser for Python, the CLI and configuration files), after the checks that only Python
+    can make; ``"auto"`` passes through."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ConfigError(f"{name} must not be negative, got {value}")
-        return value
-    if isinstance(value, str):
-        text = value.strip().upper().replace(" ", "")
-        digits = text.rstrip("KMGTIB")
-        unit = text[len(digits):]
-        try:
-            number = float(digits)
-        except ValueError:
-            number = -1.0
-        if number >= 0 and unit in _UNITS:
-            return int(number * _UNITS[unit])
-    raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
+    if isinstance(value, int) and value < 0:
+        raise ConfigError(f"{name} must be a byte count, not negative: {value}")
+    return value
+
+
+def _workers(threads: Any, prefetch: Any) -> Dict[str, Any]:
+    """The engine's thread and prefetch keys for ``threads`` / ``prefetch`` (each ``"auto"`` or an
+    int): ``"auto"`` threads are one per core, adjusted while running; ``"auto"`` prefetch starts
+    shallow and deepens within the memory budget."""
+    if (
+        (threads != "auto" and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0))
+        or (prefetch != "auto" and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1))
+    ):
+        raise ConfigError(
+            f'threads must be "auto" or an int >= 0, and prefetch "auto" or an int >= 1; got {threads!r} and {prefetch!r}'
+        )
+    return dict(
+        threads=0 if threads == "auto" else threads,
+        autotune=threads == "auto",
+        prefetch=_AUTO_PREFETCH_START if prefetch == "auto" else prefetch,
+        prefetch_auto=prefetch == "auto",
+    )
 
 
 def _on_error(on_error: str) -> Any:
@@ -187,7 +184,7 @@ class _Front:
         return json.loads(self._engine.state_json())
 
     @property
-    def spec(self) -> Dict[str, Any]:
+    def config(self) -> Dict[str, Any]:
         """The whole configuration the engine runs, as plain data (``EngineSpec``: the loader's
         options, what a sample is, the disk cache)."""
         return json.loads(self._engine.config_json)
@@ -241,7 +238,7 @@ class Loader(_Front):
         decoded_cache_dir_limit: Union[int, str] = "auto",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_dir_limit: Union[int, str] = "auto",
-        memory_budget: Optional[int] = None,
+        memory_budget: Union[None, int, str] = None,
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
     ) -> None:
@@ -260,50 +257,25 @@ class Loader(_Front):
         if rank is None:
             rank, world_size = default_rank_world_size()
         assert world_size is not None  # for type checkers: given together with rank, or defaulted above
-        autotune = threads == "auto"
-        if autotune:
-            threads = 0
-        prefetch_auto = prefetch == "auto"
-        depth = _AUTO_PREFETCH_START if prefetch_auto else prefetch
-        if (
-            isinstance(threads, bool)
-            or not isinstance(threads, int)
-            or not 0 <= threads
-            or isinstance(depth, bool)
-            or not isinstance(depth, int)
-            or not 1 <= depth
-        ):
-            raise ConfigError(
-                f'threads must be "auto" or an int >= 0, and prefetch "auto" or an int >= 1; got {threads!r} and {prefetch!r}'
-            )
-        if memory_budget is not None and (
-            isinstance(memory_budget, bool) or not isinstance(memory_budget, int) or memory_budget < 1
-        ):
+        workers = _workers(threads, prefetch)
+        if memory_budget is not None and (_size(memory_budget, "memory_budget") in (0, "0")):
             raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
-        if cache is True:
-            cache_bytes = _ram() // 2 or (1 << 62)
-        elif cache is False or cache is None:
-            cache_bytes = 0
-        else:
-            cache_bytes = _bytes(cache, "cache")
+        # True: "auto" (half of physical memory, resolved by the engine)
+        cache_bytes = "auto" if cache is True else 0 if cache is False or cache is None else _size(cache, "cache")
         if decoded_cache is not None and (
             isinstance(decoded_cache, bool) or not isinstance(decoded_cache, int) or decoded_cache < 1
         ):
             raise ConfigError(f"decoded_cache must be the shorter side in pixels (an int >= 1), got {decoded_cache!r}")
-        decoded_budget = (
-            (_ram() // 2 or (1 << 62)) if decoded_cache_budget == "auto" else _bytes(decoded_cache_budget, "decoded_cache_budget")
-        )
+        decoded_budget = _size(decoded_cache_budget, "decoded_cache_budget")
         if decoded_cache_dir is not None and decoded_cache is None:
             raise ConfigError("decoded_cache_dir needs decoded_cache (the shorter side of the cached images)")
-        decoded_dir_limit = (
-            0 if decoded_cache_dir_limit == "auto" else _bytes(decoded_cache_dir_limit, "decoded_cache_dir_limit")
-        )
-        if decoded_cache_dir_limit != "auto" and decoded_dir_limit == 0:
+        decoded_dir_limit = None if decoded_cache_dir_limit == "auto" else _size(decoded_cache_dir_limit, "decoded_cache_dir_limit")
+        if decoded_dir_limit in (0, "0"):
             raise ConfigError("decoded_cache_dir_limit must be positive")
-        dir_limit = 0 if cache_dir_limit == "auto" else _bytes(cache_dir_limit, "cache_dir_limit")
-        if cache_dir is not None and cache_dir_limit != "auto" and dir_limit == 0:
+        dir_limit = None if cache_dir_limit == "auto" else _size(cache_dir_limit, "cache_dir_limit")
+        if cache_dir is not None and dir_limit in (0, "0"):
             raise ConfigError("cache_dir_limit must be positive")
         self._config: Dict[str, Any] = dict(
             shuffle=shuffle,
@@ -311,7 +283,7 @@ class Loader(_Front):
             seed=seed,
             drop_last=drop_last,
             transforms=dict(transforms) if transforms is not None else None,
-            threads="auto" if autotune else threads,
+            threads=threads,
             prefetch=prefetch,
             memory_budget=memory_budget,
             profile=profile,
@@ -344,11 +316,8 @@ class Loader(_Front):
             tail="drop" if drop_last else "pad",
             rank=rank,
             world_size=world_size,
-            threads=threads,
-            autotune=autotune,
-            prefetch=depth,
-            prefetch_auto=prefetch_auto,
-            memory_budget=memory_budget or 0,
+            **workers,
+            memory_budget="auto" if memory_budget is None else memory_budget,
             profile=bool(profile),
             trace_capacity=TRACE_CAPACITY if trace is not None else 0,
             on_error=_on_error(on_error),
@@ -358,7 +327,7 @@ class Loader(_Front):
             decoded: Dict[str, Any] = dict(size=decoded_cache, budget=decoded_budget)
             if decoded_cache_dir is not None:
                 decoded["dir"] = os.fspath(decoded_cache_dir)
-            if decoded_dir_limit:
+            if decoded_dir_limit is not None:
                 decoded["dir_limit"] = decoded_dir_limit
             loader_config["decoded_cache"] = decoded
         specs, stages = _stage_specs(self._config["transforms"])
@@ -366,7 +335,7 @@ class Loader(_Front):
             loader=loader_config,
             samples=dict(kind="records", transforms=specs),
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache_dir_limit=dir_limit or None,
+            cache_dir_limit=dir_limit,
         )
         self._engine = _make_engine(dataset, spec, stages, include_ids)
         _LIVE.add(self)
@@ -405,7 +374,8 @@ class Loader(_Front):
     def __repr__(self) -> str:
         return (
             f"Loader({self._dataset.path!r}, batch_size={self._batch_size}, "
-            f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r})"
+            f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
+            f"config={self._engine.config_json})"
         )
 
     # --- pickling (spawn-based workers) ----------------------------------------------------

@@ -5,7 +5,17 @@ over a token dataset made by ``stokehold pack --tokenizer``. The same native eng
 import os
 from typing import Any, Dict, Iterator, Optional, Union
 
-from ._loader import _LIVE, _TARGETS, _converted, _converter, _Front, _make_engine, _on_error, default_rank_world_size
+from ._loader import (
+    _LIVE,
+    _TARGETS,
+    _converted,
+    _converter,
+    _Front,
+    _make_engine,
+    _on_error,
+    _workers,
+    default_rank_world_size,
+)
 from ._native import ConfigError, Dataset
 
 __all__ = ["SequenceLoader"]
@@ -40,8 +50,8 @@ class SequenceLoader(_Front):
         max_len: Optional[int] = None,
         pad_id: int = 0,
         bucket: int = 1,
-        threads: int = 4,
-        prefetch: int = 4,
+        threads: Union[int, str] = "auto",
+        prefetch: Union[int, str] = "auto",
         include_ids: bool = False,
         to: str = "numpy",
         on_error: str = "fail",
@@ -57,8 +67,7 @@ class SequenceLoader(_Front):
             raise ConfigError(f"shuffle must be True or False, got {shuffle!r}")
         _positive("seq_len", seq_len)
         _positive("batch_size", batch_size)
-        _positive("threads", threads)
-        _positive("prefetch", prefetch)
+        workers = _workers(threads, prefetch)
         _positive("bucket", bucket)
         if max_len is not None:
             _positive("max_len", max_len)
@@ -102,8 +111,7 @@ class SequenceLoader(_Front):
                 tail="drop" if drop_last else "pad",
                 rank=rank,
                 world_size=world_size,
-                threads=threads,
-                prefetch=prefetch,
+                **workers,
                 on_error=_on_error(on_error),
             ),
             samples=dict(
@@ -140,7 +148,8 @@ class SequenceLoader(_Front):
         mode = f"seq_len={self._config['seq_len']}" if self._config["max_len"] is None else f"max_len={self._config['max_len']}"
         return (
             f"SequenceLoader({self._dataset.path!r}, {mode}, batch_size={self._config['batch_size']}, "
-            f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r})"
+            f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
+            f"config={self._engine.config_json})"
         )
 
     def __reduce__(self):

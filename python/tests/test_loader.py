@@ -481,10 +481,10 @@ def test_fork_child_gets_a_clear_error_and_a_new_loader_works(ds):
     assert p.stdout.split() == ["0", "19"], (p.stdout, p.stderr)
 
 
-def test_spec_is_the_one_configuration_and_rebuilds_the_loader(ds):
+def test_config_is_the_one_configuration_and_rebuilds_the_loader(ds):
     loader = Loader(ds, 50, shuffle=False, drop_last=False, threads=2, prefetch=3, on_error="skip",
                     transforms={"x": [Lambda(lambda v: v)]})
-    spec = loader.spec
+    spec = loader.config
     assert spec["loader"]["batch_size"] == 50 and spec["loader"]["tail"] == "pad"
     assert spec["loader"]["shuffle"] == "sequential" and spec["loader"]["prefetch"] == 3
     assert spec["loader"]["on_error"] == {"skip": {"max_fraction": 0.05, "max_consecutive": 64}}
@@ -492,9 +492,16 @@ def test_spec_is_the_one_configuration_and_rebuilds_the_loader(ds):
     assert spec["samples"] == {"kind": "records", "transforms": {"x": [{"name": "python", "params": {"index": 0}}]}}
     # the spec alone makes an engine that gives the same batches (without the Python stage)
     plain = Loader(ds, 50, shuffle=False, drop_last=False, threads=2, prefetch=3, on_error="skip")
-    again = stokehold._native._Engine(ds, json.dumps(plain.spec), [], False)
+    again = stokehold._native._Engine(ds, json.dumps(plain.config), [], False)
     a = [b["x"] for b in plain]
     b = [b["x"] for b in again.iter()]
     assert len(a) == len(b) == 20 and all(np.array_equal(x, y) for x, y in zip(a, b))
     with pytest.raises(ConfigError, match="unknown field"):
-        stokehold._native._Engine(ds, json.dumps({**plain.spec, "bogus": 1}), [], False)
+        stokehold._native._Engine(ds, json.dumps({**plain.config, "bogus": 1}), [], False)
+    # repr shows it; byte sizes are ints or strings through the engine's one parser
+    assert json.loads(repr(plain).split("config=", 1)[1][:-1]) == plain.config
+    sized = Loader(ds, 50, memory_budget="1KiB", cache="2MiB", threads=1)
+    assert sized.config["loader"]["memory_budget"] == 1024 and sized.config["loader"]["cache_bytes"] == 2 << 20
+    assert Loader(ds, 50, cache=True).config["loader"]["cache_bytes"] == "auto"
+    with pytest.raises(ConfigError, match=r"loader\.memory_budget.*not a byte count"):
+        Loader(ds, 50, memory_budget="lots")

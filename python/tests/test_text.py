@@ -67,7 +67,9 @@ def test_pack_writes_a_token_dataset(corpus):
     m = json.loads((dest / "manifest.json").read_text())
     assert m["source"]["tokens"]["dtype"] == "u16"
     assert m["source"]["tokens"]["total_tokens"] == len(stream(docs, tok))
-    ids = np.frombuffer(ds[3]["tokens"], dtype="<u2")
+    ids = ds[3]["tokens"]
+    assert isinstance(ids, np.ndarray) and ids.dtype == np.dtype("<u2")
+    assert ids.shape == (len(tok.encode(docs[3], add_special_tokens=False).ids) + 1,)
     assert tok.decode(ids[:-1].tolist()) == tok.decode(tok.encode(docs[3]).ids)
 
 
@@ -206,10 +208,13 @@ def test_torch_adapter_and_jax(corpus):
 def test_sequence_loader_is_the_one_engine_with_its_stats_and_skip_policy(corpus):
     _, _, _, dest = corpus
     loader = stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4, threads=2, on_error="skip")
-    spec = loader.spec
+    spec = loader.config
     assert spec["samples"]["kind"] == "tokens"
     assert spec["samples"]["mode"] == {"kind": "packed", "seq_len": 32}
     assert spec["loader"]["on_error"]["skip"]["max_fraction"] == 0.05
+    # the same defaults as Loader: threads and prefetch "auto"
+    auto = stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4).config["loader"]
+    assert auto["autotune"] and auto["prefetch_auto"] and auto["threads"] == 0
     n = sum(1 for _ in loader)
     st = loader.stats()
     # the same statistics as Loader: per-stage figures, batches, samples, skipped ids

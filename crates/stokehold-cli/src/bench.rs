@@ -13,10 +13,13 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use stokehold::format::{Access, Dataset, FieldType, OpenOptions};
-use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::format::{Access, DType, Dataset, FieldType, OpenOptions};
+use stokehold::spec::TransformSpec;
 use stokehold::storage_bench::{self, StorageOptions};
-use stokehold::{Column, ColumnData, DecodedCacheConfig, Loader, LoaderConfig, Shuffle, Tail};
+use stokehold::{
+    Budget, ByteSize, ColumnData, DecodedCacheConfig, EngineSpec, Loader, LoaderConfig,
+    SamplesSpec, Shuffle, Tail, TokenMode, TokenOptions,
+};
 
 use crate::units;
 
@@ -34,6 +37,15 @@ fn parse_access(s: &str) -> Result<Access, String> {
 /// The loader's configuration and the image stages: shared by `bench` and `bench storage`.
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
+    /// The whole loader as JSON (an `EngineSpec`: what `loader.spec` shows in Python, e.g.
+    /// `{"loader": {"batch_size": 256, "threads": 2}, "samples": {"kind": "records",
+    /// "transforms": {...}}}`). The flags below then only set what the file leaves out.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// A token dataset: stream packed windows of N tokens (inputs and labels), as
+    /// `SequenceLoader(seq_len=N)` does.
+    #[arg(long, value_name = "N", conflicts_with_all = ["random_resized_crop", "resize"])]
+    seq_len: Option<u32>,
     /// Samples per batch.
     #[arg(long, default_value_t = 256)]
     batch_size: u32,
@@ -49,8 +61,8 @@ pub struct PipelineArgs {
     autotune: bool,
     /// With --autotune: the most memory batches prepared ahead may take (default: 10% of RAM, at
     /// most 2 GiB).
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
-    memory_budget: Option<u64>,
+    #[arg(long, value_name = "SIZE")]
+    memory_budget: Option<ByteSize>,
     /// Visit samples in a seeded random order (a global shuffle) instead of in order.
     #[arg(long)]
     shuffle: bool,
@@ -64,8 +76,8 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "MODE", value_parser = parse_access, conflicts_with = "mmap")]
     access: Option<Access>,
     /// RAM cache of whole shards with this budget (e.g. 8GiB), shared by the epochs.
-    #[arg(long, value_name = "SIZE", value_parser = units::parse_size)]
-    cache: Option<u64>,
+    #[arg(long, value_name = "SIZE")]
+    cache: Option<ByteSize>,
     /// Keep the images decoded and resized to this shorter side in RAM (the decoded cache); the
     /// random stages start from it. Its budget is half the RAM.
     #[arg(long, value_name = "N")]
@@ -219,45 +231,75 @@ fn image_specs(a: &PipelineArgs) -> anyhow::Result<Vec<TransformSpec>> {
     Ok(v)
 }
 
-/// The dataset, its columns and the loader configuration the flags describe.
-fn pipeline(
-    dataset: &std::path::Path,
-    a: &PipelineArgs,
-    epochs: u64,
-) -> anyhow::Result<(Arc<Dataset>, Vec<Column>, LoaderConfig)> {
+/// The dataset and the loader the flags (or `--config`) describe.
+pub(crate) struct Pipeline {
+    pub ds: Arc<Dataset>,
+    options: OpenOptions,
+    pub spec: EngineSpec,
+}
+
+impl Pipeline {
+    /// The loader of the spec, run with `config`.
+    pub fn loader(&self, config: LoaderConfig) -> anyhow::Result<Loader> {
+        let spec = EngineSpec {
+            loader: config,
+            ..self.spec.clone()
+        };
+        Ok(spec
+            .build(Arc::clone(&self.ds), self.options, &mut |_| None)?
+            .loader)
+    }
+
+    /// The spec's loader configuration.
+    pub fn config(&self) -> &LoaderConfig {
+        &self.spec.loader
+    }
+}
+
+/// What the flags describe: the samples (token windows, image stages, or every field as stored).
+fn samples_spec(ds: &Dataset, a: &PipelineArgs) -> anyhow::Result<SamplesSpec> {
+    if let Some(seq_len) = a.seq_len {
+        anyhow::ensure!(seq_len > 0, "--seq-len must be at least 1");
+        return Ok(SamplesSpec::Tokens(TokenOptions {
+            mode: TokenMode::Packed { seq_len },
+            dtype: DType::I32,
+            ..TokenOptions::default()
+        }));
+    }
+    let image = image_specs(a)?;
+    if image.is_empty() {
+        return Ok(SamplesSpec::Records {
+            transforms: BTreeMap::new(),
+        });
+    }
+    let field = ds
+        .schema()
+        .fields
+        .iter()
+        .find(|f| matches!(f.ty, FieldType::Image { .. }))
+        .with_context(|| {
+            format!(
+                "the image flags need an image field; the schema is {}",
+                ds.schema()
+            )
+        })?
+        .name
+        .clone();
+    Ok(SamplesSpec::Records {
+        transforms: BTreeMap::from([(field, image)]),
+    })
+}
+
+/// The dataset and the loader the flags describe: `--config` when given (the flags fill in
+/// what it leaves out), the flags otherwise.
+fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow::Result<Pipeline> {
     let access = match (a.access, a.mmap) {
         (Some(x), _) => x,
         (None, true) => Access::Mmap,
         (None, false) => Access::Auto,
     };
-    let ds = Arc::new(Dataset::open_with(
-        dataset,
-        OpenOptions::with_access(access),
-    )?);
-    let image = image_specs(a)?;
-    let columns = if image.is_empty() {
-        Column::all(ds.schema())?
-    } else {
-        let field = ds
-            .schema()
-            .fields
-            .iter()
-            .find(|f| matches!(f.ty, FieldType::Image { .. }))
-            .with_context(|| {
-                format!(
-                    "the image flags need an image field; the schema is {}",
-                    ds.schema()
-                )
-            })?
-            .name
-            .clone();
-        build_columns(
-            ds.schema(),
-            &BTreeMap::from([(field, image)]),
-            true,
-            &mut |_| None,
-        )?
-    };
+    let options = OpenOptions::with_access(access);
+    let ds = Arc::new(Dataset::open_with(dataset, options)?);
     let config = LoaderConfig {
         batch_size: a.batch_size,
         seed: a.seed,
@@ -271,20 +313,52 @@ fn pipeline(
         prefetch: a.prefetch,
         autotune: a.autotune,
         prefetch_auto: a.autotune,
-        memory_budget: a.memory_budget.unwrap_or(0),
+        memory_budget: a.memory_budget.map_or(Budget::Auto, Budget::Bytes),
         // starting an epoch ahead only helps when another epoch follows
         prepare_next_epoch: epochs > 1,
-        cache_bytes: a.cache.unwrap_or(0),
+        cache_bytes: a.cache.map_or(Budget::bytes(0), Budget::Bytes),
         decoded_cache: a.decoded_cache.map(|size| DecodedCacheConfig {
             dir: a.decoded_cache_dir.clone(),
-            ..DecodedCacheConfig::in_ram(
-                size,
-                (stokehold::format::storage::physical_memory() / 2).max(1 << 30),
-            )
+            ..DecodedCacheConfig::in_ram(size, Budget::Auto)
         }),
         ..LoaderConfig::default()
     };
-    Ok((ds, columns, config))
+    let spec = match &a.config {
+        Some(file) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("reading --config {}", file.display()))?;
+            spec_with_defaults(&text, &config)
+                .with_context(|| format!("in --config {}", file.display()))?
+        }
+        None => EngineSpec {
+            loader: config,
+            samples: samples_spec(&ds, a)?,
+            cache_dir: None,
+            cache_dir_limit: None,
+        },
+    };
+    spec.loader.validate()?;
+    Ok(Pipeline { ds, options, spec })
+}
+
+/// An [`EngineSpec`] from JSON whose `loader` keys not given come from `flags` (so
+/// `--config spec.json --threads 1` works when the file names no thread count).
+fn spec_with_defaults(text: &str, flags: &LoaderConfig) -> anyhow::Result<EngineSpec> {
+    let mut value: serde_json::Value = serde_json::from_str(text)?;
+    let obj = value
+        .as_object_mut()
+        .context("the configuration must be a JSON object (an EngineSpec)")?;
+    let mut loader = serde_json::to_value(flags)?;
+    if let (Some(given), Some(base)) = (
+        obj.get("loader").and_then(|l| l.as_object()),
+        loader.as_object_mut(),
+    ) {
+        for (k, v) in given {
+            base.insert(k.clone(), v.clone());
+        }
+    }
+    obj.insert("loader".into(), loader);
+    Ok(EngineSpec::from_json(&value.to_string())?)
 }
 
 /// A live progress line on a terminal (nothing otherwise): batches/s, samples/s, MB/s read.
@@ -350,7 +424,8 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         return storage::storage(s, out);
     }
     let dataset = a.dataset.clone().context("a dataset directory is needed")?;
-    let (ds, columns, mut config) = pipeline(&dataset, &a.pipeline, a.epochs)?;
+    let mut pl = pipeline(&dataset, &a.pipeline, a.epochs)?;
+    let config = &mut pl.spec.loader;
     config.profile = !a.no_profile;
     if a.trace.is_some() {
         anyhow::ensure!(a.trace_capacity > 0, "--trace-capacity must be at least 1");
@@ -365,12 +440,13 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 p.display()
             );
         }
-        return sweep::sweep(&a, &ds, &columns, &config, out);
+        return sweep::sweep(&a, &pl, out);
     }
     if let Some(rounds) = a.overhead {
-        return overhead::overhead(&a, &ds, &columns, &config, rounds.max(1), out);
+        return overhead::overhead(&a, &pl, rounds.max(1), out);
     }
-    let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
+    let ds = Arc::clone(&pl.ds);
+    let mut loader = pl.loader(pl.config().clone())?;
     let step = a
         .step_ms
         .map(|ms| std::time::Duration::from_secs_f64(ms.max(0.0) / 1e3));
@@ -408,26 +484,27 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     live.finish();
     let wall = t0.elapsed().as_secs_f64();
     let stats = loader.stats();
-    let p = &a.pipeline;
+    let c = pl.config();
+    let shuffled = c.shuffle != Shuffle::Sequential;
     writeln!(
         out,
         "bench       {}: {} samples x {} epochs, batch {}, {} threads{}, prefetch {}, {}",
         dataset.display(),
         units::count(ds.len()),
         a.epochs,
-        p.batch_size,
+        c.batch_size,
         stats.threads,
-        if p.autotune {
+        if c.autotune {
             format!(" (autotuned: {} working at the end)", stats.active_threads)
         } else {
             String::new()
         },
-        if p.autotune {
-            format!("{} (autotuned from {})", stats.prefetch, p.prefetch)
+        if c.autotune {
+            format!("{} (autotuned from {})", stats.prefetch, c.prefetch)
         } else {
-            p.prefetch.to_string()
+            c.prefetch.to_string()
         },
-        if p.shuffle {
+        if shuffled {
             "global shuffle"
         } else {
             "in order"
@@ -464,12 +541,12 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             &StorageOptions {
                 duration: Duration::from_secs(1),
                 threads: stats.threads,
-                seed: p.seed,
+                seed: c.seed,
                 ..StorageOptions::default()
             },
         )?;
         let read_rate = stats.bytes_read as f64 / wall.max(1e-9);
-        let capacity = if p.shuffle {
+        let capacity = if shuffled {
             report.random.bytes_per_sec()
         } else {
             report.sequential.bytes_per_sec()
@@ -484,7 +561,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             units::rate(report.sequential.bytes, report.sequential.seconds),
             cache_note(&report),
             100.0 * read_rate / capacity.max(1.0),
-            if p.shuffle {
+            if shuffled {
                 "random-read"
             } else {
                 "sequential"

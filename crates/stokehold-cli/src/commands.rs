@@ -30,7 +30,7 @@ pub struct PackArgs {
     #[arg(long = "from", value_name = "KIND")]
     from: Option<String>,
     /// Target shard size (e.g. 256MiB, 1G).
-    #[arg(long, default_value = "256MiB", value_parser = units::parse_size)]
+    #[arg(long, default_value = "256MiB", value_parser = stokehold::parse_bytes)]
     shard_size: u64,
     /// Align every record to this many bytes (a power of two; 4096 suits direct I/O).
     #[arg(long, default_value_t = 1)]

@@ -49,46 +49,15 @@ pub fn rate(bytes: u64, secs: f64) -> String {
     }
 }
 
-/// Parse "256MiB", "64M", "1GiB", "4096", "1.5G".
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 256MiB, 1G, 4096)"))?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1000,
-        "kib" => 1 << 10,
-        "m" | "mb" => 1_000_000,
-        "mib" => 1 << 20,
-        "g" | "gb" => 1_000_000_000,
-        "gib" => 1 << 30,
-        _ => {
-            return Err(format!(
-                "{s:?}: unknown unit {unit:?} (use B, K, KiB, M, MiB, G, GiB)"
-            ));
-        }
-    };
-    Ok((v * mult as f64) as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn formats_and_parses() {
+    fn formats() {
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(12), "12");
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
-        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
-        assert_eq!(parse_size("1.5G").unwrap(), 1_500_000_000);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert!(parse_size("12 parsecs").is_err());
     }
 }

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
-use stokehold_format::{Access, Dataset as FormatDataset, OpenOptions};
+use stokehold_format::tokens::{TokenDType, TokenIndex, TokenMeta, is_token_schema};
+use stokehold_format::{Access, Dataset as FormatDataset, FieldValue, OpenOptions};
 
 use crate::convert::sample_to_py;
 use crate::errors::to_py_err;
@@ -23,6 +24,9 @@ pub struct Dataset {
     /// The access asked for (before the automatic choice), for pickling.
     access: Access,
     verify: bool,
+    /// The token width when this is a token dataset (`ds[i]["tokens"]` is then a numpy array of
+    /// it, not raw bytes).
+    tokens: Option<TokenDType>,
 }
 
 impl Dataset {
@@ -71,7 +75,22 @@ impl Dataset {
         let values = py
             .detach(|| self.inner.get(i))
             .map_err(|e| to_py_err(py, e))?;
-        sample_to_py(py, self.inner.schema(), &values)
+        match (self.tokens, values.as_slice()) {
+            (Some(dtype), [FieldValue::Bytes(b)]) => {
+                // Whole tokens: the open checked every record's length against the dtype and
+                // the read checked the field table against the index.
+                let flat = numpy::PyArray1::<u8>::from_slice(py, b);
+                let dtype = match dtype {
+                    TokenDType::U16 => "<u2",
+                    TokenDType::U32 => "<u4",
+                };
+                let tokens = flat.call_method1("view", (dtype,))?;
+                let d = PyDict::new(py);
+                d.set_item(stokehold_format::tokens::TOKENS_FIELD, tokens)?;
+                Ok(d)
+            }
+            _ => sample_to_py(py, self.inner.schema(), &values),
+        }
     }
 
     fn open(py: Python<'_>, path: PathBuf, access: Access, verify: bool) -> PyResult<Dataset> {
@@ -80,14 +99,29 @@ impl Dataset {
             verify_records: verify,
             ..OpenOptions::default()
         };
-        let inner = py
-            .detach(|| FormatDataset::open_with(&path, options))
+        let (inner, tokens) = py
+            .detach(|| {
+                let ds = FormatDataset::open_with(&path, options)?;
+                // A token dataset (its schema and `source.tokens`): every record is checked to
+                // hold whole tokens, so `ds[i]` can view them as an array.
+                let tokens = if is_token_schema(ds.schema())
+                    && ds.manifest().source.get("tokens").is_some()
+                {
+                    let meta = TokenMeta::from_dataset(&ds)?;
+                    TokenIndex::from_dataset(&ds, &meta)?;
+                    Some(meta.dtype)
+                } else {
+                    None
+                };
+                Ok::<_, stokehold_format::FormatError>((ds, tokens))
+            })
             .map_err(|e| to_py_err(py, e))?;
         Ok(Dataset {
             inner: Arc::new(inner),
             path,
             access,
             verify,
+            tokens,
         })
     }
 

@@ -28,12 +28,8 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use stokehold::disk_cache::{self, DiskCache};
-use stokehold::spec::{TransformSpec, build_columns};
-use stokehold::{
-    BatchIter, EngineError, EngineSpec, Loader, Next, Records, ResumeState, Samples, SamplesSpec,
-    TokenDataset, Tokens, Transform,
-};
+use stokehold::spec::TransformSpec;
+use stokehold::{BatchIter, EngineError, EngineSpec, Loader, Next, ResumeState, Transform};
 
 use crate::buffer::batch_to_py;
 use crate::dataset::Dataset;
@@ -262,51 +258,15 @@ impl Engine {
         if !stages.is_empty() {
             spec.loader.prepare_next_epoch = false;
         }
-        let mut ds = dataset.shared();
-        let mut disk = None;
-        if let Some(dir) = spec.cache_dir.clone() {
-            let limit = spec.cache_dir_limit.unwrap_or_else(|| ds.bytes());
-            let (path, options) = (dataset.source_path().to_path_buf(), dataset.options());
-            let (opened, cache, progress) = py
-                .detach(|| {
-                    let cache = DiskCache::open(dir, limit)?;
-                    let (d, p) = disk_cache::open_dataset(&path, &cache, options)?;
-                    Ok::<_, EngineError>((d, cache, p))
-                })
-                .map_err(|e| engine_err(py, e))?;
-            ds = Arc::new(opened);
-            disk = Some((cache, progress));
-        }
-        let config = spec.loader.clone();
-        let mut tokens = None;
-        let samples: Arc<dyn Samples> = match &spec.samples {
-            SamplesSpec::Records { transforms } => {
-                let columns = build_columns(ds.schema(), transforms, true, &mut |s| {
-                    python_stage(s, &stages)
-                })
-                .map_err(|e| engine_err(py, e))?;
-                let decoded = config.decoded_cache.clone();
-                let mut records = py
-                    .detach(|| Records::new(ds, columns, config.cache_bytes, decoded.as_ref()))
-                    .map_err(|e| engine_err(py, e))?;
-                if let Some((cache, progress)) = disk {
-                    records = records.with_disk_cache(cache, progress);
-                }
-                Arc::new(records)
-            }
-            SamplesSpec::Tokens(options) => {
-                let options = *options;
-                let t = py
-                    .detach(|| {
-                        let data = Arc::new(TokenDataset::open(ds)?);
-                        Tokens::new(data, options)
-                    })
-                    .map_err(|e| engine_err(py, e))?;
-                tokens = Some((t.data().total_tokens(), t.data().documents()));
-                Arc::new(t)
-            }
-        };
-        let loader = Loader::from_samples(samples, config).map_err(|e| engine_err(py, e))?;
+        let (ds, options) = (dataset.shared(), dataset.options());
+        let built = py
+            .detach(|| spec.build(ds, options, &mut |s| python_stage(s, &stages)))
+            .map_err(|e| engine_err(py, e))?;
+        let tokens = built
+            .tokens
+            .as_ref()
+            .map(|t| (t.total_tokens(), t.documents()));
+        let loader = built.loader;
         let steps_per_epoch = loader.steps_per_epoch().map_err(|e| engine_err(py, e))?;
         Ok(Engine {
             state: Mutex::new(Some(State { loader, run: None })),

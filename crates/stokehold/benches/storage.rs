@@ -67,7 +67,7 @@ fn copy_loader(ds: &Arc<Dataset>, record: usize, shuffle: Shuffle, cache_bytes: 
         threads: 2,
         prefetch: 4,
         shuffle,
-        cache_bytes,
+        cache_bytes: stokehold::Budget::bytes(cache_bytes),
         prepare_next_epoch: false,
         ..LoaderConfig::default()
     };
@@ -153,7 +153,10 @@ fn decoded_cache(jpegs: &Path) {
         Loader::new(Arc::clone(&ds), cols, cfg).unwrap()
     };
     let mut plain = make(None);
-    let mut cached = make(Some(DecodedCacheConfig::in_ram(256, 8 << 30)));
+    let mut cached = make(Some(DecodedCacheConfig::in_ram(
+        256,
+        stokehold::Budget::bytes(8 << 30),
+    )));
     let fill = epoch(&mut cached);
     let n = ds.len() as f64;
     let tp = median(3, || epoch(&mut plain));
@@ -170,9 +173,9 @@ fn decoded_cache(jpegs: &Path) {
     // 1 byte of RAM budget so that every image is read from the directory) read it
     drop(cached);
     let dir = tempfile::tempdir_in(jpegs.parent().unwrap_or(Path::new("/tmp"))).unwrap();
-    let on_disk = |budget| DecodedCacheConfig {
+    let on_disk = |budget: u64| DecodedCacheConfig {
         dir: Some(dir.path().to_path_buf()),
-        ..DecodedCacheConfig::in_ram(256, budget)
+        ..DecodedCacheConfig::in_ram(256, stokehold::Budget::bytes(budget))
     };
     let fill_dir = epoch(&mut make(Some(on_disk(8 << 30))));
     let mut last = None;

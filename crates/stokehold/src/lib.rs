@@ -55,8 +55,8 @@ pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, Result};
 pub use pipeline::{
-    BatchIter, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader, LoaderConfig, Next,
-    SamplesSpec, default_memory_budget,
+    BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
+    LoaderConfig, Next, SamplesSpec, default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};

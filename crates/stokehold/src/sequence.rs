@@ -50,20 +50,22 @@ pub struct SequenceConfig {
 }
 
 impl Default for SequenceConfig {
+    /// [`LoaderConfig`]'s defaults (one set of them), with packed windows of 2,048 tokens.
     fn default() -> Self {
+        let loader = LoaderConfig::default();
         SequenceConfig {
             mode: SequenceMode::Packed { seq_len: 2048 },
-            batch_size: 32,
-            shuffle: Shuffle::Global,
-            seed: 0,
-            rank: 0,
-            world_size: 1,
-            tail: Tail::Drop,
+            batch_size: loader.batch_size,
+            shuffle: loader.shuffle,
+            seed: loader.seed,
+            rank: loader.rank,
+            world_size: loader.world_size,
+            tail: loader.tail,
             dtype: DType::I32,
             position_ids: false,
             segment_ids: false,
-            threads: 2,
-            prefetch: 4,
+            threads: loader.threads,
+            prefetch: loader.prefetch,
         }
     }
 }

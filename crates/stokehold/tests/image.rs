@@ -294,7 +294,7 @@ fn pixels(l: &mut Loader, epoch: u64) -> Vec<IdsAndPixels> {
 fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path(), 40);
-    let dc = stokehold::DecodedCacheConfig::in_ram(40, 1 << 30);
+    let dc = stokehold::DecodedCacheConfig::in_ram(40, stokehold::Budget::bytes(1 << 30));
     // cold (filling), then warm (another loader of this process finds the same cache), on
     // other thread counts
     let mut first = cached_loader(&ds, 2, Some(dc.clone()));
@@ -323,7 +323,7 @@ fn the_decoded_cache_gives_the_same_output_cold_warm_and_over_budget() {
     assert_ne!(e4, cold);
     assert_eq!(second.stats().caches[0].hits, 80);
     // a budget too small for one image: nothing kept, the same output every time
-    let tiny = stokehold::DecodedCacheConfig::in_ram(41, 100);
+    let tiny = stokehold::DecodedCacheConfig::in_ram(41, stokehold::Budget::bytes(100));
     let mut over = cached_loader(&ds, 2, Some(tiny));
     let o1 = pixels(&mut over, 3);
     let c3 = &over.stats().caches[0];
@@ -344,7 +344,7 @@ fn the_decoded_cache_directory_serves_later_runs_the_same_pixels() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path(), 40);
     let root = tmp.path().join("decoded");
-    let ram = stokehold::DecodedCacheConfig::in_ram(40, 1 << 30);
+    let ram = stokehold::DecodedCacheConfig::in_ram(40, stokehold::Budget::bytes(1 << 30));
     let on_disk = stokehold::DecodedCacheConfig {
         dir: Some(root.clone()),
         ..ram.clone()
@@ -396,7 +396,7 @@ fn the_decoded_cache_directory_serves_later_runs_the_same_pixels() {
     let cfg = LoaderConfig {
         decoded_cache: Some(stokehold::DecodedCacheConfig {
             dir: Some(blocked.join("sub")),
-            ..stokehold::DecodedCacheConfig::in_ram(40, 1 << 30)
+            ..stokehold::DecodedCacheConfig::in_ram(40, stokehold::Budget::bytes(1 << 30))
         }),
         ..LoaderConfig::default()
     };
@@ -410,7 +410,10 @@ fn the_decoded_cache_needs_an_image_column() {
     let ds = dataset(tmp.path(), 4);
     let cols = stokehold::Column::all(ds.schema()).unwrap();
     let cfg = LoaderConfig {
-        decoded_cache: Some(stokehold::DecodedCacheConfig::in_ram(64, 1 << 20)),
+        decoded_cache: Some(stokehold::DecodedCacheConfig::in_ram(
+            64,
+            stokehold::Budget::bytes(1 << 20),
+        )),
         ..LoaderConfig::default()
     };
     let err = Loader::new(ds, cols, cfg).unwrap_err().to_string();

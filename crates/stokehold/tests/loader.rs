@@ -600,7 +600,7 @@ fn the_ram_cache_changes_no_output_and_serves_the_second_epoch() {
     let ds = dataset(tmp.path(), 300);
     let mut plain_loader = Loader::new(ds.clone(), columns(&ds), config(16, 2, 2)).unwrap();
     let cached_cfg = LoaderConfig {
-        cache_bytes: 1 << 30,
+        cache_bytes: stokehold::Budget::bytes(1 << 30),
         // the counts below are of the epochs asked for only
         prepare_next_epoch: false,
         ..config(16, 2, 2)
@@ -635,7 +635,7 @@ fn the_ram_cache_keeps_within_its_budget_and_is_shared_by_loaders() {
     let shard = ds.shards()[0].file_len();
     let budget = 3 * shard + shard / 2;
     let cfg = LoaderConfig {
-        cache_bytes: budget,
+        cache_bytes: stokehold::Budget::bytes(budget),
         // no run started ahead: the counts compared below stay still
         prepare_next_epoch: false,
         ..config(10, 2, 2)
@@ -755,7 +755,7 @@ fn the_prefetch_depth_stays_within_the_memory_budget() {
     let cfg = LoaderConfig {
         prefetch_auto: true,
         autotune: true,
-        memory_budget: 3 * 128,
+        memory_budget: stokehold::Budget::bytes(3 * 128),
         ..config(8, 2, 16)
     };
     let mut l = Loader::new(ds.clone(), cols.clone(), cfg).unwrap();

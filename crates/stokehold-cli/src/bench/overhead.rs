@@ -2,13 +2,11 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
-use stokehold::format::Dataset;
-use stokehold::{Column, Loader, LoaderConfig};
+use stokehold::LoaderConfig;
 
-use super::BenchArgs;
+use super::{BenchArgs, Pipeline};
 use crate::units;
 
 /// User plus system CPU seconds of this process so far.
@@ -20,12 +18,11 @@ fn cpu_seconds() -> f64 {
 /// Throughput with stage timing on and off, `rounds` runs each, alternating.
 pub(super) fn overhead(
     a: &BenchArgs,
-    ds: &Arc<Dataset>,
-    columns: &[Column],
-    base: &LoaderConfig,
+    pl: &Pipeline,
     rounds: u32,
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
+    let base = pl.config();
     let mut on = Vec::new();
     let mut off = Vec::new();
     // CPU seconds per sample of the whole process: unlike wall-clock throughput, barely moved by
@@ -45,7 +42,7 @@ pub(super) fn overhead(
                 trace_capacity: 0,
                 ..base.clone()
             };
-            let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+            let mut l = pl.loader(cfg)?;
             let c0 = cpu_seconds();
             let t0 = Instant::now();
             let mut n = 0u64;

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use stokehold::Loader;
 use stokehold::storage_bench::{self, StorageOptions, StorageReport};
 
 use super::{StorageArgs, pipeline};
@@ -31,7 +30,9 @@ pub(super) fn cache_note(r: &StorageReport) -> String {
 
 /// `stokehold bench storage`.
 pub(super) fn storage(a: StorageArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let (ds, columns, mut config) = pipeline(&a.dataset, &a.pipeline, 1)?;
+    let pl = pipeline(&a.dataset, &a.pipeline, 1)?;
+    let ds = Arc::clone(&pl.ds);
+    let mut config = pl.config().clone();
     let duration = Duration::from_secs_f64(a.seconds.max(0.01));
     config.prepare_next_epoch = false;
     let drop_all = || -> anyhow::Result<()> {
@@ -47,7 +48,7 @@ pub(super) fn storage(a: StorageArgs, out: &mut dyn Write) -> anyhow::Result<Exi
     if !a.warm && !a.cold {
         storage_bench::drop_cached_pages(&ds)?;
     }
-    let mut loader = Loader::new(Arc::clone(&ds), columns, config)?;
+    let mut loader = pl.loader(config)?;
     let threads = loader.stats().threads;
     // at most one pass: a second would read from the page cache the first one filled
     let t0 = Instant::now();

@@ -3,24 +3,17 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context;
-use stokehold::format::Dataset;
-use stokehold::{Column, Loader, LoaderConfig};
+use stokehold::{Loader, LoaderConfig};
 
-use super::BenchArgs;
+use super::{BenchArgs, Pipeline};
 use crate::units;
 
 /// Throughput over thread counts × prefetch depths (`--sweep-seconds` each, after its first batch).
-pub(super) fn sweep(
-    a: &BenchArgs,
-    ds: &Arc<Dataset>,
-    columns: &[Column],
-    base: &LoaderConfig,
-    out: &mut dyn Write,
-) -> anyhow::Result<ExitCode> {
+pub(super) fn sweep(a: &BenchArgs, pl: &Pipeline, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let base = pl.config();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads: Vec<usize> = (1..=cores * 2).collect();
     let prefetch = [1usize, 2, 4, 8];
@@ -32,7 +25,7 @@ pub(super) fn sweep(
             .as_deref()
             .unwrap_or(std::path::Path::new(""))
             .display(),
-        a.pipeline.batch_size
+        base.batch_size
     )?;
     write!(out, "{:>8}", "threads")?;
     for p in prefetch {
@@ -55,7 +48,7 @@ pub(super) fn sweep(
                 prepare_next_epoch: true,
                 ..base.clone()
             };
-            let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+            let mut l = pl.loader(cfg)?;
             let rate = steady_rate(&mut l, seconds)?;
             if rate > best.0 {
                 best = (rate, t, p);
@@ -90,8 +83,8 @@ pub(super) fn sweep(
             .with_context(|| format!("writing {}", path.display()))?;
         writeln!(out, "plot        {}", path.display())?;
     }
-    if a.pipeline.autotune {
-        autotune_check(a, ds, columns, base, best, out)?;
+    if base.autotune {
+        autotune_check(a, pl, best, out)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -132,13 +125,8 @@ struct Window {
 const SETTLE: f64 = 5.0;
 
 /// Run a new loader with `cfg` for `duration` seconds (as many epochs as that takes).
-fn timed_run(
-    ds: &Arc<Dataset>,
-    columns: &[Column],
-    cfg: LoaderConfig,
-    duration: f64,
-) -> anyhow::Result<Window> {
-    let mut l = Loader::new(Arc::clone(ds), columns.to_vec(), cfg)?;
+fn timed_run(pl: &Pipeline, cfg: LoaderConfig, duration: f64) -> anyhow::Result<Window> {
+    let mut l = pl.loader(cfg)?;
     let t0 = Instant::now();
     let mut marks: Vec<(f64, u64)> = Vec::new();
     let mut n = 0u64;
@@ -175,12 +163,11 @@ fn mark_at(marks: &[(f64, u64)], t: f64) -> (f64, u64) {
 /// the same machine load.
 fn autotune_check(
     a: &BenchArgs,
-    ds: &Arc<Dataset>,
-    columns: &[Column],
-    base: &LoaderConfig,
+    pl: &Pipeline,
     best: (f64, usize, usize),
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    let base = pl.config();
     let duration = a.duration.max(SETTLE + 0.5);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let fixed_cfg = LoaderConfig {
@@ -200,11 +187,11 @@ fn autotune_check(
     let mut ratios = Vec::new();
     for round in 0..a.rounds.max(1) {
         let (fixed, auto) = if round % 2 == 0 {
-            let f = timed_run(ds, columns, fixed_cfg.clone(), duration)?;
-            (f, timed_run(ds, columns, auto_cfg.clone(), duration)?)
+            let f = timed_run(pl, fixed_cfg.clone(), duration)?;
+            (f, timed_run(pl, auto_cfg.clone(), duration)?)
         } else {
-            let t = timed_run(ds, columns, auto_cfg.clone(), duration)?;
-            (timed_run(ds, columns, fixed_cfg.clone(), duration)?, t)
+            let t = timed_run(pl, auto_cfg.clone(), duration)?;
+            (timed_run(pl, fixed_cfg.clone(), duration)?, t)
         };
         // the first time the autotuned run's trailing 1-second window reaches 90% of the fixed
         let reached = auto.marks.iter().find_map(|&(t, k)| {

@@ -66,9 +66,9 @@ pub struct LoaderConfig {
     /// `memory_budget` allows (and shallower when a deeper window would exceed it).
     pub prefetch_auto: bool,
     /// Bytes that batches prepared ahead may take, for `prefetch_auto`: the depth is kept at or
-    /// below `memory_budget / bytes per batch` (at least 1). 0: the default,
+    /// below `memory_budget / bytes per batch` (at least 1). `auto` (the default):
     /// [`default_memory_budget`].
-    pub memory_budget: u64,
+    pub memory_budget: Budget,
     /// Count and time the stages (the statistics' items, busy time and latencies): each worker
     /// times its first sample and then one in 8 (its latencies make the histograms; busy time is
     /// scaled to all items). Off, the workers read no clock per sample; throughput, waits, queue
@@ -93,8 +93,9 @@ pub struct LoaderConfig {
     /// Failed samples.
     pub on_error: ErrorPolicy,
     /// Byte budget of the RAM cache of record bytes (whole shards, shared by the loaders of this
-    /// process that read the same dataset); 0 turns it off.
-    pub cache_bytes: u64,
+    /// process that read the same dataset); 0 (the default) turns it off, `auto` is
+    /// [`half_of_memory`].
+    pub cache_bytes: Budget,
     /// Keep the output of the image columns' deterministic prefix (decode + resize to a shorter
     /// side) in RAM, and optionally in a local directory; the random stages start from it.
     pub decoded_cache: Option<DecodedCacheConfig>,
@@ -106,31 +107,166 @@ pub struct LoaderConfig {
 pub struct DecodedCacheConfig {
     /// Shorter side of the cached images (images already smaller keep their size).
     pub size: u32,
-    /// Byte budget (shared by the loaders of this process with the same dataset and prefix).
-    pub budget: u64,
+    /// Byte budget (shared by the loaders of this process with the same dataset and prefix);
+    /// `auto` (the default) is [`half_of_memory`].
+    #[serde(default)]
+    pub budget: Budget,
     /// A local directory that keeps the images across runs and processes (see
     /// [`crate::decoded_disk`]); `None`: RAM only.
     #[serde(default)]
     pub dir: Option<PathBuf>,
-    /// The most bytes the directory may hold for one dataset and prefix (`u64::MAX`: no limit
-    /// of its own; writing still stops with 5% of the filesystem free).
-    #[serde(default = "no_limit")]
-    pub dir_limit: u64,
-}
-
-fn no_limit() -> u64 {
-    u64::MAX
+    /// The most bytes the directory may hold for one dataset and prefix (`None`: no limit of its
+    /// own; writing still stops with 5% of the filesystem free).
+    #[serde(default)]
+    pub dir_limit: Option<ByteSize>,
 }
 
 impl DecodedCacheConfig {
-    /// A RAM-only decoded cache of images with shorter side `size`, within `budget` bytes.
-    pub fn in_ram(size: u32, budget: u64) -> DecodedCacheConfig {
+    /// A RAM-only decoded cache of images with shorter side `size`, within `budget`.
+    pub fn in_ram(size: u32, budget: Budget) -> DecodedCacheConfig {
         DecodedCacheConfig {
             size,
             budget,
             dir: None,
-            dir_limit: u64::MAX,
+            dir_limit: None,
         }
+    }
+}
+
+/// A byte count in a configuration: a JSON number, or a string with a unit (`"16GiB"`,
+/// `"500MB"`, `"1.5G"`, `"4096"`; see [`parse_bytes`]). Serialised as a number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ByteSize(pub u64);
+
+/// Parse a byte count: a number (decimals allowed) and an optional unit, decimal (`K`/`KB`,
+/// `M`/`MB`, `G`/`GB`, `T`/`TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`), case-insensitive,
+/// spaces ignored. The one parser of sizes: the CLI's flags and the configuration's strings
+/// (hence the Python keyword arguments) go through it.
+pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let what = || format!("{text:?} is not a byte count (e.g. 4096, 500MB, 16GiB, 1.5G)");
+    let v: f64 = num.parse().map_err(|_| what())?;
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "kib" => 1 << 10,
+        "m" | "mb" => 1_000_000,
+        "mib" => 1 << 20,
+        "g" | "gb" => 1_000_000_000,
+        "gib" => 1 << 30,
+        "t" | "tb" => 1_000_000_000_000,
+        "tib" => 1 << 40,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a byte count: unknown unit {unit:?} (use B, K, KiB, M, MiB, G, \
+                 GiB, T, TiB)"
+            ));
+        }
+    };
+    let bytes = v * mult as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(format!("{text:?} is too large a byte count"));
+    }
+    Ok(bytes as u64)
+}
+
+impl std::str::FromStr for ByteSize {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<ByteSize, String> {
+        parse_bytes(s).map(ByteSize)
+    }
+}
+
+impl Serialize for ByteSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_u64(self.0)
+    }
+}
+
+/// How a byte count is written in JSON.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSize {
+    Number(u64),
+    Text(String),
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<ByteSize, D::Error> {
+        match RawSize::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected a byte count: a number >= 0 or a string like \"16GiB\"",
+            )
+        })? {
+            RawSize::Number(n) => Ok(ByteSize(n)),
+            RawSize::Text(t) => parse_bytes(&t)
+                .map(ByteSize)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A byte budget: `"auto"` (a default that depends on the machine, resolved when the loader is
+/// made; see each field) or a [`ByteSize`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Budget {
+    /// The field's machine-dependent default.
+    #[default]
+    Auto,
+    /// This many bytes.
+    Bytes(ByteSize),
+}
+
+impl Budget {
+    /// `n` bytes.
+    pub fn bytes(n: u64) -> Budget {
+        Budget::Bytes(ByteSize(n))
+    }
+
+    /// The bytes, `auto()` for `Auto`.
+    pub fn resolve(self, auto: impl FnOnce() -> u64) -> u64 {
+        match self {
+            Budget::Auto => auto(),
+            Budget::Bytes(ByteSize(n)) => n,
+        }
+    }
+}
+
+impl Serialize for Budget {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match self {
+            Budget::Auto => s.serialize_str("auto"),
+            Budget::Bytes(b) => b.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Budget {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Budget, D::Error> {
+        match RawSize::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected \"auto\" or a byte count: a number >= 0 or a string like \"16GiB\"",
+            )
+        })? {
+            RawSize::Text(t) if t.trim().eq_ignore_ascii_case("auto") => Ok(Budget::Auto),
+            RawSize::Number(n) => Ok(Budget::bytes(n)),
+            RawSize::Text(t) => parse_bytes(&t)
+                .map(Budget::bytes)
+                .map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// Half of physical memory (1 GiB where it is unknown): what an `auto` cache budget means.
+/// The one memory probe is [`stokehold_format::storage::physical_memory`].
+pub fn half_of_memory() -> u64 {
+    match stokehold_format::storage::physical_memory() {
+        0 => 1 << 30,
+        m => m / 2,
     }
 }
 
@@ -148,12 +284,12 @@ impl Default for LoaderConfig {
             task_size: 0,
             autotune: false,
             prefetch_auto: false,
-            memory_budget: 0,
+            memory_budget: Budget::Auto,
             profile: true,
             trace_capacity: 0,
             prepare_next_epoch: true,
             on_error: ErrorPolicy::Fail,
-            cache_bytes: 0,
+            cache_bytes: Budget::bytes(0),
             decoded_cache: None,
         }
     }
@@ -180,10 +316,16 @@ impl LoaderConfig {
         {
             return bad(format!("max_fraction {max_fraction} is not in 0..=1"));
         }
-        if let Some(dc) = &self.decoded_cache
-            && dc.size == 0
-        {
-            return bad("the decoded cache's size must be at least 1".into());
+        if self.memory_budget == Budget::bytes(0) {
+            return bad("memory_budget must be at least 1 byte (or \"auto\")".into());
+        }
+        if let Some(dc) = &self.decoded_cache {
+            if dc.size == 0 {
+                return bad("the decoded cache's size must be at least 1".into());
+            }
+            if dc.budget == Budget::bytes(0) || dc.dir_limit == Some(ByteSize(0)) {
+                return bad("the decoded cache's budget and dir_limit must be positive".into());
+            }
         }
         Ok(())
     }
@@ -191,6 +333,16 @@ impl LoaderConfig {
     /// As JSON (what `repr(loader)` shows and what a loader can be rebuilt from).
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a loader configuration always serialises")
+    }
+
+    /// `memory_budget` in bytes (`auto`: [`default_memory_budget`]).
+    pub fn memory_budget_bytes(&self) -> u64 {
+        self.memory_budget.resolve(default_memory_budget)
+    }
+
+    /// `cache_bytes` in bytes (`auto`: [`half_of_memory`]; 0: no RAM cache).
+    pub fn cache_budget_bytes(&self) -> u64 {
+        self.cache_bytes.resolve(half_of_memory)
     }
 }
 
@@ -234,18 +386,75 @@ pub struct EngineSpec {
     pub cache_dir: Option<PathBuf>,
     /// The most bytes `cache_dir` may hold for the dataset (`None`: the dataset's size).
     #[serde(default)]
-    pub cache_dir_limit: Option<u64>,
+    pub cache_dir_limit: Option<ByteSize>,
 }
 
 impl EngineSpec {
     /// From JSON, with errors that say which key is wrong.
     pub fn from_json(text: &str) -> Result<EngineSpec> {
-        serde_json::from_str(text)
-            .map_err(|e| EngineError::Config(format!("loader configuration: {e}")))
+        let de = &mut serde_json::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." {
+                EngineError::Config(format!("loader configuration: {inner}"))
+            } else {
+                EngineError::Config(format!("loader configuration: {path}: {inner}"))
+            }
+        })
     }
 
     /// As JSON.
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("an engine spec always serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_counts_parse_with_decimal_and_binary_units() {
+        assert_eq!(parse_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_bytes("1.5G"), Ok(1_500_000_000));
+        assert_eq!(parse_bytes(" 16 gib "), Ok(16 << 30));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2TB"), Ok(2_000_000_000_000));
+        assert!(
+            parse_bytes("12 parsecs")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("").is_err());
+        assert!(parse_bytes("1e30TiB").is_err());
+    }
+
+    #[test]
+    fn budgets_are_auto_numbers_or_sizes_in_json_and_print_as_numbers() {
+        let c: LoaderConfig = serde_json::from_str(
+            r#"{"memory_budget": "64MiB", "cache_bytes": "auto",
+                "decoded_cache": {"size": 160, "dir_limit": "1G"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.memory_budget, Budget::bytes(64 << 20));
+        assert_eq!(c.memory_budget_bytes(), 64 << 20);
+        assert_eq!(c.cache_bytes, Budget::Auto);
+        assert_eq!(c.cache_budget_bytes(), half_of_memory());
+        let dc = c.decoded_cache.as_ref().unwrap();
+        assert_eq!(
+            (dc.budget, dc.dir_limit),
+            (Budget::Auto, Some(ByteSize(1_000_000_000)))
+        );
+        let json = c.to_json();
+        assert!(json.contains(r#""memory_budget":67108864"#), "{json}");
+        assert!(json.contains(r#""cache_bytes":"auto""#), "{json}");
+        let back: LoaderConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+        let bad = serde_json::from_str::<LoaderConfig>(r#"{"cache_bytes": "lots"}"#).unwrap_err();
+        assert!(bad.to_string().contains("not a byte count"), "{bad}");
+        let zero: LoaderConfig = serde_json::from_str(r#"{"memory_budget": 0}"#).unwrap();
+        assert!(zero.validate().is_err());
     }
 }

@@ -30,13 +30,16 @@ use crate::state::{ResumeState, STATE_VERSION};
 use crate::stats::{Collector, Stats};
 use crate::transform::Column;
 
+mod build;
 pub mod config;
 mod deliver;
 mod run;
 mod tune;
 
+pub use build::Built;
 pub use config::{
-    DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, SamplesSpec, default_memory_budget,
+    Budget, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, SamplesSpec,
+    default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use deliver::{BatchIter, Next};
 
@@ -216,7 +219,7 @@ impl Loader {
         let records = Records::new(
             dataset,
             columns,
-            config.cache_bytes,
+            config.cache_budget_bytes(),
             config.decoded_cache.as_ref(),
         )?;
         Loader::from_samples(Arc::new(records), config)
@@ -251,10 +254,7 @@ impl Loader {
             config.batch_size,
             config.tail,
         )?;
-        let memory_budget = match config.memory_budget {
-            0 => default_memory_budget(),
-            b => b,
-        };
+        let memory_budget = config.memory_budget_bytes();
         let batch_bytes = samples.batch_bytes(config.batch_size);
         let mut prefetch = config.prefetch.max(1) as u64;
         // the deepest window: the pool keeps enough free buffers for it

@@ -15,7 +15,7 @@ use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
 use crate::disk_cache::{CacheProgress, DiskCache};
 use crate::error::{EngineError, Result};
 use crate::fetch;
-use crate::pipeline::DecodedCacheConfig;
+use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
 use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::state::fingerprint;
@@ -106,21 +106,19 @@ impl Records {
                     "the decoded cache's size must be at least 1".into(),
                 ));
             }
+            let budget = dc.budget.resolve(half_of_memory);
+            let dir_limit = dc.dir_limit.map_or(u64::MAX, |b| b.0);
             for c in &mut columns {
                 for t in &mut c.transforms {
                     let mut get = |prefix: &str| {
                         let key = format!("{}/{}/{prefix}", dataset_key(&dataset), c.name);
                         let cache = match &dc.dir {
-                            None => DecodedCache::shared(&key, dc.budget),
+                            None => DecodedCache::shared(&key, budget),
                             Some(dir) => {
                                 // the directory's key names the content, not where it is
                                 let disk_key = format!("{fp}/{}/{prefix}", c.name);
                                 DecodedCache::shared_on_disk(
-                                    &key,
-                                    dc.budget,
-                                    dir,
-                                    &disk_key,
-                                    dc.dir_limit,
+                                    &key, budget, dir, &disk_key, dir_limit,
                                 )?
                             }
                         };
