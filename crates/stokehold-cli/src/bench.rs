@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use stokehold::format::{Access, DType, Dataset, FieldType, OpenOptions};
-use stokehold::spec::TransformSpec;
+use stokehold::stages::spec::TransformSpec;
 use stokehold::storage_bench::{self, StorageOptions};
 use stokehold::{
     Budget, ByteSize, ColumnData, DecodedCacheConfig, EngineSpec, Loader, LoaderConfig,

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use stokehold::spec::TransformSpec;
+use stokehold::stages::spec::TransformSpec;
 use stokehold::{BatchIter, EngineError, EngineSpec, Loader, Next, ResumeState, Transform};
 
 use crate::buffer::batch_to_py;

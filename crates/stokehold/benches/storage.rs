@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use stokehold::format::{
     Access, DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
 };
-use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::stages::spec::{TransformSpec, build_columns};
 use stokehold::{
     Column, CopyBytes, DecodedCacheConfig, Loader, LoaderConfig, RecordCache, Shuffle,
 };

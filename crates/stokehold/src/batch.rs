@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use stokehold_format::{DType, FieldValue};
 
-use crate::transform::Output;
+use crate::stages::Output;
 
 /// A byte buffer with 8-byte alignment (so any element type can be viewed in place), recycled
 /// through a [`BufferPool`].

@@ -26,7 +26,7 @@ pub enum EngineError {
         column: String,
         /// What went wrong, typed (the kernel's error or a binding's exception).
         #[source]
-        source: crate::transform::StageError,
+        source: crate::stages::StageError,
     },
     /// A transform panicked on sample `id`; the panic was caught at the sample boundary.
     #[error("sample {id}: a transform panicked: {message}")]

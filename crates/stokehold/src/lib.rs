@@ -34,22 +34,17 @@ pub use stokehold_ops as ops;
 
 mod batch;
 pub mod cache;
-pub mod decoded_disk;
-pub mod disk_cache;
 mod error;
 mod fetch;
-pub mod image;
 pub mod pipeline;
 mod rng;
 pub mod sampler;
 pub mod samples;
 pub mod sequence;
-pub mod spec;
+pub mod stages;
 mod state;
 mod stats;
 pub mod storage_bench;
-pub mod text;
-pub mod transform;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
@@ -62,8 +57,8 @@ pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
 pub use samples::{Records, Samples, TokenDataset, TokenMode, TokenOptions, Tokens};
 pub use sequence::{SequenceConfig, SequenceIter, SequenceLoader, SequenceMode};
-pub use state::{ResumeState, STATE_VERSION, fingerprint};
-pub use stats::{StageStats, Stats};
-pub use transform::{
+pub use stages::{
     Column, CopyBytes, Output, SampleCtx, StageError, StageResult, Transform, Value, from_fn,
 };
+pub use state::{ResumeState, STATE_VERSION, fingerprint};
+pub use stats::{StageStats, Stats};

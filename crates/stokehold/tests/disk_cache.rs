@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use stokehold::disk_cache::{DiskCache, open_dataset};
+use stokehold::cache::disk::{DiskCache, open_dataset};
 use stokehold::format::{
     Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
 };

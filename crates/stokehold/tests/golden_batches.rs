@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stokehold::format::{Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
-use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::stages::spec::{TransformSpec, build_columns};
 use stokehold::{
     Batch, ColumnData, Loader, LoaderConfig, SequenceConfig, SequenceLoader, SequenceMode, Shuffle,
     Tail, TokenDataset,

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stokehold::format::{Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
-use stokehold::spec::{TransformSpec, build_columns};
+use stokehold::stages::spec::{TransformSpec, build_columns};
 use stokehold::{ColumnData, EngineError, ErrorPolicy, Loader, LoaderConfig, Shuffle};
 
 fn spec(name: &str, params: serde_json::Value) -> TransformSpec {

@@ -411,7 +411,7 @@ fn non_token_datasets_and_bad_configs_are_refused() {
 #[test]
 fn tokenize_stage_gives_padded_fixed_ids_or_variable_lists() {
     use std::collections::BTreeMap;
-    use stokehold::spec::{TransformSpec, build_columns};
+    use stokehold::stages::spec::{TransformSpec, build_columns};
     use stokehold::{Loader, LoaderConfig};
     use stokehold_ops::text::{synthetic_documents, train_word_level};
 

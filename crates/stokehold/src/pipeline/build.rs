@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use stokehold_format::{Dataset, OpenOptions};
 
-use crate::disk_cache::{self, DiskCache};
+use crate::cache::disk::{self, DiskCache};
 use crate::error::Result;
 use crate::pipeline::{EngineSpec, Loader, SamplesSpec};
 use crate::samples::{Records, Samples, TokenDataset, Tokens};
-use crate::spec::{TransformSpec, build_columns};
-use crate::transform::Transform;
+use crate::stages::Transform;
+use crate::stages::spec::{TransformSpec, build_columns};
 
 /// A loader built from a spec, with what its kind of samples tells about the dataset.
 #[derive(Debug)]
@@ -39,7 +39,7 @@ impl EngineSpec {
         if let Some(dir) = &self.cache_dir {
             let limit = self.cache_dir_limit.map_or_else(|| ds.bytes(), |b| b.0);
             let cache = DiskCache::open(dir.clone(), limit)?;
-            let (opened, progress) = disk_cache::open_dataset(ds.dir(), &cache, options)?;
+            let (opened, progress) = disk::open_dataset(ds.dir(), &cache, options)?;
             ds = Arc::new(opened);
             disk = Some((cache, progress));
         }

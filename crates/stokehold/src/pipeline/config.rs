@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 use crate::sampler::{Shuffle, Tail};
 use crate::samples::TokenOptions;
-use crate::spec::TransformSpec;
+use crate::stages::spec::TransformSpec;
 
 /// What to do with a sample that cannot be read or transformed.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -112,7 +112,7 @@ pub struct DecodedCacheConfig {
     #[serde(default)]
     pub budget: Budget,
     /// A local directory that keeps the images across runs and processes (see
-    /// [`crate::decoded_disk`]); `None`: RAM only.
+    /// [`crate::cache::decoded_disk`]); `None`: RAM only.
     #[serde(default)]
     pub dir: Option<PathBuf>,
     /// The most bytes the directory may hold for one dataset and prefix (`None`: no limit of its

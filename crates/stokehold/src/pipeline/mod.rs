@@ -26,9 +26,9 @@ use crate::batch::BufferPool;
 use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, RankPlan, Shuffle};
 use crate::samples::{Records, Samples};
+use crate::stages::Column;
 use crate::state::{ResumeState, STATE_VERSION};
 use crate::stats::{Collector, Stats};
-use crate::transform::Column;
 
 mod build;
 pub mod config;

@@ -13,8 +13,8 @@ use crate::cache::CacheStats;
 use crate::error::Result;
 use crate::fetch::TaskBytes;
 use crate::sampler::{EpochOrder, Slot};
+use crate::stages::Output;
 use crate::stats::WorkerStats;
-use crate::transform::Output;
 
 pub mod records;
 pub mod tokens;

@@ -11,15 +11,15 @@ use std::time::{Duration, Instant};
 
 use stokehold_format::{Dataset, FieldValue, RecordView};
 
+use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
-use crate::disk_cache::{CacheProgress, DiskCache};
 use crate::error::{EngineError, Result};
 use crate::fetch;
 use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
 use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
-use crate::transform::{Column, Output, SampleCtx, write_value};
 
 /// Mean record size from which readahead hints are sent: below it, a hint (one system call per
 /// record in a shuffled order) would cost more than the small read it announces.
@@ -155,7 +155,7 @@ impl Records {
     }
 
     /// Report the disk cache the dataset was opened through
-    /// ([`crate::disk_cache::open_dataset`]) in the loader's statistics.
+    /// ([`crate::cache::disk::open_dataset`]) in the loader's statistics.
     pub fn with_disk_cache(mut self, cache: Arc<DiskCache>, progress: CacheProgress) -> Records {
         self.disk = Some((cache, progress));
         self

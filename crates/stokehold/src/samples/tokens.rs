@@ -30,8 +30,8 @@ use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
 use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::stages::Output;
 use crate::state::fingerprint;
-use crate::transform::Output;
 
 /// Records up to this size are read whole and checksummed the first time this process reads them
 /// (when the dataset verifies records); afterwards, and for longer documents, only the pieces a

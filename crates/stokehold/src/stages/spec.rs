@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use stokehold_format::Schema;
 
 use crate::error::{EngineError, Result};
-use crate::transform::{Column, Output, Transform};
+use crate::stages::{Column, Output, Transform};
 
 /// One stage, by name, with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct TransformSpec {
 }
 
 /// Names of the built-in stages this build knows.
-pub const BUILT_IN: &[&str] = crate::image::STAGES;
+pub const BUILT_IN: &[&str] = crate::stages::image::STAGES;
 
 /// Build the column for `field` from its stage specs. `custom` builds stages this crate does not
 /// know (for example Python callables); a column with a custom stage produces a list output.
@@ -38,24 +38,27 @@ pub fn build_column(
     if specs.is_empty() {
         return Ok(column);
     }
-    if let Some(planned) = crate::text::plan(field, specs) {
+    if let Some(planned) = crate::stages::text::plan(field, specs) {
         let (t, output) = planned?;
         column.transforms = vec![t];
         column.output = output;
         return Ok(column);
     }
-    if specs.iter().any(|s| crate::image::is_image_stage(&s.name)) {
+    if specs
+        .iter()
+        .any(|s| crate::stages::image::is_image_stage(&s.name))
+    {
         // An image chain is planned as one fused stage with a fixed output.
         if let Some(other) = specs
             .iter()
-            .find(|s| !crate::image::is_image_stage(&s.name))
+            .find(|s| !crate::stages::image::is_image_stage(&s.name))
         {
             return Err(EngineError::Config(format!(
                 "column {field:?}: {:?} cannot be mixed with image stages in one chain",
                 other.name
             )));
         }
-        let (t, output) = crate::image::plan(field, specs)?;
+        let (t, output) = crate::stages::image::plan(field, specs)?;
         column.transforms = vec![t];
         column.output = output;
         return Ok(column);
@@ -69,7 +72,7 @@ pub fn build_column(
                     "column {field:?}: unknown transform {:?} (built-in transforms: {}, {})",
                     s.name,
                     BUILT_IN.join(", "),
-                    crate::text::TOKENIZE
+                    crate::stages::text::TOKENIZE
                 )));
             }
         }

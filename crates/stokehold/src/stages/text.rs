@@ -15,8 +15,8 @@ use stokehold_format::{DType, FieldValue};
 use stokehold_ops::text::TextTokenizer;
 
 use crate::error::{EngineError, Result};
-use crate::spec::TransformSpec;
-use crate::transform::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
+use crate::stages::spec::TransformSpec;
+use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The stage's name in specs.
 pub const TOKENIZE: &str = "tokenize";

@@ -17,8 +17,8 @@ use stokehold_ops::{
 use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
-use crate::spec::TransformSpec;
-use crate::transform::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
+use crate::stages::spec::TransformSpec;
+use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The image stage names.
 pub const STAGES: &[&str] = &[

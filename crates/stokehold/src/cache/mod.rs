@@ -8,11 +8,14 @@
 //! - [`DecodedCache`]: the output of an image pipeline's deterministic prefix (decode, then
 //!   resize to a shorter side) per sample, within a byte budget; the random part of the pipeline
 //!   starts from it. Both filled and warm paths give the same output, so results never depend on
-//!   cache state. Optionally backed by a local directory ([`crate::decoded_disk`]) that keeps the
+//!   cache state. Optionally backed by a local directory ([`crate::cache::decoded_disk`]) that keeps the
 //!   images across runs and processes.
 //!
 //! Caches are found through a process-wide registry by a key naming the dataset (its
 //! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
+
+pub mod decoded_disk;
+pub mod disk;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -22,7 +25,7 @@ use std::time::Duration;
 use crossbeam_channel::{Sender, unbounded};
 use stokehold_format::Dataset;
 
-use crate::decoded_disk::DecodedDisk;
+use crate::cache::decoded_disk::DecodedDisk;
 
 /// What a cache did, for statistics and reports.
 #[derive(Debug, Clone, Default, PartialEq)]

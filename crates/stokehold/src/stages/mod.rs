@@ -6,6 +6,10 @@
 //! ([`Output::List`]). The last stage may write straight into the slot
 //! ([`Transform::apply_into`]), so the batch is filled with no collation copy.
 
+pub mod image;
+pub mod spec;
+pub mod text;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
