@@ -285,6 +285,31 @@ def test_incompatible_state_names_the_field(ds):
     assert e.value.field is None
 
 
+@pytest.mark.parametrize(
+    "change, field, words",
+    [
+        ({"position": -1}, "position", "got -1"),
+        ({"position": 2**64}, "position", "0 to 2^64"),
+        ({"position": "3"}, "position", 'got "3"'),
+        ({"epoch": 10**30}, "epoch", "0 to 2^64"),
+        ({"seed": "five"}, "seed", '"five"'),
+        ({"dataset": 7}, "dataset", "fingerprint"),
+        ({"shuffle": "sideways"}, "shuffle", "sideways"),
+        ({"bogus": 1}, "bogus", "unknown key"),
+        ({"skipped": -2}, "skipped", "got -2"),
+    ],
+)
+def test_a_malformed_state_names_its_field(ds, change, field, words):
+    state = Loader(ds, 100, seed=1).state_dict()
+    with pytest.raises(IncompatibleStateError) as e:
+        Loader(ds, 100, seed=1).load_state_dict(dict(state, **change))
+    assert e.value.field == field and words in str(e.value), str(e.value)
+    missing = {k: v for k, v in state.items() if k != "position"}
+    with pytest.raises(IncompatibleStateError) as e:
+        Loader(ds, 100, seed=1).load_state_dict(missing)
+    assert e.value.field == "position" and "missing" in str(e.value)
+
+
 def test_a_new_iteration_supersedes_the_old_one(ds):
     loader = Loader(ds, 100, include_ids=True, shuffle=False)
     old = iter(loader)

@@ -441,13 +441,19 @@ impl Engine {
         })
     }
 
-    /// Stop a running epoch and join its worker threads (the position is kept).
+    /// Stop a running epoch and the next epoch's run started ahead, and join every worker
+    /// thread (the position is kept; a later iteration starts new ones).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.forked.load(Ordering::Acquire) || self.moved() {
             // Nothing to join in a forked child; `check_usable` marks it.
             return self.check_usable();
         }
-        self.stop_run(py, None)
+        self.stop_run(py, None)?;
+        // joined with the GIL released (dropped inside `with_state`'s detached section)
+        self.with_state(py, |s| {
+            drop(s.loader.take_prepared());
+            Ok(())
+        })
     }
 
     fn __repr__(&self) -> String {

@@ -207,12 +207,9 @@ pub fn engine_err(py: Python<'_>, e: EngineError) -> PyErr {
         EngineError::IncompatibleResume { field, .. } => {
             with_attr(py, build(state_error_type(py), msg, None), "field", field)
         }
-        EngineError::InvalidState(_) => with_attr(
-            py,
-            build(state_error_type(py), msg, None),
-            "field",
-            py.None(),
-        ),
+        EngineError::InvalidState { field, .. } => {
+            with_attr(py, build(state_error_type(py), msg, None), "field", field)
+        }
         EngineError::Config(_) | EngineError::Sampler(_) => config_error(py, msg),
         EngineError::Format(f) => to_py_err(py, f),
         _ => StokeholdError::new_err(msg),

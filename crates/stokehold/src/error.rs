@@ -55,9 +55,14 @@ pub enum EngineError {
         /// The state's value.
         found: String,
     },
-    /// A resume state that cannot be parsed.
-    #[error("invalid resume state: {0}")]
-    InvalidState(String),
+    /// A resume state that cannot be parsed: `field` names the key at fault when there is one.
+    #[error("invalid resume state: {}{detail}", field.as_ref().map(|f| format!("{f}: ")).unwrap_or_default())]
+    InvalidState {
+        /// The key at fault (`position`, `seed`, ...), if the fault is one key's.
+        field: Option<String>,
+        /// What is wrong.
+        detail: String,
+    },
     /// The worker threads could not be started, or stopped without a word (a bug, or a thread
     /// killed from outside).
     #[error("worker threads: {0}")]

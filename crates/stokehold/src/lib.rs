@@ -51,7 +51,8 @@ pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, Result};
 pub use pipeline::{
     BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
-    LoaderConfig, Next, SamplesSpec, default_memory_budget, half_of_memory, parse_bytes,
+    LoaderConfig, Next, PreparedRun, SamplesSpec, default_memory_budget, half_of_memory,
+    parse_bytes,
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};

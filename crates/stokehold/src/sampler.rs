@@ -568,6 +568,16 @@ impl RankPlan {
         u64::from(self.world_size) * u64::from(self.batch_size)
     }
 
+    /// The number of steps (batches of this rank) in the whole epoch, from position 0 (what
+    /// [`RankPlan::steps`] is for a fresh epoch).
+    pub fn epoch_steps(&self) -> u64 {
+        let (len, stride) = (self.order.len(), self.step_positions());
+        match self.tail {
+            Tail::Drop => len / stride,
+            Tail::Pad => len.div_ceil(stride),
+        }
+    }
+
     /// The number of steps (batches of this rank) left in the epoch from `start`; the same for
     /// every rank.
     pub fn steps(&self) -> u64 {

@@ -27,6 +27,54 @@ pub struct ResumeState {
     pub epoch: u64,
     /// Positions of the epoch's global order already consumed by all ranks together.
     pub position: u64,
+    /// Samples skipped in this epoch so far by the rank that saved the state (under
+    /// `on_error = skip`; counted against the epoch's budget after a resume). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub skipped: u64,
+    /// Failures in a row at `position` (counted against `max_consecutive`). Absent when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failures_in_a_row: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Every key of a state.
+const KEYS: [&str; 8] = [
+    "version",
+    "dataset",
+    "seed",
+    "shuffle",
+    "epoch",
+    "position",
+    "skipped",
+    "failures_in_a_row",
+];
+/// The keys a state must have.
+const REQUIRED: [&str; 6] = ["version", "dataset", "seed", "shuffle", "epoch", "position"];
+/// The keys that are counts (`u64`).
+const COUNTS: [&str; 5] = ["seed", "epoch", "position", "skipped", "failures_in_a_row"];
+
+/// What kind of JSON value `v` is, for messages.
+fn kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// `v` for a message: its JSON, cut to 40 characters.
+fn short(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    match s.char_indices().nth(40) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s,
+    }
 }
 
 impl ResumeState {
@@ -35,25 +83,77 @@ impl ResumeState {
         serde_json::to_string(self).expect("a resume state always serialises")
     }
 
-    /// From JSON (at most 64 KiB; anything else is a typed error).
+    /// From JSON (at most 64 KiB; anything else is a typed error naming the key at fault).
     pub fn from_json(s: &str) -> Result<ResumeState> {
+        let invalid = |field: Option<&str>, detail: String| EngineError::InvalidState {
+            field: field.map(str::to_string),
+            detail,
+        };
         if s.len() > 64 << 10 {
-            return Err(EngineError::InvalidState(format!(
-                "{} bytes is too long for a resume state",
-                s.len()
-            )));
+            return Err(invalid(
+                None,
+                format!("{} bytes is too long for a resume state", s.len()),
+            ));
         }
         let v: serde_json::Value =
-            serde_json::from_str(s).map_err(|e| EngineError::InvalidState(e.to_string()))?;
-        let version = v.get("version").and_then(serde_json::Value::as_u64);
+            serde_json::from_str(s).map_err(|e| invalid(None, format!("not JSON: {e}")))?;
+        let Some(obj) = v.as_object() else {
+            return Err(invalid(
+                None,
+                format!("expected a JSON object, got {}", kind(&v)),
+            ));
+        };
+        let version = obj.get("version").and_then(serde_json::Value::as_u64);
         if version != Some(u64::from(STATE_VERSION)) {
             return Err(EngineError::IncompatibleResume {
                 field: "version",
                 expected: STATE_VERSION.to_string(),
-                found: version.map_or_else(|| "missing".to_string(), |v| v.to_string()),
+                found: obj
+                    .get("version")
+                    .map_or_else(|| "missing".to_string(), |v| v.to_string()),
             });
         }
-        serde_json::from_value(v).map_err(|e| EngineError::InvalidState(e.to_string()))
+        // Each key checked by name first, so that the error says which one is wrong.
+        for key in obj.keys() {
+            if !KEYS.contains(&key.as_str()) {
+                return Err(invalid(
+                    Some(key),
+                    format!("unknown key (a state has {})", KEYS.join(", ")),
+                ));
+            }
+        }
+        for key in REQUIRED {
+            if !obj.contains_key(key) {
+                return Err(invalid(Some(key), "missing".into()));
+            }
+        }
+        for key in COUNTS {
+            if let Some(x) = obj.get(key)
+                && !x.is_u64()
+            {
+                return Err(invalid(
+                    Some(key),
+                    format!("expected an integer from 0 to 2^64 - 1, got {}", short(x)),
+                ));
+            }
+        }
+        if let Some(x) = obj.get("dataset")
+            && !x.is_string()
+        {
+            return Err(invalid(
+                Some("dataset"),
+                format!("expected a fingerprint string, got {}", short(x)),
+            ));
+        }
+        let de = serde_path_to_error::deserialize(&v);
+        de.map_err(|e| {
+            let path = e.path().to_string();
+            let field = path
+                .split('.')
+                .next()
+                .filter(|f| !f.is_empty() && *f != "?");
+            invalid(field, e.into_inner().to_string())
+        })
     }
 
     /// Check that this state belongs to a loader with these parameters.

@@ -78,8 +78,8 @@ impl BatchIter {
             reorder: BTreeMap::new(),
             next_step: 0,
             finished: false,
-            skipped_in_epoch: 0,
-            consecutive_failures: 0,
+            skipped_in_epoch: c.skipped,
+            consecutive_failures: c.in_a_row,
         };
         if it.run.steps == 0 {
             it.finish_epoch();
@@ -159,6 +159,8 @@ impl BatchIter {
         *lock(&self.core.cursor) = Cursor {
             epoch: self.run.epoch,
             position: self.run.plan.position_after(self.next_step),
+            skipped: self.skipped_in_epoch,
+            in_a_row: self.consecutive_failures,
         };
         let stats = &self.core.stats;
         stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -193,10 +195,7 @@ impl BatchIter {
         self.finished = true;
         let core = &self.core;
         core.samples.epoch_done();
-        let next = Cursor {
-            epoch: self.run.epoch + 1,
-            position: 0,
-        };
+        let next = Cursor::epoch_start(self.run.epoch + 1);
         *lock(&core.cursor) = next;
         // Start the next epoch now, so that its first batches are being prepared while the
         // consumer works on this epoch's last one (no stall at the epoch boundary). An error
@@ -264,7 +263,8 @@ impl BatchIter {
         }
         self.consecutive_failures = run;
         self.skipped_in_epoch += failed.len() as u64;
-        let epoch_samples = self.run.steps * self.run.batch_size as u64;
+        // the budget is of the whole epoch on this rank, wherever this iteration started
+        let epoch_samples = self.run.plan.epoch_steps() * self.run.batch_size as u64;
         let too_many = self.skipped_in_epoch as f64 > max_fraction * epoch_samples as f64;
         if longest > max_consecutive || too_many || failed.len() == batch.len() {
             let (_, first) = failures.into_iter().next().expect("not empty");

@@ -37,6 +37,7 @@ mod run;
 mod tune;
 
 pub use build::Built;
+
 pub use config::{
     Budget, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, SamplesSpec,
     default_memory_budget, half_of_memory, parse_bytes,
@@ -55,11 +56,27 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Where the loader is: the epoch the next iteration runs and the global position in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the loader is: the epoch the next iteration runs and the global position in it, with
+/// the epoch's skip counts so far (they belong to the epoch, not to one iteration: a resumed run
+/// must accept exactly what the uninterrupted run would).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Cursor {
     pub(crate) epoch: u64,
     pub(crate) position: u64,
+    /// Samples this rank skipped in the epoch before `position`.
+    pub(crate) skipped: u64,
+    /// Failures in a row at `position`.
+    pub(crate) in_a_row: u64,
+}
+
+impl Cursor {
+    /// The start of `epoch`.
+    pub(crate) fn epoch_start(epoch: u64) -> Cursor {
+        Cursor {
+            epoch,
+            ..Cursor::default()
+        }
+    }
 }
 
 /// What a loader and its iterators share.
@@ -126,6 +143,8 @@ impl Core {
             shuffle: self.config.shuffle,
             epoch: c.epoch,
             position: c.position,
+            skipped: c.skipped,
+            failures_in_a_row: c.in_a_row,
         }
     }
 
@@ -207,7 +226,27 @@ impl Drop for Loader {
     }
 }
 
+/// The next epoch's run started ahead, taken from its loader ([`Loader::take_prepared`]):
+/// dropping it stops and joins its workers.
+#[derive(Default)]
+pub struct PreparedRun(Option<Prepared>);
+
+impl std::fmt::Debug for PreparedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("PreparedRun")
+            .field(&self.0.as_ref().map(|p| (p.epoch, p.position)))
+            .finish()
+    }
+}
+
 impl Loader {
+    /// Take the run started ahead for the next epoch, if any (dropping it joins its workers;
+    /// the next iteration starts its own). What `close()` does besides stopping the iterator,
+    /// so that no thread outlives it.
+    pub fn take_prepared(&self) -> PreparedRun {
+        PreparedRun(lock(&self.core.prepared).run.take())
+    }
+
     /// A loader producing `columns` from the records of `dataset` (with the RAM and decoded
     /// caches that `config` asks for).
     pub fn new(
@@ -281,10 +320,7 @@ impl Loader {
                 prefetch: AtomicU64::new(prefetch),
                 memory_budget,
                 batch_bytes,
-                cursor: Mutex::new(Cursor {
-                    epoch: 0,
-                    position: 0,
-                }),
+                cursor: Mutex::new(Cursor::default()),
                 prepared: Mutex::new(PreparedSlot::default()),
                 samples,
                 config,
@@ -318,7 +354,7 @@ impl Loader {
 
     /// Start epoch `epoch` from its beginning at the next iteration.
     pub fn set_epoch(&mut self, epoch: u64) {
-        self.core.set_cursor(Cursor { epoch, position: 0 });
+        self.core.set_cursor(Cursor::epoch_start(epoch));
     }
 
     /// Batches this rank gets in the rest of the current epoch.
@@ -328,13 +364,7 @@ impl Loader {
 
     /// Batches this rank gets in a whole epoch.
     pub fn steps_per_epoch(&self) -> Result<u64> {
-        Ok(self
-            .core
-            .plan(Cursor {
-                epoch: 0,
-                position: 0,
-            })?
-            .steps())
+        Ok(self.core.plan(Cursor::default())?.steps())
     }
 
     /// Where the loader is (after the last batch delivered): resume any number of ranks from it
@@ -354,6 +384,8 @@ impl Loader {
         self.core.set_cursor(Cursor {
             epoch: state.epoch,
             position: state.position,
+            skipped: state.skipped,
+            in_a_row: state.failures_in_a_row,
         });
         Ok(())
     }
