@@ -274,7 +274,8 @@ FORK = CHILD + """
 loader = make(threads=2, include_ids=True)
 n = len(loader)
 it = iter(loader)
-next(it)
+next(it)  # running: worker threads exist
+idle = make(threads=2)
 pid = os.fork()
 if pid == 0:
     code = 0
@@ -284,8 +285,15 @@ if pid == 0:
     except stokehold.StokeholdError as e:
         if "create a new Loader in the child" not in str(e):
             code = 11
-    if sum(1 for _ in make(threads=2)) != n:
+    try:
+        iter(loader)
         code = 12
+    except stokehold.StokeholdError:
+        pass
+    if sum(1 for _ in make(threads=2)) != n:
+        code = 13
+    if sum(1 for _ in idle) != n:  # idle at the fork: works in the child
+        code = 14
     os._exit(code)
 _, status = os.waitpid(pid, 0)
 print(os.waitstatus_to_exitcode(status), sum(1 for _ in it) + 1 == n, flush=True)

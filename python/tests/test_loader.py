@@ -466,44 +466,7 @@ def test_ctrl_c_interrupts_within_a_second_with_one_traceback(ds):
     assert elapsed < 1.0, elapsed
 
 
-FORK_CHILD = """
-import os, sys
-import stokehold
-loader = stokehold.Loader(sys.argv[1], 50, threads=2, include_ids=True)
-it = iter(loader)
-next(it)  # running: worker threads exist
-idle = stokehold.Loader(sys.argv[1], 50, threads=2)
-pid = os.fork()
-if pid == 0:
-    code = 0
-    try:
-        next(it)
-        code = 10
-    except stokehold.StokeholdError as e:
-        if "create a new Loader in the child" not in str(e):
-            code = 11
-    try:
-        iter(loader)
-        code = 12
-    except stokehold.StokeholdError:
-        pass
-    fresh = stokehold.Loader(sys.argv[1], 50, threads=2, include_ids=True)
-    if sum(len(b["id"]) for b in fresh) != 1000:
-        code = 13
-    if sum(1 for _ in idle) != 20:  # idle at the fork: works in the child
-        code = 14
-    os._exit(code)
-_, status = os.waitpid(pid, 0)
-rest = sum(1 for _ in it)  # the parent's loader is unaffected
-print(os.waitstatus_to_exitcode(status), rest, flush=True)
-"""
-
-
-@pytest.mark.timeout(60)
-def test_fork_child_gets_a_clear_error_and_a_new_loader_works(ds):
-    p = run_child(FORK_CHILD.replace("sys.argv[1]", repr(ds.path)), timeout=50)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["0", "19"], (p.stdout, p.stderr)
+# fork: python/tests/test_every_kind.py runs the fork test against every kind of samples.
 
 
 def test_config_is_the_one_configuration_and_rebuilds_the_loader(ds):
