@@ -165,3 +165,42 @@ def test_cache_dir_copies_the_shards_and_gives_the_same_batches(table, tmp_path)
     same(epoch(again), ref)
     with pytest.raises(stokehold.ConfigError, match="below the largest shard"):
         stokehold.Loader(table, 16, cache_dir=tmp_path / "small", cache_dir_limit=100)
+
+
+def _copies_ready(loader, total, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while loader.stats()["caches"]["disk"]["entries"] < total and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return loader.stats()["caches"]["disk"]["entries"] == total
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_a_damaged_cache_dir_copy_is_discarded_reported_by_its_name_and_read_from_the_source(
+    table, tmp_path, capfd, policy
+):
+    ref = epoch(stokehold.Loader(table, 16, seed=5, threads=2))
+    total = len([f for f in os.listdir(table) if f.endswith(".skh")])
+    cache_dir = tmp_path / "cache"
+    first = stokehold.Loader(table, 16, seed=5, threads=2, cache_dir=cache_dir)
+    same(epoch(first), ref)
+    assert _copies_ready(first, total)
+    del first
+    # damage one copy between runs: a byte inside its first record (its source stays sound)
+    copies = sorted(f for f in os.listdir(cache_dir) if f.endswith(".skh") and ".tmp-" not in f)
+    damaged = cache_dir / copies[0]
+    raw = bytearray(damaged.read_bytes())
+    raw[200] ^= 0xFF
+    damaged.write_bytes(bytes(raw))
+    capfd.readouterr()
+    again = stokehold.Loader(table, 16, seed=5, threads=2, cache_dir=cache_dir, on_error=policy)
+    assert _copies_ready(again, total)  # every shard reads its copy, the damaged one included
+    same(epoch(again), ref)  # repaired from the source: no error, nothing skipped
+    assert again.stats()["skipped"] == []
+    err = capfd.readouterr().err
+    assert err.count("is damaged") == 1 and str(damaged) in err, err
+    assert not damaged.exists(), "the damaged copy is deleted"
+    # the next run copies it anew
+    third = stokehold.Loader(table, 16, seed=5, threads=2, cache_dir=cache_dir)
+    same(epoch(third), ref)
+    assert _copies_ready(third, total) and damaged.exists()
+    assert damaged.read_bytes() != bytes(raw)

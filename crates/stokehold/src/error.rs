@@ -16,10 +16,12 @@ pub enum EngineError {
         source: FormatError,
     },
     /// A transform stage failed on sample `id`.
-    #[error("sample {id}: stage {stage:?} of column {column:?} failed: {source}")]
+    #[error("sample {id} ({at}): stage {stage:?} of column {column:?} failed: {source}")]
     Transform {
         /// Global sample id.
         id: u64,
+        /// Where the sample's bytes are.
+        at: RecordPlace,
         /// The stage's name.
         stage: String,
         /// The output column.
@@ -97,6 +99,30 @@ impl EngineError {
             | EngineError::Panic { id, .. } => Some(*id),
             _ => None,
         }
+    }
+}
+
+/// Where a record's bytes are: its shard file, its index there, and its byte range in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordPlace {
+    /// The shard file.
+    pub shard: std::path::PathBuf,
+    /// The record's index in the shard.
+    pub record: u64,
+    /// Its bytes in the file.
+    pub bytes: std::ops::Range<u64>,
+}
+
+impl std::fmt::Display for RecordPlace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} record {}, bytes {}..{}",
+            self.shard.display(),
+            self.record,
+            self.bytes.start,
+            self.bytes.end
+        )
     }
 }
 

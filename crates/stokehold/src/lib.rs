@@ -48,7 +48,7 @@ pub mod storage_bench;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
-pub use error::{EngineError, Result};
+pub use error::{EngineError, RecordPlace, Result};
 pub use pipeline::{
     BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
     LoaderConfig, Next, PreparedRun, SamplesSpec, default_memory_budget, half_of_memory,

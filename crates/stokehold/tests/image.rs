@@ -249,6 +249,25 @@ fn a_corrupt_jpeg_fails_with_its_sample_id_or_is_skipped() {
         "{err}"
     );
     assert!(err.to_string().contains("JPEG decode failed"), "{err}");
+    // the error says where the bytes are: shard file, record, byte range (the index's)
+    let EngineError::Transform { at, .. } = &err else {
+        unreachable!()
+    };
+    let (k, local) = ds.locate(37).unwrap();
+    let shard = &ds.shards()[k];
+    let e = shard.entry(local);
+    assert_eq!(at.shard, shard.path());
+    assert_eq!(
+        (at.record, at.bytes.clone()),
+        (local, e.offset..e.offset + u64::from(e.len))
+    );
+    let place = format!(
+        "{} record {local}, bytes {}..{}",
+        shard.path().display(),
+        e.offset,
+        e.offset + u64::from(e.len)
+    );
+    assert!(err.to_string().contains(&place), "{err}");
     let results = run(&ds, &specs, 2, ErrorPolicy::skip());
     assert_eq!(results.len(), 5);
     let all: Vec<u64> = results.into_iter().flat_map(|r| r.unwrap().0).collect();

@@ -19,6 +19,11 @@
 //!   configuration error at open.
 //! - **Failures bypass the cache.** A failed copy (disk full, I/O error, checksum mismatch) is
 //!   reported once on stderr and the shard is read from the source; nothing deadlocks.
+//! - **A copy is never trusted more than its source.** A copy damaged after it was published
+//!   (between runs, or under a run) fails its records' checksums when read: the reader then
+//!   [`CacheProgress::discard`]s it (the file is deleted, the shard reads its source again, the
+//!   next run copies it anew), reports the damaged copy by its own name once, and reads the
+//!   record again from the source.
 //!
 //! Names are `DATASET-CRC-FILE`: a hash of the source directory's path, the shard's CRC-32C from
 //! the manifest, and its file name, so a changed shard never matches an old copy.
@@ -28,7 +33,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use rustix::fs::FlockOperation;
@@ -316,8 +321,34 @@ struct Job {
     shard: Arc<CachedShardHandle>,
 }
 
+/// A shard's local copy, once published: its path and the open file.
 #[derive(Debug)]
-struct CachedShardHandle(OnceLock<PreadFile>);
+struct Local {
+    path: PathBuf,
+    file: PreadFile,
+}
+
+/// The local copy of one shard: none until the fetcher publishes it, none again once discarded.
+#[derive(Debug, Default)]
+struct CachedShardHandle(RwLock<Option<Arc<Local>>>);
+
+impl CachedShardHandle {
+    fn get(&self) -> Option<Arc<Local>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, local: Local) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(local));
+    }
+
+    fn take(&self) -> Option<Arc<Local>> {
+        self.0.write().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn is_set(&self) -> bool {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+}
 
 /// A shard storage sharing its `local` cell with the fetcher.
 #[derive(Debug)]
@@ -336,15 +367,15 @@ impl Storage for SharedShard {
     }
 
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        match self.handle.0.get() {
-            Some(l) => l.read_at(offset, buf),
+        match self.handle.get() {
+            Some(l) => l.file.read_at(offset, buf),
             None => self.source.read_at(offset, buf),
         }
     }
 
     fn will_need(&self, offset: u64, len: u64) {
-        match self.handle.0.get() {
-            Some(l) => l.will_need(offset, len),
+        match self.handle.get() {
+            Some(l) => l.file.will_need(offset, len),
             None => self.source.will_need(offset, len),
         }
     }
@@ -362,9 +393,7 @@ fn fetcher(cache: Arc<DiskCache>, mut queue: VecDeque<Job>, keep: String) {
             Ok(Some(path)) => {
                 busy_in_a_row = 0;
                 match PreadFile::open(&path) {
-                    Ok(f) => {
-                        let _ = job.shard.0.set(f);
-                    }
+                    Ok(file) => job.shard.set(Local { path, file }),
                     Err(_) => {
                         cache.bypassed.fetch_add(1, Ordering::Relaxed);
                     }
@@ -412,7 +441,7 @@ impl CacheProgress {
                 .shards
                 .iter()
                 .zip(&self.bytes)
-                .filter(|(h, _)| h.0.get().is_some())
+                .filter(|(h, _)| h.is_set())
                 .map(|(_, b)| b)
                 .sum(),
             budget: cache.limit,
@@ -423,7 +452,18 @@ impl CacheProgress {
 
     /// Shards reading from their local copy.
     pub fn ready(&self) -> usize {
-        self.shards.iter().filter(|h| h.0.get().is_some()).count()
+        self.shards.iter().filter(|h| h.is_set()).count()
+    }
+
+    /// Stop reading shard `k` from its local copy (found damaged): the shard reads its source
+    /// again, and the copy's file is deleted so that the next run copies it anew. The copy's
+    /// path when there was one (the caller reports it), `None` when the shard already read its
+    /// source.
+    pub fn discard(&self, k: usize, cache: &DiskCache) -> Option<PathBuf> {
+        let local = self.shards.get(k)?.take()?;
+        let _ = fs::remove_file(&local.path);
+        cache.bypassed.fetch_add(1, Ordering::Relaxed);
+        Some(local.path.clone())
     }
 
     /// Shards in the dataset.
@@ -476,7 +516,7 @@ pub fn open_dataset(
     for (k, info) in manifest.shards.iter().enumerate() {
         let path = manifest.shard_path(dir, k);
         let source = PreadFile::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
-        let handle = Arc::new(CachedShardHandle(OnceLock::new()));
+        let handle = Arc::new(CachedShardHandle::default());
         jobs.push(Job {
             src: path.clone(),
             entry: format!("{keep}{:08x}-{}", info.crc32c, info.file),

@@ -9,11 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stokehold_format::{Dataset, FieldValue, RecordView};
+use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
 
 use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, RecordPlace, Result};
 use crate::fetch;
 use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
@@ -254,6 +254,10 @@ impl Samples for Records {
         );
         match got {
             Ok(record) => self.process(id, record, cx, out),
+            Err(e @ FormatError::Checksum { .. }) => match self.repair(id, &e) {
+                Some((local, shard, bytes)) => self.process(id, (shard, local, &bytes), cx, out),
+                None => Err(EngineError::Sample { id, source: e }),
+            },
             Err(e) => Err(EngineError::Sample { id, source: e }),
         }
     }
@@ -279,6 +283,33 @@ fn dataset_mean(ds: &Dataset) -> u64 {
 }
 
 impl Records {
+    /// Sample `id`'s record failed its checksum (`e`): when its shard was read from the disk
+    /// cache's copy, that copy is what is damaged. Discard it (the shard reads its source again;
+    /// the next run copies it anew), say so once, naming the damaged file, and read the record
+    /// again from the source: (record in shard, shard, bytes). (Bytes the RAM cache took from a
+    /// copy discarded since are re-read from the source too.) `None` when there was no copy to
+    /// blame (the source itself is damaged: `e` stands) or the re-read fails too.
+    fn repair(&self, id: u64, e: &FormatError) -> Option<(u64, usize, Vec<u8>)> {
+        let (k, local) = self.dataset.locate(id).ok()?;
+        let copy = self.disk.as_ref().and_then(|(c, p)| p.discard(k, c));
+        match &copy {
+            Some(damaged) => eprintln!(
+                "stokehold: the cached copy {} is damaged ({e}); it is deleted and shard {} is \
+                 read from its source again",
+                damaged.display(),
+                self.dataset.shards()[k].path().display()
+            ),
+            // bytes from the RAM cache, loaded from a copy discarded since: read the source
+            None if self.cache.is_some() && self.disk.is_some() => {}
+            // the source's own bytes: the error stands
+            None => return None,
+        }
+        let mut buf = Vec::new();
+        // with the copy gone this reads the source, checksum included
+        self.dataset.read_record(id, &mut buf).ok()?;
+        Some((local, k, buf))
+    }
+
     /// Parse and transform sample `id` (record `local` of shard `k`: `bytes`) into its slot.
     fn process(
         &self,
@@ -317,6 +348,14 @@ impl Records {
             };
             let fail = |stage_name: &str, source| EngineError::Transform {
                 id,
+                at: {
+                    let e = shard.entry(local);
+                    RecordPlace {
+                        shard: shard.path().to_path_buf(),
+                        record: local,
+                        bytes: e.offset..e.offset + u64::from(e.len),
+                    }
+                },
                 stage: stage_name.to_string(),
                 column: col.name.clone(),
                 source,
