@@ -20,8 +20,8 @@ pub enum EngineError {
     Transform {
         /// Global sample id.
         id: u64,
-        /// Where the sample's bytes are.
-        at: RecordPlace,
+        /// Where the sample's bytes are (boxed: keeps `Result`s small).
+        at: Box<RecordPlace>,
         /// The stage's name.
         stage: String,
         /// The output column.

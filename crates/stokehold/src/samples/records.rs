@@ -350,11 +350,11 @@ impl Records {
                 id,
                 at: {
                     let e = shard.entry(local);
-                    RecordPlace {
+                    Box::new(RecordPlace {
                         shard: shard.path().to_path_buf(),
                         record: local,
                         bytes: e.offset..e.offset + u64::from(e.len),
-                    }
+                    })
                 },
                 stage: stage_name.to_string(),
                 column: col.name.clone(),
