@@ -169,6 +169,7 @@ pub(super) fn plan<'a>(
         bytes: Some(bytes),
         skipped_early: Vec::new(),
         notes,
+        source: serde_json::Map::new(),
         run: Box::new(move |sink| sink.run(jobs, move |job| load(job, &plan_fields))),
     })
 }
