@@ -223,7 +223,7 @@ fn ragged_webdataset_shards_pack_every_sample_or_fail_loudly() {
 
         let (run, dest) = check(root, &seven_txt, options, Some((10, 0)));
         assert!(
-            run.stdout.contains("3 of 10 samples have no .txt"),
+            run.stdout.contains("3 of 10 samples have no member .txt"),
             "{run:?}"
         );
         let ds = Dataset::open(&dest).unwrap();
@@ -259,7 +259,7 @@ fn ragged_webdataset_shards_pack_every_sample_or_fail_loudly() {
     // --fields mistakes are usage errors
     for (fields, why) in [
         ("jpg,cls?", ".cls cannot be optional"),
-        ("jpg,png", "no sample has a .png member"),
+        ("jpg,png", "no sample has member .png"),
         ("jpg,jpg", "given twice"),
     ] {
         let (run, _) = check(root, &seven_txt, &["--fields", fields], None);

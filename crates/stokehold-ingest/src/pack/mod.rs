@@ -87,18 +87,18 @@ pub struct PackOptions {
     /// The pack fails (and writes nothing) when more than this fraction of its inputs is
     /// skipped: a pack that quietly lost data is worse than one that stopped. 1.0 allows any.
     pub max_skip_fraction: f64,
-    /// WebDataset: the fields to pack, by member extension (`None`: inferred from the members
-    /// most samples have, see [`FieldChoice`]).
+    /// WebDataset and TFRecord: the fields to pack, by member extension or feature name
+    /// (`None`: the ones at least half the samples have, see [`FieldChoice`]).
     pub fields: Option<Vec<FieldChoice>>,
 }
 
 /// The default of [`PackOptions::max_skip_fraction`]: 1% of the inputs.
 pub const DEFAULT_MAX_SKIP_FRACTION: f64 = 0.01;
 
-/// One field chosen with `--fields` (`jpg,cls,txt?`): a member extension, and whether a sample
-/// may lack it (`?`). A missing optional field is stored as an empty value (the format has no
-/// null), so only text and bytes fields can be optional; a sample that lacks a required one is
-/// skipped.
+/// One field chosen with `--fields` (`jpg,cls,txt?`): a WebDataset member extension or a
+/// TFRecord feature name, and whether a sample may lack it (`?`). A missing optional field is
+/// stored as an empty value (the format has no null), so only text, bytes and array fields can
+/// be optional; a sample that lacks a required one is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldChoice {
     /// The member extension (`jpg`, `seg.png`).
@@ -118,7 +118,7 @@ impl FieldChoice {
             };
             if name.is_empty() || name.starts_with('.') {
                 return Err(PackError::Input(format!(
-                    "--fields {spec:?}: {part:?} is not a member extension (write jpg,cls,txt?)"
+                    "--fields {spec:?}: {part:?} is not a field name (write jpg,cls,txt?)"
                 )));
             }
             if out.iter().any(|f| f.name == name) {
@@ -642,9 +642,9 @@ pub fn pack(
         Some(k) => k,
         None => detect(sources)?,
     };
-    if options.fields.is_some() && kind != SourceKind::WebDataset {
+    if options.fields.is_some() && !matches!(kind, SourceKind::WebDataset | SourceKind::TfRecord) {
         return Err(PackError::Input(format!(
-            "--fields chooses the members of WebDataset samples; a {} source has fixed fields",
+            "--fields chooses WebDataset members or TFRecord features; a {} source has fixed fields",
             kind.name()
         )));
     }
@@ -792,43 +792,44 @@ pub(crate) struct Chosen {
 }
 
 /// Choose the fields of a source whose samples may each hold a different set of them (the
-/// members of WebDataset samples), from `counts` (how many of the `samples` hold each): the
-/// `given` ones (`--fields`), or without them every field that at least half the samples hold.
-/// A field missing from some samples is optional where `can_be_empty` allows (an empty value is
-/// stored there, and counted in `source["empty_where_missing"]`), else required (the samples
-/// without it are skipped and counted). What is left out, and why, goes to `notes`.
+/// members of WebDataset samples, the features of TFRecord examples), from `counts` (how many of
+/// the `samples` hold each): the `given` ones (`--fields`), or without them every field that at
+/// least half the samples hold. A field missing from some samples is optional where
+/// `can_be_empty` allows (an empty value is stored there, and counted in
+/// `source["empty_where_missing"]`), else required (the samples without it are skipped and
+/// counted). What is left out, and why, goes to `notes`; `label` names a field in messages
+/// (`member .txt`, `feature "bbox"`).
 pub(crate) fn choose_fields(
     counts: &std::collections::BTreeMap<String, u64>,
     samples: u64,
     given: Option<&[FieldChoice]>,
     can_be_empty: impl Fn(&str) -> bool,
+    label: impl Fn(&str) -> String,
     notes: &mut Vec<String>,
     source: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<Chosen>, PackError> {
-    let found = || {
-        counts
-            .iter()
-            .map(|(n, c)| format!(".{n} ({c} of {samples} samples)"))
+    let listed = |names: &mut dyn Iterator<Item = (&String, &u64)>| {
+        names
+            .map(|(n, c)| format!("{} ({c} of {samples} samples)", label(n)))
             .collect::<Vec<_>>()
             .join(", ")
     };
     let mut chosen = Vec::new();
-    let mut left_out = Vec::new();
-    match given {
+    let left_out: Vec<(&String, &u64)> = match given {
         Some(list) => {
             for f in list {
                 if !counts.contains_key(&f.name) {
                     return Err(PackError::Input(format!(
-                        "--fields: no sample has a .{} member (found: {})",
-                        f.name,
-                        found()
+                        "--fields: no sample has {} (found: {})",
+                        label(&f.name),
+                        listed(&mut counts.iter())
                     )));
                 }
                 if f.optional && !can_be_empty(&f.name) {
                     return Err(PackError::Input(format!(
-                        "--fields: .{} cannot be optional: only text and bytes fields have an empty \
-                         value to store where one is missing",
-                        f.name
+                        "--fields: {} cannot be optional: only text, bytes and array fields have \
+                         an empty value to store where one is missing",
+                        label(&f.name)
                     )));
                 }
                 chosen.push(Chosen {
@@ -836,30 +837,23 @@ pub(crate) fn choose_fields(
                     optional: f.optional,
                 });
             }
-            for (name, n) in counts {
-                if !list.iter().any(|f| &f.name == name) {
-                    left_out.push(format!(".{name} ({n} of {samples} samples)"));
-                }
-            }
-            if !left_out.is_empty() {
-                notes.push(format!(
-                    "members not in --fields were left out: {}",
-                    left_out.join(", ")
-                ));
-            }
+            counts
+                .iter()
+                .filter(|(n, _)| !list.iter().any(|f| &f.name == *n))
+                .collect()
         }
         None => {
-            for (name, &n) in counts {
-                if n.saturating_mul(2) < samples {
-                    left_out.push(format!(".{name} ({n} of {samples} samples)"));
-                    continue;
-                }
+            let (kept, rare): (Vec<_>, Vec<_>) = counts
+                .iter()
+                .partition(|(_, n)| n.saturating_mul(2) >= samples);
+            for (name, &n) in kept {
                 let optional = n < samples && can_be_empty(name);
                 if n < samples && !optional {
                     notes.push(format!(
-                        "{} of {samples} samples have no .{name} member and are skipped \
-                         (--fields chooses the fields)",
-                        samples - n
+                        "{} of {samples} samples have no {} and are skipped (--fields chooses \
+                         the fields)",
+                        samples - n,
+                        label(name)
                     ));
                 }
                 chosen.push(Chosen {
@@ -867,19 +861,25 @@ pub(crate) fn choose_fields(
                     optional,
                 });
             }
-            if !left_out.is_empty() {
-                notes.push(format!(
-                    "members that fewer than half the samples have were left out: {}; --fields \
-                     chooses the fields (NAME? for one stored empty where missing)",
-                    left_out.join(", ")
-                ));
-            }
+            rare
         }
+    };
+    if !left_out.is_empty() {
+        notes.push(format!(
+            "left out of the schema ({}): {}; --fields chooses the fields (NAME? for one stored \
+             empty where missing)",
+            if given.is_some() {
+                "not in --fields"
+            } else {
+                "in fewer than half the samples"
+            },
+            listed(&mut left_out.into_iter())
+        ));
     }
     if chosen.is_empty() {
         return Err(PackError::Empty(format!(
-            "no member is in at least half the samples (found: {}); choose with --fields",
-            found()
+            "no field is in at least half the samples (found: {}); choose with --fields",
+            listed(&mut counts.iter())
         )));
     }
     let mut empty = serde_json::Map::new();
@@ -887,8 +887,8 @@ pub(crate) fn choose_fields(
         let missing = samples - counts[&c.name];
         if missing > 0 {
             notes.push(format!(
-                "{missing} of {samples} samples have no .{} member: stored as an empty value there",
-                c.name
+                "{missing} of {samples} samples have no {}: stored as an empty value there",
+                label(&c.name)
             ));
             empty.insert(c.name.clone(), missing.into());
         }

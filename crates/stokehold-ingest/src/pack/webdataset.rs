@@ -139,6 +139,7 @@ pub(super) fn plan<'a>(
         samples,
         options.fields.as_deref(),
         |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| format!("member .{ext}"),
         &mut notes,
         &mut source,
     )?;
