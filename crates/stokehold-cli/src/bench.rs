@@ -21,6 +21,7 @@ use stokehold::{
     SamplesSpec, Shuffle, Tail, TokenMode, TokenOptions,
 };
 
+use crate::local_path;
 use crate::units;
 
 mod overhead;
@@ -84,7 +85,7 @@ pub struct PipelineArgs {
     decoded_cache: Option<u32>,
     /// With --decoded-cache: also keep the decoded images in this local directory, across runs
     /// (the second run reads them instead of decoding).
-    #[arg(long, value_name = "DIR", requires = "decoded_cache")]
+    #[arg(long, value_name = "DIR", requires = "decoded_cache", value_parser = local_path)]
     decoded_cache_dir: Option<std::path::PathBuf>,
     /// Decode the image field with a fused RandomResizedCrop to N×N (the training pipeline).
     #[arg(long, value_name = "N")]
@@ -109,7 +110,7 @@ pub struct BenchArgs {
     #[command(subcommand)]
     command: Option<BenchCommand>,
     /// The dataset directory.
-    #[arg(required = true)]
+    #[arg(required = true, value_parser = local_path)]
     dataset: Option<PathBuf>,
     #[command(flatten)]
     pipeline: PipelineArgs,
@@ -126,7 +127,7 @@ pub struct BenchArgs {
     #[arg(long)]
     sweep: bool,
     /// With --sweep: also write the curve as an SVG chart to FILE.
-    #[arg(long, value_name = "FILE", requires = "sweep")]
+    #[arg(long, value_name = "FILE", requires = "sweep", value_parser = local_path)]
     plot: Option<PathBuf>,
     /// With --sweep: seconds each setting runs (after its first batch).
     #[arg(long, default_value_t = 2.0, value_name = "S", requires = "sweep")]
@@ -141,7 +142,7 @@ pub struct BenchArgs {
     rounds: u32,
     /// Write each sample's stage spans (the newest --trace-capacity) as Chrome Trace Event JSON
     /// to FILE, for chrome://tracing or ui.perfetto.dev.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = local_path)]
     trace: Option<PathBuf>,
     /// Spans kept for --trace (32 bytes each; older spans are dropped).
     #[arg(long, default_value_t = 1_000_000, value_name = "N")]
@@ -168,6 +169,7 @@ enum BenchCommand {
 #[derive(Debug, Args)]
 pub struct StorageArgs {
     /// The dataset directory.
+    #[arg(value_parser = local_path)]
     dataset: PathBuf,
     /// Seconds of each measurement (the pipeline's, at most one pass over the dataset; the
     /// sequential and the random reads).

@@ -12,8 +12,9 @@ use stokehold_format::{
     Dataset, DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest,
     VerifyOptions, WriteOptions, verify_dataset,
 };
-use stokehold_ingest::{ImagePolicy, PackOptions, Skipped, SourceKind};
+use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions, Skipped, SourceKind};
 
+use crate::local_path;
 use crate::progress::Bar;
 use crate::units;
 
@@ -21,9 +22,10 @@ use crate::units;
 pub struct PackArgs {
     /// What to pack: an image-folder directory; a .jsonl or .csv file; .tar files (or a directory
     /// of them); .tfrecord files (or a directory of them).
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required = true, num_args = 1.., value_parser = local_path)]
     sources: Vec<PathBuf>,
     /// The dataset directory to create (it must not exist, or be empty, unless --overwrite).
+    #[arg(value_parser = local_path)]
     dest: PathBuf,
     /// The kind of source, when it cannot be told from the names:
     /// image-folder, jsonl, csv, webdataset, tfrecord.
@@ -52,9 +54,23 @@ pub struct PackArgs {
     /// JSONL/CSV: the column that names each sample's file.
     #[arg(long)]
     path_column: Option<String>,
-    /// Replace DEST if it exists (only once the new dataset is complete).
+    /// Replace DEST if it is a stokehold dataset (only once the new dataset is complete; a
+    /// folder holding anything else, or a source, is never replaced).
     #[arg(long)]
     overwrite: bool,
+    /// Fail, writing nothing, when more than this fraction of the inputs is skipped (0 to 1;
+    /// 1 allows any).
+    #[arg(long, value_name = "F", default_value_t = stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION, value_parser = fraction)]
+    max_skip_fraction: f64,
+    /// WebDataset: the member extensions to pack, e.g. jpg,cls,txt? (NAME? marks a text or bytes
+    /// field a sample may lack: stored empty there). Default: every member at least half the
+    /// samples have.
+    #[arg(long, value_name = "LIST")]
+    fields: Option<String>,
+    /// Skip (and count) images of more pixels (width x height) than this, checked from the header
+    /// before any decode or transcode. The default is the loader's limit.
+    #[arg(long, value_name = "N", default_value_t = stokehold_ops::DEFAULT_MAX_PIXELS)]
+    max_pixels: u64,
     /// Rewrite progressive JPEGs as baseline, losslessly (same pixels; about 3x faster to decode
     /// and croppable).
     #[arg(long)]
@@ -72,7 +88,7 @@ pub struct PackArgs {
     #[arg(long)]
     restart_markers: bool,
     /// Tokenize text into a token dataset with this tokenizer.json (JSONL sources).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", value_parser = local_path)]
     tokenizer: Option<PathBuf>,
     /// With --tokenizer: the JSONL key holding each document's text.
     #[arg(long, default_value = "text", value_name = "FIELD")]
@@ -83,6 +99,14 @@ pub struct PackArgs {
     /// With --tokenizer: put this token (by name, e.g. "</s>") after every document.
     #[arg(long, value_name = "TOKEN")]
     append_eos: Option<String>,
+}
+
+/// A fraction from 0 to 1.
+fn fraction(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+        _ => Err(format!("{s:?} is not a fraction from 0 to 1 (e.g. 0.01)")),
+    }
 }
 
 /// Print a count of `items`, where they are listed, and the first five.
@@ -134,8 +158,15 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             baseline: a.baseline,
             max_side: a.max_side,
             quality: a.jpeg_quality,
+            max_pixels: a.max_pixels,
             restart_markers: a.restart_markers,
         },
+        max_skip_fraction: a.max_skip_fraction,
+        fields: a
+            .fields
+            .as_deref()
+            .map(FieldChoice::parse_list)
+            .transpose()?,
         ..PackOptions::default()
     };
     let bar = Bar::new();
@@ -236,6 +267,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// The dataset directory.
+    #[arg(value_parser = local_path)]
     dataset: PathBuf,
     /// Which sample to show.
     #[arg(long, default_value_t = 0)]
@@ -372,6 +404,7 @@ fn describe(ty: &FieldType, v: &FieldValue<'_>, classes: Option<&[String]>) -> S
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// The dataset directory.
+    #[arg(value_parser = local_path)]
     dataset: PathBuf,
     /// Report every fault, not only the first.
     #[arg(long)]
@@ -442,6 +475,7 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 #[derive(Debug, Args)]
 pub struct SampleDataArgs {
     /// Output directory (class sub-folders are created inside it).
+    #[arg(value_parser = local_path)]
     out: PathBuf,
     /// Number of images.
     #[arg(long, default_value_t = 1000)]

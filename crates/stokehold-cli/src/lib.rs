@@ -39,6 +39,14 @@ enum Command {
     SampleData(commands::SampleDataArgs),
 }
 
+/// Every path argument's parser: a local path, or an error for a URL (`s3://...`), which no
+/// command reads or writes yet (see `stokehold_format::location`).
+pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
+    let p = std::path::PathBuf::from(s);
+    stokehold_format::require_local(&p).map_err(|e| e.to_string())?;
+    Ok(p)
+}
+
 /// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.
 pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {

@@ -35,6 +35,14 @@ fn pack_verify_inspect_round_trip() {
     assert!(out.starts_with("wrote 30 JPEGs in 3 classes"), "{out}");
     fs::write(imgs.join("class_001/readme.txt"), "hello").unwrap();
 
+    // 1 of 31 inputs skipped is more than the default 1%: a failure, and nothing is written
+    let (r, _) = run_captured(&["pack", imgs_s, ds_s]);
+    let msg = r.unwrap_err().to_string();
+    assert!(
+        msg.contains("1 of 31 inputs were skipped") && msg.contains("readme.txt"),
+        "{msg}"
+    );
+    assert!(!ds.exists());
     let out = ok(&[
         "pack",
         imgs_s,
@@ -43,6 +51,8 @@ fn pack_verify_inspect_round_trip() {
         "8KiB",
         "--threads",
         "2",
+        "--max-skip-fraction",
+        "0.05",
     ]);
     assert!(
         out.starts_with("packed 30 samples from image-folder"),
@@ -90,7 +100,15 @@ fn pack_verify_inspect_round_trip() {
     let (r, _) = run_captured(&["pack", imgs_s, ds_s]);
     assert!(r.unwrap_err().to_string().contains("already exists"));
     // --restart-markers rewrites them losslessly, and inspect says so
-    let out = ok(&["pack", imgs_s, ds_s, "--overwrite", "--restart-markers"]);
+    let out = ok(&[
+        "pack",
+        imgs_s,
+        ds_s,
+        "--overwrite",
+        "--restart-markers",
+        "--max-skip-fraction",
+        "0.05",
+    ]);
     assert!(
         out.contains("JPEGs rewritten losslessly with restart markers (0 of them progressive"),
         "{out}"
@@ -517,6 +535,8 @@ fn pack_tokenizer_writes_a_verifiable_token_dataset() {
         "<s>",
         "--append-eos",
         "</s>",
+        "--max-skip-fraction",
+        "0.05",
     ]);
     assert!(out.starts_with("packed 50 samples from jsonl"), "{out}");
     assert!(out.contains("1 inputs skipped"), "{out}");

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
 use crate::manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
+pub use crate::publish::EXTRA_FILES;
+use crate::publish::{self, DestLock, Found};
 use crate::record::FieldValue;
 use crate::schema::Schema;
 use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptions};
@@ -329,77 +331,47 @@ pub struct DatasetWriter {
     source: serde_json::Value,
     total: u64,
     finished: bool,
+    /// The claim on `dest`, held until the writer is finished or dropped.
+    _lock: DestLock,
 }
 
-/// The staging directory name for `dest`: `.NAME.partial-PID` beside it.
-fn staging_dir(dest: &Path) -> Result<PathBuf> {
-    let name = dest.file_name().ok_or_else(|| {
-        FormatError::Schema(format!(
-            "{} is not a valid destination directory",
-            dest.display()
-        ))
-    })?;
-    let parent = dest
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    Ok(parent.join(format!(
-        ".{}.partial-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    )))
-}
-
-/// Remove staging directories of `dest` left by processes that no longer run. Returns how many.
+/// Remove the staging directories of `dest` left by writers that died (and put back a dataset
+/// an interrupted overwrite had moved aside). Does nothing while another writer is writing `dest`.
+/// Returns how many directories were removed.
 pub fn sweep_stale_staging(dest: &Path) -> usize {
-    let (Some(name), Some(parent)) = (dest.file_name(), dest.parent()) else {
-        return 0;
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
-    let prefix = format!(".{}.partial-", name.to_string_lossy());
-    let Ok(entries) = fs::read_dir(parent) else {
-        return 0;
-    };
-    let mut removed = 0;
-    for e in entries.flatten() {
-        let fname = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = fname
-            .strip_prefix(&prefix)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive = Path::new(&format!("/proc/{pid}")).exists();
-        if !alive && fs::remove_dir_all(e.path()).is_ok() {
-            removed += 1;
-        }
+    match DestLock::acquire(dest) {
+        Ok(lock) => publish::clean_up(dest, &lock),
+        Err(_) => 0,
     }
-    removed
 }
 
 impl DatasetWriter {
     /// Start writing a dataset that will appear at `dest` when finished. `dest` must not exist,
-    /// or be an empty directory, unless `options.overwrite`.
+    /// or be an empty directory, unless `options.overwrite`, and even then it must be a stokehold
+    /// dataset and nothing else (see [`EXTRA_FILES`]): a directory holding anything else is never
+    /// replaced. A second writer of the same destination is refused while this one lives
+    /// ([`FormatError::DestinationBusy`]); a URL is refused ([`FormatError::RemoteUnsupported`]).
     pub fn create(
         dest: impl AsRef<Path>,
         schema: Schema,
         options: DatasetWriteOptions,
     ) -> Result<DatasetWriter> {
         let dest = dest.as_ref().to_path_buf();
+        crate::location::require_local(&dest)?;
         schema.validate()?;
         options.write.validate()?;
-        if !options.overwrite && !is_absent_or_empty_dir(&dest) {
-            return Err(FormatError::DestinationExists { path: dest });
-        }
+        let staging = publish::staging_dir(&dest)?;
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, None, e))?;
         }
-        sweep_stale_staging(&dest);
-        let staging = staging_dir(&dest)?;
+        let lock = DestLock::acquire(&dest)?;
+        publish::clean_up(&dest, &lock);
+        if publish::inspect(&dest)? == Found::Taken {
+            if !options.overwrite {
+                return Err(FormatError::DestinationExists { path: dest });
+            }
+            publish::check_replaceable(&dest)?;
+        }
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(|e| FormatError::io(&staging, None, e))?;
         }
@@ -415,6 +387,7 @@ impl DatasetWriter {
             source: serde_json::Value::Null,
             total: 0,
             finished: false,
+            _lock: lock,
         })
     }
 
@@ -443,18 +416,13 @@ impl DatasetWriter {
         self.source = source;
     }
 
-    /// Add a small extra file (e.g. `skipped.txt`) to the dataset directory; it is published
-    /// together with the shards. `name` must be a plain file name other than the manifest's or a
-    /// shard's.
+    /// Add a small extra file (`skipped.txt`, ...) to the dataset directory; it is published
+    /// together with the shards. `name` must be one of [`EXTRA_FILES`] (so that a dataset
+    /// directory holds nothing a writer could not recognise when asked to replace it).
     pub fn add_file(&mut self, name: &str, contents: &[u8]) -> Result<()> {
-        let plain = !name.is_empty()
-            && !name.starts_with('.')
-            && !name.contains(['/', '\\', '\0'])
-            && name != MANIFEST_FILE
-            && !name.ends_with(".skh");
-        if !plain {
+        if !EXTRA_FILES.contains(&name) {
             return Err(FormatError::Schema(format!(
-                "{name:?} is not a valid extra file name (a plain name, not the manifest or a .skh file)"
+                "{name:?} is not a dataset's extra file (one of {EXTRA_FILES:?})"
             )));
         }
         let path = self.staging.join(name);
@@ -563,17 +531,7 @@ impl DatasetWriter {
     }
 
     fn publish(&self) -> Result<()> {
-        let io = |p: &Path, e| FormatError::io(p, None, e);
-        if self.dest.exists() && !is_absent_or_empty_dir(&self.dest) {
-            // overwrite: move the old dataset aside, publish, then delete the old one.
-            let old = self.staging.with_extension("old");
-            fs::rename(&self.dest, &old).map_err(|e| io(&self.dest, e))?;
-            fs::rename(&self.staging, &self.dest).map_err(|e| io(&self.dest, e))?;
-            fs::remove_dir_all(&old).map_err(|e| io(&old, e))?;
-        } else {
-            // rename(2) atomically replaces an empty directory.
-            fs::rename(&self.staging, &self.dest).map_err(|e| io(&self.dest, e))?;
-        }
+        publish::publish(&self.staging, &self.dest, self.options.overwrite)?;
         if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
         }
@@ -597,13 +555,6 @@ impl DatasetWriter {
 impl Drop for DatasetWriter {
     fn drop(&mut self) {
         self.remove_staging();
-    }
-}
-
-fn is_absent_or_empty_dir(p: &Path) -> bool {
-    match fs::read_dir(p) {
-        Ok(mut it) => it.next().is_none(),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
 }
 

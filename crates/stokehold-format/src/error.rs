@@ -145,6 +145,34 @@ pub enum FormatError {
         /// The destination.
         path: PathBuf,
     },
+    /// Another writer (in this or another process) is writing the same destination.
+    #[error("{}: another writer is writing this destination right now (it holds {}); wait for it to finish, or choose another destination", path.display(), lock.display())]
+    DestinationBusy {
+        /// The destination.
+        path: PathBuf,
+        /// The lock file the other writer holds.
+        lock: PathBuf,
+    },
+    /// Overwrite was asked for, but the destination is not something a writer may replace: only
+    /// a stokehold dataset (its manifest, its shards and its known extra files, nothing else) is
+    /// ever replaced.
+    #[error("{}: will not overwrite: {reason}", path.display())]
+    NotReplaceable {
+        /// The destination.
+        path: PathBuf,
+        /// Why not.
+        reason: String,
+    },
+    /// A URL was given where a local path is needed: object storage is not supported yet.
+    #[error(
+        "{url}: {scheme}:// URLs are not supported yet (object storage is planned); give a local path"
+    )]
+    RemoteUnsupported {
+        /// The URL as given.
+        url: String,
+        /// Its scheme.
+        scheme: String,
+    },
 }
 
 /// ` at byte N` or nothing.

@@ -35,7 +35,9 @@ mod dataset;
 mod error;
 pub mod fuzzing;
 mod limits;
+pub mod location;
 mod manifest;
+mod publish;
 pub mod record;
 pub mod schema;
 pub mod shard;
@@ -44,10 +46,12 @@ pub mod tokens;
 mod verify;
 
 pub use dataset::{
-    Dataset, DatasetWriteOptions, DatasetWriter, OpenOptions, memory_source, sweep_stale_staging,
+    Dataset, DatasetWriteOptions, DatasetWriter, EXTRA_FILES, OpenOptions, memory_source,
+    sweep_stale_staging,
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
+pub use location::{require_local, url_scheme};
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};

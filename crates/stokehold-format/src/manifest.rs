@@ -62,6 +62,7 @@ impl Manifest {
     /// Read and validate `dir/manifest.json`, reading at most `limits.max_manifest_bytes`.
     pub fn load(dir: &Path, limits: &Limits) -> Result<Manifest> {
         use std::io::Read;
+        crate::location::require_local(dir)?;
         let path = dir.join(MANIFEST_FILE);
         let f = std::fs::File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
         let mut bytes = Vec::new();

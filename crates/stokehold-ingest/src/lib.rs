@@ -15,6 +15,6 @@ pub mod tfrecord;
 
 pub use pack::tokens::{TokenOptions, pack_tokens};
 pub use pack::{
-    ImagePolicy, NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,
-    detect, pack,
+    DEFAULT_MAX_SKIP_FRACTION, FieldChoice, ImagePolicy, NoProgress, PackError, PackOptions,
+    PackReport, Progress, Skipped, SourceKind, detect, pack,
 };

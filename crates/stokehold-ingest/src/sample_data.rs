@@ -134,3 +134,47 @@ fn write_one(out: &Path, spec: SampleSpec, classes: usize, i: usize) -> std::io:
         Ok(jpeg.len() as u64)
     }
 }
+
+/// A copy of `jpeg` whose frame header declares `width` × `height` (its data stays that of the
+/// small image): a few kilobytes that claim to be a huge image, for testing pixel limits without
+/// the memory a real one needs. None when `jpeg` has no frame header.
+pub fn with_declared_size(jpeg: &[u8], width: u16, height: u16) -> Option<Vec<u8>> {
+    let info = crate::jpeg::parse_header(jpeg).ok()?;
+    // the frame header: FF Cn, length (2), precision (1), height (2), width (2)
+    let sof = (2..jpeg.len().saturating_sub(8)).find(|&i| {
+        jpeg[i] == 0xFF
+            && matches!(jpeg[i + 1], 0xC0..=0xCF)
+            && !matches!(jpeg[i + 1], 0xC4 | 0xC8 | 0xCC)
+            && jpeg[i + 5..i + 9]
+                == [info.height.to_be_bytes(), info.width.to_be_bytes()].concat()[..]
+    })?;
+    let mut out = jpeg.to_vec();
+    out[sof + 5..sof + 7].copy_from_slice(&height.to_be_bytes());
+    out[sof + 7..sof + 9].copy_from_slice(&width.to_be_bytes());
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_declared_size_is_what_the_header_says() {
+        let tmp = tempfile::tempdir().unwrap();
+        let spec = SampleSpec {
+            images: 1,
+            classes: 1,
+            width: 16,
+            height: 8,
+            quality: 70,
+            seed: 1,
+        };
+        write_image_folder(tmp.path(), spec).unwrap();
+        let small = std::fs::read(tmp.path().join("class_000/000000.jpg")).unwrap();
+        let huge = with_declared_size(&small, 20000, 30000).unwrap();
+        let h = crate::jpeg::parse_header(&huge).unwrap();
+        assert_eq!((h.width, h.height), (20000, 30000));
+        assert_eq!(huge.len(), small.len());
+        assert!(with_declared_size(b"not a jpeg", 1, 1).is_none());
+    }
+}

@@ -42,9 +42,12 @@ fn jpeg(seed: u64) -> Vec<u8> {
 mod common;
 use common::tree;
 
+/// These tests pack a few inputs with bad ones among them on purpose: any share may be skipped
+/// (the skip limit has its own tests).
 fn opts(threads: usize) -> PackOptions {
     PackOptions {
         threads,
+        max_skip_fraction: 1.0,
         ..PackOptions::default()
     }
 }
@@ -355,7 +358,7 @@ fn webdataset_groups_members_refuses_links_and_never_touches_pickles() {
         reasons[1].contains("\"006.jpg\"") && reasons[1].contains("not a decimal integer"),
         "{reasons:#?}"
     );
-    assert!(reasons[2].contains("no \"cls\" member"), "{reasons:#?}");
+    assert!(reasons[2].contains("no .cls member"), "{reasons:#?}");
     assert!(
         r.notes.iter().any(|n| n.contains("3 pickle members")),
         "{:?}",
@@ -410,6 +413,105 @@ fn example(i: u64, boxes: usize) -> Example {
         ("image/object/bbox/xmin", Feature::floats(vec![0.25; boxes])),
         ("weight", Feature::floats(vec![i as f32 * 0.5])),
     ])
+}
+
+#[test]
+fn ragged_tfrecord_features_are_optional_left_out_or_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("ragged.tfrecord");
+    // every record: an image and a weight; 7 of 10 boxes (an array: empty where missing),
+    // 1 of 10 a caption (left out), 8 of 10 a label (an integer: records without it skipped)
+    let examples: Vec<Example> = (0..10u64)
+        .map(|i| {
+            let mut f = vec![
+                ("image/encoded", Feature::bytes([jpeg(i)])),
+                ("weight", Feature::floats(vec![0.5])),
+            ];
+            if i < 7 {
+                f.push(("bbox", Feature::floats(vec![0.25; 1 + i as usize % 3])));
+            }
+            if i == 4 {
+                f.push(("caption", Feature::bytes([b"rare".to_vec()])));
+            }
+            if i < 8 {
+                f.push(("label", Feature::int64s(vec![i as i64])));
+            }
+            Example::from_features(f)
+        })
+        .collect();
+    tfrecord_file(&path, &examples);
+    let src = std::slice::from_ref(&path);
+    let err = pack(
+        src,
+        &tmp.path().join("a"),
+        None,
+        &PackOptions::default(),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            PackError::TooManySkipped {
+                skipped: 2,
+                inputs: 10,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("feature \"label\" is missing"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("a").exists());
+
+    let r = pack(src, &tmp.path().join("b"), None, &opts(1), &NoProgress).unwrap();
+    let ds = Dataset::open(tmp.path().join("b")).unwrap();
+    assert_eq!(
+        ds.schema().to_string(),
+        "bbox: ndarray:f32, image/encoded: image:auto, label: int64, weight: float64"
+    );
+    assert_eq!((ds.len(), r.skipped.len()), (8, 2));
+    assert_eq!(ds.manifest().source["empty_where_missing"]["bbox"], 3);
+    let FieldValue::Array(a) = &ds.get(7).unwrap()[0] else {
+        panic!("an array")
+    };
+    assert_eq!(a.shape, [0]);
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("feature \"caption\" (1 of 10 samples)")),
+        "{:?}",
+        r.notes
+    );
+
+    // --fields: the label optional is refused (an integer has no empty value); without it all pack
+    let fields = |spec: &str| PackOptions {
+        fields: Some(stokehold_ingest::FieldChoice::parse_list(spec).unwrap()),
+        ..PackOptions::default()
+    };
+    let e = pack(
+        src,
+        &tmp.path().join("c"),
+        None,
+        &fields("image/encoded,label?"),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cannot be optional"), "{e}");
+    pack(
+        src,
+        &tmp.path().join("d"),
+        None,
+        &fields("image/encoded,caption?"),
+        &NoProgress,
+    )
+    .unwrap();
+    let ds = Dataset::open(tmp.path().join("d")).unwrap();
+    assert_eq!(ds.len(), 10);
+    assert_eq!(ds.get(4).unwrap()[1], FieldValue::String("rare".into()));
+    assert_eq!(ds.get(5).unwrap()[1], FieldValue::String("".into()));
 }
 
 #[test]

@@ -190,10 +190,35 @@ fn bad_lines_are_skipped_with_file_and_line_or_fatal_when_strict() {
     )
     .unwrap();
     let dest = f.root.join("mixed");
-    let report = pack_tokens(
+    // 4 of 6 lines skipped: over the default limit, so the pack fails and writes nothing
+    let e = pack_tokens(
         std::slice::from_ref(&jsonl),
         &dest,
         &opts(2),
+        &topts(&f),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PackError::TooManySkipped {
+                skipped: 4,
+                inputs: 6,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(!dest.exists());
+    let any = PackOptions {
+        max_skip_fraction: 1.0,
+        ..opts(2)
+    };
+    let report = pack_tokens(
+        std::slice::from_ref(&jsonl),
+        &dest,
+        &any,
         &topts(&f),
         &NoProgress,
     )

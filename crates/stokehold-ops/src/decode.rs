@@ -31,6 +31,24 @@ pub fn sniff(data: &[u8]) -> Result<Format> {
     }
 }
 
+/// An image's width and height from its header alone (nothing is decoded or allocated for
+/// pixels), for checking a pixel limit ([`check_pixels`]) before a decode or a transcode.
+pub fn dimensions(data: &[u8]) -> Result<(u32, u32)> {
+    match sniff(data)? {
+        Format::Jpeg => Decoder::new()?.header(data).map(|h| (h.width, h.height)),
+        Format::Png => png::Decoder::new(Cursor::new(data))
+            .read_info()
+            .map(|r| (r.info().width, r.info().height))
+            .map_err(png_err),
+        Format::Webp => image_webp::WebPDecoder::new(Cursor::new(data))
+            .map(|d| d.dimensions())
+            .map_err(|e| OpsError::Decode {
+                codec: "WebP",
+                message: e.to_string(),
+            }),
+    }
+}
+
 /// Decode a whole image to RGB (or gray when `gray`), refusing more than `max_pixels` before
 /// allocating.
 pub fn decode_full(

@@ -20,4 +20,7 @@ pub mod text;
 pub use error::{OpsError, Result};
 pub use jpeg::{Pixels, PixelsRef};
 pub use layout::{OutDType, OutSpec};
-pub use pipeline::{Geometry, ImageOps, Jitter, Random, Workspace, decode_prefix, run, run_pixels};
+pub use pipeline::{
+    DEFAULT_MAX_PIXELS, Geometry, ImageOps, Jitter, Random, Workspace, decode_prefix, run,
+    run_pixels,
+};

@@ -67,6 +67,11 @@ pub struct Jitter {
     pub saturation: f32,
 }
 
+/// The default pixel limit (width × height), checked from the header before anything is decoded
+/// or transcoded: 100 megapixels. The one default of the loader's image stage and of
+/// `stokehold pack` (`--max-pixels`), so that a pack never stores an image its loader refuses.
+pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+
 /// A whole image pipeline.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ImageOps {

@@ -1,7 +1,7 @@
 //! The image kernels on generated photograph-like JPEGs: decode, SIMD in use, the fused path
 //! against the reference path (PSNR), limits, corrupt input, every layout and codec.
 
-use stokehold_ops::decode::{decode_full, sniff};
+use stokehold_ops::decode::{decode_full, dimensions, sniff};
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale, simd_in_use};
 use stokehold_ops::{Geometry, ImageOps, Jitter, OpsError, OutDType, OutSpec, Workspace, run};
 
@@ -278,6 +278,10 @@ fn png_and_webp_go_through_the_general_path() {
         .unwrap();
     decode_full(&mut d, &webp_bytes, false, 1 << 20, &mut out).unwrap();
     assert_eq!(out.data, px, "lossless WebP");
+    // the header alone gives the size a pixel limit is checked against
+    assert_eq!(dimensions(&png_bytes).unwrap(), (40, 30));
+    assert_eq!(dimensions(&webp_bytes).unwrap(), (40, 30));
+    assert!(dimensions(&png_bytes[..20]).is_err());
     let ops = ImageOps {
         geometry: Geometry::Resize {
             width: 20,

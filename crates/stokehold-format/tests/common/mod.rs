@@ -61,7 +61,7 @@ pub fn write_dataset(dir: &Path, name: &str, n: u64, shard_bytes: u64, align: u3
     dest
 }
 
-/// Every file in a directory, sorted, with contents.
+/// Every entry of a directory, sorted, with contents (a sub-directory's are empty).
 pub fn read_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
@@ -69,7 +69,11 @@ pub fn read_tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
             let e = e.unwrap();
             (
                 e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
+                if e.file_type().unwrap().is_dir() {
+                    Vec::new()
+                } else {
+                    std::fs::read(e.path()).unwrap()
+                },
             )
         })
         .collect();

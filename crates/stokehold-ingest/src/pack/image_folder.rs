@@ -123,6 +123,7 @@ pub(super) fn plan<'a>(
         bytes: None,
         skipped_early: skipped,
         notes,
+        source: serde_json::Map::new(),
         run: Box::new(move |sink| sink.run(jobs, move |job| load(job, max))),
     })
 }

@@ -81,8 +81,58 @@ pub struct PackOptions {
     pub path_column: Option<String>,
     /// Largest input file or member accepted, in bytes.
     pub max_item_bytes: u64,
-    /// What to do to images on the way in (lossless baseline transcode, a lossy size cap).
+    /// What to do to images on the way in (pixel limit, lossless baseline transcode, a lossy
+    /// size cap).
     pub images: ImagePolicy,
+    /// The pack fails (and writes nothing) when more than this fraction of its inputs is
+    /// skipped: a pack that quietly lost data is worse than one that stopped. 1.0 allows any.
+    pub max_skip_fraction: f64,
+    /// WebDataset and TFRecord: the fields to pack, by member extension or feature name
+    /// (`None`: the ones at least half the samples have, see [`FieldChoice`]).
+    pub fields: Option<Vec<FieldChoice>>,
+}
+
+/// The default of [`PackOptions::max_skip_fraction`]: 1% of the inputs.
+pub const DEFAULT_MAX_SKIP_FRACTION: f64 = 0.01;
+
+/// One field chosen with `--fields` (`jpg,cls,txt?`): a WebDataset member extension or a
+/// TFRecord feature name, and whether a sample may lack it (`?`). A missing optional field is
+/// stored as an empty value (the format has no null), so only text, bytes and array fields can
+/// be optional; a sample that lacks a required one is skipped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldChoice {
+    /// The member extension (`jpg`, `seg.png`).
+    pub name: String,
+    /// A sample may lack it.
+    pub optional: bool,
+}
+
+impl FieldChoice {
+    /// Parse a comma-separated list: `jpg,cls,txt?`.
+    pub fn parse_list(spec: &str) -> Result<Vec<FieldChoice>, PackError> {
+        let mut out: Vec<FieldChoice> = Vec::new();
+        for part in spec.split(',').map(str::trim) {
+            let (name, optional) = match part.strip_suffix('?') {
+                Some(n) => (n, true),
+                None => (part, false),
+            };
+            if name.is_empty() || name.starts_with('.') {
+                return Err(PackError::Input(format!(
+                    "--fields {spec:?}: {part:?} is not a field name (write jpg,cls,txt?)"
+                )));
+            }
+            if out.iter().any(|f| f.name == name) {
+                return Err(PackError::Input(format!(
+                    "--fields {spec:?}: {name:?} is given twice"
+                )));
+            }
+            out.push(FieldChoice {
+                name: name.to_string(),
+                optional,
+            });
+        }
+        Ok(out)
+    }
 }
 
 /// Changes made to images while packing, for decode speed.
@@ -96,6 +146,10 @@ pub struct ImagePolicy {
     pub max_side: Option<u32>,
     /// JPEG quality of re-encoded images.
     pub quality: u8,
+    /// Largest image (width × height) packed, checked from the header before any decode or
+    /// transcode: an image over it is skipped and counted. The default is the loader's
+    /// ([`stokehold_ops::DEFAULT_MAX_PIXELS`]), which would refuse such an image anyway.
+    pub max_pixels: u64,
     /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows, so a
     /// crop needs only its share of the Huffman decoding (see `stokehold_ops::restart`): same
     /// pixels, ~0.5% more bytes, ~1.8 ms of packing CPU per ImageNet-sized JPEG, and random
@@ -110,6 +164,7 @@ impl Default for ImagePolicy {
             baseline: false,
             max_side: None,
             quality: 90,
+            max_pixels: stokehold_ops::DEFAULT_MAX_PIXELS,
             restart_markers: false,
         }
     }
@@ -140,7 +195,7 @@ fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<Appli
             channels: 3,
             data: Vec::new(),
         };
-        stokehold_ops::decode::decode_full(&mut d, bytes, false, 1 << 31, &mut px)
+        stokehold_ops::decode::decode_full(&mut d, bytes, false, policy.max_pixels, &mut px)
             .map_err(|e| format!("cannot decode to resize: {e}"))?;
         let long = px.width.max(px.height);
         if long > max_side {
@@ -216,6 +271,17 @@ fn add_restarts(bytes: &mut Vec<u8>) -> Result<(), String> {
     Ok(())
 }
 
+/// Refuse an image over `max_pixels` from its header alone, before anything is decoded.
+fn check_pixel_limit(bytes: &[u8], max_pixels: u64) -> Result<(), String> {
+    let (w, h) = match crate::jpeg::parse_header(bytes) {
+        Ok(i) => (u32::from(i.width), u32::from(i.height)),
+        Err(_) => stokehold_ops::decode::dimensions(bytes)
+            .map_err(|e| format!("unreadable image header: {e}"))?,
+    };
+    stokehold_ops::jpeg::check_pixels(w.into(), h.into(), max_pixels)
+        .map_err(|e| format!("{e} (--max-pixels)"))
+}
+
 impl Default for PackOptions {
     fn default() -> Self {
         PackOptions {
@@ -226,6 +292,8 @@ impl Default for PackOptions {
             path_column: None,
             max_item_bytes: 1 << 30,
             images: ImagePolicy::default(),
+            max_skip_fraction: DEFAULT_MAX_SKIP_FRACTION,
+            fields: None,
         }
     }
 }
@@ -310,6 +378,23 @@ pub enum PackError {
     /// Nothing usable was found.
     #[error("no samples to pack: {0}")]
     Empty(String),
+    /// More of the input was skipped than [`PackOptions::max_skip_fraction`] allows; nothing
+    /// was written.
+    #[error(
+        "{skipped} of {inputs} inputs were skipped ({:.1}%), more than the limit of {:.1}% \
+         (--max-skip-fraction {max_fraction}); nothing was written. The first: {}: {}",
+        100.0 * *skipped as f64 / *inputs as f64, 100.0 * max_fraction, first.input, first.reason
+    )]
+    TooManySkipped {
+        /// Inputs skipped.
+        skipped: usize,
+        /// Inputs in all (packed and skipped).
+        inputs: u64,
+        /// The limit.
+        max_fraction: f64,
+        /// The first one skipped.
+        first: Skipped,
+    },
 }
 
 impl PackError {
@@ -395,27 +480,32 @@ impl Sink<'_> {
                 } => {
                     let (mut transcoded, mut resized) = (false, false);
                     let mut kept = Vec::new();
-                    if touch_images {
-                        for (field, v) in schema.fields.iter().zip(values.iter_mut()) {
-                            if let (FieldType::Image { .. }, FieldValue::Image(b)) = (&field.ty, v)
-                            {
-                                let mut owned = std::mem::take(b).into_owned();
-                                match apply_image_policy(&mut owned, &policy) {
-                                    Ok(a) => {
-                                        transcoded |= a.transcoded;
-                                        resized |= a.resized;
-                                        if let Some(why) = a.kept {
-                                            kept.push(format!("field {:?}: {why}", field.name));
-                                        }
-                                    }
-                                    Err(e) => {
-                                        return Encoded::Skip(Skipped {
-                                            input,
-                                            reason: format!("field {:?}: {e}", field.name),
-                                        });
-                                    }
+                    for (field, v) in schema.fields.iter().zip(values.iter_mut()) {
+                        let (FieldType::Image { .. }, FieldValue::Image(b)) = (&field.ty, v) else {
+                            continue;
+                        };
+                        let applied = check_pixel_limit(b, policy.max_pixels).and_then(|()| {
+                            if !touch_images {
+                                return Ok(Applied::default());
+                            }
+                            let mut owned = std::mem::take(b).into_owned();
+                            let a = apply_image_policy(&mut owned, &policy);
+                            *b = owned.into();
+                            a
+                        });
+                        match applied {
+                            Ok(a) => {
+                                transcoded |= a.transcoded;
+                                resized |= a.resized;
+                                if let Some(why) = a.kept {
+                                    kept.push(format!("field {:?}: {why}", field.name));
                                 }
-                                *b = owned.into();
+                            }
+                            Err(e) => {
+                                return Encoded::Skip(Skipped {
+                                    input,
+                                    reason: format!("field {:?}: {e}", field.name),
+                                });
                             }
                         }
                     }
@@ -547,10 +637,17 @@ pub fn pack(
     options: &PackOptions,
     progress: &dyn Progress,
 ) -> Result<PackReport, PackError> {
+    check_paths(sources, dest)?;
     let kind = match kind {
         Some(k) => k,
         None => detect(sources)?,
     };
+    if options.fields.is_some() && !matches!(kind, SourceKind::WebDataset | SourceKind::TfRecord) {
+        return Err(PackError::Input(format!(
+            "--fields chooses WebDataset members or TFRecord features; a {} source has fixed fields",
+            kind.name()
+        )));
+    }
     let plan = match kind {
         SourceKind::ImageFolder => image_folder::plan(sources, options, progress)?,
         SourceKind::Jsonl | SourceKind::Csv => table::plan(sources, kind, options, progress)?,
@@ -587,6 +684,7 @@ pub fn pack(
     if sink.writer.is_empty() {
         return Err(nothing_packed(&sink.skipped, "inputs", "samples"));
     }
+    check_skips(&sink.skipped, sink.writer.len(), options.max_skip_fraction)?;
     let Sink {
         mut writer,
         input_bytes,
@@ -603,6 +701,9 @@ pub fn pack(
         "skipped": skipped.len(),
         "progressive_jpegs": progressive,
     });
+    for (k, v) in plan.source {
+        source[k] = v;
+    }
     if options.images.baseline || options.images.restart_markers {
         source["transcoded_to_baseline"] = transcoded.into();
         source["kept_as_is"] = kept_as_is.len().into();
@@ -631,6 +732,191 @@ pub fn pack(
         kept_as_is,
         notes,
     })
+}
+
+/// Refuse URLs (object storage is not supported yet), and a destination that is a source, holds
+/// one or lies inside one: symbolic links are resolved first, so a link cannot hide the overlap.
+/// (An overwrite could otherwise replace the very files it packs; a dataset inside a source
+/// folder would be read as input by the next pack.)
+pub(crate) fn check_paths(sources: &[PathBuf], dest: &Path) -> Result<(), PackError> {
+    for p in sources.iter().map(PathBuf::as_path).chain([dest]) {
+        stokehold_format::require_local(p)?;
+    }
+    let d = resolve(dest);
+    for s in sources {
+        let Ok(src) = s.canonicalize() else {
+            continue; // a missing source is reported by its reader
+        };
+        if d.starts_with(&src) || src.starts_with(&d) {
+            return Err(PackError::Input(format!(
+                "the destination {} {} the source {}: choose a destination outside the sources",
+                dest.display(),
+                if d == src {
+                    "is"
+                } else if d.starts_with(&src) {
+                    "lies inside"
+                } else {
+                    "holds"
+                },
+                s.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `p` absolute with symbolic links resolved, also when its last components do not exist yet.
+fn resolve(p: &Path) -> PathBuf {
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let mut head = abs.as_path();
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(real) = head.canonicalize() {
+            return tail.iter().rev().fold(real, |acc, n| acc.join(n));
+        }
+        match (head.parent(), head.file_name()) {
+            (Some(parent), Some(name)) => {
+                tail.push(name);
+                head = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+/// A field chosen by [`choose_fields`]: its name, and whether a sample may lack it.
+#[derive(Debug)]
+pub(crate) struct Chosen {
+    pub name: String,
+    pub optional: bool,
+}
+
+/// Choose the fields of a source whose samples may each hold a different set of them (the
+/// members of WebDataset samples, the features of TFRecord examples), from `counts` (how many of
+/// the `samples` hold each): the `given` ones (`--fields`), or without them every field that at
+/// least half the samples hold. A field missing from some samples is optional where
+/// `can_be_empty` allows (an empty value is stored there, and counted in
+/// `source["empty_where_missing"]`), else required (the samples without it are skipped and
+/// counted). What is left out, and why, goes to `notes`; `label` names a field in messages
+/// (`member .txt`, `feature "bbox"`).
+pub(crate) fn choose_fields(
+    counts: &std::collections::BTreeMap<String, u64>,
+    samples: u64,
+    given: Option<&[FieldChoice]>,
+    can_be_empty: impl Fn(&str) -> bool,
+    label: impl Fn(&str) -> String,
+    notes: &mut Vec<String>,
+    source: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<Chosen>, PackError> {
+    let listed = |names: &mut dyn Iterator<Item = (&String, &u64)>| {
+        names
+            .map(|(n, c)| format!("{} ({c} of {samples} samples)", label(n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut chosen = Vec::new();
+    let left_out: Vec<(&String, &u64)> = match given {
+        Some(list) => {
+            for f in list {
+                if !counts.contains_key(&f.name) {
+                    return Err(PackError::Input(format!(
+                        "--fields: no sample has {} (found: {})",
+                        label(&f.name),
+                        listed(&mut counts.iter())
+                    )));
+                }
+                if f.optional && !can_be_empty(&f.name) {
+                    return Err(PackError::Input(format!(
+                        "--fields: {} cannot be optional: only text, bytes and array fields have \
+                         an empty value to store where one is missing",
+                        label(&f.name)
+                    )));
+                }
+                chosen.push(Chosen {
+                    name: f.name.clone(),
+                    optional: f.optional,
+                });
+            }
+            counts
+                .iter()
+                .filter(|(n, _)| !list.iter().any(|f| &f.name == *n))
+                .collect()
+        }
+        None => {
+            let (kept, rare): (Vec<_>, Vec<_>) = counts
+                .iter()
+                .partition(|(_, n)| n.saturating_mul(2) >= samples);
+            for (name, &n) in kept {
+                let optional = n < samples && can_be_empty(name);
+                if n < samples && !optional {
+                    notes.push(format!(
+                        "{} of {samples} samples have no {} and are skipped (--fields chooses \
+                         the fields)",
+                        samples - n,
+                        label(name)
+                    ));
+                }
+                chosen.push(Chosen {
+                    name: name.clone(),
+                    optional,
+                });
+            }
+            rare
+        }
+    };
+    if !left_out.is_empty() {
+        notes.push(format!(
+            "left out of the schema ({}): {}; --fields chooses the fields (NAME? for one stored \
+             empty where missing)",
+            if given.is_some() {
+                "not in --fields"
+            } else {
+                "in fewer than half the samples"
+            },
+            listed(&mut left_out.into_iter())
+        ));
+    }
+    if chosen.is_empty() {
+        return Err(PackError::Empty(format!(
+            "no field is in at least half the samples (found: {}); choose with --fields",
+            listed(&mut counts.iter())
+        )));
+    }
+    let mut empty = serde_json::Map::new();
+    for c in chosen.iter().filter(|c| c.optional) {
+        let missing = samples - counts[&c.name];
+        if missing > 0 {
+            notes.push(format!(
+                "{missing} of {samples} samples have no {}: stored as an empty value there",
+                label(&c.name)
+            ));
+            empty.insert(c.name.clone(), missing.into());
+        }
+    }
+    if !empty.is_empty() {
+        source.insert("empty_where_missing".into(), empty.into());
+    }
+    Ok(chosen)
+}
+
+/// Fail when more than `max_fraction` of the inputs (packed and skipped) were skipped.
+pub(crate) fn check_skips(
+    skipped: &[Skipped],
+    packed: u64,
+    max_fraction: f64,
+) -> Result<(), PackError> {
+    let inputs = packed + skipped.len() as u64;
+    match skipped.first() {
+        Some(first) if skipped.len() as f64 > max_fraction * inputs as f64 => {
+            Err(PackError::TooManySkipped {
+                skipped: skipped.len(),
+                inputs,
+                max_fraction,
+                first: first.clone(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The packer's rayon pool: `threads` threads (0: one per core) named `stokehold-{name}-N`.
@@ -697,6 +983,8 @@ pub(crate) struct Plan<'a> {
     /// Inputs already known to be unusable.
     pub skipped_early: Vec<Skipped>,
     pub notes: Vec<String>,
+    /// Keys added to the manifest's `source` (e.g. the fields stored empty where missing).
+    pub source: serde_json::Map<String, serde_json::Value>,
     #[allow(clippy::type_complexity)]
     pub run: Box<dyn FnOnce(&mut Sink<'_>) -> Result<(), PackError> + 'a>,
 }

@@ -311,6 +311,7 @@ pub(super) fn plan<'a>(
         bytes: None,
         skipped_early: skipped,
         notes: Vec::new(),
+        source: serde_json::Map::new(),
         run: Box::new(move |sink| sink.run(jobs, move |job| load(job, all_images, keep_path, max))),
     })
 }

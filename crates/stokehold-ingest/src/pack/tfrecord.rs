@@ -37,6 +37,8 @@ struct Stats {
     max_len: usize,
     all_images: bool,
     all_utf8: bool,
+    /// Records that hold the feature.
+    count: u64,
 }
 
 fn list(kind: &Option<Kind>) -> Option<(ListKind, usize)> {
@@ -104,7 +106,9 @@ pub(super) fn plan<'a>(
                     max_len: len,
                     all_images: true,
                     all_utf8: true,
+                    count: 0,
                 });
+                s.count += 1;
                 if s.kind != kind && !conflicts.contains(name) {
                     conflicts.push(name.clone());
                 }
@@ -123,8 +127,7 @@ pub(super) fn plan<'a>(
         )));
     }
     let mut notes = Vec::new();
-    let mut fields = Vec::new();
-    let mut plan_fields: Vec<(String, FieldType)> = Vec::new();
+    let mut types: BTreeMap<String, FieldType> = BTreeMap::new();
     for (name, s) in &stats {
         let single = s.min_len == 1 && s.max_len == 1;
         let ty = match (s.kind, single) {
@@ -145,15 +148,37 @@ pub(super) fn plan<'a>(
                 continue;
             }
         };
-        fields.push(Field::new(name.clone(), ty.clone()));
-        plan_fields.push((name.clone(), ty));
+        types.insert(name.clone(), ty);
     }
-    if fields.is_empty() {
+    if types.is_empty() {
         return Err(PackError::Empty(format!(
             "no usable features in {} records of {} files",
             records,
             files.len()
         )));
+    }
+    let counts: BTreeMap<String, u64> = types.keys().map(|n| (n.clone(), stats[n].count)).collect();
+    let mut source = serde_json::Map::new();
+    let chosen = super::choose_fields(
+        &counts,
+        records,
+        options.fields.as_deref(),
+        |n| {
+            matches!(
+                types[n],
+                FieldType::String | FieldType::Bytes | FieldType::Ndarray { .. }
+            )
+        },
+        |n| format!("feature {n:?}"),
+        &mut notes,
+        &mut source,
+    )?;
+    let mut fields = Vec::new();
+    let mut plan_fields: Vec<FieldPlan> = Vec::new();
+    for c in chosen {
+        let ty = types[&c.name].clone();
+        fields.push(Field::new(c.name.clone(), ty.clone()));
+        plan_fields.push((c.name, ty, c.optional));
     }
     let schema = Schema::new(fields)?;
     let jobs = Records {
@@ -169,6 +194,7 @@ pub(super) fn plan<'a>(
         bytes: Some(bytes),
         skipped_early: Vec::new(),
         notes,
+        source,
         run: Box::new(move |sink| sink.run(jobs, move |job| load(job, &plan_fields))),
     })
 }
@@ -220,7 +246,24 @@ impl Iterator for Records {
     }
 }
 
-fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
+/// A field of the schema: its feature name, type, and whether a record may lack it.
+type FieldPlan = (String, FieldType, bool);
+
+/// The value stored for an optional feature a record lacks: empty text, bytes or array.
+fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
+    Some(match ty {
+        FieldType::String => FieldValue::String("".into()),
+        FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
+        FieldType::Ndarray { dtype } => FieldValue::Array(ArrayValue {
+            dtype: *dtype,
+            shape: vec![0],
+            data: Cow::Borrowed(&[]),
+        }),
+        _ => return None,
+    })
+}
+
+fn load(job: Job, fields: &[FieldPlan]) -> Loaded {
     let (at, data) = match job {
         Job::Bad(s) => return Loaded::Skip(s),
         Job::Record { at, data } => (at, data),
@@ -240,9 +283,19 @@ fn load(job: Job, fields: &[(String, FieldType)]) -> Loaded {
     };
     let mut values = Vec::with_capacity(fields.len());
     let mut progressive = false;
-    for (name, ty) in fields {
+    for (name, ty, optional) in fields {
         let Some(kind) = features.remove(name).and_then(|f| f.kind) else {
-            return skip(format!("feature {name:?} is missing"));
+            match empty_value(ty).filter(|_| *optional) {
+                Some(v) => {
+                    values.push(v);
+                    continue;
+                }
+                None => {
+                    return skip(format!(
+                        "feature {name:?} is missing, a required field (--fields chooses the fields)"
+                    ));
+                }
+            }
         };
         let v = match (ty, kind) {
             (FieldType::Int64, Kind::Int64List(l)) if l.value.len() == 1 => {

@@ -214,6 +214,8 @@ pub fn pack_tokens(
     tokens: &TokenOptions,
     progress: &dyn Progress,
 ) -> Result<PackReport, PackError> {
+    super::check_paths(sources, dest)?;
+    stokehold_format::require_local(&tokens.tokenizer)?;
     let text_err = |e: TextError| PackError::Input(e.to_string());
     let tok = TextTokenizer::from_file(&tokens.tokenizer).map_err(text_err)?;
     let tokenizer_bytes =
@@ -321,6 +323,7 @@ pub fn pack_tokens(
         writer.abort();
         return Err(super::nothing_packed(&skipped, "lines", "documents"));
     }
+    super::check_skips(&skipped, writer.len(), options.max_skip_fraction)?;
     let documents = writer.len();
     let meta = TokenMeta {
         dtype: tok.dtype(),

@@ -82,16 +82,25 @@ pub(super) fn plan<'a>(
         max_member_size: options.max_item_bytes,
         ..TarLimits::default()
     };
-    // Pass 1: headers only (data is seeked over), to learn the fields and the sample count.
+    // Pass 1: headers only (data is seeked over), to learn which members the samples hold.
     progress.start("scanning", Some(files.len() as u64), None);
-    let mut exts: BTreeSet<String> = BTreeSet::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut samples = 0u64;
     let mut bytes = 0u64;
     let mut pickles = 0u64;
     for f in &files {
         let file = File::open(f).map_err(|e| PackError::io(f, e))?;
         let mut r = TarReader::new(BufReader::with_capacity(1 << 16, file), limits);
-        let mut last_key: Option<String> = None;
+        // (key, extensions) of the sample being read
+        let mut current: Option<(String, BTreeSet<String>)> = None;
+        let mut count = |s: Option<(String, BTreeSet<String>)>| {
+            if let Some((_, exts)) = s {
+                samples += 1;
+                for e in exts {
+                    *counts.entry(e).or_default() += 1;
+                }
+            }
+        };
         while let Ok(Some(e)) = r.next_entry() {
             if e.kind != EntryKind::Regular {
                 continue;
@@ -103,31 +112,45 @@ pub(super) fn plan<'a>(
                 pickles += 1;
                 continue;
             }
-            exts.insert(ext.to_string());
             bytes += e.size;
-            if last_key.as_deref() != Some(key) {
-                samples += 1;
-                last_key = Some(key.to_string());
+            if current.as_ref().is_none_or(|c| c.0 != key) {
+                count(current.replace((key.to_string(), BTreeSet::new())));
             }
+            current
+                .as_mut()
+                .expect("set above")
+                .1
+                .insert(ext.to_string());
         }
+        count(current);
         progress.advance(1, 0);
     }
     progress.finish();
-    if exts.is_empty() {
+    if counts.is_empty() {
         return Err(PackError::Empty(format!(
             "no KEY.EXT members in {} tar files",
             files.len()
         )));
     }
+    let mut notes = Vec::new();
+    let mut source = serde_json::Map::new();
+    let chosen = super::choose_fields(
+        &counts,
+        samples,
+        options.fields.as_deref(),
+        |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| format!("member .{ext}"),
+        &mut notes,
+        &mut source,
+    )?;
     let mut fields = vec![Field::new("__key__", FieldType::String)];
     let mut types = Vec::new();
-    for ext in &exts {
-        let ty = field_type(ext);
-        fields.push(Field::new(ext.clone(), ty.clone()));
-        types.push((ext.clone(), ty));
+    for c in chosen {
+        let ty = field_type(&c.name);
+        fields.push(Field::new(c.name.clone(), ty.clone()));
+        types.push((c.name, ty, c.optional));
     }
     let schema = Schema::new(fields)?;
-    let mut notes = Vec::new();
     if pickles > 0 {
         notes.push(format!(
             "{pickles} pickle members (.pyd/.pickle/.pt/.pth) were left out: stokehold never unpickles data; \
@@ -151,11 +174,15 @@ pub(super) fn plan<'a>(
         bytes: Some(bytes),
         skipped_early: Vec::new(),
         notes,
+        source,
         run: Box::new(move |sink| sink.run(jobs, move |job| load(job, &types))),
     })
 }
 
-fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
+/// A field of the schema: its extension, type, and whether a sample may lack it.
+type FieldPlan = (String, FieldType, bool);
+
+fn load(job: Job, types: &[FieldPlan]) -> Loaded {
     let (at, key, members) = match job {
         Job::Bad(s) => return Loaded::Skip(s),
         Job::Sample { at, key, members } => (at, key, members),
@@ -177,11 +204,16 @@ fn load(job: Job, types: &[(String, FieldType)]) -> Loaded {
     values.push(FieldValue::String(key.into()));
     let mut total = 0u64;
     let mut progressive = false;
-    for (ext, ty) in types {
-        let Some(data) = by_ext.remove(ext) else {
-            return skip(format!(
-                "no {ext:?} member (every sample needs every field)"
-            ));
+    for (ext, ty, optional) in types {
+        let data = match by_ext.remove(ext) {
+            Some(data) => data,
+            None if *optional => Vec::new(), // a text or bytes field: stored empty
+            None => {
+                return skip(format!(
+                    "no .{ext} member, a required field (--fields chooses the fields; NAME? makes \
+                     a text or bytes one optional)"
+                ));
+            }
         };
         total += data.len() as u64;
         values.push(match ty {

@@ -32,8 +32,8 @@ pub const STAGES: &[&str] = &[
     "normalize",
 ];
 
-/// Default pixel limit: 100 megapixels, checked from the header before decoding.
-pub const DEFAULT_MAX_PIXELS: u64 = 100_000_000;
+/// Default pixel limit, checked from the header before decoding (one default with `pack`).
+pub use stokehold_ops::DEFAULT_MAX_PIXELS;
 
 fn bad(column: &str, msg: impl std::fmt::Display) -> EngineError {
     EngineError::Config(format!("column {column:?}: {msg}"))
