@@ -3,6 +3,7 @@ decoded_cache_dir=, cache_dir=): same batches as without them, and their figures
 
 import gc
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -204,3 +205,66 @@ def test_a_damaged_cache_dir_copy_is_discarded_reported_by_its_name_and_read_fro
     same(epoch(third), ref)
     assert _copies_ready(third, total) and damaged.exists()
     assert damaged.read_bytes() != bytes(raw)
+
+
+def _flip(path, at):
+    raw = bytearray(path.read_bytes())
+    raw[at] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("layer", ["source", "disk copy", "RAM cache over a disk copy", "decoded cache dir"])
+def test_damage_at_every_layer_is_detected_repaired_from_a_clean_copy_and_reported_by_name(
+    table, images, tmp_path, capfd, layer
+):
+    """The standing test of caches' trust: each layer damaged on its own; a layer with a clean
+    copy under it is repaired, the damage reported once under the damaged file's name; damage
+    to the source itself is an error naming the source (or a counted skip)."""
+    if layer == "decoded cache dir":
+        chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
+        kw = dict(seed=4, threads=1, transforms={"image": chain}, decoded_cache=64, include_ids=True)
+        ref = epoch(stokehold.Loader(images, 8, **kw))
+        root = tmp_path / "decoded"
+        fill = stokehold.Loader(images, 8, decoded_cache_dir=root, **kw)
+        same(epoch(fill), ref)
+        fill.close()
+        del fill
+        gc.collect()
+        parts = sorted((p for p in root.rglob("*") if p.is_file() and p.stat().st_size > 4096),
+                       key=lambda p: -p.stat().st_size)
+        assert parts, list(root.rglob("*"))
+        _flip(parts[0], parts[0].stat().st_size // 3)
+        capfd.readouterr()
+        again = stokehold.Loader(images, 8, decoded_cache_dir=root, **kw)
+        same(epoch(again), ref)  # computed again from the source
+        err = capfd.readouterr().err
+        assert parts[0].name in err and "fails its checksum" in err, err
+        return
+    src = tmp_path / "src"
+    shutil.copytree(table, src)
+    ref = epoch(stokehold.Loader(str(src), 16, seed=5, threads=2))
+    shards = sorted(f for f in os.listdir(src) if f.endswith(".skh"))
+    if layer == "source":
+        _flip(src / shards[0], 200)
+        with pytest.raises(stokehold.CorruptDataError) as e:
+            epoch(stokehold.Loader(str(src), 16, seed=5, threads=2))
+        assert str(src / shards[0]) in str(e.value) and "checksum" in str(e.value)
+        skipping = stokehold.Loader(str(src), 16, seed=5, threads=2, on_error="skip")
+        assert len(epoch(skipping)) == len(ref) and len(skipping.stats()["skipped"]) == 1
+        return
+    cache_dir = tmp_path / "cache"
+    first = stokehold.Loader(str(src), 16, seed=5, threads=2, cache_dir=cache_dir)
+    epoch(first)
+    assert _copies_ready(first, len(shards))
+    del first
+    copy = cache_dir / sorted(f for f in os.listdir(cache_dir) if f.endswith(".skh") and ".tmp-" not in f)[0]
+    _flip(copy, 200)
+    capfd.readouterr()
+    kw = dict(cache=True) if layer.startswith("RAM") else {}
+    again = stokehold.Loader(str(src), 16, seed=5, threads=2, cache_dir=cache_dir, **kw)
+    assert _copies_ready(again, len(shards))
+    for _ in range(2):  # the second pass reads the RAM cache, when there is one
+        again.set_epoch(0)
+        same(epoch(again), ref)
+    err = capfd.readouterr().err
+    assert err.count("is damaged") == 1 and str(copy) in err and str(src) in err, err

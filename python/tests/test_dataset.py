@@ -400,3 +400,22 @@ def test_exception_hierarchy():
     e = pickle.loads(pickle.dumps(CorruptDataError("shard-000001.skh: record 3")))
     assert type(e) is CorruptDataError and str(e) == "shard-000001.skh: record 3"
     assert isinstance(stokehold.__version__, str) and stokehold.__version__.count(".") == 2
+
+
+def test_writers_refuse_urls_and_busy_or_foreign_destinations(tmp_path):
+    with pytest.raises(stokehold.ConfigError, match="s3:// URLs are not supported yet"):
+        stokehold.ShardWriter("s3://bucket/x", {"b": "bytes"})
+    with pytest.raises(stokehold.ConfigError, match="URLs are not supported yet"):
+        stokehold.Dataset("gs://bucket/x")
+    assert not (tmp_path / "s3:").exists()
+    first = stokehold.ShardWriter(tmp_path / "ds", {"b": "bytes"})
+    with pytest.raises(OSError) as e:  # another writer is writing it
+        stokehold.ShardWriter(tmp_path / "ds", {"b": "bytes"}, overwrite=True)
+    assert e.value.errno == 16, e.value
+    first.write({"b": b"x"})
+    first.close()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(OSError) as e:  # not a dataset: never replaced
+        stokehold.ShardWriter(tmp_path / "other", {"b": "bytes"}, overwrite=True)
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"

@@ -253,13 +253,19 @@ pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
         FormatError::Schema(_) | FormatError::InvalidValue { .. } => schema_error(py, msg),
         FormatError::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
         FormatError::Io { source, .. } => build(io_error_type(py), msg, source.raw_os_error()),
-        FormatError::DestinationExists { .. } => build(io_error_type(py), msg, Some(EEXIST)),
+        FormatError::DestinationExists { .. } | FormatError::NotReplaceable { .. } => {
+            build(io_error_type(py), msg, Some(EEXIST))
+        }
+        FormatError::DestinationBusy { .. } => build(io_error_type(py), msg, Some(EBUSY)),
+        FormatError::RemoteUnsupported { .. } => config_error(py, msg),
         _ => StokeholdError::new_err(msg),
     }
 }
 
 /// `EEXIST`, the same number on Linux, macOS and the BSDs.
 const EEXIST: i32 = 17;
+/// `EBUSY`, likewise.
+const EBUSY: i32 = 16;
 
 /// Add every exception class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
