@@ -38,6 +38,7 @@ mod limits;
 pub mod location;
 mod manifest;
 mod publish;
+pub mod read_batch;
 pub mod record;
 pub mod schema;
 pub mod shard;

@@ -860,20 +860,28 @@ impl ShardReader {
             scratch.resize(bytes, 0);
         }
         let buf = &mut scratch[..bytes];
-        self.source.read_at(lo, buf).map_err(|e| {
-            if e.kind() == io::ErrorKind::UnexpectedEof {
-                FormatError::Truncated {
-                    path: self.path.clone(),
-                    what: self.describe_offset(lo, hi),
-                    start: lo,
-                    end: hi,
-                    file_len: self.file_len,
-                }
-            } else {
-                FormatError::io(&self.path, Some(lo), e)
-            }
-        })?;
+        self.source
+            .read_at(lo, buf)
+            .map_err(|e| self.range_error(lo, hi, e))?;
         Ok(buf)
+    }
+
+    /// What a failed read of bytes `[lo, hi)` is (as [`ShardReader::read_range`] reports it,
+    /// for reads made elsewhere, e.g. in a [`crate::read_batch::ReadBatch`]): past the file's end,
+    /// [`FormatError::Truncated`] naming the record that holds `lo`; otherwise
+    /// [`FormatError::Io`] naming the path and `lo`.
+    pub fn range_error(&self, lo: u64, hi: u64, e: io::Error) -> FormatError {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            FormatError::Truncated {
+                path: self.path.clone(),
+                what: self.describe_offset(lo, hi),
+                start: lo,
+                end: hi,
+                file_len: self.file_len,
+            }
+        } else {
+            FormatError::io(&self.path, Some(lo), e)
+        }
     }
 
     /// "record 17 (global sample 1017)" for the record holding byte `lo` (the last record starting

@@ -43,6 +43,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     fn will_need(&self, offset: u64, len: u64) {
         let _ = (offset, len);
     }
+
+    /// The descriptor of the one plain file that [`Storage::read_at`] reads with `pread`, so
+    /// that reads can be submitted in batches ([`crate::read_batch`]) with the same result;
+    /// `None` (the default) for every other backend.
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 }
 
 fn eof() -> io::Error {
@@ -104,6 +111,11 @@ impl Storage for PreadFile {
             let _ =
                 rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::WillNeed);
         }
+    }
+
+    fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        Some(self.file.as_raw_fd())
     }
 }
 

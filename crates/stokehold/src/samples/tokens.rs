@@ -21,9 +21,11 @@
 //! cannot be loaded into a loader whose windows differ.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use stokehold_format::read_batch::{ReadBatch, ReadRequest};
 use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
 use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
@@ -55,11 +57,32 @@ pub struct TokenDataset {
     verified: Vec<AtomicU64>,
 }
 
-/// A worker's reusable buffers for reading token ranges.
+/// A worker's reusable buffers for reading token ranges: the reads of the task's samples,
+/// planned and read together by [`Tokens`]'s fetch, and a batched reader (one `io_uring`
+/// submission for a task's reads where the kernel allows it).
 #[derive(Debug, Default)]
 pub struct TokenScratch {
-    bytes: Vec<u8>,
+    /// Per sample of the task (its index in the task): its planned reads and their bytes.
+    task: Vec<Planned>,
+    /// For ranges read outside a task ([`TokenDataset::for_each_piece`]).
+    one: Planned,
+    batch: ReadBatch,
+}
+
+/// One token range's reads, planned by [`TokenIndex::pieces_into`], and their bytes once read.
+#[derive(Debug, Default)]
+struct Planned {
+    /// The sample it was planned for (`None`: nothing planned).
+    id: Option<u64>,
     reads: TokenReads,
+    /// Per read: its bytes (read reads only; slices of maps and memory need none), grown, never
+    /// shrunk.
+    bufs: Vec<Vec<u8>>,
+    /// Per read: the error of its read, if it failed.
+    errors: Vec<Option<std::io::Error>>,
+    /// The planning's own error (a range past the stream's end), reported when the sample is
+    /// filled.
+    error: Option<EngineError>,
 }
 
 impl TokenDataset {
@@ -171,34 +194,141 @@ impl TokenDataset {
         start: u64,
         n: u64,
         scratch: &mut TokenScratch,
-        mut f: impl FnMut(usize, &[u8]),
+        f: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
+        let TokenScratch { one, batch, .. } = scratch;
+        self.plan(None, start, n, one);
+        self.read_planned(std::slice::from_mut(one), batch);
+        self.visit(one, f)
+    }
+
+    /// Plan and read the token ranges of a task's samples together (`ranges[k]` for its `k`-th
+    /// sample `ids[k]`; `None` for a sample that reads nothing): one batch of reads for the
+    /// whole task. [`TokenDataset::for_each_task_piece`] then visits each.
+    fn read_task(&self, ids: &[u64], ranges: &[Option<(u64, u64)>], scratch: &mut TokenScratch) {
+        let TokenScratch { task, batch, .. } = scratch;
+        if task.len() < ids.len() {
+            task.resize_with(ids.len(), Planned::default);
+        }
+        for ((p, &id), range) in task.iter_mut().zip(ids).zip(ranges) {
+            match *range {
+                Some((start, n)) => self.plan(Some(id), start, n, p),
+                None => p.id = None,
+            }
+        }
+        self.read_planned(&mut task[..ids.len()], batch);
+    }
+
+    /// [`TokenDataset::for_each_piece`] for the `k`-th sample of the task, `id`, from what
+    /// [`TokenDataset::read_task`] read (planned and read now if it was not).
+    fn for_each_task_piece(
+        &self,
+        k: usize,
+        id: u64,
+        (start, n): (u64, u64),
+        scratch: &mut TokenScratch,
+        f: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        match scratch.task.get_mut(k) {
+            Some(p) if p.id == Some(id) => {
+                p.id = None;
+                self.visit(p, f)
+            }
+            _ => self.for_each_piece(start, n, scratch, f),
+        }
+    }
+
+    /// Plan the reads of tokens `[start, start + n)` into `p` (for sample `id`).
+    fn plan(&self, id: Option<u64>, start: u64, n: u64, p: &mut Planned) {
         let verify = self.ds.verifies_records();
         let whole = |d: u64, e: IndexEntry| {
             verify && u64::from(e.len) <= VERIFY_MAX_RECORD && !self.checked(d)
         };
-        let TokenScratch { bytes, reads } = scratch;
-        self.index
-            .pieces_into(self.ds.shards(), start, n, whole, reads)?;
+        p.id = id;
+        p.error = self
+            .index
+            .pieces_into(self.ds.shards(), start, n, whole, &mut p.reads)
+            .err()
+            .map(EngineError::from);
+        if p.error.is_some() {
+            p.reads = TokenReads::default();
+        }
+    }
+
+    /// Read every planned read that is not a slice of memory, all of them together.
+    fn read_planned(&self, planned: &mut [Planned], batch: &mut ReadBatch) {
+        let shards = self.ds.shards();
+        let mut reqs = Vec::new();
+        let mut at = Vec::new();
+        for (k, p) in planned.iter_mut().enumerate() {
+            let n = p.reads.reads().len();
+            p.errors.clear();
+            p.errors.resize_with(n, || None);
+            if p.bufs.len() < n {
+                p.bufs.resize_with(n, Vec::new);
+            }
+            for ((r, read), buf) in p.reads.reads().iter().enumerate().zip(p.bufs.iter_mut()) {
+                let source = shards[read.shard].source();
+                // index ranges were checked against the file at open; a length that does not
+                // fit memory is an error of the read below, never an allocation
+                let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
+                if len == usize::MAX || source.slice(read.lo, len).is_some() {
+                    continue;
+                }
+                if buf.len() < len {
+                    buf.resize(len, 0);
+                }
+                reqs.push(ReadRequest::new(&**source, read.lo, &mut buf[..len]));
+                at.push((k, r));
+            }
+        }
+        batch.read_all(&mut reqs);
+        let results: Vec<Option<std::io::Error>> =
+            reqs.into_iter().map(|req| req.result.err()).collect();
+        for (e, (k, r)) in results.into_iter().zip(at) {
+            planned[k].errors[r] = e;
+        }
+    }
+
+    /// Call `f(piece, raw)` for the pieces of `p`, in order, after their checks (see
+    /// [`TokenDataset::for_each_piece`]).
+    fn visit(&self, p: &mut Planned, mut f: impl FnMut(usize, &[u8])) -> Result<()> {
+        if let Some(e) = p.error.take() {
+            return Err(e);
+        }
         let dtype = self.dtype();
         let mut piece = 0usize;
-        for read in reads.reads() {
+        for (r, read) in p.reads.reads().iter().enumerate() {
             let shard = &self.ds.shards()[read.shard];
-            let data = shard
-                .read_range(read.lo, read.hi, bytes)
-                .map_err(|source| EngineError::Sample {
-                    id: read.first_doc,
-                    source,
-                })?;
-            for p in reads.pieces(read) {
-                let checked = p
-                    .check(shard, dtype, data)
-                    .map_err(|source| EngineError::Sample { id: p.doc, source })?;
+            let sample_err = |source| EngineError::Sample {
+                id: read.first_doc,
+                source,
+            };
+            let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
+            let data = match (shard.source().slice(read.lo, len), p.errors[r].take()) {
+                (Some(s), _) => s,
+                (None, Some(e)) => return Err(sample_err(shard.range_error(read.lo, read.hi, e))),
+                (None, None) => match p.bufs[r].get(..len) {
+                    Some(b) => b,
+                    None => {
+                        let e = std::io::Error::other("the range does not fit in memory");
+                        return Err(sample_err(shard.range_error(read.lo, read.hi, e)));
+                    }
+                },
+            };
+            for piece_plan in p.reads.pieces(read) {
+                let checked =
+                    piece_plan
+                        .check(shard, dtype, data)
+                        .map_err(|source| EngineError::Sample {
+                            id: piece_plan.doc,
+                            source,
+                        })?;
                 if checked {
-                    self.mark_checked(p.doc);
+                    self.mark_checked(piece_plan.doc);
                 }
-                if p.tokens > 0 {
-                    f(piece, p.bytes(data));
+                if piece_plan.tokens > 0 {
+                    f(piece, piece_plan.bytes(data));
                     piece += 1;
                 }
             }
@@ -332,6 +462,10 @@ impl Default for TokenOptions {
     }
 }
 
+/// Stage indices: the task's reads, then each sample's assembly (window or document).
+const STAGE_READ: usize = 0;
+const STAGE_ASSEMBLE: usize = 1;
+
 /// Column indices of a token batch (fixed order: inputs, labels, then the optional ones).
 const INPUT: usize = 0;
 const LABELS: usize = 1;
@@ -440,9 +574,24 @@ impl Tokens {
         }
     }
 
+    /// The token range sample `id` reads: (first stream token, tokens); `None` for a document
+    /// too short to give an input.
+    fn range_of(&self, id: u64) -> Option<(u64, u64)> {
+        match self.options.mode {
+            TokenMode::Packed { seq_len } => {
+                Some((id * u64::from(seq_len), u64::from(seq_len) + 1))
+            }
+            TokenMode::Documents { .. } => {
+                let len = self.read_len(id);
+                (len >= 2).then(|| (self.data.doc_start(id), len))
+            }
+        }
+    }
+
     fn fill_as<E: Elem>(
         &self,
         id: u64,
+        k: usize,
         scratch: &mut TokenScratch,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
@@ -464,8 +613,12 @@ impl Tokens {
                 let start = id * u64::from(seq_len);
                 let mut j = 0usize; // window token index of the piece's first token
                 let mut last = E::from_u32(0);
-                self.data
-                    .for_each_piece(start, t as u64 + 1, scratch, |piece, raw| {
+                self.data.for_each_task_piece(
+                    k,
+                    id,
+                    (start, t as u64 + 1),
+                    scratch,
+                    |piece, raw| {
                         let n = raw.len() / w;
                         // inputs: window tokens j..j+n ∩ 0..t
                         let in_end = (j + n).min(t);
@@ -484,7 +637,8 @@ impl Tokens {
                             last = E::from_u32(dtype.get(raw, t - j));
                         }
                         j += n;
-                    })?;
+                    },
+                )?;
                 // labels are the inputs shifted by one, then the window's last token
                 labels[..t - 1].copy_from_slice(&input[1..]);
                 labels[t - 1] = last;
@@ -509,7 +663,7 @@ impl Tokens {
                 let mut at = 0usize;
                 let mut last = E::from_u32(0);
                 self.data
-                    .for_each_piece(start, len as u64, scratch, |_, raw| {
+                    .for_each_task_piece(k, id, (start, len as u64), scratch, |_, raw| {
                         let k = raw.len() / w;
                         let in_end = (at + k).min(n);
                         if at < in_end {
@@ -566,10 +720,13 @@ impl Samples for Tokens {
     }
 
     fn stage_names(&self) -> Vec<String> {
-        vec![match self.options.mode {
-            TokenMode::Packed { .. } => "window".to_string(),
-            TokenMode::Documents { .. } => "document".to_string(),
-        }]
+        vec![
+            "read".to_string(),
+            match self.options.mode {
+                TokenMode::Packed { .. } => "window".to_string(),
+                TokenMode::Documents { .. } => "document".to_string(),
+            },
+        ]
     }
 
     fn fingerprint(&self) -> String {
@@ -590,22 +747,41 @@ impl Samples for Tokens {
         true
     }
 
+    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
+        // the task's reads in one batch (one io_uring submission where available): the read
+        // stage, its time shared by the samples (as records do)
+        let ws = &mut *cx.ws;
+        let t0 = ws.profiling().then(Instant::now);
+        let ranges: Vec<Option<(u64, u64)>> = ids.iter().map(|&id| self.range_of(id)).collect();
+        self.data.read_task(ids, &ranges, &mut io.tokens);
+        let now = t0.map(|_| Instant::now());
+        let per_sample = t0
+            .zip(now)
+            .map(|(a, b)| b.duration_since(a) / ids.len().max(1) as u32);
+        for &id in ids {
+            if let (Some(a), Some(b)) = (t0, now) {
+                ws.span(STAGE_READ, id, a, b);
+            }
+            ws.add(STAGE_READ, per_sample);
+        }
+    }
+
     fn fill(
         &self,
         id: u64,
-        _k: usize,
+        k: usize,
         io: &mut TaskIo,
         cx: &mut TaskCtx<'_, '_>,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let mut clock = cx.ws.clock();
         let r = match self.options.dtype {
-            DType::I64 => self.fill_as::<i64>(id, &mut io.tokens, out),
-            _ => self.fill_as::<i32>(id, &mut io.tokens, out),
+            DType::I64 => self.fill_as::<i64>(id, k, &mut io.tokens, out),
+            _ => self.fill_as::<i32>(id, k, &mut io.tokens, out),
         };
         cx.ws
             .read(self.read_len(id) as usize * self.data.dtype().size());
-        cx.ws.lap(0, id, &mut clock);
+        cx.ws.lap(STAGE_ASSEMBLE, id, &mut clock);
         r
     }
 }
