@@ -438,6 +438,23 @@ impl WorkerStats<'_> {
 
     /// Whether profiling is on.
     #[inline]
+    /// Run `work` for the samples `ids` together (a task's reads) as stage `stage`: its time,
+    /// when profiling, is shared equally by the samples (one item and one span each).
+    pub(crate) fn shared_stage(&mut self, stage: usize, ids: &[u64], work: impl FnOnce()) {
+        let t0 = self.profiling().then(Instant::now);
+        work();
+        let now = t0.map(|_| Instant::now());
+        let per_sample = t0
+            .zip(now)
+            .map(|(a, b)| b.duration_since(a) / ids.len().max(1) as u32);
+        for &id in ids {
+            if let (Some(a), Some(b)) = (t0, now) {
+                self.span(stage, id, a, b);
+            }
+            self.add(stage, per_sample);
+        }
+    }
+
     pub(crate) fn profiling(&self) -> bool {
         self.on
     }

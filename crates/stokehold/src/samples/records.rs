@@ -7,7 +7,7 @@
 //! transformed with its own generator per (seed, epoch, id, column).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
 
@@ -223,19 +223,9 @@ impl Samples for Records {
 
     fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
         // the read stage: one fetch per task (coalesced reads), its time shared by the samples
-        let ws = &mut *cx.ws;
-        let t0 = ws.profiling().then(Instant::now);
-        io.records.fetch(&self.dataset, self.cache.as_deref(), ids);
-        let now = t0.map(|_| Instant::now());
-        let per_sample = t0
-            .zip(now)
-            .map(|(a, b)| b.duration_since(a) / ids.len().max(1) as u32);
-        for &id in ids {
-            if let (Some(a), Some(b)) = (t0, now) {
-                ws.span(STAGE_READ, id, a, b);
-            }
-            ws.add(STAGE_READ, per_sample);
-        }
+        cx.ws.shared_stage(STAGE_READ, ids, || {
+            io.records.fetch(&self.dataset, self.cache.as_deref(), ids);
+        });
     }
 
     fn fill(

@@ -21,7 +21,6 @@
 //! cannot be loaded into a loader whose windows differ.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -750,20 +749,10 @@ impl Samples for Tokens {
     fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
         // the task's reads in one batch (one io_uring submission where available): the read
         // stage, its time shared by the samples (as records do)
-        let ws = &mut *cx.ws;
-        let t0 = ws.profiling().then(Instant::now);
-        let ranges: Vec<Option<(u64, u64)>> = ids.iter().map(|&id| self.range_of(id)).collect();
-        self.data.read_task(ids, &ranges, &mut io.tokens);
-        let now = t0.map(|_| Instant::now());
-        let per_sample = t0
-            .zip(now)
-            .map(|(a, b)| b.duration_since(a) / ids.len().max(1) as u32);
-        for &id in ids {
-            if let (Some(a), Some(b)) = (t0, now) {
-                ws.span(STAGE_READ, id, a, b);
-            }
-            ws.add(STAGE_READ, per_sample);
-        }
+        cx.ws.shared_stage(STAGE_READ, ids, || {
+            let ranges: Vec<Option<(u64, u64)>> = ids.iter().map(|&id| self.range_of(id)).collect();
+            self.data.read_task(ids, &ranges, &mut io.tokens);
+        });
     }
 
     fn fill(
