@@ -2,7 +2,8 @@
 //! CRC-32C checksums, and dataset directories described by a manifest.
 //!
 //! No threads (except in [`verify_dataset`]), no Python, no network: this crate can be fuzzed and
-//! embedded. The normative specification is `docs/format.md`.
+//! embedded. The `remote` feature adds object storage (`s3://`, `gs://`, `az://`, `https://`:
+//! the `remote` module), with its own I/O runtime. The normative specification is `docs/format.md`.
 //!
 //! The main types:
 //! - [`Schema`] / [`Field`] / [`FieldType`]: what each record holds.
@@ -39,6 +40,8 @@ pub mod location;
 mod manifest;
 mod publish;
 pub mod record;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod schema;
 pub mod shard;
 pub mod storage;
