@@ -53,18 +53,10 @@ pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
 /// the environment, see docs/storage.md). Any other scheme (`file://`, ...) is refused as by
 /// [`local_path`].
 pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
-    let p = std::path::PathBuf::from(s);
-    match stokehold_format::url_scheme(&p).map(str::to_ascii_lowercase) {
-        Some(scheme)
-            if matches!(
-                scheme.as_str(),
-                "s3" | "s3a" | "gs" | "az" | "adl" | "azure" | "abfs" | "abfss" | "http" | "https"
-            ) =>
-        {
-            Ok(p)
-        }
-        _ => local_path(s),
+    if stokehold_format::is_object_store_url(std::path::Path::new(s)) {
+        return Ok(std::path::PathBuf::from(s));
     }
+    local_path(s)
 }
 
 /// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.

@@ -54,7 +54,7 @@ pub use dataset::{
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
-pub use location::{require_local, url_scheme};
+pub use location::{is_object_store_url, require_local, url_scheme};
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};

@@ -528,7 +528,7 @@ fn store_error(e: &object_store::Error) -> String {
 
 /// Whether `path` is a URL this build reads from object storage.
 pub(crate) fn is_remote(path: &Path) -> bool {
-    crate::location::url_scheme(path).is_some()
+    crate::location::is_object_store_url(path)
 }
 
 fn url_of(path: &Path) -> Result<&str> {
