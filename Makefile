@@ -29,10 +29,12 @@ sysdeps: ## system packages the build needs: cmake and nasm build libjpeg-turbo 
 .PHONY: setup
 setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tools the build and tests need
 
-$(VENV)/.ready: pyproject.toml
+$(VENV)/.ready: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy tokenizers
+	# moto's S3-compatible server: the object-storage tests (Rust and Python) start it on 127.0.0.1
+	$(PY) -m pip install -q "moto[server]>=5.0.11"
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
 	$(PY) -m pip install -q torch jax
 	touch $@

@@ -54,6 +54,12 @@ class Dataset:
     :param mmap: shorthand for ``access="mmap"``.
     :param in_memory: shorthand for ``access="memory"``; takes precedence over ``mmap``.
     :param verify: check each record's CRC-32C when it is read.
+    :param storage_options: for a dataset in object storage (``path`` a URL such as
+        ``"s3://bucket/prefix"``): credentials, endpoint, region, ``retries``, named as fsspec
+        users know them (``key``, ``secret``, ``token``, ``endpoint_url``, ``region_name``,
+        ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
+        override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
+        docs/storage.md, "Remote storage".
     :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
     :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
         disagrees with a shard.
@@ -68,6 +74,7 @@ class Dataset:
         mmap: bool = False,
         in_memory: bool = False,
         verify: bool = True,
+        storage_options: Optional[Dict[str, str]] = None,
     ) -> "Dataset": ...
     @property
     def access(self) -> str:

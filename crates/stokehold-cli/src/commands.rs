@@ -267,7 +267,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 #[derive(Debug, Args)]
 pub struct InspectArgs {
     /// The dataset directory.
-    #[arg(value_parser = local_path)]
+    #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,
     /// Which sample to show.
     #[arg(long, default_value_t = 0)]
@@ -404,7 +404,7 @@ fn describe(ty: &FieldType, v: &FieldValue<'_>, classes: Option<&[String]>) -> S
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
     /// The dataset directory.
-    #[arg(value_parser = local_path)]
+    #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,
     /// Report every fault, not only the first.
     #[arg(long)]

@@ -39,12 +39,24 @@ enum Command {
     SampleData(commands::SampleDataArgs),
 }
 
-/// Every path argument's parser: a local path, or an error for a URL (`s3://...`), which no
-/// command reads or writes yet (see `stokehold_format::location`).
+/// The parser of every path argument that is written, or read as a local file: a local path, or
+/// an error for a URL (`s3://...`), which these do not read or write yet (see
+/// `stokehold_format::location`). Datasets that are only read take [`dataset_location`].
 pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
     let p = std::path::PathBuf::from(s);
     stokehold_format::require_local(&p).map_err(|e| e.to_string())?;
     Ok(p)
+}
+
+/// The parser of a dataset that is only read (`inspect`, `verify`, `bench`): a local path, or an
+/// object-storage URL (`s3://`, `gs://`, `az://`, `https://`, ...; credentials and endpoint from
+/// the environment, see docs/storage.md). Any other scheme (`file://`, ...) is refused as by
+/// [`local_path`].
+pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
+    if stokehold_format::is_object_store_url(std::path::Path::new(s)) {
+        return Ok(std::path::PathBuf::from(s));
+    }
+    local_path(s)
 }
 
 /// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.

@@ -1,6 +1,7 @@
 //! A dataset directory: a manifest and shards. [`Dataset`] reads one, [`DatasetWriter`] writes one
 //! atomically.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptio
 use crate::storage::{Access, Memory};
 
 /// How to open a dataset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct OpenOptions {
     /// How shards are read: [`Access::Auto`] (default: positional reads, or direct I/O for a
     /// dataset larger than half the RAM), pread, mmap (explicit opt-in: the files must not change
@@ -27,6 +28,27 @@ pub struct OpenOptions {
     pub verify_records: bool,
     /// Limits on sizes read from the files.
     pub limits: Limits,
+    /// Options of an object store, for a dataset URL (`s3://bucket/prefix`): credentials,
+    /// endpoint, region, `retries`, ... named as fsspec users know them (`key`, `secret`,
+    /// `token`, `endpoint_url`, `region_name`, `anon`) or as object_store names them
+    /// (`aws_region`, `allow_http`, ...). They override the environment. Their values never
+    /// appear in `Debug` output or in errors. See docs/storage.md, "Remote storage".
+    pub storage_options: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for OpenOptions {
+    // Not derived: storage options hold secrets; only their names are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenOptions")
+            .field("access", &self.access)
+            .field("verify_records", &self.verify_records)
+            .field("limits", &self.limits)
+            .field(
+                "storage_options",
+                &self.storage_options.keys().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 impl OpenOptions {
@@ -45,6 +67,7 @@ impl Default for OpenOptions {
             access: Access::Auto,
             verify_records: true,
             limits: Limits::default(),
+            storage_options: BTreeMap::new(),
         }
     }
 }
@@ -68,9 +91,16 @@ impl Dataset {
     }
 
     /// Open `dir`: read the manifest, open and validate every shard's trailer, meta and index, and
-    /// check each against the manifest.
+    /// check each against the manifest. A URL (`s3://bucket/prefix`) is opened from object
+    /// storage when this crate is built with the `remote` feature (see
+    /// [`OpenOptions::storage_options`]), and refused ([`FormatError::RemoteUnsupported`])
+    /// without it.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Dataset> {
         let dir = dir.as_ref().to_path_buf();
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(&dir) {
+            return crate::remote::open_dataset(dir, &options);
+        }
         let manifest = Manifest::load(&dir, &options.limits)?;
         let bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
         let access = options

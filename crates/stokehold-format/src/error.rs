@@ -173,6 +173,16 @@ pub enum FormatError {
         /// Its scheme.
         scheme: String,
     },
+    /// An object-storage URL that cannot be used: not a valid URL, an unknown storage option, a
+    /// client that cannot be built. (Failed requests are [`FormatError::Io`] errors naming the
+    /// object's URL and byte range.) Never holds an option's value.
+    #[error("{url}: {detail}")]
+    Remote {
+        /// The URL (without user info).
+        url: String,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// ` at byte N` or nothing.

@@ -2,7 +2,8 @@
 //! CRC-32C checksums, and dataset directories described by a manifest.
 //!
 //! No threads (except in [`verify_dataset`]), no Python, no network: this crate can be fuzzed and
-//! embedded. The normative specification is `docs/format.md`.
+//! embedded. The `remote` feature adds object storage (`s3://`, `gs://`, `az://`, `https://`:
+//! the `remote` module), with its own I/O runtime. The normative specification is `docs/format.md`.
 //!
 //! The main types:
 //! - [`Schema`] / [`Field`] / [`FieldType`]: what each record holds.
@@ -40,6 +41,8 @@ mod manifest;
 mod publish;
 pub mod read_batch;
 pub mod record;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod schema;
 pub mod shard;
 pub mod storage;
@@ -52,7 +55,7 @@ pub use dataset::{
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
-pub use location::{require_local, url_scheme};
+pub use location::{is_object_store_url, require_local, url_scheme};
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};

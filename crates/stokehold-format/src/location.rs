@@ -1,9 +1,10 @@
 //! Local paths and URLs.
 //!
-//! Object storage is not supported yet. Every place that takes the path of a dataset or of a
-//! source asks [`url_scheme`] first and refuses a URL with [`FormatError::RemoteUnsupported`]
-//! (through [`require_local`]), instead of treating `s3://bucket/x` as a local folder named
-//! `s3:`. When an object-storage backend exists, this is the one place that routes URLs to it.
+//! Every place that takes the path of a dataset or of a source asks [`url_scheme`] first, instead
+//! of treating `s3://bucket/x` as a local folder named `s3:`. Where a dataset is only read, an
+//! object-store URL ([`is_object_store_url`]) goes to the `remote` module (with the `remote`
+//! feature); everywhere else a URL is refused with [`FormatError::RemoteUnsupported`] (through
+//! [`require_local`]).
 
 use std::path::Path;
 
@@ -18,6 +19,18 @@ pub fn url_scheme(path: &Path) -> Option<&str> {
     (first.is_ascii_alphabetic()
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
     .then_some(scheme)
+}
+
+/// The URL schemes of object stores that the `remote` feature reads (S3 and S3-compatible stores,
+/// GCS, Azure, plain HTTP(S) servers), lower case.
+pub const OBJECT_STORE_SCHEMES: &[&str] = &[
+    "s3", "s3a", "gs", "az", "adl", "azure", "abfs", "abfss", "http", "https",
+];
+
+/// Whether `path` is a URL of an object store (see [`OBJECT_STORE_SCHEMES`]).
+pub fn is_object_store_url(path: &Path) -> bool {
+    url_scheme(path)
+        .is_some_and(|s| OBJECT_STORE_SCHEMES.contains(&s.to_ascii_lowercase().as_str()))
 }
 
 /// Refuse a URL where a local path is needed (see the module documentation).

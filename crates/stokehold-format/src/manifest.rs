@@ -59,9 +59,14 @@ fn one() -> u32 {
 }
 
 impl Manifest {
-    /// Read and validate `dir/manifest.json`, reading at most `limits.max_manifest_bytes`.
+    /// Read and validate `dir/manifest.json`, reading at most `limits.max_manifest_bytes`. With
+    /// the `remote` feature, `dir` may be a URL (credentials from the environment).
     pub fn load(dir: &Path, limits: &Limits) -> Result<Manifest> {
         use std::io::Read;
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(dir) {
+            return crate::remote::load_manifest(dir, limits, &Default::default());
+        }
         crate::location::require_local(dir)?;
         let path = dir.join(MANIFEST_FILE);
         let f = std::fs::File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;

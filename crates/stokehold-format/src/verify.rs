@@ -73,7 +73,10 @@ pub fn verify_dataset(
 ) -> Result<VerifyReport> {
     let manifest = Manifest::load(dir, &options.limits)?;
     let n = manifest.shards.len();
+    let remote = remote_store(dir)?;
     let threads = match options.threads {
+        // object storage: requests in flight rather than cores
+        0 if remote.is_some() => 16,
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
     }
@@ -91,7 +94,15 @@ pub fn verify_dataset(
                     if k >= n || (!options.all && k > first_bad.load(Ordering::Relaxed)) {
                         break;
                     }
-                    let out = verify_shard(dir, &manifest, k, &options, &mut buf, progress);
+                    let out = verify_shard(
+                        dir,
+                        &manifest,
+                        k,
+                        &options,
+                        remote.as_ref(),
+                        &mut buf,
+                        progress,
+                    );
                     if !out.faults.is_empty() {
                         first_bad.fetch_min(k, Ordering::Relaxed);
                     }
@@ -133,13 +144,16 @@ fn verify_shard(
     manifest: &Manifest,
     k: usize,
     options: &VerifyOptions,
+    remote: Option<&Remote>,
     buf: &mut [u8],
     progress: &(dyn Fn(u64) + Sync),
 ) -> ShardOutcome {
     let mut out = ShardOutcome::default();
     let path = manifest.shard_path(dir, k);
     let info = &manifest.shards[k];
-    let opened = if options.mmap {
+    let opened = if let Some(store) = remote {
+        open_remote(store, &path, &info.file, options.limits)
+    } else if options.mmap {
         open_mapped(&path, options.limits)
     } else {
         ShardReader::open(&path, options.limits)
@@ -283,6 +297,40 @@ fn verify_shard(
     }
     out.bytes = scan.bytes;
     out
+}
+
+/// The store of a dataset URL (credentials from the environment), or None for a local path.
+#[cfg(feature = "remote")]
+type Remote = std::sync::Arc<crate::remote::RemoteStore>;
+#[cfg(not(feature = "remote"))]
+type Remote = std::convert::Infallible;
+
+#[cfg(feature = "remote")]
+fn remote_store(dir: &Path) -> Result<Option<Remote>> {
+    if !crate::remote::is_remote(dir) {
+        return Ok(None);
+    }
+    let url = dir.to_str().unwrap_or_default();
+    crate::remote::RemoteStore::open(url, &Default::default()).map(Some)
+}
+
+#[cfg(not(feature = "remote"))]
+fn remote_store(dir: &Path) -> Result<Option<Remote>> {
+    crate::location::require_local(dir)?;
+    Ok(None)
+}
+
+#[cfg(feature = "remote")]
+fn open_remote(store: &Remote, path: &Path, file: &str, limits: Limits) -> Result<ShardReader> {
+    let obj = store
+        .object(file)
+        .map_err(|e| FormatError::io(path, None, e))?;
+    ShardReader::from_source(path, Box::new(obj), limits)
+}
+
+#[cfg(not(feature = "remote"))]
+fn open_remote(store: &Remote, _: &Path, _: &str, _: Limits) -> Result<ShardReader> {
+    match *store {}
 }
 
 fn open_mapped(path: &Path, limits: Limits) -> Result<ShardReader> {

@@ -1,5 +1,6 @@
 //! `stokehold.Dataset`: random access to a dataset directory.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -24,6 +25,8 @@ pub struct Dataset {
     /// The access asked for (before the automatic choice), for pickling.
     access: Access,
     verify: bool,
+    /// Object-storage options for a URL (credentials among them: never in `repr`).
+    storage_options: BTreeMap<String, String>,
     /// The token width when this is a token dataset (`ds[i]["tokens"]` is then a numpy array of
     /// it, not raw bytes).
     tokens: Option<TokenDType>,
@@ -45,13 +48,14 @@ impl Dataset {
         OpenOptions {
             access: self.access,
             verify_records: self.verify,
+            storage_options: self.storage_options.clone(),
             ..OpenOptions::default()
         }
     }
 
     /// Open `path` with the default options (what `stokehold.Loader("path", ...)` does).
     pub fn open_default(py: Python<'_>, path: PathBuf) -> PyResult<Dataset> {
-        Dataset::open(py, path, Access::Auto, true)
+        Dataset::open(py, path, Access::Auto, true, BTreeMap::new())
     }
 
     /// The sample index for a Python index (negative counts from the end).
@@ -93,10 +97,17 @@ impl Dataset {
         }
     }
 
-    fn open(py: Python<'_>, path: PathBuf, access: Access, verify: bool) -> PyResult<Dataset> {
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        access: Access,
+        verify: bool,
+        storage_options: BTreeMap<String, String>,
+    ) -> PyResult<Dataset> {
         let options = OpenOptions {
             access,
             verify_records: verify,
+            storage_options: storage_options.clone(),
             ..OpenOptions::default()
         };
         let (inner, tokens) = py
@@ -121,6 +132,7 @@ impl Dataset {
             path,
             access,
             verify,
+            storage_options,
             tokens,
         })
     }
@@ -133,7 +145,7 @@ impl Dataset {
 #[pymethods]
 impl Dataset {
     #[new]
-    #[pyo3(signature = (path, *, access = None, mmap = false, in_memory = false, verify = true))]
+    #[pyo3(signature = (path, *, access = None, mmap = false, in_memory = false, verify = true, storage_options = None))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -141,6 +153,7 @@ impl Dataset {
         mmap: bool,
         in_memory: bool,
         verify: bool,
+        storage_options: Option<BTreeMap<String, String>>,
     ) -> PyResult<Dataset> {
         let access = match access {
             Some(a) => Access::parse(a).ok_or_else(|| {
@@ -155,7 +168,13 @@ impl Dataset {
             None if mmap => Access::Mmap,
             None => Access::Auto,
         };
-        Dataset::open(py, path, access, verify)
+        Dataset::open(
+            py,
+            path,
+            access,
+            verify,
+            storage_options.unwrap_or_default(),
+        )
     }
 
     /// How the shards are read: "pread", "mmap", "direct" or "memory" (after the automatic
@@ -243,6 +262,9 @@ impl Dataset {
         let kwargs = PyDict::new(py);
         kwargs.set_item("access", self.access.name())?;
         kwargs.set_item("verify", self.verify)?;
+        if !self.storage_options.is_empty() {
+            kwargs.set_item("storage_options", &self.storage_options)?;
+        }
         Ok((args, kwargs))
     }
 

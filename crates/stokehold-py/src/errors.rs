@@ -257,7 +257,7 @@ pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
             build(io_error_type(py), msg, Some(EEXIST))
         }
         FormatError::DestinationBusy { .. } => build(io_error_type(py), msg, Some(EBUSY)),
-        FormatError::RemoteUnsupported { .. } => config_error(py, msg),
+        FormatError::RemoteUnsupported { .. } | FormatError::Remote { .. } => config_error(py, msg),
         _ => StokeholdError::new_err(msg),
     }
 }

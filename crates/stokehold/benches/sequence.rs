@@ -8,7 +8,10 @@
 //!    (pread or mmap, with or without per-record checksums) on N and on 1 worker: bytes delivered
 //!    per second (`input_ids` + `labels`; the `input_ids`-only ratio is printed too) against a
 //!    plain single-threaded `memcpy` of int32 batches from a warm 64 MiB buffer, alternated with
-//!    the loader's epochs (target: >= 0.5).
+//!    the loader's epochs (target: >= 0.5);
+//! 3. the same windows from a cold page cache (the dataset's pages dropped before each epoch),
+//!    the task's reads submitted together through io_uring against one pread each
+//!    (`STOKEHOLD_IO_URING=0`), alternated, medians of 3.
 //!
 //! The corpus is synthetic English-like text (`stokehold_ops::text::synthetic_documents`) and the
 //! tokenizer a WordLevel model trained on it in the run: nothing is downloaded. Environment:
@@ -203,6 +206,57 @@ fn main() {
             busy * 1e6
         );
     }
+    cold(&dest, seq_len, batch, threads);
+}
+
+/// Packed windows from a cold page cache, io_uring against pread: tokens per second of each
+/// (medians of 3 alternated epochs, the dataset's pages dropped before each).
+fn cold(dest: &Path, seq_len: usize, batch: usize, threads: usize) {
+    let mut rates: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    for round in 0..6 {
+        let uring = round % 2 == 0;
+        // SAFETY: no other thread of this process runs now (the loaders of the runs before are
+        // dropped, their workers joined), so nothing reads the environment concurrently.
+        unsafe { std::env::set_var("STOKEHOLD_IO_URING", if uring { "1" } else { "0" }) };
+        let data = open(dest, OpenOptions::default());
+        let config = SequenceConfig {
+            mode: SequenceMode::Packed {
+                seq_len: seq_len as u32,
+            },
+            batch_size: batch as u32,
+            shuffle: Shuffle::Global,
+            threads,
+            prefetch: 4,
+            seed: round / 2,
+            ..SequenceConfig::default()
+        };
+        let loader = SequenceLoader::new(Arc::clone(&data), config).unwrap();
+        let steps = loader.steps_per_epoch().unwrap();
+        if !stokehold::storage_bench::drop_cached_pages(data.dataset()).unwrap_or(false) {
+            println!("cold windows: the page cache cannot be dropped here; skipped");
+            return;
+        }
+        let t = Instant::now();
+        for b in loader.iter().unwrap() {
+            black_box(b.unwrap());
+        }
+        let tokens = steps as f64 * (batch * seq_len) as f64;
+        rates[usize::from(!uring)].push(tokens / t.elapsed().as_secs_f64());
+    }
+    // SAFETY: as above.
+    unsafe { std::env::remove_var("STOKEHOLD_IO_URING") };
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (u, p) = (med(&mut rates[0]), med(&mut rates[1]));
+    println!(
+        "cold windows (pread + crc, {threads} workers, page cache dropped before each epoch): \
+         io_uring batches {:.0} M tok/s, one pread each {:.0} M tok/s; ratio {:.2}",
+        u / 1e6,
+        p / 1e6,
+        u / p
+    );
 }
 
 /// Worker time over all stages.

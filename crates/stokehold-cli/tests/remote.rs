@@ -1,0 +1,106 @@
+//! The read commands on a dataset in object storage (a real S3-compatible server started by the
+//! test; credentials and endpoint from the environment, as users give them).
+
+use std::path::Path;
+use std::process::Command;
+
+use stokehold_format::remote::testing::{self, S3Server};
+use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+
+fn stokehold(server: &S3Server, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "stokehold-test")
+        .env("AWS_SECRET_ACCESS_KEY", "stokehold-test-secret")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ENDPOINT_URL", server.endpoint())
+        .env("AWS_ALLOW_HTTP", "true")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write_dataset(dir: &Path) {
+    let schema = Schema::from_specs([("text", "string"), ("label", "int64")]).unwrap();
+    let options = DatasetWriteOptions {
+        target_shard_bytes: 4 << 10,
+        ..DatasetWriteOptions::default()
+    };
+    let mut w = DatasetWriter::create(dir, schema, options).unwrap();
+    for i in 0..300i64 {
+        w.write(&[
+            FieldValue::String(format!("sample {i} {}", "x".repeat(i as usize % 50)).into()),
+            FieldValue::Int64(i % 7),
+        ])
+        .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn inspect_verify_and_bench_read_a_dataset_in_s3() {
+    let server = S3Server::shared();
+    server.create_bucket("cli").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    write_dataset(&local);
+    let url = "s3://cli/datasets/ds";
+    testing::upload_dir(&local, url, &testing::options(&server.endpoint())).unwrap();
+
+    let (code, out, err) = stokehold(server, &["inspect", url]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (_, local_out, _) = stokehold(server, &["inspect", local.to_str().unwrap()]);
+    assert_eq!(
+        out.replace(url, "DS"),
+        local_out.replace(local.to_str().unwrap(), "DS"),
+        "inspect says the same of both"
+    );
+
+    let (code, out, err) = stokehold(server, &["verify", url]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("300"), "{out}");
+
+    let (code, out, err) = stokehold(server, &["bench", url, "--epochs", "1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("300") || err.contains("300"), "{out}{err}");
+
+    // a damaged shard in the bucket is found by verify
+    let shard = std::fs::read_dir(&local)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "skh"))
+        .unwrap();
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[100] ^= 0x40;
+    let store = stokehold_format::remote::RemoteStore::open(
+        "s3://cli/datasets/damaged",
+        &testing::options(&server.endpoint()),
+    )
+    .unwrap();
+    testing::upload_dir(
+        &local,
+        "s3://cli/datasets/damaged",
+        &testing::options(&server.endpoint()),
+    )
+    .unwrap();
+    let name = shard.file_name().unwrap().to_str().unwrap();
+    testing::put(&store, name, bytes).unwrap();
+    let (code, out, err) = stokehold(server, &["verify", "s3://cli/datasets/damaged"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains(&format!("s3://cli/datasets/damaged/{name}")),
+        "{out}{err}"
+    );
+
+    // a missing dataset: one clear error naming the URL
+    let (code, out, err) = stokehold(server, &["inspect", "s3://cli/nothing-here"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains("s3://cli/nothing-here/manifest.json") && err.contains("not found"),
+        "{err}"
+    );
+}

@@ -1,0 +1,614 @@
+//! Datasets in object storage (`s3://`, `gs://`, `az://`, `https://`), behind the `remote`
+//! feature: a [`Storage`] for one object ([`RemoteObject`]: ranged GETs, its size and ETag from
+//! one HEAD at open), the store of a dataset URL with its credentials and options
+//! ([`RemoteStore`]), and the opening of a whole dataset ([`open_dataset`]: the manifest, then
+//! every shard's header and footer fetched concurrently).
+//!
+//! Object stores are async; their requests run on one small multi-thread tokio runtime owned by
+//! this module, created on first use and shared by the process, never on a caller's async
+//! context. [`Storage::read_at`] blocks on it.
+//!
+//! **Retries.** object_store retries 5xx, 429 (throttling), timeouts and connection errors with
+//! jittered exponential backoff (100 ms doubling up to 15 s, at most `retries` times, 10 by
+//! default), and re-requests a body cut mid-stream from where it broke (only if the ETag is
+//! unchanged). On top of that, a response that ends early without an error (a short body) is
+//! re-requested from the exact byte where it stopped, a bounded number of times: a read is whole
+//! or an error, never a gap. Every HTTP request is counted ([`RemoteStats`]).
+//!
+//! **Credentials** come from each cloud's standard chain (environment such as
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`,
+//! `AWS_ALLOW_HTTP`; profile files; instance metadata), overridden by explicit storage options
+//! ([`OpenOptions::storage_options`](crate::OpenOptions::storage_options)). Option values are
+//! never printed: not in `Debug`, not in errors.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use futures_util::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+
+use crate::error::{FormatError, Result};
+use crate::limits::Limits;
+use crate::manifest::{MANIFEST_FILE, Manifest};
+use crate::shard::{HEADER_LEN, ShardReader};
+use crate::storage::{Memory, Storage};
+use crate::{Dataset, OpenOptions};
+
+mod counting;
+#[doc(hidden)]
+pub mod testing;
+
+use counting::Counters;
+
+/// Default of the `retries` option: how many times one request is retried.
+pub const DEFAULT_RETRIES: usize = 10;
+
+/// How many bytes of each shard's end are fetched at open (trailer, meta block and index in one
+/// request for shards of up to about 16,000 records).
+const TAIL_PREFETCH: u64 = 256 << 10;
+
+/// How many shards are opened concurrently.
+const OPEN_CONCURRENCY: usize = 64;
+
+/// The I/O runtime: a few threads, created once per process on first use.
+fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
+    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 4));
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("stokehold-io")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| io::Error::other(format!("cannot start the object-storage I/O runtime: {e}")))
+}
+
+/// Run `f` on the I/O runtime and wait for it. From inside some other async context (where
+/// blocking the thread on a runtime is not allowed) it waits on a helper thread instead.
+fn block_on<F>(f: F) -> io::Result<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let rt = runtime()?;
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join())
+            .map_err(|_| io::Error::other("the object-storage I/O thread panicked"))
+    } else {
+        Ok(rt.block_on(f))
+    }
+}
+
+/// Counts of one store's requests (or, from [`process_stats`], of every store in the process).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Logical requests made by stokehold (HEADs and ranged GETs, each counted once).
+    pub requests: u64,
+    /// HTTP requests actually sent, retries included.
+    pub http_requests: u64,
+    /// Retries: HTTP requests beyond the logical ones (after a 5xx or 429, a timeout, a
+    /// connection error, a body cut mid-stream, or a short body).
+    pub retries: u64,
+    /// Responses that were server errors or throttling (5xx, 429), and transport errors.
+    pub failures: u64,
+    /// Responses whose body ended early without an error, re-requested from where they stopped.
+    pub short_bodies: u64,
+    /// Body bytes received.
+    pub bytes: u64,
+}
+
+/// The counts of every store this process opened.
+pub fn process_stats() -> RemoteStats {
+    counting::GLOBAL.snapshot()
+}
+
+/// The parsed pieces of a URL: `s3://bucket/prefix` → the store's root `s3://bucket` and the
+/// key prefix `prefix`.
+fn split_url(url: &str) -> Result<(url::Url, ObjectPath)> {
+    let bad = |detail: String| FormatError::Remote {
+        url: url.to_string(),
+        detail,
+    };
+    let parsed = url::Url::parse(url).map_err(|e| bad(format!("not a valid URL: {e}")))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        // never echo the URL's user info back: it may hold a secret
+        return Err(FormatError::Remote {
+            url: redact_url(url),
+            detail: "credentials in the URL are not accepted; use storage options or the \
+                     environment"
+                .into(),
+        });
+    }
+    let (_, path) = object_store::ObjectStoreScheme::parse(&parsed)
+        .map_err(|e| bad(format!("not an object-storage URL: {e}")))?;
+    Ok((parsed, path))
+}
+
+/// `url` with any user info replaced by `***`.
+fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((_, host)) if !rest.split('/').next().unwrap_or("").is_empty() => {
+                format!("{scheme}://***@{host}")
+            }
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+/// Storage options as fsspec (s3fs) and Hugging Face `datasets` users know them, mapped to
+/// object_store's keys. Any other key is passed to object_store as is (its own names, such as
+/// `aws_region` or `google_service_account`).
+fn canonical_key(scheme: &str, key: &str) -> String {
+    let k = key.to_ascii_lowercase();
+    let s3 = matches!(scheme, "s3" | "s3a");
+    match (s3, k.as_str()) {
+        (true, "key") => "aws_access_key_id".into(),
+        (true, "secret") => "aws_secret_access_key".into(),
+        (true, "token") => "aws_session_token".into(),
+        (true, "region_name") => "aws_region".into(),
+        (true, "anon") => "aws_skip_signature".into(),
+        (true, "endpoint_url") => "aws_endpoint".into(),
+        (false, "anon") if scheme == "gs" => "google_skip_signature".into(),
+        (false, "token") if scheme == "gs" => "google_service_account".into(),
+        _ => k,
+    }
+}
+
+/// The connection to one store (a bucket, container or HTTP host) for one dataset URL: the
+/// object_store client, the URL's key prefix, its retry setting and request counters. Shared by
+/// every shard of a dataset.
+pub struct RemoteStore {
+    /// The URL as given, without a trailing `/` (never holds secrets: user info is refused).
+    url: String,
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    retries: usize,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for RemoteStore {
+    // Not derived: object_store's clients print their credentials in Debug.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteStore")
+            .field("url", &self.url)
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteStore {
+    /// Connect to the store of `url` (`s3://bucket/prefix`, `gs://...`, `az://...`,
+    /// `https://host/path`), with credentials and endpoint from the environment, overridden by
+    /// `options` (see the module documentation). Nothing is requested yet.
+    pub fn open(url: &str, options: &BTreeMap<String, String>) -> Result<Arc<RemoteStore>> {
+        let url = url.trim_end_matches('/').to_string();
+        let (parsed, prefix) = split_url(&url)?;
+        let scheme = parsed.scheme().to_ascii_lowercase();
+        let bad = |detail: String| FormatError::Remote {
+            url: url.clone(),
+            detail,
+        };
+        let mut retries = DEFAULT_RETRIES;
+        let mut config: Vec<(String, &str)> = Vec::new();
+        for (k, v) in options {
+            match k.to_ascii_lowercase().as_str() {
+                "retries" => {
+                    retries = v.parse().map_err(|_| {
+                        bad(format!(
+                            "storage option \"retries\" must be a count, got {v:?}"
+                        ))
+                    })?;
+                }
+                _ => config.push((canonical_key(&scheme, k), v.as_str())),
+            }
+        }
+        let retry = object_store::RetryConfig {
+            max_retries: retries,
+            ..Default::default()
+        };
+        let counters = Arc::new(Counters::default());
+        let connector = counting::CountingConnector(counters.clone());
+        let unknown = |key: &str| bad(format!("unknown storage option {key:?} for {scheme}://"));
+        let store: Arc<dyn ObjectStore> = match scheme.as_str() {
+            "s3" | "s3a" => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str());
+                for (k, v) in config {
+                    b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
+                }
+                let b = b.with_retry(retry).with_http_connector(connector);
+                Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
+            }
+            "gs" => {
+                let mut b =
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
+                for (k, v) in config {
+                    b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
+                }
+                let b = b.with_retry(retry).with_http_connector(connector);
+                Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
+            }
+            "az" | "adl" | "azure" | "abfs" | "abfss" => {
+                let mut b =
+                    object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url.as_str());
+                for (k, v) in config {
+                    b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
+                }
+                let b = b.with_retry(retry).with_http_connector(connector);
+                Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
+            }
+            "http" | "https" => {
+                let root = &parsed[..url::Position::BeforePath];
+                let mut b = object_store::http::HttpBuilder::new().with_url(root);
+                for (k, v) in config {
+                    b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
+                }
+                let b = b.with_retry(retry).with_http_connector(connector);
+                Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
+            }
+            other => {
+                return Err(bad(format!(
+                    "{other}:// is not an object store stokehold reads (s3, gs, az, http, https)"
+                )));
+            }
+        };
+        Ok(Arc::new(RemoteStore {
+            url,
+            store,
+            prefix,
+            retries,
+            counters,
+        }))
+    }
+
+    /// The dataset URL this store was opened for.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// This store's request counts.
+    pub fn stats(&self) -> RemoteStats {
+        self.counters.snapshot()
+    }
+
+    /// The object-store path and the full URL of `name` under the URL's prefix.
+    fn locate(&self, name: &str) -> (ObjectPath, String) {
+        let location = if self.prefix.as_ref().is_empty() {
+            ObjectPath::from(name)
+        } else {
+            ObjectPath::from(format!("{}/{name}", self.prefix.as_ref()))
+        };
+        (location, format!("{}/{name}", self.url))
+    }
+
+    /// Open the object `name` under the URL's prefix: one HEAD for its size and ETag.
+    pub fn object(self: &Arc<Self>, name: &str) -> io::Result<RemoteObject> {
+        let obj = RemoteObject::unopened(self.clone(), name);
+        let meta = block_on(obj.head())??;
+        Ok(RemoteObject {
+            size: meta.size,
+            e_tag: meta.e_tag,
+            ..obj
+        })
+    }
+
+    /// Read all of the small object `name` (a manifest), refusing one over `max` bytes before
+    /// reading it.
+    pub fn read_small(self: &Arc<Self>, name: &str, max: u64) -> Result<(Vec<u8>, String)> {
+        let obj = self
+            .object(name)
+            .map_err(|e| FormatError::io(self.locate(name).1, None, e))?;
+        let size = obj.size;
+        if size > max {
+            return Err(FormatError::LimitExceeded {
+                path: obj.url.clone().into(),
+                what: "manifest size".into(),
+                value: size,
+                max,
+            });
+        }
+        // `size` is at most `max`, a configured limit.
+        let mut bytes = vec![0u8; size as usize];
+        obj.read_at(0, &mut bytes)
+            .map_err(|e| FormatError::io(&obj.url, Some(0), e))?;
+        Ok((bytes, obj.url))
+    }
+}
+
+/// One object read with ranged GETs: a shard in object storage. Its size and ETag are fixed at
+/// open; a read that finds another ETag (the object was replaced) fails, naming the key.
+pub struct RemoteObject {
+    store: Arc<RemoteStore>,
+    location: ObjectPath,
+    url: String,
+    size: u64,
+    e_tag: Option<String>,
+    /// Byte ranges fetched ahead at open (the shard's head and tail), served from memory until
+    /// the opening is done; then emptied.
+    cached: Prefetched,
+}
+
+/// Byte ranges fetched ahead: (offset, bytes).
+type Prefetched = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
+
+impl std::fmt::Debug for RemoteObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteObject")
+            .field("url", &self.url)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteObject {
+    /// `name` under the store's prefix, before its HEAD (size 0, no ETag).
+    fn unopened(store: Arc<RemoteStore>, name: &str) -> RemoteObject {
+        let (location, url) = store.locate(name);
+        RemoteObject {
+            store,
+            location,
+            url,
+            size: 0,
+            e_tag: None,
+            cached: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The object's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The counts of the store this object belongs to.
+    pub fn stats(&self) -> RemoteStats {
+        self.store.stats()
+    }
+
+    fn fail(&self, what: &str, e: &object_store::Error) -> io::Error {
+        let kind = match e {
+            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+            object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+            _ => io::ErrorKind::Other,
+        };
+        io::Error::new(kind, format!("{what} {}: {}", self.url, store_error(e)))
+    }
+
+    async fn head(&self) -> io::Result<object_store::ObjectMeta> {
+        self.store.counters.request();
+        self.store
+            .store
+            .head(&self.location)
+            .await
+            .map_err(|e| self.fail("HEAD", &e))
+    }
+
+    /// Fill `buf` from the bytes `offset..offset + buf.len()` (already checked to lie within the
+    /// object) with ranged GETs: a body that ends early, or breaks after object_store's own
+    /// retries, is asked for again from the first missing byte, at most `retries` times.
+    async fn fetch(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let end = offset + buf.len() as u64;
+        let mut filled = 0usize;
+        let mut again = 0usize;
+        // one logical request: asking again for the rest of a short body counts as a retry
+        self.store.counters.request();
+        loop {
+            let start = offset + filled as u64;
+            let what = format!("GET bytes {start}..{end} of");
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(start..end)),
+                ..Default::default()
+            };
+            let got = self
+                .store
+                .store
+                .get_opts(&self.location, options)
+                .await
+                .map_err(|e| self.fail(&what, &e))?;
+            if let (Some(want), Some(found)) = (&self.e_tag, &got.meta.e_tag)
+                && want != found
+            {
+                return Err(io::Error::other(format!(
+                    "{what} {}: the object changed since it was opened (ETag {want} at open, \
+                     now {found})",
+                    self.url
+                )));
+            }
+            let mut body = got.into_stream();
+            let mut broken = None;
+            while let Some(chunk) = body.next().await {
+                match chunk {
+                    Ok(bytes) => {
+                        let room = buf.len() - filled;
+                        if bytes.len() > room {
+                            return Err(io::Error::other(format!(
+                                "{what} {}: the server sent more bytes than asked for",
+                                self.url
+                            )));
+                        }
+                        buf[filled..filled + bytes.len()].copy_from_slice(&bytes);
+                        filled += bytes.len();
+                        self.store.counters.bytes(bytes.len() as u64);
+                    }
+                    Err(e) => {
+                        broken = Some(e);
+                        break;
+                    }
+                }
+            }
+            if filled == buf.len() {
+                return Ok(());
+            }
+            if broken.is_none() {
+                self.store.counters.short_body();
+            }
+            if again >= self.store.retries {
+                let why = match broken {
+                    Some(e) => store_error(&e),
+                    None => "the response ended early".to_string(),
+                };
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{what} {}: got {filled} of {} bytes after {} attempts: {why}",
+                        self.url,
+                        buf.len(),
+                        again + 1
+                    ),
+                ));
+            }
+            again += 1;
+        }
+    }
+
+    /// Serve `offset..offset + buf.len()` from the ranges fetched at open, when one holds it.
+    fn read_prefetched(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        for (start, bytes) in cached.iter() {
+            if offset >= *start
+                && let Some(s) = bytes.get((offset - start) as usize..)
+                && let Some(s) = s.get(..buf.len())
+            {
+                buf.copy_from_slice(s);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+impl Storage for RemoteObject {
+    fn kind(&self) -> &'static str {
+        "remote"
+    }
+
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.size)
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        if end > self.size {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        if buf.is_empty() || self.read_prefetched(offset, buf) {
+            return Ok(());
+        }
+        block_on(self.fetch(offset, buf))?
+    }
+}
+
+/// The text of an object_store error: its own message, which names the request and the status
+/// (object_store's messages hold URLs and statuses, never credentials).
+fn store_error(e: &object_store::Error) -> String {
+    match e {
+        object_store::Error::NotFound { .. } => {
+            format!("not found (no such bucket or key): {e}")
+        }
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => {
+            format!("access denied (check the credentials): {e}")
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Whether `path` is a URL this build reads from object storage.
+pub(crate) fn is_remote(path: &Path) -> bool {
+    crate::location::is_object_store_url(path)
+}
+
+fn url_of(path: &Path) -> Result<&str> {
+    path.to_str().ok_or_else(|| FormatError::Remote {
+        url: path.display().to_string(),
+        detail: "a URL must be valid UTF-8".into(),
+    })
+}
+
+/// Read and validate the manifest of the dataset at `url`.
+pub fn load_manifest(
+    url: &Path,
+    limits: &Limits,
+    options: &BTreeMap<String, String>,
+) -> Result<Manifest> {
+    let store = RemoteStore::open(url_of(url)?, options)?;
+    manifest_of(&store, limits)
+}
+
+fn manifest_of(store: &Arc<RemoteStore>, limits: &Limits) -> Result<Manifest> {
+    let (bytes, url) = store.read_small(MANIFEST_FILE, limits.max_manifest_bytes)?;
+    Manifest::parse(&bytes, Path::new(&url), limits)
+}
+
+/// Open the dataset at `dir` (a URL): its manifest, then every shard at once, up to 64
+/// concurrently: one HEAD (size and ETag), then one GET of the header and one of the last
+/// 256 KiB (trailer, meta block, index) each, from which the shard's structure is checked as
+/// for a local file. `options.access` does not apply, except `Memory` (each shard is read
+/// whole into memory).
+pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
+    let store = RemoteStore::open(url_of(&dir)?, &options.storage_options)?;
+    let manifest = manifest_of(&store, &options.limits)?;
+    let names: Vec<String> = manifest.shards.iter().map(|s| s.file.clone()).collect();
+    let opened: Vec<io::Result<RemoteObject>> = block_on(async {
+        futures_util::stream::iter(names.into_iter().map(|name| prefetch(store.clone(), name)))
+            .buffered(OPEN_CONCURRENCY)
+            .collect()
+            .await
+    })
+    .map_err(|e| FormatError::io(&dir, None, e))?;
+    let mut shards = Vec::with_capacity(opened.len());
+    for (i, obj) in opened.into_iter().enumerate() {
+        let path = manifest.shard_path(&dir, i);
+        let obj = obj.map_err(|e| FormatError::io(&path, None, e))?;
+        let cached = obj.cached.clone();
+        let source: Box<dyn Storage> = if options.access == crate::Access::Memory {
+            // the size is the object's own, as for a local file read into memory
+            let mut bytes = vec![0u8; usize::try_from(obj.size).unwrap_or(usize::MAX)];
+            obj.read_at(0, &mut bytes)
+                .map_err(|e| FormatError::io(&path, Some(0), e))?;
+            Box::new(Memory::new(bytes))
+        } else {
+            Box::new(obj)
+        };
+        shards.push(ShardReader::from_source(&path, source, options.limits)?);
+        cached.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+    Dataset::from_parts(dir, manifest, shards, options.verify_records)
+}
+
+/// Open `name` and fetch its header and tail concurrently into the open-time cache. A failed
+/// prefetch is not an error: the reads that need those bytes ask again and report.
+async fn prefetch(store: Arc<RemoteStore>, name: String) -> io::Result<RemoteObject> {
+    let mut obj = RemoteObject::unopened(store, &name);
+    let meta = obj.head().await?;
+    obj.size = meta.size;
+    obj.e_tag = meta.e_tag;
+    let size = obj.size;
+    let tail_start = size.saturating_sub(TAIL_PREFETCH);
+    let head_len = HEADER_LEN.min(tail_start);
+    let mut head = vec![0u8; head_len as usize];
+    let mut tail = vec![0u8; (size - tail_start) as usize];
+    let (h, t) = futures_util::join!(obj.fetch(0, &mut head), obj.fetch(tail_start, &mut tail));
+    let mut cached = obj.cached.lock().unwrap_or_else(|p| p.into_inner());
+    if h.is_ok() && head_len > 0 {
+        cached.push((0, head));
+    }
+    if t.is_ok() && size > 0 {
+        cached.push((tail_start, tail));
+    }
+    drop(cached);
+    Ok(obj)
+}

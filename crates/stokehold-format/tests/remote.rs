@@ -1,0 +1,321 @@
+//! Object storage against a real S3-compatible server (moto, started by the tests on 127.0.0.1),
+//! with faults injected by a proxy between the client and the server (docs/reliability.md,
+//! "Object storage").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use stokehold_format::remote::testing::{self, FaultProxy, Faults, S3Server};
+use stokehold_format::remote::{RemoteObject, RemoteStore};
+use stokehold_format::{
+    Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, OpenOptions, Schema,
+    Storage, conformance,
+};
+
+fn bucket(name: &str) -> (&'static S3Server, String) {
+    let s = S3Server::shared();
+    s.create_bucket(name).unwrap();
+    (s, format!("s3://{name}"))
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| ((i ^ seed).wrapping_mul(2_654_435_761) >> 11) as u8)
+        .collect()
+}
+
+/// One object of `len` bytes under `url`, opened through `endpoint` (the server or a proxy).
+fn object(
+    url: &str,
+    endpoint: &str,
+    extra: &[(&str, &str)],
+    len: usize,
+) -> (RemoteObject, Vec<u8>) {
+    let mut opts = testing::options(endpoint);
+    for (k, v) in extra {
+        opts.insert(k.to_string(), v.to_string());
+    }
+    let store = RemoteStore::open(url, &opts).unwrap();
+    let data = pattern(len, len as u64);
+    testing::put(&store, "blob.bin", data.clone()).unwrap();
+    (store.object("blob.bin").unwrap(), data)
+}
+
+#[test]
+fn remote_objects_pass_the_storage_conformance_suite() {
+    let (server, url) = bucket("conformance");
+    let store = RemoteStore::open(
+        &format!("{url}/suite"),
+        &testing::options(&server.endpoint()),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let open = |path: &Path| -> std::io::Result<Box<dyn Storage>> {
+        let name = path.file_name().unwrap().to_str().unwrap();
+        testing::put(&store, name, std::fs::read(path)?)?;
+        Ok(Box::new(store.object(name)?))
+    };
+    conformance::check_storage("remote", dir.path(), &open).unwrap();
+}
+
+fn write_dataset(dir: &Path) {
+    let schema = Schema::from_specs([("data", "bytes"), ("label", "int64")]).unwrap();
+    let options = DatasetWriteOptions {
+        target_shard_bytes: 64 << 10,
+        ..DatasetWriteOptions::default()
+    };
+    let mut w = DatasetWriter::create(dir, schema, options).unwrap();
+    for i in 0..400u64 {
+        let len = 100 + (i as usize * 37) % 3000;
+        w.write(&[
+            FieldValue::Bytes(pattern(len, i).into()),
+            FieldValue::Int64(i as i64),
+        ])
+        .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn a_dataset_in_s3_reads_the_same_records_as_the_local_copy() {
+    let (server, url) = bucket("dataset");
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    write_dataset(&local);
+    let url = format!("{url}/some/prefix/ds");
+    let opts = testing::options(&server.endpoint());
+    testing::upload_dir(&local, &url, &opts).unwrap();
+
+    let a = Dataset::open(&local).unwrap();
+    assert!(a.shards().len() > 5, "several shards: {}", a.shards().len());
+    for with_slash in [false, true] {
+        let u = if with_slash {
+            format!("{url}/")
+        } else {
+            url.clone()
+        };
+        let b = Dataset::open_with(
+            &u,
+            OpenOptions {
+                storage_options: opts.clone(),
+                ..OpenOptions::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(b.manifest(), a.manifest());
+        assert_eq!(b.shards()[0].source().kind(), "remote");
+        assert!(b.shards()[0].path().display().to_string().starts_with(&url));
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        for i in 0..a.len() {
+            a.read_record(i, &mut x).unwrap();
+            b.read_record(i, &mut y).unwrap();
+            assert_eq!(x, y, "record {i}");
+            assert_eq!(a.get(i).unwrap(), b.get(i).unwrap());
+        }
+    }
+    // read whole into memory at open
+    let m = Dataset::open_with(
+        &url,
+        OpenOptions {
+            storage_options: opts.clone(),
+            ..OpenOptions::with_access(stokehold_format::Access::Memory)
+        },
+    )
+    .unwrap();
+    assert_eq!(m.get(399).unwrap(), a.get(399).unwrap());
+}
+
+/// Fault tests share one proxy per test, each its own bucket.
+fn proxied(
+    bucket_name: &str,
+    extra: &[(&str, &str)],
+    len: usize,
+) -> (FaultProxy, RemoteObject, Vec<u8>) {
+    let (server, url) = bucket(bucket_name);
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let (obj, data) = object(&url, &proxy.endpoint(), extra, len);
+    (proxy, obj, data)
+}
+
+#[test]
+fn throttling_and_server_errors_are_retried_and_counted() {
+    let (proxy, obj, data) = proxied("throttled", &[], 300_000);
+    let before = obj.stats();
+    proxy.set(Faults {
+        fail_gets: 3,
+        ..Faults::default()
+    });
+    let mut buf = vec![0u8; 200_000];
+    obj.read_at(50_000, &mut buf).unwrap();
+    assert_eq!(buf, data[50_000..250_000]);
+    let after = obj.stats();
+    assert_eq!(proxy.injected(), 3);
+    assert_eq!(after.requests - before.requests, 1, "{after:?}");
+    assert_eq!(after.http_requests - before.http_requests, 4, "{after:?}");
+    assert_eq!(after.retries - before.retries, 3, "{after:?}");
+    assert_eq!(after.failures - before.failures, 3, "{after:?}");
+}
+
+#[test]
+fn a_body_reset_cut_or_short_is_resumed_from_the_exact_offset() {
+    let (proxy, obj, data) = proxied("broken-bodies", &[], 1 << 20);
+    for faults in [
+        Faults {
+            reset_bodies: 1,
+            ..Faults::default()
+        },
+        Faults {
+            cut_bodies: 2,
+            ..Faults::default()
+        },
+        Faults {
+            short_bodies: 3,
+            ..Faults::default()
+        },
+        Faults {
+            reset_bodies: 1,
+            cut_bodies: 1,
+            short_bodies: 1,
+            fail_gets: 1,
+            ..Faults::default()
+        },
+    ] {
+        let injected = proxy.injected();
+        let before = obj.stats();
+        proxy.set(faults.clone());
+        let mut buf = vec![0u8; 700_001];
+        obj.read_at(12_345, &mut buf).unwrap();
+        assert!(
+            buf == data[12_345..12_345 + 700_001],
+            "{faults:?}: other bytes"
+        );
+        let n = faults.reset_bodies + faults.cut_bodies + faults.short_bodies + faults.fail_gets;
+        assert_eq!(proxy.injected() - injected, u64::from(n), "{faults:?}");
+        let after = obj.stats();
+        assert_eq!(
+            after.short_bodies - before.short_bodies,
+            u64::from(faults.short_bodies)
+        );
+        assert!(
+            after.retries - before.retries >= u64::from(n),
+            "{faults:?} {after:?}"
+        );
+    }
+}
+
+#[test]
+fn faults_beyond_the_retry_budget_fail_with_the_url_and_range_never_a_gap() {
+    let (proxy, obj, _) = proxied("hopeless", &[("retries", "2")], 100_000);
+    proxy.set(Faults {
+        fail_gets: 100,
+        ..Faults::default()
+    });
+    let mut buf = vec![0u8; 5000];
+    let e = obj.read_at(1000, &mut buf).unwrap_err().to_string();
+    assert!(
+        e.contains("s3://hopeless/blob.bin") && e.contains("1000..6000") && e.contains("503"),
+        "{e}"
+    );
+    assert_eq!(proxy.injected(), 3, "the first try and 2 retries");
+    proxy.set(Faults {
+        short_bodies: 100,
+        ..Faults::default()
+    });
+    let e = obj.read_at(1000, &mut buf).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    let e = e.to_string();
+    assert!(
+        e.contains("s3://hopeless/blob.bin") && e.contains("ended early"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_object_replaced_while_open_is_an_error_naming_its_key() {
+    let (server, url) = bucket("replaced");
+    let (obj, data) = object(&url, &server.endpoint(), &[], 10_000);
+    let mut buf = vec![0u8; 100];
+    obj.read_at(0, &mut buf).unwrap();
+    assert_eq!(buf, data[..100]);
+    let store = RemoteStore::open(&url, &testing::options(&server.endpoint())).unwrap();
+    testing::put(&store, "blob.bin", pattern(10_000, 7)).unwrap();
+    let e = obj.read_at(0, &mut buf).unwrap_err().to_string();
+    assert!(
+        e.contains("s3://replaced/blob.bin") && e.contains("changed"),
+        "{e}"
+    );
+}
+
+fn open_err(url: &str, opts: BTreeMap<String, String>) -> FormatError {
+    Dataset::open_with(
+        url,
+        OpenOptions {
+            storage_options: opts,
+            ..OpenOptions::default()
+        },
+    )
+    .unwrap_err()
+}
+
+#[test]
+fn a_missing_bucket_key_or_bad_option_is_one_clear_error_and_secrets_stay_secret() {
+    let (server, url) = bucket("errors");
+    let opts = testing::options(&server.endpoint());
+    let secret = opts["secret"].clone();
+
+    let e = open_err("s3://no-such-bucket/ds", opts.clone()).to_string();
+    assert!(
+        e.contains("s3://no-such-bucket/ds/manifest.json") && e.contains("not found"),
+        "{e}"
+    );
+    let e = open_err(&format!("{url}/missing"), opts.clone()).to_string();
+    assert!(
+        e.contains("s3://errors/missing/manifest.json") && e.contains("not found"),
+        "{e}"
+    );
+
+    let mut bad = opts.clone();
+    bad.insert("no_such_option".into(), "hunter2".into());
+    let e = open_err(&url, bad);
+    assert!(matches!(e, FormatError::Remote { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(
+        e.contains("no_such_option") && !e.contains("hunter2"),
+        "{e}"
+    );
+
+    let e = open_err("s3://user:hunter2@errors/ds", opts.clone()).to_string();
+    assert!(!e.contains("hunter2") && e.contains("credentials"), "{e}");
+
+    // a shard missing from a dataset names the shard's URL
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("ds");
+    write_dataset(&local);
+    let store = RemoteStore::open(&format!("{url}/partial"), &opts).unwrap();
+    testing::put(
+        &store,
+        "manifest.json",
+        std::fs::read(local.join("manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let e = open_err(&format!("{url}/partial"), opts.clone()).to_string();
+    assert!(
+        e.contains("s3://errors/partial/shard-") && e.contains("not found"),
+        "{e}"
+    );
+
+    let options = OpenOptions {
+        storage_options: opts,
+        ..OpenOptions::default()
+    };
+    let debug = format!(
+        "{options:?} {:?}",
+        RemoteStore::open(&url, &options.storage_options).unwrap()
+    );
+    assert!(
+        !debug.contains(&secret) && debug.contains("secret"),
+        "{debug}"
+    );
+    let _: Arc<RemoteStore> = store;
+}

@@ -1,0 +1,79 @@
+"""Datasets in object storage from Python, against a real S3-compatible server (moto's, started
+here on 127.0.0.1; `make setup` installs moto[server])."""
+
+import os
+
+import numpy as np
+import pytest
+
+import boto3  # installed with moto[server] by `make setup`
+from moto.server import ThreadedMotoServer
+
+import stokehold
+from _loader_helpers import write
+
+KEY, SECRET = "stokehold-test", "stokehold-test-secret"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=KEY,
+        aws_secret_access_key=SECRET,
+        region_name="us-east-1",
+    )
+    client.create_bucket(Bucket="pyds")
+    options = {
+        "key": KEY,
+        "secret": SECRET,
+        "region_name": "us-east-1",
+        "endpoint_url": endpoint,
+        "allow_http": "true",
+    }
+    yield client, options
+    server.stop()
+
+
+def upload(client, local, prefix):
+    for name in sorted(os.listdir(local)):
+        client.upload_file(os.path.join(local, name), "pyds", f"{prefix}/{name}")
+
+
+def test_a_dataset_in_s3_reads_and_loads_like_the_local_one(s3, tmp_path):
+    client, options = s3
+    local = write(tmp_path / "ds", 300, shard_size=4096)
+    assert len(local.manifest["shards"]) > 3
+    upload(client, tmp_path / "ds", "data/ds")
+
+    remote = stokehold.Dataset("s3://pyds/data/ds", storage_options=options)
+    assert len(remote) == len(local) == 300
+    assert remote.manifest == local.manifest
+    for i in range(len(local)):
+        assert remote.record_bytes(i) == local.record_bytes(i)
+    assert remote[7]["name"] == local[7]["name"]
+    assert SECRET not in repr(remote)
+
+    def batches(ds):
+        return [b for b in stokehold.Loader(ds, 32, seed=5, threads=2)]
+
+    got, want = batches(remote), batches(local)
+    assert len(got) == len(want) > 0
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in w:
+            np.testing.assert_equal(g[k], w[k])
+
+
+def test_missing_objects_and_bad_options_are_one_clear_error(s3):
+    client, options = s3
+    with pytest.raises(stokehold.StokeholdIOError, match="s3://pyds/nothing/manifest.json.*not found"):
+        stokehold.Dataset("s3://pyds/nothing", storage_options=options)
+    with pytest.raises(stokehold.ConfigError, match="no_such_option") as e:
+        stokehold.Dataset("s3://pyds/nothing", storage_options={**options, "no_such_option": "hunter2"})
+    assert "hunter2" not in str(e.value)
