@@ -48,6 +48,41 @@ impl<'a> ReadRequest<'a> {
     }
 }
 
+/// Read `buf.len()` bytes of `storage` at `offset` **only if they are all in the page cache**
+/// (one `preadv2(RWF_NOWAIT)`, which never waits for the device): `Ok(true)` when `buf` holds
+/// them, `Ok(false)` when some are not cached (or the range passes the end; `buf` is then not to
+/// be relied on, and the caller reads it another way, e.g. in a batch). Backends without a
+/// descriptor, and kernels without `RWF_NOWAIT`, read with [`Storage::read_at`] (`Ok(true)`).
+/// Errors are those of `read_at`.
+///
+/// The warm path of batched readers: a range in the page cache costs what one `pread` costs and
+/// lands in the caller's (hot) buffer; only ranges that need the device are worth a batch.
+pub fn read_if_cached(storage: &dyn Storage, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
+    #[cfg(target_os = "linux")]
+    if let Some(fd) = storage.raw_fd() {
+        use rustix::io::{Errno, IoSliceMut, ReadWriteFlags, preadv2};
+        // SAFETY: `fd` is the descriptor of `storage`'s open file (`Storage::raw_fd`), which
+        // `storage`, borrowed for this whole call, keeps open.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let want = buf.len();
+        return match preadv2(
+            fd,
+            &mut [IoSliceMut::new(buf)],
+            offset,
+            ReadWriteFlags::NOWAIT,
+        ) {
+            Ok(n) => Ok(n == want),
+            Err(Errno::AGAIN) => Ok(false),
+            Err(Errno::OPNOTSUPP | Errno::INVAL | Errno::NOSYS) => {
+                storage.read_at(offset, buf).map(|()| true)
+            }
+            Err(Errno::INTR) => Ok(false),
+            Err(e) => Err(e.into()),
+        };
+    }
+    storage.read_at(offset, buf).map(|()| true)
+}
+
 /// A reusable batched reader; one per thread (it is `Send`, not shared).
 #[derive(Debug, Default)]
 pub struct ReadBatch {
@@ -296,5 +331,33 @@ mod tests {
                 assert_ne!(batch.mode(), "untried");
             }
         }
+    }
+
+    /// `read_if_cached` gives the bytes when they are in the page cache, says "not cached" (never
+    /// wrong bytes) when they are not, and reads memory directly.
+    #[test]
+    fn read_if_cached_reads_cached_ranges_and_declines_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (p, bytes) = file(tmp.path(), "c", 1 << 20);
+        std::fs::File::open(&p).unwrap().sync_all().unwrap();
+        let f = PreadFile::open(&p).unwrap();
+        let mut buf = vec![0u8; 4096];
+        f.read_at(8192, &mut buf).unwrap(); // now cached
+        buf.fill(0);
+        assert!(read_if_cached(&f, 8192, &mut buf).unwrap());
+        assert_eq!(&buf[..], &bytes[8192..8192 + 4096]);
+        // drop the file's pages; a range not cached is declined, or (where pages cannot be
+        // dropped) read correctly
+        let file = std::fs::File::open(&p).unwrap();
+        let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::DontNeed);
+        buf.fill(0);
+        if read_if_cached(&f, 512 << 10, &mut buf).unwrap() {
+            assert_eq!(&buf[..], &bytes[512 << 10..(512 << 10) + 4096]);
+        }
+        // past the end: never "read"
+        assert!(!read_if_cached(&f, (1 << 20) - 100, &mut buf).unwrap());
+        let mem = Memory::new(bytes.clone());
+        assert!(read_if_cached(&mem, 100, &mut buf).unwrap());
+        assert_eq!(&buf[..], &bytes[100..100 + 4096]);
     }
 }

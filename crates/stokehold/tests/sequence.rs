@@ -508,3 +508,35 @@ fn windows_inside_a_document_longer_than_the_verify_limit_read_only_their_tokens
         }
     }
 }
+
+/// A task whose bytes are not in the page cache reads the rest of its samples in one batch
+/// (io_uring where available): the windows and documents are the ones read warm, byte for byte.
+#[test]
+fn windows_and_documents_read_cold_are_the_ones_read_warm() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("ds");
+    let data = write(&path, &lengths(600), false);
+    let documents = SequenceConfig {
+        mode: SequenceMode::Documents {
+            max_len: 40,
+            pad_id: 0,
+            bucket: 4,
+        },
+        ..cfg(0, 8)
+    };
+    for config in [cfg(16, 8), documents] {
+        let warm = run(&SequenceLoader::new(Arc::clone(&data), config.clone()).unwrap());
+        for _ in 0..2 {
+            // a fresh open (nothing checked yet), its pages dropped: every task starts cold
+            let cold_data = open(&path, OpenOptions::default());
+            let dropped = stokehold::storage_bench::drop_cached_pages(cold_data.dataset()).unwrap();
+            if !dropped {
+                eprintln!("the page cache cannot be dropped here: this run reads warm");
+            }
+            let cold = run(&SequenceLoader::new(cold_data, config.clone()).unwrap());
+            for name in ["input_ids", "labels"] {
+                assert_eq!(rows(&cold, name), rows(&warm, name), "{name}");
+            }
+        }
+    }
+}

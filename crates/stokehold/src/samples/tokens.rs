@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stokehold_format::read_batch::{ReadBatch, ReadRequest};
+use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
 use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
 use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
@@ -56,14 +56,20 @@ pub struct TokenDataset {
     verified: Vec<AtomicU64>,
 }
 
-/// A worker's reusable buffers for reading token ranges: the reads of the task's samples,
-/// planned and read together by [`Tokens`]'s fetch, and a batched reader (one `io_uring`
-/// submission for a task's reads where the kernel allows it).
+/// A worker's reusable buffers for reading token ranges. A sample's reads are planned and read
+/// when it is filled, into one hot buffer, as long as its bytes are in the page cache; at the
+/// first sample of a task that needs the device, the reads of the task's remaining samples are
+/// planned and submitted together (one `io_uring` submission where the kernel allows it), so a
+/// cold task waits for the device once, not once per sample.
 #[derive(Debug, Default)]
 pub struct TokenScratch {
-    /// Per sample of the task (its index in the task): its planned reads and their bytes.
+    /// The task's samples and their token ranges (set by `fetch`).
+    ids: Vec<u64>,
+    ranges: Vec<Option<(u64, u64)>>,
+    /// Per sample of the task (its index in the task): reads planned and read ahead, when the
+    /// task went to the device.
     task: Vec<Planned>,
-    /// For ranges read outside a task ([`TokenDataset::for_each_piece`]).
+    /// The sample being filled (and ranges read outside a task).
     one: Planned,
     batch: ReadBatch,
 }
@@ -197,29 +203,16 @@ impl TokenDataset {
     ) -> Result<()> {
         let TokenScratch { one, batch, .. } = scratch;
         self.plan(None, start, n, one);
-        self.read_planned(std::slice::from_mut(one), batch);
+        if !self.read_if_cached(one) {
+            self.read_planned(vec![one], batch);
+        }
         self.visit(one, f)
     }
 
-    /// Plan and read the token ranges of a task's samples together (`ranges[k]` for its `k`-th
-    /// sample `ids[k]`; `None` for a sample that reads nothing): one batch of reads for the
-    /// whole task. [`TokenDataset::for_each_task_piece`] then visits each.
-    fn read_task(&self, ids: &[u64], ranges: &[Option<(u64, u64)>], scratch: &mut TokenScratch) {
-        let TokenScratch { task, batch, .. } = scratch;
-        if task.len() < ids.len() {
-            task.resize_with(ids.len(), Planned::default);
-        }
-        for ((p, &id), range) in task.iter_mut().zip(ids).zip(ranges) {
-            match *range {
-                Some((start, n)) => self.plan(Some(id), start, n, p),
-                None => p.id = None,
-            }
-        }
-        self.read_planned(&mut task[..ids.len()], batch);
-    }
-
-    /// [`TokenDataset::for_each_piece`] for the `k`-th sample of the task, `id`, from what
-    /// [`TokenDataset::read_task`] read (planned and read now if it was not).
+    /// Call `f` for the pieces of the `k`-th sample of the current task, `id`, tokens
+    /// `[start, start + n)` (see [`TokenDataset::for_each_piece`]): from what was read ahead for
+    /// it, or read now: from the page cache into the hot buffer, or, when the device is needed,
+    /// together with the reads of the task's remaining samples (read ahead for them).
     fn for_each_task_piece(
         &self,
         k: usize,
@@ -228,13 +221,70 @@ impl TokenDataset {
         scratch: &mut TokenScratch,
         f: impl FnMut(usize, &[u8]),
     ) -> Result<()> {
-        match scratch.task.get_mut(k) {
-            Some(p) if p.id == Some(id) => {
-                p.id = None;
-                self.visit(p, f)
-            }
-            _ => self.for_each_piece(start, n, scratch, f),
+        let TokenScratch {
+            ids,
+            ranges,
+            task,
+            one,
+            batch,
+        } = scratch;
+        if let Some(p) = task.get_mut(k).filter(|p| p.id == Some(id)) {
+            p.id = None;
+            return self.visit(p, f);
         }
+        self.plan(Some(id), start, n, one);
+        if !self.read_if_cached(one) {
+            // the device is needed: this sample's reads and the rest of the task's, at once
+            let rest = ids.len().min(ranges.len());
+            if task.len() < rest {
+                task.resize_with(rest, Planned::default);
+            }
+            let mut group: Vec<&mut Planned> = vec![&mut *one];
+            for (j, p) in task.iter_mut().enumerate().take(rest).skip(k + 1) {
+                match ranges[j] {
+                    Some((s, m)) => {
+                        self.plan(Some(ids[j]), s, m, p);
+                        group.push(p);
+                    }
+                    None => p.id = None,
+                }
+            }
+            self.read_planned(group, batch);
+        }
+        self.visit(one, f)
+    }
+
+    /// Read `p`'s reads that are in the page cache (slices of maps and memory need none);
+    /// false when one is not (then none of them is to be relied on).
+    fn read_if_cached(&self, p: &mut Planned) -> bool {
+        let shards = self.ds.shards();
+        let n = p.reads.reads().len();
+        p.errors.clear();
+        p.errors.resize_with(n, || None);
+        if p.bufs.len() < n {
+            p.bufs.resize_with(n, Vec::new);
+        }
+        if p.error.is_some() {
+            return true; // nothing to read: the planning's error is reported
+        }
+        for (read, buf) in p.reads.reads().iter().zip(p.bufs.iter_mut()) {
+            let source = shards[read.shard].source();
+            let Ok(len) = usize::try_from(read.len()) else {
+                return false;
+            };
+            if source.slice(read.lo, len).is_some() {
+                continue;
+            }
+            if buf.len() < len {
+                buf.resize(len, 0);
+            }
+            match read_batch::read_if_cached(&**source, read.lo, &mut buf[..len]) {
+                Ok(true) => {}
+                // not cached, or an error: read again (in the batch), which reports the error
+                Ok(false) | Err(_) => return false,
+            }
+        }
+        true
     }
 
     /// Plan the reads of tokens `[start, start + n)` into `p` (for sample `id`).
@@ -255,7 +305,7 @@ impl TokenDataset {
     }
 
     /// Read every planned read that is not a slice of memory, all of them together.
-    fn read_planned(&self, planned: &mut [Planned], batch: &mut ReadBatch) {
+    fn read_planned(&self, mut planned: Vec<&mut Planned>, batch: &mut ReadBatch) {
         let shards = self.ds.shards();
         let mut reqs = Vec::new();
         let mut at = Vec::new();
@@ -461,9 +511,8 @@ impl Default for TokenOptions {
     }
 }
 
-/// Stage indices: the task's reads, then each sample's assembly (window or document).
-const STAGE_READ: usize = 0;
-const STAGE_ASSEMBLE: usize = 1;
+/// The stage index of a sample's reads and assembly (window or document).
+const STAGE_ASSEMBLE: usize = 0;
 
 /// Column indices of a token batch (fixed order: inputs, labels, then the optional ones).
 const INPUT: usize = 0;
@@ -719,13 +768,10 @@ impl Samples for Tokens {
     }
 
     fn stage_names(&self) -> Vec<String> {
-        vec![
-            "read".to_string(),
-            match self.options.mode {
-                TokenMode::Packed { .. } => "window".to_string(),
-                TokenMode::Documents { .. } => "document".to_string(),
-            },
-        ]
+        vec![match self.options.mode {
+            TokenMode::Packed { .. } => "window".to_string(),
+            TokenMode::Documents { .. } => "document".to_string(),
+        }]
     }
 
     fn fingerprint(&self) -> String {
@@ -747,12 +793,17 @@ impl Samples for Tokens {
     }
 
     fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
-        // the task's reads in one batch (one io_uring submission where available): the read
-        // stage, its time shared by the samples (as records do)
-        cx.ws.shared_stage(STAGE_READ, ids, || {
-            let ranges: Vec<Option<(u64, u64)>> = ids.iter().map(|&id| self.range_of(id)).collect();
-            self.data.read_task(ids, &ranges, &mut io.tokens);
-        });
+        // the task's samples and ranges: each is read when filled (from the page cache, in the
+        // sample's stage), or with the rest of the task in one batch when the device is needed
+        let _ = cx;
+        let t = &mut io.tokens;
+        t.ids.clear();
+        t.ids.extend_from_slice(ids);
+        t.ranges.clear();
+        t.ranges.extend(ids.iter().map(|&id| self.range_of(id)));
+        for p in &mut t.task {
+            p.id = None;
+        }
     }
 
     fn fill(
