@@ -453,6 +453,8 @@ class SequenceLoader:
         the epoch).
     :param cache_dir: read the shards through a local copy in this directory (for slow or network
         filesystems).
+    :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
+        byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
     :raises ConfigError: not a token dataset, or an invalid option.
     """
 
@@ -479,6 +481,7 @@ class SequenceLoader:
         to: str = "numpy",
         on_error: str = "fail",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache: Union[bool, int, str] = False,
     ) -> None: ...
     def __iter__(self) -> Iterator[_Batch]:
         """Run (the rest of) the current epoch.

@@ -72,6 +72,16 @@ def _size(value: Any, name: str) -> Any:
     return value
 
 
+def _cache_budget(cache: Any) -> Any:
+    """The engine's ``cache_bytes`` for ``cache=``: True is ``"auto"`` (half of physical memory,
+    resolved by the engine), False or None is 0 (off), else a byte count."""
+    if cache is True:
+        return "auto"
+    if cache is False or cache is None:
+        return 0
+    return _size(cache, "cache")
+
+
 def _workers(threads: Any, prefetch: Any) -> Dict[str, Any]:
     """The engine's thread and prefetch keys for ``threads`` / ``prefetch`` (each ``"auto"`` or an
     int): ``"auto"`` threads are one per core, adjusted while running; ``"auto"`` prefetch starts
@@ -262,8 +272,7 @@ class Loader(_Front):
             raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
-        # True: "auto" (half of physical memory, resolved by the engine)
-        cache_bytes = "auto" if cache is True else 0 if cache is False or cache is None else _size(cache, "cache")
+        cache_bytes = _cache_budget(cache)
         if decoded_cache is not None and (
             isinstance(decoded_cache, bool) or not isinstance(decoded_cache, int) or decoded_cache < 1
         ):

@@ -8,6 +8,7 @@ from typing import Any, Dict, Iterator, Optional, Union
 from ._loader import (
     _LIVE,
     _TARGETS,
+    _cache_budget,
     _converted,
     _converter,
     _Front,
@@ -56,6 +57,7 @@ class SequenceLoader(_Front):
         to: str = "numpy",
         on_error: str = "fail",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache: Union[bool, int, str] = False,
     ) -> None:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -68,6 +70,7 @@ class SequenceLoader(_Front):
         _positive("seq_len", seq_len)
         _positive("batch_size", batch_size)
         workers = _workers(threads, prefetch)
+        cache_bytes = _cache_budget(cache)
         _positive("bucket", bucket)
         if max_len is not None:
             _positive("max_len", max_len)
@@ -96,6 +99,7 @@ class SequenceLoader(_Front):
             to=to,
             on_error=on_error,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache=cache,
         )
         self._dataset = dataset
         self._to = to
@@ -112,6 +116,7 @@ class SequenceLoader(_Front):
                 rank=rank,
                 world_size=world_size,
                 **workers,
+                cache_bytes=cache_bytes,
                 on_error=_on_error(on_error),
             ),
             samples=dict(

@@ -6,6 +6,7 @@ downloaded."""
 import json
 import pickle
 import random
+import time
 
 import numpy as np
 import pytest
@@ -212,6 +213,18 @@ def test_sequence_loader_is_the_one_engine_with_its_stats_and_skip_policy(corpus
     assert spec["samples"]["kind"] == "tokens"
     assert spec["samples"]["mode"] == {"kind": "packed", "seq_len": 32}
     assert spec["loader"]["on_error"]["skip"]["max_fraction"] == 0.05
+    # a RAM cache of whole shards gives the same windows, then serves them from memory
+    plain = [b["input_ids"].copy() for b in stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4, threads=2)]
+    cached = stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4, threads=2, cache="64MiB")
+    assert cached.config["loader"]["cache_bytes"] == 64 << 20
+    for _ in range(200):  # the shards load in the background: until reads hit RAM
+        cached.set_epoch(0)
+        got = [b["input_ids"].copy() for b in cached]
+        assert len(got) == len(plain) and all(np.array_equal(a, b) for a, b in zip(got, plain))
+        if cached.stats()["caches"]["records"]["hits"] > 0:
+            break
+        time.sleep(0.01)
+    assert cached.stats()["caches"]["records"]["hits"] > 0
     # the same defaults as Loader: threads and prefetch "auto"
     auto = stokehold.SequenceLoader(str(dest), seq_len=32, batch_size=4).config["loader"]
     assert auto["autotune"] and auto["prefetch_auto"] and auto["threads"] == 0

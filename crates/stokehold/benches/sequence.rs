@@ -9,6 +9,8 @@
 //!    per second (`input_ids` + `labels`; the `input_ids`-only ratio is printed too) against a
 //!    plain single-threaded `memcpy` of int32 batches from a warm 64 MiB buffer, alternated with
 //!    the loader's epochs (target: >= 0.5);
+//!    The RAM cache variant (`cache_bytes`) reads whole shards once, then serves windows from
+//!    memory.
 //! 3. the same windows from a cold page cache (the dataset's pages dropped before each epoch),
 //!    the task's reads submitted together through io_uring against one pread each
 //!    (`STOKEHOLD_IO_URING=0`), alternated, medians of 3.
@@ -151,13 +153,14 @@ fn main() {
         verify_records,
         ..OpenOptions::default()
     };
-    for (name, o, workers) in [
-        ("pread + crc (default)", opts(false, true), threads),
-        ("pread, no crc", opts(false, false), threads),
-        ("mmap + crc", opts(true, true), threads),
-        ("mmap, no crc", opts(true, false), threads),
-        ("pread + crc (default)", opts(false, true), 1),
-        ("mmap, no crc", opts(true, false), 1),
+    for (name, o, workers, cache_bytes) in [
+        ("pread + crc (default)", opts(false, true), threads, 0),
+        ("pread, no crc", opts(false, false), threads, 0),
+        ("mmap + crc", opts(true, true), threads, 0),
+        ("mmap, no crc", opts(true, false), threads, 0),
+        ("pread + crc, RAM cache", opts(false, true), threads, 1 << 30),
+        ("pread + crc (default)", opts(false, true), 1, 0),
+        ("mmap, no crc", opts(true, false), 1, 0),
     ] {
         let data = open(&dest, o);
         let config = SequenceConfig {
@@ -168,6 +171,7 @@ fn main() {
             shuffle: Shuffle::Global,
             threads: workers,
             prefetch: 4,
+            cache_bytes,
             ..SequenceConfig::default()
         };
         let mut loader = SequenceLoader::new(Arc::clone(&data), config).unwrap();

@@ -47,6 +47,8 @@ pub struct SequenceConfig {
     pub threads: usize,
     /// Batches in flight (at least 1).
     pub prefetch: usize,
+    /// Byte budget of the RAM cache of whole shards (0: none).
+    pub cache_bytes: u64,
 }
 
 impl Default for SequenceConfig {
@@ -66,6 +68,7 @@ impl Default for SequenceConfig {
             segment_ids: false,
             threads: loader.threads,
             prefetch: loader.prefetch,
+            cache_bytes: 0,
         }
     }
 }
@@ -89,6 +92,7 @@ impl SequenceConfig {
                 world_size: self.world_size,
                 threads: self.threads,
                 prefetch: self.prefetch,
+                cache_bytes: crate::Budget::bytes(self.cache_bytes),
                 ..LoaderConfig::default()
             },
         )
@@ -108,6 +112,7 @@ impl SequenceLoader {
     /// A loader over `data`.
     pub fn new(data: Arc<TokenDataset>, config: SequenceConfig) -> Result<SequenceLoader> {
         let (options, loader_config) = config.split();
+        data.use_cache(config.cache_bytes);
         let tokens = Tokens::new(Arc::clone(&data), options)?;
         Ok(SequenceLoader {
             loader: Loader::from_samples(Arc::new(tokens), loader_config)?,

@@ -255,6 +255,7 @@ fn token_run(data: &Arc<TokenDataset>, c: &TokenCase) -> Vec<Batch> {
             segment_ids: c.ids && matches!(c.mode, SequenceMode::Packed { .. }),
             threads: c.threads,
             prefetch: 3,
+            cache_bytes: 0,
         };
         SequenceLoader::new(Arc::clone(data), cfg).unwrap()
     };

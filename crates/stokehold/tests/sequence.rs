@@ -540,3 +540,52 @@ fn windows_and_documents_read_cold_are_the_ones_read_warm() {
         }
     }
 }
+
+/// With a RAM cache of whole shards, windows and documents are the same bytes; a second epoch
+/// is served from RAM (hits counted) once the shards are loaded.
+#[test]
+fn the_ram_cache_serves_token_windows_with_the_same_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("ds");
+    write(&path, &lengths(500), true);
+    let plain = open(&path, OpenOptions::default());
+    let reference = run(&SequenceLoader::new(plain, cfg(16, 8)).unwrap());
+    let data = open(&path, OpenOptions::default());
+    let mut cached = SequenceLoader::new(
+        Arc::clone(&data),
+        SequenceConfig {
+            cache_bytes: 64 << 20,
+            ..cfg(16, 8)
+        },
+    )
+    .unwrap();
+    assert!(rows(&run(&cached), "input_ids") == rows(&reference, "input_ids"));
+    // every shard is queued by now; wait for the loads, then read again
+    let stats = |l: &SequenceLoader| {
+        l.stats()
+            .caches
+            .into_iter()
+            .find(|c| c.kind == "records")
+            .expect("the RAM cache's figures")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while (stats(&cached).entries as usize) < data.dataset().shards().len()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let hits = stats(&cached).hits;
+    cached.set_epoch(0);
+    let again = run(&cached);
+    for name in ["input_ids", "labels"] {
+        assert!(
+            rows(&again, name) == rows(&reference, name),
+            "{name} differ"
+        );
+    }
+    assert_eq!(
+        stats(&cached).entries as usize,
+        data.dataset().shards().len()
+    );
+    assert!(stats(&cached).hits > hits, "the second epoch reads RAM");
+}

@@ -60,6 +60,7 @@ impl EngineSpec {
             }
             SamplesSpec::Tokens(options) => {
                 let data = Arc::new(TokenDataset::open(ds)?);
+                data.use_cache(config.cache_budget_bytes());
                 tokens = Some(Arc::clone(&data));
                 Arc::new(Tokens::new(data, *options)?)
             }

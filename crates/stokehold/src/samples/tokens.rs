@@ -20,14 +20,15 @@
 //! token range. The fingerprint includes the mode (`seq_len`, or `max_len`/`bucket`), so a state
 //! cannot be loaded into a loader whose windows differ.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
-use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
+use stokehold_format::tokens::{ShardRead, TokenIndex, TokenMeta, TokenReads};
 use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
+use crate::cache::{CacheStats, RecordCache, dataset_key};
 use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
 use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
@@ -54,6 +55,9 @@ pub struct TokenDataset {
     fingerprint: String,
     /// One bit per document: its checksum was checked in this process.
     verified: Vec<AtomicU64>,
+    /// The RAM cache of whole shards, when a loader asked for one (`cache=`): ranges of a
+    /// loaded shard are slices of it, no reads.
+    cache: OnceLock<Arc<RecordCache>>,
 }
 
 /// A worker's reusable buffers for reading token ranges. A sample's reads are planned and read
@@ -107,6 +111,7 @@ impl TokenDataset {
         Ok(TokenDataset {
             fingerprint: fingerprint(&ds),
             verified,
+            cache: OnceLock::new(),
             meta,
             index,
             ds,
@@ -254,6 +259,38 @@ impl TokenDataset {
         self.visit(one, f)
     }
 
+    /// Use the RAM cache of whole shards with `budget` bytes (shared by the loaders of this
+    /// process over the same dataset; the first budget set stays). 0: none.
+    pub fn use_cache(&self, budget: u64) {
+        let in_memory = self
+            .ds
+            .shards()
+            .first()
+            .is_none_or(|s| s.source().slice(0, 0).is_some());
+        if budget > 0 && !in_memory {
+            let c = RecordCache::shared(&self.ds, &dataset_key(&self.ds), budget);
+            let _ = self.cache.set(c);
+        }
+    }
+
+    /// The RAM cache's figures, when there is one.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.get().map(|c| c.stats())
+    }
+
+    /// `read`'s bytes when they are in memory (a map, a memory backend, or a shard loaded in the
+    /// RAM cache): the slice, and whether the RAM cache gave it. A first miss on a shard queues
+    /// its load into the RAM cache.
+    fn memory(&self, read: &ShardRead, len: usize) -> Option<(&[u8], bool)> {
+        let source = self.ds.shards()[read.shard].source();
+        if let Some(s) = source.slice(read.lo, len) {
+            return Some((s, false));
+        }
+        let lo = usize::try_from(read.lo).ok()?;
+        let shard = self.cache.get()?.shard(&self.ds, read.shard)?;
+        Some((shard.get(lo..lo.checked_add(len)?)?, true))
+    }
+
     /// Read `p`'s reads that are in the page cache (slices of maps and memory need none);
     /// false when one is not (then none of them is to be relied on).
     fn read_if_cached(&self, p: &mut Planned) -> bool {
@@ -272,7 +309,7 @@ impl TokenDataset {
             let Ok(len) = usize::try_from(read.len()) else {
                 return false;
             };
-            if source.slice(read.lo, len).is_some() {
+            if self.memory(read, len).is_some() {
                 continue;
             }
             if buf.len() < len {
@@ -321,7 +358,7 @@ impl TokenDataset {
                 // index ranges were checked against the file at open; a length that does not
                 // fit memory is an error of the read below, never an allocation
                 let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
-                if len == usize::MAX || source.slice(read.lo, len).is_some() {
+                if len == usize::MAX || self.memory(read, len).is_some() {
                     continue;
                 }
                 if buf.len() < len {
@@ -354,7 +391,12 @@ impl TokenDataset {
                 source,
             };
             let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
-            let data = match (shard.source().slice(read.lo, len), p.errors[r].take()) {
+            let memory = self.memory(read, len);
+            if let Some(c) = self.cache.get() {
+                let hit = memory.is_some_and(|(_, cached)| cached);
+                c.count(u64::from(hit), u64::from(!hit));
+            }
+            let data = match (memory.map(|(s, _)| s), p.errors[r].take()) {
                 (Some(s), _) => s,
                 (None, Some(e)) => return Err(sample_err(shard.range_error(read.lo, read.hi, e))),
                 (None, None) => match p.bufs[r].get(..len) {
@@ -731,6 +773,10 @@ impl Tokens {
 }
 
 impl Samples for Tokens {
+    fn cache_stats(&self) -> Vec<CacheStats> {
+        self.data.cache_stats().into_iter().collect()
+    }
+
     fn len(&self) -> u64 {
         self.samples
     }
