@@ -158,7 +158,12 @@ fn main() {
         ("pread, no crc", opts(false, false), threads, 0),
         ("mmap + crc", opts(true, true), threads, 0),
         ("mmap, no crc", opts(true, false), threads, 0),
-        ("pread + crc, RAM cache", opts(false, true), threads, 1 << 30),
+        (
+            "pread + crc, RAM cache",
+            opts(false, true),
+            threads,
+            1 << 30,
+        ),
         ("pread + crc (default)", opts(false, true), 1, 0),
         ("mmap, no crc", opts(true, false), 1, 0),
     ] {
