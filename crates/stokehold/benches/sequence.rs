@@ -252,7 +252,8 @@ fn cold(dest: &Path, seq_len: usize, batch: usize, threads: usize) {
         let tokens = steps as f64 * (batch * seq_len) as f64;
         rates[usize::from(!uring)].push(tokens / t.elapsed().as_secs_f64());
     }
-    // SAFETY: as above.
+    // SAFETY: the last loader of the loop is dropped and its workers joined: no other thread
+    // of this process runs, so nothing reads the environment concurrently.
     unsafe { std::env::remove_var("STOKEHOLD_IO_URING") };
     let med = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
