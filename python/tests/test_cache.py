@@ -121,6 +121,20 @@ print(loader.stats()["caches"]["decoded-disk"]["misses"], n)
 """
 
 
+def test_a_full_disk_stops_the_decoded_cache_dir_with_one_message_and_the_same_pixels(images, tmp_path):
+    """STOKEHOLD_KEEP_FREE above what any disk has free: nothing is written, the run's pixels are
+    those of a run without the directory, and the reason is said once."""
+    env = dict(os.environ, STOKEHOLD_KEEP_FREE="1000000TiB")
+    root = tmp_path / "decoded"
+    p = subprocess.run([sys.executable, "-c", FILL_DECODED_DIR, images, str(root)], capture_output=True,
+                       text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["32", "32"], p.stdout
+    assert p.stderr.count("would keep less than") == 1, p.stderr
+    assert "STOKEHOLD_KEEP_FREE" in p.stderr
+    assert not [f for f in root.rglob("part-*")], list(root.rglob("*"))
+
+
 def test_decoded_cache_dir_is_read_by_a_later_process_with_the_same_pixels(images, tmp_path):
     chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
     ram_only = stokehold.Loader(images, 8, seed=4, threads=2, transforms={"image": chain}, decoded_cache=64, include_ids=True)

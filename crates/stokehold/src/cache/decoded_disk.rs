@@ -21,7 +21,9 @@
 //!   field. Parts are published without `fsync`: after a power loss the checksums catch a damaged
 //!   part, and its images are computed again.
 //! - **Limits.** Writing stops (reported once) when the directory would pass `limit` bytes or the
-//!   filesystem would have less than 5% free; images beyond that are computed each time. Nothing is
+//!   filesystem would keep less than its floor free: 5% of the filesystem, at most 1 GiB
+//!   (`STOKEHOLD_KEEP_FREE`, a byte size such as `20G` or `0`, sets another); images beyond that
+//!   are computed each time. Nothing is
 //!   evicted: a directory belongs to one dataset and prefix, and can be removed when not in use.
 //! - **Failures never fail the run.** A write error (disk full, I/O) stops writing for this
 //!   process, with one message on stderr; the images are computed as without the cache.
@@ -49,8 +51,12 @@ const FOOTER: u64 = 32;
 const ENTRY: u64 = 32;
 /// A part is published when it reaches this many bytes of pixels.
 const PART_BYTES: u64 = 256 << 20;
-/// Writing stops when the filesystem would have less than this fraction free.
+/// Writing stops when the filesystem would keep less than this fraction of itself free...
 const KEEP_FREE: f64 = 0.05;
+/// ...or, on a large filesystem, less than this many bytes.
+const KEEP_FREE_MAX: u64 = 1 << 30;
+/// The environment variable that sets the floor of free bytes instead.
+pub const KEEP_FREE_ENV: &str = "STOKEHOLD_KEEP_FREE";
 /// Parts started by this process (unique names, whatever the number of caches).
 static NEXT_PART: AtomicU64 = AtomicU64::new(0);
 
@@ -146,8 +152,23 @@ pub struct DecodedDisk {
     /// Part names are `part-PID-STAMP-N`: the stamp (the open time) keeps a reused process id
     /// from replacing an earlier run's parts; N counts the parts of this process.
     stamp: u64,
+    /// Free bytes the filesystem keeps (writing stops below); `None`: the default floor.
+    keep_free: Option<u64>,
     warned_corrupt: AtomicBool,
     counters: Counters,
+}
+
+/// The floor of free bytes from [`KEEP_FREE_ENV`], when it is set to a byte size (a value that
+/// does not parse is reported once and the default kept).
+fn keep_free_from_env() -> Option<u64> {
+    let text = std::env::var(KEEP_FREE_ENV).ok()?;
+    match crate::pipeline::parse_bytes(&text) {
+        Ok(n) => Some(n),
+        Err(e) => {
+            eprintln!("stokehold: {KEEP_FREE_ENV}={text:?} ignored: {e}");
+            None
+        }
+    }
 }
 
 /// A stable 64-bit hash (FNV-1a) of a key, for directory names.
@@ -202,12 +223,19 @@ impl DecodedDisk {
             stamp: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_nanos() as u64),
+            keep_free: keep_free_from_env(),
             warned_corrupt: AtomicBool::new(false),
             counters: Counters::default(),
         };
         disk.sweep();
         disk.load_parts()?;
         Ok(disk)
+    }
+
+    /// Set the floor of free bytes under which writing stops (`None`: the default, 5% of the
+    /// filesystem, at most 1 GiB).
+    pub fn set_keep_free(&mut self, bytes: Option<u64>) {
+        self.keep_free = bytes;
     }
 
     /// The key's directory.
@@ -397,12 +425,16 @@ impl DecodedDisk {
     /// A new part file, locked, registered as a part (so this process can read it at once).
     fn start_part(&self) -> std::result::Result<Writer, String> {
         if let Ok(s) = rustix::fs::statvfs(&self.dir) {
-            let total = s.f_blocks as f64 * s.f_frsize as f64;
-            let free = s.f_bavail as f64 * s.f_frsize as f64;
-            if free - (self.part_bytes as f64) < KEEP_FREE * total {
+            let total = s.f_blocks.saturating_mul(s.f_frsize);
+            let free = s.f_bavail.saturating_mul(s.f_frsize);
+            let floor = self
+                .keep_free
+                .unwrap_or(((total as f64 * KEEP_FREE) as u64).min(KEEP_FREE_MAX));
+            if free.saturating_sub(self.part_bytes) < floor {
                 return Err(format!(
-                    "its filesystem has less than {:.0}% free",
-                    KEEP_FREE * 100.0
+                    "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} sets the floor)",
+                    crate::pipeline::ByteSize(floor),
+                    crate::pipeline::ByteSize(free),
                 ));
             }
         }
@@ -728,6 +760,26 @@ mod tests {
         assert_eq!(d.counts().2, 1);
         assert!(!dir.join("part-1-0.tmp").exists());
         assert!(dir.join("part-2-0.tmp").exists());
+    }
+
+    #[test]
+    fn writing_stops_above_the_filesystems_floor_of_free_space_and_nothing_fails() {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = image(2, 10, 10);
+        // a floor no filesystem keeps: nothing is written, every image is computed
+        let mut d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        d.set_keep_free(Some(u64::MAX / 2));
+        d.put(0, &img);
+        assert!(d.get(0).is_none());
+        assert_eq!(d.counts().0, 0);
+        let dir = d.dir().to_path_buf();
+        drop(d);
+        assert!(parts(&dir, "skdc").is_empty() && parts(&dir, "tmp").is_empty());
+        // a floor of nothing: written whatever the disk holds
+        let mut d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        d.set_keep_free(Some(0));
+        d.put(0, &img);
+        assert!(same(&d.get(0).unwrap(), &img));
     }
 
     #[test]

@@ -174,6 +174,24 @@ pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
     Ok(bytes as u64)
 }
 
+impl std::fmt::Display for ByteSize {
+    /// Binary units, one decimal: `512 B`, `3.0 MiB`, `1.0 GiB` (parses back with [`parse_bytes`]
+    /// to within the rounding).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut v = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while v >= 1024.0 && unit + 1 < UNITS.len() {
+            v /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{v:.1} {}", UNITS[unit])
+    }
+}
+
 impl std::str::FromStr for ByteSize {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<ByteSize, String> {
@@ -429,6 +447,11 @@ mod tests {
         assert!(parse_bytes("-1").is_err());
         assert!(parse_bytes("").is_err());
         assert!(parse_bytes("1e30TiB").is_err());
+        // what is printed parses back
+        assert_eq!(ByteSize(512).to_string(), "512 B");
+        assert_eq!(ByteSize(3 << 20).to_string(), "3.0 MiB");
+        assert_eq!(ByteSize(1 << 30).to_string(), "1.0 GiB");
+        assert_eq!(parse_bytes(&ByteSize(5 << 40).to_string()), Ok(5 << 40));
     }
 
     #[test]
