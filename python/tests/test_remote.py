@@ -60,14 +60,23 @@ def test_a_dataset_in_s3_reads_and_loads_like_the_local_one(s3, tmp_path):
     assert SECRET not in repr(remote)
 
     def batches(ds):
-        return [b for b in stokehold.Loader(ds, 32, seed=5, threads=2)]
+        loader = stokehold.Loader(ds, 32, seed=5, threads=2)
+        return [b for b in loader], loader.stats()
 
-    got, want = batches(remote), batches(local)
+    # a dataset opened afresh: its request counts are the loader's alone
+    fresh = stokehold.Dataset("s3://pyds/data/ds", storage_options=options)
+    (got, remote_stats), (want, local_stats) = batches(fresh), batches(local)
     assert len(got) == len(want) > 0
     for g, w in zip(got, want):
         assert g.keys() == w.keys()
         for k in w:
             np.testing.assert_equal(g[k], w[k])
+    # the loader announced its batches ahead: most reads found their bytes already fetched
+    assert local_stats["storage"] is None
+    st = remote_stats["storage"]
+    assert st["prefetch"]["requests"] > 0 and st["prefetch"]["hits"] > st["prefetch"]["misses"], st
+    assert st["bytes"] >= st["prefetch"]["bytes"] > 0, st
+    assert "object storage:" in stokehold.Loader(remote, 32).report()
 
 
 def test_missing_objects_and_bad_options_are_one_clear_error(s3):

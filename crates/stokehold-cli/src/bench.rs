@@ -715,6 +715,7 @@ mod tests {
             records_read: 100,
             prefetch: 2,
             profiled: true,
+            storage: None,
         }
     }
 

@@ -143,6 +143,25 @@ pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), Str
         }
         s.will_need(0, n + 12345); // a hint past the end is harmless
         s.will_need(u64::MAX - 1, 10);
+        // records announced together (overlapping, out of order, past the end) read the same,
+        // whether each is read whole, in pieces or across several
+        if n > 0 {
+            let mut recs: Vec<(u64, u64)> = (0..16)
+                .map(|_| {
+                    let off = r.below(n);
+                    (off, off + r.below((n - off).min(2 * a as u64) + 1))
+                })
+                .collect();
+            recs.push((n.saturating_sub(3), n + 100));
+            s.will_read(&recs);
+            for &(start, end) in recs.iter().rev() {
+                let end = end.min(n);
+                let mid = start + (end - start) / 2;
+                check_range(&*s, name, &data, start, (mid - start) as usize)?;
+                check_range(&*s, name, &data, mid, (end - mid) as usize)?;
+                check_range(&*s, name, &data, start, (end - start) as usize)?;
+            }
+        }
         // concurrent readers see the same bytes
         if len >= a {
             let s = &*s;

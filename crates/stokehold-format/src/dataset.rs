@@ -82,6 +82,9 @@ pub struct Dataset {
     starts: Vec<u64>,
     verify: bool,
     access: Access,
+    /// The object store the shards are read from (datasets opened from a URL).
+    #[cfg(feature = "remote")]
+    remote: Option<std::sync::Arc<crate::remote::RemoteStore>>,
 }
 
 impl Dataset {
@@ -156,7 +159,21 @@ impl Dataset {
             starts,
             verify: verify_records,
             access,
+            #[cfg(feature = "remote")]
+            remote: None,
         })
+    }
+
+    /// Record that the shards are read from `store` (its request counts are the dataset's).
+    #[cfg(feature = "remote")]
+    pub(crate) fn set_remote(&mut self, store: std::sync::Arc<crate::remote::RemoteStore>) {
+        self.remote = Some(store);
+    }
+
+    /// The request counts of the object store the dataset is read from; `None` for a local one.
+    #[cfg(feature = "remote")]
+    pub fn remote_stats(&self) -> Option<crate::remote::RemoteStats> {
+        self.remote.as_ref().map(|s| s.stats())
     }
 
     /// How the shards are read (after the automatic choice).

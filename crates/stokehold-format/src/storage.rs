@@ -22,6 +22,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::Arc;
 
+/// Largest gap between two records that one readahead hint covers ([`Storage::will_read`]).
+pub const HINT_GAP: u64 = 64 << 10;
+
 /// A readable, fixed-length object: a shard file, its map, its bytes in memory.
 pub trait Storage: Send + Sync + std::fmt::Debug {
     /// The backend's name in reports: "pread", "mmap", "direct", "memory".
@@ -42,6 +45,26 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// A hint that `offset..offset+len` will be read soon. The default does nothing.
     fn will_need(&self, offset: u64, len: u64) {
         let _ = (offset, len);
+    }
+
+    /// A hint that the records at these byte ranges `(start, end)` will be read soon, in about
+    /// this order (the engine's readahead). The default coalesces neighbours (gaps of at most
+    /// [`HINT_GAP`]) and calls [`Storage::will_need`] once per run; object storage requests
+    /// them ahead instead.
+    fn will_read(&self, records: &[(u64, u64)]) {
+        let mut sorted = records.to_vec();
+        sorted.sort_unstable();
+        let mut i = 0;
+        while i < sorted.len() {
+            let (start, mut end) = sorted[i];
+            let mut j = i + 1;
+            while j < sorted.len() && sorted[j].0 <= end + HINT_GAP {
+                end = end.max(sorted[j].1);
+                j += 1;
+            }
+            self.will_need(start, end.saturating_sub(start));
+            i = j;
+        }
     }
 
     /// The descriptor of the one plain file that [`Storage::read_at`] reads with `pread`, so

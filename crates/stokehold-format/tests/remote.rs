@@ -319,3 +319,109 @@ fn a_missing_bucket_key_or_bad_option_is_one_clear_error_and_secrets_stay_secret
     );
     let _: Arc<RemoteStore> = store;
 }
+
+/// Records of `len` bytes every `stride` bytes of an object of `size`: (start, end).
+fn records(size: u64, len: u64, stride: u64) -> Vec<(u64, u64)> {
+    (0..size / stride)
+        .map(|i| (i * stride, i * stride + len))
+        .collect()
+}
+
+#[test]
+fn records_announced_ahead_are_read_from_the_ranges_fetched_ahead_in_few_requests() {
+    let (proxy, obj, data) = proxied("prefetch", &[], 1_000_000);
+    // 20 ms a request: reads that waited for their own requests would take 200 x 20 ms
+    proxy.set(Faults {
+        delay: std::time::Duration::from_millis(20),
+        ..Faults::default()
+    });
+    let recs = records(1_000_000, 3_000, 5_000); // 200 records, gaps of 2 KB: coalesced
+    let before = obj.stats();
+    obj.will_read(&recs);
+    let mut buf = Vec::new();
+    for &(s, e) in recs.iter().rev() {
+        buf.resize((e - s) as usize, 0);
+        obj.read_at(s, &mut buf).unwrap();
+        assert_eq!(buf, data[s as usize..e as usize]);
+    }
+    let after = obj.stats();
+    let p = after.prefetch;
+    assert_eq!((p.hits, p.misses), (200, 0), "{after:?}");
+    assert_eq!(
+        p.requests, 1,
+        "one GET for neighbours 2 KB apart: {after:?}"
+    );
+    assert_eq!(after.requests - before.requests, 1, "{after:?}");
+    // the same records again: not announced, so read by requests of their own
+    obj.read_at(recs[3].0, &mut buf[..100]).unwrap();
+    assert_eq!(
+        buf[..100],
+        data[recs[3].0 as usize..recs[3].0 as usize + 100]
+    );
+    assert_eq!(obj.stats().prefetch.misses, 1);
+    assert_eq!(obj.stats().requests - after.requests, 1);
+}
+
+#[test]
+fn a_failed_prefetch_is_read_again_directly_and_reads_across_ranges_are_whole() {
+    // no retries inside object_store: the one failing GET fails the prefetch itself
+    let (proxy, obj, data) = proxied("prefetch-fail", &[("retries", "0")], 40_000_000);
+    let a = (1_000_000u64, 1_000_100u64);
+    let far = (30_000_000u64, 30_000_100u64); // more than a GET apart: another range
+    proxy.set(Faults {
+        fail_gets: 1,
+        ..Faults::default()
+    });
+    obj.will_read(&[a]);
+    // wait for the failing prefetch to have happened before announcing the next
+    let t = std::time::Instant::now();
+    while proxy.injected() == 0 && t.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    obj.will_read(&[far]);
+    let mut buf = vec![0u8; 100];
+    obj.read_at(a.0, &mut buf).unwrap();
+    assert_eq!(buf, data[a.0 as usize..a.1 as usize]);
+    // one read spanning the second range and bytes nobody announced
+    let mut buf = vec![0u8; 300];
+    obj.read_at(far.0 - 100, &mut buf).unwrap();
+    assert_eq!(buf, data[far.0 as usize - 100..far.0 as usize + 200]);
+    let p = obj.stats().prefetch;
+    assert_eq!((p.requests, p.hits, p.misses), (2, 0, 2), "{p:?}");
+    assert_eq!(proxy.injected(), 1);
+}
+
+#[test]
+fn prefetch_stays_within_its_byte_budget_and_drops_what_is_never_read() {
+    let (_proxy, obj, data) = proxied(
+        "prefetch-budget",
+        &[("prefetch_bytes", "250000")],
+        2_000_000,
+    );
+    // ten ranges of 100 KB, far apart: at most two fit the budget at once
+    let far: Vec<(u64, u64)> = (0..10u64)
+        .map(|i| (i * 190_000, i * 190_000 + 100_000))
+        .collect();
+    for r in &far {
+        obj.will_read(std::slice::from_ref(r));
+        std::thread::sleep(std::time::Duration::from_millis(50)); // let it finish
+    }
+    let p = obj.stats().prefetch;
+    assert!(p.requests + p.refused == 10 && p.requests >= 2, "{p:?}");
+    assert!(
+        p.wasted_bytes >= 100_000 * (p.requests - 2),
+        "older ranges dropped: {p:?}"
+    );
+    // the last one announced is still held; the first was dropped: both read right
+    let mut buf = vec![0u8; 100_000];
+    for r in [far[9], far[0]] {
+        obj.read_at(r.0, &mut buf).unwrap();
+        assert_eq!(buf, data[r.0 as usize..r.1 as usize]);
+    }
+    let p2 = obj.stats().prefetch;
+    assert_eq!((p2.hits - p.hits, p2.misses - p.misses), (1, 1), "{p2:?}");
+    // a budget of 0 turns prefetch off
+    let (_proxy, obj, _) = proxied("prefetch-off", &[("prefetch_bytes", "0")], 10_000);
+    obj.will_read(&[(0, 100)]);
+    assert_eq!(obj.stats().prefetch.requests, 0);
+}

@@ -409,6 +409,26 @@ impl Engine {
             caches.set_item(&c.kind, e)?;
         }
         d.set_item("caches", caches)?;
+        if let Some(r) = &st.storage {
+            let e = PyDict::new(py);
+            e.set_item("requests", r.requests)?;
+            e.set_item("http_requests", r.http_requests)?;
+            e.set_item("retries", r.retries)?;
+            e.set_item("failures", r.failures)?;
+            e.set_item("short_bodies", r.short_bodies)?;
+            e.set_item("bytes", r.bytes)?;
+            let p = PyDict::new(py);
+            p.set_item("requests", r.prefetch.requests)?;
+            p.set_item("bytes", r.prefetch.bytes)?;
+            p.set_item("hits", r.prefetch.hits)?;
+            p.set_item("misses", r.prefetch.misses)?;
+            p.set_item("wasted_bytes", r.prefetch.wasted_bytes)?;
+            p.set_item("refused", r.prefetch.refused)?;
+            e.set_item("prefetch", p)?;
+            d.set_item("storage", e)?;
+        } else {
+            d.set_item("storage", py.None())?;
+        }
         d.set_item("prefetch", st.prefetch)?;
         d.set_item("bytes_read", st.bytes_read)?;
         d.set_item("records_read", st.records_read)?;

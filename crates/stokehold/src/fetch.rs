@@ -17,7 +17,7 @@ use stokehold_format::{Dataset, FormatError};
 use crate::cache::RecordCache;
 
 /// Largest gap between two records read in one request (the gap's bytes are read and dropped).
-pub const MAX_GAP: u64 = 64 << 10;
+pub const MAX_GAP: u64 = stokehold_format::storage::HINT_GAP;
 /// Largest single coalesced read.
 pub const MAX_RUN: u64 = 8 << 20;
 /// With direct I/O, runs are cut at this size so that their pieces are read in parallel lanes
@@ -92,6 +92,17 @@ fn max_run(ds: &Dataset, k: usize) -> u64 {
         MAX_DIRECT_RUN
     } else {
         MAX_RUN
+    }
+}
+
+/// Largest gap coalesced in a task's read. Object storage: none (records side by side only): the
+/// bytes come from ranges fetched ahead, which count each hinted record read by the read that
+/// covers it, so a read must not cover another task's record in a gap.
+fn max_gap(ds: &Dataset, k: usize) -> u64 {
+    if ds.shards()[k].source().kind() == "remote" {
+        0
+    } else {
+        MAX_GAP
     }
 }
 
@@ -182,7 +193,7 @@ impl TaskBytes {
                 let new_end = off + u64::from(len2);
                 if k2 != k
                     || off < last_end
-                    || off - last_end > MAX_GAP
+                    || off - last_end > max_gap(ds, k)
                     || new_end - first > max_run(ds, k)
                 {
                     break;
@@ -304,16 +315,17 @@ pub fn hint(
         scratch.push((k, e.offset, e.offset + u64::from(e.len)));
     }
     scratch.sort_unstable();
+    // one hint per shard with its records (storage coalesces them, or fetches them ahead)
+    let mut records: Vec<(u64, u64)> = Vec::new();
     let mut i = 0;
     while i < scratch.len() {
-        let (k, start, mut end) = scratch[i];
-        let mut j = i + 1;
-        while j < scratch.len() && scratch[j].0 == k && scratch[j].1 <= end + MAX_GAP {
-            end = end.max(scratch[j].2);
-            j += 1;
+        let k = scratch[i].0;
+        records.clear();
+        while i < scratch.len() && scratch[i].0 == k {
+            records.push((scratch[i].1, scratch[i].2));
+            i += 1;
         }
-        ds.shards()[k].source().will_need(start, end - start);
-        i = j;
+        ds.shards()[k].source().will_read(&records);
     }
 }
 

@@ -93,6 +93,9 @@ pub struct Stats {
     /// Whether stage timing was on (`LoaderConfig::profile`); without it the stages' items, busy
     /// time and latencies stay zero.
     pub profiled: bool,
+    /// Requests to the object store the dataset is read from (since it was opened; `None` for a
+    /// local dataset): retries, failures, bytes, and how the order-aware prefetch fared.
+    pub storage: Option<stokehold_format::remote::RemoteStats>,
 }
 
 #[cfg(test)]
@@ -265,6 +268,7 @@ impl Collector {
             records_read: self.records_read.load(Ordering::Relaxed),
             prefetch: 0,
             profiled: self.profile,
+            storage: None,
         }
     }
 
@@ -561,6 +565,23 @@ impl Stats {
         for c in &self.caches {
             out.push_str(&c.report_line());
             out.push('\n');
+        }
+        if let Some(r) = &self.storage {
+            let p = &r.prefetch;
+            out.push_str(&format!(
+                "object storage: {} requests ({} HTTP, {} retries, {} failures, {} short bodies), {:.1} MB · prefetched {} ranges, {:.1} MB; reads {} from them, {} own requests; {:.1} MB dropped unread\n",
+                r.requests,
+                r.http_requests,
+                r.retries,
+                r.failures,
+                r.short_bodies,
+                r.bytes as f64 / 1e6,
+                p.requests,
+                p.bytes as f64 / 1e6,
+                p.hits,
+                p.misses,
+                p.wasted_bytes as f64 / 1e6,
+            ));
         }
         out
     }

@@ -57,6 +57,7 @@ impl Counters {
             failures: self.failures.load(Ordering::Relaxed),
             short_bodies: self.short_bodies.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
+            prefetch: Default::default(),
         }
     }
 }

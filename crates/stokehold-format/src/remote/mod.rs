@@ -39,10 +39,13 @@ use crate::storage::{Memory, Storage};
 use crate::{Dataset, OpenOptions};
 
 mod counting;
+mod prefetch;
 #[doc(hidden)]
 pub mod testing;
 
 use counting::Counters;
+pub use prefetch::PrefetchStats;
+use prefetch::Prefetcher;
 
 /// Default of the `retries` option: how many times one request is retried.
 pub const DEFAULT_RETRIES: usize = 10;
@@ -102,6 +105,8 @@ pub struct RemoteStats {
     pub short_bodies: u64,
     /// Body bytes received.
     pub bytes: u64,
+    /// Order-aware prefetch: GETs issued ahead of the reads, and how the reads fared.
+    pub prefetch: PrefetchStats,
 }
 
 /// The counts of every store this process opened.
@@ -173,6 +178,9 @@ pub struct RemoteStore {
     prefix: ObjectPath,
     retries: usize,
     counters: Arc<Counters>,
+    prefetch: Prefetcher,
+    /// Ids of this store's objects (keys of the prefetcher's ranges).
+    next_object: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for RemoteStore {
@@ -198,15 +206,22 @@ impl RemoteStore {
             detail,
         };
         let mut retries = DEFAULT_RETRIES;
+        let mut prefetch_bytes = prefetch::DEFAULT_BUDGET;
+        let mut prefetch_requests = prefetch::DEFAULT_REQUESTS;
         let mut config: Vec<(String, &str)> = Vec::new();
+        let count = |key: &str, v: &str| {
+            v.parse::<u64>().map_err(|_| {
+                bad(format!(
+                    "storage option {key:?} must be a whole number, got {v:?}"
+                ))
+            })
+        };
         for (k, v) in options {
             match k.to_ascii_lowercase().as_str() {
-                "retries" => {
-                    retries = v.parse().map_err(|_| {
-                        bad(format!(
-                            "storage option \"retries\" must be a count, got {v:?}"
-                        ))
-                    })?;
+                "retries" => retries = count("retries", v)? as usize,
+                "prefetch_bytes" => prefetch_bytes = count("prefetch_bytes", v)?,
+                "prefetch_requests" => {
+                    prefetch_requests = count("prefetch_requests", v)?.max(1) as usize;
                 }
                 _ => config.push((canonical_key(&scheme, k), v.as_str())),
             }
@@ -266,6 +281,8 @@ impl RemoteStore {
             prefix,
             retries,
             counters,
+            prefetch: Prefetcher::new(prefetch_bytes, prefetch_requests),
+            next_object: std::sync::atomic::AtomicU64::new(0),
         }))
     }
 
@@ -276,7 +293,10 @@ impl RemoteStore {
 
     /// This store's request counts.
     pub fn stats(&self) -> RemoteStats {
-        self.counters.snapshot()
+        RemoteStats {
+            prefetch: self.prefetch.stats(),
+            ..self.counters.snapshot()
+        }
     }
 
     /// The object-store path and the full URL of `name` under the URL's prefix.
@@ -327,6 +347,8 @@ impl RemoteStore {
 /// open; a read that finds another ETag (the object was replaced) fails, naming the key.
 pub struct RemoteObject {
     store: Arc<RemoteStore>,
+    /// This object's id in its store (the prefetcher's key).
+    id: u64,
     location: ObjectPath,
     url: String,
     size: u64,
@@ -352,14 +374,58 @@ impl RemoteObject {
     /// `name` under the store's prefix, before its HEAD (size 0, no ETag).
     fn unopened(store: Arc<RemoteStore>, name: &str) -> RemoteObject {
         let (location, url) = store.locate(name);
+        let id = store
+            .next_object
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         RemoteObject {
             store,
+            id,
             location,
             url,
             size: 0,
             e_tag: None,
             cached: Arc::new(Mutex::new(Vec::new())),
         }
+    }
+
+    /// A copy for a request of the I/O runtime (same object, same id and ETag; no open-time
+    /// ranges).
+    fn clone_for_fetch(&self) -> RemoteObject {
+        RemoteObject {
+            store: self.store.clone(),
+            id: self.id,
+            location: self.location.clone(),
+            url: self.url.clone(),
+            size: self.size,
+            e_tag: self.e_tag.clone(),
+            cached: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// Read the pieces `(offset, len)` (sorted, disjoint, within `offset0..offset0 + buf.len()`)
+    /// into their places in `buf`, one request each, all at once.
+    fn fetch_pieces(
+        &self,
+        offset0: u64,
+        pieces: &[(u64, usize)],
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        let mut slices: Vec<(u64, &mut [u8])> = Vec::with_capacity(pieces.len());
+        let mut rest = buf;
+        let mut at = offset0;
+        for &(start, len) in pieces {
+            let (_, tail) = rest.split_at_mut((start - at) as usize);
+            let (piece, tail) = tail.split_at_mut(len);
+            slices.push((start, piece));
+            rest = tail;
+            at = start + len as u64;
+        }
+        let results: Vec<io::Result<()>> = block_on(futures_util::future::join_all(
+            slices
+                .into_iter()
+                .map(|(start, piece)| self.fetch(start, piece)),
+        ))?;
+        results.into_iter().collect()
     }
 
     /// The object's URL.
@@ -507,7 +573,13 @@ impl Storage for RemoteObject {
         if buf.is_empty() || self.read_prefetched(offset, buf) {
             return Ok(());
         }
-        block_on(self.fetch(offset, buf))?
+        self.store.prefetch.read(self, offset, buf, |pieces, buf| {
+            self.fetch_pieces(offset, pieces, buf)
+        })
+    }
+
+    fn will_read(&self, records: &[(u64, u64)]) {
+        self.store.prefetch.hint(self, records);
     }
 }
 
@@ -586,7 +658,9 @@ pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
         shards.push(ShardReader::from_source(&path, source, options.limits)?);
         cached.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
-    Dataset::from_parts(dir, manifest, shards, options.verify_records)
+    let mut ds = Dataset::from_parts(dir, manifest, shards, options.verify_records)?;
+    ds.set_remote(store);
+    Ok(ds)
 }
 
 /// Open `name` and fetch its header and tail concurrently into the open-time cache. A failed

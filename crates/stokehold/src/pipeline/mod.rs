@@ -153,6 +153,7 @@ impl Core {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
         s.caches = self.samples.cache_stats();
+        s.storage = self.samples.storage_stats();
         s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
     }

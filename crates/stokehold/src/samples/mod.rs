@@ -118,6 +118,11 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     fn cache_stats(&self) -> Vec<CacheStats> {
         Vec::new()
     }
+
+    /// The request counts of the object store the samples are read from (`None`: local).
+    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
+        None
+    }
 }
 
 /// A worker's scratch space for one task, kept across tasks so steady state allocates nothing.

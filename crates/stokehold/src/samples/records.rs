@@ -21,8 +21,9 @@ use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
-/// Mean record size from which readahead hints are sent: below it, a hint (one system call per
-/// record in a shuffled order) would cost more than the small read it announces.
+/// Mean record size from which readahead hints are sent to local storage: below it, a hint (one
+/// system call per record in a shuffled order) would cost more than the small read it announces.
+/// Object storage always gets them (it fetches the hinted records ahead).
 const READAHEAD_MIN_RECORD: u64 = 32 << 10;
 
 /// Index of the read stage in the statistics.
@@ -140,7 +141,12 @@ impl Records {
             .iter()
             .map(|c| (c.name.clone(), c.output.clone()))
             .collect();
-        let hints_pay = !in_memory && dataset_mean(&dataset) >= READAHEAD_MIN_RECORD;
+        // object storage: every read is a request with its latency, so hints always pay
+        let remote = dataset
+            .shards()
+            .first()
+            .is_some_and(|s| s.source().kind() == "remote");
+        let hints_pay = !in_memory && (remote || dataset_mean(&dataset) >= READAHEAD_MIN_RECORD);
         Ok(Records {
             dataset,
             columns,
@@ -257,6 +263,10 @@ impl Samples for Records {
         for c in &self.decoded {
             c.flush();
         }
+    }
+
+    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
+        self.dataset().remote_stats()
     }
 
     fn cache_stats(&self) -> Vec<CacheStats> {

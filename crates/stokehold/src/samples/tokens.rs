@@ -773,6 +773,10 @@ impl Tokens {
 }
 
 impl Samples for Tokens {
+    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
+        self.data.dataset().remote_stats()
+    }
+
     fn cache_stats(&self) -> Vec<CacheStats> {
         self.data.cache_stats().into_iter().collect()
     }
