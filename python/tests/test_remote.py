@@ -2,6 +2,7 @@
 here on 127.0.0.1; `make setup` installs moto[server])."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -86,3 +87,36 @@ def test_missing_objects_and_bad_options_are_one_clear_error(s3):
     with pytest.raises(stokehold.ConfigError, match="no_such_option") as e:
         stokehold.Dataset("s3://pyds/nothing", storage_options={**options, "no_such_option": "hunter2"})
     assert "hunter2" not in str(e.value)
+
+
+def test_cache_dir_keeps_a_local_copy_of_an_s3_dataset_for_later_runs(s3, tmp_path):
+    client, options = s3
+    local = write(tmp_path / "ds", 300, shard_size=4096)
+    upload(client, tmp_path / "ds", "cached/ds")
+    url = "s3://pyds/cached/ds"
+    want = [b for b in stokehold.Loader(local, 32, seed=3, threads=2)]
+
+    def run():
+        ds = stokehold.Dataset(url, storage_options=options)
+        loader = stokehold.Loader(ds, 32, seed=3, threads=2, cache_dir=tmp_path / "cache")
+        got = [b for b in loader]
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            for k in w:
+                np.testing.assert_equal(g[k], w[k])
+        return loader
+
+    first = run()
+    # the copies land in the background while the first run streams (it may end first)
+    deadline = time.monotonic() + 30
+    while True:
+        copies = [p for p in (tmp_path / "cache").iterdir() if p.name.endswith(".skh")]
+        if len(copies) == len(local.manifest["shards"]) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert len(copies) == len(local.manifest["shards"]), copies
+    first.close()
+    # a later run: the shards come from the local copies, no GET for records
+    st = run().stats()
+    assert st["caches"]["disk"]["hits"] == len(copies), st["caches"]
+    assert st["storage"]["prefetch"]["requests"] == 0, st["storage"]

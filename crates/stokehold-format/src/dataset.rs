@@ -164,9 +164,10 @@ impl Dataset {
         })
     }
 
-    /// Record that the shards are read from `store` (its request counts are the dataset's).
+    /// Record that the shards are read from `store` (its request counts are the dataset's), for
+    /// a dataset made [`from_parts`](Self::from_parts) over remote objects.
     #[cfg(feature = "remote")]
-    pub(crate) fn set_remote(&mut self, store: std::sync::Arc<crate::remote::RemoteStore>) {
+    pub fn set_remote(&mut self, store: std::sync::Arc<crate::remote::RemoteStore>) {
         self.remote = Some(store);
     }
 

@@ -248,3 +248,48 @@ fn four_processes_share_one_cache_and_each_shard_is_fetched_once() {
     }
     assert_eq!(complete(&dir).len() as u64, shards);
 }
+
+/// A dataset in object storage (moto on 127.0.0.1, started by the test): the first open streams
+/// from the store while its shards land in the cache, checked; a later open (another "run") reads
+/// the copies and sends no GET for records; the loader over it gives the local batches.
+#[test]
+fn a_dataset_in_object_storage_is_copied_to_the_cache_and_later_runs_read_it_locally() {
+    use stokehold::format::remote::testing::{self, S3Server};
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 60);
+    let local = Dataset::open(&src).unwrap();
+    let want = all_records(&local);
+    let server = S3Server::shared();
+    server.create_bucket("diskcache").unwrap();
+    let url = "s3://diskcache/runs/ds";
+    let storage_options = testing::options(&server.endpoint());
+    testing::upload_dir(&src, url, &storage_options).unwrap();
+    let options = OpenOptions {
+        storage_options,
+        ..OpenOptions::default()
+    };
+    let cache = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    let (ds, progress) = open_dataset(Path::new(url), &cache, options.clone()).unwrap();
+    assert_eq!(all_records(&ds), want, "reads while copying");
+    assert!(progress.wait(&cache, Duration::from_secs(30)));
+    let n = ds.shards().len();
+    assert_eq!(complete(cache.dir()).len(), n);
+    assert_eq!(cache.stats().fetched, n as u64);
+    assert!(ds.shards()[0].path().display().to_string().starts_with(url));
+    drop(ds);
+
+    // a later run: every copy reused, records read locally (only opening requests)
+    let cache = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    let (ds, progress) = open_dataset(Path::new(url), &cache, options).unwrap();
+    assert!(progress.wait(&cache, Duration::from_secs(30)));
+    assert_eq!(cache.stats().reused, n as u64);
+    let opened = ds.remote_stats().expect("remote").requests;
+    assert_eq!(all_records(&ds), want);
+    assert_eq!(
+        ds.remote_stats().unwrap().requests,
+        opened,
+        "no GET for records"
+    );
+    // the same names for the same URL with or without a trailing slash
+    assert_eq!(complete(cache.dir()).len(), n);
+}

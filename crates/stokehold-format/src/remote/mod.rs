@@ -428,6 +428,14 @@ impl RemoteObject {
         results.into_iter().collect()
     }
 
+    /// Drop the bytes fetched at open (its header and tail), once the shard's structure is read.
+    pub fn forget_opening(&self) {
+        self.cached
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// The object's URL.
     pub fn url(&self) -> &str {
         &self.url
@@ -631,20 +639,10 @@ fn manifest_of(store: &Arc<RemoteStore>, limits: &Limits) -> Result<Manifest> {
 /// for a local file. `options.access` does not apply, except `Memory` (each shard is read
 /// whole into memory).
 pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
-    let store = RemoteStore::open(url_of(&dir)?, &options.storage_options)?;
-    let manifest = manifest_of(&store, &options.limits)?;
-    let names: Vec<String> = manifest.shards.iter().map(|s| s.file.clone()).collect();
-    let opened: Vec<io::Result<RemoteObject>> = block_on(async {
-        futures_util::stream::iter(names.into_iter().map(|name| prefetch(store.clone(), name)))
-            .buffered(OPEN_CONCURRENCY)
-            .collect()
-            .await
-    })
-    .map_err(|e| FormatError::io(&dir, None, e))?;
-    let mut shards = Vec::with_capacity(opened.len());
-    for (i, obj) in opened.into_iter().enumerate() {
+    let (manifest, objects, store) = open_objects(&dir, options)?;
+    let mut shards = Vec::with_capacity(objects.len());
+    for (i, obj) in objects.into_iter().enumerate() {
         let path = manifest.shard_path(&dir, i);
-        let obj = obj.map_err(|e| FormatError::io(&path, None, e))?;
         let cached = obj.cached.clone();
         let source: Box<dyn Storage> = if options.access == crate::Access::Memory {
             // the size is the object's own, as for a local file read into memory
@@ -661,6 +659,31 @@ pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
     let mut ds = Dataset::from_parts(dir, manifest, shards, options.verify_records)?;
     ds.set_remote(store);
     Ok(ds)
+}
+
+/// The manifest of the dataset at `dir` (a URL) and its shards' objects, opened concurrently (up
+/// to 64 at a time: a HEAD each, and their headers and last 256 KiB fetched at once and kept in
+/// the objects until [`RemoteObject::forget_opening`]), with the store they belong to. For
+/// readers that wrap the objects in a storage of their own (the engine's disk cache).
+pub fn open_objects(
+    dir: &Path,
+    options: &OpenOptions,
+) -> Result<(Manifest, Vec<RemoteObject>, Arc<RemoteStore>)> {
+    let store = RemoteStore::open(url_of(dir)?, &options.storage_options)?;
+    let manifest = manifest_of(&store, &options.limits)?;
+    let names: Vec<String> = manifest.shards.iter().map(|s| s.file.clone()).collect();
+    let opened: Vec<io::Result<RemoteObject>> = block_on(async {
+        futures_util::stream::iter(names.into_iter().map(|name| prefetch(store.clone(), name)))
+            .buffered(OPEN_CONCURRENCY)
+            .collect()
+            .await
+    })
+    .map_err(|e| FormatError::io(dir, None, e))?;
+    let mut objects = Vec::with_capacity(opened.len());
+    for (i, obj) in opened.into_iter().enumerate() {
+        objects.push(obj.map_err(|e| FormatError::io(manifest.shard_path(dir, i), None, e))?);
+    }
+    Ok((manifest, objects, store))
 }
 
 /// Open `name` and fetch its header and tail concurrently into the open-time cache. A failed

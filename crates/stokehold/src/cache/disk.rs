@@ -30,7 +30,7 @@
 
 use std::collections::VecDeque;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -212,6 +212,7 @@ impl DiskCache {
     fn fetch(
         &self,
         src: &Path,
+        source: &dyn Storage,
         entry: &str,
         len: u64,
         crc: u32,
@@ -244,7 +245,7 @@ impl DiskCache {
         }
         let tmp = self.dir.join(format!("{entry}.tmp-{}", std::process::id()));
         let fault = *self.fault.lock().unwrap_or_else(|p| p.into_inner());
-        let r = copy_checked(src, &tmp, len, crc, fault);
+        let r = copy_checked(src, source, &tmp, len, crc, fault);
         if let Err(e) = r {
             let _ = fs::remove_file(&tmp);
             return Err(e);
@@ -263,24 +264,25 @@ fn touch(p: &Path) {
     }
 }
 
-/// Copy `src` to `dst`, checking length and CRC-32C on the way, then sync.
+/// Copy `source` (named `src`) to `dst` in reads of 8 MiB, checking length and CRC-32C on the
+/// way, then sync.
 fn copy_checked(
     src: &Path,
+    source: &dyn Storage,
     dst: &Path,
     len: u64,
     expected: u32,
     fault: Option<(u64, bool)>,
 ) -> io::Result<()> {
-    let mut input = File::open(src)?;
+    let size = source.size()?;
     let mut out = File::create(dst)?;
     let mut buf = vec![0u8; 8 << 20];
     let mut c = 0u32;
     let mut done = 0u64;
-    loop {
-        let n = input.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
+    // the source's own size bounds the reads; a size other than the manifest's fails below
+    while done < size.min(len) {
+        let n = (size.min(len) - done).min(buf.len() as u64) as usize;
+        source.read_at(done, &mut buf[..n])?;
         if let Some((at, abort)) = fault
             && done + n as u64 >= at
         {
@@ -295,15 +297,12 @@ fn copy_checked(
         c = crc::append(c, &buf[..n]);
         out.write_all(&buf[..n])?;
         done += n as u64;
-        if done > len {
-            break;
-        }
     }
-    if done != len || c != expected {
+    if size != len || c != expected {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{}: copied {done} bytes with CRC-32C {c:#010x}, the manifest says {len} bytes and {expected:#010x}",
+                "{}: copied {size} bytes with CRC-32C {c:#010x}, the manifest says {len} bytes and {expected:#010x}",
                 src.display()
             ),
         ));
@@ -315,6 +314,7 @@ fn copy_checked(
 #[derive(Debug)]
 struct Job {
     src: PathBuf,
+    source: Arc<dyn Storage>,
     entry: String,
     len: u64,
     crc: u32,
@@ -353,13 +353,20 @@ impl CachedShardHandle {
 /// A shard storage sharing its `local` cell with the fetcher.
 #[derive(Debug)]
 struct SharedShard {
-    source: PreadFile,
+    source: Arc<dyn Storage>,
     handle: Arc<CachedShardHandle>,
 }
 
 impl Storage for SharedShard {
     fn kind(&self) -> &'static str {
         "disk-cache"
+    }
+
+    fn will_read(&self, records: &[(u64, u64)]) {
+        match self.handle.get() {
+            Some(l) => l.file.will_read(records),
+            None => self.source.will_read(records),
+        }
     }
 
     fn size(&self) -> io::Result<u64> {
@@ -389,7 +396,7 @@ fn fetcher(cache: Arc<DiskCache>, mut queue: VecDeque<Job>, keep: String) {
         if Arc::strong_count(&job.shard) == 1 {
             continue; // only this queue holds it: the dataset is gone
         }
-        match cache.fetch(&job.src, &job.entry, job.len, job.crc, &keep) {
+        match cache.fetch(&job.src, &*job.source, &job.entry, job.len, job.crc, &keep) {
             Ok(Some(path)) => {
                 busy_in_a_row = 0;
                 match PreadFile::open(&path) {
@@ -497,7 +504,14 @@ pub fn open_dataset(
     cache: &Arc<DiskCache>,
     options: OpenOptions,
 ) -> Result<(Dataset, CacheProgress)> {
-    let manifest = Manifest::load(dir, &options.limits)?;
+    let remote = stokehold_format::is_object_store_url(dir);
+    // a URL: its manifest and shard objects, opened concurrently with the storage options
+    let (manifest, opened) = if remote {
+        let (manifest, objects, store) = stokehold_format::remote::open_objects(dir, &options)?;
+        (manifest, Some((objects, store)))
+    } else {
+        (Manifest::load(dir, &options.limits)?, None)
+    };
     let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
     if largest > cache.limit {
         return Err(EngineError::Config(format!(
@@ -506,19 +520,41 @@ pub fn open_dataset(
             dir.display()
         )));
     }
-    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let canonical = if remote {
+        dir.to_path_buf()
+    } else {
+        dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
+    };
     let keep = format!(
         "{:08x}-",
-        crc::crc32c(canonical.to_string_lossy().as_bytes())
+        crc::crc32c(canonical.to_string_lossy().trim_end_matches('/').as_bytes())
     );
+    // the shards' sources: the objects of a URL (opened concurrently), or the local files
+    let mut objects = Vec::new();
+    let (sources, store): (Vec<Arc<dyn Storage>>, _) = if let Some((opened, store)) = opened {
+        objects = opened.into_iter().map(Arc::new).collect();
+        let v = objects
+            .iter()
+            .map(|o| Arc::clone(o) as Arc<dyn Storage>)
+            .collect();
+        (v, Some(store))
+    } else {
+        let mut v: Vec<Arc<dyn Storage>> = Vec::with_capacity(manifest.shards.len());
+        for k in 0..manifest.shards.len() {
+            let path = manifest.shard_path(dir, k);
+            let file = PreadFile::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
+            v.push(Arc::new(file));
+        }
+        (v, None)
+    };
     let mut shards = Vec::with_capacity(manifest.shards.len());
     let mut jobs = Vec::with_capacity(manifest.shards.len());
-    for (k, info) in manifest.shards.iter().enumerate() {
+    for ((k, info), source) in manifest.shards.iter().enumerate().zip(sources) {
         let path = manifest.shard_path(dir, k);
-        let source = PreadFile::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
         let handle = Arc::new(CachedShardHandle::default());
         jobs.push(Job {
             src: path.clone(),
+            source: Arc::clone(&source),
             entry: format!("{keep}{:08x}-{}", info.crc32c, info.file),
             len: info.bytes,
             crc: info.crc32c,
@@ -531,7 +567,12 @@ pub fn open_dataset(
             options.limits,
         )?);
     }
-    let ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
+    // the shards' structure is read: the bytes fetched at open are not needed any more
+    objects.iter().for_each(|o| o.forget_opening());
+    let mut ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
+    if let Some(store) = store {
+        ds.set_remote(store);
+    }
     let progress = CacheProgress {
         shards: jobs.iter().map(|j| Arc::clone(&j.shard)).collect(),
         bytes: jobs.iter().map(|j| j.len).collect(),
