@@ -83,6 +83,7 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	$(CARGO) bench -q -p stokehold --bench sequence
 	$(CARGO) bench -q -p stokehold --bench storage
 	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
+	$(CARGO) bench -q -p stokehold-cli --bench remote
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

@@ -70,7 +70,7 @@ fn loader(ds: Arc<Dataset>, decode: bool) -> Loader {
     let spec = serde_json::json!({
         "loader": {"batch_size": 256, "threads": 2, "prefetch": 4, "shuffle": "global",
                    "seed": 1, "tail": "pad"},
-        "samples": {"records": {"transforms": transforms}},
+        "samples": {"kind": "records", "transforms": transforms},
     });
     let spec = EngineSpec::from_json(&spec.to_string()).unwrap();
     spec.build(ds, OpenOptions::default(), &mut |_| None)
@@ -171,14 +171,7 @@ fn main() {
     let dir = |n: &str| tmp.path().join(n).display().to_string();
     let n = images.to_string();
     cli(&["sample-data", &dir("img"), "--images", &n]);
-    cli(&[
-        "stokehold",
-        "pack",
-        &dir("img"),
-        &dir("ds"),
-        "--shard-size",
-        "16MiB",
-    ]);
+    cli(&["pack", &dir("img"), &dir("ds"), "--shard-size", "16MiB"]);
     let server = S3Server::shared();
     server.create_bucket("bench").unwrap();
     let url = "s3://bench/ds";
@@ -248,14 +241,7 @@ fn main() {
         "--size",
         "64x48",
     ]);
-    cli(&[
-        "stokehold",
-        "pack",
-        &dir("small"),
-        &dir("many"),
-        "--shard-size",
-        "1",
-    ]);
+    cli(&["pack", &dir("small"), &dir("many"), "--shard-size", "1"]);
     let many = Dataset::open(dir("many")).unwrap();
     let shards = many.shards().len();
     testing::upload_dir(
