@@ -223,6 +223,7 @@ impl Prefetcher {
     fn spawn(&self, obj: &RemoteObject, start: u64, len: u64, slot: Arc<Slot>) {
         let obj = obj.clone_for_fetch();
         let permits = self.permits.clone();
+        let failed = slot.clone();
         let task = async move {
             let _permit = permits.acquire_owned().await;
             // `len` is at most MAX_GET or one record's length within the object's size
@@ -234,10 +235,9 @@ impl Prefetcher {
             Ok(rt) => {
                 rt.spawn(task);
             }
-            Err(e) => {
-                // no runtime: the read will say so itself
-                let _ = e;
-            }
+            // no runtime: the range fails at once (a read waiting on it must not wait forever);
+            // the read's own request then reports the error
+            Err(e) => failed.fill(Err(e.to_string())),
         }
     }
 
