@@ -18,7 +18,8 @@
 //! The corpus is synthetic English-like text (`stokehold_ops::text::synthetic_documents`) and the
 //! tokenizer a WordLevel model trained on it in the run: nothing is downloaded. Environment:
 //! `STOKEHOLD_BENCH_DOCS` (documents, default 60000), `STOKEHOLD_BENCH_THREADS` (default: the
-//! available cores).
+//! available cores), `STOKEHOLD_BENCH_VARIANTS` (loading variants to run, by position from 0,
+//! e.g. `0,4`, or `0,0,0` to repeat one; default all), `STOKEHOLD_BENCH_COLD=0` (skip the cold-cache comparison).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -153,7 +154,11 @@ fn main() {
         verify_records,
         ..OpenOptions::default()
     };
-    for (name, o, workers, cache_bytes) in [
+    // STOKEHOLD_BENCH_VARIANTS=0,4: only these variants (by position, from 0), e.g. to profile one
+    let only: Option<Vec<usize>> = std::env::var("STOKEHOLD_BENCH_VARIANTS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|k| k.trim().parse().ok()).collect());
+    let variants = [
         ("pread + crc (default)", opts(false, true), threads, 0),
         ("pread, no crc", opts(false, false), threads, 0),
         ("mmap + crc", opts(true, true), threads, 0),
@@ -166,7 +171,9 @@ fn main() {
         ),
         ("pread + crc (default)", opts(false, true), 1, 0),
         ("mmap, no crc", opts(true, false), 1, 0),
-    ] {
+    ];
+    let picked: Vec<usize> = only.unwrap_or_else(|| (0..variants.len()).collect());
+    for (name, o, workers, cache_bytes) in picked.iter().filter_map(|&k| variants.get(k).cloned()) {
         let data = open(&dest, o);
         let config = SequenceConfig {
             mode: SequenceMode::Packed {
@@ -215,7 +222,9 @@ fn main() {
             busy * 1e6
         );
     }
-    cold(&dest, seq_len, batch, threads);
+    if std::env::var("STOKEHOLD_BENCH_COLD").as_deref() != Ok("0") {
+        cold(&dest, seq_len, batch, threads);
+    }
 }
 
 /// Packed windows from a cold page cache, io_uring against pread: tokens per second of each
