@@ -121,6 +121,10 @@ class ShardWriter:
     published with one rename by :meth:`close`; :meth:`abort` (or leaving a ``with`` block with
     an exception) removes it, so nothing that looks like a dataset is left behind.
 
+    ``path`` may be an object-storage URL (``s3://bucket/prefix``, ``gs://...``, ``az://...``):
+    shards are uploaded as they close (multipart), the manifest last, so the dataset exists only
+    once :meth:`close` returns; :meth:`abort` aborts the upload and deletes what was uploaded.
+
     :param path: the destination; it must not exist (or be an empty directory) unless
         ``overwrite``.
     :param schema: field name -> type spec, in field order (a dict, or a list of (name, spec)
@@ -132,6 +136,8 @@ class ShardWriter:
     :param zstd_level: the zstd level of ``+zstd`` fields.
     :param overwrite: replace an existing dataset at ``path`` (only once the new one is complete).
     :param classes: class names by integer label, stored in the manifest.
+    :param storage_options: for a URL, options of the object store, as for :class:`Dataset`
+        (plus ``upload_part_bytes``, default 8 MiB); credentials otherwise from the environment.
     :raises SchemaError: the schema or an option is invalid.
     :raises StokeholdIOError: ``path`` exists (``errno`` EEXIST) or cannot be written.
     """
@@ -146,6 +152,7 @@ class ShardWriter:
         zstd_level: int = 3,
         overwrite: bool = False,
         classes: Optional[List[str]] = None,
+        storage_options: Optional[Dict[str, str]] = None,
     ) -> "ShardWriter": ...
     def write(self, sample: Dict[str, Any]) -> int:
         """Append one sample, a dict with exactly the schema's fields; returns its index.

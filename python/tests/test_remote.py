@@ -120,3 +120,27 @@ def test_cache_dir_keeps_a_local_copy_of_an_s3_dataset_for_later_runs(s3, tmp_pa
     st = run().stats()
     assert st["caches"]["disk"]["hits"] == len(copies), st["caches"]
     assert st["storage"]["prefetch"]["requests"] == 0, st["storage"]
+
+
+def test_shard_writer_writes_to_s3_and_the_dataset_exists_only_after_close(s3, tmp_path):
+    client, options = s3
+    url = "s3://pyds/written/ds"
+    rows = [{"b": bytes([i % 251]) * (100 + i), "n": i} for i in range(200)]
+    w = stokehold.ShardWriter(url, {"b": "bytes", "n": "int64"}, shard_size=4096, storage_options=options)
+    for r in rows:
+        w.write(r)
+    with pytest.raises(stokehold.StokeholdIOError, match="manifest.json"):
+        stokehold.Dataset(url, storage_options=options)
+    w.close()
+    ds = stokehold.Dataset(url, storage_options=options)
+    assert len(ds) == 200 and len(ds.manifest["shards"]) > 3
+    assert [ds[i]["n"] for i in range(200)] == list(range(200))
+    assert ds[123]["b"] == rows[123]["b"]
+
+    # abort (or an exception in a with block) leaves no object under the prefix
+    with pytest.raises(RuntimeError):
+        with stokehold.ShardWriter("s3://pyds/aborted/ds", {"b": "bytes"}, shard_size=1024, storage_options=options) as w:
+            for i in range(100):
+                w.write({"b": b"x" * 200})
+            raise RuntimeError("stop")
+    assert client.list_objects_v2(Bucket="pyds", Prefix="aborted/").get("KeyCount", 0) == 0

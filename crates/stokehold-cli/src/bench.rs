@@ -43,6 +43,8 @@ pub struct PipelineArgs {
     /// "transforms": {...}}}`). The flags below then only set what the file leaves out.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    storage: crate::StorageArgs,
     /// A token dataset: stream packed windows of N tokens (inputs and labels), as
     /// `SequenceLoader(seq_len=N)` does.
     #[arg(long, value_name = "N", conflicts_with_all = ["random_resized_crop", "resize"])]
@@ -300,7 +302,10 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
         (None, true) => Access::Mmap,
         (None, false) => Access::Auto,
     };
-    let options = OpenOptions::with_access(access);
+    let options = OpenOptions {
+        storage_options: a.storage.map(),
+        ..OpenOptions::with_access(access)
+    };
     let ds = Arc::new(Dataset::open_with(dataset, options.clone())?);
     let config = LoaderConfig {
         batch_size: a.batch_size,

@@ -24,9 +24,13 @@ pub struct PackArgs {
     /// of them); .tfrecord files (or a directory of them).
     #[arg(required = true, num_args = 1.., value_parser = local_path)]
     sources: Vec<PathBuf>,
-    /// The dataset directory to create (it must not exist, or be empty, unless --overwrite).
-    #[arg(value_parser = local_path)]
+    /// The dataset directory to create (it must not exist, or be empty, unless --overwrite), or
+    /// an object-storage URL (s3://bucket/prefix, gs://..., az://...): shards are uploaded
+    /// there, the manifest last (docs/storage.md).
+    #[arg(value_parser = crate::dataset_location)]
     dest: PathBuf,
+    #[command(flatten)]
+    storage: crate::StorageArgs,
     /// The kind of source, when it cannot be told from the names:
     /// image-folder, jsonl, csv, webdataset, tfrecord.
     #[arg(long = "from", value_name = "KIND")]
@@ -167,6 +171,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             .as_deref()
             .map(FieldChoice::parse_list)
             .transpose()?,
+        storage_options: a.storage.map(),
         ..PackOptions::default()
     };
     let bar = Bar::new();
@@ -275,10 +280,18 @@ pub struct InspectArgs {
     /// Print the manifest as JSON instead.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    storage: crate::StorageArgs,
 }
 
 pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let ds = Dataset::open(&a.dataset)?;
+    let ds = Dataset::open_with(
+        &a.dataset,
+        stokehold::format::OpenOptions {
+            storage_options: a.storage.map(),
+            ..Default::default()
+        },
+    )?;
     let m = ds.manifest();
     if a.json {
         write!(out, "{}", m.to_json())?;

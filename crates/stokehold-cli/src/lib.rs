@@ -26,7 +26,7 @@ pub struct Cli {
 enum Command {
     /// Pack an image folder, a JSONL/CSV table of files, WebDataset tars or TFRecord files into a
     /// stokehold dataset directory.
-    Pack(commands::PackArgs),
+    Pack(Box<commands::PackArgs>),
     /// Show a dataset's schema, counts, sizes, classes, shards and one sample.
     Inspect(commands::InspectArgs),
     /// Check every checksum, the index and the manifest of a dataset; exit status 1 on any fault.
@@ -59,6 +59,34 @@ pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
     local_path(s)
 }
 
+/// `--storage-option KEY=VALUE`, repeatable: options of an object store, for datasets at
+/// `s3://`, `gs://`, `az://` or `https://` URLs.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)] // flattened into commands that may flatten it twice (bench storage)
+pub(crate) struct StorageArgs {
+    /// An option of the object store of an s3://, gs://, az:// or https:// dataset (repeatable),
+    /// named as in fsspec / Hugging Face `storage_options`: endpoint_url=http://127.0.0.1:9000,
+    /// region_name=us-east-1, key=..., secret=..., anon=true, retries=3, upload_part_bytes=16MiB
+    /// as a number of bytes, ... Credentials otherwise come from the environment (better for
+    /// secrets than a command line: see docs/storage.md). Values are never printed.
+    #[arg(long = "storage-option", value_name = "KEY=VALUE", value_parser = storage_option)]
+    storage_option: Vec<(String, String)>,
+}
+
+impl StorageArgs {
+    /// The options as a map (a key given twice: the last value).
+    pub(crate) fn map(&self) -> std::collections::BTreeMap<String, String> {
+        self.storage_option.iter().cloned().collect()
+    }
+}
+
+fn storage_option(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err("expected KEY=VALUE (e.g. endpoint_url=http://127.0.0.1:9000)".into()),
+    }
+}
+
 /// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.
 pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
@@ -87,7 +115,7 @@ pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
 /// Run a parsed command line, writing its report to `out`.
 pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Pack(a) => commands::pack(a, out),
+        Command::Pack(a) => commands::pack(*a, out),
         Command::Inspect(a) => commands::inspect(a, out),
         Command::Verify(a) => commands::verify(a, out),
         Command::SampleData(a) => commands::sample_data(a, out),

@@ -104,3 +104,103 @@ fn inspect_verify_and_bench_read_a_dataset_in_s3() {
         "{err}"
     );
 }
+
+#[test]
+fn pack_writes_a_dataset_to_s3_with_storage_option_flags_and_refuses_an_existing_one() {
+    let server = S3Server::shared();
+    server.create_bucket("cli-pack").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let (code, out, err) = stokehold(
+        server,
+        &[
+            "sample-data",
+            imgs.to_str().unwrap(),
+            "--images",
+            "60",
+            "--classes",
+            "3",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let url = "s3://cli-pack/out/ds";
+    let endpoint = format!("endpoint_url={}", server.endpoint());
+    // no credentials in the environment: the flags give them
+    let pack = |shard_size: &str, extra: &[&str]| {
+        let mut args = vec![
+            "pack",
+            imgs.to_str().unwrap(),
+            url,
+            "--shard-size",
+            shard_size,
+            "--storage-option",
+            &endpoint,
+            "--storage-option",
+            "key=stokehold-test",
+            "--storage-option",
+            "secret=stokehold-test-secret",
+            "--storage-option",
+            "region_name=us-east-1",
+            "--storage-option",
+            "allow_http=true",
+        ];
+        args.extend_from_slice(extra);
+        let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
+            .args(&args)
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_ENDPOINT_URL")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, out) = pack("64KiB", &[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        !out.contains("stokehold-test-secret"),
+        "secrets never printed: {out}"
+    );
+    // the same rows as a local pack
+    let local = tmp.path().join("local");
+    let (code, out, err) = stokehold(
+        server,
+        &[
+            "pack",
+            imgs.to_str().unwrap(),
+            local.to_str().unwrap(),
+            "--shard-size",
+            "64KiB",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let a = stokehold_format::Dataset::open(&local).unwrap();
+    let b = stokehold_format::Dataset::open_with(
+        url,
+        stokehold_format::OpenOptions {
+            storage_options: testing::options(&server.endpoint()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(b.shards().len() > 3, "{}", b.shards().len());
+    assert_eq!(a.len(), 60);
+    assert_eq!(b.len(), 60);
+    for i in 0..60 {
+        assert_eq!(a.get(i).unwrap(), b.get(i).unwrap(), "sample {i}");
+    }
+    let (code, out, err) = stokehold(server, &["verify", url]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // an existing dataset: refused without --overwrite, replaced with it
+    let (code, out) = pack("64KiB", &[]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains(url) && out.contains("overwrite"), "{out}");
+    let (code, out) = pack("64MiB", &["--overwrite"]);
+    assert_eq!(code, 0, "{out}");
+    let names = testing::names(url, &testing::options(&server.endpoint())).unwrap();
+    assert_eq!(names.len(), 2, "one shard and the manifest: {names:?}");
+}

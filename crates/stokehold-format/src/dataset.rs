@@ -370,17 +370,64 @@ impl Default for DatasetWriteOptions {
 #[derive(Debug)]
 pub struct DatasetWriter {
     dest: PathBuf,
-    staging: PathBuf,
+    target: Target,
     schema: Schema,
     options: DatasetWriteOptions,
-    current: Option<(String, ShardWriter<BufWriter<File>>)>,
+    current: Option<(String, ShardWriter<Sink>)>,
     shards: Vec<ShardInfo>,
     classes: Option<Vec<String>>,
     source: serde_json::Value,
     total: u64,
     finished: bool,
-    /// The claim on `dest`, held until the writer is finished or dropped.
-    _lock: DestLock,
+}
+
+/// Where a [`DatasetWriter`] writes.
+#[derive(Debug)]
+enum Target {
+    /// A local directory: files go to a staging directory, published by rename.
+    Local {
+        staging: PathBuf,
+        /// The claim on the destination, held until the writer is finished or dropped.
+        _lock: DestLock,
+    },
+    /// Object storage: objects uploaded under the prefix, the manifest last (see
+    /// [`crate::remote::RemoteTarget`]).
+    #[cfg(feature = "remote")]
+    Remote(crate::remote::RemoteTarget),
+}
+
+/// Where a shard's bytes go.
+#[derive(Debug)]
+enum Sink {
+    File(BufWriter<File>),
+    #[cfg(feature = "remote")]
+    Remote(crate::remote::Upload),
+}
+
+impl Write for Sink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Sink::File(f) => f.write(data),
+            #[cfg(feature = "remote")]
+            Sink::Remote(u) => u.write(data),
+        }
+    }
+
+    fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::File(f) => f.write_all(data),
+            #[cfg(feature = "remote")]
+            Sink::Remote(u) => u.write_all(data),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Sink::File(f) => f.flush(),
+            #[cfg(feature = "remote")]
+            Sink::Remote(u) => u.flush(),
+        }
+    }
 }
 
 /// Remove the staging directories of `dest` left by writers that died (and put back a dataset
@@ -398,16 +445,44 @@ impl DatasetWriter {
     /// or be an empty directory, unless `options.overwrite`, and even then it must be a stokehold
     /// dataset and nothing else (see [`EXTRA_FILES`]): a directory holding anything else is never
     /// replaced. A second writer of the same destination is refused while this one lives
-    /// ([`FormatError::DestinationBusy`]); a URL is refused ([`FormatError::RemoteUnsupported`]).
+    /// ([`FormatError::DestinationBusy`]). An object-storage URL (`s3://bucket/prefix`, ...,
+    /// with the `remote` feature) is written there, credentials from the environment (see
+    /// [`DatasetWriter::create_with`]); any other URL is refused
+    /// ([`FormatError::RemoteUnsupported`]).
     pub fn create(
         dest: impl AsRef<Path>,
         schema: Schema,
         options: DatasetWriteOptions,
     ) -> Result<DatasetWriter> {
+        Self::create_with(dest, schema, options, &BTreeMap::new())
+    }
+
+    /// [`DatasetWriter::create`] with storage options for an object-storage destination (the
+    /// same names as [`OpenOptions::storage_options`], plus `upload_part_bytes`; ignored for a
+    /// local one). In object storage the manifest is the commit point: shards are uploaded
+    /// first (multipart), the manifest last; an unfinished writer deletes what it uploaded
+    /// (see `remote::RemoteTarget`).
+    pub fn create_with(
+        dest: impl AsRef<Path>,
+        schema: Schema,
+        options: DatasetWriteOptions,
+        storage_options: &BTreeMap<String, String>,
+    ) -> Result<DatasetWriter> {
         let dest = dest.as_ref().to_path_buf();
-        crate::location::require_local(&dest)?;
         schema.validate()?;
         options.write.validate()?;
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(&dest) {
+            let url = dest.to_str().ok_or_else(|| FormatError::Remote {
+                url: dest.display().to_string(),
+                detail: "a URL must be valid UTF-8".into(),
+            })?;
+            let target =
+                crate::remote::RemoteTarget::create(url, storage_options, options.overwrite)?;
+            return Ok(Self::new(dest, Target::Remote(target), schema, options));
+        }
+        let _ = storage_options;
+        crate::location::require_local(&dest)?;
         let staging = publish::staging_dir(&dest)?;
         if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs::create_dir_all(parent).map_err(|e| FormatError::io(parent, None, e))?;
@@ -424,9 +499,22 @@ impl DatasetWriter {
             fs::remove_dir_all(&staging).map_err(|e| FormatError::io(&staging, None, e))?;
         }
         fs::create_dir(&staging).map_err(|e| FormatError::io(&staging, None, e))?;
-        Ok(DatasetWriter {
-            dest,
+        let target = Target::Local {
             staging,
+            _lock: lock,
+        };
+        Ok(Self::new(dest, target, schema, options))
+    }
+
+    fn new(
+        dest: PathBuf,
+        target: Target,
+        schema: Schema,
+        options: DatasetWriteOptions,
+    ) -> DatasetWriter {
+        DatasetWriter {
+            dest,
+            target,
             schema,
             options,
             current: None,
@@ -435,8 +523,25 @@ impl DatasetWriter {
             source: serde_json::Value::Null,
             total: 0,
             finished: false,
-            _lock: lock,
-        })
+        }
+    }
+
+    /// The staging directory of a local destination.
+    fn local_staging(&self) -> Option<&Path> {
+        match &self.target {
+            Target::Local { staging, .. } => Some(staging),
+            #[cfg(feature = "remote")]
+            Target::Remote(_) => None,
+        }
+    }
+
+    /// Where the file or object `name` of the dataset being written lies now (for errors).
+    fn place(&self, name: &str) -> PathBuf {
+        match &self.target {
+            Target::Local { staging, .. } => staging.join(name),
+            #[cfg(feature = "remote")]
+            Target::Remote(t) => t.url_of(name).into(),
+        }
     }
 
     /// The schema being written.
@@ -473,21 +578,35 @@ impl DatasetWriter {
                 "{name:?} is not a dataset's extra file (one of {EXTRA_FILES:?})"
             )));
         }
-        let path = self.staging.join(name);
-        fs::write(&path, contents).map_err(|e| FormatError::io(&path, None, e))
+        match &mut self.target {
+            Target::Local { staging, .. } => {
+                let path = staging.join(name);
+                fs::write(&path, contents).map_err(|e| FormatError::io(&path, None, e))
+            }
+            #[cfg(feature = "remote")]
+            Target::Remote(t) => t.put_small(name, contents),
+        }
     }
 
-    fn shard(&mut self) -> Result<&mut ShardWriter<BufWriter<File>>> {
+    fn shard(&mut self) -> Result<&mut ShardWriter<Sink>> {
         if self.current.is_none() {
-            let name = format!("shard-{:06}.skh", self.shards.len());
-            let path = self.staging.join(&name);
-            let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
-            let w = ShardWriter::new(
-                BufWriter::with_capacity(WRITE_BUFFER, f),
-                self.schema.clone(),
-                self.options.write,
-            )
-            .map_err(|e| FormatError::io(&path, None, e))?;
+            let k = self.shards.len();
+            let (name, sink) = match &self.target {
+                Target::Local { staging, .. } => {
+                    let name = format!("shard-{k:06}.skh");
+                    let path = staging.join(&name);
+                    let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
+                    (name, Sink::File(BufWriter::with_capacity(WRITE_BUFFER, f)))
+                }
+                #[cfg(feature = "remote")]
+                Target::Remote(t) => {
+                    let name = t.shard_name(k);
+                    let upload = t.upload(&name);
+                    (name, Sink::Remote(upload))
+                }
+            };
+            let w = ShardWriter::new(sink, self.schema.clone(), self.options.write)
+                .map_err(|e| FormatError::io(self.place(&name), None, e))?;
             self.current = Some((name, w));
         }
         Ok(&mut self.current.as_mut().expect("just set").1)
@@ -501,7 +620,7 @@ impl DatasetWriter {
             },
             WriteError::Io(e) => {
                 let name = self.current.as_ref().map(|c| c.0.as_str()).unwrap_or("");
-                FormatError::io(self.staging.join(name), None, e)
+                FormatError::io(self.place(name), None, e)
             }
         }
     }
@@ -536,11 +655,22 @@ impl DatasetWriter {
         let Some((name, w)) = self.current.take() else {
             return Ok(());
         };
-        let path = self.staging.join(&name);
+        let path = self.place(&name);
         let io = |e| FormatError::io(&path, None, e);
-        let (bw, summary) = w.finish().map_err(io)?;
-        let f = bw.into_inner().map_err(|e| io(e.into_error()))?;
-        f.sync_all().map_err(io)?;
+        let (sink, summary) = w.finish().map_err(io)?;
+        match (sink, &mut self.target) {
+            (Sink::File(bw), _) => {
+                let f = bw.into_inner().map_err(|e| io(e.into_error()))?;
+                f.sync_all().map_err(io)?;
+            }
+            #[cfg(feature = "remote")]
+            (Sink::Remote(upload), Target::Remote(t)) => {
+                upload.finish().map_err(io)?;
+                t.completed(name.clone());
+            }
+            #[cfg(feature = "remote")]
+            (Sink::Remote(_), Target::Local { .. }) => unreachable!("sinks follow the target"),
+        }
         self.shards.push(ShardInfo {
             file: name,
             records: summary.records,
@@ -564,7 +694,16 @@ impl DatasetWriter {
             align: self.options.write.align,
             source: std::mem::take(&mut self.source),
         };
-        let mpath = self.staging.join(MANIFEST_FILE);
+        #[cfg(feature = "remote")]
+        if let Target::Remote(t) = &mut self.target {
+            t.commit(&manifest)?;
+            self.finished = true;
+            return Ok(manifest);
+        }
+        let Some(staging) = self.local_staging() else {
+            unreachable!("the remote target returned above");
+        };
+        let mpath = staging.join(MANIFEST_FILE);
         let io = |p: &Path, e| FormatError::io(p, None, e);
         {
             let mut f = File::create(&mpath).map_err(|e| io(&mpath, e))?;
@@ -572,21 +711,22 @@ impl DatasetWriter {
                 .map_err(|e| io(&mpath, e))?;
             f.sync_all().map_err(|e| io(&mpath, e))?;
         }
-        sync_dir(&self.staging)?;
-        self.publish()?;
+        sync_dir(staging)?;
+        self.publish(staging)?;
         self.finished = true;
         Ok(manifest)
     }
 
-    fn publish(&self) -> Result<()> {
-        publish::publish(&self.staging, &self.dest, self.options.overwrite)?;
+    fn publish(&self, staging: &Path) -> Result<()> {
+        publish::publish(staging, &self.dest, self.options.overwrite)?;
         if let Some(parent) = self.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
             sync_dir(parent)?;
         }
         Ok(())
     }
 
-    /// Give up: remove the staging directory. (Dropping the writer does the same.)
+    /// Give up: remove the staging directory, or in object storage abort the upload in progress
+    /// and delete the objects written. (Dropping the writer does the same.)
     pub fn abort(mut self) {
         self.remove_staging();
     }
@@ -594,7 +734,13 @@ impl DatasetWriter {
     fn remove_staging(&mut self) {
         if !self.finished {
             self.current = None;
-            let _ = fs::remove_dir_all(&self.staging);
+            match &mut self.target {
+                Target::Local { staging, .. } => {
+                    let _ = fs::remove_dir_all(&*staging);
+                }
+                #[cfg(feature = "remote")]
+                Target::Remote(t) => t.abort(),
+            }
             self.finished = true;
         }
     }

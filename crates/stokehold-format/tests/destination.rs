@@ -206,24 +206,30 @@ fn an_overwrite_interrupted_between_its_renames_loses_neither_dataset() {
 #[test]
 fn urls_are_refused_not_written_as_local_folders() {
     let tmp = tempfile::tempdir().unwrap();
-    let url = "s3://bucket/ds";
-    // with the `remote` feature, reading a URL goes to object storage (tests/remote.rs); writing
-    // one is refused either way
+    // with the `remote` feature, object-store URLs are read and written there
+    // (tests/remote.rs); other schemes are refused either way
     #[cfg(feature = "remote")]
-    let errs = [write_one(Path::new(url), DatasetWriteOptions::default()).unwrap_err()];
+    let (url, errs) = {
+        let url = "ftp://bucket/ds";
+        let w = write_one(Path::new(url), DatasetWriteOptions::default()).unwrap_err();
+        (url, [w, Dataset::open(url).unwrap_err()])
+    };
     #[cfg(not(feature = "remote"))]
-    let errs = [
-        write_one(Path::new(url), DatasetWriteOptions::default()).unwrap_err(),
-        Dataset::open(url).unwrap_err(),
-        verify_dataset(Path::new(url), VerifyOptions::default(), &|_| {}).unwrap_err(),
-    ];
+    let (url, errs) = {
+        let url = "s3://bucket/ds";
+        let errs = [
+            write_one(Path::new(url), DatasetWriteOptions::default()).unwrap_err(),
+            Dataset::open(url).unwrap_err(),
+            verify_dataset(Path::new(url), VerifyOptions::default(), &|_| {}).unwrap_err(),
+        ];
+        (url, errs)
+    };
     for err in errs {
         assert!(
-            matches!(err, FormatError::RemoteUnsupported { .. })
-                && err.to_string().contains("s3://bucket/ds"),
+            matches!(err, FormatError::RemoteUnsupported { .. }) && err.to_string().contains(url),
             "{err}"
         );
     }
-    assert!(!Path::new("s3:").exists());
+    assert!(!Path::new("s3:").exists() && !Path::new("ftp:").exists());
     drop(tmp);
 }

@@ -425,3 +425,230 @@ fn prefetch_stays_within_its_byte_budget_and_drops_what_is_never_read() {
     obj.will_read(&[(0, 100)]);
     assert_eq!(obj.stats().prefetch.requests, 0);
 }
+
+// ---- writing to object storage (docs/storage.md, "Writing to object storage") ----
+
+/// Storage options for `endpoint` with `extra` on top.
+fn with(endpoint: &str, extra: &[(&str, &str)]) -> BTreeMap<String, String> {
+    let mut opts = testing::options(endpoint);
+    for (k, v) in extra {
+        opts.insert(k.to_string(), v.to_string());
+    }
+    opts
+}
+
+fn bytes_schema() -> Schema {
+    Schema::from_specs([("data", "bytes"), ("label", "int64")]).unwrap()
+}
+
+/// Sample `i` of the datasets written below (`seed` tells datasets apart).
+fn sample(i: u64, len: usize, seed: u64) -> Vec<FieldValue<'static>> {
+    vec![
+        FieldValue::Bytes(pattern(len, i ^ (seed << 32)).into()),
+        FieldValue::Int64(i as i64),
+    ]
+}
+
+fn remote_writer(
+    url: &str,
+    opts: &BTreeMap<String, String>,
+    shard_bytes: u64,
+    overwrite: bool,
+) -> Result<DatasetWriter, FormatError> {
+    let options = DatasetWriteOptions {
+        target_shard_bytes: shard_bytes,
+        overwrite,
+        ..DatasetWriteOptions::default()
+    };
+    DatasetWriter::create_with(url, bytes_schema(), options, opts)
+}
+
+fn open_remote(url: &str, opts: &BTreeMap<String, String>) -> Result<Dataset, FormatError> {
+    Dataset::open_with(
+        url,
+        OpenOptions {
+            storage_options: opts.clone(),
+            ..OpenOptions::default()
+        },
+    )
+}
+
+/// Every sample of `ds` is `sample(i, len(i), seed)`.
+fn assert_samples(ds: &Dataset, n: u64, len: impl Fn(u64) -> usize, seed: u64) {
+    assert_eq!(ds.len(), n);
+    for i in 0..n {
+        assert_eq!(ds.get(i).unwrap(), sample(i, len(i), seed), "sample {i}");
+    }
+}
+
+#[test]
+fn a_dataset_written_to_s3_in_parts_reads_back_the_same_and_exists_only_once_its_manifest_is_written()
+ {
+    let (server, url) = bucket("write-parts");
+    let url = format!("{url}/out/ds");
+    // parts of 5 MiB (S3's smallest): the 13 MiB shard goes up in three parts
+    let opts = with(&server.endpoint(), &[("upload_part_bytes", "5242880")]);
+    let mut w = remote_writer(&url, &opts, 64 << 20, false).unwrap();
+    let len = |_| 130_000usize;
+    for i in 0..100 {
+        w.write(&sample(i, len(i), 1)).unwrap();
+    }
+    w.add_file("skipped.txt", b"none\n").unwrap();
+    // nothing looks like a dataset before the manifest
+    let err = open_remote(&url, &opts).unwrap_err().to_string();
+    assert!(err.contains("manifest.json"), "{err}");
+    let before = testing::names(&url, &opts).unwrap();
+    assert!(!before.contains(&"manifest.json".to_string()), "{before:?}");
+    let manifest = w.finish().unwrap();
+    assert_eq!(manifest.shards.len(), 1);
+    let ds = open_remote(&url, &opts).unwrap();
+    assert_eq!(ds.manifest(), &manifest);
+    assert_samples(&ds, 100, len, 1);
+    let names = testing::names(&url, &opts).unwrap();
+    assert_eq!(names.len(), 3, "{names:?}"); // manifest, shard, skipped.txt
+    assert!(names.contains(&"skipped.txt".to_string()));
+
+    // many small shards, each one PUT
+    let url2 = format!("{url}-small");
+    let mut w = remote_writer(&url2, &opts, 16 << 10, false).unwrap();
+    let len = |i: u64| 200 + (i as usize * 131) % 4000;
+    for i in 0..300 {
+        w.write(&sample(i, len(i), 2)).unwrap();
+    }
+    assert!(w.finish().unwrap().shards.len() > 10);
+    assert_samples(&open_remote(&url2, &opts).unwrap(), 300, len, 2);
+}
+
+#[test]
+fn an_unfinished_or_aborted_remote_writer_leaves_no_object() {
+    let (server, url) = bucket("write-abort");
+    let opts = testing::options(&server.endpoint());
+    for abort in [false, true] {
+        let url = format!("{url}/ds-{abort}");
+        let mut w = remote_writer(&url, &opts, 16 << 10, false).unwrap();
+        for i in 0..200 {
+            w.write(&sample(i, 1000, 3)).unwrap();
+        }
+        w.add_file("kept-as-is.txt", b"x\n").unwrap();
+        assert!(
+            testing::names(&url, &opts).unwrap().len() > 5,
+            "closed shards are uploaded as the writer goes"
+        );
+        if abort {
+            w.abort();
+        } else {
+            drop(w);
+        }
+        assert_eq!(testing::names(&url, &opts).unwrap(), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn an_overwrite_in_s3_keeps_the_old_dataset_until_the_new_manifest_then_deletes_its_shards() {
+    let (server, url) = bucket("write-overwrite");
+    let url = format!("{url}/ds");
+    let opts = testing::options(&server.endpoint());
+    let len = |i: u64| 500 + (i as usize % 7) * 100;
+    let mut w = remote_writer(&url, &opts, 16 << 10, false).unwrap();
+    for i in 0..100 {
+        w.write(&sample(i, len(i), 4)).unwrap();
+    }
+    let old = w.finish().unwrap();
+
+    // without overwrite: refused, nothing touched
+    let err = remote_writer(&url, &opts, 16 << 10, false).unwrap_err();
+    assert!(
+        matches!(err, FormatError::DestinationExists { .. }),
+        "{err}"
+    );
+    let mut w = remote_writer(&url, &opts, 16 << 10, true).unwrap();
+    for i in 0..60 {
+        w.write(&sample(i, len(i), 5)).unwrap();
+    }
+    // the old dataset still reads while the new one is written
+    assert_samples(&open_remote(&url, &opts).unwrap(), 100, len, 4);
+    let new = w.finish().unwrap();
+    assert_samples(&open_remote(&url, &opts).unwrap(), 60, len, 5);
+    let mut expected: Vec<String> = new.shards.iter().map(|s| s.file.clone()).collect();
+    expected.push("manifest.json".into());
+    expected.sort();
+    assert_eq!(testing::names(&url, &opts).unwrap(), expected);
+    assert!(
+        old.shards
+            .iter()
+            .all(|s| new.shards.iter().all(|n| n.file != s.file)),
+        "shards of a new writer never take an old shard's name"
+    );
+}
+
+#[test]
+fn a_prefix_with_foreign_objects_is_refused_and_a_dead_writers_leftovers_are_removed() {
+    let (server, url) = bucket("write-prefix");
+    let opts = testing::options(&server.endpoint());
+    let store = RemoteStore::open(&format!("{url}/mine"), &opts).unwrap();
+    testing::put(&store, "notes.txt", b"keep me".to_vec()).unwrap();
+    for overwrite in [false, true] {
+        let err = remote_writer(&format!("{url}/mine"), &opts, 1 << 20, overwrite).unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("notes.txt") && msg.contains(&format!("{url}/mine")),
+            "{msg}"
+        );
+    }
+    assert_eq!(
+        testing::names(&format!("{url}/mine"), &opts).unwrap(),
+        ["notes.txt"]
+    );
+    // a writer that died before its manifest left a shard: the next writer removes it
+    let store = RemoteStore::open(&format!("{url}/dead"), &opts).unwrap();
+    testing::put(&store, "shard-0badc0de-000000.skh", vec![1, 2, 3]).unwrap();
+    let mut w = remote_writer(&format!("{url}/dead"), &opts, 1 << 20, false).unwrap();
+    w.write(&sample(0, 10, 6)).unwrap();
+    let m = w.finish().unwrap();
+    let names = testing::names(&format!("{url}/dead"), &opts).unwrap();
+    assert_eq!(names, ["manifest.json".into(), m.shards[0].file.clone()]);
+}
+
+#[test]
+fn failed_uploads_are_retried_and_an_upload_that_keeps_failing_is_an_error_that_leaves_nothing() {
+    let (server, url) = bucket("write-faults");
+    let proxy = FaultProxy::start(server.addr()).unwrap();
+    let direct = testing::options(&server.endpoint());
+    let opts = with(&proxy.endpoint(), &[("upload_part_bytes", "5242880")]);
+    let url_ok = format!("{url}/retried");
+    let mut w = remote_writer(&url_ok, &opts, 64 << 20, false).unwrap();
+    proxy.set(Faults {
+        fail_writes: 4,
+        ..Faults::default()
+    });
+    for i in 0..90 {
+        w.write(&sample(i, 130_000, 7)).unwrap();
+    }
+    w.finish().unwrap();
+    assert_eq!(proxy.injected(), 4);
+    assert_samples(&open_remote(&url_ok, &direct).unwrap(), 90, |_| 130_000, 7);
+
+    // beyond the retry budget: an error naming the object, and nothing left behind
+    let url_bad = format!("{url}/failed");
+    let opts = with(&proxy.endpoint(), &[("retries", "1")]);
+    let mut w = remote_writer(&url_bad, &opts, 16 << 10, false).unwrap();
+    for i in 0..50 {
+        w.write(&sample(i, 1000, 8)).unwrap();
+    }
+    proxy.set(Faults {
+        fail_writes: 1000,
+        ..Faults::default()
+    });
+    let err = (50..200)
+        .find_map(|i| w.write(&sample(i, 1000, 8)).err())
+        .expect("closing a shard fails once every write to the store does");
+    let msg = err.to_string();
+    assert!(msg.contains(&url_bad) && msg.contains(".skh"), "{msg}");
+    // the store works again: the writer, given up, deletes what it had uploaded
+    proxy.set(Faults::default());
+    drop(w);
+    assert_eq!(
+        testing::names(&url_bad, &direct).unwrap(),
+        Vec::<String>::new()
+    );
+}

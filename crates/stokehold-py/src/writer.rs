@@ -63,7 +63,7 @@ impl ShardWriter {
 #[pymethods]
 impl ShardWriter {
     #[new]
-    #[pyo3(signature = (path, schema, *, shard_size = 268_435_456, align = 1, zstd_level = 3, overwrite = false, classes = None))]
+    #[pyo3(signature = (path, schema, *, shard_size = 268_435_456, align = 1, zstd_level = 3, overwrite = false, classes = None, storage_options = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -74,6 +74,7 @@ impl ShardWriter {
         zstd_level: i32,
         overwrite: bool,
         classes: Option<Vec<String>>,
+        storage_options: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
         if shard_size == 0 {
@@ -85,7 +86,14 @@ impl ShardWriter {
             overwrite,
         };
         let mut inner = py
-            .detach(|| DatasetWriter::create(&path, schema, options))
+            .detach(|| {
+                DatasetWriter::create_with(
+                    &path,
+                    schema,
+                    options,
+                    &storage_options.unwrap_or_default(),
+                )
+            })
             .map_err(|e| to_py_err(py, e))?;
         if let Some(classes) = classes {
             inner.set_classes(classes);

@@ -42,10 +42,12 @@ mod counting;
 mod prefetch;
 #[doc(hidden)]
 pub mod testing;
+mod write;
 
 use counting::Counters;
 pub use prefetch::PrefetchStats;
 use prefetch::Prefetcher;
+pub use write::{DEFAULT_PART_BYTES, RemoteTarget, Upload};
 
 /// Default of the `retries` option: how many times one request is retried.
 pub const DEFAULT_RETRIES: usize = 10;
@@ -92,7 +94,8 @@ where
 /// Counts of one store's requests (or, from [`process_stats`], of every store in the process).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RemoteStats {
-    /// Logical requests made by stokehold (HEADs and ranged GETs, each counted once).
+    /// Logical requests made by stokehold (HEADs and ranged GETs; when writing, PUTs, upload
+    /// parts, LISTs and DELETEs), each counted once.
     pub requests: u64,
     /// HTTP requests actually sent, retries included.
     pub http_requests: u64,
@@ -179,6 +182,8 @@ pub struct RemoteStore {
     retries: usize,
     counters: Arc<Counters>,
     prefetch: Prefetcher,
+    /// Part size of uploads (`upload_part_bytes`).
+    part_bytes: usize,
     /// Ids of this store's objects (keys of the prefetcher's ranges).
     next_object: std::sync::atomic::AtomicU64,
 }
@@ -208,6 +213,7 @@ impl RemoteStore {
         let mut retries = DEFAULT_RETRIES;
         let mut prefetch_bytes = prefetch::DEFAULT_BUDGET;
         let mut prefetch_requests = prefetch::DEFAULT_REQUESTS;
+        let mut part_bytes = write::DEFAULT_PART_BYTES;
         let mut config: Vec<(String, &str)> = Vec::new();
         let count = |key: &str, v: &str| {
             v.parse::<u64>().map_err(|_| {
@@ -220,6 +226,9 @@ impl RemoteStore {
             match k.to_ascii_lowercase().as_str() {
                 "retries" => retries = count("retries", v)? as usize,
                 "prefetch_bytes" => prefetch_bytes = count("prefetch_bytes", v)?,
+                "upload_part_bytes" => {
+                    part_bytes = count("upload_part_bytes", v)?.max(1) as usize;
+                }
                 "prefetch_requests" => {
                     prefetch_requests = count("prefetch_requests", v)?.max(1) as usize;
                 }
@@ -282,6 +291,7 @@ impl RemoteStore {
             retries,
             counters,
             prefetch: Prefetcher::new(prefetch_bytes, prefetch_requests),
+            part_bytes,
             next_object: std::sync::atomic::AtomicU64::new(0),
         }))
     }

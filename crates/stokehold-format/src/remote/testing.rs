@@ -134,6 +134,16 @@ pub fn put(store: &Arc<RemoteStore>, name: &str, bytes: Vec<u8>) -> io::Result<(
         .map_err(|e| io::Error::other(format!("PUT {url}: {e}")))
 }
 
+/// The names of the objects under the dataset URL `url`, sorted.
+pub fn names(url: &str, options: &BTreeMap<String, String>) -> io::Result<Vec<String>> {
+    let store = RemoteStore::open(url, options).map_err(io::Error::other)?;
+    Ok(store
+        .list_names()
+        .map_err(io::Error::other)?
+        .into_iter()
+        .collect())
+}
+
 /// Upload every file of the directory `dir` (not recursive) under `url`.
 pub fn upload_dir(dir: &Path, url: &str, options: &BTreeMap<String, String>) -> io::Result<()> {
     let store = RemoteStore::open(url, options).map_err(io::Error::other)?;
@@ -155,6 +165,9 @@ pub struct Faults {
     pub delay: Duration,
     /// The next N GETs are answered `503 SlowDown` without reaching the server.
     pub fail_gets: u32,
+    /// The next N writes (PUT and POST: objects, parts, multipart create and complete) are
+    /// answered `503 SlowDown` without reaching the server.
+    pub fail_writes: u32,
     /// The next N ranged GET responses are reset (TCP RST) halfway through the body.
     pub reset_bodies: u32,
     /// The next N ranged GET responses are closed (FIN) halfway through the body.
@@ -276,7 +289,8 @@ fn serve(
     let plan = {
         let mut f = faults.lock().unwrap_or_else(|p| p.into_inner());
         let delay = f.delay;
-        let fail = is_get && take(&mut f.fail_gets);
+        let is_write = head.starts_with("PUT ") || head.starts_with("POST ");
+        let fail = (is_get && take(&mut f.fail_gets)) || (is_write && take(&mut f.fail_writes));
         (delay, fail, f.clone())
     };
     let (delay, fail, _) = plan;

@@ -90,6 +90,10 @@ pub struct PackOptions {
     /// WebDataset and TFRecord: the fields to pack, by member extension or feature name
     /// (`None`: the ones at least half the samples have, see [`FieldChoice`]).
     pub fields: Option<Vec<FieldChoice>>,
+    /// Storage options of an object-storage destination (`s3://...`; the names of
+    /// `OpenOptions::storage_options`, plus `upload_part_bytes`); credentials otherwise come from
+    /// the environment.
+    pub storage_options: std::collections::BTreeMap<String, String>,
 }
 
 /// The default of [`PackOptions::max_skip_fraction`]: 1% of the inputs.
@@ -294,6 +298,7 @@ impl Default for PackOptions {
             images: ImagePolicy::default(),
             max_skip_fraction: DEFAULT_MAX_SKIP_FRACTION,
             fields: None,
+            storage_options: Default::default(),
         }
     }
 }
@@ -655,7 +660,12 @@ pub fn pack(
         SourceKind::TfRecord => tfrecord::plan(sources, options, progress)?,
     };
     let pool = thread_pool(options.threads, "pack")?;
-    let mut writer = DatasetWriter::create(dest, plan.schema.clone(), options.write)?;
+    let mut writer = DatasetWriter::create_with(
+        dest,
+        plan.schema.clone(),
+        options.write,
+        &options.storage_options,
+    )?;
     if let Some(classes) = &plan.classes {
         writer.set_classes(classes.clone());
     }
@@ -734,14 +744,19 @@ pub fn pack(
     })
 }
 
-/// Refuse URLs (object storage is not supported yet), and a destination that is a source, holds
-/// one or lies inside one: symbolic links are resolved first, so a link cannot hide the overlap.
-/// (An overwrite could otherwise replace the very files it packs; a dataset inside a source
-/// folder would be read as input by the next pack.)
+/// Refuse source URLs (sources are local files), a destination URL of anything but an object
+/// store, and a local destination that is a source, holds one or lies inside one: symbolic links
+/// are resolved first, so a link cannot hide the overlap. (An overwrite could otherwise replace
+/// the very files it packs; a dataset inside a source folder would be read as input by the next
+/// pack.)
 pub(crate) fn check_paths(sources: &[PathBuf], dest: &Path) -> Result<(), PackError> {
-    for p in sources.iter().map(PathBuf::as_path).chain([dest]) {
+    for p in sources {
         stokehold_format::require_local(p)?;
     }
+    if stokehold_format::is_object_store_url(dest) {
+        return Ok(()); // written by the format crate's object-storage writer
+    }
+    stokehold_format::require_local(dest)?;
     let d = resolve(dest);
     for s in sources {
         let Ok(src) = s.canonicalize() else {

@@ -255,7 +255,12 @@ pub fn pack_tokens(
         eos,
         dtype: tok.dtype(),
     };
-    let mut writer = DatasetWriter::create(dest, token_schema(), options.write)?;
+    let mut writer = DatasetWriter::create_with(
+        dest,
+        token_schema(),
+        options.write,
+        &options.storage_options,
+    )?;
     let mut lines = Lines {
         files: &files,
         file: 0,
