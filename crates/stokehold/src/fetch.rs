@@ -314,8 +314,13 @@ pub fn hint(
         let e = ds.shards()[k].entry(local);
         scratch.push((k, e.offset, e.offset + u64::from(e.len)));
     }
+    hint_ranges(ds, scratch);
+}
+
+/// Readahead of byte ranges `(shard, start, end)` (sorted here): one `Storage::will_read` per
+/// shard with its ranges (storage coalesces them, or fetches them ahead).
+pub fn hint_ranges(ds: &Dataset, scratch: &mut [(usize, u64, u64)]) {
     scratch.sort_unstable();
-    // one hint per shard with its records (storage coalesces them, or fetches them ahead)
     let mut records: Vec<(u64, u64)> = Vec::new();
     let mut i = 0;
     while i < scratch.len() {

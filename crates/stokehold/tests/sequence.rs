@@ -589,3 +589,50 @@ fn the_ram_cache_serves_token_windows_with_the_same_bytes() {
     );
     assert!(stats(&cached).hits > hits, "the second epoch reads RAM");
 }
+
+#[test]
+fn token_windows_from_s3_are_fetched_ahead_and_are_the_local_ones() {
+    use stokehold::format::remote::testing::{self, S3Server};
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("ds");
+    let local = write(&path, &lengths(800), false);
+    assert!(local.dataset().shards().len() > 10);
+    let server = S3Server::shared();
+    server.create_bucket("tokens").unwrap();
+    let url = "s3://tokens/corpus";
+    let storage_options = testing::options(&server.endpoint());
+    testing::upload_dir(&path, url, &storage_options).unwrap();
+    let remote = open(
+        Path::new(url),
+        OpenOptions {
+            storage_options,
+            ..OpenOptions::default()
+        },
+    );
+    for mode in [
+        SequenceMode::Packed { seq_len: 16 },
+        SequenceMode::Documents {
+            max_len: 64,
+            pad_id: 0,
+            bucket: 1,
+        },
+    ] {
+        let config = SequenceConfig { mode, ..cfg(16, 8) };
+        let reference = run(&SequenceLoader::new(Arc::clone(&local), config.clone()).unwrap());
+        let loader = SequenceLoader::new(Arc::clone(&remote), config).unwrap();
+        let before = loader.stats().storage.expect("remote counts").prefetch;
+        let batches = run(&loader);
+        for name in ["input_ids", "labels"] {
+            assert!(
+                rows(&batches, name) == rows(&reference, name),
+                "{mode:?} {name}"
+            );
+        }
+        let p = loader.stats().storage.expect("remote counts").prefetch;
+        assert!(p.requests > before.requests, "{mode:?}: {p:?}");
+        assert!(
+            p.hits > p.misses,
+            "{mode:?}: announced reads come from ranges fetched ahead: {p:?}"
+        );
+    }
+}

@@ -324,16 +324,52 @@ impl TokenDataset {
         true
     }
 
-    /// Plan the reads of tokens `[start, start + n)` into `p` (for sample `id`).
-    fn plan(&self, id: Option<u64>, start: u64, n: u64, p: &mut Planned) {
+    /// The reads of tokens `[start, start + n)`: see [`TokenIndex::pieces_into`]; records not yet
+    /// checked in this process are read whole (see [`VERIFY_MAX_RECORD`]).
+    fn pieces(
+        &self,
+        start: u64,
+        n: u64,
+        out: &mut TokenReads,
+    ) -> std::result::Result<(), stokehold_format::FormatError> {
         let verify = self.ds.verifies_records();
         let whole = |d: u64, e: IndexEntry| {
             verify && u64::from(e.len) <= VERIFY_MAX_RECORD && !self.checked(d)
         };
+        self.index
+            .pieces_into(self.ds.shards(), start, n, whole, out)
+    }
+
+    /// Whether announcing reads ahead pays: the shards are in object storage and not all in
+    /// memory (for local files, the page cache's own readahead serves token windows).
+    fn readahead(&self) -> bool {
+        self.ds.remote_stats().is_some() && !self.cache.get().is_some_and(|c| c.complete())
+    }
+
+    /// Tell storage that the token ranges `ranges` will be read soon (the byte ranges of their
+    /// planned reads, those not in memory).
+    fn hint(&self, ranges: impl Iterator<Item = (u64, u64)>, scratch: &mut Vec<(usize, u64, u64)>) {
+        scratch.clear();
+        let mut reads = TokenReads::default();
+        for (start, n) in ranges {
+            if self.pieces(start, n, &mut reads).is_err() {
+                continue; // the fill reports it
+            }
+            for r in reads.reads() {
+                let len = usize::try_from(r.len()).unwrap_or(usize::MAX);
+                if self.memory(r, len).is_none() {
+                    scratch.push((r.shard, r.lo, r.hi));
+                }
+            }
+        }
+        crate::fetch::hint_ranges(&self.ds, scratch);
+    }
+
+    /// Plan the reads of tokens `[start, start + n)` into `p` (for sample `id`).
+    fn plan(&self, id: Option<u64>, start: u64, n: u64, p: &mut Planned) {
         p.id = id;
         p.error = self
-            .index
-            .pieces_into(self.ds.shards(), start, n, whole, &mut p.reads)
+            .pieces(start, n, &mut p.reads)
             .err()
             .map(EngineError::from);
         if p.error.is_some() {
@@ -840,6 +876,15 @@ impl Samples for Tokens {
 
     fn whole_batch_tasks(&self) -> bool {
         true
+    }
+
+    fn readahead(&self) -> bool {
+        self.data.readahead()
+    }
+
+    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
+        self.data
+            .hint(ids.iter().filter_map(|&id| self.range_of(id)), scratch);
     }
 
     fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
