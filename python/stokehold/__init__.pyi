@@ -79,7 +79,7 @@ class Dataset:
     @property
     def access(self) -> str:
         """How the shards are read (after the automatic choice): ``"pread"``, ``"mmap"``,
-        ``"direct"`` or ``"memory"``."""
+        ``"direct"`` or ``"memory"``; ``"remote"`` for ranged GETs from object storage."""
     def __len__(self) -> int:
         """The number of samples."""
     def __getitem__(self, i: int, /) -> Dict[str, _Value]:

@@ -53,6 +53,7 @@ def test_a_dataset_in_s3_reads_and_loads_like_the_local_one(s3, tmp_path):
     upload(client, tmp_path / "ds", "data/ds")
 
     remote = stokehold.Dataset("s3://pyds/data/ds", storage_options=options)
+    assert remote.access == "remote" and local.access == "pread"
     assert len(remote) == len(local) == 300
     assert remote.manifest == local.manifest
     for i in range(len(local)):

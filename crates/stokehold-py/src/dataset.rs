@@ -178,10 +178,13 @@ impl Dataset {
     }
 
     /// How the shards are read: "pread", "mmap", "direct" or "memory" (after the automatic
-    /// choice).
+    /// choice), or "remote" (ranged GETs from object storage).
     #[getter]
     fn access(&self) -> &'static str {
-        self.inner.access().name()
+        match self.inner.shards().first().map(|s| s.source().kind()) {
+            Some("remote") => "remote",
+            _ => self.inner.access().name(),
+        }
     }
 
     fn __len__(&self) -> usize {
