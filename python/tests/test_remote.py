@@ -145,3 +145,24 @@ def test_shard_writer_writes_to_s3_and_the_dataset_exists_only_after_close(s3, t
                 w.write({"b": b"x" * 200})
             raise RuntimeError("stop")
     assert client.list_objects_v2(Bucket="pyds", Prefix="aborted/").get("KeyCount", 0) == 0
+
+
+def test_wrong_credentials_are_one_clear_error_naming_the_url(s3, tmp_path):
+    client, options = s3
+    write(tmp_path / "ds", 20, shard_size=4096)
+    upload(client, tmp_path / "ds", "auth/ds")
+    # moto checks credentials once its count of unauthenticated actions is used up: make it 0
+    from moto import settings
+
+    old = settings.INITIAL_NO_AUTH_ACTION_COUNT
+    settings.INITIAL_NO_AUTH_ACTION_COUNT = 0
+    try:
+        with pytest.raises(stokehold.StokeholdIOError) as e:
+            stokehold.Dataset("s3://pyds/auth/ds", storage_options={**options, "secret": "not-the-secret"})
+    finally:
+        settings.INITIAL_NO_AUTH_ACTION_COUNT = old
+    msg = str(e.value)
+    assert "s3://pyds/auth/ds/manifest.json" in msg and "access denied (check the credentials)" in msg, msg
+    assert "not-the-secret" not in msg and SECRET not in msg
+    # the same dataset reads with the right credentials
+    assert len(stokehold.Dataset("s3://pyds/auth/ds", storage_options=options)) == 20
