@@ -83,7 +83,9 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	$(CARGO) bench -q -p stokehold --bench sequence
 	$(CARGO) bench -q -p stokehold --bench storage
 	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
-	$(CARGO) bench -q -p stokehold-cli --bench remote
+	@# a Rust S3 server for the object-storage bench (moto, the tests' server, is the bottleneck)
+	[ -x .tools/bin/s3s-fs ] || $(CARGO) install -q s3s-fs@0.14.1 --locked --features binary --root .tools
+	STOKEHOLD_S3S_FS=$(CURDIR)/.tools/bin/s3s-fs $(CARGO) bench -q -p stokehold-cli --bench remote
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

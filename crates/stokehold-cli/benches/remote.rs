@@ -11,9 +11,12 @@
 //!    `Dataset` in a 2-worker PyTorch DataLoader does (target >= 10 at 20 ms);
 //! 4. time to first batch from a 1,000-shard dataset at 20 ms (target < 2 s).
 //!
-//! The images are the `stokehold sample-data` set (photograph-like JPEGs about 500x375); moto is
-//! a Python server on the same 2 cores, so the ratios are those of this machine, where the server
-//! competes with the decoders. Environment: `STOKEHOLD_BENCH_IMAGES` (default 2000).
+//! The images are the `stokehold sample-data` set (photograph-like JPEGs about 500x375). The
+//! server is moto's, or, when `STOKEHOLD_S3S_FS` names the `s3s-fs` binary (a Rust S3 server on
+//! a local directory; `make bench` installs it with `cargo install s3s-fs --features binary`),
+//! that one: moto, a Python server, serves about 190 requests/s here and is then the bottleneck.
+//! Either runs on the same 2 cores as the decoders. Environment: `STOKEHOLD_BENCH_IMAGES`
+//! (default 2000), `STOKEHOLD_BENCH_DELAYS` (default `0,20,50`, ms), `STOKEHOLD_S3S_FS`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -78,15 +81,19 @@ fn loader(ds: Arc<Dataset>, decode: bool) -> Loader {
         .loader
 }
 
-/// Samples per second of one epoch.
-fn epoch(l: &mut Loader, e: u64) -> f64 {
+/// Samples per second of epoch `e` of a loader made for it (and dropped after it: a loader
+/// kept between epochs prepares its next epoch in the background, which would run while the
+/// other side of an alternated comparison is measured), and the loader's storage counts.
+fn epoch(ds: &Arc<Dataset>, decode: bool, e: u64) -> (f64, stokehold::format::remote::RemoteStats) {
+    let mut l = loader(Arc::clone(ds), decode);
     l.set_epoch(e);
     let t = Instant::now();
     let mut n = 0usize;
     for b in l.iter().unwrap() {
         n += b.unwrap().len();
     }
-    n as f64 / t.elapsed().as_secs_f64()
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    (rate, l.stats().storage.unwrap_or_default())
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -172,34 +179,47 @@ fn main() {
     let n = images.to_string();
     cli(&["sample-data", &dir("img"), "--images", &n]);
     cli(&["pack", &dir("img"), &dir("ds"), "--shard-size", "16MiB"]);
-    let server = S3Server::shared();
+    let fs_server = std::env::var_os("STOKEHOLD_S3S_FS").map(|bin| {
+        S3Server::start_s3s_fs(Path::new(&bin), &tmp.path().join("s3"))
+            .unwrap_or_else(|e| panic!("cannot start s3s-fs ({bin:?}): {e}"))
+    });
+    let server = match &fs_server {
+        Some(s) => s,
+        None => S3Server::shared(),
+    };
     server.create_bucket("bench").unwrap();
     let url = "s3://bench/ds";
     testing::upload_dir(Path::new(&dir("ds")), url, &options(&server.endpoint())).unwrap();
     let local = open(&dir("ds"), &BTreeMap::new());
     println!(
-        "{images} sample-data JPEGs, {:.1} MB in {} shards; moto on 127.0.0.1 behind the fault proxy",
+        "{images} sample-data JPEGs, {:.1} MB in {} shards; {} on 127.0.0.1 behind the fault proxy",
         local.bytes() as f64 / 1e6,
-        local.shards().len()
+        local.shards().len(),
+        server.kind()
     );
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let opts = options(&proxy.endpoint());
-    for ms in [0u64, 20, 50] {
+    let delays: Vec<u64> = std::env::var("STOKEHOLD_BENCH_DELAYS")
+        .unwrap_or_else(|_| "0,20,50".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    for ms in delays {
         proxy.set(Faults {
             delay: Duration::from_millis(ms),
             ..Faults::default()
         });
         // 1. decode pipeline, remote vs local, alternated, medians of 3
-        let mut l_local = loader(Arc::clone(&local), true);
         let remote = open(url, &opts);
-        let mut l_remote = loader(Arc::clone(&remote), true);
         let (mut a, mut b) = (Vec::new(), Vec::new());
+        let mut st = Default::default();
         for e in 0..3 {
-            a.push(epoch(&mut l_local, e));
-            b.push(epoch(&mut l_remote, e));
+            a.push(epoch(&local, true, e).0);
+            let (rate, s) = epoch(&remote, true, e);
+            b.push(rate);
+            st = s;
         }
         let (loc, rem) = (median(a), median(b));
-        let st = l_remote.stats().storage.unwrap_or_default();
         println!(
             "{ms:>2} ms: decode+crop+flip from s3:// {rem:.0} images/s, local {loc:.0}: ratio {:.2} \
              (target >= 0.9 at 20 ms); {} requests, {} retries, prefetch hits {} misses {}",
@@ -210,17 +230,20 @@ fn main() {
             st.prefetch.misses
         );
         // 2. raw records vs the server's own parallel GETs
-        let mut raw = loader(Arc::clone(&remote), false);
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for e in 0..3 {
             a.push(parallel_gets(&remote, 64));
-            b.push(epoch(&mut raw, e));
+            let (rate, s) = epoch(&remote, false, e);
+            b.push(rate);
+            st = s;
         }
         let (gets, stream) = (median(a), median(b));
         println!(
             "{ms:>2} ms: raw records from s3:// {stream:.0}/s, 64 parallel ranged GETs {gets:.0}/s: \
-             ratio {:.2} (target >= 0.9)",
-            stream / gets
+             ratio {:.2} (target >= 0.9); prefetch hits {} misses {}",
+            stream / gets,
+            st.prefetch.hits,
+            st.prefetch.misses
         );
         // 3. against one GET per image from 2 threads (a few hundred images: it is slow)
         if ms == 20 {

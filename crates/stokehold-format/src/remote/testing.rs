@@ -20,12 +20,24 @@ use object_store::ObjectStoreExt;
 
 use super::{RemoteStore, block_on};
 
-/// The moto server of this test process.
+/// The moto server of this test process, or an `s3s-fs` server ([`S3Server::start_s3s_fs`]).
 #[derive(Debug)]
 pub struct S3Server {
     port: u16,
-    _child: Child,
+    child: Child,
     _stdin: Mutex<ChildStdin>,
+    /// s3s-fs: the directory it serves (a bucket is a folder in it).
+    root: Option<PathBuf>,
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        // moto exits when its standard input closes; s3s-fs has to be stopped
+        if self.root.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// The Python with moto: `STOKEHOLD_TEST_PYTHON`, else the repository's `.venv`.
@@ -77,9 +89,54 @@ impl S3Server {
         })?;
         Ok(S3Server {
             port,
-            _child: child,
+            child,
             _stdin: Mutex::new(stdin),
+            root: None,
         })
+    }
+
+    /// Start the `s3s-fs` binary at `binary` (a Rust S3 server on a local directory,
+    /// `cargo install s3s-fs --features binary`; far faster than moto, for benchmarks) serving
+    /// `root` on 127.0.0.1, with the credentials of [`options`].
+    pub fn start_s3s_fs(binary: &Path, root: &Path) -> io::Result<S3Server> {
+        std::fs::create_dir_all(root)?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut child = Command::new(binary)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", TEST_KEY, "--secret-key", TEST_SECRET])
+            .arg(root)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdin = child.stdin.take().expect("piped");
+        let server = S3Server {
+            port,
+            child,
+            _stdin: Mutex::new(stdin),
+            root: Some(root.to_path_buf()),
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(server.addr()).is_err() {
+            if std::time::Instant::now() > deadline {
+                return Err(io::Error::other(format!(
+                    "{} did not listen on {} within 20 s",
+                    binary.display(),
+                    server.addr()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(server)
+    }
+
+    /// Which server this is: "moto" or "s3s-fs".
+    pub fn kind(&self) -> &'static str {
+        if self.root.is_some() {
+            "s3s-fs"
+        } else {
+            "moto"
+        }
     }
 
     /// The server's address.
@@ -92,8 +149,11 @@ impl S3Server {
         format!("http://{}", self.addr())
     }
 
-    /// Create `bucket` (moto accepts unsigned requests).
+    /// Create `bucket` (moto accepts unsigned requests; for s3s-fs a bucket is a folder).
     pub fn create_bucket(&self, bucket: &str) -> io::Result<()> {
+        if let Some(root) = &self.root {
+            return std::fs::create_dir_all(root.join(bucket));
+        }
         let mut s = TcpStream::connect(self.addr())?;
         write!(
             s,
@@ -112,11 +172,16 @@ impl S3Server {
     }
 }
 
+/// The test servers' access key.
+pub const TEST_KEY: &str = "stokehold-test";
+/// The test servers' secret key.
+pub const TEST_SECRET: &str = "stokehold-test-secret";
+
 /// Storage options for a test server (or a proxy in front of it) at `endpoint`.
 pub fn options(endpoint: &str) -> BTreeMap<String, String> {
     [
-        ("key", "stokehold-test"),
-        ("secret", "stokehold-test-secret"),
+        ("key", TEST_KEY),
+        ("secret", TEST_SECRET),
         ("region_name", "us-east-1"),
         ("endpoint_url", endpoint),
         ("allow_http", "true"),
