@@ -1,0 +1,88 @@
+"""What a newcomer sees when an argument is wrong: the message names the option, what was wrong
+with it and what to give instead (no Rust type names, no serde or ``Some(...)`` wording)."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from stokehold import ConfigError, Loader
+from stokehold.image import CenterCrop, RandomResizedCrop, Resize
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _loader_helpers import write  # noqa: E402
+
+N = 10
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("messages") / "ds", N)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, "0", True])
+def test_a_seed_out_of_range_names_the_option_and_the_range(ds, seed):
+    with pytest.raises(ConfigError) as e:
+        Loader(ds, 2, seed=seed)
+    assert str(e.value) == f"seed must be an int from 0 to 2**64 - 1 (e.g. seed=0), got {seed!r}"
+
+
+def test_numpy_integers_are_ints(ds):
+    loader = Loader(ds, 2, seed=np.uint64(2**64 - 1), rank=np.int64(1), world_size=np.int32(2))
+    assert loader.config["loader"]["seed"] == 2**64 - 1 and (loader.rank, loader.world_size) == (1, 2)
+
+
+def test_other_negative_ints_name_their_option(ds):
+    with pytest.raises(ConfigError, match=r"^world_size must be the number of processes loading, an int >= 1, got -2$"):
+        Loader(ds, 2, rank=0, world_size=-2)
+    with pytest.raises(ConfigError, match=r"^rank must be this process's rank, an int from 0 to world_size - 1 \(1\), got -1$"):
+        Loader(ds, 2, rank=-1, world_size=2)
+    with pytest.raises(ConfigError, match=r"^shuffle_window must be a number of shards >= 1, got -1$"):
+        Loader(ds, 2, shuffle="shard_block", shuffle_window=-1)
+    loader = Loader(ds, 2)
+    with pytest.raises(ConfigError, match=r"^epoch must be an int >= 0 \(the first epoch is 0\), got -1$"):
+        loader.set_epoch(-1)
+
+
+@pytest.mark.parametrize(
+    "make, given",
+    [
+        (lambda: RandomResizedCrop(0), "0"),
+        (lambda: RandomResizedCrop((224, -1)), "(224, -1)"),
+        (lambda: Resize(70000), "70000"),
+        (lambda: CenterCrop("224"), "'224'"),
+    ],
+)
+def test_an_image_size_out_of_range_fails_where_it_is_written(make, given):
+    with pytest.raises(ValueError) as e:
+        make()
+    msg = str(e.value)
+    assert "size must be a positive int" in msg and msg.endswith(f"each from 1 to 65535; got {given}"), msg
+    assert "Some(" not in msg and "Number(" not in msg
+
+
+def test_load_state_dict_of_not_a_state_says_what_it_needs(ds):
+    loader = Loader(ds, 2)
+    for bad in (None, 5, [("position", 0)]):
+        with pytest.raises(TypeError) as e:
+            loader.load_state_dict(bad)
+        msg = str(e.value)
+        assert msg.startswith("load_state_dict needs a state that state_dict() returned (a dict, or its JSON string), got "), msg
+        assert type(bad).__name__ in msg
+
+
+def test_a_batch_larger_than_the_dataset_with_drop_last_is_refused(ds):
+    with pytest.raises(ConfigError) as e:
+        Loader(ds, N + 1)
+    msg = str(e.value)
+    assert msg.startswith(f"batch_size {N + 1} is more than the {N} samples of an epoch, and drop_last=True"), msg
+    assert f"use batch_size <= {N}, or drop_last=False" in msg
+    # two ranks: the step is batch_size x world_size
+    with pytest.raises(ConfigError, match=rf"^batch_size 6 x world_size 2 = 12 is more than the {N} samples .* use batch_size <= 5,"):
+        Loader(ds, 6, rank=0, world_size=2)
+    # what the message offers works
+    assert len(Loader(ds, N)) == 1 and len(Loader(ds, 5, rank=1, world_size=2)) == 1
+    padded = Loader(ds, N + 1, drop_last=False, include_ids=True)
+    (batch,) = list(padded)
+    assert len(batch["id"]) == N + 1 and batch["is_padding"].sum() == 1
