@@ -1,13 +1,14 @@
 """What a newcomer sees when an argument is wrong: the message names the option, what was wrong
 with it and what to give instead (no Rust type names, no serde or ``Some(...)`` wording)."""
 
+import errno
 import os
 import sys
 
 import numpy as np
 import pytest
 
-from stokehold import ConfigError, Loader
+from stokehold import ConfigError, Dataset, Loader, SchemaError, ShardWriter, StokeholdIOError
 from stokehold.image import CenterCrop, RandomResizedCrop, Resize
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -86,3 +87,31 @@ def test_a_batch_larger_than_the_dataset_with_drop_last_is_refused(ds):
     padded = Loader(ds, N + 1, drop_last=False, include_ids=True)
     (batch,) = list(padded)
     assert len(batch["id"]) == N + 1 and batch["is_padding"].sum() == 1
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("shard_size", -1, "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got -1"),
+        ("shard_size", 0, "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got 0"),
+        ("align", -1, "align must be a power of two from 1 to 1048576, got -1"),
+        ("align", 2**40, f"align must be a power of two from 1 to 1048576, got {2**40}"),
+    ],
+)
+def test_writer_options_out_of_range_name_the_option(tmp_path, option, value, expected):
+    with pytest.raises(SchemaError) as e:
+        ShardWriter(tmp_path / "w", {"x": "int64"}, **{option: value})
+    assert str(e.value) == expected
+    assert not (tmp_path / "w").exists()
+
+
+def test_opening_a_folder_that_is_not_a_dataset_says_how_to_make_one(tmp_path):
+    (tmp_path / "photos").mkdir()
+    for path, what in [
+        (tmp_path / "photos", f"{tmp_path / 'photos'} is not a stokehold dataset (it has no manifest.json)"),
+        (tmp_path / "nope", f"{tmp_path / 'nope'}: no such directory (a dataset is a directory with a manifest.json)"),
+    ]:
+        with pytest.raises(StokeholdIOError) as e:
+            Dataset(path)
+        assert e.value.errno == errno.ENOENT
+        assert str(e.value) == f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR"
