@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from stokehold import ConfigError, Dataset, Loader, SchemaError, ShardWriter, StokeholdIOError
+from stokehold import ConfigError, Dataset, IncompatibleStateError, Loader, SchemaError, ShardWriter, StokeholdIOError
 from stokehold.image import CenterCrop, RandomResizedCrop, Resize
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -115,3 +115,14 @@ def test_opening_a_folder_that_is_not_a_dataset_says_how_to_make_one(tmp_path):
             Dataset(path)
         assert e.value.errno == errno.ENOENT
         assert str(e.value) == f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR"
+
+
+def test_a_state_of_another_shuffle_names_both_in_their_python_words(ds):
+    state = Loader(ds, 2, shuffle="shard_block").state_dict()
+    with pytest.raises(IncompatibleStateError) as e:
+        Loader(ds, 2, shuffle=True).load_state_dict(state)
+    assert e.value.field == "shuffle"
+    assert str(e.value) == (
+        "incompatible resume state: shuffle is shard_block (window 4) in the state but global here; load a state "
+        "into a loader made like the one that saved it (same dataset, seed and shuffle), or start without it"
+    )
