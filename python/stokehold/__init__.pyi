@@ -259,9 +259,11 @@ class Loader:
         ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
         each window: for streaming reads).
     :param shuffle_window: shards per window for ``"shard_block"`` (default 4).
-    :param seed: seed of the order and of every random stage.
+    :param seed: seed of the order and of every random stage (an int from 0 to 2**64 - 1).
     :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
-        pads it with repeats of the epoch's first samples, flagged in ``is_padding``.
+        pads it with repeats of the epoch's first samples, flagged in ``is_padding``. A step
+        (``batch_size`` x ``world_size``) larger than the whole dataset is refused with
+        ``drop_last=True``, as an epoch would have no batches.
     :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
         any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
         out as stored.
@@ -312,7 +314,8 @@ class Loader:
         shared safely by several processes) and read from there once copied.
     :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
         datasets are evicted, least recently used first, to make room.
-    :raises ConfigError: an invalid option, field or stage.
+    :raises ConfigError: an invalid option, field or stage, or ``drop_last=True`` with a step
+        larger than the dataset.
     :raises TypeError: a stage that is not a stage.
     """
 
@@ -357,8 +360,8 @@ class Loader:
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
     def set_epoch(self, epoch: int) -> None:
-        """Run ``epoch`` at the next iteration, from its beginning (a resumed position is kept when
-        ``epoch`` is already the current epoch). Stops a running iteration."""
+        """Run ``epoch`` (an int >= 0) at the next iteration, from its beginning (a resumed position
+        is kept when ``epoch`` is already the current epoch). Stops a running iteration."""
     @property
     def epoch(self) -> int:
         """The epoch the next (or the running) iteration belongs to."""
@@ -388,6 +391,7 @@ class Loader:
 
         :raises IncompatibleStateError: the state is of another dataset, seed, order or version
             (``.field`` names it).
+        :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
         """
     def stats(self) -> Dict[str, Any]:
         """Statistics since the loader was made: ``stages`` (a list of dicts with ``name``,
@@ -437,7 +441,7 @@ class SequenceLoader:
     :param seq_len: tokens per packed sample.
     :param batch_size: samples per batch, per rank.
     :param shuffle: shuffle the windows (or documents) every epoch.
-    :param seed: seed of the order.
+    :param seed: seed of the order (an int from 0 to 2**64 - 1).
     :param rank: this process's rank; with ``world_size``. Default:
         :func:`default_rank_world_size`.
     :param world_size: number of ranks.
@@ -447,7 +451,9 @@ class SequenceLoader:
     :param segment_ids: add ``segment_ids`` (packed): the index within the window of each input
         token's document, for cross-document attention masking.
     :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
-        pads it with repeats.
+        pads it with repeats. A step (``batch_size`` x ``world_size``) larger than the epoch's
+        windows (or documents) is refused with ``drop_last=True``, as an epoch would have no
+        batches.
     :param max_len: documents mode: longest sample (input tokens).
     :param pad_id: documents mode: the input id of padding.
     :param bucket: documents mode: sort runs of this many epoch positions by length (length
@@ -465,7 +471,8 @@ class SequenceLoader:
         filesystems).
     :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
         byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
-    :raises ConfigError: not a token dataset, or an invalid option.
+    :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
+        step larger than the epoch.
     """
 
     def __init__(
@@ -501,8 +508,8 @@ class SequenceLoader:
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
     def set_epoch(self, epoch: int) -> None:
-        """Run ``epoch`` at the next iteration, from its beginning (a resumed position is kept when
-        ``epoch`` is already the current epoch). Stops a running iteration."""
+        """Run ``epoch`` (an int >= 0) at the next iteration, from its beginning (a resumed position
+        is kept when ``epoch`` is already the current epoch). Stops a running iteration."""
     @property
     def epoch(self) -> int:
         """The epoch the next (or the running) iteration belongs to."""
@@ -537,9 +544,21 @@ class SequenceLoader:
 
         :raises IncompatibleStateError: the state is of another dataset, ``seq_len``/``max_len``,
             seed or order.
+        :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
         """
     def stats(self) -> Dict[str, Any]:
-        """``batches``, ``tokens``, ``consumer_wait`` and ``worker_busy`` (seconds)."""
+        """Statistics since the loader was made: ``stages`` (a list of dicts with ``name``,
+        ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
+        seconds per item),
+        ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``,
+        ``prefetch`` (the depth now), ``bytes_read`` and ``records_read`` (what the pipeline took
+        from storage), ``profiled`` (whether stages were timed) and ``caches`` (``"records"``,
+        ``"decoded"``, ``"decoded-disk"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
+        ``saved`` seconds of worker time) and ``storage`` (``None`` for a local dataset; from object
+        storage: ``requests``, ``http_requests``, ``retries``, ``failures``, ``short_bodies``,
+        ``bytes``, and ``prefetch`` -> ``requests``, ``bytes``, ``hits``, ``misses``,
+        ``wasted_bytes``, ``refused``: the ranges fetched ahead of the reads)."""
     def close(self) -> None:
         """Stop a running iteration and join its worker threads (the position is kept)."""
     def __enter__(self) -> "SequenceLoader": ...

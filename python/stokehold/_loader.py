@@ -2,6 +2,7 @@
 
 import atexit
 import json
+import operator
 import os
 import sys
 import warnings
@@ -59,6 +60,42 @@ def default_rank_world_size() -> Tuple[int, int]:
         except ValueError:
             raise ConfigError(f"RANK={rank!r} / WORLD_SIZE={world!r} are not integers") from None
     return 0, 1
+
+
+def _int(name: str, value: Any, low: int, high: int, what: str) -> int:
+    """``value`` as a Python int (numpy integers accepted) from ``low`` to ``high``, else a
+    ConfigError naming the option, the value and what to give (``what``)."""
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or not low <= n <= high:
+        raise ConfigError(f"{name} must be {what}, got {value!r}")
+    return n
+
+
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
+
+
+def _seed(seed: Any) -> int:
+    return _int("seed", seed, 0, _U64, "an int from 0 to 2**64 - 1 (e.g. seed=0)")
+
+
+def _rank_world(rank: Any, world_size: Any) -> Tuple[int, int]:
+    """``(rank, world_size)`` as given (both or neither), else :func:`default_rank_world_size`."""
+    if (rank is None) != (world_size is None):
+        raise ConfigError(
+            f"give both rank and world_size, or neither (default: {default_rank_world_size.__name__}()); "
+            f"got rank={rank!r}, world_size={world_size!r}"
+        )
+    if rank is None:
+        return default_rank_world_size()
+    world = _int("world_size", world_size, 1, _U32, "the number of processes loading, an int >= 1")
+    r = _int("rank", rank, 0, _U32, f"this process's rank, an int from 0 to world_size - 1 ({world - 1})")
+    if r >= world:
+        raise ConfigError(f"rank must be this process's rank, an int from 0 to world_size - 1 ({world - 1}), got {rank!r}")
+    return r, world
 
 
 def _size(value: Any, name: str) -> Any:
@@ -162,65 +199,221 @@ def _shuffle_mode(shuffle: Union[bool, str]) -> str:
 class _Front:
     """What :class:`Loader` and :class:`stokehold.SequenceLoader` share: a native engine
     (``self._engine``) with epochs, resume state and statistics, and the configuration
-    (``self._config``) with ``rank`` and ``world_size``."""
+    (``self._config``) with ``rank`` and ``world_size``.
+
+    The docstrings of the public methods are those of the stub (``__init__.pyi``), word for word
+    (``python/tests/test_native_feel.py`` checks it): ``help()`` shows them at run time."""
 
     _engine: Any
     _config: Dict[str, Any]
     _dataset: Dataset
 
+    def _refuse_empty_epoch(self, batch_size: int, drop_last: bool, unit: str) -> None:
+        """A ConfigError when ``drop_last`` leaves an epoch of samples without a single batch
+        (one step of ``batch_size`` x ``world_size`` is more than the epoch holds): iterating
+        would silently give nothing."""
+        samples = self._engine.samples
+        if not drop_last or samples == 0 or len(self._engine) > 0:
+            return
+        world = self._config["world_size"]
+        step = batch_size * world
+        ranks = f" x world_size {world} = {step}" if world > 1 else ""
+        self._engine.close()
+        raise ConfigError(
+            f"batch_size {batch_size}{ranks} is more than the {samples} {unit} of an epoch, and "
+            f"drop_last=True drops a batch that is not full, so an epoch would have no batches: "
+            f"use batch_size <= {samples // world}, or drop_last=False (the last batch is "
+            f"padded with repeats, flagged in is_padding)"
+        )
+
     def __len__(self) -> int:
+        """Batches per epoch for this rank."""
         return len(self._engine)
 
     def set_epoch(self, epoch: int) -> None:
-        self._engine.set_epoch(epoch)
+        """Run ``epoch`` (an int >= 0) at the next iteration, from its beginning (a resumed position
+        is kept when ``epoch`` is already the current epoch). Stops a running iteration."""
+        self._engine.set_epoch(_int("epoch", epoch, 0, _U64, "an int >= 0 (the first epoch is 0)"))
 
     @property
     def epoch(self) -> int:
+        """The epoch the next (or the running) iteration belongs to."""
         return self._engine.epoch
 
     @property
     def dataset(self) -> Dataset:
+        """The dataset."""
         return self._dataset
 
     @property
     def rank(self) -> int:
+        """This process's rank."""
         return self._config["rank"]
 
     @property
     def world_size(self) -> int:
+        """Number of ranks."""
         return self._config["world_size"]
 
     def state_dict(self) -> Dict[str, Any]:
+        """Where the loader is, after the batches delivered so far: a small JSON-serialisable dict
+        (``version``, ``dataset`` fingerprint, ``seed``, ``shuffle``, ``epoch``, ``position``).
+        The position is global, so any rank's state resumes any number of ranks."""
         return json.loads(self._engine.state_json())
 
     @property
     def config(self) -> Dict[str, Any]:
-        """The whole configuration the engine runs, as plain data (``EngineSpec``: the loader's
-        options, what a sample is, the disk cache)."""
+        """The whole configuration the native engine runs, as plain data (an ``EngineSpec``: the
+        loader's options, what a sample is, the disk cache); ``repr(loader)`` shows it, and
+        ``stokehold bench --config FILE`` runs it."""
         return json.loads(self._engine.config_json)
 
     def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
-        text = state if isinstance(state, str) else json.dumps(dict(state))
+        """Continue from a saved state (a dict or its JSON). Stops a running iteration.
+
+        :raises IncompatibleStateError: the state is of another dataset, seed, order or version
+            (``.field`` names it).
+        :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
+        """
+        if isinstance(state, str):
+            text = state
+        elif isinstance(state, Mapping):
+            text = json.dumps(dict(state))
+        else:
+            raise TypeError(
+                f"load_state_dict needs a state that state_dict() returned (a dict, or its JSON "
+                f"string), got {type(state).__name__}: pass the dict saved with your checkpoint "
+                f"(to start from the beginning instead, skip this call or use set_epoch())"
+            )
         self._engine.load_state_json(text)
 
     def stats(self) -> Dict[str, Any]:
+        """Statistics since the loader was made: ``stages`` (a list of dicts with ``name``,
+        ``items``, ``busy`` seconds summed over threads, ``share`` of the busy time, and ``p50``/``p99``
+        seconds per item),
+        ``batches``, ``samples``, ``consumer_wait`` (seconds the training loop waited for data),
+        ``worker_wait``, ``mean_queue``, ``skipped`` (sample ids), ``threads``, ``active_threads``,
+        ``prefetch`` (the depth now), ``bytes_read`` and ``records_read`` (what the pipeline took
+        from storage), ``profiled`` (whether stages were timed) and ``caches`` (``"records"``,
+        ``"decoded"``, ``"decoded-disk"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
+        ``saved`` seconds of worker time) and ``storage`` (``None`` for a local dataset; from object
+        storage: ``requests``, ``http_requests``, ``retries``, ``failures``, ``short_bodies``,
+        ``bytes``, and ``prefetch`` -> ``requests``, ``bytes``, ``hits``, ``misses``,
+        ``wasted_bytes``, ``refused``: the ranges fetched ahead of the reads)."""
         return self._engine.stats()
 
     def close(self) -> None:
+        """Stop a running iteration and join its worker threads (the position is kept)."""
         self._engine.close()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        """:meth:`close`."""
         self.close()
 
 
-class Loader(_Front):
-    """An iterable of batches over a :class:`Dataset`, loaded on native threads.
+class _Converted:
+    """A loader's batches converted (to torch or jax) one by one, keeping the native iterator's
+    ``__length_hint__`` (batches left in the epoch) for progress bars."""
 
-    See ``help(stokehold)`` and ``docs/python.md``; the stub (``__init__.pyi``) documents every
-    parameter.
+    __slots__ = ("_it", "_convert")
+
+    def __init__(self, it: Any, convert: Any) -> None:
+        self._it = it
+        self._convert = convert
+
+    def __iter__(self) -> "_Converted":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        return self._convert(next(self._it))
+
+    def __length_hint__(self) -> int:
+        return operator.length_hint(self._it)
+
+    def close(self) -> None:
+        self._it.close()
+
+
+class Loader(_Front):
+    """An iterable of batches over a :class:`Dataset`, read, transformed and collated on native
+    threads, in an order that is a pure function of (dataset, seed, epoch, rank, world size).
+
+    Iterating runs the current epoch (continuing from the current position); when an epoch ends
+    the loader moves to the next one, so ``for batch in loader`` in an outer loop walks the
+    epochs. One iteration runs at a time: a new ``iter(loader)`` stops the previous one (which
+    then raises if used) and continues from the last batch delivered.
+
+    Fixed columns are numpy arrays over the batch's own memory (no copy; the memory is returned
+    to the loader's pool when Python drops the array). Blocking waits release the GIL; Ctrl-C
+    raises ``KeyboardInterrupt`` within about 100 ms and stops the worker threads.
+
+    :param dataset: a :class:`Dataset` or a dataset path.
+    :param batch_size: samples per batch, per rank.
+    :param shuffle: ``True`` (a new global permutation each epoch), ``False`` (stored order), or
+        ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
+        each window: for streaming reads).
+    :param shuffle_window: shards per window for ``"shard_block"`` (default 4).
+    :param seed: seed of the order and of every random stage (an int from 0 to 2**64 - 1).
+    :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
+        pads it with repeats of the epoch's first samples, flagged in ``is_padding``. A step
+        (``batch_size`` x ``world_size``) larger than the whole dataset is refused with
+        ``drop_last=True``, as an epoch would have no batches.
+    :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
+        any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
+        out as stored.
+    :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
+        loop is slower than the loader (saves CPU; never makes the loop wait); an int fixes the
+        number (0: one per core).
+    :param prefetch: ``"auto"`` (default): batches prepared ahead start at 4 and the depth
+        moves while running: deeper when the training loop waits for data while the workers sit
+        blocked on the prefetch window, never beyond ``memory_budget``; an int fixes it.
+    :param rank: this process's rank; with ``world_size``. Default:
+        :func:`default_rank_world_size`.
+    :param world_size: number of ranks.
+    :param on_error: ``"fail"`` (raise at the first failed sample) or ``"skip"`` (replace it with
+        a copy of another sample of the batch, flagged as padding, and report its id in
+        ``stats()["skipped"]``; fails past 5% of the epoch or 64 in a row).
+    :param include_ids: add ``batch["id"]`` (int64 global sample ids) and ``batch["is_padding"]``.
+    :param to: ``"numpy"``, ``"torch"`` (``torch.from_numpy``, no copy) or ``"jax"`` (DLPack
+        where jax accepts the buffer, else a copy).
+    :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
+        for ``.cuda(non_blocking=True)``; ignored without CUDA.
+    :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared ahead may take with ``prefetch="auto"``
+        (default: 10% of physical memory, at most 2 GiB): the depth stays at or below the budget
+        over the bytes of one batch (at least 1).
+    :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
+        saves the clock reads (stage figures then stay zero).
+    :param trace: a path: keep the newest 1,000,000 stage spans (stage, thread, start, duration,
+        sample id; 32 MB) and write them as Chrome Trace Event JSON there on :meth:`close` (or
+        with :meth:`export_trace`), for chrome://tracing or ui.perfetto.dev.
+    :param cache: RAM cache of the shards' bytes, shared by the loaders of this process that read
+        the same dataset: ``True`` (up to half the RAM), a byte budget (``"16GiB"`` or an int), or
+        ``False`` (default: the page cache serves local files). Shards that fit are loaded whole,
+        in the background, the first time they are needed; the rest are read from storage.
+    :param decoded_cache: keep each image after its deterministic prefix (decoded, resized to this
+        shorter side in pixels) in RAM; the random stages (crop, flip, jitter) then start from it
+        instead of the JPEG. Output is the same whether a sample was cached or not, but differs
+        from the uncached pipeline (crops come from the resized image, as with FFCV's
+        ``max_resolution``). ``stats()["caches"]["decoded"]["saved"]`` is the worker time saved.
+    :param decoded_cache_budget: its byte budget (``"auto"``: half the RAM).
+    :param decoded_cache_dir: also keep the decoded images in this local directory (fast local
+        disk), across runs and shared by the processes of a node: a later run reads them instead
+        of decoding (``stats()["caches"]["decoded-disk"]``). Written in checksummed parts,
+        published atomically; damaged parts or images are computed again, never served.
+    :param decoded_cache_dir_limit: the most bytes the directory may hold for this dataset and
+        size (``"auto"``: no limit of its own; writing always stops with 5% of the filesystem
+        free). Images beyond it are computed each time.
+    :param cache_dir: a local directory caching the shard files of a dataset on slow storage (a
+        network filesystem): shards are copied there in the background (atomically, checked,
+        shared safely by several processes) and read from there once copied.
+    :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
+        datasets are evicted, least recently used first, to make room.
+    :raises ConfigError: an invalid option, field or stage, or ``drop_last=True`` with a step
+        larger than the dataset.
+    :raises TypeError: a stage that is not a stage.
     """
 
     def __init__(
@@ -261,12 +454,9 @@ class Loader(_Front):
         mode = _shuffle_mode(shuffle)
         if shuffle_window is not None and mode != "shard_block":
             raise ConfigError('shuffle_window only applies to shuffle="shard_block"')
-        window = 4 if shuffle_window is None else shuffle_window
-        if (rank is None) != (world_size is None):
-            raise ConfigError("give both rank and world_size, or neither")
-        if rank is None:
-            rank, world_size = default_rank_world_size()
-        assert world_size is not None  # for type checkers: given together with rank, or defaulted above
+        window = 4 if shuffle_window is None else _int("shuffle_window", shuffle_window, 1, _U32, "a number of shards >= 1")
+        seed = _seed(seed)
+        rank, world_size = _rank_world(rank, world_size)
         workers = _workers(threads, prefetch)
         if memory_budget is not None and (_size(memory_budget, "memory_budget") in (0, "0")):
             raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
@@ -347,11 +537,20 @@ class Loader(_Front):
             cache_dir_limit=dir_limit,
         )
         self._engine = _make_engine(dataset, spec, stages, include_ids)
+        self._refuse_empty_epoch(batch_size, drop_last, "samples")
         _LIVE.add(self)
 
     # --- iteration -------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        """Run (the rest of) the current epoch.
+
+        :raises CorruptDataError: a damaged record (``.sample_id`` set), or too many under
+            ``on_error="skip"``.
+        :raises SampleError: a stage failed on a sample (``.sample_id`` set).
+        :raises StokeholdError: the loader was running when the process forked (in the child), or
+            the iterator was superseded by a newer one.
+        """
         it = self._engine.iter()
         if self._to == "numpy":
             return it
@@ -359,12 +558,19 @@ class Loader(_Front):
 
     @property
     def batch_size(self) -> int:
+        """Samples per batch."""
         return self._batch_size
 
     def report(self) -> str:
+        """The statistics as a readable table (``print(loader.report())``)."""
         return self._engine.report()
 
     def export_trace(self, path: Union[None, str, "os.PathLike[str]"] = None) -> str:
+        """Write the stage spans kept so far as Chrome Trace Event JSON to ``path`` (default: the
+        ``trace`` path); returns the path.
+
+        :raises ConfigError: the loader was made without ``trace``, or no path is known.
+        """
         target = self._trace if path is None else os.fspath(path)
         if target is None:
             raise ConfigError("no trace path: pass one, or make the Loader with trace=PATH")
@@ -376,6 +582,8 @@ class Loader(_Front):
         return target
 
     def close(self) -> None:
+        """Stop a running iteration and join its worker threads (the position is kept); with
+        ``trace``, write the trace."""
         super().close()
         if self._trace is not None:
             self.export_trace()
@@ -390,6 +598,9 @@ class Loader(_Front):
     # --- pickling (spawn-based workers) ----------------------------------------------------
 
     def __reduce__(self):
+        """Pickles as its configuration and state: unpickling makes a new, idle loader that
+        continues from the same position (for spawn-based worker processes). Transforms must be
+        picklable (module-level functions)."""
         return (_restore, (self._dataset, self._batch_size, self._config, self.state_dict()))
 
 
@@ -400,8 +611,7 @@ def _restore(dataset: Dataset, batch_size: int, config: Dict[str, Any], state: D
 
 
 def _converted(it: Iterator[Dict[str, Any]], convert) -> Iterator[Dict[str, Any]]:
-    for batch in it:
-        yield convert(batch)
+    return _Converted(it, convert)
 
 
 def _converter(to: str, pin: bool):

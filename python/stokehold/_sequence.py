@@ -3,19 +3,22 @@ over a token dataset made by ``stokehold pack --tokenizer``. The same native eng
 :class:`stokehold.Loader` (``_native._Engine``), with token samples instead of records."""
 
 import os
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 from ._loader import (
     _LIVE,
     _TARGETS,
+    _U32,
     _cache_budget,
     _converted,
     _converter,
     _Front,
+    _int,
     _make_engine,
     _on_error,
+    _rank_world,
+    _seed,
     _workers,
-    default_rank_world_size,
 )
 from ._native import ConfigError, Dataset
 
@@ -29,9 +32,53 @@ def _positive(name: str, v: Any) -> int:
 
 
 class SequenceLoader(_Front):
-    """Batches of token sequences from a token dataset.
+    """Batches of token sequences from a token dataset (``stokehold pack --tokenizer``), made on
+    native threads, in an order that is a pure function of (dataset, seed, epoch, rank, world
+    size, configuration); resumable to the exact token on any number of ranks.
 
-    See the stub (``__init__.pyi``) and ``docs/text.md`` for every parameter.
+    **Packed** (default): the documents form one token stream; each sample is a window of
+    ``seq_len + 1`` tokens starting at a multiple of ``seq_len``, giving ``input_ids`` and
+    ``labels`` (the next tokens), each ``[batch_size, seq_len]``; windows are shuffled per epoch.
+    **Documents** (``max_len`` given): one document per sample, truncated to ``max_len + 1``
+    tokens and padded to the longest in the batch: ``input_ids`` (``pad_id``), ``labels`` (-100
+    where padded) and ``attention_mask`` (1/0).
+
+    :param dataset: a token :class:`Dataset` or its path.
+    :param seq_len: tokens per packed sample.
+    :param batch_size: samples per batch, per rank.
+    :param shuffle: shuffle the windows (or documents) every epoch.
+    :param seed: seed of the order (an int from 0 to 2**64 - 1).
+    :param rank: this process's rank; with ``world_size``. Default:
+        :func:`default_rank_world_size`.
+    :param world_size: number of ranks.
+    :param dtype: ``"int32"`` or ``"int64"`` output.
+    :param position_ids: add ``position_ids``: 0 at the window start and at every document start
+        inside it (documents mode: 0, 1, ... within the document).
+    :param segment_ids: add ``segment_ids`` (packed): the index within the window of each input
+        token's document, for cross-document attention masking.
+    :param drop_last: drop the end of the epoch that does not fill a step of all ranks; ``False``
+        pads it with repeats. A step (``batch_size`` x ``world_size``) larger than the epoch's
+        windows (or documents) is refused with ``drop_last=True``, as an epoch would have no
+        batches.
+    :param max_len: documents mode: longest sample (input tokens).
+    :param pad_id: documents mode: the input id of padding.
+    :param bucket: documents mode: sort runs of this many epoch positions by length (length
+        bucketing; 1 = off).
+    :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
+        step is the slower side; an int fixes the count (0: one per core), as in :class:`Loader`.
+    :param prefetch: ``"auto"`` (default): batches prepared ahead start at 4 and deepen within
+        the memory budget; an int fixes the depth.
+    :param include_ids: add ``batch["id"]`` (window or document indices) and ``batch["is_padding"]``.
+    :param to: ``"numpy"``, ``"torch"`` or ``"jax"``.
+    :param on_error: ``"fail"`` (default) or ``"skip"``: a damaged window or document is replaced by
+        another of its batch, flagged as padding, counted in ``stats()["skipped"]`` (at most 5% of
+        the epoch).
+    :param cache_dir: read the shards through a local copy in this directory (for slow or network
+        filesystems).
+    :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
+        byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
+    :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
+        step larger than the epoch.
     """
 
     def __init__(
@@ -74,11 +121,9 @@ class SequenceLoader(_Front):
         _positive("bucket", bucket)
         if max_len is not None:
             _positive("max_len", max_len)
-        if (rank is None) != (world_size is None):
-            raise ConfigError("give both rank and world_size, or neither")
-        if rank is None:
-            rank, world_size = default_rank_world_size()
-        assert world_size is not None
+        seed = _seed(seed)
+        pad_id = _int("pad_id", pad_id, 0, _U32, "a token id, an int from 0 to 2**32 - 1")
+        rank, world_size = _rank_world(rank, world_size)
         self._config: Dict[str, Any] = dict(
             seq_len=seq_len,
             batch_size=batch_size,
@@ -129,9 +174,14 @@ class SequenceLoader(_Front):
             cache_dir=self._config["cache_dir"],
         )
         self._engine = _make_engine(dataset, spec, [], include_ids)
+        self._refuse_empty_epoch(batch_size, drop_last, "documents" if max_len is not None else f"windows of seq_len {seq_len}")
         _LIVE.add(self)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
+        """Run (the rest of) the current epoch.
+
+        :raises CorruptDataError: a damaged token record (the message names shard and record).
+        """
         it = self._engine.iter()
         if self._to == "numpy":
             return it
@@ -139,14 +189,17 @@ class SequenceLoader(_Front):
 
     @property
     def total_tokens(self) -> int:
+        """Tokens in the dataset."""
         return self._engine.total_tokens
 
     @property
     def documents(self) -> int:
+        """Documents in the dataset."""
         return self._engine.documents
 
     @property
     def samples(self) -> int:
+        """Windows (or documents) per epoch over all ranks."""
         return self._engine.samples
 
     def __repr__(self) -> str:
@@ -157,7 +210,22 @@ class SequenceLoader(_Front):
             f"config={self._engine.config_json})"
         )
 
+    def state_dict(self) -> Dict[str, Any]:
+        """Where the loader is, after the batches delivered so far (a global position in windows,
+        exact to the token; any rank's state resumes any number of ranks)."""
+        return super().state_dict()
+
+    def load_state_dict(self, state: Union[Mapping[str, Any], str]) -> None:
+        """Continue from a saved state (a dict or its JSON). Stops a running iteration.
+
+        :raises IncompatibleStateError: the state is of another dataset, ``seq_len``/``max_len``,
+            seed or order.
+        :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
+        """
+        super().load_state_dict(state)
+
     def __reduce__(self):
+        """Pickles as its configuration and state."""
         return (_restore, (self._dataset, self._config, self.state_dict()))
 
 

@@ -16,7 +16,8 @@ with :class:`ToTensor` (uint8, the default) or :class:`Normalize` (float32 or fl
     batch["image"]  # uint8 [256, 3, 224, 224]
 """
 
-from typing import Any, Dict, Sequence, Tuple, Union
+import operator
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "CenterCrop",
@@ -37,13 +38,42 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 Size = Union[int, Tuple[int, int], Sequence[int]]
 
 
-def _size(size: Size) -> Union[int, list]:
-    if isinstance(size, int):
-        return size
-    s = list(size)
-    if len(s) != 2:
-        raise ValueError(f"size must be an int or (height, width), got {size!r}")
-    return [int(s[0]), int(s[1])]
+_MAX_SIDE = 65535
+
+
+def _side(v: Any) -> Optional[int]:
+    """``v`` as an int from 1 to 65535 (numpy integers accepted), else None."""
+    if isinstance(v, bool):
+        return None
+    try:
+        n = operator.index(v)
+    except TypeError:
+        return None
+    return n if 1 <= n <= _MAX_SIDE else None
+
+
+def _size(size: Size, stage: str) -> Union[int, list]:
+    """``size`` as the engine takes it (an int, or ``[height, width]``), checked here so that a bad
+    value fails where it is written, naming the stage."""
+    n = _side(size)
+    if n is not None:
+        return n
+    hw = None
+    if not isinstance(size, (int, str, bytes)):
+        try:
+            s = list(size)  # type: ignore[arg-type]
+        except TypeError:
+            s = []
+        if len(s) == 2:
+            h, w = _side(s[0]), _side(s[1])
+            if h is not None and w is not None:
+                hw = [h, w]
+    if hw is None:
+        raise ValueError(
+            f"{stage}: size must be a positive int (a square, or the shorter side for Resize) or "
+            f"(height, width), each from 1 to {_MAX_SIDE}; got {size!r}"
+        )
+    return hw
 
 
 class _Stage:
@@ -79,7 +109,7 @@ class RandomResizedCrop(_Stage):
     _name = "random_resized_crop"
 
     def __init__(self, size: Size, scale: Tuple[float, float] = (0.08, 1.0), ratio: Tuple[float, float] = (3 / 4, 4 / 3)) -> None:
-        self.size = _size(size)
+        self.size = _size(size, "RandomResizedCrop")
         self.scale = [float(scale[0]), float(scale[1])]
         self.ratio = [float(ratio[0]), float(ratio[1])]
 
@@ -94,7 +124,7 @@ class Resize(_Stage):
     _name = "resize"
 
     def __init__(self, size: Size) -> None:
-        self.size = _size(size)
+        self.size = _size(size, "Resize")
 
     def _params(self) -> Dict[str, Any]:
         return {"size": self.size}
@@ -106,7 +136,7 @@ class CenterCrop(_Stage):
     _name = "center_crop"
 
     def __init__(self, size: Size) -> None:
-        self.size = _size(size)
+        self.size = _size(size, "CenterCrop")
 
     def _params(self) -> Dict[str, Any]:
         return {"size": self.size}

@@ -89,7 +89,7 @@ def test_webdataset_member_grouping_matches_python_tarfile(tmp_path):
         ds_dir = tmp_path / f"ds-{suffix}"
         # the refused link is 1 of 5 inputs: over the default skip limit of 1%, so allow it
         out = run("pack", path, ds_dir, "--max-skip-fraction", "1").stdout
-        assert "1 inputs skipped" in out, out
+        assert "1 input skipped" in out, out
         # Python's view of the archive: regular members, grouped into samples the WebDataset way
         with tarfile.open(path) as tf:
             regular = [m.name for m in tf.getmembers() if m.isreg()]
@@ -155,3 +155,26 @@ def test_interrupted_pack_leaves_nothing_that_looks_like_a_dataset(tmp_path):
         run("pack", imgs, dest)
         assert not any(n.name.startswith(".ds.partial-") for n in tmp_path.iterdir())
         assert len(stokehold.Dataset(str(dest))) == 300
+
+
+def test_a_closed_pipe_ends_the_installed_command_quietly_with_status_0(tmp_path):
+    # `stokehold inspect DS | head -0`: the reader is gone before the command writes
+    imgs = make_images(tmp_path, n=6, classes=2)
+    ds_dir = tmp_path / "ds"
+    run("pack", imgs, ds_dir)
+    for extra in ([], ["--json"]):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([*CLI, "inspect", str(ds_dir), *extra], stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(w)
+        assert p.returncode == 0 and p.stderr == "", (extra, p.returncode, p.stderr)
+
+
+def test_reading_a_folder_that_is_not_a_dataset_says_to_pack_it_first(tmp_path):
+    imgs = make_images(tmp_path, n=2, classes=1)
+    p = run("inspect", imgs, check=False)
+    assert p.returncode == 1
+    assert p.stderr.startswith(f"error: {imgs} is not a stokehold dataset"), p.stderr
+    assert f"`stokehold pack {imgs} DATASET_DIR`" in p.stderr and "os error" not in p.stderr, p.stderr

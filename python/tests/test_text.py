@@ -183,6 +183,23 @@ def test_not_a_token_dataset_and_bad_options(corpus, tmp_path):
         SequenceLoader(dest, seq_len=0)
 
 
+def test_a_step_larger_than_the_epoch_and_bad_ids_are_refused_with_the_fix(corpus):
+    _, docs, _, dest = corpus
+    windows = SequenceLoader(dest, seq_len=64, batch_size=1).samples
+    with pytest.raises(ConfigError) as e:
+        SequenceLoader(dest, seq_len=64, batch_size=windows + 1)
+    msg = str(e.value)
+    assert msg.startswith(f"batch_size {windows + 1} is more than the {windows} windows of seq_len 64 of an epoch, and drop_last=True"), msg
+    assert f"use batch_size <= {windows}, or drop_last=False" in msg
+    with pytest.raises(ConfigError, match=rf"^batch_size {len(docs)} x world_size 2 = {2 * len(docs)} is more than the {len(docs)} documents"):
+        SequenceLoader(dest, max_len=50, batch_size=len(docs), rank=0, world_size=2)
+    assert len(SequenceLoader(dest, seq_len=64, batch_size=windows + 1, drop_last=False)) == 1
+    with pytest.raises(ConfigError, match=r"^pad_id must be a token id, an int from 0 to 2\*\*32 - 1, got -1$"):
+        SequenceLoader(dest, max_len=50, pad_id=-1)
+    with pytest.raises(ConfigError, match=r"^seed must be an int from 0 to 2\*\*64 - 1"):
+        SequenceLoader(dest, seed=-1)
+
+
 def test_torch_adapter_and_jax(corpus):
     torch = pytest.importorskip("torch")
     import stokehold.torch as st

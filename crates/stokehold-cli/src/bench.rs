@@ -306,7 +306,9 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
         storage_options: a.storage.map(),
         ..OpenOptions::with_access(access)
     };
-    let ds = Arc::new(Dataset::open_with(dataset, options.clone())?);
+    let ds = Arc::new(
+        Dataset::open_with(dataset, options.clone()).map_err(|e| crate::open_error(dataset, e))?,
+    );
     let config = LoaderConfig {
         batch_size: a.batch_size,
         seed: a.seed,
@@ -495,12 +497,12 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let shuffled = c.shuffle != Shuffle::Sequential;
     writeln!(
         out,
-        "bench       {}: {} samples x {} epochs, batch {}, {} threads{}, prefetch {}, {}",
+        "bench       {}: {} x {}, batch {}, {}{}, prefetch {}, {}",
         dataset.display(),
-        units::count(ds.len()),
-        a.epochs,
+        units::counted(ds.len(), "sample", "samples"),
+        units::counted(a.epochs, "epoch", "epochs"),
         c.batch_size,
-        stats.threads,
+        units::counted(stats.threads as u64, "thread", "threads"),
         if c.autotune {
             format!(" (autotuned: {} working at the end)", stats.active_threads)
         } else {

@@ -116,7 +116,7 @@ fn fraction(s: &str) -> Result<f64, String> {
 /// Print a count of `items`, where they are listed, and the first five.
 fn list_inputs(
     out: &mut dyn Write,
-    what: &str,
+    (one, many): (&str, &str),
     file: &std::path::Path,
     items: &[Skipped],
 ) -> std::io::Result<()> {
@@ -125,8 +125,8 @@ fn list_inputs(
     }
     writeln!(
         out,
-        "  {} {what} (listed in {}):",
-        units::count(items.len() as u64),
+        "  {} (listed in {}):",
+        units::counted(items.len() as u64, one, many),
         file.display()
     )?;
     for s in items.iter().take(5) {
@@ -196,8 +196,8 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let total_bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
     writeln!(
         out,
-        "packed {} samples from {} ({}) in {:.2} s: {} samples/s, {}",
-        units::count(m.total_records),
+        "packed {} from {} ({}) in {:.2} s: {} samples/s, {}",
+        units::counted(m.total_records, "sample", "samples"),
         report.kind.name(),
         units::bytes(report.input_bytes),
         secs,
@@ -205,11 +205,15 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         units::rate(report.input_bytes, secs),
     )?;
     if let Some(c) = &m.classes {
-        writeln!(out, "  {} classes", units::count(c.len() as u64))?;
+        writeln!(
+            out,
+            "  {}",
+            units::counted(c.len() as u64, "class", "classes")
+        )?;
     }
     list_inputs(
         out,
-        "inputs skipped",
+        ("input skipped", "inputs skipped"),
         &a.dest.join("skipped.txt"),
         &report.skipped,
     )?;
@@ -226,7 +230,10 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         )?;
         list_inputs(
             out,
-            "samples whose JPEGs the rewrite failed on, stored as given",
+            (
+                "sample whose JPEGs the rewrite failed on, stored as given",
+                "samples whose JPEGs the rewrite failed on, stored as given",
+            ),
             &a.dest.join("kept-as-is.txt"),
             &report.kept_as_is,
         )?;
@@ -234,24 +241,32 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         if options.images.baseline {
             writeln!(
                 out,
-                "  {} progressive JPEGs, {} rewritten as baseline losslessly",
-                units::count(report.progressive_jpegs),
+                "  {}, {} rewritten as baseline losslessly",
+                units::counted(
+                    report.progressive_jpegs,
+                    "progressive JPEG",
+                    "progressive JPEGs"
+                ),
                 units::count(report.transcoded_to_baseline)
             )?;
         } else {
             writeln!(
                 out,
-                "  {} progressive JPEGs (they decode about 3x slower than baseline; --baseline \
-                 rewrites them losslessly)",
-                units::count(report.progressive_jpegs)
+                "  {} (they decode about 3x slower than baseline; --baseline rewrites them \
+                 losslessly)",
+                units::counted(
+                    report.progressive_jpegs,
+                    "progressive JPEG",
+                    "progressive JPEGs"
+                )
             )?;
         }
     }
     if let Some(m) = options.images.max_side {
         writeln!(
             out,
-            "  {} images re-encoded to at most {m} px on the longer side (lossy, quality {})",
-            units::count(report.resized),
+            "  {} re-encoded to at most {m} px on the longer side (lossy, quality {})",
+            units::counted(report.resized, "image", "images"),
             options.images.quality
         )?;
     }
@@ -260,9 +275,8 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "  wrote {} shard{}, {}, manifest {}",
-        m.shards.len(),
-        if m.shards.len() == 1 { "" } else { "s" },
+        "  wrote {}, {}, manifest {}",
+        units::counted(m.shards.len() as u64, "shard", "shards"),
         units::bytes(total_bytes),
         a.dest.join(stokehold_format::MANIFEST_FILE).display()
     )?;
@@ -291,7 +305,8 @@ pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> 
             storage_options: a.storage.map(),
             ..Default::default()
         },
-    )?;
+    )
+    .map_err(|e| crate::open_error(&a.dataset, e))?;
     let m = ds.manifest();
     if a.json {
         write!(out, "{}", m.to_json())?;
@@ -306,9 +321,9 @@ pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> 
     )?;
     writeln!(
         out,
-        "samples   {} in {} shards, {} ({} per sample), records aligned to {} B",
+        "samples   {} in {}, {} ({} per sample), records aligned to {} B",
         units::count(m.total_records),
-        m.shards.len(),
+        units::counted(m.shards.len() as u64, "shard", "shards"),
         units::bytes(total_bytes),
         units::bytes(total_bytes / m.total_records.max(1)),
         m.align
@@ -357,9 +372,9 @@ fn show_shards(m: &Manifest, out: &mut dyn Write) -> std::io::Result<()> {
         }
         writeln!(
             out,
-            "shard     {}  {} samples  {}  crc32c {:08x}",
+            "shard     {}  {}  {}  crc32c {:08x}",
             s.file,
-            units::count(s.records),
+            units::counted(s.records, "sample", "samples"),
             units::bytes(s.bytes),
             s.crc32c
         )?;
@@ -437,7 +452,8 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         threads: a.threads,
         ..VerifyOptions::default()
     };
-    let manifest = Manifest::load(&a.dataset, &Limits::default())?;
+    let manifest = Manifest::load(&a.dataset, &Limits::default())
+        .map_err(|e| crate::open_error(&a.dataset, e))?;
     let total: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
@@ -457,10 +473,9 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     if report.ok() {
         writeln!(
             out,
-            "ok: {} shard{}, {} records, {}: every checksum matches ({})",
-            report.shards,
-            if report.shards == 1 { "" } else { "s" },
-            units::count(report.records),
+            "ok: {}, {}, {}: every checksum matches ({})",
+            units::counted(report.shards as u64, "shard", "shards"),
+            units::counted(report.records, "record", "records"),
             units::bytes(report.bytes),
             units::rate(report.bytes, secs)
         )?;
@@ -472,8 +487,8 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     if a.all {
         writeln!(
             out,
-            "FAILED: {} faults in {}",
-            report.faults.len(),
+            "FAILED: {} in {}",
+            units::counted(report.faults.len() as u64, "fault", "faults"),
             a.dataset.display()
         )?;
     } else {
@@ -526,9 +541,9 @@ pub fn sample_data(a: SampleDataArgs, out: &mut dyn Write) -> anyhow::Result<Exi
         .with_context(|| format!("writing {}", a.out.display()))?;
     writeln!(
         out,
-        "wrote {} JPEGs in {} classes to {} ({}) in {:.1} s",
-        units::count(a.images as u64),
-        a.classes,
+        "wrote {} in {} to {} ({}) in {:.1} s",
+        units::counted(a.images as u64, "JPEG", "JPEGs"),
+        units::counted(a.classes as u64, "class", "classes"),
         a.out.display(),
         units::bytes(bytes),
         t0.elapsed().as_secs_f64()

@@ -104,11 +104,79 @@ pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
     let mut out = stdout.lock();
     match run(cli, &mut out) {
         Ok(code) => code,
+        // the reader of our output went away (`stokehold inspect DS | head -1`): stop quietly
+        // and successfully, as other Unix tools do
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = out.flush();
-            eprintln!("error: {e:#}");
+            if let Err(f) = out.flush()
+                && f.kind() == std::io::ErrorKind::BrokenPipe
+            {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {}", error_message(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Whether `e` is (or was caused by) a write to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// `e` and its causes, `: `-separated as `{:#}` prints them, each cause left out when the text
+/// before it already says it (errors that print their source, as most I/O errors here do, would
+/// otherwise print it twice).
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut chain = e.chain();
+    let mut msg = chain.next().map(ToString::to_string).unwrap_or_default();
+    for cause in chain {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
+}
+
+/// The error of opening `dataset` for reading (`inspect`, `verify`, `bench`), with what to do
+/// when it is a local path that is not a dataset: the raw error would only say that
+/// `manifest.json` is missing.
+pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>) -> anyhow::Error {
+    let e = e.into();
+    if stokehold_format::url_scheme(dataset).is_some()
+        || dataset.join(stokehold_format::MANIFEST_FILE).exists()
+    {
+        return e;
+    }
+    let d = dataset.display();
+    if !dataset.exists() {
+        anyhow::anyhow!(
+            "{d}: no such directory; give the directory of a stokehold dataset (one that \
+             `stokehold pack SOURCE {d}` made)"
+        )
+    } else if dataset.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE)) {
+        let parent = dataset.parent().unwrap_or(std::path::Path::new("."));
+        anyhow::anyhow!(
+            "{d}: give the dataset's directory ({}), not its manifest",
+            parent.display()
+        )
+    } else {
+        let what = if dataset.is_dir() {
+            "directory"
+        } else {
+            "file"
+        };
+        anyhow::anyhow!(
+            "{d} is not a stokehold dataset (a dataset is a directory with a {} and shards): \
+             if this {what} holds data to load (images, JSONL/CSV, tars, TFRecords), pack it \
+             first with `stokehold pack {d} DATASET_DIR`, then run this command on DATASET_DIR",
+            stokehold_format::MANIFEST_FILE
+        )
     }
 }
 

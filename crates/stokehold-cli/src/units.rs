@@ -13,6 +13,11 @@ pub fn count(n: u64) -> String {
     out
 }
 
+/// A count and its noun, singular for one: "1 shard", "1,024 shards".
+pub fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{} {}", count(n), if n == 1 { one } else { many })
+}
+
 /// Bytes in binary units: "45.2 MiB".
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
@@ -57,6 +62,9 @@ mod tests {
     fn formats() {
         assert_eq!(count(1_234_567), "1,234,567");
         assert_eq!(count(12), "12");
+        assert_eq!(counted(1, "shard", "shards"), "1 shard");
+        assert_eq!(counted(0, "class", "classes"), "0 classes");
+        assert_eq!(counted(1234, "shard", "shards"), "1,234 shards");
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(3 << 20), "3.0 MiB");
     }

@@ -87,7 +87,7 @@ fn bench_runs_a_loader_config_file_and_flags_fill_in_the_rest() {
     let c = cfg.to_str().unwrap();
     let out = ok(&["bench", d, "--config", c, "--no-storage"]);
     // the file's batch size and thread count, the flags' (default) rest
-    assert!(out.contains("batch 3, 1 threads"), "{out}");
+    assert!(out.contains("batch 3, 1 thread,"), "{out}");
     assert!(out.contains("document"), "documents mode: {out}");
     // a bad key is named by its path
     fs::write(

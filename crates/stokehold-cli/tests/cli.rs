@@ -60,7 +60,7 @@ fn pack_verify_inspect_round_trip() {
     );
     assert!(out.contains("3 classes"), "{out}");
     assert!(
-        out.contains("1 inputs skipped") && out.contains("readme.txt: not an image"),
+        out.contains("1 input skipped") && out.contains("readme.txt: not an image"),
         "{out}"
     );
     assert!(!out.contains("restart markers"), "{out}");
@@ -170,7 +170,7 @@ fn usage_errors_are_clear() {
     assert!(
         r.unwrap_err()
             .to_string()
-            .contains("/nonexistent/ds/manifest.json")
+            .contains("/nonexistent/ds: no such directory")
     );
 }
 
@@ -539,7 +539,7 @@ fn pack_tokenizer_writes_a_verifiable_token_dataset() {
         "0.05",
     ]);
     assert!(out.starts_with("packed 50 samples from jsonl"), "{out}");
-    assert!(out.contains("1 inputs skipped"), "{out}");
+    assert!(out.contains("1 input skipped"), "{out}");
     assert!(out.contains(":51: invalid JSON"), "{out}");
     assert!(out.contains("tokens (u16 each) in 50 documents"), "{out}");
     let out = ok(&["verify", ds_s]);

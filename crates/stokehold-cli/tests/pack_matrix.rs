@@ -86,9 +86,10 @@ fn check(root: &Path, src: &Path, args: &[&str], expect: Option<(u64, u64)>) -> 
                 "{what}"
             );
             let listed = if skipped == 0 {
-                !run.stdout.contains("inputs skipped")
+                !run.stdout.contains(" skipped (listed in")
             } else {
-                run.stdout.contains(&format!("  {skipped} inputs skipped"))
+                let noun = if skipped == 1 { "input" } else { "inputs" };
+                run.stdout.contains(&format!("  {skipped} {noun} skipped"))
             };
             assert!(listed, "{what}");
             let ds = Dataset::open(&dest).unwrap();

@@ -140,7 +140,9 @@ pub enum FormatError {
         source: crate::record::RecordError,
     },
     /// The destination of a write already exists.
-    #[error("{}: already exists and is not an empty directory (remove it, or pass overwrite)", path.display())]
+    #[error("{}: already exists and is not an empty directory: choose another destination, \
+             remove it, or replace it (`stokehold pack --overwrite`; in Python \
+             `ShardWriter(..., overwrite=True)`)", path.display())]
     DestinationExists {
         /// The destination.
         path: PathBuf,

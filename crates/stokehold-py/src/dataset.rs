@@ -126,7 +126,7 @@ impl Dataset {
                 };
                 Ok::<_, stokehold_format::FormatError>((ds, tokens))
             })
-            .map_err(|e| to_py_err(py, e))?;
+            .map_err(|e| open_error(py, &path, e))?;
         Ok(Dataset {
             inner: Arc::new(inner),
             path,
@@ -141,6 +141,44 @@ impl Dataset {
         self.inner.len()
     }
 }
+
+/// The error of opening `path`: when it is a local path without a manifest, one that says what
+/// a dataset is and how to make one (a `StokeholdIOError` with errno ENOENT, as the bare I/O
+/// error was).
+fn open_error(py: Python<'_>, path: &std::path::Path, e: stokehold_format::FormatError) -> PyErr {
+    let missing_manifest = matches!(
+        &e,
+        stokehold_format::FormatError::Io { path: p, source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && p.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE))
+    );
+    if !missing_manifest || stokehold_format::url_scheme(path).is_some() {
+        return to_py_err(py, e);
+    }
+    let d = path.display();
+    let what = if path.exists() {
+        format!(
+            "{d} is not a stokehold dataset (it has no {})",
+            stokehold_format::MANIFEST_FILE
+        )
+    } else {
+        format!(
+            "{d}: no such directory (a dataset is a directory with a {})",
+            stokehold_format::MANIFEST_FILE
+        )
+    };
+    crate::errors::io_error(
+        py,
+        format!(
+            "{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or \
+             TFRecords) or stokehold.ShardWriter, then open DIR"
+        ),
+        Some(ENOENT),
+    )
+}
+
+/// `ENOENT`, the same number on Linux, macOS and the BSDs.
+const ENOENT: i32 = 2;
 
 #[pymethods]
 impl Dataset {

@@ -229,6 +229,11 @@ fn build(ty: PyResult<Bound<'_, PyType>>, msg: String, errno: Option<i32>) -> Py
     make().unwrap_or_else(|e| e)
 }
 
+/// A `StokeholdIOError` with this message and `errno`.
+pub fn io_error(py: Python<'_>, msg: impl Into<String>, errno: Option<i32>) -> PyErr {
+    build(io_error_type(py), msg.into(), errno)
+}
+
 /// A `SchemaError` with this message.
 pub fn schema_error(py: Python<'_>, msg: impl Into<String>) -> PyErr {
     build(schema_error_type(py), msg.into(), None)

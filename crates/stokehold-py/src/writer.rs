@@ -69,17 +69,36 @@ impl ShardWriter {
         py: Python<'_>,
         path: PathBuf,
         schema: &Bound<'_, PyAny>,
-        shard_size: u64,
-        align: u32,
+        // signed, so that a negative value is a SchemaError naming it rather than pyo3's
+        // OverflowError "can't convert negative int to unsigned"
+        shard_size: i64,
+        align: i64,
         zstd_level: i32,
         overwrite: bool,
         classes: Option<Vec<String>>,
         storage_options: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
-        if shard_size == 0 {
-            return Err(schema_error(py, "shard_size must be at least 1 byte"));
-        }
+        let shard_size = u64::try_from(shard_size)
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                schema_error(
+                    py,
+                    format!(
+                        "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got {shard_size}"
+                    ),
+                )
+            })?;
+        let align = u32::try_from(align).map_err(|_| {
+            schema_error(
+                py,
+                format!(
+                    "align must be a power of two from 1 to {}, got {align}",
+                    stokehold_format::shard::MAX_ALIGN
+                ),
+            )
+        })?;
         let options = DatasetWriteOptions {
             write: WriteOptions { align, zstd_level },
             target_shard_bytes: shard_size,

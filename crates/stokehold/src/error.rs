@@ -48,7 +48,11 @@ pub enum EngineError {
         first: Box<EngineError>,
     },
     /// A resume state that does not belong to this loader.
-    #[error("incompatible resume state: {field} is {found} in the state but {expected} here")]
+    #[error(
+        "incompatible resume state: {field} is {found} in the state but {expected} here; load a \
+         state into a loader made like the one that saved it (same dataset, seed and shuffle), \
+         or start without it"
+    )]
     IncompatibleResume {
         /// The field that differs (`version`, `dataset`, `seed`, `shuffle`, `epoch`, `position`).
         field: &'static str,

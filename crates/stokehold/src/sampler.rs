@@ -100,6 +100,17 @@ pub enum Shuffle {
     },
 }
 
+impl std::fmt::Display for Shuffle {
+    /// As a configuration names it: `global`, `sequential`, `shard_block (window 4)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Shuffle::Sequential => f.write_str("sequential"),
+            Shuffle::Global => f.write_str("global"),
+            Shuffle::ShardBlock { window } => write!(f, "shard_block (window {window})"),
+        }
+    }
+}
+
 /// What to do with the end of an epoch that does not fill a whole step of
 /// `world_size * batch_size` positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

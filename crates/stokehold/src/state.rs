@@ -179,11 +179,7 @@ impl ResumeState {
             return differ("seed", seed.to_string(), self.seed.to_string());
         }
         if &self.shuffle != shuffle {
-            return differ(
-                "shuffle",
-                format!("{shuffle:?}"),
-                format!("{:?}", self.shuffle),
-            );
+            return differ("shuffle", shuffle.to_string(), self.shuffle.to_string());
         }
         if self.position > len {
             return differ(

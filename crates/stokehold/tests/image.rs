@@ -189,12 +189,26 @@ fn evaluation_chain_and_planning_errors() {
     assert!(
         bad(vec![spec("center_crop", serde_json::json!({"size": 8}))]).contains("needs a resize")
     );
+    // the value as written, not as Rust prints it (`Some(Number(0))`)
+    let e = bad(vec![spec(
+        "random_resized_crop",
+        serde_json::json!({"size": 0}),
+    )]);
     assert!(
-        bad(vec![spec(
-            "random_resized_crop",
-            serde_json::json!({"size": 0})
-        )])
-        .contains("size must be")
+        e.contains("random_resized_crop: size must be a positive integer") && e.ends_with("got 0"),
+        "{e}"
+    );
+    let e = bad(vec![spec("resize", serde_json::json!({"size": [224, -1]}))]);
+    assert!(e.ends_with("got [224,-1]"), "{e}");
+    let e = bad(vec![spec("random_resized_crop", serde_json::json!({}))]);
+    assert!(e.ends_with("got nothing"), "{e}");
+    let e = bad(vec![
+        spec("random_resized_crop", serde_json::json!({"size": 8})),
+        spec("normalize", serde_json::json!({"mean": 0.5})),
+    ]);
+    assert!(
+        e.ends_with("must be a list of 1 or 3 numbers, got 0.5"),
+        "{e}"
     );
     assert!(
         bad(vec![

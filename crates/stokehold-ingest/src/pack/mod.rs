@@ -374,6 +374,16 @@ pub enum PackError {
         #[source]
         source: std::io::Error,
     },
+    /// A source does not exist.
+    #[error(
+        "{}: no such file or directory: give an existing image folder, .jsonl/.csv table, \
+         .tar (WebDataset) or .tfrecord file, or a directory of .tar or .tfrecord files",
+        path.display()
+    )]
+    MissingSource {
+        /// The source as given.
+        path: PathBuf,
+    },
     /// The sources are not something `pack` understands, or are inconsistent.
     #[error("{0}")]
     Input(String),
@@ -752,6 +762,11 @@ pub fn pack(
 pub(crate) fn check_paths(sources: &[PathBuf], dest: &Path) -> Result<(), PackError> {
     for p in sources {
         stokehold_format::require_local(p)?;
+        if let Err(e) = std::fs::symlink_metadata(p)
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            return Err(PackError::MissingSource { path: p.clone() });
+        }
     }
     if stokehold_format::is_object_store_url(dest) {
         return Ok(()); // written by the format crate's object-storage writer

@@ -320,9 +320,12 @@ impl LoaderConfig {
         if self.batch_size == 0 {
             return bad("batch_size must be at least 1".into());
         }
-        if self.world_size == 0 || self.rank >= self.world_size {
+        if self.world_size == 0 {
+            return bad("world_size must be at least 1 (the number of processes loading)".into());
+        }
+        if self.rank >= self.world_size {
             return bad(format!(
-                "rank {} is not in 0..{}",
+                "rank {} is out of range for world_size {}: ranks are numbered 0 to world_size - 1",
                 self.rank, self.world_size
             ));
         }
@@ -413,7 +416,7 @@ impl EngineSpec {
         let de = &mut serde_json::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
-            let inner = e.into_inner();
+            let inner = plain_serde_message(&e.into_inner().to_string());
             if path == "." {
                 EngineError::Config(format!("loader configuration: {inner}"))
             } else {
@@ -428,9 +431,72 @@ impl EngineSpec {
     }
 }
 
+/// A serde message in the words of the people who write configurations (in Python or JSON):
+/// Rust's integer type names become the range they stand for.
+fn plain_serde_message(msg: &str) -> String {
+    const TYPES: [(&str, &str); 5] = [
+        ("expected u64", "expected an integer from 0 to 2**64 - 1"),
+        ("expected u32", "expected an integer from 0 to 2**32 - 1"),
+        ("expected u16", "expected an integer from 0 to 65535"),
+        ("expected u8", "expected an integer from 0 to 255"),
+        ("expected usize", "expected a non-negative integer"),
+    ];
+    let mut out = msg.to_string();
+    for (rust, plain) in TYPES {
+        if let Some(at) = out.find(rust)
+            && !out[at + rust.len()..].starts_with(|c: char| c.is_ascii_alphanumeric())
+        {
+            out.replace_range(at..at + rust.len(), plain);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn configuration_errors_name_the_key_and_say_the_range_in_plain_words() {
+        let spec = |loader: &str| {
+            EngineSpec::from_json(&format!(
+                r#"{{"loader": {loader}, "samples": {{"kind": "records"}}}}"#
+            ))
+        };
+        let e = spec(r#"{"seed": -1}"#).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "loader.seed: invalid value: integer `-1`, expected an integer from 0 to 2**64 - 1"
+            ),
+            "{e}"
+        );
+        let e = spec(r#"{"rank": -2}"#).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "loader.rank: invalid value: integer `-2`, expected an integer from 0 to 2**32 - 1"
+            ),
+            "{e}"
+        );
+        let e = spec(r#"{"threads": -2}"#).unwrap_err().to_string();
+        assert!(e.contains("expected a non-negative integer"), "{e}");
+        let bad = |world_size, rank| {
+            let c = LoaderConfig {
+                world_size,
+                rank,
+                ..LoaderConfig::default()
+            };
+            c.validate().unwrap_err().to_string()
+        };
+        let e = bad(0, 0);
+        assert!(e.contains("world_size must be at least 1"), "{e}");
+        let e = bad(2, 3);
+        assert!(
+            e.contains(
+                "rank 3 is out of range for world_size 2: ranks are numbered 0 to world_size - 1"
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn byte_counts_parse_with_decimal_and_binary_units() {

@@ -56,9 +56,18 @@ fn size_param(column: &str, stage: &str, v: Option<&Json>) -> Result<(u32, u32)>
     .ok_or_else(|| {
         bad(
             column,
-            format!("{stage}: size must be a positive integer or [height, width], got {v:?}"),
+            format!(
+                "{stage}: size must be a positive integer (up to 65535) or [height, width] of \
+                 them, got {}",
+                shown(v)
+            ),
         )
     })
+}
+
+/// A parameter's value as it was written (`0`, `[224, -1]`), or "nothing" when it is missing.
+fn shown(v: Option<&Json>) -> String {
+    v.map_or_else(|| "nothing".to_string(), Json::to_string)
 }
 
 fn pair(column: &str, stage: &str, p: &Json, key: &str, default: (f64, f64)) -> Result<(f64, f64)> {
@@ -103,7 +112,10 @@ fn triple(column: &str, p: &Json, key: &str) -> Result<[f32; 3]> {
         }
         other => Err(bad(
             column,
-            format!("normalize: {key} must be a list of 1 or 3 numbers, got {other:?}"),
+            format!(
+                "normalize: {key} must be a list of 1 or 3 numbers, got {}",
+                shown(other)
+            ),
         )),
     }
 }

@@ -1,0 +1,165 @@
+//! What a newcomer sees when something is wrong: each message names the path or option, what was
+//! wrong and what to do; counts agree with their nouns; and the command stops quietly when its
+//! reader goes away (`stokehold inspect DS | head -1`).
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+
+use stokehold_cli::{error_message, run_captured};
+
+/// The message `stokehold ARGS` prints after `error: ` (it must fail).
+fn error_of(args: &[&str]) -> String {
+    let (r, out) = run_captured(args);
+    match r {
+        Ok(code) => panic!("{args:?} did not fail ({code:?}): {out}"),
+        Err(e) => error_message(&e),
+    }
+}
+
+fn ok(args: &[&str]) -> String {
+    let (r, out) = run_captured(args);
+    match r {
+        Ok(code) => assert_eq!(code, ExitCode::SUCCESS, "{args:?}: {out}"),
+        Err(e) => panic!("{args:?}: {}\n{out}", error_message(&e)),
+    }
+    out
+}
+
+/// A dataset of `n` images in one class, packed from `tmp/imgs` into `tmp/ds`.
+fn packed(tmp: &Path, n: usize) -> (String, String, String) {
+    let imgs = tmp.join("imgs").to_str().unwrap().to_string();
+    let ds = tmp.join("ds").to_str().unwrap().to_string();
+    let sample = ok(&[
+        "sample-data",
+        &imgs,
+        "--images",
+        &n.to_string(),
+        "--classes",
+        "1",
+        "--size",
+        "24x16",
+    ]);
+    let pack = ok(&["pack", &imgs, &ds]);
+    (ds, sample, pack)
+}
+
+#[test]
+fn reading_a_folder_that_is_not_a_dataset_says_to_pack_it_first() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let imgs_s = imgs.to_str().unwrap();
+    ok(&["sample-data", imgs_s, "--images", "2", "--size", "16x16"]);
+    for cmd in ["inspect", "verify", "bench"] {
+        let msg = error_of(&[cmd, imgs_s]);
+        assert!(
+            msg.starts_with(&format!("{imgs_s} is not a stokehold dataset"))
+                && msg.contains("manifest.json")
+                && msg.contains(&format!("`stokehold pack {imgs_s} DATASET_DIR`")),
+            "{cmd}: {msg}"
+        );
+        assert!(!msg.contains("os error"), "{cmd}: {msg}");
+    }
+    // a path that does not exist at all, and a dataset's manifest given instead of its directory
+    let missing = tmp.path().join("nope");
+    let missing_s = missing.to_str().unwrap();
+    for cmd in ["inspect", "verify", "bench"] {
+        let msg = error_of(&[cmd, missing_s]);
+        assert!(
+            msg.starts_with(&format!("{missing_s}: no such directory"))
+                && msg.contains("stokehold pack SOURCE"),
+            "{cmd}: {msg}"
+        );
+    }
+    let (ds, _, _) = packed(tmp.path(), 2);
+    let manifest = format!("{ds}/manifest.json");
+    let msg = error_of(&["inspect", &manifest]);
+    assert!(
+        msg.contains(&format!("give the dataset's directory ({ds})")),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_error_and_its_cause_are_not_printed_twice() {
+    // a dataset whose manifest cannot be read as a file: the I/O error names the path once
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    std::fs::create_dir_all(ds.join("manifest.json")).unwrap();
+    let msg = error_of(&["inspect", ds.to_str().unwrap()]);
+    assert!(msg.contains("manifest.json"), "{msg}");
+    assert_eq!(msg.matches("(os error").count(), 1, "{msg}");
+}
+
+#[test]
+fn packing_a_missing_path_names_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("photos");
+    let src_s = src.to_str().unwrap();
+    let out = tmp.path().join("out");
+    let msg = error_of(&["pack", src_s, out.to_str().unwrap()]);
+    assert!(
+        msg.starts_with(&format!("{src_s}: no such file or directory"))
+            && msg.contains("image folder"),
+        "{msg}"
+    );
+    assert!(!msg.contains("cannot tell the kind"), "{msg}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn packing_over_a_dataset_names_the_overwrite_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ds, _, _) = packed(tmp.path(), 2);
+    let imgs = tmp.path().join("imgs");
+    let msg = error_of(&["pack", imgs.to_str().unwrap(), &ds]);
+    assert!(
+        msg.contains("already exists") && msg.contains("`stokehold pack --overwrite`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("pass overwrite"), "{msg}");
+}
+
+#[test]
+fn counts_of_one_are_singular() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ds, sample, pack) = packed(tmp.path(), 1);
+    assert!(
+        sample.starts_with("wrote 1 JPEG in 1 class to "),
+        "{sample}"
+    );
+    assert!(pack.starts_with("packed 1 sample from "), "{pack}");
+    assert!(
+        pack.contains("  1 class\n") && pack.contains("wrote 1 shard,"),
+        "{pack}"
+    );
+    let out = ok(&["inspect", &ds]);
+    assert!(out.contains("samples   1 in 1 shard, "), "{out}");
+    assert!(out.contains("  1 sample  "), "{out}");
+    let out = ok(&["verify", &ds]);
+    assert!(out.starts_with("ok: 1 shard, 1 record, "), "{out}");
+    let out = ok(&["bench", &ds, "--threads", "1", "--batch-size", "1"]);
+    assert!(
+        out.contains(": 1 sample x 1 epoch, batch 1, 1 thread,"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_closed_pipe_ends_the_command_quietly_with_status_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ds, _, _) = packed(tmp.path(), 3);
+    for args in [vec!["inspect", &ds], vec!["inspect", &ds, "--json"]] {
+        // the reader is gone before the command writes anything, as after `| head -0`
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
+            .args(&args)
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?} {stderr}", out.status);
+        assert!(stderr.is_empty(), "{args:?}: {stderr}");
+    }
+}

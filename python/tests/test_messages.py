@@ -1,0 +1,128 @@
+"""What a newcomer sees when an argument is wrong: the message names the option, what was wrong
+with it and what to give instead (no Rust type names, no serde or ``Some(...)`` wording)."""
+
+import errno
+import os
+import sys
+
+import numpy as np
+import pytest
+
+from stokehold import ConfigError, Dataset, IncompatibleStateError, Loader, SchemaError, ShardWriter, StokeholdIOError
+from stokehold.image import CenterCrop, RandomResizedCrop, Resize
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _loader_helpers import write  # noqa: E402
+
+N = 10
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory):
+    return write(tmp_path_factory.mktemp("messages") / "ds", N)
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, "0", True])
+def test_a_seed_out_of_range_names_the_option_and_the_range(ds, seed):
+    with pytest.raises(ConfigError) as e:
+        Loader(ds, 2, seed=seed)
+    assert str(e.value) == f"seed must be an int from 0 to 2**64 - 1 (e.g. seed=0), got {seed!r}"
+
+
+def test_numpy_integers_are_ints(ds):
+    loader = Loader(ds, 2, seed=np.uint64(2**64 - 1), rank=np.int64(1), world_size=np.int32(2))
+    assert loader.config["loader"]["seed"] == 2**64 - 1 and (loader.rank, loader.world_size) == (1, 2)
+
+
+def test_other_negative_ints_name_their_option(ds):
+    with pytest.raises(ConfigError, match=r"^world_size must be the number of processes loading, an int >= 1, got -2$"):
+        Loader(ds, 2, rank=0, world_size=-2)
+    with pytest.raises(ConfigError, match=r"^rank must be this process's rank, an int from 0 to world_size - 1 \(1\), got -1$"):
+        Loader(ds, 2, rank=-1, world_size=2)
+    with pytest.raises(ConfigError, match=r"^shuffle_window must be a number of shards >= 1, got -1$"):
+        Loader(ds, 2, shuffle="shard_block", shuffle_window=-1)
+    loader = Loader(ds, 2)
+    with pytest.raises(ConfigError, match=r"^epoch must be an int >= 0 \(the first epoch is 0\), got -1$"):
+        loader.set_epoch(-1)
+
+
+@pytest.mark.parametrize(
+    "make, given",
+    [
+        (lambda: RandomResizedCrop(0), "0"),
+        (lambda: RandomResizedCrop((224, -1)), "(224, -1)"),
+        (lambda: Resize(70000), "70000"),
+        (lambda: CenterCrop("224"), "'224'"),
+    ],
+)
+def test_an_image_size_out_of_range_fails_where_it_is_written(make, given):
+    with pytest.raises(ValueError) as e:
+        make()
+    msg = str(e.value)
+    assert "size must be a positive int" in msg and msg.endswith(f"each from 1 to 65535; got {given}"), msg
+    assert "Some(" not in msg and "Number(" not in msg
+
+
+def test_load_state_dict_of_not_a_state_says_what_it_needs(ds):
+    loader = Loader(ds, 2)
+    for bad in (None, 5, [("position", 0)]):
+        with pytest.raises(TypeError) as e:
+            loader.load_state_dict(bad)
+        msg = str(e.value)
+        assert msg.startswith("load_state_dict needs a state that state_dict() returned (a dict, or its JSON string), got "), msg
+        assert type(bad).__name__ in msg
+
+
+def test_a_batch_larger_than_the_dataset_with_drop_last_is_refused(ds):
+    with pytest.raises(ConfigError) as e:
+        Loader(ds, N + 1)
+    msg = str(e.value)
+    assert msg.startswith(f"batch_size {N + 1} is more than the {N} samples of an epoch, and drop_last=True"), msg
+    assert f"use batch_size <= {N}, or drop_last=False" in msg
+    # two ranks: the step is batch_size x world_size
+    with pytest.raises(ConfigError, match=rf"^batch_size 6 x world_size 2 = 12 is more than the {N} samples .* use batch_size <= 5,"):
+        Loader(ds, 6, rank=0, world_size=2)
+    # what the message offers works
+    assert len(Loader(ds, N)) == 1 and len(Loader(ds, 5, rank=1, world_size=2)) == 1
+    padded = Loader(ds, N + 1, drop_last=False, include_ids=True)
+    (batch,) = list(padded)
+    assert len(batch["id"]) == N + 1 and batch["is_padding"].sum() == 1
+
+
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("shard_size", -1, "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got -1"),
+        ("shard_size", 0, "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got 0"),
+        ("align", -1, "align must be a power of two from 1 to 1048576, got -1"),
+        ("align", 2**40, f"align must be a power of two from 1 to 1048576, got {2**40}"),
+    ],
+)
+def test_writer_options_out_of_range_name_the_option(tmp_path, option, value, expected):
+    with pytest.raises(SchemaError) as e:
+        ShardWriter(tmp_path / "w", {"x": "int64"}, **{option: value})
+    assert str(e.value) == expected
+    assert not (tmp_path / "w").exists()
+
+
+def test_opening_a_folder_that_is_not_a_dataset_says_how_to_make_one(tmp_path):
+    (tmp_path / "photos").mkdir()
+    for path, what in [
+        (tmp_path / "photos", f"{tmp_path / 'photos'} is not a stokehold dataset (it has no manifest.json)"),
+        (tmp_path / "nope", f"{tmp_path / 'nope'}: no such directory (a dataset is a directory with a manifest.json)"),
+    ]:
+        with pytest.raises(StokeholdIOError) as e:
+            Dataset(path)
+        assert e.value.errno == errno.ENOENT
+        assert str(e.value) == f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR"
+
+
+def test_a_state_of_another_shuffle_names_both_in_their_python_words(ds):
+    state = Loader(ds, 2, shuffle="shard_block").state_dict()
+    with pytest.raises(IncompatibleStateError) as e:
+        Loader(ds, 2, shuffle=True).load_state_dict(state)
+    assert e.value.field == "shuffle"
+    assert str(e.value) == (
+        "incompatible resume state: shuffle is shard_block (window 4) in the state but global here; load a state "
+        "into a loader made like the one that saved it (same dataset, seed and shuffle), or start without it"
+    )
