@@ -444,15 +444,19 @@ pub struct VerifyArgs {
     /// truncated by another process during the check).
     #[arg(long)]
     no_mmap: bool,
+    #[command(flatten)]
+    storage: crate::StorageArgs,
 }
 
 pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let options = VerifyOptions {
         all: a.all,
         threads: a.threads,
+        mmap: !a.no_mmap,
+        storage_options: a.storage.map(),
         ..VerifyOptions::default()
     };
-    let manifest = Manifest::load(&a.dataset, &Limits::default())
+    let manifest = Manifest::load_with(&a.dataset, &Limits::default(), &options.storage_options)
         .map_err(|e| crate::open_error(&a.dataset, e))?;
     let total: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
     let bar = indicatif::ProgressBar::new(total);

@@ -194,6 +194,24 @@ fn pack_writes_a_dataset_to_s3_with_storage_option_flags_and_refuses_an_existing
     }
     let (code, out, err) = stokehold(server, &["verify", url]);
     assert_eq!(code, 0, "{out}{err}");
+    // verify and inspect take the same flags (no credentials in the environment)
+    for cmd in ["verify", "inspect"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
+            .args([cmd, url, "--storage-option", &endpoint])
+            .args(["--storage-option", "key=stokehold-test"])
+            .args(["--storage-option", "secret=stokehold-test-secret"])
+            .args(["--storage-option", "region_name=us-east-1"])
+            .args(["--storage-option", "allow_http=true"])
+            .env_remove("AWS_ACCESS_KEY_ID")
+            .env_remove("AWS_SECRET_ACCESS_KEY")
+            .env_remove("AWS_ENDPOINT_URL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{cmd}: {text}");
+        assert!(text.contains("60"), "{cmd}: {text}");
+    }
 
     // an existing dataset: refused without --overwrite, replaced with it
     let (code, out) = pack("64KiB", &[]);

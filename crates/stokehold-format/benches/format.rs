@@ -94,7 +94,7 @@ fn main() {
         ..VerifyOptions::default()
     };
     let t_verify = median(5, || {
-        assert!(verify_dataset(&big, opts, &|_| {}).unwrap().ok());
+        assert!(verify_dataset(&big, opts.clone(), &|_| {}).unwrap().ok());
     });
     let gbs = |t: Duration| bytes as f64 / t.as_secs_f64() / 1e9;
     println!(

@@ -62,11 +62,23 @@ impl Manifest {
     /// Read and validate `dir/manifest.json`, reading at most `limits.max_manifest_bytes`. With
     /// the `remote` feature, `dir` may be a URL (credentials from the environment).
     pub fn load(dir: &Path, limits: &Limits) -> Result<Manifest> {
+        Self::load_with(dir, limits, &Default::default())
+    }
+
+    /// [`Manifest::load`] with storage options for a URL (see
+    /// [`OpenOptions::storage_options`](crate::OpenOptions::storage_options); ignored for a local
+    /// path).
+    pub fn load_with(
+        dir: &Path,
+        limits: &Limits,
+        storage_options: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Manifest> {
         use std::io::Read;
         #[cfg(feature = "remote")]
         if crate::remote::is_remote(dir) {
-            return crate::remote::load_manifest(dir, limits, &Default::default());
+            return crate::remote::load_manifest(dir, limits, storage_options);
         }
+        let _ = storage_options;
         crate::location::require_local(dir)?;
         let path = dir.join(MANIFEST_FILE);
         let f = std::fs::File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;

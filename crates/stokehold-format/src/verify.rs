@@ -14,7 +14,7 @@ use crate::shard::{HEADER_LEN, ShardReader, TRAILER_LEN};
 use crate::storage::MmapFile;
 
 /// Options of [`verify_dataset`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifyOptions {
     /// Report every fault rather than stopping at the first.
     pub all: bool,
@@ -29,6 +29,10 @@ pub struct VerifyOptions {
     /// then kills the process with SIGBUS instead of giving an error; turn this off where that
     /// can happen.
     pub mmap: bool,
+    /// For a dataset URL: options of its object store (see
+    /// [`OpenOptions::storage_options`](crate::OpenOptions::storage_options)); credentials
+    /// otherwise come from the environment.
+    pub storage_options: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for VerifyOptions {
@@ -39,6 +43,7 @@ impl Default for VerifyOptions {
             chunk_bytes: 4 << 20,
             limits: Limits::default(),
             mmap: true,
+            storage_options: Default::default(),
         }
     }
 }
@@ -71,9 +76,9 @@ pub fn verify_dataset(
     options: VerifyOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<VerifyReport> {
-    let manifest = Manifest::load(dir, &options.limits)?;
+    let manifest = Manifest::load_with(dir, &options.limits, &options.storage_options)?;
     let n = manifest.shards.len();
-    let remote = remote_store(dir)?;
+    let remote = remote_store(dir, &options.storage_options)?;
     let threads = match options.threads {
         // object storage: requests in flight rather than cores
         0 if remote.is_some() => 16,
@@ -306,16 +311,22 @@ type Remote = std::sync::Arc<crate::remote::RemoteStore>;
 type Remote = std::convert::Infallible;
 
 #[cfg(feature = "remote")]
-fn remote_store(dir: &Path) -> Result<Option<Remote>> {
+fn remote_store(
+    dir: &Path,
+    options: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Remote>> {
     if !crate::remote::is_remote(dir) {
         return Ok(None);
     }
     let url = dir.to_str().unwrap_or_default();
-    crate::remote::RemoteStore::open(url, &Default::default()).map(Some)
+    crate::remote::RemoteStore::open(url, options).map(Some)
 }
 
 #[cfg(not(feature = "remote"))]
-fn remote_store(dir: &Path) -> Result<Option<Remote>> {
+fn remote_store(
+    dir: &Path,
+    _: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<Remote>> {
     crate::location::require_local(dir)?;
     Ok(None)
 }
