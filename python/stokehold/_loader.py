@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -196,13 +196,16 @@ def _shuffle_mode(shuffle: Union[bool, str]) -> str:
     raise ConfigError(f'shuffle must be True, False, "global", "sequential" or "shard_block", got {shuffle!r}')
 
 
+_F = TypeVar("_F", bound="_Front")
+
+
 class _Front:
     """What :class:`Loader` and :class:`stokehold.SequenceLoader` share: a native engine
     (``self._engine``) with epochs, resume state and statistics, and the configuration
     (``self._config``) with ``rank`` and ``world_size``.
 
-    The docstrings of the public methods are those of the stub (``__init__.pyi``), word for word
-    (``python/tests/test_native_feel.py`` checks it): ``help()`` shows them at run time."""
+    This module is also the loaders' type stub (``__init__.pyi`` re-exports it), so their
+    docstrings are written once, here, and ``help()`` shows them at run time."""
 
     _engine: Any
     _config: Dict[str, Any]
@@ -306,7 +309,7 @@ class _Front:
         """Stop a running iteration and join its worker threads (the position is kept)."""
         self._engine.close()
 
-    def __enter__(self):
+    def __enter__(self: _F) -> _F:
         return self
 
     def __exit__(self, *exc: Any) -> None:
