@@ -457,13 +457,8 @@ impl RemoteObject {
     }
 
     fn fail(&self, what: &str, e: &object_store::Error) -> io::Error {
-        let kind = match e {
-            object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
-            object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-            _ => io::ErrorKind::Other,
-        };
-        io::Error::new(kind, format!("{what} {}: {}", self.url, store_error(e)))
+        let e = io_error(e);
+        io::Error::new(e.kind(), format!("{what} {}: {e}", self.url))
     }
 
     async fn head(&self) -> io::Result<object_store::ObjectMeta> {
@@ -603,6 +598,18 @@ impl Storage for RemoteObject {
 
 /// The text of an object_store error: its own message, which names the request and the status
 /// (object_store's messages hold URLs and statuses, never credentials).
+/// An object store's error as an `io::Error` of the matching kind (not found, permission
+/// denied, other), worded by [`store_error`].
+fn io_error(e: &object_store::Error) -> io::Error {
+    let kind = match e {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, store_error(e))
+}
+
 fn store_error(e: &object_store::Error) -> String {
     match e {
         object_store::Error::NotFound { .. } => {

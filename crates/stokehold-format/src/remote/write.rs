@@ -29,7 +29,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{MultipartUpload, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use super::{RemoteStore, block_on, runtime, store_error};
+use super::{RemoteStore, block_on, io_error as fail, runtime};
 use crate::error::{FormatError, Result};
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::publish::EXTRA_FILES;
@@ -238,16 +238,6 @@ fn run_tag() -> String {
     h.write_u32(std::process::id());
     h.write_u64(COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     format!("{:08x}", h.finish() as u32)
-}
-
-fn fail(e: &object_store::Error) -> io::Error {
-    let kind = match e {
-        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
-        object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
-        _ => io::ErrorKind::Other,
-    };
-    io::Error::new(kind, store_error(e))
 }
 
 impl RemoteStore {
