@@ -29,15 +29,34 @@ sysdeps: ## system packages the build needs: cmake and nasm build libjpeg-turbo 
 .PHONY: setup
 setup: sysdeps $(VENV)/.ready ## system packages, and .venv with the Python tools the build and tests need
 
-$(VENV)/.ready: pyproject.toml Makefile
+# what building and running needs: maturin builds the extension; zig (the `ziglang` wheel) links it
+# against glibc 2.17 so the wheel runs on any x86_64 Linux (manylinux_2_17)
+$(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy tokenizers
+	$(PY) -m pip install -q "maturin>=1.7,<2" "ziglang>=0.13" "numpy>=1.21"
+	touch $@
+
+# what the tests need besides
+$(VENV)/.ready: $(VENV)/.base Makefile
+	$(PY) -m pip install -q "pytest>=7" pytest-timeout mypy tokenizers auditwheel
 	# moto's S3-compatible server: the object-storage tests (Rust and Python) start it on 127.0.0.1
 	$(PY) -m pip install -q "moto[server]>=5.0.11"
-	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
+	# real PyTorch and JAX for the integration tests (CPU is enough; PyPI's Linux torch wheel is the
+	# CUDA build, ~4 GB with its libraries: install the CPU build into .venv first to avoid it,
+	# see the README)
 	$(PY) -m pip install -q torch jax
 	touch $@
+
+.PHONY: wheel
+wheel: sysdeps $(VENV)/.base ## the portable wheel in dist/: release build, abi3, manylinux_2_17, stripped
+	rm -f dist/stokehold-*.whl
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build -q --release --strip \
+	  --zig --compatibility manylinux_2_17 -o dist
+
+.PHONY: install
+install: wheel ## install the wheel into .venv: the stokehold command and package, release build
+	$(PY) -m pip install -q --force-reinstall --no-deps dist/stokehold-*.whl
 
 .PHONY: develop
 develop: setup ## build the Python extension (debug) into .venv
@@ -60,8 +79,8 @@ test-rust: sysdeps ## every Rust test (unit, integration, golden files, fuzz cor
 	$(CARGO) test --workspace
 
 .PHONY: test-python
-test-python: develop ## pytest against the built extension
-	$(VENV)/bin/pytest -q python/tests
+test-python: setup install ## pytest against the installed wheel (which the last test also installs without a compiler)
+	STOKEHOLD_WHEEL="$$(ls dist/stokehold-*.whl)" $(VENV)/bin/pytest -q python/tests
 	$(VENV)/bin/python -m mypy.stubtest stokehold
 
 .PHONY: test
@@ -73,8 +92,11 @@ build: sysdeps ## release build of the stokehold command
 	$(CARGO) build --release -p stokehold-cli
 
 .PHONY: demo
-demo: build ## sample images → pack → verify → inspect → stream through a pipeline
-	bash scripts/demo.sh target/release/stokehold $(DEMO_DIR) $(DEMO_IMAGES)
+demo: install ## sample images → pack → verify → inspect → stream through a pipeline
+	bash scripts/demo.sh $(VENV)/bin/stokehold $(DEMO_DIR) $(DEMO_IMAGES)
+	@echo
+	@echo "The stokehold command and Python package (release build) are in .venv:"
+	@echo "  source .venv/bin/activate     # then: stokehold --help, python -c 'import stokehold'"
 
 .PHONY: bench
 bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)

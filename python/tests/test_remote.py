@@ -7,38 +7,24 @@ import time
 import numpy as np
 import pytest
 
-import boto3  # installed with moto[server] by `make setup`
-from moto.server import ThreadedMotoServer
-
 import stokehold
 from _loader_helpers import write
+from conftest import moto_s3
 
 KEY, SECRET = "stokehold-test", "stokehold-test-secret"
 
 
 @pytest.fixture(scope="module")
 def s3():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=KEY,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    client.create_bucket(Bucket="pyds")
-    options = {
-        "key": KEY,
-        "secret": SECRET,
-        "region_name": "us-east-1",
-        "endpoint_url": endpoint,
-        "allow_http": "true",
-    }
-    yield client, options
-    server.stop()
+    with moto_s3(KEY, SECRET, bucket="pyds") as (endpoint, client):
+        options = {
+            "key": KEY,
+            "secret": SECRET,
+            "region_name": "us-east-1",
+            "endpoint_url": endpoint,
+            "allow_http": "true",
+        }
+        yield client, options
 
 
 def upload(client, local, prefix):
