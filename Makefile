@@ -54,6 +54,10 @@ wheel: sysdeps $(VENV)/.base ## the portable wheel in dist/: release build, abi3
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build -q --release --strip \
 	  --zig --compatibility manylinux_2_17 -o dist
 
+.PHONY: sdist
+sdist: $(VENV)/.base ## the source distribution in dist/ (builds where Rust, cc, cmake and nasm are present)
+	$(VENV)/bin/maturin sdist -o dist
+
 .PHONY: install
 install: wheel ## install the wheel into .venv: the stokehold command and package, release build
 	$(PY) -m pip install -q --force-reinstall --no-deps dist/stokehold-*.whl

@@ -5,7 +5,8 @@ its path in ``STOKEHOLD_WHEEL``. This test installs it into a fresh virtual envi
 PATH holds nothing but that environment (no Rust, cc, cmake or nasm can be found), runs the
 ``stokehold`` command it installed (``sample-data``, ``pack``, ``verify``, ``inspect``) and a
 ``Loader`` to a torch batch, and checks the wheel's size, its tags and, with auditwheel, that it
-links no library outside the manylinux policy. Run by hand without ``STOKEHOLD_WHEEL``, it skips.
+links no library outside the manylinux policy (run by hand without ``STOKEHOLD_WHEEL``, these
+two skip); and that a source build without cmake or nasm stops at once naming them.
 
 The fresh environment gets numpy from the package index (the wheel's one dependency) and sees
 torch through a ``.pth`` line naming the test environment's site-packages, placed after its own
@@ -25,12 +26,13 @@ from pathlib import Path
 import pytest
 
 WHEEL = os.environ.get("STOKEHOLD_WHEEL")
-pytestmark = pytest.mark.skipif(not WHEEL, reason="set STOKEHOLD_WHEEL to a built wheel (make test does)")
+needs_wheel = pytest.mark.skipif(not WHEEL, reason="set STOKEHOLD_WHEEL to a built wheel (make test does)")
 
 MAX_WHEEL_BYTES = 15 * 2**20
 COMPILERS = ("cargo", "rustc", "cc", "gcc", "clang", "cmake", "nasm", "zig")
 
 
+@needs_wheel
 def test_the_wheel_is_portable_small_and_self_contained():
     wheel = Path(WHEEL)
     assert wheel.is_file(), f"STOKEHOLD_WHEEL={WHEEL} does not exist"
@@ -57,6 +59,7 @@ def test_the_wheel_is_portable_small_and_self_contained():
     assert "system-provided shared libraries" not in text or "libjpeg" not in text, text
 
 
+@needs_wheel
 def test_the_wheel_installs_and_runs_without_a_compiler(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -111,21 +114,29 @@ print(stokehold.__file__)
     assert r.stdout.strip().startswith(str(venv)), r.stdout
 
 
-def test_a_source_build_without_cmake_or_nasm_says_what_to_install(tmp_path):
-    """``pip install .`` / the sdist: the build backend names the missing tools before compiling."""
+@pytest.mark.parametrize("source", ["checkout", "sdist"])
+def test_a_source_build_without_cmake_or_nasm_says_what_to_install(tmp_path, source):
+    """``pip install .`` and the sdist: the build backend names the missing tools before compiling."""
     repo = Path(__file__).resolve().parents[2]
-    # a PATH with python and pip but without cmake and nasm (and without compilers)
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    for tool in ("cargo", "rustc"):  # Rust stays: the message must name cmake and nasm
+    bindir = os.path.dirname(sys.executable)
+    if source == "sdist":
+        subprocess.run([os.path.join(bindir, "maturin"), "sdist", "-o", str(tmp_path / "sdist")],
+                       cwd=repo, check=True, capture_output=True, timeout=300)
+        (target,) = (tmp_path / "sdist").glob("stokehold-*.tar.gz")
+    else:
+        target = repo
+    # a PATH with python, pip and Rust but without cmake, nasm or a C compiler
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("cargo", "rustc"):
         found = shutil.which(tool)
         if found:
-            (bindir / tool).symlink_to(found)
+            (tools / tool).symlink_to(found)
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-    env["PATH"] = os.pathsep.join([str(bindir), os.path.dirname(sys.executable)])
+    env["PATH"] = os.pathsep.join([str(tools), bindir])
     p = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w",
-         str(tmp_path / "out"), str(repo)],
+         str(tmp_path / "out"), str(target)],
         env=env, capture_output=True, text=True, timeout=300,
     )
     assert p.returncode != 0
