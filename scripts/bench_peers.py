@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""stokehold beside the other loaders people use, on the same images, in one run (issue #18).
+
+    python scripts/bench_peers.py --images DIR [--pipeline train|val|both] [--rounds 3]
+        [--threads 2] [--batch 256] [--peers stokehold,stokehold-rst,tfdata,dali,torchvision,pil]
+
+DIR is an image folder with one sub-folder per class (``make bench-data`` makes an ImageNet-like
+one). Workload: one epoch of decode + RandomResizedCrop(224) + horizontal flip ("train") or
+Resize(256) + CenterCrop(224) ("val") into uint8 batches of ``--batch``, shuffled, with
+``--threads`` worker threads or processes each. Every trial is a fresh process (interpreter start
+and imports included in its time to first batch); the loaders are interleaved round by round
+(A B C ..., A B C ...), so slow drift on a shared machine hits them alike, and each figure is the
+median of its rounds. Peers that are not installed are left out with a line saying so.
+
+- ``stokehold``: ``stokehold.Loader`` over ``stokehold pack DIR`` (native threads);
+- ``stokehold-rst``: the same over ``stokehold pack --restart-markers DIR`` (lossless);
+- ``tfdata``: ``tf.data`` over TFRecords of the same files written here (``tf.io.TFRecordWriter``;
+  the conversion is timed beside ``stokehold pack``), ``decode_and_crop_jpeg`` with
+  ``sample_distorted_bounding_box`` for the random crop (tf.data's fastest form, decoding only the
+  window), resize, flip, AUTOTUNE, a private thread pool of ``--threads`` (``pip install
+  tensorflow-cpu``);
+- ``dali``: NVIDIA DALI's CPU pipeline (``device_id=None``): file reader,
+  ``decoders.image_random_crop`` (ROI decode), resize, flip, ``--threads`` threads (``pip install
+  nvidia-dali-cuda120``);
+- ``torchvision``: a ``DataLoader`` with ``--threads`` workers over the files, ``torchvision.io.
+  decode_jpeg`` and ``torchvision.transforms.v2`` on tensors;
+- ``pil``: a ``DataLoader`` with ``--threads`` workers over ``ImageFolder`` (PIL decode),
+  ``RandomResizedCrop`` + ``RandomHorizontalFlip`` + ``PILToTensor``: the classic recipe.
+
+Layouts are each loader's own (CHW for stokehold and torch, HWC for tf.data and DALI). Figures:
+images/s over the epoch from iterator creation; images per CPU-second (CPU of the trial's whole
+process tree over its whole life: what the loader costs the machine); peak PSS of the process tree
+(sampled every 50 ms from ``/proc/PID/smaps_rollup``); time to the first batch from process start.
+The table ends with each loader's ratio to the best peer (the best non-stokehold loader).
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench_vs_torch_dataloader import busy_seconds, cpu, pss_kib, tree
+
+T0_ENV = "STOKEHOLD_BENCH_T0"
+PEERS = ["stokehold", "stokehold-rst", "tfdata", "dali", "torchvision", "pil"]
+MODULE = {"tfdata": "tensorflow", "dali": "nvidia.dali", "torchvision": "torchvision", "pil": "torchvision"}
+
+
+# --- children: one epoch of one loader -------------------------------------------------------
+
+
+def files_and_labels(root):
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    out = []
+    for i, c in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(root, c))):
+            out.append((os.path.join(root, c, f), i))
+    return out
+
+
+def loader_stokehold(a, shards):
+    import stokehold
+    from stokehold.image import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
+
+    stages = [RandomResizedCrop(224), RandomHorizontalFlip()] if a.pipeline == "train" else [Resize(256), CenterCrop(224)]
+    loader = stokehold.Loader(shards, a.batch, threads=a.threads, shuffle=True, seed=0, drop_last=False,
+                              transforms={"image": stages})
+    return ((b["image"], b["label"]) for b in loader)
+
+
+def loader_tfdata(a, _):
+    import tensorflow as tf
+
+    def parse(rec):
+        ex = tf.io.parse_single_example(rec, {"image": tf.io.FixedLenFeature([], tf.string),
+                                              "label": tf.io.FixedLenFeature([], tf.int64)})
+        data = ex["image"]
+        if a.pipeline == "train":
+            shape = tf.image.extract_jpeg_shape(data)
+            begin, size, _ = tf.image.sample_distorted_bounding_box(
+                shape, tf.zeros([0, 0, 4], tf.float32), area_range=(0.08, 1.0),
+                aspect_ratio_range=(3 / 4, 4 / 3), max_attempts=10, use_image_if_no_bounding_boxes=True)
+            window = tf.stack([begin[0], begin[1], size[0], size[1]])
+            img = tf.image.decode_and_crop_jpeg(data, window, channels=3)
+            img = tf.image.resize(img, [224, 224], antialias=True)
+            img = tf.image.random_flip_left_right(img)
+        else:
+            img = tf.io.decode_jpeg(data, channels=3)
+            shape = tf.shape(img)
+            scale = 256.0 / tf.cast(tf.minimum(shape[0], shape[1]), tf.float32)
+            new = tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * scale), tf.int32)
+            img = tf.image.resize(img, new, antialias=True)
+            img = tf.image.resize_with_crop_or_pad(img, 224, 224)
+        return tf.cast(tf.clip_by_value(img, 0, 255), tf.uint8), ex["label"]
+
+    opts = tf.data.Options()
+    opts.threading.private_threadpool_size = a.threads
+    ds = (tf.data.TFRecordDataset(a.tfrecords).with_options(opts).shuffle(2048, seed=0)
+          .map(parse, num_parallel_calls=tf.data.AUTOTUNE).batch(a.batch).prefetch(tf.data.AUTOTUNE))
+    return ((x.numpy(), y.numpy()) for x, y in ds)
+
+
+def loader_dali(a, _):
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.plugin.base_iterator import LastBatchPolicy  # noqa: F401  (DALI present)
+
+    @pipeline_def(batch_size=a.batch, num_threads=a.threads, device_id=None, seed=0)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=a.images, random_shuffle=True, name="r")
+        if a.pipeline == "train":
+            img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                                random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+            img = fn.resize(img, resize_x=224, resize_y=224)
+            img = fn.flip(img, horizontal=fn.random.coin_flip())
+        else:
+            img = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+            img = fn.resize(img, resize_shorter=256)
+            img = fn.crop(img, crop=(224, 224))
+        return img, labels
+
+    p = pipe()
+    p.build()
+    n = p.epoch_size("r")
+
+    def batches():
+        seen = 0
+        while seen < n:
+            img, lab = p.run()
+            k = min(len(img), n - seen)
+            seen += k
+            yield img.as_array()[:k], lab.as_array()[:k]
+    return batches()
+
+
+class _Files:
+    def __init__(self, items, tf):
+        self.items, self.tf = items, tf
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        import torch
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        path, label = self.items[i]
+        with open(path, "rb") as f:
+            data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8)
+        return self.tf(decode_jpeg(data, mode=ImageReadMode.RGB)), label
+
+
+def loader_torch(a, kind):
+    import torch
+    from torchvision import datasets
+    from torchvision.transforms import v2
+
+    if a.pipeline == "train":
+        geo = [v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+    else:
+        geo = [v2.Resize(256, antialias=True), v2.CenterCrop(224)]
+    if kind == "pil":
+        ds = datasets.ImageFolder(a.images, transform=v2.Compose([*geo, v2.PILToTensor()]))
+    else:
+        ds = _Files(files_and_labels(a.images), v2.Compose(geo))
+    g = torch.Generator().manual_seed(0)
+    return iter(torch.utils.data.DataLoader(ds, batch_size=a.batch, num_workers=a.threads, shuffle=True, generator=g))
+
+
+def child(a):
+    t0 = float(os.environ[T0_ENV])
+    import numpy  # noqa: F401  (every loader's process has it)
+
+    t_create = time.time()
+    if a.child.startswith("stokehold"):
+        it = loader_stokehold(a, a.shards_rst if a.child == "stokehold-rst" else a.shards)
+    elif a.child == "tfdata":
+        it = loader_tfdata(a, None)
+    elif a.child == "dali":
+        it = loader_dali(a, None)
+    else:
+        it = loader_torch(a, a.child)
+    t_iter = time.time()
+    images, t_first, shape = 0, None, None
+    for img, label in it:
+        if t_first is None:
+            t_first, shape = time.time(), tuple(img.shape)
+        images += len(label)
+    t_end = time.time()
+    print(json.dumps(dict(images=images, rate=images / (t_end - t_iter), first=t_first - t0,
+                          create=t_iter - t_create, shape=shape)), flush=True)
+
+
+# --- parent ----------------------------------------------------------------------------------
+
+
+def trial(name, a, interval=0.05):
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
+    for k in ("images", "shards", "shards_rst", "tfrecords", "pipeline"):
+        cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
+    cmd += ["--batch", str(a.batch), "--threads", str(a.threads)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **{T0_ENV: repr(time.time())})
+    c0, b0 = cpu(resource.RUSAGE_CHILDREN), busy_seconds()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak, next_t = 0, time.monotonic()
+    while p.poll() is None:
+        peak = max(peak, sum(pss_kib(q) for q in tree(p.pid)))
+        next_t += interval
+        time.sleep(max(0.0, next_t - time.monotonic()))
+    out, err = p.communicate()
+    if p.returncode != 0:
+        sys.exit(f"{name}: the trial failed (exit {p.returncode}):\n{err[-3000:]}")
+    r = json.loads(out.strip().splitlines()[-1])
+    r.update(cpu=cpu(resource.RUSAGE_CHILDREN) - c0, pss_mib=peak / 1024,
+             foreign=max(0.0, busy_seconds() - b0 - (cpu(resource.RUSAGE_CHILDREN) - c0)))
+    return r
+
+
+def prepare(a, work, peers):
+    """Pack the images for stokehold (plain and restart-marked) and write TFRecords for tf.data,
+    timing each conversion."""
+    exe = [sys.executable, "-m", "stokehold._cli"]  # the installed package's command
+    times = {}
+    for name, extra, dest in (("stokehold pack", [], "shards"), ("stokehold pack --restart-markers", ["--restart-markers"], "shards-rst")):
+        t = time.time()
+        subprocess.run([*exe, "pack", a.images, os.path.join(work, dest), *extra], check=True, capture_output=True)
+        times[name] = time.time() - t
+    a.shards, a.shards_rst = os.path.join(work, "shards"), os.path.join(work, "shards-rst")
+    a.tfrecords = os.path.join(work, "train.tfrecord")
+    if "tfdata" in peers:
+        code = (
+            "import sys, tensorflow as tf\n"
+            "sys.path.insert(0, sys.argv[3]); from bench_peers import files_and_labels\n"
+            "with tf.io.TFRecordWriter(sys.argv[2]) as w:\n"
+            "    for path, label in files_and_labels(sys.argv[1]):\n"
+            "        data = open(path, 'rb').read()\n"
+            "        f = {'image': tf.train.Feature(bytes_list=tf.train.BytesList(value=[data])),\n"
+            "             'label': tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}\n"
+            "        w.write(tf.train.Example(features=tf.train.Features(feature=f)).SerializeToString())\n"
+        )
+        t = time.time()
+        subprocess.run([sys.executable, "-c", code, a.images, a.tfrecords, os.path.dirname(os.path.abspath(__file__))],
+                       check=True, capture_output=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+        times["tf.data TFRecord conversion (imports included)"] = time.time() - t
+    return times
+
+
+def available(name):
+    mod = MODULE.get(name)
+    if mod is None:
+        return True
+    r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True,
+                       env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return r.returncode == 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--images", required=True, help="image folder, one sub-folder per class")
+    ap.add_argument("--pipeline", default="train", choices=["train", "val", "both"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--work", help="where the packed copies go (default: a temporary directory)")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    for k in ("shards", "shards-rst", "tfrecords"):
+        ap.add_argument(f"--{k}", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        return child(a)
+    if not os.path.isdir(a.images):
+        sys.exit(f"bench_peers: --images {a.images} is not a directory (make bench-data makes one)")
+    peers = []
+    for name in a.peers.split(","):
+        if name not in PEERS:
+            sys.exit(f"bench_peers: unknown peer {name!r}; choose from {', '.join(PEERS)}")
+        if available(name):
+            peers.append(name)
+        else:
+            print(f"{name}: not installed ({MODULE[name]}); left out")
+    with tempfile.TemporaryDirectory(dir=a.work) as work:
+        times = prepare(a, work, peers)
+        n = len(files_and_labels(a.images))
+        print(f"{n:,} images in {a.images}; {a.threads} threads/workers per loader, batch {a.batch}, "
+              f"{a.rounds} interleaved rounds, a fresh process per trial; {os.cpu_count()} CPUs")
+        print("conversion: " + "; ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        if "tf.data TFRecord conversion (imports included)" in times:
+            tfc = times["tf.data TFRecord conversion (imports included)"]
+            print(f"  stokehold pack --restart-markers vs tf.data's conversion: {tfc / times['stokehold pack --restart-markers']:.2f}x faster; "
+                  f"vs plain pack: {times['stokehold pack'] / times['stokehold pack --restart-markers']:.2f}x its speed")
+        for pipeline in (["train", "val"] if a.pipeline == "both" else [a.pipeline]):
+            a.pipeline = pipeline
+            res = {p: [] for p in peers}
+            for r in range(a.rounds):
+                for p in peers:
+                    res[p].append(trial(p, a))
+                    x = res[p][-1]
+                    print(f"  {pipeline} round {r + 1} {p:14} {x['rate']:7.0f} images/s  first batch {x['first']:.2f} s  "
+                          f"PSS {x['pss_mib']:5.0f} MiB  foreign CPU {x['foreign']:.1f} s", flush=True)
+            table(pipeline, res, a)
+
+
+def table(pipeline, res, a):
+    med = {p: {k: statistics.median(x[k] for x in xs) for k in ("rate", "first", "pss_mib")}
+           for p, xs in res.items()}
+    for p, xs in res.items():
+        med[p]["per_cpu"] = statistics.median(x["images"] / x["cpu"] for x in xs)
+    others = [p for p in med if not p.startswith("stokehold")]
+    best = max(others, key=lambda p: med[p]["rate"]) if others else None
+    what = "RandomResizedCrop(224) + flip" if pipeline == "train" else "Resize(256) + CenterCrop(224)"
+    print(f"\n{pipeline}: decode + {what}, medians of {a.rounds} rounds"
+          + (f"; best peer: {best}" if best else ""))
+    print(f"| loader ({a.threads} threads/workers) | images/s | x best peer | images per CPU-s | x best peer | peak PSS MiB | first batch s |")
+    print("|---|---|---|---|---|---|---|")
+    for p, m in sorted(med.items(), key=lambda kv: -kv[1]["rate"]):
+        rb = f"{m['rate'] / med[best]['rate']:.2f}" if best else "-"
+        cb = f"{m['per_cpu'] / med[best]['per_cpu']:.2f}" if best else "-"
+        print(f"| {p} | {m['rate']:,.0f} | {rb} | {m['per_cpu']:,.0f} | {cb} | {m['pss_mib']:,.0f} | {m['first']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
