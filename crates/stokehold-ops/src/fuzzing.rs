@@ -61,4 +61,9 @@ pub fn fuzz_image(data: &[u8]) {
         );
     }
     let _ = crate::jpeg::to_baseline(data);
+    // the fast restart-marker rewrite: any bytes, no panic; what it makes is a JPEG
+    // RestartIndex accepts
+    if let Some(out) = crate::rst_insert::insert_restarts(data) {
+        assert!(crate::restart::RestartIndex::parse(&out).is_some());
+    }
 }

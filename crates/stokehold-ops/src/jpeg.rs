@@ -593,7 +593,21 @@ pub fn restart_interval(mcux: u32) -> u32 {
 /// Losslessly rewrite a JPEG as baseline with restart markers aligned to MCU rows (every
 /// [`restart_interval`] MCUs): the same coefficients and pixels, about 1.5% larger, and a crop
 /// then needs only its share of the Huffman decoding ([`crate::restart::RestartIndex`]).
+///
+/// A baseline file gets its markers in one pass over its entropy-coded bits, its tables kept
+/// ([`crate::rst_insert::insert_restarts`], about 10× faster); anything else (progressive files,
+/// files with other restart intervals, ...) goes through libjpeg-turbo's transcoder, which also
+/// optimises the Huffman tables.
 pub fn with_restarts(data: &[u8]) -> Result<Vec<u8>> {
+    match crate::rst_insert::insert_restarts(data) {
+        Some(out) => Ok(out),
+        None => with_restarts_transcoded(data),
+    }
+}
+
+/// [`with_restarts`] through libjpeg-turbo's transcoder whatever the file (the slower general
+/// path: every coefficient decoded, Huffman tables optimised in a second pass).
+pub fn with_restarts_transcoded(data: &[u8]) -> Result<Vec<u8>> {
     let hdr = Decoder::new()?.header(data)?;
     let mcu_w = hdr.mcu_width().ok_or_else(|| {
         OpsError::Unsupported(format!(

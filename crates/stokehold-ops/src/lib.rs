@@ -15,6 +15,7 @@ pub mod layout;
 pub mod pipeline;
 pub mod resize;
 pub mod restart;
+pub mod rst_insert;
 pub mod text;
 
 pub use error::{OpsError, Result};

@@ -1,0 +1,519 @@
+//! Restart markers put into a baseline JPEG without decoding it: the fast lossless rewrite behind
+//! `stokehold pack --restart-markers` (see [`crate::restart`] for why the markers pay).
+//!
+//! libjpeg-turbo's transcoder decodes every coefficient into memory, optimises new Huffman
+//! tables in a second pass and encodes everything again (about 1.3 ms for an ImageNet-sized
+//! file). None of that is needed to add markers: walking the entropy-coded bits once is enough.
+//! Each block's DC difference and AC run/size symbols are Huffman-decoded only to find where its
+//! bits end; the bits are copied as they are, except the first DC difference of each component
+//! after a marker, which is re-encoded against a predictor of 0 (what a restart means). The
+//! tables, the coefficients and so the pixels stay exactly the same.
+//!
+//! [`insert_restarts`] returns `None` for everything it does not handle — progressive or
+//! arithmetic coding, several scans, 12-bit samples, files that already have restart markers,
+//! other than 1 or 3 components, a DC category the file's own table has no code for, damaged
+//! data — and the caller falls back to libjpeg-turbo's transcoder ([`crate::jpeg::with_restarts`]).
+//! Every length and count read from the file is checked against the bytes present before use;
+//! nothing panics on any input (the `jpeg_restarts` fuzz entry point runs it on arbitrary bytes).
+
+/// A Huffman table in both directions: decoding by a 9-bit lookup with the canonical slow path
+/// behind it, and encoding (needed for DC tables only).
+struct Huffman {
+    /// Indexed by the next 9 bits: `length << 8 | symbol`, or 0 for codes longer than 9 bits.
+    fast: [u16; 1 << FAST_BITS],
+    /// Per code length 1..=16: the largest code of that length (-1: none) and the index in
+    /// `symbols` of the first code of that length minus that code.
+    maxcode: [i32; 17],
+    offset: [i32; 17],
+    symbols: Vec<u8>,
+    /// Per symbol: its code and length (length 0: the table has no code for it).
+    encode: [(u16, u8); 256],
+    /// For AC tables, indexed like `fast`: `(code length + value bits) << 8 | symbol`: a block's
+    /// AC values are never needed, only where they end.
+    fast_skip: [u16; 1 << FAST_BITS],
+}
+
+const FAST_BITS: u32 = 9;
+
+impl Huffman {
+    /// Build from a DHT table's 16 counts and its symbols; `None` for an over-full table.
+    fn new(counts: &[u8], symbols: &[u8]) -> Option<Huffman> {
+        let mut h = Huffman {
+            fast: [0; 1 << FAST_BITS],
+            maxcode: [-1; 17],
+            offset: [0; 17],
+            symbols: symbols.to_vec(),
+            encode: [(0, 0); 256],
+            fast_skip: [0; 1 << FAST_BITS],
+        };
+        let mut code: u32 = 0;
+        let mut k = 0usize;
+        for len in 1..=16u32 {
+            let n = usize::from(counts[len as usize - 1]);
+            h.offset[len as usize] = k as i32 - code as i32;
+            for _ in 0..n {
+                if code >= 1 << len {
+                    return None; // more codes than this length can hold
+                }
+                let sym = *symbols.get(k)?;
+                h.encode[usize::from(sym)] = (code as u16, len as u8);
+                if len <= FAST_BITS {
+                    let shift = FAST_BITS - len;
+                    let base = (code << shift) as usize;
+                    let skip = (len as u16 + u16::from(sym & 15)) << 8 | u16::from(sym);
+                    h.fast[base..base + (1 << shift)].fill((len as u16) << 8 | u16::from(sym));
+                    h.fast_skip[base..base + (1 << shift)].fill(skip);
+                }
+                code += 1;
+                k += 1;
+            }
+            if n > 0 {
+                h.maxcode[len as usize] = code as i32 - 1;
+            }
+            code <<= 1;
+        }
+        Some(h)
+    }
+
+    /// The next AC symbol of `r`, its value bits skipped too.
+    #[inline]
+    fn skip_ac(&self, r: &mut Bits<'_>) -> Option<u8> {
+        r.fill();
+        let e = self.fast_skip[(r.peek16() >> (16 - FAST_BITS)) as usize];
+        if e != 0 {
+            r.skip(u32::from(e >> 8));
+            return Some(e as u8);
+        }
+        let rs = self.decode(r)?;
+        r.skip(u32::from(rs & 15));
+        Some(rs)
+    }
+
+    /// The next symbol of `r`.
+    #[inline]
+    fn decode(&self, r: &mut Bits<'_>) -> Option<u8> {
+        r.fill();
+        let peek = r.peek16();
+        let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
+        if e != 0 {
+            r.skip(u32::from(e >> 8));
+            return Some(e as u8);
+        }
+        for len in FAST_BITS + 1..=16 {
+            let code = (peek >> (16 - len)) as i32;
+            if code <= self.maxcode[len as usize] {
+                r.skip(len);
+                let i = usize::try_from(self.offset[len as usize] + code).ok()?;
+                return self.symbols.get(i).copied();
+            }
+        }
+        None // no code of any length matches: damaged data
+    }
+}
+
+/// A reader of the entropy-coded bits (byte stuffing already removed), most significant first,
+/// through a 64-bit register refilled eight bytes at a time. Reading past the end yields 1-bits
+/// (what an encoder pads with); whether a block ran past the end is checked once per block
+/// ([`Bits::pos`] against `end`).
+struct Bits<'a> {
+    data: &'a [u8],
+    /// The next byte of `data` not yet in `buf`.
+    next: usize,
+    /// Valid bits, left-aligned; `n` of them.
+    buf: u64,
+    n: u32,
+    end: u64,
+}
+
+impl Bits<'_> {
+    /// The 64 bits from bit `pos` of `data` (1-bits past its end), left-aligned, for copying.
+    #[inline]
+    fn word_at(&self, pos: u64) -> u64 {
+        let i = (pos >> 3) as usize;
+        let w = match self.data.get(i..i + 8) {
+            Some(b) => u64::from_be_bytes(b.try_into().unwrap_or([0xFF; 8])),
+            None => {
+                let mut b = [0xFF; 8];
+                let rest = self.data.get(i..).unwrap_or(&[]);
+                b[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
+                u64::from_be_bytes(b)
+            }
+        };
+        w << (pos & 7)
+    }
+
+    /// The position of the next unread bit.
+    #[inline]
+    fn pos(&self) -> u64 {
+        self.next as u64 * 8 - u64::from(self.n)
+    }
+
+    /// At least 32 valid bits in `buf` (56 or more after a refill).
+    #[inline]
+    fn fill(&mut self) {
+        if self.n < 32 {
+            let w = self.word_at(self.next as u64 * 8);
+            self.buf |= w >> self.n;
+            let k = (63 - self.n) >> 3;
+            self.next += k as usize;
+            self.n += 8 * k;
+        }
+    }
+
+    #[inline]
+    fn peek16(&self) -> u32 {
+        (self.buf >> 48) as u32
+    }
+
+    /// Consume `k` (at most 32) bits; `fill` must have run since the last 32 consumed.
+    #[inline]
+    fn skip(&mut self, k: u32) {
+        self.buf <<= k;
+        self.n = self.n.saturating_sub(k);
+    }
+
+    /// The next `k` (1..=16) bits as a number.
+    #[inline]
+    fn take(&mut self, k: u32) -> u32 {
+        let v = (self.buf >> (64 - k)) as u32;
+        self.skip(k);
+        v
+    }
+}
+
+/// A writer of entropy-coded bits that stuffs a 0x00 after every 0xFF byte.
+struct Writer {
+    out: Vec<u8>,
+    /// The last `n` bits of `acc` are pending (`n` < 32 between calls).
+    acc: u64,
+    n: u32,
+}
+
+impl Writer {
+    /// Append the low `n` (0..=32) bits of `v`.
+    #[inline]
+    fn put(&mut self, v: u64, n: u32) {
+        self.acc = (self.acc << n) | (v & ((1u64 << n) - 1));
+        self.n += n;
+        if self.n >= 32 {
+            self.n -= 32;
+            let word = (self.acc >> self.n) as u32;
+            // no 0xFF byte in the word (the usual case): four bytes at once
+            let inv = !word;
+            if inv.wrapping_sub(0x0101_0101) & !inv & 0x8080_8080 == 0 {
+                self.out.extend_from_slice(&word.to_be_bytes());
+            } else {
+                for byte in word.to_be_bytes() {
+                    self.out.push(byte);
+                    if byte == 0xFF {
+                        self.out.push(0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copy bits `from..to` of `r` as they are.
+    fn copy(&mut self, r: &Bits<'_>, mut from: u64, to: u64) {
+        while from < to {
+            let n = (to - from).min(32) as u32;
+            self.put(r.word_at(from) >> (64 - n), n);
+            from += u64::from(n);
+        }
+    }
+
+    /// Pad the last byte with 1-bits, as the standard asks before a marker, and write out every
+    /// pending byte.
+    fn align(&mut self) {
+        let pad = (8 - self.n % 8) % 8;
+        self.acc = (self.acc << pad) | ((1u64 << pad) - 1);
+        self.n += pad;
+        while self.n >= 8 {
+            self.n -= 8;
+            let byte = (self.acc >> self.n) as u8;
+            self.out.push(byte);
+            if byte == 0xFF {
+                self.out.push(0);
+            }
+        }
+    }
+}
+
+/// The magnitude category of a DC difference and its bits (JPEG's "extend" inverted).
+fn dc_bits(v: i32) -> (u32, u32) {
+    let cat = 32 - v.unsigned_abs().leading_zeros();
+    let bits = if v < 0 { v - 1 } else { v } as u32;
+    (cat, bits & ((1u32 << cat) - 1))
+}
+
+fn be16(d: &[u8], at: usize) -> Option<usize> {
+    Some(usize::from(*d.get(at)?) << 8 | usize::from(*d.get(at + 1)?))
+}
+
+struct Component {
+    id: u8,
+    h: u32,
+    v: u32,
+}
+
+/// `data` with restart markers every [`crate::jpeg::restart_interval`] MCUs (aligned to MCU
+/// rows), the same tables and the same coefficients; `None` where the file is outside what this
+/// handles (see the module documentation).
+pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
+    if data.get(..2)? != [0xFF, 0xD8] {
+        return None;
+    }
+    let mut dc: [Option<Huffman>; 4] = [None, None, None, None];
+    let mut ac: [Option<Huffman>; 4] = [None, None, None, None];
+    let mut frame: Option<(u32, u32, Vec<Component>)> = None;
+    let mut at = 2usize;
+    // segments before the scan: copied as they are, the DRI segment added before the SOS
+    let (sos_at, sos_len) = loop {
+        if *data.get(at)? != 0xFF {
+            return None;
+        }
+        while *data.get(at)? == 0xFF {
+            at += 1;
+        }
+        let m = *data.get(at)?;
+        let len = be16(data, at + 1)?;
+        let seg = data.get(at + 3..(at + 1).checked_add(len)?)?;
+        if len < 2 {
+            return None;
+        }
+        match m {
+            0xC0 | 0xC1 => {
+                if frame.is_some() || seg.len() < 6 || seg[0] != 8 {
+                    return None;
+                }
+                let h = be16(seg, 1)? as u32;
+                let w = be16(seg, 3)? as u32;
+                let n = usize::from(seg[5]);
+                if w == 0 || h == 0 || !(n == 1 || n == 3) || seg.len() != 6 + 3 * n {
+                    return None;
+                }
+                let comps: Vec<Component> = (0..n)
+                    .map(|c| Component {
+                        id: seg[6 + 3 * c],
+                        h: u32::from(seg[7 + 3 * c] >> 4),
+                        v: u32::from(seg[7 + 3 * c] & 15),
+                    })
+                    .collect();
+                if comps
+                    .iter()
+                    .any(|c| !(1..=4).contains(&c.h) || !(1..=4).contains(&c.v))
+                    || (n == 1 && (comps[0].h, comps[0].v) != (1, 1))
+                {
+                    return None;
+                }
+                frame = Some((w, h, comps));
+            }
+            0xC4 => {
+                let mut s = seg;
+                while !s.is_empty() {
+                    let (class, id) = (s[0] >> 4, usize::from(s[0] & 15));
+                    let counts = s.get(1..17)?;
+                    let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
+                    let symbols = s.get(17..17 + total)?;
+                    if id > 3 || class > 1 || total > 256 {
+                        return None;
+                    }
+                    let table = Some(Huffman::new(counts, symbols)?);
+                    if class == 0 {
+                        dc[id] = table;
+                    } else {
+                        ac[id] = table;
+                    }
+                    s = &s[17 + total..];
+                }
+            }
+            // already restart-marked (or a DRI of 0): leave it to the general transcoder
+            0xDD => return None,
+            // progressive, lossless, hierarchical, arithmetic: not ours
+            0xC2 | 0xC3 | 0xC5..=0xCB | 0xCD..=0xCF => return None,
+            0xDA => break (at - 1, len),
+            0xD0..=0xD9 | 0x01 => return None,
+            _ => {}
+        }
+        at += 1 + len;
+    };
+    let (w, h, comps) = frame?;
+    let sos = data.get(sos_at + 4..sos_at + 2 + sos_len)?;
+    let ns = usize::from(*sos.first()?);
+    if ns != comps.len() || sos.len() != 1 + 2 * ns + 3 || sos[1 + 2 * ns..] != [0, 63, 0] {
+        return None; // several scans, or not a sequential scan
+    }
+    // the scan's components in its order, each with its tables and blocks per MCU
+    let mut plan = Vec::with_capacity(ns);
+    for i in 0..ns {
+        let (id, tables) = (sos[1 + 2 * i], sos[2 + 2 * i]);
+        let c = comps.iter().find(|c| c.id == id)?;
+        let d = dc.get(usize::from(tables >> 4))?.as_ref()?;
+        let a = ac.get(usize::from(tables & 15))?.as_ref()?;
+        plan.push((d, a, c.h * c.v));
+    }
+    let hmax = comps.iter().map(|c| c.h).max()?;
+    let vmax = comps.iter().map(|c| c.v).max()?;
+    let mcux = w.div_ceil(8 * hmax);
+    let mcuy = h.div_ceil(8 * vmax);
+    let interval = crate::jpeg::restart_interval(mcux);
+    let interval16 = u16::try_from(interval).ok()?;
+
+    // the entropy-coded data, unstuffed, up to the marker that ends it (EOI expected)
+    let start = sos_at + 2 + sos_len;
+    let mut bytes = Vec::with_capacity(data.len() - start + 8);
+    let mut i = start;
+    let tail = loop {
+        let ff = i + memchr::memchr(0xFF, data.get(i..)?)?;
+        bytes.extend_from_slice(&data[i..ff]);
+        let mut j = ff + 1;
+        while *data.get(j)? == 0xFF {
+            j += 1; // fill bytes
+        }
+        match data[j] {
+            0x00 => {
+                bytes.push(0xFF);
+                i = j + 1;
+            }
+            0xD9 => break ff,
+            _ => return None, // a restart marker, another scan or a stray marker
+        }
+    };
+    let end = bytes.len() as u64 * 8;
+    let mut r = Bits {
+        data: &bytes,
+        next: 0,
+        buf: 0,
+        n: 0,
+        end,
+    };
+
+    let mut out = Writer {
+        out: Vec::with_capacity(data.len() + data.len() / 32 + 64),
+        acc: 0,
+        n: 0,
+    };
+    out.out.extend_from_slice(&data[..sos_at]);
+    out.out.extend_from_slice(&[0xFF, 0xDD, 0x00, 0x04]);
+    out.out.extend_from_slice(&interval16.to_be_bytes());
+    out.out.extend_from_slice(&data[sos_at..start]);
+
+    let mut pred = [0i32; 4]; // the file's DC predictors (it has no restarts)
+    let mut out_pred = [0i32; 4]; // ours, reset at every marker
+    let mcus = u64::from(mcux) * u64::from(mcuy);
+    let mut marker = 0u8;
+    for m in 0..mcus {
+        if m > 0 && m % u64::from(interval) == 0 {
+            out.align();
+            out.out.extend_from_slice(&[0xFF, 0xD0 + marker]);
+            marker = (marker + 1) % 8;
+            out_pred = [0; 4];
+        }
+        for (c, &(dct, act, blocks)) in plan.iter().enumerate() {
+            for _ in 0..blocks {
+                let block_start = r.pos();
+                let s = u32::from(dct.decode(&mut r)?);
+                if s > 11 {
+                    return None;
+                }
+                let diff = if s == 0 {
+                    0
+                } else {
+                    let v = r.take(s) as i32;
+                    if v < 1 << (s - 1) {
+                        v - (1 << s) + 1
+                    } else {
+                        v
+                    }
+                };
+                let dc_end = r.pos();
+                pred[c] += diff;
+                if pred[c].unsigned_abs() > 1 << 16 {
+                    return None; // far outside any 8-bit DC coefficient: damaged data
+                }
+                // AC: find where the block's bits end
+                let mut k = 1u32;
+                while k < 64 {
+                    let rs = act.skip_ac(&mut r)?;
+                    let (run, size) = (u32::from(rs >> 4), rs & 15);
+                    if size == 0 {
+                        if run != 15 {
+                            break; // end of block
+                        }
+                        k += 16;
+                        continue;
+                    }
+                    k += run;
+                    if k > 63 {
+                        return None;
+                    }
+                    k += 1;
+                }
+                let block_end = r.pos();
+                if block_end > r.end {
+                    return None; // the data ended inside this block
+                }
+                let out_diff = pred[c] - out_pred[c];
+                out_pred[c] = pred[c];
+                if out_diff == diff {
+                    out.copy(&r, block_start, block_end);
+                } else {
+                    let (cat, bits) = dc_bits(out_diff);
+                    let (code, len) = dct.encode[cat as usize];
+                    if len == 0 {
+                        return None; // the table has no code for this category
+                    }
+                    out.put(u64::from(code), u32::from(len));
+                    out.put(u64::from(bits), cat);
+                    out.copy(&r, dc_end, block_end);
+                }
+            }
+        }
+    }
+    out.align();
+    let mut out = out.out;
+    out.extend_from_slice(&data[tail..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dc_bits_inverts_extend() {
+        for v in -2047i32..=2047 {
+            let (cat, bits) = dc_bits(v);
+            let back = if cat == 0 {
+                0
+            } else if (bits as i32) < 1 << (cat - 1) {
+                bits as i32 - (1 << cat) + 1
+            } else {
+                bits as i32
+            };
+            assert_eq!(back, v, "category {cat}");
+            assert!(cat <= 11);
+        }
+    }
+
+    #[test]
+    fn writer_stuffs_and_pads() {
+        let mut w = Writer {
+            out: Vec::new(),
+            acc: 0,
+            n: 0,
+        };
+        w.put(0xFF, 8);
+        w.put(0b101, 3);
+        w.align();
+        assert_eq!(w.out, [0xFF, 0x00, 0b1011_1111]);
+    }
+
+    #[test]
+    fn anything_else_is_refused_without_panicking() {
+        assert!(insert_restarts(b"").is_none());
+        assert!(insert_restarts(b"\xff\xd8").is_none());
+        assert!(insert_restarts(b"\xff\xd8\xff\xc4\x00\x02").is_none());
+        assert!(insert_restarts(b"\xff\xd8\xff\xc4\xff\xff").is_none());
+    }
+}
