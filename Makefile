@@ -37,6 +37,8 @@ $(VENV)/.ready: pyproject.toml Makefile
 	$(PY) -m pip install -q "moto[server]>=5.0.11"
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
 	$(PY) -m pip install -q torch jax
+	# Ray Data for stokehold.ray (its tests start a local 2-CPU cluster)
+	$(PY) -m pip install -q "ray[data]>=2.9" pyarrow
 	touch $@
 
 .PHONY: develop

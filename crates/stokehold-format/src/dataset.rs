@@ -111,7 +111,11 @@ impl Dataset {
     /// Open the shards `manifest` lists in `dir` (a manifest given, not read from `dir`), each
     /// checked against it: what [`Dataset::open_with`] does after reading the manifest, and what
     /// a commit of separately written shards checks before writing their manifest.
-    pub(crate) fn open_as(dir: PathBuf, manifest: Manifest, options: OpenOptions) -> Result<Dataset> {
+    pub(crate) fn open_as(
+        dir: PathBuf,
+        manifest: Manifest,
+        options: OpenOptions,
+    ) -> Result<Dataset> {
         #[cfg(feature = "remote")]
         if crate::remote::is_remote(&dir) {
             let url = crate::parts::url_str(&dir)?;

@@ -60,8 +60,8 @@ fn a_retried_task_replaces_its_own_shards_and_the_commit_lists_each_record_once(
 
     let first = write_task(&dest, &run, 0, 0..40);
     // task 1's first attempt dies mid-shard: its complete shards and a temporary file remain
-    let mut dying = PartWriter::create(&dest, schema(), small_shards(), &no_options(), &run, 1)
-        .unwrap();
+    let mut dying =
+        PartWriter::create(&dest, schema(), small_shards(), &no_options(), &run, 1).unwrap();
     for i in 40..100 {
         dying.write(&sample(i)).unwrap();
     }
@@ -108,12 +108,18 @@ fn a_commit_of_a_missing_or_different_shard_fails_and_writes_no_manifest() {
     let mut wrong_size = shards.clone();
     wrong_size[1].bytes += 1;
     let e = commit(&dest, &run, wrong_size).unwrap_err().to_string();
-    assert!(e.contains(&shards[1].file) && e.contains("file size"), "{e}");
+    assert!(
+        e.contains(&shards[1].file) && e.contains("file size"),
+        "{e}"
+    );
 
     let mut wrong_count = shards.clone();
     wrong_count[0].records += 1;
     let e = commit(&dest, &run, wrong_count).unwrap_err().to_string();
-    assert!(e.contains(&shards[0].file) && e.contains("record count"), "{e}");
+    assert!(
+        e.contains(&shards[0].file) && e.contains("record count"),
+        "{e}"
+    );
 
     let mut missing = shards.clone();
     missing[0].file = stokehold_format::parts::shard_name(&run, 9, 0);
@@ -122,7 +128,10 @@ fn a_commit_of_a_missing_or_different_shard_fails_and_writes_no_manifest() {
     assert!(!dest.join("manifest.json").exists());
 
     // on_write_failed: the run's files go, nothing looks like a dataset
-    assert_eq!(abort_parts(&dest, &run, &no_options()).unwrap(), shards.len());
+    assert_eq!(
+        abort_parts(&dest, &run, &no_options()).unwrap(),
+        shards.len()
+    );
     assert!(names(&dest).is_empty());
 }
 
@@ -143,6 +152,8 @@ fn a_destination_with_foreign_files_is_refused_and_a_dead_jobs_leftovers_are_rem
     assert!(dest.join("notes.txt").exists());
 
     for bad in ["../x", "", "a-b"] {
-        assert!(PartWriter::create(&dest, schema(), small_shards(), &no_options(), bad, 0).is_err());
+        assert!(
+            PartWriter::create(&dest, schema(), small_shards(), &no_options(), bad, 0).is_err()
+        );
     }
 }

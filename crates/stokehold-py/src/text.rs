@@ -28,7 +28,9 @@ impl Tokenizer {
     fn ids(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
         out.clear();
         out.extend(self.bos.as_ref().map(|b| b.1));
-        self.inner.encode_into(text, out).map_err(|e| e.to_string())?;
+        self.inner
+            .encode_into(text, out)
+            .map_err(|e| e.to_string())?;
         out.extend(self.eos.as_ref().map(|e| e.1));
         Ok(())
     }

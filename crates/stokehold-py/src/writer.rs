@@ -185,7 +185,7 @@ pub(crate) fn write_options(
     zstd_level: i32,
     overwrite: bool,
 ) -> PyResult<DatasetWriteOptions> {
-        let shard_size = u64::try_from(shard_size)
+    let shard_size = u64::try_from(shard_size)
         .ok()
         .filter(|&n| n > 0)
         .ok_or_else(|| {
