@@ -174,6 +174,7 @@ class Tokenizer:
         """``"uint16"`` or ``"uint32"``."""
     def __reduce__(self) -> Tuple[Any, ...]: ...
 
+@final
 class PartWriter:
     """One write task's writer of a dataset written by many (``stokehold.ray.Datasink``):
     shards named ``shard-<run>-<task>-<k>.skh`` written straight into ``path`` (a directory made

@@ -23,7 +23,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 try:
     import numpy as np
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
     import ray.data
     from ray.data import Datasink as _RayDatasink
     from ray.data.block import Block, BlockAccessor, BlockMetadata
@@ -404,7 +404,12 @@ class Datasource(_RayDatasource):  # type: ignore[misc]
     def estimate_inmemory_data_size(self) -> Optional[int]:
         return sum(b for _, b in self._shards)
 
-    def get_read_tasks(self, parallelism: int, **_: Any) -> List["ReadTask"]:
+    def get_read_tasks(
+        self,
+        parallelism: int,
+        per_task_row_limit: Optional[int] = None,
+        data_context: Any = None,
+    ) -> List["ReadTask"]:
         """One read task per shard, or per run of consecutive shards when there are more
         shards than ``parallelism``."""
         n = len(self._shards)
@@ -424,7 +429,8 @@ class Datasource(_RayDatasource):  # type: ignore[misc]
                 input_files=None,
                 exec_stats=None,
             )
-            tasks.append(ReadTask(self._reader(lo, hi), meta))
+            limit = {} if per_task_row_limit is None else {"per_task_row_limit": per_task_row_limit}
+            tasks.append(ReadTask(self._reader(lo, hi), meta, **limit))
         return tasks
 
     def _reader(self, lo: int, hi: int) -> Any:
