@@ -88,6 +88,9 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	@# a Rust S3 server for the object-storage bench (moto, the tests' server, is the bottleneck)
 	[ -x .tools/bin/s3s-fs ] || $(CARGO) install -q s3s-fs@0.14.1 --locked --features binary --root .tools
 	STOKEHOLD_S3S_FS=$(CURDIR)/.tools/bin/s3s-fs $(CARGO) bench -q -p stokehold-cli --bench remote
+	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md; the release extension)
+	$(VENV)/bin/maturin develop -q --release
+	$(PY) scripts/bench_ray.py
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

@@ -240,9 +240,11 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
     def on_write_start(self, schema: Optional["pa.Schema"] = None) -> None:
         """Check the destination, remove a dead job's leftovers, draw the run tag, and fix the
         schema (from the first block's Arrow schema unless given)."""
-        if self.schema is None and schema is not None:
-            self.schema = schema_from_arrow(schema, self.overrides)
-        # else each task derives it from its first block, and the commit checks they agree
+        # The schema Ray passes is that of the first input bundle, which is the input of the
+        # operators fused with the write (a map_batches before it), not what is written: unless
+        # given, each task derives the schema from its first block, and the commit checks that
+        # every task's agrees.
+        del schema
         self.run = prepare_parts(self.path, self.storage_options)
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> Dict[str, Any]:

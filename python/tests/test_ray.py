@@ -5,6 +5,7 @@ local disk and to the moto S3 server of test_remote."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -167,7 +168,7 @@ def test_mixed_schemas_are_one_clear_error_naming_column_and_block_and_leave_not
     with pytest.raises(Exception) as e:
         ints.union(strs).write_datasink(sray.Datasink(dest))
     msg = str(e.value)
-    assert "column 'x'" in msg and "block 0 of write task" in msg and "'int64'" in msg, msg
+    assert re.search(r"block \d+ of write task \d+: column 'x' is", msg) and "int64" in msg, msg
     assert not (dest / "manifest.json").exists()
     assert not [f for f in files_in(dest) if f.startswith("shard-")]
 
