@@ -46,6 +46,8 @@ $(VENV)/.ready: $(VENV)/.base Makefile
 	# CUDA build, ~4 GB with its libraries: install the CPU build into .venv first to avoid it,
 	# see the README)
 	$(PY) -m pip install -q torch jax
+	# Ray Data for stokehold.ray (its tests start a local 2-CPU cluster)
+	$(PY) -m pip install -q "ray[data]>=2.9" pyarrow
 	touch $@
 
 .PHONY: wheel
@@ -112,6 +114,9 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	@# a Rust S3 server for the object-storage bench (moto, the tests' server, is the bottleneck)
 	[ -x .tools/bin/s3s-fs ] || $(CARGO) install -q s3s-fs@0.14.1 --locked --features binary --root .tools
 	STOKEHOLD_S3S_FS=$(CURDIR)/.tools/bin/s3s-fs $(CARGO) bench -q -p stokehold-cli --bench remote
+	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md; the release extension)
+	$(VENV)/bin/maturin develop -q --release
+	$(PY) scripts/bench_ray.py
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

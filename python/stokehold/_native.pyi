@@ -5,7 +5,8 @@ documented in the package stub (``__init__.pyi``); this stub re-exports them fro
 the private parts used by ``_loader.py`` and ``_cli.py``.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, final
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 from . import (
     ConfigError as ConfigError,
@@ -28,6 +29,11 @@ __all__ = [
     "Dataset",
     "DatasetIterator",
     "ShardWriter",
+    "PartWriter",
+    "Tokenizer",
+    "prepare_parts",
+    "commit_parts",
+    "abort_parts",
     "run_cli",
     "_Engine",
     "_EngineIter",
@@ -134,3 +140,103 @@ class _EngineIter:
         """Batches left in this epoch (0 once finished)."""
     def close(self) -> None:
         """Stop this run now (its worker threads are joined); the loader keeps its position."""
+
+@final
+class Tokenizer:
+    """A Hugging Face ``tokenizer.json``, encoding as ``stokehold pack --tokenizer`` does (re-exported
+    as ``stokehold.text.Tokenizer``): each text's ids without the tokenizer's own special tokens,
+    ``bos`` before and ``eos`` after, as numpy arrays of the token dataset's width (``uint16``
+    for vocabularies up to 65,536 entries, else ``uint32``). Pickles as "load the same file".
+
+    :raises ConfigError: the file cannot be read or parsed, or ``bos``/``eos`` is not a token.
+    """
+
+    def __new__(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        *,
+        bos: Optional[str] = None,
+        eos: Optional[str] = None,
+    ) -> "Tokenizer": ...
+    def encode_batch(self, texts: List[str]) -> List[Any]:
+        """The ids of each text (numpy arrays of :attr:`dtype`)."""
+    def encode(self, text: str) -> Any:
+        """The ids of one text (a numpy array of :attr:`dtype`)."""
+    def meta(self) -> Dict[str, Any]:
+        """What a token dataset's manifest says of this tokenizer (``source.tokens`` without the
+        counts): ``dtype``, ``vocab_size``, ``tokenizer``, ``tokenizer_fingerprint``,
+        ``bos_id``, ``eos_id``."""
+    @property
+    def path(self) -> str:
+        """The ``tokenizer.json`` it was loaded from."""
+    @property
+    def dtype(self) -> str:
+        """``"uint16"`` or ``"uint32"``."""
+    def __reduce__(self) -> Tuple[Any, ...]: ...
+
+@final
+class PartWriter:
+    """One write task's writer of a dataset written by many (``stokehold.ray.Datasink``):
+    shards named ``shard-<run>-<task>-<k>.skh`` written straight into ``path`` (a directory made
+    by :func:`prepare_parts`, or an object-storage URL); no manifest (:func:`commit_parts` writes
+    it). A writer aborted or dropped unfinished removes the shards it wrote.
+
+    :raises SchemaError: the schema, an option or the run tag is invalid.
+    """
+
+    def __new__(
+        cls,
+        path: Union[str, "os.PathLike[str]"],
+        schema: Any,
+        *,
+        run: str,
+        task: int,
+        shard_size: int = 256 * 2**20,
+        align: int = 1,
+        zstd_level: int = 3,
+        storage_options: Optional[Dict[str, str]] = None,
+    ) -> "PartWriter": ...
+    def write(self, sample: Dict[str, Any]) -> int:
+        """Append one sample (a dict with exactly the schema's fields); returns its index."""
+    def write_columns(self, columns: Dict[str, Sequence[Any]]) -> int:
+        """Append the rows of a batch (field -> sequence, every field, equal lengths); returns
+        the number of rows."""
+    def finish(self) -> List[Dict[str, Any]]:
+        """Close the last shard; returns the shards written, in order (``file``, ``records``,
+        ``bytes``, ``crc32c``)."""
+    def abort(self) -> None:
+        """Remove the shards written. Does nothing on a finished writer."""
+    def __len__(self) -> int:
+        """Samples written (0 once finished)."""
+
+def prepare_parts(
+    path: Union[str, "os.PathLike[str]"], storage_options: Optional[Dict[str, str]] = None
+) -> str:
+    """Start a job writing the dataset at ``path`` with many :class:`PartWriter`: check the
+    destination (no dataset, nothing a dataset writer does not write), remove a dead job's
+    leftovers, make the directory; returns the job's run tag."""
+
+def commit_parts(
+    path: Union[str, "os.PathLike[str]"],
+    schema: Any,
+    shards: List[Dict[str, Any]],
+    *,
+    run: str,
+    align: int = 1,
+    classes: Optional[List[str]] = None,
+    source: Optional[str] = None,
+    files: Optional[Dict[str, bytes]] = None,
+    storage_options: Optional[Dict[str, str]] = None,
+) -> Dict[str, Any]:
+    """Commit the dataset at ``path``: check each listed shard (it exists; trailer, size,
+    schema and alignment agree with its entry), remove the run's unlisted files, write the extra
+    ``files`` and then the manifest (the commit point). ``source`` is the manifest's ``source``
+    as JSON. Returns the manifest."""
+
+def abort_parts(
+    path: Union[str, "os.PathLike[str]"],
+    run: str,
+    storage_options: Optional[Dict[str, str]] = None,
+) -> int:
+    """Remove every shard of run ``run`` at ``path`` (unless a manifest was committed); returns
+    how many."""

@@ -11,7 +11,9 @@ Without ``max_length`` each sample is a 1-d array of its own length (a list colu
 import os
 from typing import Any, Dict, Optional, Union
 
-__all__ = ["Tokenize"]
+from ._native import Tokenizer
+
+__all__ = ["Tokenize", "Tokenizer"]
 
 
 class Tokenize:

@@ -105,6 +105,23 @@ impl Dataset {
             return crate::remote::open_dataset(dir, &options);
         }
         let manifest = Manifest::load(&dir, &options.limits)?;
+        Dataset::open_as(dir, manifest, options)
+    }
+
+    /// Open the shards `manifest` lists in `dir` (a manifest given, not read from `dir`), each
+    /// checked against it: what [`Dataset::open_with`] does after reading the manifest, and what
+    /// a commit of separately written shards checks before writing their manifest.
+    pub(crate) fn open_as(
+        dir: PathBuf,
+        manifest: Manifest,
+        options: OpenOptions,
+    ) -> Result<Dataset> {
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(&dir) {
+            let url = crate::parts::url_str(&dir)?;
+            let store = crate::remote::RemoteStore::open(url, &options.storage_options)?;
+            return crate::remote::open_dataset_as(dir, manifest, store, &options);
+        }
         let bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
         let access = options
             .access
@@ -379,6 +396,9 @@ pub struct DatasetWriter {
     source: serde_json::Value,
     total: u64,
     finished: bool,
+    /// `(run, task)` of one writer of a dataset written by many ([`crate::parts`]): its shards'
+    /// names.
+    part: Option<(String, u64)>,
 }
 
 /// Where a [`DatasetWriter`] writes.
@@ -389,6 +409,13 @@ enum Target {
         staging: PathBuf,
         /// The claim on the destination, held until the writer is finished or dropped.
         _lock: DestLock,
+    },
+    /// One writer of a dataset written by many ([`crate::parts`]): shards go straight into
+    /// the destination directory, each under a hidden temporary name until it is complete.
+    Direct {
+        dir: PathBuf,
+        /// The shards this writer completed (removed again if it does not finish).
+        written: Vec<String>,
     },
     /// Object storage: objects uploaded under the prefix, the manifest last (see
     /// [`crate::remote::RemoteTarget`]).
@@ -506,6 +533,58 @@ impl DatasetWriter {
         Ok(Self::new(dest, target, schema, options))
     }
 
+    /// One writer of the dataset at `dest` written by many (see [`crate::parts`]): its shards
+    /// are named after `run` and `task` and written straight into `dest` (a directory that
+    /// [`crate::parts::prepare_parts`] made) or uploaded under the URL; no manifest.
+    pub(crate) fn create_part(
+        dest: &Path,
+        schema: Schema,
+        options: DatasetWriteOptions,
+        storage_options: &BTreeMap<String, String>,
+        run: &str,
+        task: u64,
+    ) -> Result<DatasetWriter> {
+        schema.validate()?;
+        options.write.validate()?;
+        crate::parts::check_run(run)?;
+        let part = Some((run.to_string(), task));
+        #[cfg(feature = "remote")]
+        if crate::remote::is_remote(dest) {
+            let url = crate::parts::url_str(dest)?;
+            let target = crate::remote::RemoteTarget::for_part(url, storage_options, run)?;
+            let mut w = Self::new(dest.to_path_buf(), Target::Remote(target), schema, options);
+            w.part = part;
+            return Ok(w);
+        }
+        let _ = storage_options;
+        crate::location::require_local(dest)?;
+        if !dest.is_dir() {
+            return Err(FormatError::io(
+                dest,
+                None,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the destination directory does not exist (the job's start makes it)",
+                ),
+            ));
+        }
+        let target = Target::Direct {
+            dir: dest.to_path_buf(),
+            written: Vec::new(),
+        };
+        let mut w = Self::new(dest.to_path_buf(), target, schema, options);
+        w.part = part;
+        Ok(w)
+    }
+
+    /// Close the last shard of a part writer and return the shards it wrote, in order (for
+    /// [`crate::parts::commit_parts`]).
+    pub(crate) fn finish_part(mut self) -> Result<Vec<ShardInfo>> {
+        self.close_shard()?;
+        self.finished = true;
+        Ok(std::mem::take(&mut self.shards))
+    }
+
     fn new(
         dest: PathBuf,
         target: Target,
@@ -523,6 +602,7 @@ impl DatasetWriter {
             source: serde_json::Value::Null,
             total: 0,
             finished: false,
+            part: None,
         }
     }
 
@@ -530,6 +610,7 @@ impl DatasetWriter {
     fn local_staging(&self) -> Option<&Path> {
         match &self.target {
             Target::Local { staging, .. } => Some(staging),
+            Target::Direct { .. } => None,
             #[cfg(feature = "remote")]
             Target::Remote(_) => None,
         }
@@ -539,6 +620,7 @@ impl DatasetWriter {
     fn place(&self, name: &str) -> PathBuf {
         match &self.target {
             Target::Local { staging, .. } => staging.join(name),
+            Target::Direct { dir, .. } => dir.join(name),
             #[cfg(feature = "remote")]
             Target::Remote(t) => t.url_of(name).into(),
         }
@@ -579,8 +661,8 @@ impl DatasetWriter {
             )));
         }
         match &mut self.target {
-            Target::Local { staging, .. } => {
-                let path = staging.join(name);
+            Target::Local { staging: dir, .. } | Target::Direct { dir, .. } => {
+                let path = dir.join(name);
                 fs::write(&path, contents).map_err(|e| FormatError::io(&path, None, e))
             }
             #[cfg(feature = "remote")]
@@ -591,16 +673,28 @@ impl DatasetWriter {
     fn shard(&mut self) -> Result<&mut ShardWriter<Sink>> {
         if self.current.is_none() {
             let k = self.shards.len();
+            let part_name = self
+                .part
+                .as_ref()
+                .map(|(run, task)| crate::parts::shard_name(run, *task, k));
+            let file = |path: PathBuf| {
+                let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
+                Ok::<_, FormatError>(Sink::File(BufWriter::with_capacity(WRITE_BUFFER, f)))
+            };
             let (name, sink) = match &self.target {
                 Target::Local { staging, .. } => {
                     let name = format!("shard-{k:06}.skh");
-                    let path = staging.join(&name);
-                    let f = File::create(&path).map_err(|e| FormatError::io(&path, None, e))?;
-                    (name, Sink::File(BufWriter::with_capacity(WRITE_BUFFER, f)))
+                    let sink = file(staging.join(&name))?;
+                    (name, sink)
+                }
+                Target::Direct { dir, .. } => {
+                    let name = part_name.unwrap_or_else(|| format!("shard-{k:06}.skh"));
+                    let sink = file(dir.join(crate::parts::temp_name(&name)))?;
+                    (name, sink)
                 }
                 #[cfg(feature = "remote")]
                 Target::Remote(t) => {
-                    let name = t.shard_name(k);
+                    let name = part_name.unwrap_or_else(|| t.shard_name(k));
                     let upload = t.upload(&name);
                     (name, Sink::Remote(upload))
                 }
@@ -659,9 +753,15 @@ impl DatasetWriter {
         let io = |e| FormatError::io(&path, None, e);
         let (sink, summary) = w.finish().map_err(io)?;
         match (sink, &mut self.target) {
-            (Sink::File(bw), _) => {
+            (Sink::File(bw), target) => {
                 let f = bw.into_inner().map_err(|e| io(e.into_error()))?;
                 f.sync_all().map_err(io)?;
+                if let Target::Direct { dir, written } = target {
+                    // complete: under its own name (replacing an earlier attempt's)
+                    let temp = dir.join(crate::parts::temp_name(&name));
+                    fs::rename(&temp, &path).map_err(io)?;
+                    written.push(name.clone());
+                }
             }
             #[cfg(feature = "remote")]
             (Sink::Remote(upload), Target::Remote(t)) => {
@@ -669,7 +769,9 @@ impl DatasetWriter {
                 t.completed(name.clone());
             }
             #[cfg(feature = "remote")]
-            (Sink::Remote(_), Target::Local { .. }) => unreachable!("sinks follow the target"),
+            (Sink::Remote(_), Target::Local { .. } | Target::Direct { .. }) => {
+                unreachable!("sinks follow the target")
+            }
         }
         self.shards.push(ShardInfo {
             file: name,
@@ -701,7 +803,10 @@ impl DatasetWriter {
             return Ok(manifest);
         }
         let Some(staging) = self.local_staging() else {
-            unreachable!("the remote target returned above");
+            return Err(FormatError::Schema(
+                "a part writer writes no manifest: its shards are committed with commit_parts"
+                    .into(),
+            ));
         };
         let mpath = staging.join(MANIFEST_FILE);
         let io = |p: &Path, e| FormatError::io(p, None, e);
@@ -733,10 +838,18 @@ impl DatasetWriter {
 
     fn remove_staging(&mut self) {
         if !self.finished {
-            self.current = None;
+            let current = self.current.take().map(|(name, _)| name);
             match &mut self.target {
                 Target::Local { staging, .. } => {
                     let _ = fs::remove_dir_all(&*staging);
+                }
+                Target::Direct { dir, written } => {
+                    if let Some(name) = current {
+                        let _ = fs::remove_file(dir.join(crate::parts::temp_name(&name)));
+                    }
+                    for name in written.drain(..) {
+                        let _ = fs::remove_file(dir.join(name));
+                    }
                 }
                 #[cfg(feature = "remote")]
                 Target::Remote(t) => t.abort(),

@@ -38,6 +38,7 @@ pub mod fuzzing;
 mod limits;
 pub mod location;
 mod manifest;
+pub mod parts;
 mod publish;
 pub mod read_batch;
 pub mod record;
@@ -57,6 +58,7 @@ pub use error::{FormatError, Result};
 pub use limits::Limits;
 pub use location::{is_object_store_url, require_local, url_scheme};
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
+pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{

@@ -3,6 +3,9 @@
 //!
 //! - [`dataset::Dataset`]: `stokehold.Dataset`, random access to a dataset directory.
 //! - [`writer::ShardWriter`]: `stokehold.ShardWriter`, writes one.
+//! - [`parts`]: datasets written by many writers (`stokehold.ray`'s Datasink): `PartWriter`,
+//!   `prepare_parts`, `commit_parts`, `abort_parts`.
+//! - [`text::Tokenizer`]: `stokehold.text.Tokenizer`, the tokenizer of `pack --tokenizer`.
 //! - [`engine::Engine`]: the one loading engine behind `stokehold.Loader` and
 //!   `stokehold.SequenceLoader` (the Python classes in `python/stokehold/_loader.py` and
 //!   `_sequence.py`); [`buffer`] hands its batches to numpy without a copy; [`stages`] runs
@@ -16,7 +19,9 @@ pub mod convert;
 pub mod dataset;
 pub mod engine;
 pub mod errors;
+pub mod parts;
 pub mod stages;
+pub mod text;
 pub mod writer;
 
 use pyo3::prelude::*;
@@ -29,6 +34,8 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;
+    m.add_class::<text::Tokenizer>()?;
+    parts::register(m)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     engine::register(m)?;
     errors::register(m)?;

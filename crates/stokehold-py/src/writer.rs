@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
-use stokehold_format::{DatasetWriteOptions, DatasetWriter, Schema, WriteOptions};
+use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, Schema, WriteOptions};
 
 use crate::convert::{Prepared, prepare};
 use crate::errors::{schema_error, stokehold_error, to_py_err};
@@ -21,7 +21,7 @@ pub struct ShardWriter {
 }
 
 /// The schema from a dict name → spec, or an iterable of (name, spec) pairs.
-fn parse_schema(schema: &Bound<'_, PyAny>) -> PyResult<Schema> {
+pub(crate) fn parse_schema(schema: &Bound<'_, PyAny>) -> PyResult<Schema> {
     let py = schema.py();
     let bad = |e: PyErr| {
         schema_error(
@@ -52,6 +52,166 @@ fn parse_schema(schema: &Bound<'_, PyAny>) -> PyResult<Schema> {
         .map_err(|e| to_py_err(py, e))
 }
 
+/// The values of `sample` (a dict with exactly the schema's fields) converted for their fields,
+/// or a `SchemaError` naming the missing and unknown fields or the field whose value does not
+/// fit.
+pub(crate) fn prepare_sample<'py>(
+    schema: &Schema,
+    sample: &Bound<'py, PyDict>,
+) -> PyResult<Vec<Prepared<'py>>> {
+    let py = sample.py();
+    let mut missing = Vec::new();
+    let mut prepared: Vec<Prepared<'_>> = Vec::with_capacity(schema.len());
+    for field in &schema.fields {
+        match sample.get_item(&field.name)? {
+            Some(v) => prepared.push(prepare(field, &v)?),
+            None => missing.push(PyString::new(py, &field.name).repr()?.to_string()),
+        }
+    }
+    let mut extra = Vec::new();
+    if sample.len() + missing.len() != schema.len() {
+        for key in sample.keys() {
+            let known = key
+                .extract::<String>()
+                .is_ok_and(|k| schema.index_of(&k).is_some());
+            if !known {
+                extra.push(key.repr()?.to_string());
+            }
+        }
+    }
+    if !missing.is_empty() || !extra.is_empty() {
+        let mut parts = Vec::new();
+        if !missing.is_empty() {
+            parts.push(format!("missing field(s) [{}]", missing.join(", ")));
+        }
+        if !extra.is_empty() {
+            parts.push(format!("unknown field(s) [{}]", extra.join(", ")));
+        }
+        return Err(schema_error(
+            py,
+            format!(
+                "sample does not match the schema: {} (the schema's fields are [{}])",
+                parts.join("; "),
+                field_list(py, schema)?
+            ),
+        ));
+    }
+    Ok(prepared)
+}
+
+/// The schema's field names, quoted, comma-separated.
+fn field_list(py: Python<'_>, schema: &Schema) -> PyResult<String> {
+    let fields = schema
+        .fields
+        .iter()
+        .map(|f| Ok(PyString::new(py, &f.name).repr()?.to_string()))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(fields.join(", "))
+}
+
+/// The field values of prepared values, borrowing from them.
+pub(crate) fn values_of<'a>(schema: &Schema, prepared: &'a [Prepared<'_>]) -> Vec<FieldValue<'a>> {
+    schema
+        .fields
+        .iter()
+        .zip(prepared)
+        .map(|(f, p)| p.value(&f.ty))
+        .collect()
+}
+
+/// The columns of a batch (`{field: sequence}`, every field of the schema, equal lengths) in
+/// field order, with their length, or a `SchemaError` naming what does not match.
+pub(crate) fn batch_columns<'py>(
+    schema: &Schema,
+    columns: &Bound<'py, PyDict>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, usize)> {
+    let py = columns.py();
+    let mut out = Vec::with_capacity(schema.len());
+    let mut rows: Option<(usize, &str)> = None;
+    for field in &schema.fields {
+        let Some(col) = columns.get_item(&field.name)? else {
+            return Err(schema_error(
+                py,
+                format!(
+                    "batch has no column {:?} (the schema's fields are [{}])",
+                    field.name,
+                    field_list(py, schema)?
+                ),
+            ));
+        };
+        let n = col.len()?;
+        match rows {
+            Some((m, first)) if m != n => {
+                return Err(schema_error(
+                    py,
+                    format!(
+                        "batch columns differ in length: {first:?} has {m} rows, {:?} has {n}",
+                        field.name
+                    ),
+                ));
+            }
+            Some(_) => {}
+            None => rows = Some((n, &field.name)),
+        }
+        out.push(col);
+    }
+    if columns.len() != schema.len() {
+        let extra: Vec<String> = columns
+            .keys()
+            .iter()
+            .filter(|k| {
+                !k.extract::<String>()
+                    .is_ok_and(|k| schema.index_of(&k).is_some())
+            })
+            .map(|k| k.repr().map(|r| r.to_string()))
+            .collect::<PyResult<_>>()?;
+        return Err(schema_error(
+            py,
+            format!(
+                "batch has unknown column(s) [{}] (the schema's fields are [{}])",
+                extra.join(", "),
+                field_list(py, schema)?
+            ),
+        ));
+    }
+    Ok((out, rows.map_or(0, |r| r.0)))
+}
+
+/// The writer options of the Python arguments, or a `SchemaError` naming the one out of range.
+pub(crate) fn write_options(
+    py: Python<'_>,
+    shard_size: i64,
+    align: i64,
+    zstd_level: i32,
+    overwrite: bool,
+) -> PyResult<DatasetWriteOptions> {
+    let shard_size = u64::try_from(shard_size)
+        .ok()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            schema_error(
+                py,
+                format!(
+                    "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got {shard_size}"
+                ),
+            )
+        })?;
+    let align = u32::try_from(align).map_err(|_| {
+        schema_error(
+            py,
+            format!(
+                "align must be a power of two from 1 to {}, got {align}",
+                stokehold_format::shard::MAX_ALIGN
+            ),
+        )
+    })?;
+    Ok(DatasetWriteOptions {
+        write: WriteOptions { align, zstd_level },
+        target_shard_bytes: shard_size,
+        overwrite,
+    })
+}
+
 impl ShardWriter {
     fn writer(&mut self) -> PyResult<&mut DatasetWriter> {
         self.inner.as_mut().ok_or_else(|| {
@@ -79,31 +239,7 @@ impl ShardWriter {
         storage_options: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
-        let shard_size = u64::try_from(shard_size)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                schema_error(
-                    py,
-                    format!(
-                        "shard_size must be a number of bytes >= 1 (e.g. 256 * 2**20), got {shard_size}"
-                    ),
-                )
-            })?;
-        let align = u32::try_from(align).map_err(|_| {
-            schema_error(
-                py,
-                format!(
-                    "align must be a power of two from 1 to {}, got {align}",
-                    stokehold_format::shard::MAX_ALIGN
-                ),
-            )
-        })?;
-        let options = DatasetWriteOptions {
-            write: WriteOptions { align, zstd_level },
-            target_shard_bytes: shard_size,
-            overwrite,
-        };
+        let options = write_options(py, shard_size, align, zstd_level, overwrite)?;
         let mut inner = py
             .detach(|| {
                 DatasetWriter::create_with(
@@ -127,54 +263,8 @@ impl ShardWriter {
     /// Append one sample (a dict with exactly the schema's fields); returns its index.
     fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
         let writer = self.writer()?;
-        let schema = writer.schema();
-        let mut missing = Vec::new();
-        let mut prepared: Vec<Prepared<'_>> = Vec::with_capacity(schema.len());
-        for field in &schema.fields {
-            match sample.get_item(&field.name)? {
-                Some(v) => prepared.push(prepare(field, &v)?),
-                None => missing.push(PyString::new(py, &field.name).repr()?.to_string()),
-            }
-        }
-        let mut extra = Vec::new();
-        if sample.len() + missing.len() != schema.len() {
-            for key in sample.keys() {
-                let known = key
-                    .extract::<String>()
-                    .is_ok_and(|k| schema.index_of(&k).is_some());
-                if !known {
-                    extra.push(key.repr()?.to_string());
-                }
-            }
-        }
-        if !missing.is_empty() || !extra.is_empty() {
-            let mut parts = Vec::new();
-            if !missing.is_empty() {
-                parts.push(format!("missing field(s) [{}]", missing.join(", ")));
-            }
-            if !extra.is_empty() {
-                parts.push(format!("unknown field(s) [{}]", extra.join(", ")));
-            }
-            let fields = schema
-                .fields
-                .iter()
-                .map(|f| Ok(PyString::new(py, &f.name).repr()?.to_string()))
-                .collect::<PyResult<Vec<_>>>()?;
-            return Err(schema_error(
-                py,
-                format!(
-                    "sample does not match the schema: {} (the schema's fields are [{}])",
-                    parts.join("; "),
-                    fields.join(", ")
-                ),
-            ));
-        }
-        let values: Vec<_> = schema
-            .fields
-            .iter()
-            .zip(&prepared)
-            .map(|(f, p)| p.value(&f.ty))
-            .collect();
+        let prepared = prepare_sample(writer.schema(), sample)?;
+        let values = values_of(writer.schema(), &prepared);
         let index = py
             .detach(|| writer.write(&values))
             .map_err(|e| to_py_err(py, e))?;

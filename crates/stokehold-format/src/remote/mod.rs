@@ -656,7 +656,21 @@ fn manifest_of(store: &Arc<RemoteStore>, limits: &Limits) -> Result<Manifest> {
 /// for a local file. `options.access` does not apply, except `Memory` (each shard is read
 /// whole into memory).
 pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
-    let (manifest, objects, store) = open_objects(&dir, options)?;
+    let store = RemoteStore::open(url_of(&dir)?, &options.storage_options)?;
+    let manifest = manifest_of(&store, &options.limits)?;
+    open_dataset_as(dir, manifest, store, options)
+}
+
+/// [`open_dataset`] with a manifest given rather than read from the store: the shards it lists
+/// are opened and checked against it (what a commit of separately written shards checks before
+/// it writes that manifest).
+pub(crate) fn open_dataset_as(
+    dir: PathBuf,
+    manifest: Manifest,
+    store: Arc<RemoteStore>,
+    options: &OpenOptions,
+) -> Result<Dataset> {
+    let objects = objects_of(&store, &dir, &manifest)?;
     let mut shards = Vec::with_capacity(objects.len());
     for (i, obj) in objects.into_iter().enumerate() {
         let path = manifest.shard_path(&dir, i);
@@ -688,6 +702,16 @@ pub fn open_objects(
 ) -> Result<(Manifest, Vec<RemoteObject>, Arc<RemoteStore>)> {
     let store = RemoteStore::open(url_of(dir)?, &options.storage_options)?;
     let manifest = manifest_of(&store, &options.limits)?;
+    let objects = objects_of(&store, dir, &manifest)?;
+    Ok((manifest, objects, store))
+}
+
+/// The objects of the shards `manifest` lists, opened concurrently.
+fn objects_of(
+    store: &Arc<RemoteStore>,
+    dir: &Path,
+    manifest: &Manifest,
+) -> Result<Vec<RemoteObject>> {
     let names: Vec<String> = manifest.shards.iter().map(|s| s.file.clone()).collect();
     let opened: Vec<io::Result<RemoteObject>> = block_on(async {
         futures_util::stream::iter(names.into_iter().map(|name| prefetch(store.clone(), name)))
@@ -700,7 +724,7 @@ pub fn open_objects(
     for (i, obj) in opened.into_iter().enumerate() {
         objects.push(obj.map_err(|e| FormatError::io(manifest.shard_path(dir, i), None, e))?);
     }
-    Ok((manifest, objects, store))
+    Ok(objects)
 }
 
 /// Open `name` and fetch its header and tail concurrently into the open-time cache. A failed

@@ -101,12 +101,57 @@ impl RemoteTarget {
         Ok(RemoteTarget {
             store,
             part_bytes,
-            run: run_tag(),
+            run: crate::parts::run_tag(),
             overwrite,
             written: Vec::new(),
             replaced,
             committed: false,
         })
+    }
+
+    /// A target for one of the writers of a dataset written by many (see [`crate::parts`]):
+    /// nothing under the prefix is checked or deleted (the job's start did that), the shards it
+    /// writes are named after `run`, and the manifest is written by
+    /// [`commit`](Self::commit) of another target of the same run.
+    pub fn for_part(
+        url: &str,
+        options: &BTreeMap<String, String>,
+        run: &str,
+    ) -> Result<RemoteTarget> {
+        let store = RemoteStore::open(url, options)?;
+        Ok(RemoteTarget {
+            part_bytes: store.part_bytes,
+            store,
+            run: run.to_string(),
+            overwrite: false,
+            written: Vec::new(),
+            replaced: Vec::new(),
+            committed: false,
+        })
+    }
+
+    /// The tag of this writer's shard names.
+    pub fn run(&self) -> &str {
+        &self.run
+    }
+
+    /// The names of the objects under the prefix (one LIST).
+    pub fn names(&self) -> Result<BTreeSet<String>> {
+        self.store.list_names()
+    }
+
+    /// Delete the object `name` under the prefix (a missing one is not an error).
+    pub fn delete(&self, name: &str) -> Result<()> {
+        self.store.delete(name)
+    }
+
+    /// Whether the object `name` exists under the prefix (one HEAD).
+    pub fn exists(&self, name: &str) -> Result<bool> {
+        match self.store.object(name) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(FormatError::io(self.url_of(name), None, e)),
+        }
     }
 
     /// The dataset URL.
@@ -223,21 +268,6 @@ fn foreign_object(store: &RemoteStore, name: &str) -> FormatError {
              prefix (a writer never deletes objects it did not write)"
         ),
     }
-}
-
-/// A tag unique to one writer: time, process and a counter, hashed to 8 hex digits.
-fn run_tag() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    h.write_u64(COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-    format!("{:08x}", h.finish() as u32)
 }
 
 impl RemoteStore {

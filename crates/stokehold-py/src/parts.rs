@@ -1,0 +1,230 @@
+//! Datasets written by many writers (`stokehold_format::parts`), for `stokehold.ray`: one
+//! `PartWriter` per write task, `prepare_parts` / `commit_parts` / `abort_parts` on the driver.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use stokehold_format::parts::{self, Commit};
+use stokehold_format::{PartWriter as FormatPartWriter, ShardInfo};
+
+use crate::convert::prepare;
+use crate::errors::{schema_error, stokehold_error, to_py_err};
+use crate::writer::{batch_columns, parse_schema, prepare_sample, values_of, write_options};
+
+/// One write task's writer of a dataset written by many: shards named after the run and the
+/// task, written straight into the destination; no manifest (`commit_parts` writes it).
+#[derive(Debug)]
+#[pyclass(module = "stokehold._native", name = "PartWriter")]
+pub struct PartWriter {
+    inner: Option<FormatPartWriter>,
+    path: PathBuf,
+}
+
+impl PartWriter {
+    fn writer(&mut self) -> PyResult<&mut FormatPartWriter> {
+        self.inner.as_mut().ok_or_else(|| {
+            stokehold_error(format!("PartWriter for {} is closed", self.path.display()))
+        })
+    }
+}
+
+/// A shard's entry as a dict (`file`, `records`, `bytes`, `crc32c`).
+fn info_to_py<'py>(py: Python<'py>, s: &ShardInfo) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("file", &s.file)?;
+    d.set_item("records", s.records)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("crc32c", s.crc32c)?;
+    Ok(d)
+}
+
+fn info_from_py(d: &Bound<'_, PyDict>) -> PyResult<ShardInfo> {
+    let py = d.py();
+    let get = |k: &str| {
+        d.get_item(k)?
+            .ok_or_else(|| schema_error(py, format!("a shard entry has no {k:?}: {d}")))
+    };
+    Ok(ShardInfo {
+        file: get("file")?.extract()?,
+        records: get("records")?.extract()?,
+        bytes: get("bytes")?.extract()?,
+        crc32c: get("crc32c")?.extract()?,
+    })
+}
+
+#[pymethods]
+impl PartWriter {
+    #[new]
+    #[pyo3(signature = (path, schema, *, run, task, shard_size = 268_435_456, align = 1, zstd_level = 3, storage_options = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        schema: &Bound<'_, PyAny>,
+        run: &str,
+        task: u64,
+        shard_size: i64,
+        align: i64,
+        zstd_level: i32,
+        storage_options: Option<BTreeMap<String, String>>,
+    ) -> PyResult<PartWriter> {
+        let schema = parse_schema(schema)?;
+        let options = write_options(py, shard_size, align, zstd_level, false)?;
+        let inner = py
+            .detach(|| {
+                FormatPartWriter::create(
+                    &path,
+                    schema,
+                    options,
+                    &storage_options.unwrap_or_default(),
+                    run,
+                    task,
+                )
+            })
+            .map_err(|e| to_py_err(py, e))?;
+        Ok(PartWriter {
+            inner: Some(inner),
+            path,
+        })
+    }
+
+    /// Append one sample (a dict with exactly the schema's fields); returns its index.
+    fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
+        let writer = self.writer()?;
+        let prepared = prepare_sample(writer.schema(), sample)?;
+        let values = values_of(writer.schema(), &prepared);
+        py.detach(|| writer.write(&values))
+            .map_err(|e| to_py_err(py, e))
+    }
+
+    /// Append the rows of a batch: a dict field → sequence (every field, equal lengths).
+    /// Returns the number of rows written.
+    fn write_columns(&mut self, py: Python<'_>, columns: &Bound<'_, PyDict>) -> PyResult<usize> {
+        let writer = self.writer()?;
+        let schema = writer.schema().clone();
+        let (cols, rows) = batch_columns(&schema, columns)?;
+        let mut prepared = Vec::with_capacity(schema.len());
+        for i in 0..rows {
+            prepared.clear();
+            for (field, col) in schema.fields.iter().zip(&cols) {
+                prepared.push(prepare(field, &col.get_item(i)?)?);
+            }
+            let values = values_of(&schema, &prepared);
+            py.detach(|| writer.write(&values))
+                .map_err(|e| to_py_err(py, e))?;
+        }
+        Ok(rows)
+    }
+
+    /// Close the last shard; returns the shards written, in order, as dicts (`file`,
+    /// `records`, `bytes`, `crc32c`) for `commit_parts`.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.writer()?;
+        let Some(writer) = self.inner.take() else {
+            return Err(stokehold_error("PartWriter is closed"));
+        };
+        let shards = py
+            .detach(|| writer.finish())
+            .map_err(|e| to_py_err(py, e))?;
+        let items = shards
+            .iter()
+            .map(|s| info_to_py(py, s))
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, items)
+    }
+
+    /// Give up: remove the shards written. Does nothing on a finished writer.
+    fn abort(&mut self, py: Python<'_>) {
+        if let Some(w) = self.inner.take() {
+            py.detach(|| w.abort());
+        }
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner
+            .as_ref()
+            .map_or(0, |w| usize::try_from(w.len()).unwrap_or(usize::MAX))
+    }
+}
+
+/// Start a job writing the dataset at `path` with many `PartWriter`s; returns its run tag.
+#[pyfunction]
+#[pyo3(signature = (path, storage_options = None))]
+pub fn prepare_parts(
+    py: Python<'_>,
+    path: PathBuf,
+    storage_options: Option<BTreeMap<String, String>>,
+) -> PyResult<String> {
+    py.detach(|| parts::prepare_parts(&path, &storage_options.unwrap_or_default()))
+        .map_err(|e| to_py_err(py, e))
+}
+
+/// Commit the dataset at `path`: check every listed shard, remove the run's other files, write
+/// the extra files and the manifest (the commit point). Returns the manifest as a dict.
+#[pyfunction]
+#[pyo3(signature = (path, schema, shards, *, run, align = 1, classes = None, source = None, files = None, storage_options = None))]
+#[allow(clippy::too_many_arguments)]
+pub fn commit_parts<'py>(
+    py: Python<'py>,
+    path: PathBuf,
+    schema: &Bound<'py, PyAny>,
+    shards: Vec<Bound<'py, PyDict>>,
+    run: &str,
+    align: u32,
+    classes: Option<Vec<String>>,
+    source: Option<&str>,
+    files: Option<BTreeMap<String, Bound<'py, PyBytes>>>,
+    storage_options: Option<BTreeMap<String, String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let schema = parse_schema(schema)?;
+    let shards = shards
+        .iter()
+        .map(info_from_py)
+        .collect::<PyResult<Vec<_>>>()?;
+    let source = match source {
+        Some(s) => serde_json::from_str(s)
+            .map_err(|e| schema_error(py, format!("source must be JSON: {e}")))?,
+        None => serde_json::Value::Null,
+    };
+    let files = files
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.as_bytes().to_vec()))
+        .collect();
+    let commit = Commit {
+        align,
+        classes,
+        source,
+        files,
+    };
+    let options = storage_options.unwrap_or_default();
+    let manifest = py
+        .detach(|| parts::commit_parts(&path, schema, shards, commit, run, &options))
+        .map_err(|e| to_py_err(py, e))?;
+    py.import("json")?
+        .call_method1("loads", (manifest.to_json(),))
+}
+
+/// Give up the job of run `run` at `path`: remove its shards. Returns how many were removed.
+#[pyfunction]
+#[pyo3(signature = (path, run, storage_options = None))]
+pub fn abort_parts(
+    py: Python<'_>,
+    path: PathBuf,
+    run: &str,
+    storage_options: Option<BTreeMap<String, String>>,
+) -> PyResult<usize> {
+    py.detach(|| parts::abort_parts(&path, run, &storage_options.unwrap_or_default()))
+        .map_err(|e| to_py_err(py, e))
+}
+
+/// Register the classes and functions.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PartWriter>()?;
+    m.add_function(wrap_pyfunction!(prepare_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(commit_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(abort_parts, m)?)?;
+    Ok(())
+}

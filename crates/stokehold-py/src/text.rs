@@ -1,0 +1,165 @@
+//! `stokehold.text.Tokenizer`: the tokenizer of `stokehold pack --tokenizer`, from Python (for
+//! tokenizing in a Ray Data `map_batches`, `stokehold.ray`), so that a token dataset written
+//! there holds the same records as `pack` writes.
+
+use std::path::PathBuf;
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use stokehold::ops::text::{TextTokenizer, TokenDType};
+
+use crate::errors::config_error;
+
+/// A Hugging Face `tokenizer.json`, encoding as `stokehold pack --tokenizer` does: the ids of
+/// each text without the tokenizer's own special tokens, `bos` before and `eos` after, in the
+/// dataset's token width (`uint16` for vocabularies up to 65,536, else `uint32`).
+#[derive(Debug)]
+#[pyclass(module = "stokehold.text", name = "Tokenizer", frozen)]
+pub struct Tokenizer {
+    inner: TextTokenizer,
+    path: PathBuf,
+    bos: Option<(String, u32)>,
+    eos: Option<(String, u32)>,
+}
+
+impl Tokenizer {
+    /// The ids of one text, as `pack` makes them.
+    fn ids(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+        out.clear();
+        out.extend(self.bos.as_ref().map(|b| b.1));
+        self.inner
+            .encode_into(text, out)
+            .map_err(|e| e.to_string())?;
+        out.extend(self.eos.as_ref().map(|e| e.1));
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Tokenizer {
+    #[new]
+    #[pyo3(signature = (path, *, bos = None, eos = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        bos: Option<String>,
+        eos: Option<String>,
+    ) -> PyResult<Tokenizer> {
+        let inner = py
+            .detach(|| TextTokenizer::from_file(&path))
+            .map_err(|e| config_error(py, e.to_string()))?;
+        let id = |name: Option<String>| {
+            name.map(|n| {
+                let id = inner.token_id(&n)?;
+                Ok((n, id))
+            })
+            .transpose()
+            .map_err(|e: stokehold::ops::text::TextError| config_error(py, e.to_string()))
+        };
+        let bos = id(bos)?;
+        let eos = id(eos)?;
+        Ok(Tokenizer {
+            inner,
+            path,
+            bos,
+            eos,
+        })
+    }
+
+    /// The token ids of each text (a list of numpy arrays of the dataset's token width).
+    fn encode_batch<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<String>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let encoded = py
+            .detach(|| {
+                let mut ids = Vec::new();
+                texts
+                    .iter()
+                    .map(|t| {
+                        self.ids(t, &mut ids)?;
+                        Ok(ids.clone())
+                    })
+                    .collect::<Result<Vec<Vec<u32>>, String>>()
+            })
+            .map_err(|e| config_error(py, e))?;
+        let dtype = self.inner.dtype();
+        let arrays = encoded
+            .iter()
+            .map(|ids| match dtype {
+                TokenDType::U16 => {
+                    // ids < vocab_size <= 65,536: they fit
+                    let narrow: Vec<u16> = ids.iter().map(|&i| i as u16).collect();
+                    Ok(PyArray1::from_vec(py, narrow).into_any())
+                }
+                TokenDType::U32 => Ok(PyArray1::from_slice(py, ids).into_any()),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, arrays)
+    }
+
+    /// The token ids of one text.
+    fn encode<'py>(&self, py: Python<'py>, text: String) -> PyResult<Bound<'py, PyAny>> {
+        self.encode_batch(py, vec![text])?.get_item(0)
+    }
+
+    /// What a token dataset's manifest says of this tokenizer (`source.tokens` without the
+    /// counts): `dtype`, `vocab_size`, `tokenizer`, `tokenizer_fingerprint`, `bos_id`, `eos_id`.
+    fn meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("dtype", self.inner.dtype().name())?;
+        d.set_item("vocab_size", self.inner.vocab_size())?;
+        d.set_item("tokenizer", stokehold_format::tokens::TOKENIZER_FILE)?;
+        d.set_item("tokenizer_fingerprint", self.inner.fingerprint())?;
+        d.set_item("bos_id", self.bos.as_ref().map(|b| b.1))?;
+        d.set_item("eos_id", self.eos.as_ref().map(|e| e.1))?;
+        Ok(d)
+    }
+
+    /// The `tokenizer.json` it was loaded from.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// The numpy dtype of the ids: `"uint16"` or `"uint32"`.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        match self.inner.dtype() {
+            TokenDType::U16 => "uint16",
+            TokenDType::U32 => "uint32",
+        }
+    }
+
+    /// `(cls, (path,), {"bos": ..., "eos": ...})`: pickles as "load the same file again" (for
+    /// Ray tasks and spawned workers).
+    fn __reduce__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyTuple>> {
+        let py = slf.py();
+        let this = slf.get();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("bos", this.bos.as_ref().map(|b| b.0.as_str()))?;
+        kwargs.set_item("eos", this.eos.as_ref().map(|e| e.0.as_str()))?;
+        let newobj_ex = py.import("copyreg")?.getattr("__newobj_ex__")?;
+        let args = PyTuple::new(py, [this.path.as_os_str()])?;
+        let call = PyTuple::new(
+            py,
+            [
+                slf.get_type().into_any(),
+                args.into_any(),
+                kwargs.into_any(),
+            ],
+        )?;
+        PyTuple::new(py, [newobj_ex, call.into_any()])
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Tokenizer({:?}, vocab_size={}, dtype={})",
+            self.path.display().to_string(),
+            self.inner.vocab_size(),
+            self.dtype()
+        )
+    }
+}

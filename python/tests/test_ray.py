@@ -1,0 +1,318 @@
+"""stokehold.ray on a real local Ray cluster (started once for this module, 2 CPUs): the Datasink
+and its commit protocol, the reader, the recipes of docs/scale.md, and the faults of issue #16
+(a write task killed mid-shard, the driver killed before the commit, mixed schemas), writing to
+local disk and to the moto S3 server of test_remote."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray")
+
+import stokehold  # noqa: E402
+import stokehold.ray as sray  # noqa: E402
+from stokehold._native import run_cli  # noqa: E402
+from test_remote import s3  # noqa: E402,F401  (the moto server fixture)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=200 * 2**20,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.execution_options.preserve_order = True
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def rows(n):
+    return [
+        {
+            "image": bytes([i % 251]) * (50 + i % 17),
+            "caption": f"sample {i}",
+            "label": i % 5,
+            "score": i / 4,
+            "emb": np.arange(6, dtype=np.float32).reshape(2, 3) + i,
+            "id": i,
+        }
+        for i in range(n)
+    ]
+
+
+def files_in(path):
+    return sorted(os.listdir(path))
+
+
+def test_datasink_writes_each_row_once_in_order_and_reads_back(cluster, tmp_path):
+    items = rows(300)
+    dest = tmp_path / "ds"
+    ds = ray.data.from_items(items, override_num_blocks=6)
+    ds.write_datasink(
+        sray.Datasink(dest, overrides={"image": "image:auto"}, shard_size=4096, classes=list("abcde"))
+    )
+    out = stokehold.Dataset(dest)
+    assert out.schema == {
+        "image": "image:auto",
+        "caption": "string",
+        "label": "int64",
+        "score": "float64",
+        "emb": "ndarray:f32",
+        "id": "int64",
+    }
+    assert len(out) == 300 and out.classes == list("abcde")
+    for i in (0, 1, 149, 299):
+        got, want = out[i], items[i]
+        assert got["image"] == want["image"] and got["caption"] == want["caption"]
+        assert (got["label"], got["score"], got["id"]) == (want["label"], want["score"], i)
+        np.testing.assert_array_equal(got["emb"], want["emb"])
+    assert [out[i]["id"] for i in range(300)] == list(range(300))
+    manifest = out.manifest
+    shards = [s["file"] for s in manifest["shards"]]
+    # several tasks, several shards each, named by run, task and shard; listed in that order
+    run = shards[0].split("-")[1]
+    assert all(s.startswith(f"shard-{run}-") for s in shards) and shards == sorted(shards)
+    assert len({s.split("-")[2] for s in shards}) > 1 and len(shards) > 6
+    assert files_in(dest) == sorted(shards + ["manifest.json"])
+    assert manifest["source"] == {"kind": "ray"}
+    assert run_cli(["stokehold", "verify", str(dest)]) == 0
+
+    # and back into Ray: one read task per shard range, the same rows
+    back = sray.read(dest).take_all()
+    assert [r["id"] for r in back] == list(range(300))
+    assert back[7]["image"] == items[7]["image"] and back[7]["caption"] == "sample 7"
+    np.testing.assert_array_equal(back[7]["emb"], items[7]["emb"])
+    assert sray.read(dest, override_num_blocks=3).materialize().num_blocks() >= 3
+
+    # a second job to the same place is refused: it holds a dataset
+    with pytest.raises(Exception, match="already exists"):
+        ray.data.from_items(items[:5]).write_datasink(sray.Datasink(dest))
+
+
+KILLER = """
+def kill_once(batch, marker={marker!r}):
+    import os
+    if batch["id"][0] >= {at} and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)   # the worker process dies mid-task, mid-shard; Ray retries the task
+    return batch
+"""
+
+
+def test_a_write_task_killed_mid_shard_is_retried_and_every_row_is_written_once(cluster, tmp_path):
+    marker = tmp_path / "killed"
+    scope = {}
+    exec(KILLER.format(marker=str(marker), at=130), scope)
+    dest = tmp_path / "ds"
+    ds = ray.data.from_items([{"id": i, "blob": bytes([i % 256]) * 300} for i in range(400)],
+                             override_num_blocks=2)
+    ds = ds.map_batches(scope["kill_once"], batch_size=20, max_retries=3)
+    ds.write_datasink(sray.Datasink(dest, shard_size=2000))
+    assert marker.exists(), "the task was not killed"
+    out = stokehold.Dataset(dest)
+    assert [out[i]["id"] for i in range(len(out))] == list(range(400))
+    # nothing but the listed shards: the dead attempt's temporary file and extra shards are gone
+    listed = sorted(s["file"] for s in out.manifest["shards"])
+    assert files_in(dest) == sorted(listed + ["manifest.json"])
+
+
+DRIVER = """
+import os, signal, sys
+import ray, stokehold.ray as sray
+ray.init(address={address!r}, log_to_driver=False, configure_logging=False)
+ray.data.DataContext.get_current().enable_progress_bars = False
+
+class DiesBeforeCommit(sray.Datasink):
+    def on_write_complete(self, result):
+        print("SHARDS", sum(len(r["shards"]) for r in result.write_returns), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+ray.data.from_items([{{"id": i}} for i in range(500)], override_num_blocks=2).write_datasink(
+    DiesBeforeCommit({dest!r}, shard_size=512))
+"""
+
+
+def test_the_driver_killed_before_the_commit_leaves_no_dataset(cluster, tmp_path):
+    dest = tmp_path / "ds"
+    script = DRIVER.format(address=cluster, dest=str(dest))
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    assert "SHARDS" in p.stdout
+    leftovers = files_in(dest)
+    assert leftovers and "manifest.json" not in leftovers  # shards, but no dataset
+    with pytest.raises(stokehold.StokeholdIOError, match="not a stokehold dataset"):
+        stokehold.Dataset(dest)
+    # the next job removes the dead one's shards and commits its own
+    ray.data.from_items([{"id": i} for i in range(10)]).write_datasink(sray.Datasink(dest))
+    out = stokehold.Dataset(dest)
+    assert len(out) == 10
+    assert files_in(dest) == sorted([s["file"] for s in out.manifest["shards"]] + ["manifest.json"])
+
+
+def test_mixed_schemas_are_one_clear_error_naming_column_and_block_and_leave_nothing(cluster, tmp_path):
+    dest = tmp_path / "ds"
+    ints = ray.data.from_items([{"x": i, "y": b"a"} for i in range(20)])
+    strs = ray.data.from_items([{"x": str(i), "y": b"b"} for i in range(20)])
+    with pytest.raises(Exception) as e:
+        ints.union(strs).write_datasink(sray.Datasink(dest))
+    msg = str(e.value)
+    assert re.search(r"block \d+ of write task \d+: column 'x' is", msg) and "int64" in msg, msg
+    assert not (dest / "manifest.json").exists()
+    assert not [f for f in files_in(dest) if f.startswith("shard-")]
+
+    # a column with no stokehold type is named, with the way out
+    with pytest.raises(Exception, match=r"column 'm'.*overrides"):
+        ray.data.from_items([{"m": {"k": 1}}]).write_datasink(sray.Datasink(tmp_path / "m"))
+
+
+def test_datasink_to_s3_and_read_back(cluster, s3):
+    client, options = s3
+    url = "s3://pyds/ray/ds"
+    items = rows(120)
+    ray.data.from_items(items, override_num_blocks=3).write_datasink(
+        sray.Datasink(url, shard_size=2048, storage_options=options)
+    )
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="pyds", Prefix="ray/ds/")["Contents"]]
+    out = stokehold.Dataset(url, storage_options=options)
+    assert sorted(k.split("/")[-1] for k in keys) == sorted(
+        [s["file"] for s in out.manifest["shards"]] + ["manifest.json"]
+    )
+    assert [out[i]["id"] for i in range(120)] == list(range(120))
+    assert out[5]["image"] == items[5]["image"]
+    back = sray.read(url, storage_options=options).take_all()
+    assert [r["id"] for r in back] == list(range(120))
+
+    # a failed job to S3 leaves no object
+    bad = ray.data.from_items([{"x": 1}]).union(ray.data.from_items([{"x": "s"}]))
+    with pytest.raises(Exception, match="column 'x'"):
+        bad.write_datasink(sray.Datasink("s3://pyds/ray/bad", storage_options=options))
+    assert client.list_objects_v2(Bucket="pyds", Prefix="ray/bad/").get("KeyCount", 0) == 0
+
+
+# --- recipes (docs/scale.md) ---
+
+
+def test_recipe_jpeg_files_to_a_dataset_the_loader_decodes(cluster, tmp_path):
+    images = tmp_path / "images"
+    assert run_cli(["stokehold", "sample-data", str(images), "--images", "24", "--classes", "3",
+                    "--size", "80x60"]) == 0
+    classes = sorted(os.listdir(images))
+
+    def label(batch):
+        # keep the JPEG bytes (re-encode here with PIL if the set needs resizing)
+        return {
+            "image": batch["bytes"],
+            "label": np.array([classes.index(p.split("/")[-2]) for p in batch["path"]], np.int64),
+        }
+
+    dest = tmp_path / "ds"
+    paths = sorted(str(p) for p in images.rglob("*.jpg"))
+    ds = ray.data.read_binary_files(paths, include_paths=True).map_batches(label)
+    ds.write_datasink(sray.Datasink(dest, overrides={"image": "image:jpeg"}, classes=classes))
+    out = stokehold.Dataset(dest)
+    assert len(out) == 24 and out.schema == {"image": "image:jpeg", "label": "int64"}
+    from stokehold.image import CenterCrop, Resize
+
+    loader = stokehold.Loader(dest, 8, seed=0, transforms={"image": [Resize(32), CenterCrop(32)]})
+    labels = np.concatenate([b["label"] for b in loader])
+    assert sorted(labels.tolist()) == sorted(classes.index(p.split("/")[-2]) for p in paths)
+    assert next(iter(loader))["image"].shape == (8, 3, 32, 32)  # CHW by default
+
+
+def test_recipe_tokenized_on_ray_is_byte_identical_to_pack(cluster, tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    from test_text import make_docs, train
+
+    docs = make_docs(300, seed=3)
+    train(docs, tmp_path / "tokenizer.json")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    packed = tmp_path / "packed"
+    assert run_cli(["stokehold", "pack", str(corpus), str(packed), "--from", "jsonl",
+                    "--tokenizer", str(tmp_path / "tokenizer.json"), "--append-eos", "</s>"]) == 0
+
+    tok = stokehold.text.Tokenizer(tmp_path / "tokenizer.json", eos="</s>")
+    on_ray = tmp_path / "on_ray"
+    (ray.data.read_json(str(corpus), override_num_blocks=4)
+        .map_batches(lambda b: {"tokens": tok.encode_batch(list(b["text"]))}, batch_size=64)
+        .write_datasink(sray.Datasink(on_ray, tokenizer=tok, shard_size=8192)))
+
+    a, b = stokehold.Dataset(packed), stokehold.Dataset(on_ray)
+    assert len(a) == len(b) == 300
+    assert all(a.record_bytes(i) == b.record_bytes(i) for i in range(300))
+    assert a.manifest["source"]["tokens"] == b.manifest["source"]["tokens"]
+    assert (packed / "tokenizer.json").read_bytes() == (on_ray / "tokenizer.json").read_bytes()
+    assert len(b.manifest["shards"]) > 1
+    kw = dict(seq_len=32, batch_size=4, seed=1, rank=0, world_size=1)
+    for x, y in zip(stokehold.SequenceLoader(packed, **kw), stokehold.SequenceLoader(on_ray, **kw)):
+        np.testing.assert_array_equal(x["input_ids"], y["input_ids"])
+
+
+WORKER = """
+import json, pickle, sys
+import stokehold
+path, rank, world, steps, state_in, state_out = sys.argv[1:]
+loader = stokehold.Loader(path, batch_size=4, seed=7, include_ids=True, rank=int(rank), world_size=int(world))
+if state_in != "-":
+    loader.load_state_dict(pickle.load(open(state_in, "rb")))
+ids = []
+it = iter(loader)
+for step, batch in enumerate(it):
+    ids += batch["id"].tolist()
+    if step + 1 == int(steps):
+        break
+if state_out != "-":
+    pickle.dump(loader.state_dict(), open(state_out, "wb"))
+print(json.dumps(ids))
+"""
+
+
+def test_recipe_training_workers_resume_on_another_worker_count(cluster, tmp_path):
+    dest = tmp_path / "ds"
+    ray.data.from_items([{"id": i, "x": float(i)} for i in range(88)], override_num_blocks=3).write_datasink(
+        sray.Datasink(dest, shard_size=512)
+    )
+
+    def worker(rank, world, steps, state_in="-", state_out="-"):
+        p = subprocess.run([sys.executable, "-c", WORKER, str(dest), str(rank), str(world), str(steps),
+                            state_in, state_out], capture_output=True, text=True, timeout=120, check=True)
+        return json.loads(p.stdout.splitlines()[-1])
+
+    # two workers, 5 steps each; each saves its state (the same position on every rank)
+    first = []
+    for rank in range(2):
+        first += worker(rank, 2, 5, state_out=str(tmp_path / f"state{rank}"))
+    # resumed by three workers: the rest of the epoch (48 = 4 steps of 3 x 4), every sample
+    # exactly once
+    rest = []
+    for rank in range(3):
+        rest += worker(rank, 3, 10**6, state_in=str(tmp_path / "state0"))
+    assert len(first) == 40
+    assert sorted(first + rest) == list(range(88))
+
+
+def test_stokehold_ray_without_ray_is_an_import_error_naming_the_extra():
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["ray"] = None
+        try:
+            import stokehold.ray
+        except ImportError as e:
+            print(e)
+        """
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "pip install stokehold[ray]" in p.stdout, p.stdout + p.stderr
