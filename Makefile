@@ -105,7 +105,7 @@ demo: install ## sample images → pack → verify → inspect → stream throug
 	@echo "  source .venv/bin/activate     # then: stokehold --help, python -c 'import stokehold'"
 
 .PHONY: bench
-bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)
+bench: build install ## the benchmarks (each a ratio against a baseline measured in the same run)
 	bash scripts/bench-foundation.sh target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
@@ -114,8 +114,7 @@ bench: build ## the benchmarks (each a ratio against a baseline measured in the 
 	@# a Rust S3 server for the object-storage bench (moto, the tests' server, is the bottleneck)
 	[ -x .tools/bin/s3s-fs ] || $(CARGO) install -q s3s-fs@0.14.1 --locked --features binary --root .tools
 	STOKEHOLD_S3S_FS=$(CURDIR)/.tools/bin/s3s-fs $(CARGO) bench -q -p stokehold-cli --bench remote
-	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md; the release extension)
-	$(VENV)/bin/maturin develop -q --release
+	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md; the wheel in .venv)
 	$(PY) scripts/bench_ray.py
 
 .PHONY: clean
