@@ -3,6 +3,8 @@
 
     .venv/bin/python scripts/bench_python.py [--samples 262144] [--batch 256] [--threads 2]
 
+(part of ``make bench``; its dataset is written to a temporary directory and removed.)
+
 Dataset: int64 records (a passthrough column), opened in memory. Three figures in one run:
 - ``native``: the same loader configuration driven from Rust (``_native._Engine`` drained by
   ``_drain``: batches made and dropped without any Python object) -- the engine's own rate;
@@ -12,13 +14,17 @@ Dataset: int64 records (a passthrough column), opened in memory. Three figures i
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
-import numpy as np
+try:
+    import numpy as np  # noqa: F401
 
-import stokehold
-from stokehold import _native
+    import stokehold
+    from stokehold import _native  # noqa: F401
+except ImportError as e:
+    sys.exit(f"error: this bench needs numpy and the stokehold package ({e}): `make develop-release` builds it into .venv")
 
 
 def main() -> None:
