@@ -17,16 +17,13 @@ command, so machine load drifts cancel as far as they can.
 """
 
 import argparse
-import importlib.util
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH_DATA = os.path.join(ROOT, "bench-data")
+from _bench import BENCH_DATA, ROOT, require, run_or_exit
 
 
 def make_tokens(path: str, n: int, length: int) -> None:
@@ -43,11 +40,8 @@ def make_tokens(path: str, n: int, length: int) -> None:
 
 def run(cmd):
     t0 = time.time()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()[-1]
-        sys.exit(f"error: `{' '.join(cmd)}` failed: {last}")
-    return r.stdout, time.time() - t0
+    out = run_or_exit(cmd)
+    return out, time.time() - t0
 
 
 def figure(pattern: str, text: str) -> str:
@@ -75,11 +69,7 @@ def main() -> int:
     if not os.path.exists(os.path.join(a.jpeg, "manifest.json")):
         return f"error: no dataset at {a.jpeg}: make it with `make bench-data` (or pass --jpeg DIR)"
     if not os.path.exists(os.path.join(a.tokens, "manifest.json")):
-        if importlib.util.find_spec("stokehold") is None or importlib.util.find_spec("numpy") is None:
-            return (
-                f"error: making the token dataset {a.tokens} needs numpy and the stokehold package: "
-                "`make develop-release` builds it into .venv (run this with .venv/bin/python)"
-            )
+        require("numpy", "stokehold")  # to make the token dataset
         print(f"making {a.tokens} ({a.token_samples} x 2048 int32 tokens)", flush=True)
         partial = a.tokens + ".partial"
         shutil.rmtree(partial, ignore_errors=True)

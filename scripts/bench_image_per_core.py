@@ -38,29 +38,12 @@ import os
 # no idle pool spins on the measured core.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-import importlib.util
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH_DATA = os.path.join(ROOT, "bench-data")
-
-
-def require_modules() -> None:
-    """Exit with one line naming what to install when a module this bench needs is missing."""
-    needs = {"numpy": "numpy", "PIL": "Pillow", "torch": "torch", "torchvision": "torchvision"}
-    missing = [pkg for mod, pkg in needs.items() if importlib.util.find_spec(mod) is None]
-    if missing:
-        sys.exit(
-            f"error: this bench needs {', '.join(missing)}: `make bench-setup` installs them into .venv "
-            "(run it with .venv/bin/python)"
-        )
-    if importlib.util.find_spec("stokehold") is None:
-        sys.exit("error: the stokehold package is not importable: `make develop-release` builds it into .venv")
+from _bench import BENCH_DATA, require, run_or_exit
 
 
 def pin_process(core: int) -> None:
@@ -96,11 +79,8 @@ def make_subset(files, src: str, work: str, name: str = "shards", extra=()) -> s
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copyfile(f, dst)
     cmd = [sys.executable, "-m", "stokehold._cli", "pack", folder, shards, "--overwrite", *extra]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        last = (r.stderr.strip() or r.stdout.strip() or f"exit status {r.returncode}").splitlines()[-1]
-        sys.exit(f"error: packing {folder} failed: {last}")
-    print("  " + r.stdout.strip().replace("\n", "\n  "))
+    out = run_or_exit(cmd)
+    print("  " + out.strip().replace("\n", "\n  "))
     return shards
 
 
@@ -115,7 +95,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.files % args.batch:
         sys.exit("error: --files must be a multiple of --batch (stokehold drops a partial last batch)")
-    require_modules()
+    require("numpy", "PIL", "torch", "torchvision", "stokehold")
 
     print(f"selecting {args.files} files from {args.src}, packing them into {args.work}/shards")
     files = pick_files(args.src, args.files)

@@ -14,17 +14,16 @@ Dataset: int64 records (a passthrough column), opened in memory. Three figures i
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-try:
-    import numpy as np  # noqa: F401
+from _bench import require
 
-    import stokehold
-    from stokehold import _native  # noqa: F401
-except ImportError as e:
-    sys.exit(f"error: this bench needs numpy and the stokehold package ({e}): `make develop-release` builds it into .venv")
+require("numpy", "stokehold")
+import numpy as np  # noqa: E402, F401
+
+import stokehold  # noqa: E402
+from stokehold import _native  # noqa: E402, F401
 
 
 def main() -> None:

@@ -47,7 +47,6 @@ Targets: stokehold >= 3x the images/s, lower peak PSS, first batch < 0.5 s from 
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import resource
@@ -55,9 +54,9 @@ import subprocess
 import sys
 import time
 
+from _bench import BENCH_DATA, require
+
 T0_ENV = "STOKEHOLD_BENCH_T0"
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCH_DATA = os.path.join(ROOT, "bench-data")
 
 
 # --- child -------------------------------------------------------------------------------------
@@ -322,15 +321,7 @@ def main() -> None:
 
 def check_inputs(args) -> None:
     """Exit with one line saying what to do when a module or an input of the bench is missing."""
-    needs = {"PIL": "Pillow", "torch": "torch", "torchvision": "torchvision"}
-    missing = [pkg for mod, pkg in needs.items() if importlib.util.find_spec(mod) is None]
-    if missing:
-        sys.exit(
-            f"error: this bench needs {', '.join(missing)}: `make bench-setup` installs them into .venv "
-            "(run it with .venv/bin/python)"
-        )
-    if importlib.util.find_spec("stokehold") is None:
-        sys.exit("error: the stokehold package is not importable: `make develop-release` builds it into .venv")
+    require("PIL", "torch", "torchvision", "stokehold")
     if not os.path.isdir(args.root) or not any(e.is_dir() for e in os.scandir(args.root)):
         sys.exit(f"error: no class folders in {args.root}: make them with `make bench-data` (or pass --root DIR)")
     if not os.path.exists(os.path.join(args.shards, "manifest.json")):

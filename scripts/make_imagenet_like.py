@@ -34,7 +34,7 @@ import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _bench import BENCH_DATA, ROOT, require, run_or_exit
 PACKAGES = [
     "lomiri-wallpapers-16.04",
     "lomiri-wallpapers-20.04",
@@ -191,10 +191,7 @@ def synthetic(out: str, a) -> None:
         (train, ["--images", str(a.images), "--classes", str(a.classes), "--size", "500x375"]),
         (large, ["--images", "20", "--classes", "1", "--size", "3000x2000"]),
     ]:
-        cmd = [*cli, "sample-data", dest, "--quality", "90", "--seed", str(a.seed), *args]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"error: `{' '.join(cmd)}` failed: {(r.stderr.strip() or r.stdout.strip())}")
+        run_or_exit([*cli, "sample-data", dest, "--quality", "90", "--seed", str(a.seed), *args])
     # sample-data writes class folders: the large set is flat, as with the photographs
     for i, p in enumerate(sorted(glob.glob(os.path.join(large, "*", "*.jpg")))):
         os.rename(p, os.path.join(large, f"{i:03d}-synthetic.jpg"))
@@ -210,11 +207,11 @@ def synthetic(out: str, a) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("out", nargs="?", default=os.path.join(ROOT, "bench-data", "inet"))
+    ap.add_argument("out", nargs="?", default=os.path.join(BENCH_DATA, "inet"))
     ap.add_argument("--images", type=int, default=5000)
     ap.add_argument("--classes", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--cache", default=os.path.join(ROOT, "bench-data", "cache"),
+    ap.add_argument("--cache", default=os.path.join(BENCH_DATA, "cache"),
                     help="where the .deb files are downloaded and unpacked (kept for the next run)")
     ap.add_argument("--cli", help="the stokehold command, for the synthetic fallback")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes cutting crops")
@@ -230,13 +227,7 @@ def main() -> int:
 
     photos = None
     if not a.synthetic:
-        try:
-            import PIL  # noqa: F401
-        except ImportError:
-            sys.exit(
-                "error: scripts/make_imagenet_like.py needs Pillow: `make bench-setup` installs it into "
-                ".venv (or `pip install pillow`); --synthetic needs only the stokehold command"
-            )
+        require("PIL")  # --synthetic needs only the stokehold command
         try:
             photos = fetch_photos(os.path.abspath(a.cache))
         except FetchError as e:
