@@ -13,6 +13,10 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 DEMO_DIR ?= demo-data
 DEMO_IMAGES ?= 2000
+# the benchmarks' data (`make bench-data`): ImageNet-like JPEGs cut from real photographs and their pack
+BENCH_DATA ?= bench-data
+BENCH_INET_IMAGES ?= 5000
+BENCH_DIR := $(abspath $(BENCH_DATA))
 
 .PHONY: help
 help: ## list the targets
@@ -104,18 +108,65 @@ demo: install ## sample images → pack → verify → inspect → stream throug
 	@echo "The stokehold command and Python package (release build) are in .venv:"
 	@echo "  source .venv/bin/activate     # then: stokehold --help, python -c 'import stokehold'"
 
+.PHONY: bench-setup
+bench-setup: setup $(VENV)/.bench-ready ## .venv plus what the bench scripts need: Pillow, torchvision
+
+$(VENV)/.bench-ready: $(VENV)/.ready
+	@# torchvision for the torch already installed: pinning torch's version keeps pip from replacing it
+	$(PY) -m pip install -q pillow torchvision \
+	  "torch==$$($(PY) -c 'import torch; print(torch.__version__.split("+")[0])')"
+	touch $@
+
+.PHONY: bench-data
+bench-data: $(if $(wildcard $(BENCH_DIR)/inet-shards/manifest.json),,bench-setup build) ## the benchmarks' ImageNet-like JPEGs and their pack, under bench-data/ (made once)
+	@if [ -f $(BENCH_DIR)/inet-shards/manifest.json ]; then \
+	  echo "$(BENCH_DATA)/inet and $(BENCH_DATA)/inet-shards are there (rm -rf $(BENCH_DATA) makes them again)"; \
+	else \
+	  set -x; \
+	  $(PY) scripts/make_imagenet_like.py $(BENCH_DIR)/inet --images $(BENCH_INET_IMAGES) --classes 50 \
+	    --cache $(BENCH_DIR)/cache --cli target/release/stokehold; \
+	  target/release/stokehold pack $(BENCH_DIR)/inet/train $(BENCH_DIR)/inet-shards --overwrite; \
+	fi
+
 .PHONY: bench
-bench: build install ## the benchmarks (each a ratio against a baseline measured in the same run)
-	bash scripts/bench-foundation.sh target/release/stokehold
+bench: build install bench-setup bench-data ## the benchmarks (each a ratio against a baseline measured in the same run)
+	mkdir -p $(BENCH_DIR)/work
+	BENCH_WORK=$(BENCH_DIR)/work/foundation \
+	  bash scripts/bench-foundation.sh target/release/stokehold $(BENCH_DIR)/inet/train
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
-	$(CARGO) bench -q -p stokehold --bench storage
-	taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
+	STOKEHOLD_BENCH_JPEGS=$(BENCH_DIR)/inet-shards STOKEHOLD_BENCH_DIR=$(BENCH_DIR)/work \
+	  $(CARGO) bench -q -p stokehold --bench storage
+	STOKEHOLD_BENCH_IMAGES=$(BENCH_DIR)/inet/train STOKEHOLD_BENCH_LARGE=$(BENCH_DIR)/inet/large \
+	  taskset -c 1 $(CARGO) bench -q -p stokehold-ops --bench image
 	@# a Rust S3 server for the object-storage bench (moto, the tests' server, is the bottleneck)
 	[ -x .tools/bin/s3s-fs ] || $(CARGO) install -q s3s-fs@0.14.1 --locked --features binary --root .tools
 	STOKEHOLD_S3S_FS=$(CURDIR)/.tools/bin/s3s-fs $(CARGO) bench -q -p stokehold-cli --bench remote
-	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md; the wheel in .venv)
-	$(PY) scripts/bench_ray.py
+	@# Ray conversion vs stokehold pack of the same JPEGs (docs/scale.md)
+	$(PY) scripts/bench_ray.py --images $(BENCH_DIR)/inet/train
+	@# the shipped wheel: pip install vs a source build; its image pipeline vs the cargo build
+	PYTHON=$(PY) bash scripts/bench-wheel.sh dist/stokehold-*.whl $(BENCH_DIR)/inet/train
+	@# the Python benches (the wheel installed in .venv), against torch's DataLoader and torchvision
+	$(PY) scripts/bench_python.py
+	$(PY) scripts/bench_image_per_core.py --core 1 --passes 5 --src $(BENCH_DIR)/inet/train \
+	  --work $(BENCH_DIR)/work/per-core
+	$(PY) scripts/bench_vs_torch_dataloader.py --root $(BENCH_DIR)/inet/train --shards $(BENCH_DIR)/inet-shards
+	$(PY) scripts/bench_autotune.py --jpeg $(BENCH_DIR)/inet-shards --tokens $(BENCH_DIR)/prof-tokens \
+	  --cli target/release/stokehold
+
+# the peers in a venv of their own (tensorflow-cpu and DALI pin packages the tests need otherwise);
+# torch, torchvision, numpy and stokehold come from .venv, after this venv's own packages
+PEERS_VENV := .venv-peers
+$(PEERS_VENV)/.ready: $(VENV)/.bench-ready
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q tensorflow-cpu nvidia-dali-cuda120
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	  "$$($(PEERS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_venv.pth"
+	touch $@
+
+.PHONY: bench-peers
+bench-peers: install bench-data $(PEERS_VENV)/.ready ## stokehold beside tf.data, DALI (CPU), torchvision and PIL loaders on the same images
+	$(PEERS_VENV)/bin/python scripts/bench_peers.py --images $(BENCH_DIR)/inet/train --pipeline both
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

@@ -2,9 +2,10 @@
 # A/B of the engine benchmark and the image pipeline between an earlier revision and this tree,
 # in interleaved rounds of one run each, medians compared (the machine is noisy: only ratios).
 #   scripts/bench-ab.sh REV [ROUNDS] [IMAGE_FOLDER]
-# REV is built in a git worktree (/tmp/stokehold-ab/REV, target dir beside it); this tree's
-# release build is used as it is (`make build`). IMAGE_FOLDER defaults to 3,000 generated images
-# (`stokehold sample-data`); ../shared/bench/make-imagenet-like makes realistic ones.
+# REV is built in a git worktree (bench-data/work/ab/REV, target dir beside it; BENCH_WORK
+# overrides bench-data/work/ab); this tree's release build is used as it is (`make build`).
+# IMAGE_FOLDER defaults to 3,000 generated images (`stokehold sample-data`); realistic ones:
+# bench-data/inet/train, made by `make bench-data` (scripts/make_imagenet_like.py).
 # Prints new/old for: engine overhead (copy-only, 2 threads; with and without checksums),
 # scaling (CPU-heavy transform, 2 threads), time to first batch, and `stokehold bench` of
 # decode + RandomResizedCrop(224) + flip (batch 256, 2 threads, shuffle, 2 epochs) on a plain
@@ -13,7 +14,7 @@ set -euo pipefail
 REV=${1:?usage: scripts/bench-ab.sh REV [ROUNDS] [IMAGE_FOLDER]}
 R=${2:-5}
 ROOT=$(git rev-parse --show-toplevel)
-W=/tmp/stokehold-ab/$(git rev-parse --short "$REV")
+W=${BENCH_WORK:-$ROOT/bench-data/work/ab}/$(git rev-parse --short "$REV")
 mkdir -p "$W"
 [ -d "$W/src" ] || git -C "$ROOT" worktree add -q --detach "$W/src" "$REV"
 (cd "$W/src" && CARGO_TARGET_DIR=$W/target cargo build -q --release -p stokehold-cli &&

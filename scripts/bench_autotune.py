@@ -10,16 +10,20 @@ alternating rounds), and `stokehold bench DS --overhead N` (stage timing on vs o
 runs). Every figure is a ratio within one run of the
 command, so machine load drifts cancel as far as they can.
 
-    python scripts/bench_autotune.py --jpeg /tmp/inet-shards [--tokens /tmp/prof-tokens] \
+    python scripts/bench_autotune.py [--jpeg bench-data/inet-shards] [--tokens bench-data/prof-tokens] \
         [--cli target/release/stokehold] [--duration 15] [--rounds 7]
+
+`make bench` runs it on the dataset of `make bench-data`; the token dataset is made on first use.
 """
 
 import argparse
 import os
 import re
-import subprocess
+import shutil
 import sys
 import time
+
+from _bench import BENCH_DATA, ROOT, require, run_or_exit
 
 
 def make_tokens(path: str, n: int, length: int) -> None:
@@ -36,7 +40,7 @@ def make_tokens(path: str, n: int, length: int) -> None:
 
 def run(cmd):
     t0 = time.time()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = run_or_exit(cmd)
     return out, time.time() - t0
 
 
@@ -47,18 +51,31 @@ def figure(pattern: str, text: str) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jpeg", default="/tmp/inet-shards", help="a packed ImageNet-like dataset")
-    ap.add_argument("--tokens", default="/tmp/prof-tokens", help="token dataset (made if missing)")
+    ap.add_argument(
+        "--jpeg", default=os.path.join(BENCH_DATA, "inet-shards"), help="a packed ImageNet-like dataset"
+    )
+    ap.add_argument(
+        "--tokens", default=os.path.join(BENCH_DATA, "prof-tokens"), help="token dataset (made if missing)"
+    )
     ap.add_argument("--token-samples", type=int, default=40_000)
-    ap.add_argument("--cli", default="target/release/stokehold")
+    ap.add_argument("--cli", default=os.path.join(ROOT, "target", "release", "stokehold"))
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of each compared run")
     ap.add_argument("--rounds", type=int, default=7, help="--overhead rounds (cheap pipeline)")
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--skip-sweep", action="store_true")
     a = ap.parse_args()
+    if not os.access(a.cli, os.X_OK):
+        return f"error: no stokehold command at {a.cli}: `make build` builds it (or pass --cli PATH)"
+    if not os.path.exists(os.path.join(a.jpeg, "manifest.json")):
+        return f"error: no dataset at {a.jpeg}: make it with `make bench-data` (or pass --jpeg DIR)"
     if not os.path.exists(os.path.join(a.tokens, "manifest.json")):
+        require("numpy", "stokehold")  # to make the token dataset
         print(f"making {a.tokens} ({a.token_samples} x 2048 int32 tokens)", flush=True)
-        make_tokens(a.tokens, a.token_samples, 2048)
+        partial = a.tokens + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        make_tokens(partial, a.token_samples, 2048)
+        shutil.rmtree(a.tokens, ignore_errors=True)
+        os.rename(partial, a.tokens)
     pipelines = [
         ("jpeg RRC(224)+flip", a.jpeg, ["--batch-size", "64", "--random-resized-crop", "224", "--flip", "--shuffle"], 1, 3),
         ("tokens 2048 x int32", a.tokens, ["--batch-size", "256", "--shuffle"], 5, a.rounds),

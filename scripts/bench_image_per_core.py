@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Per-core throughput of the image pipeline: stokehold vs torchvision, side by side in one run.
 
-    .venv/bin/python scripts/bench_image_per_core.py [--src /tmp/inet/train] [--files 1000]
-        [--passes 3] [--work /tmp/stokehold-bench-per-core] [--core 0]
+    .venv/bin/python scripts/bench_image_per_core.py [--src bench-data/inet/train] [--files 1000]
+        [--passes 3] [--work bench-data/work/per-core] [--core 0]
+
+``make bench`` runs it (``--core 1 --passes 5``) on the images of ``make bench-data``; it needs
+torchvision and Pillow (``make bench-setup`` installs them into .venv) and a release build of
+the Python package (``make develop-release``).
 
 Every pipeline runs on ONE core (the whole process is pinned with ``os.sched_setaffinity``, every
 existing thread included, before any pipeline starts; threads created later inherit the mask) and
@@ -36,9 +40,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 import shutil
 import statistics
-import subprocess
 import sys
 import time
+
+from _bench import BENCH_DATA, require, run_or_exit
 
 
 def pin_process(core: int) -> None:
@@ -56,8 +61,10 @@ def pick_files(src: str, n: int):
     files = sorted(
         os.path.join(d, f) for d, _, fs in os.walk(src) for f in fs if f.lower().endswith((".jpg", ".jpeg"))
     )
+    if not files:
+        sys.exit(f"error: no JPEGs under {src}: make them with `make bench-data` (or pass --src DIR)")
     if len(files) < n:
-        sys.exit(f"{src} holds {len(files)} JPEGs, fewer than --files {n}")
+        sys.exit(f"error: {src} holds {len(files)} JPEGs, fewer than --files {n}")
     step = len(files) / n
     return [files[int(i * step)] for i in range(n)]
 
@@ -72,22 +79,23 @@ def make_subset(files, src: str, work: str, name: str = "shards", extra=()) -> s
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copyfile(f, dst)
     cmd = [sys.executable, "-m", "stokehold._cli", "pack", folder, shards, "--overwrite", *extra]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = run_or_exit(cmd)
     print("  " + out.strip().replace("\n", "\n  "))
     return shards
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--src", default="/tmp/inet/train")
+    ap.add_argument("--src", default=os.path.join(BENCH_DATA, "inet", "train"), help="ImageNet-like JPEGs")
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=50)
     ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--work", default="/tmp/stokehold-bench-per-core")
+    ap.add_argument("--work", default=os.path.join(BENCH_DATA, "work", "per-core"), help="scratch directory")
     ap.add_argument("--core", type=int, default=0)
     args = ap.parse_args()
     if args.files % args.batch:
-        sys.exit("--files must be a multiple of --batch (stokehold drops a partial last batch)")
+        sys.exit("error: --files must be a multiple of --batch (stokehold drops a partial last batch)")
+    require("numpy", "PIL", "torch", "torchvision", "stokehold")
 
     print(f"selecting {args.files} files from {args.src}, packing them into {args.work}/shards")
     files = pick_files(args.src, args.files)

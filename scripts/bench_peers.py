@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """stokehold beside the other loaders people use, on the same images, in one run (issue #18).
 
+    make bench-peers     (installs the peers into .venv-peers, makes bench-data/, runs this)
     python scripts/bench_peers.py --images DIR [--pipeline train|val|both] [--rounds 3]
         [--threads 2] [--batch 256] [--peers stokehold,stokehold-rst,tfdata,dali,torchvision,pil]
 

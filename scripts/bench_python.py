@@ -3,6 +3,8 @@
 
     .venv/bin/python scripts/bench_python.py [--samples 262144] [--batch 256] [--threads 2]
 
+(part of ``make bench``; its dataset is written to a temporary directory and removed.)
+
 Dataset: int64 records (a passthrough column), opened in memory. Three figures in one run:
 - ``native``: the same loader configuration driven from Rust (``_native._Engine`` drained by
   ``_drain``: batches made and dropped without any Python object) -- the engine's own rate;
@@ -15,10 +17,13 @@ import os
 import tempfile
 import time
 
-import numpy as np
+from _bench import require
 
-import stokehold
-from stokehold import _native
+require("numpy", "stokehold")
+import numpy as np  # noqa: E402, F401
+
+import stokehold  # noqa: E402
+from stokehold import _native  # noqa: E402, F401
 
 
 def main() -> None:

@@ -29,7 +29,10 @@ import time
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", default="/work/imnet/train" if os.path.isdir("/work/imnet/train") else None)
+    from _bench import BENCH_DATA
+
+    ap.add_argument("--images", default=os.path.join(BENCH_DATA, "inet", "train"),
+                    help="an image folder (default: make bench-data's)")
     ap.add_argument("--limit", type=int, default=3000, help="images used (sorted, first N)")
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--cpus", type=int, default=2)

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """stokehold.Loader vs torch.utils.data.DataLoader on ImageNet-like JPEGs, side by side in one run.
 
-    .venv/bin/python scripts/bench_vs_torch_dataloader.py [--root /tmp/inet/train]
-        [--shards /tmp/inet-shards] [--batch 256] [--workers 2] [--runs 2] [--clean-runs 2]
+    .venv/bin/python scripts/bench_vs_torch_dataloader.py [--root bench-data/inet/train]
+        [--shards bench-data/inet-shards] [--batch 256] [--workers 2] [--runs 2] [--clean-runs 2]
         [--interval 0.05] [--quiet-wait 60]
+
+``make bench`` runs it on the data of ``make bench-data`` (the folder and its ``stokehold pack``);
+it needs torchvision and Pillow (``make bench-setup`` installs them into .venv) and a release
+build of the Python package (``make develop-release``).
 
 One epoch of decode + RandomResizedCrop(224) + RandomHorizontalFlip, uint8 CHW, batch 256,
 shuffle, drop_last, 2 workers / threads. Each side runs in its own subprocess (separate memory),
@@ -49,6 +53,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from _bench import BENCH_DATA, require
 
 T0_ENV = "STOKEHOLD_BENCH_T0"
 
@@ -230,8 +236,8 @@ def run_child(side: str, args, sample: bool):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", default="/tmp/inet/train")
-    ap.add_argument("--shards", default="/tmp/inet-shards")
+    ap.add_argument("--root", default=os.path.join(BENCH_DATA, "inet", "train"), help="ImageNet-like class folders")
+    ap.add_argument("--shards", default=os.path.join(BENCH_DATA, "inet-shards"), help="the same images packed")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--runs", type=int, default=2, help="runs per side with the PSS sampler")
@@ -243,6 +249,7 @@ def main() -> None:
     if args.child:
         child(args.child, args)
         return
+    check_inputs(args)
 
     import PIL
 
@@ -310,6 +317,18 @@ def main() -> None:
     print()
     print(f"stokehold stage profile (its fastest run, run {s['run']}):")
     print(s["report"])
+
+
+def check_inputs(args) -> None:
+    """Exit with one line saying what to do when a module or an input of the bench is missing."""
+    require("PIL", "torch", "torchvision", "stokehold")
+    if not os.path.isdir(args.root) or not any(e.is_dir() for e in os.scandir(args.root)):
+        sys.exit(f"error: no class folders in {args.root}: make them with `make bench-data` (or pass --root DIR)")
+    if not os.path.exists(os.path.join(args.shards, "manifest.json")):
+        sys.exit(
+            f"error: no dataset at {args.shards}: `make bench-data` packs it (or `stokehold pack "
+            f"{args.root} {args.shards}`)"
+        )
 
 
 def summary(results, title: str, with_pss: bool) -> None:

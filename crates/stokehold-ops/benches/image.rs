@@ -5,13 +5,13 @@
 //!    ImageNet-like files, >= 1.8x on large photographs).
 //!
 //! `STOKEHOLD_BENCH_IMAGES=DIR` (ImageNet-like JPEGs, searched recursively; default
-//! /tmp/inet/train, made by ../shared/bench/make-imagenet-like) and
-//! `STOKEHOLD_BENCH_LARGE=DIR` (default /tmp/inet/large). Pin to one core with
-//! `taskset -c 0 cargo bench -p stokehold-ops --bench image`.
+//! bench-data/inet/train in the workspace, made by `make bench-data`, i.e.
+//! scripts/make_imagenet_like.py) and `STOKEHOLD_BENCH_LARGE=DIR` (default bench-data/inet/large).
+//! Pin to one core with `taskset -c 0 cargo bench -p stokehold-ops --bench image`.
 
 use std::hint::black_box;
 use std::os::raw::c_int;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale};
@@ -118,10 +118,6 @@ fn best_of(n: usize, mut f: impl FnMut() -> f64) -> f64 {
 }
 
 fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
-    if files.is_empty() {
-        println!("{name}: no images found (set STOKEHOLD_BENCH_IMAGES / STOKEHOLD_BENCH_LARGE)");
-        return;
-    }
     let n = files.len() as f64;
     let mb: f64 = files.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6;
     // the lossless restart-marker rewrite: the one-pass insertion (what pack uses) against
@@ -225,13 +221,34 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
     );
 }
 
+/// The directory in `var`, else `default` under the workspace's bench-data/ (`make bench-data`).
+fn data_dir(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench-data")
+            .join(default)
+    })
+}
+
 fn main() {
-    let dir = std::env::var("STOKEHOLD_BENCH_IMAGES").unwrap_or_else(|_| "/tmp/inet/train".into());
-    let large = std::env::var("STOKEHOLD_BENCH_LARGE").unwrap_or_else(|_| "/tmp/inet/large".into());
+    let dir = data_dir("STOKEHOLD_BENCH_IMAGES", "inet/train");
+    let large = data_dir("STOKEHOLD_BENCH_LARGE", "inet/large");
     let mut small = Vec::new();
-    jpegs(Path::new(&dir), 1000, &mut small);
+    jpegs(&dir, 1000, &mut small);
     let mut big = Vec::new();
-    jpegs(Path::new(&large), 40, &mut big);
+    jpegs(&large, 40, &mut big);
+    for (files, dir, var) in [
+        (&small, &dir, "STOKEHOLD_BENCH_IMAGES"),
+        (&big, &large, "STOKEHOLD_BENCH_LARGE"),
+    ] {
+        if files.is_empty() {
+            println!(
+                "no JPEGs in {}: make them with `make bench-data` (or set {var}=DIR)",
+                dir.display()
+            );
+            std::process::exit(1);
+        }
+    }
     report("ImageNet-like", &small, 5, 1.0);
     report(
         "large photographs, as shipped (mostly progressive)",

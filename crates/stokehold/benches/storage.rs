@@ -1,7 +1,8 @@
 //! Storage and cache benchmarks, each a ratio against a baseline measured in the same run
 //! (`cargo bench -p stokehold --bench storage`; `STOKEHOLD_BENCH_DIR` picks the disk, default the
 //! temp dir; `STOKEHOLD_BENCH_JPEGS` a packed ImageNet-like dataset for the decoded cache, default
-//! `/tmp/inet-shards`, made by `stokehold pack` from `../shared/bench/make-imagenet-like`):
+//! bench-data/inet-shards in the workspace, made by `make bench-data`: `stokehold pack` of the
+//! images from scripts/make_imagenet_like.py):
 //!
 //! 1. warm RAM cache: a copy-only pipeline over a dataset on disk with `cache_bytes` set, against
 //!    the same pipeline over the dataset read into memory (target >= 0.97), for 1 KiB records (the
@@ -119,13 +120,14 @@ fn ram_cache(dir: &Path, record: usize, n: u64) {
     );
 }
 
-fn decoded_cache(jpegs: &Path) {
+/// False when the dataset is missing (the part is not measured).
+fn decoded_cache(jpegs: &Path) -> bool {
     if !jpegs.join("manifest.json").exists() {
         println!(
-            "decoded cache: skipped ({} missing; pack an ImageNet-like set there, see the file header)",
+            "decoded cache: NOT MEASURED, no dataset at {}: make it with `make bench-data` (or set STOKEHOLD_BENCH_JPEGS=DIR to a packed ImageNet-like dataset)",
             jpegs.display()
         );
-        return;
+        return false;
     }
     let ds = open(jpegs, Access::Memory);
     let spec = |name: &str, params: serde_json::Value| TransformSpec {
@@ -200,6 +202,7 @@ fn decoded_cache(jpegs: &Path) {
         n / fill_dir.as_secs_f64(),
         fill.as_secs_f64() / fill_dir.as_secs_f64(),
     );
+    true
 }
 
 fn shard_files(dir: &Path) -> Vec<PathBuf> {
@@ -283,6 +286,7 @@ fn main() {
     // STOKEHOLD_BENCH_ONLY=ram|decoded|direct runs one part
     let only = std::env::var("STOKEHOLD_BENCH_ONLY").unwrap_or_default();
     let part = |p: &str| only.is_empty() || only == p;
+    let mut missing = false;
     if part("ram") {
         ram_cache(tmp.path(), 1024, 200_000);
         ram_cache(tmp.path(), 100 << 10, 2000);
@@ -290,10 +294,15 @@ fn main() {
     if part("decoded") {
         let jpegs = std::env::var_os("STOKEHOLD_BENCH_JPEGS")
             .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/tmp/inet-shards"));
-        decoded_cache(&jpegs);
+            .unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench-data/inet-shards")
+            });
+        missing = !decoded_cache(&jpegs);
     }
     if part("direct") {
         direct_reads(tmp.path());
+    }
+    if missing {
+        std::process::exit(1);
     }
 }
