@@ -33,7 +33,7 @@ struct Huffman {
     fast_skip: [u16; 1 << FAST_BITS],
 }
 
-const FAST_BITS: u32 = 9;
+const FAST_BITS: u32 = 11;
 
 impl Huffman {
     /// Build from a DHT table's 16 counts and its symbols; `None` for an over-full table.
@@ -76,7 +76,7 @@ impl Huffman {
     }
 
     /// The next AC symbol of `r`, its value bits skipped too.
-    #[inline]
+    #[inline(always)]
     fn skip_ac(&self, r: &mut Bits<'_>) -> Option<u8> {
         r.fill();
         let e = self.fast_skip[(r.peek16() >> (16 - FAST_BITS)) as usize];
@@ -90,7 +90,7 @@ impl Huffman {
     }
 
     /// The next symbol of `r`.
-    #[inline]
+    #[inline(always)]
     fn decode(&self, r: &mut Bits<'_>) -> Option<u8> {
         r.fill();
         let peek = r.peek16();
@@ -111,6 +111,22 @@ impl Huffman {
     }
 }
 
+/// The 64 bits from bit `pos` of `data` (1-bits past its end), left-aligned.
+#[inline(always)]
+fn word_at(data: &[u8], pos: u64) -> u64 {
+    let i = (pos >> 3) as usize;
+    let w = match data.get(i..i + 8) {
+        Some(b) => u64::from_be_bytes(b.try_into().unwrap_or([0xFF; 8])),
+        None => {
+            let mut b = [0xFF; 8];
+            let rest = data.get(i..).unwrap_or(&[]);
+            b[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
+            u64::from_be_bytes(b)
+        }
+    };
+    w << (pos & 7)
+}
+
 /// A reader of the entropy-coded bits (byte stuffing already removed), most significant first,
 /// through a 64-bit register refilled eight bytes at a time. Reading past the end yields 1-bits
 /// (what an encoder pads with); whether a block ran past the end is checked once per block
@@ -126,33 +142,17 @@ struct Bits<'a> {
 }
 
 impl Bits<'_> {
-    /// The 64 bits from bit `pos` of `data` (1-bits past its end), left-aligned, for copying.
-    #[inline]
-    fn word_at(&self, pos: u64) -> u64 {
-        let i = (pos >> 3) as usize;
-        let w = match self.data.get(i..i + 8) {
-            Some(b) => u64::from_be_bytes(b.try_into().unwrap_or([0xFF; 8])),
-            None => {
-                let mut b = [0xFF; 8];
-                let rest = self.data.get(i..).unwrap_or(&[]);
-                b[..rest.len().min(8)].copy_from_slice(&rest[..rest.len().min(8)]);
-                u64::from_be_bytes(b)
-            }
-        };
-        w << (pos & 7)
-    }
-
     /// The position of the next unread bit.
-    #[inline]
+    #[inline(always)]
     fn pos(&self) -> u64 {
         self.next as u64 * 8 - u64::from(self.n)
     }
 
     /// At least 32 valid bits in `buf` (56 or more after a refill).
-    #[inline]
+    #[inline(always)]
     fn fill(&mut self) {
         if self.n < 32 {
-            let w = self.word_at(self.next as u64 * 8);
+            let w = word_at(self.data, self.next as u64 * 8);
             self.buf |= w >> self.n;
             let k = (63 - self.n) >> 3;
             self.next += k as usize;
@@ -160,20 +160,20 @@ impl Bits<'_> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn peek16(&self) -> u32 {
         (self.buf >> 48) as u32
     }
 
     /// Consume `k` (at most 32) bits; `fill` must have run since the last 32 consumed.
-    #[inline]
+    #[inline(always)]
     fn skip(&mut self, k: u32) {
         self.buf <<= k;
         self.n = self.n.saturating_sub(k);
     }
 
     /// The next `k` (1..=16) bits as a number.
-    #[inline]
+    #[inline(always)]
     fn take(&mut self, k: u32) -> u32 {
         let v = (self.buf >> (64 - k)) as u32;
         self.skip(k);
@@ -191,7 +191,7 @@ struct Writer {
 
 impl Writer {
     /// Append the low `n` (0..=32) bits of `v`.
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, v: u64, n: u32) {
         self.acc = (self.acc << n) | (v & ((1u64 << n) - 1));
         self.n += n;
@@ -213,11 +213,12 @@ impl Writer {
         }
     }
 
-    /// Copy bits `from..to` of `r` as they are.
-    fn copy(&mut self, r: &Bits<'_>, mut from: u64, to: u64) {
+    /// Copy bits `from..to` of `data` as they are.
+    #[inline(always)]
+    fn copy(&mut self, data: &[u8], mut from: u64, to: u64) {
         while from < to {
             let n = (to - from).min(32) as u32;
-            self.put(r.word_at(from) >> (64 - n), n);
+            self.put(word_at(data, from) >> (64 - n), n);
             from += u64::from(n);
         }
     }
@@ -456,7 +457,7 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
                 let out_diff = pred[c] - out_pred[c];
                 out_pred[c] = pred[c];
                 if out_diff == diff {
-                    out.copy(&r, block_start, block_end);
+                    out.copy(r.data, block_start, block_end);
                 } else {
                     let (cat, bits) = dc_bits(out_diff);
                     let (code, len) = dct.encode[cat as usize];
@@ -465,7 +466,7 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
                     }
                     out.put(u64::from(code), u32::from(len));
                     out.put(u64::from(bits), cat);
-                    out.copy(&r, dc_end, block_end);
+                    out.copy(r.data, dc_end, block_end);
                 }
             }
         }

@@ -711,9 +711,13 @@ fn restart_rewrite_survives_damaged_files() {
         state ^= state << 17;
         state
     };
-    for (i, src) in [jpeg(97, 61, 1, false), jpeg420(160, 120, 2), jpeg(64, 48, 3, false)]
-        .iter()
-        .enumerate()
+    for (i, src) in [
+        jpeg(97, 61, 1, false),
+        jpeg420(160, 120, 2),
+        jpeg(64, 48, 3, false),
+    ]
+    .iter()
+    .enumerate()
     {
         assert!(insert_restarts(src).is_some(), "file {i} is in scope");
         for _ in 0..700 {
@@ -733,8 +737,13 @@ fn restart_rewrite_survives_damaged_files() {
                 continue;
             };
             accepted += 1;
-            assert!(RestartIndex::parse(&out).is_some(), "file {i}: accepted output indexable");
-            if d.decode(&m, Scale::FULL, None, false, 1 << 24, &mut a).is_ok() {
+            assert!(
+                RestartIndex::parse(&out).is_some(),
+                "file {i}: accepted output indexable"
+            );
+            if d.decode(&m, Scale::FULL, None, false, 1 << 24, &mut a)
+                .is_ok()
+            {
                 d.decode(&out, Scale::FULL, None, false, 1 << 24, &mut b)
                     .unwrap();
                 assert_eq!(a, b, "file {i}: same pixels as the damaged input");
@@ -743,5 +752,8 @@ fn restart_rewrite_survives_damaged_files() {
         }
     }
     // the mutations in headers and padding leave many files decodable: both branches ran
-    assert!(accepted > 100 && exact > 50, "{accepted} accepted, {exact} compared");
+    assert!(
+        accepted > 100 && exact > 50,
+        "{accepted} accepted, {exact} compared"
+    );
 }
