@@ -5,7 +5,7 @@ documented in the package stub (``__init__.pyi``); this stub re-exports them fro
 the private parts used by ``_loader.py`` and ``_cli.py``.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, final
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 from . import (
     ConfigError as ConfigError,
@@ -29,6 +29,7 @@ __all__ = [
     "DatasetIterator",
     "ShardWriter",
     "run_cli",
+    "_pack",
     "_Engine",
     "_EngineIter",
     "_BatchBuffer",
@@ -47,6 +48,30 @@ __all__ = [
 def run_cli(argv: Sequence[str]) -> int:
     """Run the ``stokehold`` command line with ``argv`` (program name first) and return its exit
     status (0, 1 or 2). The GIL is released while it runs."""
+
+def _pack(
+    sources: Sequence[str],
+    dest: str,
+    kind: Optional[str] = None,
+    *,
+    fields: Optional[str] = None,
+    overwrite: bool = False,
+    shard_size: Union[int, str] = ...,
+    align: int = 1,
+    zstd_level: int = 3,
+    threads: int = 0,
+    strict: bool = False,
+    max_skip_fraction: float = ...,
+    max_pixels: int = ...,
+    baseline: bool = False,
+    max_side: Optional[int] = None,
+    jpeg_quality: int = 90,
+    restart_markers: bool = False,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Any]:
+    """Pack ``sources`` (of ``kind``, or told from their names) into a new dataset at ``dest``,
+    as ``stokehold pack`` does; returns the report (``samples``, ``shards``, ``input_bytes``,
+    ``skipped``, ``notes``, ``classes``). The GIL is released while it runs."""
 
 def _after_fork_in_child() -> None:
     """Called by ``os.register_at_fork(after_in_child=...)``: every loader running at the fork is
