@@ -33,6 +33,9 @@ $(VENV)/.ready: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.7,<2" "numpy>=1.21" "pytest>=7" pytest-timeout mypy tokenizers
+	# Parquet files and Hugging Face datasets made in the tests and the Parquet bench (no
+	# downloads); datasets' Image feature needs Pillow (its `vision` extra) even to store paths
+	$(PY) -m pip install -q pyarrow "datasets[vision]"
 	# moto's S3-compatible server: the object-storage tests (Rust and Python) start it on 127.0.0.1
 	$(PY) -m pip install -q "moto[server]>=5.0.11"
 	# real PyTorch and JAX for the integration tests (CPU is enough; the torch wheel is large)
@@ -77,8 +80,9 @@ demo: build ## sample images → pack → verify → inspect → stream through 
 	bash scripts/demo.sh target/release/stokehold $(DEMO_DIR) $(DEMO_IMAGES)
 
 .PHONY: bench
-bench: build ## the benchmarks (each a ratio against a baseline measured in the same run)
+bench: build setup ## the benchmarks (each a ratio against a baseline measured in the same run)
 	bash scripts/bench-foundation.sh target/release/stokehold
+	$(PY) scripts/bench_parquet.py target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
 	$(CARGO) bench -q -p stokehold --bench storage

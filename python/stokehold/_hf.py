@@ -18,7 +18,7 @@ _BATCH_BYTES = 32 << 20
 
 def _load(dataset: Any) -> Any:
     """The ``datasets.Dataset`` that ``dataset`` is or names (a ``save_to_disk`` directory)."""
-    import datasets
+    import datasets  # type: ignore[import]
 
     if isinstance(dataset, (str, os.PathLike)):
         dataset = datasets.load_from_disk(os.fspath(dataset))
@@ -45,8 +45,8 @@ def _rows_per_batch(dataset: Any) -> int:
 def _write_parquet(dataset: Any, file: str) -> None:
     """Write ``dataset`` (its rows in order, the indices of ``select``/``shuffle`` applied) to the
     Parquet file ``file``, one row group per batch."""
-    import pyarrow.parquet as pq
-    from datasets.table import embed_table_storage
+    import pyarrow.parquet as pq  # type: ignore[import]
+    from datasets.table import embed_table_storage  # type: ignore[import]
 
     # the features' schema carries Hugging Face's metadata (ClassLabel names become classes)
     schema = dataset.features.arrow_schema

@@ -56,7 +56,7 @@ def _pack(
     *,
     fields: Optional[str] = None,
     overwrite: bool = False,
-    shard_size: Union[int, str] = ...,
+    shard_size: Optional[Union[int, str]] = None,
     align: int = 1,
     zstd_level: int = 3,
     threads: int = 0,

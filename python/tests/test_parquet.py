@@ -48,7 +48,8 @@ def hf_style_table(jpegs):
     images = []
     for i, p in enumerate(jpegs[:N]):
         if i == CORRUPT:
-            images.append({"bytes": b"\xff\xd8 broken", "path": "broken.jpg"})
+            truncated = open(p, "rb").read()[:30]  # a JPEG cut inside its headers
+            images.append({"bytes": truncated, "path": "broken.jpg"})
         elif i == NULL_IMAGE:
             images.append(None)
         else:
@@ -163,7 +164,7 @@ def check_hf_pack(out, jpegs, rows):
 
 def test_from_hf_in_memory_selected_and_saved_to_disk(tmp_path, jpegs):
     hf = hf_dataset(jpegs, tmp_path)
-    report = stokehold.from_hf(hf, tmp_path / "mem", max_skip_fraction=0.1, shard_size="64KiB")
+    report = stokehold.from_hf(hf, tmp_path / "mem", max_skip_fraction=0.1, shard_size="8KiB")
     assert report["samples"] == N - 1 and report["shards"] > 1
     assert report["classes"] == ["cat", "dog", "cow"]
     assert [row for row, _ in report["skipped"]] == [f"row {CORRUPT}"]
@@ -177,7 +178,7 @@ def test_from_hf_in_memory_selected_and_saved_to_disk(tmp_path, jpegs):
     check_hf_pack(tmp_path / "picked", jpegs, [7, 2, 11])
     # save_to_disk (Arrow files, images embedded) and from_hf of the path: the same dataset
     hf.save_to_disk(str(tmp_path / "saved"))
-    stokehold.from_hf(tmp_path / "saved", tmp_path / "disk", max_skip_fraction=0.1, shard_size="64KiB")
+    stokehold.from_hf(tmp_path / "saved", tmp_path / "disk", max_skip_fraction=0.1, shard_size=8192)
     a, b = stokehold.Dataset(str(tmp_path / "mem")), stokehold.Dataset(str(tmp_path / "disk"))
     assert len(a) == len(b) and all(
         a[i]["image"] == b[i]["image"] and a[i]["label"] == b[i]["label"] for i in range(len(a))

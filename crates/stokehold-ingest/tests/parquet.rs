@@ -6,10 +6,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, ListBuilder, Float32Builder, StringBuilder};
+use arrow_array::builder::{BinaryBuilder, Float32Builder, ListBuilder, StringBuilder};
 use arrow_array::{
-    ArrayRef, BinaryArray, Float32Array, Int32Array, RecordBatch, StringArray, StructArray,
-    Date32Array,
+    ArrayRef, BinaryArray, Date32Array, Float32Array, Int32Array, RecordBatch, StringArray,
+    StructArray,
 };
 use arrow_schema::{DataType, Field, Fields};
 use parquet::arrow::ArrowWriter;
@@ -50,8 +50,8 @@ fn write_parquet(path: &Path, batch: &RecordBatch, group: usize, metadata: Vec<K
         .set_max_row_group_size(group)
         .set_key_value_metadata(Some(metadata))
         .build();
-    let mut w = ArrowWriter::try_new(fs::File::create(path).unwrap(), batch.schema(), Some(props))
-        .unwrap();
+    let mut w =
+        ArrowWriter::try_new(fs::File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
     w.write(batch).unwrap();
     w.close().unwrap();
 }
@@ -87,12 +87,16 @@ fn mixed_batch() -> RecordBatch {
         ("jpg", Arc::new(jpg.finish())),
         (
             "cls",
-            Arc::new(Int32Array::from_iter_values((0..ROWS as i32).map(|i| i % 5))),
+            Arc::new(Int32Array::from_iter_values(
+                (0..ROWS as i32).map(|i| i % 5),
+            )),
         ),
         ("caption", Arc::new(caption.finish())),
         (
             "score",
-            Arc::new(Float32Array::from_iter_values((0..ROWS).map(|i| i as f32 * 0.5))),
+            Arc::new(Float32Array::from_iter_values(
+                (0..ROWS).map(|i| i as f32 * 0.5),
+            )),
         ),
         ("emb", Arc::new(emb.finish())),
         (
@@ -135,16 +139,33 @@ fn parquet_columns_become_typed_fields_and_bad_rows_are_named_and_counted() {
     // the row that is not an image is skipped, named by file and row (across row groups)
     assert_eq!(ds.len(), (ROWS - 1) as u64);
     assert_eq!(r.skipped.len(), 1, "{:?}", r.skipped);
-    assert_eq!(r.skipped[0].input, format!("{} row {BAD_ROW}", src.display()));
-    assert!(r.skipped[0].reason.contains("column \"jpg\""), "{:?}", r.skipped);
-    assert!(r.skipped[0].reason.contains("not an image"), "{:?}", r.skipped);
+    assert_eq!(
+        r.skipped[0].input,
+        format!("{} row {BAD_ROW}", src.display())
+    );
+    assert!(
+        r.skipped[0].reason.contains("column \"jpg\""),
+        "{:?}",
+        r.skipped
+    );
+    assert!(
+        r.skipped[0].reason.contains("not an image"),
+        "{:?}",
+        r.skipped
+    );
     // the timestamp column is left out with a note; the null caption is stored empty, counted
     let notes = r.notes.join("\n");
     assert!(notes.contains("column \"ts\""), "{notes}");
-    assert!(notes.contains("1 of 40 samples have no column \"caption\""), "{notes}");
+    assert!(
+        notes.contains("1 of 40 samples have no column \"caption\""),
+        "{notes}"
+    );
     assert_eq!(r.manifest.source["empty_where_missing"]["caption"], 1);
     let skipped_txt = fs::read_to_string(tmp.path().join("o1/skipped.txt")).unwrap();
-    assert!(skipped_txt.contains(&format!("row {BAD_ROW}\t")), "{skipped_txt}");
+    assert!(
+        skipped_txt.contains(&format!("row {BAD_ROW}\t")),
+        "{skipped_txt}"
+    );
     for (stored, row) in (0..ds.len()).zip((0..ROWS).filter(|&i| i != BAD_ROW)) {
         let v = ds.get(stored).unwrap();
         let caption = if row == NULL_CAPTION {
@@ -166,7 +187,11 @@ fn parquet_columns_become_typed_fields_and_bad_rows_are_named_and_counted() {
             }),
             "row {row}"
         );
-        assert_eq!(v[3], FieldValue::Image(jpeg(row as u64).into()), "row {row}");
+        assert_eq!(
+            v[3],
+            FieldValue::Image(jpeg(row as u64).into()),
+            "row {row}"
+        );
         assert_eq!(v[4], FieldValue::Float64(row as f64 * 0.5));
     }
     // the same bytes on any thread count
@@ -194,7 +219,10 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
     write_parquet(&dir.join("b.parquet"), &batch.slice(20, 20), 7, Vec::new());
     write_parquet(&dir.join("a.parquet"), &batch.slice(0, 20), 7, Vec::new());
     fs::write(dir.join("README.md"), "not parquet").unwrap();
-    assert_eq!(stokehold_ingest::detect(std::slice::from_ref(&dir)).unwrap(), SourceKind::Parquet);
+    assert_eq!(
+        stokehold_ingest::detect(std::slice::from_ref(&dir)).unwrap(),
+        SourceKind::Parquet
+    );
     let with = |fields: &str, strict: bool, max_skip: f64| PackOptions {
         fields: Some(FieldChoice::parse_list(fields).unwrap()),
         strict,
@@ -203,8 +231,14 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
     };
     let out = tmp.path().join("o");
     // caption required: its null row is skipped too (b.parquet row 1 = row 21)
-    let r = pack(std::slice::from_ref(&dir), &out, None, &with("jpg,caption", false, 1.0), &NoProgress)
-        .unwrap();
+    let r = pack(
+        std::slice::from_ref(&dir),
+        &out,
+        None,
+        &with("jpg,caption", false, 1.0),
+        &NoProgress,
+    )
+    .unwrap();
     let ds = Dataset::open(&out).unwrap();
     assert_eq!(ds.schema().to_string(), "jpg: image:auto, caption: string");
     assert_eq!(ds.len(), (ROWS - 2) as u64);
@@ -213,33 +247,87 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
         names,
         [
             format!("{} row {BAD_ROW}", dir.join("a.parquet").display()),
-            format!("{} row {}", dir.join("b.parquet").display(), NULL_CAPTION - 20),
+            format!(
+                "{} row {}",
+                dir.join("b.parquet").display(),
+                NULL_CAPTION - 20
+            ),
         ]
     );
-    assert!(r.skipped[1].reason.contains("column \"caption\" is null"), "{:?}", r.skipped);
-    assert_eq!(ds.get(20).unwrap()[1], FieldValue::String("caption 22".into()));
+    assert!(
+        r.skipped[1].reason.contains("column \"caption\" is null"),
+        "{:?}",
+        r.skipped
+    );
+    assert_eq!(
+        ds.get(20).unwrap()[1],
+        FieldValue::String("caption 22".into())
+    );
     // strict: the first bad row is fatal, and nothing is written
     let strict_out = tmp.path().join("strict");
-    let e = pack(std::slice::from_ref(&dir), &strict_out, None, &with("jpg", true, 1.0), &NoProgress)
-        .unwrap_err();
-    assert!(matches!(e, PackError::Strict(ref s) if s.input.ends_with(&format!("a.parquet row {BAD_ROW}"))), "{e}");
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &strict_out,
+        None,
+        &with("jpg", true, 1.0),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, PackError::Strict(ref s) if s.input.ends_with(&format!("a.parquet row {BAD_ROW}"))),
+        "{e}"
+    );
     assert!(!strict_out.join("manifest.json").exists());
     // 1 of 40 skipped is over a limit of 1%
-    let e = pack(std::slice::from_ref(&dir), &tmp.path().join("lim"), None, &with("jpg", false, 0.01), &NoProgress)
-        .unwrap_err();
-    assert!(matches!(e, PackError::TooManySkipped { skipped: 1, inputs: 40, .. }), "{e}");
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("lim"),
+        None,
+        &with("jpg", false, 0.01),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PackError::TooManySkipped {
+                skipped: 1,
+                inputs: 40,
+                ..
+            }
+        ),
+        "{e}"
+    );
     // --fields naming an unsupported or unknown column, or an image as optional
-    let e = pack(std::slice::from_ref(&dir), &tmp.path().join("x"), None, &with("jpg,ts", false, 1.0), &NoProgress)
-        .unwrap_err()
-        .to_string();
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("x"),
+        None,
+        &with("jpg,ts", false, 1.0),
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("column \"ts\" cannot be packed"), "{e}");
-    let e = pack(std::slice::from_ref(&dir), &tmp.path().join("x"), None, &with("jpg,nope", false, 1.0), &NoProgress)
-        .unwrap_err()
-        .to_string();
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("x"),
+        None,
+        &with("jpg,nope", false, 1.0),
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("no sample has column \"nope\""), "{e}");
-    let e = pack(std::slice::from_ref(&dir), &tmp.path().join("x"), None, &with("jpg?", false, 1.0), &NoProgress)
-        .unwrap_err()
-        .to_string();
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("x"),
+        None,
+        &with("jpg?", false, 1.0),
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
     assert!(e.contains("cannot be optional"), "{e}");
     // --max-pixels: every image is over one pixel
     let small = PackOptions {
@@ -249,10 +337,19 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
         },
         ..with("jpg", false, 1.0)
     };
-    let e = pack(std::slice::from_ref(&dir), &tmp.path().join("px"), None, &small, &NoProgress)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("all 40 inputs were skipped") && e.contains("max-pixels"), "{e}");
+    let e = pack(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("px"),
+        None,
+        &small,
+        &NoProgress,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("all 40 inputs were skipped") && e.contains("max-pixels"),
+        "{e}"
+    );
 }
 
 /// A Hugging Face `Image` column: `struct<bytes: binary, path: string>`.
@@ -285,28 +382,58 @@ fn hugging_face_image_structs_and_class_labels() {
     ]);
     let batch = RecordBatch::try_from_iter(vec![
         ("image", Arc::new(image) as ArrayRef),
-        ("label", Arc::new(Int32Array::from(vec![1, 0, 1, 2, 0])) as ArrayRef),
+        (
+            "label",
+            Arc::new(Int32Array::from(vec![1, 0, 1, 2, 0])) as ArrayRef,
+        ),
     ])
     .unwrap();
     let hf = r#"{"info": {"features": {"image": {"_type": "Image"},
         "label": {"names": ["cat", "dog", "cow"], "_type": "ClassLabel"}}}}"#;
     let src = tmp.path().join("train-00000-of-00001.parquet");
-    write_parquet(&src, &batch, 2, vec![KeyValue::new("huggingface".into(), hf.to_string())]);
+    write_parquet(
+        &src,
+        &batch,
+        2,
+        vec![KeyValue::new("huggingface".into(), hf.to_string())],
+    );
     let out = tmp.path().join("o");
-    let r = pack(std::slice::from_ref(&src), &out, None, &opts(2), &NoProgress).unwrap();
+    let r = pack(
+        std::slice::from_ref(&src),
+        &out,
+        None,
+        &opts(2),
+        &NoProgress,
+    )
+    .unwrap();
     let ds = Dataset::open(&out).unwrap();
     assert_eq!(ds.schema().to_string(), "image: image:auto, label: int64");
-    assert_eq!(r.manifest.classes.as_deref(), Some(&["cat".to_string(), "dog".into(), "cow".into()][..]));
+    assert_eq!(
+        r.manifest.classes.as_deref(),
+        Some(&["cat".to_string(), "dog".into(), "cow".into()][..])
+    );
     assert_eq!(r.manifest.source["class_column"], "label");
     assert_eq!(ds.len(), 3);
-    assert_eq!(ds.get(0).unwrap(), vec![FieldValue::Image(jpeg(0).into()), FieldValue::Int64(1)]);
+    assert_eq!(
+        ds.get(0).unwrap(),
+        vec![FieldValue::Image(jpeg(0).into()), FieldValue::Int64(1)]
+    );
     assert_eq!(ds.get(1).unwrap()[0], FieldValue::Image(jpeg(100).into()));
     assert_eq!(ds.get(2).unwrap()[1], FieldValue::Int64(2));
-    let skipped: Vec<(String, String)> =
-        r.skipped.iter().map(|s| (s.input.clone(), s.reason.clone())).collect();
+    let skipped: Vec<(String, String)> = r
+        .skipped
+        .iter()
+        .map(|s| (s.input.clone(), s.reason.clone()))
+        .collect();
     assert_eq!(skipped.len(), 2, "{skipped:?}");
-    assert!(skipped[0].0.ends_with("row 2") && skipped[0].1.contains("is null"), "{skipped:?}");
-    assert!(skipped[1].0.ends_with("row 4") && skipped[1].1.contains("missing.jpg"), "{skipped:?}");
+    assert!(
+        skipped[0].0.ends_with("row 2") && skipped[0].1.contains("is null"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[1].0.ends_with("row 4") && skipped[1].1.contains("missing.jpg"),
+        "{skipped:?}"
+    );
 }
 
 #[test]
@@ -329,17 +456,52 @@ fn a_damaged_parquet_file_is_an_error_naming_the_file_and_row_group() {
     let damaged = tmp.path().join("damaged.parquet");
     fs::write(&damaged, &bytes).unwrap();
     let out = tmp.path().join("o");
-    let e = pack(std::slice::from_ref(&damaged), &out, None, &opts(2), &NoProgress).unwrap_err();
-    assert!(matches!(e, PackError::Parquet { row_group: Some(2), .. }), "{e}");
+    let e = pack(
+        std::slice::from_ref(&damaged),
+        &out,
+        None,
+        &opts(2),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PackError::Parquet {
+                row_group: Some(2),
+                ..
+            }
+        ),
+        "{e}"
+    );
     let msg = e.to_string();
     assert!(msg.contains("damaged.parquet, row group 2: "), "{msg}");
     assert!(!out.join("manifest.json").exists());
     // a truncated file: its footer is gone
     let truncated = tmp.path().join("truncated.parquet");
     fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let e = pack(std::slice::from_ref(&truncated), &out, None, &opts(2), &NoProgress).unwrap_err();
-    assert!(matches!(e, PackError::Parquet { row_group: None, .. }), "{e}");
-    assert!(e.to_string().starts_with(&truncated.display().to_string()), "{e}");
+    let e = pack(
+        std::slice::from_ref(&truncated),
+        &out,
+        None,
+        &opts(2),
+        &NoProgress,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            PackError::Parquet {
+                row_group: None,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string().starts_with(&truncated.display().to_string()),
+        "{e}"
+    );
 }
 
 #[test]
@@ -352,6 +514,11 @@ fn parquet_detection_and_mixtures() {
     assert_eq!(SourceKind::parse("parquet"), Some(SourceKind::Parquet));
     fs::write(tmp.path().join("a.parquet"), b"").unwrap();
     fs::write(tmp.path().join("b.tar"), b"").unwrap();
-    let e = stokehold_ingest::detect(&[tmp.path().to_path_buf()]).unwrap_err().to_string();
-    assert!(e.contains("parquet, webdataset") && e.contains("--from"), "{e}");
+    let e = stokehold_ingest::detect(&[tmp.path().to_path_buf()])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("parquet, webdataset") && e.contains("--from"),
+        "{e}"
+    );
 }

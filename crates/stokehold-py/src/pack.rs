@@ -1,5 +1,6 @@
-//! `stokehold._native._pack`: the packer (`stokehold_ingest::pack`, what `stokehold pack` runs)
-//! called from Python with typed options and a report as a dict; `stokehold.from_hf` feeds it.
+//! `stokehold._native._pack` ([`pack`]): the packer (`stokehold_ingest::pack`, what `stokehold
+//! pack` runs) called from Python with typed options and a report as a dict; `stokehold.from_hf`
+//! feeds it.
 
 use std::path::PathBuf;
 
@@ -23,6 +24,9 @@ fn pack_err(py: Python<'_>, e: PackError) -> PyErr {
     }
 }
 
+/// The default target shard size, as `stokehold pack --shard-size`'s.
+const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
+
 /// `ENOENT`, the same number on Linux, macOS and the BSDs.
 const ENOENT: i32 = 2;
 
@@ -30,22 +34,22 @@ const ENOENT: i32 = 2;
 /// the report: `samples`, `shards`, `input_bytes`, `skipped` ((input, reason) pairs), `notes`,
 /// `classes`. The GIL is released while it runs.
 #[pyfunction]
-#[pyo3(signature = (
-    sources, dest, kind=None, *, fields=None, overwrite=false, shard_size=256 << 20, align=1,
+#[pyo3(name = "_pack", signature = (
+    sources, dest, kind=None, *, fields=None, overwrite=false, shard_size=None, align=1,
     zstd_level=3, threads=0, strict=false,
     max_skip_fraction=stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION,
     max_pixels=stokehold::ops::DEFAULT_MAX_PIXELS, baseline=false, max_side=None,
     jpeg_quality=90, restart_markers=false, storage_options=None,
 ))]
 #[allow(clippy::too_many_arguments)]
-pub fn _pack<'py>(
+pub fn pack<'py>(
     py: Python<'py>,
     sources: Vec<PathBuf>,
     dest: PathBuf,
     kind: Option<&str>,
     fields: Option<&str>,
     overwrite: bool,
-    shard_size: &Bound<'py, PyAny>,
+    shard_size: Option<&Bound<'py, PyAny>>,
     align: u32,
     zstd_level: i32,
     threads: usize,
@@ -78,13 +82,16 @@ pub fn _pack<'py>(
         ));
     }
     // bytes, or a size such as "256MiB" (the loader's one size parser)
-    let shard_size: u64 = match shard_size.extract::<u64>() {
-        Ok(n) => n,
-        Err(_) => {
-            let text: String = shard_size.extract()?;
-            stokehold::parse_bytes(&text)
-                .map_err(|e| config_error(py, format!("shard_size={text:?}: {e}")))?
-        }
+    let shard_size: u64 = match shard_size {
+        None => DEFAULT_SHARD_BYTES,
+        Some(s) => match s.extract::<u64>() {
+            Ok(n) => n,
+            Err(_) => {
+                let text: String = s.extract()?;
+                stokehold::parse_bytes(&text)
+                    .map_err(|e| config_error(py, format!("shard_size={text:?}: {e}")))?
+            }
+        },
     };
     let fields = fields
         .map(FieldChoice::parse_list)
@@ -112,7 +119,13 @@ pub fn _pack<'py>(
     };
     let run = || {
         std::panic::catch_unwind(|| {
-            stokehold_ingest::pack(&sources, &dest, kind, &options, &stokehold_ingest::NoProgress)
+            stokehold_ingest::pack(
+                &sources,
+                &dest,
+                kind,
+                &options,
+                &stokehold_ingest::NoProgress,
+            )
         })
     };
     let report = match py.detach(run) {

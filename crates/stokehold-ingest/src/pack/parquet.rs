@@ -83,7 +83,10 @@ impl Kind {
 fn is_binary(t: &DataType) -> bool {
     matches!(
         t,
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView | DataType::FixedSizeBinary(_)
+        DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
     )
 }
 
@@ -143,7 +146,11 @@ struct SourceFile {
     meta: ArrowReaderMetadata,
 }
 
-fn parquet_error(path: &Path, row_group: Option<usize>, e: parquet::errors::ParquetError) -> PackError {
+fn parquet_error(
+    path: &Path,
+    row_group: Option<usize>,
+    e: parquet::errors::ParquetError,
+) -> PackError {
     PackError::Parquet {
         path: path.to_path_buf(),
         row_group,
@@ -174,7 +181,8 @@ fn open_file(path: &Path) -> Result<SourceFile, PackError> {
     // The Parquet schema's own types (plain binary, strings and lists): the Arrow schema that
     // pyarrow embeds would bring dictionary, large and view variants for nothing.
     let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
-    let meta = ArrowReaderMetadata::load(&file, options).map_err(|e| parquet_error(path, None, e))?;
+    let meta =
+        ArrowReaderMetadata::load(&file, options).map_err(|e| parquet_error(path, None, e))?;
     Ok(SourceFile {
         path: path.to_path_buf(),
         meta,
@@ -214,8 +222,10 @@ fn class_labels(file: &SourceFile) -> BTreeMap<String, Vec<String>> {
             if f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel")
                 && let Some(names) = f.get("names").and_then(|n| n.as_array())
             {
-                let names: Option<Vec<String>> =
-                    names.iter().map(|n| n.as_str().map(str::to_string)).collect();
+                let names: Option<Vec<String>> = names
+                    .iter()
+                    .map(|n| n.as_str().map(str::to_string))
+                    .collect();
                 if let Some(names) = names {
                     out.insert(name.clone(), names);
                 }
@@ -244,7 +254,9 @@ fn present_counts(file: &SourceFile) -> Vec<u64> {
             let n = if descr.column(leaf).max_rep_level() > 0 {
                 0
             } else {
-                col.statistics().and_then(|s| s.null_count_opt()).unwrap_or(0)
+                col.statistics()
+                    .and_then(|s| s.null_count_opt())
+                    .unwrap_or(0)
             };
             let n = n.min(rg.num_rows().max(0) as u64);
             if let Some(slot) = rg_nulls.get_mut(root) {
@@ -291,7 +303,11 @@ fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool,
             }
         }
     }
-    Ok(if seen == 0 { by_name } else { images * 2 > seen })
+    Ok(if seen == 0 {
+        by_name
+    } else {
+        images * 2 > seen
+    })
 }
 
 /// A column chosen as a field.
@@ -386,7 +402,10 @@ pub(super) fn plan<'a>(
         rows += file.meta.metadata().file_metadata().num_rows().max(0) as u64;
     }
     if rows == 0 {
-        return Err(PackError::Empty(format!("no rows in {} Parquet files", files.len())));
+        return Err(PackError::Empty(format!(
+            "no rows in {} Parquet files",
+            files.len()
+        )));
     }
     if let Some(given) = &options.fields {
         for f in given {
@@ -548,7 +567,10 @@ fn read_file_batches(
         let f = File::open(path).map_err(|e| PackError::io(path, e))?;
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
             .with_row_groups(vec![g])
-            .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), roots.iter().copied()))
+            .with_projection(ProjectionMask::roots(
+                file.meta.parquet_schema(),
+                roots.iter().copied(),
+            ))
             .with_batch_size(batch_rows)
             .build()
             .map_err(|e| parquet_error(path, Some(g), e))?;
@@ -560,7 +582,10 @@ fn read_file_batches(
                 .map(|c| batch.column_by_name(&c.name).cloned())
                 .collect();
             let cols = cols.ok_or_else(|| {
-                PackError::Input(format!("{}, row group {g}: a chosen column is missing", shown))
+                PackError::Input(format!(
+                    "{}, row group {g}: a chosen column is missing",
+                    shown
+                ))
             })?;
             let b = Batch {
                 file: Arc::clone(&shown),
@@ -682,7 +707,11 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
         };
     }
     let data: Vec<u8> = match values.data_type() {
-        DataType::Boolean => values.as_boolean().iter().map(|b| u8::from(b == Some(true))).collect(),
+        DataType::Boolean => values
+            .as_boolean()
+            .iter()
+            .map(|b| u8::from(b == Some(true)))
+            .collect(),
         DataType::UInt8 => le!(UInt8Type, std::convert::identity),
         DataType::Int8 => le!(Int8Type, i32::from),
         DataType::Int16 => le!(Int16Type, i32::from),
@@ -743,10 +772,16 @@ fn image_at(
     if s.is_null(i) {
         return Ok(None);
     }
-    if let Some(b) = s.column_by_name("bytes").and_then(|b| binary_at(b.as_ref(), i)) {
+    if let Some(b) = s
+        .column_by_name("bytes")
+        .and_then(|b| binary_at(b.as_ref(), i))
+    {
         return Ok(Some(b.to_vec()));
     }
-    match s.column_by_name("path").and_then(|p| string_at(p.as_ref(), i)) {
+    match s
+        .column_by_name("path")
+        .and_then(|p| string_at(p.as_ref(), i))
+    {
         Some(p) if !p.is_empty() => {
             let file = dir.join(p);
             read_file(&file, max)
