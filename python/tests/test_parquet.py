@@ -2,8 +2,6 @@
 by ``stokehold pack`` and ``stokehold.from_hf`` and read back with ``stokehold.Dataset``."""
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -12,16 +10,9 @@ import pytest
 
 import stokehold
 
+from test_cli import run  # the installed `stokehold` command
+
 datasets = pytest.importorskip("datasets")
-
-CLI = [sys.executable, "-m", "stokehold._cli"]
-
-
-def run(*args, check=True):
-    p = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=120)
-    if check and p.returncode != 0:
-        raise AssertionError(f"{args}: exit {p.returncode}\n{p.stdout}\n{p.stderr}")
-    return p
 
 
 @pytest.fixture(scope="module")

@@ -16,25 +16,10 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use stokehold_format::{ArrayValue, DType, Dataset, FieldValue};
-use stokehold_ingest::sample_data::{SampleSpec, write_image_folder};
 use stokehold_ingest::{FieldChoice, NoProgress, PackError, PackOptions, SourceKind, pack};
 
-fn jpeg(seed: u64) -> Vec<u8> {
-    let tmp = tempfile::tempdir().unwrap();
-    write_image_folder(
-        tmp.path(),
-        SampleSpec {
-            images: 1,
-            classes: 1,
-            width: 16,
-            height: 8,
-            quality: 70,
-            seed,
-        },
-    )
-    .unwrap();
-    fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
-}
+mod common;
+use common::{jpeg, tree};
 
 fn opts(threads: usize) -> PackOptions {
     PackOptions {
@@ -105,16 +90,6 @@ fn mixed_batch() -> RecordBatch {
         ),
     ];
     RecordBatch::try_from_iter(cols).unwrap()
-}
-
-fn shard_bytes(dir: &Path) -> Vec<Vec<u8>> {
-    let mut names: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "skh"))
-        .collect();
-    names.sort();
-    names.iter().map(|p| fs::read(p).unwrap()).collect()
 }
 
 #[test]
@@ -203,10 +178,7 @@ fn parquet_columns_become_typed_fields_and_bad_rows_are_named_and_counted() {
         &NoProgress,
     )
     .unwrap();
-    assert_eq!(
-        shard_bytes(&tmp.path().join("o1")),
-        shard_bytes(&tmp.path().join("o3"))
-    );
+    assert_eq!(tree(&tmp.path().join("o1")), tree(&tmp.path().join("o3")));
 }
 
 #[test]
@@ -299,35 +271,23 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
         "{e}"
     );
     // --fields naming an unsupported or unknown column, or an image as optional
-    let e = pack(
-        std::slice::from_ref(&dir),
-        &tmp.path().join("x"),
-        None,
-        &with("jpg,ts", false, 1.0),
-        &NoProgress,
-    )
-    .unwrap_err()
-    .to_string();
+    let error = |fields: &str| {
+        let o = with(fields, false, 1.0);
+        pack(
+            std::slice::from_ref(&dir),
+            &tmp.path().join("x"),
+            None,
+            &o,
+            &NoProgress,
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let e = error("jpg,ts");
     assert!(e.contains("column \"ts\" cannot be packed"), "{e}");
-    let e = pack(
-        std::slice::from_ref(&dir),
-        &tmp.path().join("x"),
-        None,
-        &with("jpg,nope", false, 1.0),
-        &NoProgress,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = error("jpg,nope");
     assert!(e.contains("no sample has column \"nope\""), "{e}");
-    let e = pack(
-        std::slice::from_ref(&dir),
-        &tmp.path().join("x"),
-        None,
-        &with("jpg?", false, 1.0),
-        &NoProgress,
-    )
-    .unwrap_err()
-    .to_string();
+    let e = error("jpg?");
     assert!(e.contains("cannot be optional"), "{e}");
     // --max-pixels: every image is over one pixel
     let small = PackOptions {
@@ -380,16 +340,23 @@ fn hugging_face_image_structs_and_class_labels() {
         (Some(jpeg(3)), None, true),
         (None, Some("imgs/missing.jpg"), true), // unreadable: skipped, named
     ]);
+    // an Audio feature is stored as the same struct: not an image column
+    let audio = image_struct(&vec![
+        (Some(b"RIFF....WAVE".to_vec()), Some("a.wav"), true);
+        5
+    ]);
     let batch = RecordBatch::try_from_iter(vec![
         ("image", Arc::new(image) as ArrayRef),
         (
             "label",
             Arc::new(Int32Array::from(vec![1, 0, 1, 2, 0])) as ArrayRef,
         ),
+        ("audio", Arc::new(audio) as ArrayRef),
     ])
     .unwrap();
     let hf = r#"{"info": {"features": {"image": {"_type": "Image"},
-        "label": {"names": ["cat", "dog", "cow"], "_type": "ClassLabel"}}}}"#;
+        "label": {"names": ["cat", "dog", "cow"], "_type": "ClassLabel"},
+        "audio": {"_type": "Audio"}}}}"#;
     let src = tmp.path().join("train-00000-of-00001.parquet");
     write_parquet(
         &src,
@@ -408,6 +375,11 @@ fn hugging_face_image_structs_and_class_labels() {
     .unwrap();
     let ds = Dataset::open(&out).unwrap();
     assert_eq!(ds.schema().to_string(), "image: image:auto, label: int64");
+    let notes = r.notes.join("\n");
+    assert!(
+        notes.contains("column \"audio\" (a Hugging Face Audio feature)"),
+        "{notes}"
+    );
     assert_eq!(
         r.manifest.classes.as_deref(),
         Some(&["cat".to_string(), "dog".into(), "cow".into()][..])

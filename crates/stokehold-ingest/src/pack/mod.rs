@@ -958,6 +958,22 @@ pub(crate) fn choose_fields(
     Ok(chosen)
 }
 
+/// The value stored for an optional field a sample lacks (or holds null): empty text, bytes or
+/// array; `None` for types without an empty value.
+pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
+    use std::borrow::Cow;
+    Some(match ty {
+        FieldType::String => FieldValue::String("".into()),
+        FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
+        FieldType::Ndarray { dtype } => FieldValue::Array(stokehold_format::ArrayValue {
+            dtype: *dtype,
+            shape: vec![0],
+            data: Cow::Borrowed(&[]),
+        }),
+        _ => return None,
+    })
+}
+
 /// Fail when more than `max_fraction` of the inputs (packed and skipped) were skipped.
 pub(crate) fn check_skips(
     skipped: &[Skipped],

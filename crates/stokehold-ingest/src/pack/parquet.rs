@@ -201,38 +201,33 @@ fn parquet_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
     )
 }
 
-/// A Hugging Face `ClassLabel` column's class names, from the `huggingface` key of the file's
-/// metadata (`{"info": {"features": {"label": {"_type": "ClassLabel", "names": [...]}}}}`).
-fn class_labels(file: &SourceFile) -> BTreeMap<String, Vec<String>> {
-    let mut out = BTreeMap::new();
+/// The Hugging Face features of a file, by column, from the `huggingface` key of its metadata
+/// (`{"info": {"features": {"label": {"_type": "ClassLabel", "names": [...]}, ...}}}`).
+fn hf_features(file: &SourceFile) -> serde_json::Map<String, serde_json::Value> {
     let kv = file.meta.metadata().file_metadata().key_value_metadata();
-    let Some(text) = kv
-        .into_iter()
+    kv.into_iter()
         .flatten()
         .find(|k| k.key == "huggingface")
         .and_then(|k| k.value.as_deref())
-    else {
-        return out;
-    };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(text) else {
-        return out;
-    };
-    if let Some(features) = v.pointer("/info/features").and_then(|f| f.as_object()) {
-        for (name, f) in features {
-            if f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel")
-                && let Some(names) = f.get("names").and_then(|n| n.as_array())
-            {
-                let names: Option<Vec<String>> = names
-                    .iter()
-                    .map(|n| n.as_str().map(str::to_string))
-                    .collect();
-                if let Some(names) = names {
-                    out.insert(name.clone(), names);
-                }
-            }
-        }
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|mut v| match v.pointer_mut("/info/features")?.take() {
+            serde_json::Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The class names of a `ClassLabel` feature.
+fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
+    if feature.get("_type")?.as_str()? != "ClassLabel" {
+        return None;
     }
-    out
+    feature
+        .get("names")?
+        .as_array()?
+        .iter()
+        .map(|n| n.as_str().map(str::to_string))
+        .collect()
 }
 
 /// Rows that hold each top-level column (not null), from the statistics of its leaf columns
@@ -336,6 +331,8 @@ pub(super) fn plan<'a>(
     // The first file's columns decide the kinds; every other file must agree.
     let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
     let mut unsupported: BTreeMap<String, String> = BTreeMap::new();
+    let features = hf_features(first);
+    let hf_type = |name: &str| features.get(name)?.get("_type")?.as_str();
     for (root, f) in first.meta.schema().fields().iter().enumerate() {
         let name = f.name();
         if kinds.contains_key(name) || unsupported.contains_key(name) {
@@ -351,6 +348,11 @@ pub(super) fn plan<'a>(
         match kind_of(f.data_type()) {
             Some(Kind::Bytes) if looks_like_images(first, root, name)? => {
                 kinds.insert(name.clone(), Kind::Image);
+            }
+            // Audio, Video, Pdf store the same {bytes, path} struct as Image
+            Some(Kind::ImageStruct) if hf_type(name).is_some_and(|t| t != "Image") => {
+                let t = hf_type(name).unwrap_or_default();
+                unsupported.insert(name.clone(), format!("a Hugging Face {t} feature"));
             }
             Some(k) => {
                 kinds.insert(name.clone(), k);
@@ -454,17 +456,17 @@ pub(super) fn plan<'a>(
     )?;
     // A Hugging Face ClassLabel column gives the class names (one such column only: a dataset
     // has one list of classes).
-    let labels = class_labels(first);
-    let class_columns: Vec<&Column> = columns
+    let labelled: Vec<(&Column, Vec<String>)> = columns
         .iter()
-        .filter(|c| c.kind == Kind::Int && labels.contains_key(&c.name))
+        .filter(|c| c.kind == Kind::Int)
+        .filter_map(|c| Some((c, class_names(features.get(&c.name)?)?)))
         .collect();
-    let classes = match class_columns.as_slice() {
-        [c] => {
+    let classes = match <[_; 1]>::try_from(labelled) {
+        Ok([(c, names)]) => {
             source.insert("class_column".into(), c.name.clone().into());
-            Some(labels[&c.name].clone())
+            Some(names)
         }
-        _ => None,
+        Err(_) => None,
     };
     let max = options.max_item_bytes;
     Ok(Plan {
@@ -740,20 +742,6 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
     })
 }
 
-/// The value stored for an optional column's null: empty text, bytes or array.
-fn empty_value(kind: Kind) -> Option<FieldValue<'static>> {
-    Some(match kind {
-        Kind::Str => FieldValue::String("".into()),
-        Kind::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
-        Kind::List(dtype) => FieldValue::Array(ArrayValue {
-            dtype,
-            shape: vec![0],
-            data: Cow::Borrowed(&[]),
-        }),
-        _ => return None,
-    })
-}
-
 /// An image's bytes: a binary value, or a `{bytes, path}` struct's bytes or file. `Ok(None)`:
 /// null.
 fn image_at(
@@ -845,7 +833,7 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
                 };
                 values.push(v);
             }
-            Ok(None) => match empty_value(c.kind).filter(|_| c.optional) {
+            Ok(None) => match super::empty_value(&c.kind.field_type()).filter(|_| c.optional) {
                 Some(v) => values.push(v),
                 None => {
                     return skip(format!(
