@@ -3,7 +3,7 @@
 //! identical output on any thread count. The files are written here with the `parquet` crate.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::builder::{BinaryBuilder, Float32Builder, ListBuilder, StringBuilder};
