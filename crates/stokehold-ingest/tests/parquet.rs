@@ -312,8 +312,11 @@ fn fields_strict_and_the_skip_limit_apply_to_parquet_rows() {
     );
 }
 
+/// One image: its bytes, its path, and whether the struct is valid (not null).
+type ImageRow<'a> = (Option<Vec<u8>>, Option<&'a str>, bool);
+
 /// A Hugging Face `Image` column: `struct<bytes: binary, path: string>`.
-fn image_struct(values: &[(Option<Vec<u8>>, Option<&str>, bool)]) -> StructArray {
+fn image_struct(values: &[ImageRow<'_>]) -> StructArray {
     let bytes: BinaryArray = values.iter().map(|(b, _, _)| b.as_deref()).collect();
     let paths: StringArray = values.iter().map(|(_, p, _)| *p).collect();
     let fields = Fields::from(vec![
