@@ -12,9 +12,11 @@
 //! text, bytes and arrays only) an empty value is stored. A Hugging Face `ClassLabel` column
 //! gives the dataset its class names.
 //!
-//! Reading streams: a reader thread decodes one row group at a time, in batches of at most
-//! [`BATCH_BYTES`], a couple of batches ahead of the parallel packer (a bounded channel), so
-//! memory is a few batches whatever the file size. A file or row group that cannot be decoded
+//! Reading streams: reader threads (up to [`MAX_READERS`], at most the pack's thread count)
+//! decode row groups in turn, each in batches of at most [`BATCH_BYTES`], a few batches ahead of
+//! the parallel packer (bounded channels, [`AHEAD`] batches in all), and the rows are taken back
+//! in file and row order, so the output does not depend on the thread count and memory is a few
+//! batches whatever the file size. A file or row group that cannot be decoded
 //! fails the pack, naming the file and the row group.
 
 use std::borrow::Cow;
@@ -41,11 +43,15 @@ use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image
 
 /// A batch decoded from a row group holds at most about this many bytes (fewer rows when rows
 /// are large; at least one row).
-const BATCH_BYTES: u64 = 32 << 20;
+const BATCH_BYTES: u64 = 16 << 20;
 /// ... and at most this many rows.
 const BATCH_ROWS: usize = 256;
-/// Batches decoded ahead of the packer.
-const AHEAD: usize = 2;
+/// Batches decoded ahead of the packer, shared among the readers: enough to fill its next two
+/// chunks of 256 rows from the row groups of 100 rows that Hugging Face writes for images, so
+/// that decoding overlaps the packing; at most about 8 × 16 MiB.
+const AHEAD: usize = 8;
+/// Row groups decoded at once (by as many reader threads, at most the pack's thread count).
+const MAX_READERS: usize = 4;
 /// Values of a binary column looked at to tell images from other bytes.
 const SNIFF: usize = 32;
 
@@ -479,29 +485,64 @@ pub(super) fn plan<'a>(
         source,
         run: Box::new(move |sink| {
             let error = std::cell::RefCell::new(None);
-            let columns = &columns;
+            let (files, columns) = (&files, &columns);
+            let tasks = row_groups(files);
+            let readers = match options.threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            }
+            .clamp(1, MAX_READERS)
+            .min(tasks.len().max(1));
             std::thread::scope(|s| {
-                let (tx, rx) = sync_channel(AHEAD);
-                let reader = std::thread::Builder::new()
-                    .name("stokehold-parquet-read".into())
-                    .spawn_scoped(s, move || read_batches(&files, columns, &tx))
-                    .map_err(|e| PackError::Input(format!("cannot start a reader thread: {e}")))?;
-                let jobs = rx
-                    .into_iter()
-                    .map_while(|r| match r {
-                        Ok(b) => Some(b),
-                        Err(e) => {
-                            *error.borrow_mut() = Some(e);
-                            None
+                // reader k decodes row groups k, k + readers, ...; they are taken back in order
+                let mut rxs = Vec::with_capacity(readers);
+                for k in 0..readers {
+                    let (tx, rx) = sync_channel(AHEAD.div_ceil(readers));
+                    let mine: Vec<&Task> = tasks.iter().skip(k).step_by(readers).collect();
+                    std::thread::Builder::new()
+                        .name(format!("stokehold-parquet-read-{k}"))
+                        .spawn_scoped(s, move || read_tasks(files, &mine, columns, &tx))
+                        .map_err(|e| {
+                            PackError::Input(format!("cannot start a reader thread: {e}"))
+                        })?;
+                    rxs.push(rx);
+                }
+                let (mut t, mut current) = (0usize, None::<(Arc<Batch>, usize)>);
+                let jobs = std::iter::from_fn(|| {
+                    loop {
+                        if let Some((b, i)) = &mut current {
+                            if *i < b.rows {
+                                *i += 1;
+                                return Some((Arc::clone(b), *i - 1));
+                            }
+                            current = None;
                         }
-                    })
-                    .flat_map(|b: Arc<Batch>| (0..b.rows).map(move |i| (Arc::clone(&b), i)));
-                let r = sink.run(jobs, |(b, i)| load(&b, i, columns, max));
-                // the receiver is gone: the reader stops at its next send
-                reader.join().map_err(|_| {
-                    PackError::Input("the Parquet reader thread stopped unexpectedly".into())
-                })?;
-                r
+                        if t >= tasks.len() {
+                            return None;
+                        }
+                        let failed = match rxs[t % readers].recv() {
+                            Ok(Msg::Batch(b)) => {
+                                current = Some((b, 0));
+                                continue;
+                            }
+                            Ok(Msg::End) => {
+                                t += 1;
+                                continue;
+                            }
+                            Ok(Msg::Failed(e)) => e,
+                            Err(_) => PackError::Input(
+                                "a Parquet reader thread stopped unexpectedly".into(),
+                            ),
+                        };
+                        // the first error ends the rows (the packer may ask again)
+                        *error.borrow_mut() = Some(failed);
+                        t = tasks.len();
+                        return None;
+                    }
+                });
+                // when the packer returns, the receivers go and the readers stop at their next
+                // send; the scope joins them
+                sink.run(jobs, |(b, i)| load(&b, i, columns, max))
             })?;
             match error.into_inner() {
                 Some(e) => Err(e),
@@ -509,6 +550,33 @@ pub(super) fn plan<'a>(
             }
         }),
     })
+}
+
+/// One row group to decode: the file (an index into the files), the row group, and the file's
+/// row number of its first row.
+type Task = (usize, usize, u64);
+
+/// Every non-empty row group of `files`, in order.
+fn row_groups(files: &[SourceFile]) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    for (f, file) in files.iter().enumerate() {
+        let mut first_row = 0u64;
+        for (g, rg) in file.meta.metadata().row_groups().iter().enumerate() {
+            let rows = rg.num_rows().max(0) as u64;
+            if rows > 0 {
+                tasks.push((f, g, first_row));
+            }
+            first_row += rows;
+        }
+    }
+    tasks
+}
+
+/// What a reader thread sends: a batch, the end of a row group, or the error that stopped it.
+enum Msg {
+    Batch(Arc<Batch>),
+    End,
+    Failed(PackError),
 }
 
 /// Some decoded rows of one file: the chosen columns in field order.
@@ -523,93 +591,82 @@ struct Batch {
     columns: Vec<ArrayRef>,
 }
 
-/// Decode every file's row groups in order, in batches, and send them (stops when the receiver
-/// is gone).
-fn read_batches(
-    files: &[SourceFile],
-    columns: &[Column],
-    tx: &SyncSender<Result<Arc<Batch>, PackError>>,
-) {
-    for file in files {
+/// Decode `tasks` in order, sending each row group's batches and then [`Msg::End`]; stops at the
+/// first error (sent) or when the receiver is gone.
+fn read_tasks(files: &[SourceFile], tasks: &[&Task], columns: &[Column], tx: &SyncSender<Msg>) {
+    for &&(f, g, first_row) in tasks {
+        let file = &files[f];
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            read_file_batches(file, columns, tx)
+            read_row_group(file, g, first_row, columns, tx)
         }))
         .unwrap_or_else(|p| Err(panicked(&file.path, p.as_ref())));
-        if let Err(e) = r {
-            let _ = tx.send(Err(e));
+        let msg = match r {
+            Ok(true) => Msg::End,
+            Ok(false) => return, // the receiver is gone
+            Err(e) => Msg::Failed(e),
+        };
+        let failed = matches!(msg, Msg::Failed(_));
+        if tx.send(msg).is_err() || failed {
             return;
         }
     }
 }
 
-/// `Err` is an error of the file; `Ok` also when the receiver is gone.
-fn read_file_batches(
+/// Decode row group `g` of `file` in batches and send them; `Ok(false)` when the receiver is
+/// gone.
+fn read_row_group(
     file: &SourceFile,
+    g: usize,
+    first_row: u64,
     columns: &[Column],
-    tx: &SyncSender<Result<Arc<Batch>, PackError>>,
-) -> Result<(), PackError> {
+    tx: &SyncSender<Msg>,
+) -> Result<bool, PackError> {
     let path = &file.path;
     let shown: Arc<str> = path.display().to_string().into();
     let dir: Arc<Path> = path.parent().unwrap_or(Path::new(".")).into();
     let schema = file.meta.schema();
-    let roots: Vec<usize> = columns
-        .iter()
-        .filter_map(|c| schema.index_of(&c.name).ok())
-        .collect();
-    let md = file.meta.metadata();
-    let mut first_row = 0u64;
-    for g in 0..md.num_row_groups() {
-        let rg = md.row_group(g);
-        let rg_rows = rg.num_rows().max(0) as u64;
-        if rg_rows == 0 {
-            continue;
-        }
-        let per_row = (rg.total_byte_size().max(0) as u64 / rg_rows).max(1);
-        let batch_rows = (BATCH_BYTES / per_row).clamp(1, BATCH_ROWS as u64) as usize;
-        let f = File::open(path).map_err(|e| PackError::io(path, e))?;
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
-            .with_row_groups(vec![g])
-            .with_projection(ProjectionMask::roots(
-                file.meta.parquet_schema(),
-                roots.iter().copied(),
+    let roots = columns.iter().filter_map(|c| schema.index_of(&c.name).ok());
+    let rg = file.meta.metadata().row_group(g);
+    let rg_rows = rg.num_rows().max(0) as u64;
+    let per_row = (rg.total_byte_size().max(0) as u64 / rg_rows.max(1)).max(1);
+    let batch_rows = (BATCH_BYTES / per_row).clamp(1, BATCH_ROWS as u64) as usize;
+    let f = File::open(path).map_err(|e| PackError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
+        .with_row_groups(vec![g])
+        .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), roots))
+        .with_batch_size(batch_rows)
+        .build()
+        .map_err(|e| parquet_error(path, Some(g), e))?;
+    let mut read = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet_error(path, Some(g), e.into()))?;
+        let cols: Option<Vec<ArrayRef>> = columns
+            .iter()
+            .map(|c| batch.column_by_name(&c.name).cloned())
+            .collect();
+        let cols = cols.ok_or_else(|| {
+            PackError::Input(format!(
+                "{shown}, row group {g}: a chosen column is missing"
             ))
-            .with_batch_size(batch_rows)
-            .build()
-            .map_err(|e| parquet_error(path, Some(g), e))?;
-        let mut read = 0u64;
-        for batch in reader {
-            let batch = batch.map_err(|e| parquet_error(path, Some(g), e.into()))?;
-            let cols: Option<Vec<ArrayRef>> = columns
-                .iter()
-                .map(|c| batch.column_by_name(&c.name).cloned())
-                .collect();
-            let cols = cols.ok_or_else(|| {
-                PackError::Input(format!(
-                    "{}, row group {g}: a chosen column is missing",
-                    shown
-                ))
-            })?;
-            let b = Batch {
-                file: Arc::clone(&shown),
-                dir: Arc::clone(&dir),
-                first_row: first_row + read,
-                rows: batch.num_rows(),
-                columns: cols,
-            };
-            read += batch.num_rows() as u64;
-            if tx.send(Ok(Arc::new(b))).is_err() {
-                return Ok(());
-            }
+        })?;
+        let b = Batch {
+            file: Arc::clone(&shown),
+            dir: Arc::clone(&dir),
+            first_row: first_row + read,
+            rows: batch.num_rows(),
+            columns: cols,
+        };
+        read += batch.num_rows() as u64;
+        if tx.send(Msg::Batch(Arc::new(b))).is_err() {
+            return Ok(false);
         }
-        if read != rg_rows {
-            return Err(PackError::Input(format!(
-                "{}, row group {g}: {read} rows decoded, the footer says {rg_rows}",
-                shown
-            )));
-        }
-        first_row += rg_rows;
     }
-    Ok(())
+    if read != rg_rows {
+        return Err(PackError::Input(format!(
+            "{shown}, row group {g}: {read} rows decoded, the footer says {rg_rows}"
+        )));
+    }
+    Ok(true)
 }
 
 /// The bytes of binary value `i` (`None`: null, or not a binary array).
