@@ -44,6 +44,9 @@ $(VENV)/.base: pyproject.toml
 # what the tests need besides
 $(VENV)/.ready: $(VENV)/.base Makefile
 	$(PY) -m pip install -q "pytest>=7" pytest-timeout mypy tokenizers auditwheel
+	# Parquet files and Hugging Face datasets made in the tests and the Parquet bench (no
+	# downloads); datasets' Image feature needs Pillow (its `vision` extra) even to store paths
+	$(PY) -m pip install -q pyarrow "datasets[vision]"
 	# moto's S3-compatible server: the object-storage tests (Rust and Python) start it on 127.0.0.1
 	$(PY) -m pip install -q "moto[server]>=5.0.11"
 	# real PyTorch and JAX for the integration tests (CPU is enough; PyPI's Linux torch wheel is the
@@ -133,6 +136,7 @@ bench: build install bench-setup bench-data ## the benchmarks (each a ratio agai
 	mkdir -p $(BENCH_DIR)/work
 	BENCH_WORK=$(BENCH_DIR)/work/foundation \
 	  bash scripts/bench-foundation.sh target/release/stokehold $(BENCH_DIR)/inet/train
+	BENCH_WORK=$(BENCH_DIR)/work/parquet $(PY) scripts/bench_parquet.py target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
 	STOKEHOLD_BENCH_JPEGS=$(BENCH_DIR)/inet-shards STOKEHOLD_BENCH_DIR=$(BENCH_DIR)/work \

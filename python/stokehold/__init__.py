@@ -31,6 +31,11 @@ dataset and :class:`SequenceLoader` streams packed windows from it (``docs/text.
     for batch in loader:          # {"input_ids": int32 [32, 2048], "labels": int32 [32, 2048]}
         ...
 
+A Hugging Face dataset (in memory, or a ``save_to_disk`` directory) packs with :func:`from_hf`
+(``stokehold pack data.parquet out`` packs Parquet files)::
+
+    report = stokehold.from_hf(datasets.load_from_disk("cifar10/train"), "data/cifar10")
+
 Errors derive from :class:`StokeholdError`; damaged data raises :class:`CorruptDataError`, whose
 message names the shard file, the record and the byte range.
 """
@@ -50,6 +55,7 @@ from ._native import (
     __version__,
 )
 from . import image, text, transforms
+from ._hf import from_hf
 from ._loader import Loader, default_rank_world_size
 from ._sequence import SequenceLoader
 
@@ -69,6 +75,7 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "default_rank_world_size",
+    "from_hf",
     "image",
     "text",
     "transforms",

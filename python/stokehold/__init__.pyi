@@ -23,6 +23,7 @@ __all__ = [
     "UnsupportedVersionError",
     "__version__",
     "default_rank_world_size",
+    "from_hf",
     "image",
     "text",
     "transforms",
@@ -238,5 +239,6 @@ _Batch = Dict[str, Any]
 
 # The loaders are Python classes: their typed source is their stub (one copy of their
 # documentation, which help() shows at run time too).
+from ._hf import from_hf as from_hf
 from ._loader import Loader as Loader, default_rank_world_size as default_rank_world_size
 from ._sequence import SequenceLoader as SequenceLoader

@@ -35,6 +35,7 @@ __all__ = [
     "commit_parts",
     "abort_parts",
     "run_cli",
+    "_pack",
     "_Engine",
     "_EngineIter",
     "_BatchBuffer",
@@ -53,6 +54,30 @@ __all__ = [
 def run_cli(argv: Sequence[str]) -> int:
     """Run the ``stokehold`` command line with ``argv`` (program name first) and return its exit
     status (0, 1 or 2). The GIL is released while it runs."""
+
+def _pack(
+    sources: Sequence[str],
+    dest: str,
+    kind: Optional[str] = None,
+    *,
+    fields: Optional[str] = None,
+    overwrite: bool = False,
+    shard_size: Optional[Union[int, str]] = None,
+    align: int = 1,
+    zstd_level: int = 3,
+    threads: int = 0,
+    strict: bool = False,
+    max_skip_fraction: float = ...,
+    max_pixels: int = ...,
+    baseline: bool = False,
+    max_side: Optional[int] = None,
+    jpeg_quality: int = 90,
+    restart_markers: bool = False,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Any]:
+    """Pack ``sources`` (of ``kind``, or told from their names) into a new dataset at ``dest``,
+    as ``stokehold pack`` does; returns the report (``samples``, ``shards``, ``input_bytes``,
+    ``skipped``, ``notes``, ``classes``). The GIL is released while it runs."""
 
 def _after_fork_in_child() -> None:
     """Called by ``os.register_at_fork(after_in_child=...)``: every loader running at the fork is

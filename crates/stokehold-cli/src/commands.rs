@@ -21,7 +21,8 @@ use crate::units;
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// What to pack: an image-folder directory; a .jsonl or .csv file; .tar files (or a directory
-    /// of them); .tfrecord files (or a directory of them).
+    /// of them); .tfrecord files (or a directory of them); .parquet files (or a directory of
+    /// them, e.g. a Hugging Face dataset's data/ folder).
     #[arg(required = true, num_args = 1.., value_parser = local_path)]
     sources: Vec<PathBuf>,
     /// The dataset directory to create (it must not exist, or be empty, unless --overwrite), or
@@ -32,7 +33,7 @@ pub struct PackArgs {
     #[command(flatten)]
     storage: crate::StorageArgs,
     /// The kind of source, when it cannot be told from the names:
-    /// image-folder, jsonl, csv, webdataset, tfrecord.
+    /// image-folder, jsonl, csv, webdataset, tfrecord, parquet.
     #[arg(long = "from", value_name = "KIND")]
     from: Option<String>,
     /// Target shard size (e.g. 256MiB, 1G).
@@ -66,9 +67,9 @@ pub struct PackArgs {
     /// 1 allows any).
     #[arg(long, value_name = "F", default_value_t = stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION, value_parser = fraction)]
     max_skip_fraction: f64,
-    /// WebDataset: the member extensions to pack, e.g. jpg,cls,txt? (NAME? marks a text or bytes
-    /// field a sample may lack: stored empty there). Default: every member at least half the
-    /// samples have.
+    /// WebDataset, TFRecord, Parquet: the member extensions, feature names or column names to
+    /// pack, e.g. jpg,cls,txt? (NAME? marks a text, bytes or array field a sample may lack or
+    /// hold null: stored empty there). Default: every one at least half the samples have.
     #[arg(long, value_name = "LIST")]
     fields: Option<String>,
     /// Skip (and count) images of more pixels (width x height) than this, checked from the header
@@ -141,7 +142,7 @@ fn list_inputs(
 pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     let kind = match &a.from {
         Some(k) => Some(SourceKind::parse(k).with_context(|| {
-            format!("unknown --from {k:?}: use image-folder, jsonl, csv, webdataset or tfrecord")
+            format!("unknown --from {k:?}: use image-folder, jsonl, csv, webdataset, tfrecord or parquet")
         })?),
         None => None,
     };

@@ -160,11 +160,11 @@ fn verify_reports_the_exact_place_of_a_fault_and_exits_1() {
 
 #[test]
 fn usage_errors_are_clear() {
-    let (r, _) = run_captured(&["pack", "/nonexistent/src", "/tmp/x", "--from", "parquet"]);
+    let (r, _) = run_captured(&["pack", "/nonexistent/src", "/tmp/x", "--from", "orc"]);
+    let e = r.unwrap_err().to_string();
     assert!(
-        r.unwrap_err()
-            .to_string()
-            .contains("unknown --from \"parquet\"")
+        e.contains("unknown --from \"orc\"") && e.contains("parquet"),
+        "{e}"
     );
     let (r, _) = run_captured(&["inspect", "/nonexistent/ds"]);
     assert!(

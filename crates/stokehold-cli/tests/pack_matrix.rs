@@ -135,8 +135,13 @@ fn images_over_the_pixel_limit_are_skipped_and_counted_under_every_option() {
         .collect();
     samples.push(vec![("jpg", huge(&imgs[1])), ("cls", b"2".to_vec())]);
     tar(&shards.join("a.tar"), &samples);
+    // and in a Parquet file, with labels
+    let table = root.join("table.parquet");
+    let mut column = imgs.clone();
+    column.push(huge(&imgs[2]));
+    parquet(&table, &column, &vec![Some("a"); column.len()], 50);
 
-    for src in [&folder, &shards] {
+    for src in [&folder, &shards, &table] {
         for options in IMAGE_OPTIONS {
             // 1 of 121 skipped is within the default limit of 1%
             let (run, _) = check(root, src, options, Some((120, 1)));
@@ -159,6 +164,126 @@ fn images_over_the_pixel_limit_are_skipped_and_counted_under_every_option() {
         &["--max-pixels", "400000000"],
         Some((121, 0)),
     );
+}
+
+/// A Parquet file of an `image` binary column, an int64 `label` (the row number) and a nullable
+/// `caption`, in row groups of `group` rows.
+fn parquet(path: &Path, images: &[Vec<u8>], captions: &[Option<&str>], group: usize) {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+    let batch = RecordBatch::try_from_iter([
+        (
+            "image",
+            Arc::new(BinaryArray::from_iter_values(images)) as ArrayRef,
+        ),
+        (
+            "label",
+            Arc::new(Int64Array::from_iter_values(0..images.len() as i64)) as ArrayRef,
+        ),
+        (
+            "caption",
+            Arc::new(StringArray::from(captions.to_vec())) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_size(group)
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        fs::File::create(path).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn parquet_packs_by_column_with_fields_and_names_bad_rows_and_row_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let mut imgs = jpegs(200);
+    imgs[150] = b"GIF89a: not a format stokehold packs".to_vec();
+    let captions: Vec<Option<&str>> = (0..200).map(|i| (i % 50 != 7).then_some("c")).collect();
+    let dir = root.join("hf/data");
+    fs::create_dir_all(&dir).unwrap();
+    parquet(
+        &dir.join("train-00000-of-00002.parquet"),
+        &imgs[..100],
+        &captions[..100],
+        30,
+    );
+    parquet(
+        &dir.join("train-00001-of-00002.parquet"),
+        &imgs[100..],
+        &captions[100..],
+        30,
+    );
+    // the directory is told to be Parquet; 4 null captions are stored empty; the GIF is skipped
+    let (run, dest) = check(root, &dir, &[], Some((199, 1)));
+    assert!(run.stdout.contains("from parquet"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("train-00001-of-00002.parquet row 50: column \"image\": not an image"),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout
+            .contains("4 of 200 samples have no column \"caption\""),
+        "{run:?}"
+    );
+    let ds = Dataset::open(&dest).unwrap();
+    assert_eq!(
+        ds.schema().to_string(),
+        "caption: string, image: image:auto, label: int64"
+    );
+    assert_eq!(ds.get(7).unwrap()[0], FieldValue::String("".into()));
+    assert_eq!(
+        ds.get(198).unwrap()[1],
+        FieldValue::Image(imgs[199].clone().into())
+    );
+    assert_eq!(ds.get(198).unwrap()[2], FieldValue::Int64(99));
+    // --fields: a required caption skips its 4 nulls too (5 of 200 is over 1%)
+    let (run, _) = check(root, &dir, &["--fields", "image,caption"], None);
+    assert!(
+        run.stderr.contains("5 of 200 inputs were skipped"),
+        "{run:?}"
+    );
+    check(
+        root,
+        &dir,
+        &["--fields", "image,caption", "--max-skip-fraction", "0.05"],
+        Some((195, 5)),
+    );
+    let (run, _) = check(
+        root,
+        &dir,
+        &["--fields", "image,caption?", "--strict"],
+        None,
+    );
+    assert!(
+        run.stderr
+            .contains("train-00001-of-00002.parquet row 50: column \"image\"")
+            && run.stderr.contains("--strict"),
+        "{run:?}"
+    );
+    // a damaged row group fails the pack, naming the file and the row group
+    let file = dir.join("train-00000-of-00002.parquet");
+    let reader =
+        parquet::file::serialized_reader::SerializedFileReader::new(fs::File::open(&file).unwrap())
+            .unwrap();
+    let (start, len) = parquet::file::reader::FileReader::metadata(&reader)
+        .row_group(3)
+        .column(0)
+        .byte_range();
+    let mut bytes = fs::read(&file).unwrap();
+    bytes[start as usize..(start + len) as usize].fill(0x5A);
+    let bad = root.join("bad.parquet");
+    fs::write(&bad, bytes).unwrap();
+    let (run, _) = check(root, &bad, &["--from", "parquet"], None);
+    assert!(run.stderr.contains("bad.parquet, row group 3: "), "{run:?}");
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! Readers for the formats people already have (image folders, JSONL/CSV, WebDataset tar,
-//! TFRecord) and the packer that turns them into stokehold shards.
+//! TFRecord, Parquet) and the packer that turns them into stokehold shards.
 //!
 //! The parsers in this crate treat every input as hostile: no allocation is sized by a field
 //! read from the file before that field has been checked against a limit, every error carries

@@ -22,25 +22,8 @@ fn small_images(dir: &Path, n: usize, classes: usize) {
     write_image_folder(dir, spec).unwrap();
 }
 
-fn jpeg(seed: u64) -> Vec<u8> {
-    let tmp = tempfile::tempdir().unwrap();
-    write_image_folder(
-        tmp.path(),
-        SampleSpec {
-            images: 1,
-            classes: 1,
-            width: 16,
-            height: 8,
-            quality: 70,
-            seed,
-        },
-    )
-    .unwrap();
-    fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
-}
-
 mod common;
-use common::tree;
+use common::{jpeg, tree};
 
 /// These tests pack a few inputs with bad ones among them on purpose: any share may be skipped
 /// (the skip limit has its own tests).

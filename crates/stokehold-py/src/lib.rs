@@ -10,6 +10,7 @@
 //!   `stokehold.SequenceLoader` (the Python classes in `python/stokehold/_loader.py` and
 //!   `_sequence.py`); [`buffer`] hands its batches to numpy without a copy; [`stages`] runs
 //!   Python callables as stages.
+//! - [`pack::pack`] (`_pack`): the packer with typed options, behind `stokehold.from_hf`.
 //! - [`errors`]: the exception classes and the one mapping from `FormatError` to them.
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
@@ -19,6 +20,7 @@ pub mod convert;
 pub mod dataset;
 pub mod engine;
 pub mod errors;
+pub mod pack;
 pub mod parts;
 pub mod stages;
 pub mod text;
@@ -37,6 +39,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<text::Tokenizer>()?;
     parts::register(m)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
+    m.add_function(wrap_pyfunction!(pack::pack, m)?)?;
     engine::register(m)?;
     errors::register(m)?;
     Ok(())

@@ -1,5 +1,5 @@
-//! `stokehold pack`: turn an image folder, a JSONL/CSV table of files, WebDataset tars or TFRecord
-//! files into a stokehold dataset.
+//! `stokehold pack`: turn an image folder, a JSONL/CSV table of files, WebDataset tars, TFRecord
+//! or Parquet files into a stokehold dataset.
 //!
 //! Every source is read in a fixed order (sorted file names, archive order), its samples are
 //! loaded and encoded in parallel in chunks, and the chunks are written in order, so the output
@@ -10,6 +10,7 @@
 //! one is fatal.
 
 mod image_folder;
+mod parquet;
 mod table;
 mod tfrecord;
 pub mod tokens;
@@ -37,6 +38,9 @@ pub enum SourceKind {
     WebDataset,
     /// TFRecord files of `tf.train.Example` records.
     TfRecord,
+    /// Parquet files (Hugging Face datasets, LAION-style metadata): one row per sample, one
+    /// field per column.
+    Parquet,
 }
 
 impl SourceKind {
@@ -48,6 +52,7 @@ impl SourceKind {
             SourceKind::Csv => "csv",
             SourceKind::WebDataset => "webdataset",
             SourceKind::TfRecord => "tfrecord",
+            SourceKind::Parquet => "parquet",
         }
     }
 
@@ -59,6 +64,7 @@ impl SourceKind {
             "csv" => SourceKind::Csv,
             "webdataset" | "wds" | "tar" => SourceKind::WebDataset,
             "tfrecord" | "tfrecords" => SourceKind::TfRecord,
+            "parquet" => SourceKind::Parquet,
             _ => return None,
         })
     }
@@ -87,8 +93,8 @@ pub struct PackOptions {
     /// The pack fails (and writes nothing) when more than this fraction of its inputs is
     /// skipped: a pack that quietly lost data is worse than one that stopped. 1.0 allows any.
     pub max_skip_fraction: f64,
-    /// WebDataset and TFRecord: the fields to pack, by member extension or feature name
-    /// (`None`: the ones at least half the samples have, see [`FieldChoice`]).
+    /// WebDataset, TFRecord and Parquet: the fields to pack, by member extension, feature name
+    /// or column name (`None`: the ones at least half the samples have, see [`FieldChoice`]).
     pub fields: Option<Vec<FieldChoice>>,
     /// Storage options of an object-storage destination (`s3://...`; the names of
     /// `OpenOptions::storage_options`, plus `upload_part_bytes`); credentials otherwise come from
@@ -99,8 +105,8 @@ pub struct PackOptions {
 /// The default of [`PackOptions::max_skip_fraction`]: 1% of the inputs.
 pub const DEFAULT_MAX_SKIP_FRACTION: f64 = 0.01;
 
-/// One field chosen with `--fields` (`jpg,cls,txt?`): a WebDataset member extension or a
-/// TFRecord feature name, and whether a sample may lack it (`?`). A missing optional field is
+/// One field chosen with `--fields` (`jpg,cls,txt?`): a WebDataset member extension, a
+/// TFRecord feature name or a Parquet column name, and whether a sample may lack it (`?`). A missing optional field is
 /// stored as an empty value (the format has no null), so only text, bytes and array fields can
 /// be optional; a sample that lacks a required one is skipped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -377,7 +383,8 @@ pub enum PackError {
     /// A source does not exist.
     #[error(
         "{}: no such file or directory: give an existing image folder, .jsonl/.csv table, \
-         .tar (WebDataset) or .tfrecord file, or a directory of .tar or .tfrecord files",
+         .tar (WebDataset), .tfrecord or .parquet file, or a directory of .tar, .tfrecord or \
+         .parquet files",
         path.display()
     )]
     MissingSource {
@@ -390,6 +397,17 @@ pub enum PackError {
     /// `strict` is set and an input could not be used.
     #[error("{}: {} (--strict makes this fatal; without it the input is skipped and counted)", .0.input, .0.reason)]
     Strict(Skipped),
+    /// A Parquet file's footer or a row group could not be decoded.
+    #[error("{}{}: {source}", path.display(), row_group.map(|g| format!(", row group {g}")).unwrap_or_default())]
+    Parquet {
+        /// The file.
+        path: PathBuf,
+        /// The row group, when the footer was read.
+        row_group: Option<usize>,
+        /// The decoder's error.
+        #[source]
+        source: ::parquet::errors::ParquetError,
+    },
     /// Nothing usable was found.
     #[error("no samples to pack: {0}")]
     Empty(String),
@@ -607,6 +625,7 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
             "csv" => SourceKind::Csv,
             "tar" => SourceKind::WebDataset,
             "tfrecord" | "tfrecords" | "tfrec" => SourceKind::TfRecord,
+            "parquet" => SourceKind::Parquet,
             _ => return None,
         })
     };
@@ -614,12 +633,14 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
         .first()
         .ok_or_else(|| PackError::Input("no source given".into()))?;
     if sources.len() == 1 && first.is_dir() {
-        // A directory of tars or TFRecords, or an image folder.
+        // A directory of tars, TFRecords or Parquet files, or an image folder.
         let mut kinds = std::collections::BTreeSet::new();
         for e in std::fs::read_dir(first).map_err(|e| PackError::io(first, e))? {
             let p = e.map_err(|e| PackError::io(first, e))?.path();
             if p.is_file()
-                && let Some(k @ (SourceKind::WebDataset | SourceKind::TfRecord)) = ext_kind(&p)
+                && let Some(
+                    k @ (SourceKind::WebDataset | SourceKind::TfRecord | SourceKind::Parquet),
+                ) = ext_kind(&p)
             {
                 kinds.insert(k.name());
             }
@@ -628,8 +649,9 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
             0 => Ok(SourceKind::ImageFolder),
             1 => Ok(SourceKind::parse(kinds.first().expect("one")).expect("a known name")),
             _ => Err(PackError::Input(format!(
-                "{} holds both tar and TFRecord files: pass --from to choose",
-                first.display()
+                "{} holds more than one kind of file ({}): pass --from to choose",
+                first.display(),
+                kinds.iter().copied().collect::<Vec<_>>().join(", ")
             ))),
         };
     }
@@ -638,7 +660,7 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
         (1, Some(Some(k))) => Ok(*k),
         _ => Err(PackError::Input(format!(
             "cannot tell the kind of {:?} from the file names: pass --from \
-             image-folder|jsonl|csv|webdataset|tfrecord",
+             image-folder|jsonl|csv|webdataset|tfrecord|parquet",
             sources
         ))),
     }
@@ -657,9 +679,15 @@ pub fn pack(
         Some(k) => k,
         None => detect(sources)?,
     };
-    if options.fields.is_some() && !matches!(kind, SourceKind::WebDataset | SourceKind::TfRecord) {
+    if options.fields.is_some()
+        && !matches!(
+            kind,
+            SourceKind::WebDataset | SourceKind::TfRecord | SourceKind::Parquet
+        )
+    {
         return Err(PackError::Input(format!(
-            "--fields chooses WebDataset members or TFRecord features; a {} source has fixed fields",
+            "--fields chooses WebDataset members, TFRecord features or Parquet columns; a {} \
+             source has fixed fields",
             kind.name()
         )));
     }
@@ -668,6 +696,7 @@ pub fn pack(
         SourceKind::Jsonl | SourceKind::Csv => table::plan(sources, kind, options, progress)?,
         SourceKind::WebDataset => webdataset::plan(sources, options, progress)?,
         SourceKind::TfRecord => tfrecord::plan(sources, options, progress)?,
+        SourceKind::Parquet => parquet::plan(sources, options, progress)?,
     };
     let pool = thread_pool(options.threads, "pack")?;
     let mut writer = DatasetWriter::create_with(
@@ -927,6 +956,22 @@ pub(crate) fn choose_fields(
         source.insert("empty_where_missing".into(), empty.into());
     }
     Ok(chosen)
+}
+
+/// The value stored for an optional field a sample lacks (or holds null): empty text, bytes or
+/// array; `None` for types without an empty value.
+pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
+    use std::borrow::Cow;
+    Some(match ty {
+        FieldType::String => FieldValue::String("".into()),
+        FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
+        FieldType::Ndarray { dtype } => FieldValue::Array(stokehold_format::ArrayValue {
+            dtype: *dtype,
+            shape: vec![0],
+            data: Cow::Borrowed(&[]),
+        }),
+        _ => return None,
+    })
 }
 
 /// Fail when more than `max_fraction` of the inputs (packed and skipped) were skipped.

@@ -249,20 +249,6 @@ impl Iterator for Records {
 /// A field of the schema: its feature name, type, and whether a record may lack it.
 type FieldPlan = (String, FieldType, bool);
 
-/// The value stored for an optional feature a record lacks: empty text, bytes or array.
-fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
-    Some(match ty {
-        FieldType::String => FieldValue::String("".into()),
-        FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
-        FieldType::Ndarray { dtype } => FieldValue::Array(ArrayValue {
-            dtype: *dtype,
-            shape: vec![0],
-            data: Cow::Borrowed(&[]),
-        }),
-        _ => return None,
-    })
-}
-
 fn load(job: Job, fields: &[FieldPlan]) -> Loaded {
     let (at, data) = match job {
         Job::Bad(s) => return Loaded::Skip(s),
@@ -285,7 +271,7 @@ fn load(job: Job, fields: &[FieldPlan]) -> Loaded {
     let mut progressive = false;
     for (name, ty, optional) in fields {
         let Some(kind) = features.remove(name).and_then(|f| f.kind) else {
-            match empty_value(ty).filter(|_| *optional) {
+            match super::empty_value(ty).filter(|_| *optional) {
                 Some(v) => {
                     values.push(v);
                     continue;

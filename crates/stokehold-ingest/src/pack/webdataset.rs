@@ -16,7 +16,7 @@ use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, Schema};
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, source_files};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
-const IMAGE: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
+pub(super) const IMAGE: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
 const INT: [&str; 5] = ["cls", "cls2", "class", "index", "label"];
 const TEXT: [&str; 4] = ["txt", "text", "caption", "json"];
 const PICKLE: [&str; 5] = ["pyd", "pickle", "pkl", "pt", "pth"];

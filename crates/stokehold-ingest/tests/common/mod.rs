@@ -18,3 +18,23 @@ pub fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v.sort();
     v
 }
+
+/// One small JPEG (16×8), different for each `seed`.
+#[allow(dead_code)] // not every test file that includes this module uses it
+pub fn jpeg(seed: u64) -> Vec<u8> {
+    use stokehold_ingest::sample_data::{SampleSpec, write_image_folder};
+    let tmp = tempfile::tempdir().unwrap();
+    write_image_folder(
+        tmp.path(),
+        SampleSpec {
+            images: 1,
+            classes: 1,
+            width: 16,
+            height: 8,
+            quality: 70,
+            seed,
+        },
+    )
+    .unwrap();
+    fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
+}

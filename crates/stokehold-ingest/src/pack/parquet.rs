@@ -1,0 +1,911 @@
+//! Parquet files (or a directory of them), as Hugging Face datasets and LAION-style metadata are
+//! stored: one row per sample, each column a field, mapped by its Parquet type: image bytes
+//! (a binary column whose values are images, or a `{bytes, path}` struct as Hugging Face's
+//! `Image` feature stores it) → image:auto, other binary → bytes, strings → string, integers and
+//! booleans → int64, floats → float64, lists of numbers → 1-d ndarray (u8 for uint8 and bool,
+//! i32 for the other narrow integers, i64, f16, f32, f64). Other types are left out, with a note.
+//!
+//! Which columns: `--fields` (by column name), or every supported column that at least half the
+//! rows hold (nulls counted from the files' statistics), as [`super::choose_fields`] does for
+//! WebDataset and TFRecord. A null in a required field skips the row, counted with its name
+//! (`data.parquet row 17`, rows counted from 0 within each file); in an optional one (`NAME?`,
+//! text, bytes and arrays only) an empty value is stored. A Hugging Face `ClassLabel` column
+//! gives the dataset its class names.
+//!
+//! Reading streams: reader threads (up to [`MAX_READERS`], at most the pack's thread count)
+//! decode row groups in turn, each in batches of at most [`BATCH_BYTES`], a few batches ahead of
+//! the parallel packer (bounded channels, [`AHEAD`] batches in all), and the rows are taken back
+//! in file and row order, so the output does not depend on the thread count and memory is a few
+//! batches whatever the file size. A file or row group that cannot be decoded
+//! fails the pack, naming the file and the row group.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{SyncSender, sync_channel};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
+    UInt16Type, UInt32Type, UInt64Type,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use stokehold_format::{ArrayValue, DType, Field, FieldType, FieldValue, ImageCodec, Schema};
+
+use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
+
+/// A batch decoded from a row group holds at most about this many bytes (fewer rows when rows
+/// are large; at least one row).
+const BATCH_BYTES: u64 = 16 << 20;
+/// ... and at most this many rows.
+const BATCH_ROWS: usize = 256;
+/// Batches decoded ahead of the packer, shared among the readers: enough to fill its next two
+/// chunks of 256 rows from the row groups of 100 rows that Hugging Face writes for images, so
+/// that decoding overlaps the packing; at most about 8 × 16 MiB.
+const AHEAD: usize = 8;
+/// Row groups decoded at once (by as many reader threads, at most the pack's thread count).
+const MAX_READERS: usize = 4;
+/// Values of a binary column looked at to tell images from other bytes.
+const SNIFF: usize = 32;
+
+/// How a column becomes a field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Binary values that are images.
+    Image,
+    /// `struct<bytes: binary, path: string>` (Hugging Face's `Image`): the bytes, or when they
+    /// are null the file at `path` (relative to the Parquet file's directory).
+    ImageStruct,
+    /// Binary values that are not images (decided from the first file's first values).
+    Bytes,
+    Str,
+    Int,
+    Float,
+    List(DType),
+}
+
+impl Kind {
+    fn field_type(self) -> FieldType {
+        match self {
+            Kind::Image | Kind::ImageStruct => FieldType::Image {
+                codec: ImageCodec::Auto,
+            },
+            Kind::Bytes => FieldType::Bytes,
+            Kind::Str => FieldType::String,
+            Kind::Int => FieldType::Int64,
+            Kind::Float => FieldType::Float64,
+            Kind::List(dtype) => FieldType::Ndarray { dtype },
+        }
+    }
+}
+
+fn is_binary(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::FixedSizeBinary(_)
+    )
+}
+
+fn is_string(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+/// The ndarray element type of a list of `t`.
+fn element_dtype(t: &DataType) -> Option<DType> {
+    Some(match t {
+        DataType::UInt8 | DataType::Boolean => DType::U8,
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt16 => DType::I32,
+        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => DType::I64,
+        DataType::Float16 => DType::F16,
+        DataType::Float32 => DType::F32,
+        DataType::Float64 => DType::F64,
+        _ => return None,
+    })
+}
+
+/// The kind of a column of type `t`; `None` for a type pack cannot store. Binary columns come
+/// back as [`Kind::Bytes`] until their values are looked at.
+fn kind_of(t: &DataType) -> Option<Kind> {
+    Some(match t {
+        t if is_binary(t) => Kind::Bytes,
+        t if is_string(t) => Kind::Str,
+        DataType::Boolean
+        | DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => Kind::Int,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+            Kind::List(element_dtype(f.data_type())?)
+        }
+        DataType::Struct(fields) => {
+            let bytes = fields.iter().find(|f| f.name() == "bytes")?;
+            let rest_ok = fields
+                .iter()
+                .all(|f| f.name() == "bytes" || (f.name() == "path" && is_string(f.data_type())));
+            if !is_binary(bytes.data_type()) || !rest_ok {
+                return None;
+            }
+            Kind::ImageStruct
+        }
+        _ => return None,
+    })
+}
+
+/// One Parquet file, its footer read.
+struct SourceFile {
+    path: PathBuf,
+    meta: ArrowReaderMetadata,
+}
+
+fn parquet_error(
+    path: &Path,
+    row_group: Option<usize>,
+    e: parquet::errors::ParquetError,
+) -> PackError {
+    PackError::Parquet {
+        path: path.to_path_buf(),
+        row_group,
+        source: e,
+    }
+}
+
+/// The error of a panic in the Parquet decoder (a malformed file it did not expect).
+fn panicked(path: &Path, p: &(dyn std::any::Any + Send)) -> PackError {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    PackError::Input(format!(
+        "{}: the Parquet decoder failed on this file ({what}); it is damaged or uses something \
+         the decoder does not support",
+        path.display()
+    ))
+}
+
+fn open(path: &Path) -> Result<SourceFile, PackError> {
+    std::panic::catch_unwind(|| open_file(path)).unwrap_or_else(|p| Err(panicked(path, p.as_ref())))
+}
+
+fn open_file(path: &Path) -> Result<SourceFile, PackError> {
+    let file = File::open(path).map_err(|e| PackError::io(path, e))?;
+    // The Parquet schema's own types (plain binary, strings and lists): the Arrow schema that
+    // pyarrow embeds would bring dictionary, large and view variants for nothing.
+    let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
+    let meta =
+        ArrowReaderMetadata::load(&file, options).map_err(|e| parquet_error(path, None, e))?;
+    Ok(SourceFile {
+        path: path.to_path_buf(),
+        meta,
+    })
+}
+
+/// The files to read: the given files, and the `.parquet` files of given directories.
+fn parquet_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
+    super::source_files(
+        sources,
+        |p| {
+            p.extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+        },
+        ".parquet files",
+    )
+}
+
+/// The Hugging Face features of a file, by column, from the `huggingface` key of its metadata
+/// (`{"info": {"features": {"label": {"_type": "ClassLabel", "names": [...]}, ...}}}`).
+fn hf_features(file: &SourceFile) -> serde_json::Map<String, serde_json::Value> {
+    let kv = file.meta.metadata().file_metadata().key_value_metadata();
+    kv.into_iter()
+        .flatten()
+        .find(|k| k.key == "huggingface")
+        .and_then(|k| k.value.as_deref())
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|mut v| match v.pointer_mut("/info/features")?.take() {
+            serde_json::Value::Object(m) => Some(m),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The class names of a `ClassLabel` feature.
+fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
+    if feature.get("_type")?.as_str()? != "ClassLabel" {
+        return None;
+    }
+    feature
+        .get("names")?
+        .as_array()?
+        .iter()
+        .map(|n| n.as_str().map(str::to_string))
+        .collect()
+}
+
+/// Rows that hold each top-level column (not null), from the statistics of its leaf columns
+/// (a struct is null where all its leaves are; a list, or a column without statistics, counts
+/// as held by every row).
+fn present_counts(file: &SourceFile) -> Vec<u64> {
+    let md = file.meta.metadata();
+    let descr = md.file_metadata().schema_descr();
+    let roots = file.meta.schema().fields().len();
+    let rows = md.file_metadata().num_rows().max(0) as u64;
+    // per root: the fewest nulls among its leaves (a struct image is missing only where both
+    // its bytes and its path are)
+    let mut nulls: Vec<Option<u64>> = vec![None; roots];
+    for rg in md.row_groups() {
+        let mut rg_nulls: Vec<Option<u64>> = vec![None; roots];
+        for (leaf, col) in rg.columns().iter().enumerate() {
+            let root = descr.get_column_root_idx(leaf);
+            // a list's leaf counts empty lists and null elements as nulls too: not rows
+            let n = if descr.column(leaf).max_rep_level() > 0 {
+                0
+            } else {
+                col.statistics()
+                    .and_then(|s| s.null_count_opt())
+                    .unwrap_or(0)
+            };
+            let n = n.min(rg.num_rows().max(0) as u64);
+            if let Some(slot) = rg_nulls.get_mut(root) {
+                *slot = Some(slot.map_or(n, |m| m.min(n)));
+            }
+        }
+        for (total, n) in nulls.iter_mut().zip(rg_nulls) {
+            *total = Some(total.unwrap_or(0) + n.unwrap_or(0));
+        }
+    }
+    nulls
+        .into_iter()
+        .map(|n| rows.saturating_sub(n.unwrap_or(0)))
+        .collect()
+}
+
+/// Whether most of the first values of binary column `name` are images (the first row group's
+/// first [`SNIFF`] non-null values; a column with none is an image column when its name says so).
+fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool, PackError> {
+    let md = file.meta.metadata();
+    let by_name = {
+        let n = name.to_ascii_lowercase();
+        n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
+    };
+    let Some(rg) = (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0) else {
+        return Ok(by_name);
+    };
+    let f = File::open(&file.path).map_err(|e| PackError::io(&file.path, e))?;
+    let mask = ProjectionMask::roots(file.meta.parquet_schema(), [root]);
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
+        .with_row_groups(vec![rg])
+        .with_projection(mask)
+        .with_batch_size(SNIFF)
+        .build()
+        .map_err(|e| parquet_error(&file.path, Some(rg), e))?;
+    let (mut seen, mut images) = (0usize, 0usize);
+    for batch in reader.take(1) {
+        let batch = batch.map_err(|e| parquet_error(&file.path, Some(rg), e.into()))?;
+        let col = batch.column(0);
+        for i in 0..col.len() {
+            if let Some(b) = binary_at(col.as_ref(), i) {
+                seen += 1;
+                images += usize::from(ImageCodec::sniff(b).is_some());
+            }
+        }
+    }
+    Ok(if seen == 0 {
+        by_name
+    } else {
+        images * 2 > seen
+    })
+}
+
+/// A column chosen as a field.
+#[derive(Debug, Clone)]
+struct Column {
+    name: String,
+    kind: Kind,
+    optional: bool,
+}
+
+pub(super) fn plan<'a>(
+    sources: &'a [PathBuf],
+    options: &'a PackOptions,
+    progress: &dyn Progress,
+) -> Result<Plan<'a>, PackError> {
+    let paths = parquet_files(sources)?;
+    progress.start("reading footers", Some(paths.len() as u64), None);
+    let mut files = Vec::with_capacity(paths.len());
+    for p in &paths {
+        files.push(open(p)?);
+        progress.advance(1, 0);
+    }
+    progress.finish();
+    let first = &files[0];
+    let mut notes = Vec::new();
+    // The first file's columns decide the kinds; every other file must agree.
+    let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
+    let mut unsupported: BTreeMap<String, String> = BTreeMap::new();
+    let features = hf_features(first);
+    let hf_type = |name: &str| features.get(name)?.get("_type")?.as_str();
+    for (root, f) in first.meta.schema().fields().iter().enumerate() {
+        let name = f.name();
+        if kinds.contains_key(name) || unsupported.contains_key(name) {
+            return Err(PackError::Input(format!(
+                "{}: column {name:?} appears twice",
+                first.path.display()
+            )));
+        }
+        if name.starts_with("__index_level_") {
+            unsupported.insert(name.clone(), "a pandas index".into());
+            continue;
+        }
+        match kind_of(f.data_type()) {
+            Some(Kind::Bytes) if looks_like_images(first, root, name)? => {
+                kinds.insert(name.clone(), Kind::Image);
+            }
+            // Audio, Video, Pdf store the same {bytes, path} struct as Image
+            Some(Kind::ImageStruct) if hf_type(name).is_some_and(|t| t != "Image") => {
+                let t = hf_type(name).unwrap_or_default();
+                unsupported.insert(name.clone(), format!("a Hugging Face {t} feature"));
+            }
+            Some(k) => {
+                kinds.insert(name.clone(), k);
+            }
+            None => {
+                unsupported.insert(name.clone(), format!("type {}", f.data_type()));
+            }
+        }
+    }
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = 0u64;
+    for file in &files {
+        let schema = file.meta.schema();
+        for (name, kind) in &kinds {
+            let f = schema.field_with_name(name).map_err(|_| {
+                PackError::Input(format!(
+                    "{}: no column {name:?}, which {} has: every file must have the same columns",
+                    file.path.display(),
+                    first.path.display()
+                ))
+            })?;
+            let k = kind_of(f.data_type());
+            let same = match (kind, k) {
+                (Kind::Image | Kind::Bytes, Some(Kind::Bytes)) => true,
+                (a, Some(b)) => *a == b,
+                (_, None) => false,
+            };
+            if !same {
+                return Err(PackError::Input(format!(
+                    "{}: column {name:?} is {} here but {} in {}: every file must have the same \
+                     column types",
+                    file.path.display(),
+                    f.data_type(),
+                    first
+                        .meta
+                        .schema()
+                        .field_with_name(name)
+                        .map_or_else(|_| "?".into(), |f| f.data_type().to_string()),
+                    first.path.display()
+                )));
+            }
+        }
+        let present = present_counts(file);
+        for (root, f) in schema.fields().iter().enumerate() {
+            if kinds.contains_key(f.name()) {
+                *counts.entry(f.name().clone()).or_default() += present[root];
+            }
+        }
+        rows += file.meta.metadata().file_metadata().num_rows().max(0) as u64;
+    }
+    if rows == 0 {
+        return Err(PackError::Empty(format!(
+            "no rows in {} Parquet files",
+            files.len()
+        )));
+    }
+    if let Some(given) = &options.fields {
+        for f in given {
+            if let Some(why) = unsupported.get(&f.name) {
+                return Err(PackError::Input(format!(
+                    "--fields: column {:?} cannot be packed ({why}); columns of binary, string, \
+                     integer, float and list-of-number types can",
+                    f.name
+                )));
+            }
+        }
+    }
+    if !unsupported.is_empty() {
+        notes.push(format!(
+            "left out (no field type for them): {}",
+            unsupported
+                .iter()
+                .map(|(n, why)| format!("column {n:?} ({why})"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let mut source = serde_json::Map::new();
+    let chosen = super::choose_fields(
+        &counts,
+        rows,
+        options.fields.as_deref(),
+        |n| matches!(kinds[n], Kind::Str | Kind::Bytes | Kind::List(_)),
+        |n| format!("column {n:?}"),
+        &mut notes,
+        &mut source,
+    )?;
+    let columns: Vec<Column> = chosen
+        .into_iter()
+        .map(|c| Column {
+            kind: kinds[&c.name],
+            name: c.name,
+            optional: c.optional,
+        })
+        .collect();
+    let schema = Schema::new(
+        columns
+            .iter()
+            .map(|c| Field::new(c.name.clone(), c.kind.field_type()))
+            .collect(),
+    )?;
+    // A Hugging Face ClassLabel column gives the class names (one such column only: a dataset
+    // has one list of classes).
+    let labelled: Vec<(&Column, Vec<String>)> = columns
+        .iter()
+        .filter(|c| c.kind == Kind::Int)
+        .filter_map(|c| Some((c, class_names(features.get(&c.name)?)?)))
+        .collect();
+    let classes = match <[_; 1]>::try_from(labelled) {
+        Ok([(c, names)]) => {
+            source.insert("class_column".into(), c.name.clone().into());
+            Some(names)
+        }
+        Err(_) => None,
+    };
+    let max = options.max_item_bytes;
+    Ok(Plan {
+        schema,
+        classes,
+        items: Some(rows),
+        bytes: None,
+        skipped_early: Vec::new(),
+        notes,
+        source,
+        run: Box::new(move |sink| {
+            let error = std::cell::RefCell::new(None);
+            let (files, columns) = (&files, &columns);
+            let tasks = row_groups(files);
+            let readers = match options.threads {
+                0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+                n => n,
+            }
+            .clamp(1, MAX_READERS)
+            .min(tasks.len().max(1));
+            std::thread::scope(|s| {
+                // reader k decodes row groups k, k + readers, ...; they are taken back in order
+                let mut rxs = Vec::with_capacity(readers);
+                for k in 0..readers {
+                    let (tx, rx) = sync_channel(AHEAD.div_ceil(readers));
+                    let mine: Vec<&Task> = tasks.iter().skip(k).step_by(readers).collect();
+                    std::thread::Builder::new()
+                        .name(format!("stokehold-parquet-read-{k}"))
+                        .spawn_scoped(s, move || read_tasks(files, &mine, columns, &tx))
+                        .map_err(|e| {
+                            PackError::Input(format!("cannot start a reader thread: {e}"))
+                        })?;
+                    rxs.push(rx);
+                }
+                let (mut t, mut current) = (0usize, None::<(Arc<Batch>, usize)>);
+                let jobs = std::iter::from_fn(|| {
+                    loop {
+                        if let Some((b, i)) = &mut current {
+                            if *i < b.rows {
+                                *i += 1;
+                                return Some((Arc::clone(b), *i - 1));
+                            }
+                            current = None;
+                        }
+                        if t >= tasks.len() {
+                            return None;
+                        }
+                        let failed = match rxs[t % readers].recv() {
+                            Ok(Msg::Batch(b)) => {
+                                current = Some((b, 0));
+                                continue;
+                            }
+                            Ok(Msg::End) => {
+                                t += 1;
+                                continue;
+                            }
+                            Ok(Msg::Failed(e)) => e,
+                            Err(_) => PackError::Input(
+                                "a Parquet reader thread stopped unexpectedly".into(),
+                            ),
+                        };
+                        // the first error ends the rows (the packer may ask again)
+                        *error.borrow_mut() = Some(failed);
+                        t = tasks.len();
+                        return None;
+                    }
+                });
+                // when the packer returns, the receivers go and the readers stop at their next
+                // send; the scope joins them
+                sink.run(jobs, |(b, i)| load(&b, i, columns, max))
+            })?;
+            match error.into_inner() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        }),
+    })
+}
+
+/// One row group to decode: the file (an index into the files), the row group, and the file's
+/// row number of its first row.
+type Task = (usize, usize, u64);
+
+/// Every non-empty row group of `files`, in order.
+fn row_groups(files: &[SourceFile]) -> Vec<Task> {
+    let mut tasks = Vec::new();
+    for (f, file) in files.iter().enumerate() {
+        let mut first_row = 0u64;
+        for (g, rg) in file.meta.metadata().row_groups().iter().enumerate() {
+            let rows = rg.num_rows().max(0) as u64;
+            if rows > 0 {
+                tasks.push((f, g, first_row));
+            }
+            first_row += rows;
+        }
+    }
+    tasks
+}
+
+/// What a reader thread sends: a batch, the end of a row group, or the error that stopped it.
+enum Msg {
+    Batch(Arc<Batch>),
+    End,
+    Failed(PackError),
+}
+
+/// Some decoded rows of one file: the chosen columns in field order.
+struct Batch {
+    /// The file, as shown in messages.
+    file: Arc<str>,
+    /// Where relative image paths are resolved.
+    dir: Arc<Path>,
+    /// The file's row number of the first row.
+    first_row: u64,
+    rows: usize,
+    columns: Vec<ArrayRef>,
+}
+
+/// Decode `tasks` in order, sending each row group's batches and then [`Msg::End`]; stops at the
+/// first error (sent) or when the receiver is gone.
+fn read_tasks(files: &[SourceFile], tasks: &[&Task], columns: &[Column], tx: &SyncSender<Msg>) {
+    for &&(f, g, first_row) in tasks {
+        let file = &files[f];
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            read_row_group(file, g, first_row, columns, tx)
+        }))
+        .unwrap_or_else(|p| Err(panicked(&file.path, p.as_ref())));
+        let msg = match r {
+            Ok(true) => Msg::End,
+            Ok(false) => return, // the receiver is gone
+            Err(e) => Msg::Failed(e),
+        };
+        let failed = matches!(msg, Msg::Failed(_));
+        if tx.send(msg).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Decode row group `g` of `file` in batches and send them; `Ok(false)` when the receiver is
+/// gone.
+fn read_row_group(
+    file: &SourceFile,
+    g: usize,
+    first_row: u64,
+    columns: &[Column],
+    tx: &SyncSender<Msg>,
+) -> Result<bool, PackError> {
+    let path = &file.path;
+    let shown: Arc<str> = path.display().to_string().into();
+    let dir: Arc<Path> = path.parent().unwrap_or(Path::new(".")).into();
+    let schema = file.meta.schema();
+    let roots = columns.iter().filter_map(|c| schema.index_of(&c.name).ok());
+    let rg = file.meta.metadata().row_group(g);
+    let rg_rows = rg.num_rows().max(0) as u64;
+    let per_row = (rg.total_byte_size().max(0) as u64 / rg_rows.max(1)).max(1);
+    let batch_rows = (BATCH_BYTES / per_row).clamp(1, BATCH_ROWS as u64) as usize;
+    let f = File::open(path).map_err(|e| PackError::io(path, e))?;
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
+        .with_row_groups(vec![g])
+        .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), roots))
+        .with_batch_size(batch_rows)
+        .build()
+        .map_err(|e| parquet_error(path, Some(g), e))?;
+    let mut read = 0u64;
+    for batch in reader {
+        let batch = batch.map_err(|e| parquet_error(path, Some(g), e.into()))?;
+        let cols: Option<Vec<ArrayRef>> = columns
+            .iter()
+            .map(|c| batch.column_by_name(&c.name).cloned())
+            .collect();
+        let cols = cols.ok_or_else(|| {
+            PackError::Input(format!(
+                "{shown}, row group {g}: a chosen column is missing"
+            ))
+        })?;
+        let b = Batch {
+            file: Arc::clone(&shown),
+            dir: Arc::clone(&dir),
+            first_row: first_row + read,
+            rows: batch.num_rows(),
+            columns: cols,
+        };
+        read += batch.num_rows() as u64;
+        if tx.send(Msg::Batch(Arc::new(b))).is_err() {
+            return Ok(false);
+        }
+    }
+    if read != rg_rows {
+        return Err(PackError::Input(format!(
+            "{shown}, row group {g}: {read} rows decoded, the footer says {rg_rows}"
+        )));
+    }
+    Ok(true)
+}
+
+/// The bytes of binary value `i` (`None`: null, or not a binary array).
+fn binary_at(a: &dyn Array, i: usize) -> Option<&[u8]> {
+    if a.is_null(i) {
+        return None;
+    }
+    if let Some(b) = a.as_binary_opt::<i32>() {
+        Some(b.value(i))
+    } else if let Some(b) = a.as_binary_opt::<i64>() {
+        Some(b.value(i))
+    } else if let Some(b) = a.as_binary_view_opt() {
+        Some(b.value(i))
+    } else {
+        a.as_fixed_size_binary_opt().map(|b| b.value(i))
+    }
+}
+
+/// The text of string value `i` (`None`: null, or not a string array).
+fn string_at(a: &dyn Array, i: usize) -> Option<&str> {
+    if a.is_null(i) {
+        return None;
+    }
+    if let Some(s) = a.as_string_opt::<i32>() {
+        Some(s.value(i))
+    } else if let Some(s) = a.as_string_opt::<i64>() {
+        Some(s.value(i))
+    } else {
+        a.as_string_view_opt().map(|s| s.value(i))
+    }
+}
+
+/// Integer value `i` (not null) as an i64.
+fn int_at(a: &dyn Array, i: usize) -> Result<i64, String> {
+    macro_rules! prim {
+        ($t:ty) => {
+            a.as_primitive::<$t>().value(i)
+        };
+    }
+    Ok(match a.data_type() {
+        DataType::Boolean => i64::from(a.as_boolean().value(i)),
+        DataType::Int8 => prim!(Int8Type).into(),
+        DataType::Int16 => prim!(Int16Type).into(),
+        DataType::Int32 => prim!(Int32Type).into(),
+        DataType::Int64 => prim!(Int64Type),
+        DataType::UInt8 => prim!(UInt8Type).into(),
+        DataType::UInt16 => prim!(UInt16Type).into(),
+        DataType::UInt32 => prim!(UInt32Type).into(),
+        DataType::UInt64 => {
+            let v = prim!(UInt64Type);
+            i64::try_from(v).map_err(|_| format!("{v} does not fit in an int64"))?
+        }
+        t => return Err(format!("{t} is not an integer type")),
+    })
+}
+
+/// Float value `i` (not null) as an f64.
+fn float_at(a: &dyn Array, i: usize) -> Result<f64, String> {
+    Ok(match a.data_type() {
+        DataType::Float16 => a.as_primitive::<Float16Type>().value(i).to_f64(),
+        DataType::Float32 => a.as_primitive::<Float32Type>().value(i).into(),
+        DataType::Float64 => a.as_primitive::<Float64Type>().value(i),
+        t => return Err(format!("{t} is not a float type")),
+    })
+}
+
+/// The elements of list value `i` (not null).
+fn list_at(a: &dyn Array, i: usize) -> Result<ArrayRef, String> {
+    if let Some(l) = a.as_list_opt::<i32>() {
+        Ok(l.value(i))
+    } else if let Some(l) = a.as_list_opt::<i64>() {
+        Ok(l.value(i))
+    } else if let Some(l) = a.as_fixed_size_list_opt() {
+        Ok(l.value(i))
+    } else {
+        Err(format!("{} is not a list type", a.data_type()))
+    }
+}
+
+/// A list's elements as a 1-d array of `dtype`, little-endian.
+fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, String> {
+    if values.null_count() > 0 {
+        return Err(format!(
+            "{} of its {} elements are null (an array has no null elements)",
+            values.null_count(),
+            values.len()
+        ));
+    }
+    macro_rules! le {
+        ($t:ty, $conv:expr) => {
+            values
+                .as_primitive::<$t>()
+                .values()
+                .iter()
+                .flat_map(|&v| $conv(v).to_le_bytes())
+                .collect::<Vec<u8>>()
+        };
+    }
+    let data: Vec<u8> = match values.data_type() {
+        DataType::Boolean => values
+            .as_boolean()
+            .iter()
+            .map(|b| u8::from(b == Some(true)))
+            .collect(),
+        DataType::UInt8 => le!(UInt8Type, std::convert::identity),
+        DataType::Int8 => le!(Int8Type, i32::from),
+        DataType::Int16 => le!(Int16Type, i32::from),
+        DataType::Int32 => le!(Int32Type, std::convert::identity),
+        DataType::UInt16 => le!(UInt16Type, i32::from),
+        DataType::Int64 => le!(Int64Type, std::convert::identity),
+        DataType::UInt32 => le!(UInt32Type, i64::from),
+        DataType::UInt64 => {
+            let mut out = Vec::with_capacity(values.len() * 8);
+            for &v in values.as_primitive::<UInt64Type>().values() {
+                let v = i64::try_from(v).map_err(|_| format!("{v} does not fit in an int64"))?;
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out
+        }
+        DataType::Float16 => le!(Float16Type, std::convert::identity),
+        DataType::Float32 => le!(Float32Type, std::convert::identity),
+        DataType::Float64 => le!(Float64Type, std::convert::identity),
+        t => return Err(format!("elements of type {t} are not numbers")),
+    };
+    debug_assert_eq!(data.len(), values.len() * dtype.size());
+    Ok(ArrayValue {
+        dtype,
+        shape: vec![values.len() as u64],
+        data: Cow::Owned(data),
+    })
+}
+
+/// An image's bytes: a binary value, or a `{bytes, path}` struct's bytes or file. `Ok(None)`:
+/// null.
+fn image_at(
+    a: &dyn Array,
+    i: usize,
+    kind: Kind,
+    dir: &Path,
+    max: u64,
+) -> Result<Option<Vec<u8>>, String> {
+    if kind == Kind::Image {
+        return Ok(binary_at(a, i).map(<[u8]>::to_vec));
+    }
+    let Some(s) = a.as_struct_opt() else {
+        return Err(format!("{} is not a struct", a.data_type()));
+    };
+    if s.is_null(i) {
+        return Ok(None);
+    }
+    if let Some(b) = s
+        .column_by_name("bytes")
+        .and_then(|b| binary_at(b.as_ref(), i))
+    {
+        return Ok(Some(b.to_vec()));
+    }
+    match s
+        .column_by_name("path")
+        .and_then(|p| string_at(p.as_ref(), i))
+    {
+        Some(p) if !p.is_empty() => {
+            let file = dir.join(p);
+            read_file(&file, max)
+                .map(Some)
+                .map_err(|e| format!("no bytes, and its path {}: {e}", file.display()))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
+    let input = format!("{} row {}", b.file, b.first_row + i as u64);
+    let skip = |reason: String| {
+        Loaded::Skip(Skipped {
+            input: input.clone(),
+            reason,
+        })
+    };
+    let mut values = Vec::with_capacity(columns.len());
+    let mut progressive = false;
+    let mut bytes = 0u64;
+    for (c, a) in columns.iter().zip(&b.columns) {
+        let a = a.as_ref();
+        let name = &c.name;
+        let v: Result<Option<FieldValue<'static>>, String> = match c.kind {
+            Kind::Image | Kind::ImageStruct => match image_at(a, i, c.kind, &b.dir, max) {
+                Ok(Some(img)) if img.len() as u64 > max => {
+                    Err(format!("{} bytes, over the limit of {max}", img.len()))
+                }
+                Ok(Some(img)) => match check_image(&img) {
+                    Ok(p) => {
+                        progressive |= p;
+                        Ok(Some(FieldValue::Image(img.into())))
+                    }
+                    Err(e) => Err(e),
+                },
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Kind::Bytes => match binary_at(a, i) {
+                Some(v) if v.len() as u64 > max => {
+                    Err(format!("{} bytes, over the limit of {max}", v.len()))
+                }
+                v => Ok(v.map(|v| FieldValue::Bytes(v.to_vec().into()))),
+            },
+            Kind::Str => Ok(string_at(a, i).map(|s| FieldValue::String(s.to_string().into()))),
+            _ if a.is_null(i) => Ok(None),
+            Kind::Int => int_at(a, i).map(|v| Some(FieldValue::Int64(v))),
+            Kind::Float => float_at(a, i).map(|v| Some(FieldValue::Float64(v))),
+            Kind::List(dtype) => list_at(a, i)
+                .and_then(|l| list_value(l.as_ref(), dtype))
+                .map(|v| Some(FieldValue::Array(v))),
+        };
+        match v {
+            Ok(Some(v)) => {
+                bytes += match &v {
+                    FieldValue::Image(d) | FieldValue::Bytes(d) => d.len() as u64,
+                    FieldValue::String(s) => s.len() as u64,
+                    FieldValue::Array(a) => a.data.len() as u64,
+                    _ => 8,
+                };
+                values.push(v);
+            }
+            Ok(None) => match super::empty_value(&c.kind.field_type()).filter(|_| c.optional) {
+                Some(v) => values.push(v),
+                None => {
+                    return skip(format!(
+                        "column {name:?} is null, a required field (--fields chooses the \
+                         fields; NAME? stores text, bytes or arrays empty where null)"
+                    ));
+                }
+            },
+            Err(e) => return skip(format!("column {name:?}: {e}")),
+        }
+    }
+    Loaded::Sample {
+        input,
+        values,
+        bytes,
+        progressive,
+    }
+}
