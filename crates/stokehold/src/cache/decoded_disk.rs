@@ -612,6 +612,18 @@ fn read_part(path: &Path, part: u32) -> std::result::Result<Part, String> {
 mod tests {
     use super::*;
 
+    /// The cache as the tests want it whatever the disk they run on holds: no floor of free
+    /// space (the floor has its own test below).
+    fn open(root: &Path, key: &str, limit: u64) -> Result<DecodedDisk> {
+        open_parts(root, key, limit, PART_BYTES)
+    }
+
+    fn open_parts(root: &Path, key: &str, limit: u64, part: u64) -> Result<DecodedDisk> {
+        let mut d = DecodedDisk::open_with_part_size(root, key, limit, part)?;
+        d.set_keep_free(Some(0));
+        Ok(d)
+    }
+
     fn image(seed: u8, w: u32, h: u32) -> DecodedImage {
         DecodedImage {
             width: w,
@@ -646,8 +658,7 @@ mod tests {
             .collect();
         let dir = {
             // parts of about three images: several are published on the way
-            let d =
-                DecodedDisk::open_with_part_size(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
+            let d = open_parts(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
             for (i, img) in imgs.iter().enumerate() {
                 d.put(i as u64 * 7, img);
             }
@@ -659,7 +670,7 @@ mod tests {
             d.dir().to_path_buf()
         }; // dropped: the last part is published
         assert!(parts(&dir, "tmp").is_empty());
-        let d = DecodedDisk::open_with_part_size(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
+        let d = open_parts(tmp.path(), "ds/image/p", u64::MAX, 1500).unwrap();
         for (i, img) in imgs.iter().enumerate() {
             assert!(same(&d.get(i as u64 * 7).unwrap(), img), "image {i}");
         }
@@ -672,7 +683,7 @@ mod tests {
                 .starts_with("ds/image/p|")
         );
         // another key is another directory
-        let other = DecodedDisk::open(tmp.path(), "ds/image/q", u64::MAX).unwrap();
+        let other = open(tmp.path(), "ds/image/q", u64::MAX).unwrap();
         assert_ne!(other.dir(), dir);
         assert!(other.get(0).is_none());
     }
@@ -682,7 +693,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let a = image(3, 16, 16);
         let dir = {
-            let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+            let d = open(tmp.path(), "k", u64::MAX).unwrap();
             d.put(1, &a);
             d.put(2, &image(5, 16, 16));
             d.dir().to_path_buf()
@@ -691,7 +702,7 @@ mod tests {
         let mut bytes = fs::read(&part).unwrap();
         bytes[100] ^= 0x01; // inside the first image's pixels
         fs::write(&part, &bytes).unwrap();
-        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        let d = open(tmp.path(), "k", u64::MAX).unwrap();
         assert!(d.get(1).is_none(), "a checksum mismatch is a miss");
         assert!(d.get(2).is_some(), "the other image is fine");
         assert!(d.get(1).is_none());
@@ -701,7 +712,7 @@ mod tests {
         let n = bytes.len();
         bytes[n - FOOTER as usize - 3] ^= 0x10;
         fs::write(&part, &bytes).unwrap();
-        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        let d = open(tmp.path(), "k", u64::MAX).unwrap();
         assert_eq!(d.counts().3, 1);
         assert!(d.get(2).is_none());
         drop(d);
@@ -729,7 +740,7 @@ mod tests {
             for start in [0usize, 20] {
                 let (root, imgs) = (tmp.path(), &imgs);
                 s.spawn(move || {
-                    let d = DecodedDisk::open_with_part_size(root, "k", u64::MAX, 2000).unwrap();
+                    let d = open_parts(root, "k", u64::MAX, 2000).unwrap();
                     // overlapping ranges: both write ids 20..30
                     for (i, img) in imgs.iter().enumerate().skip(start).take(30) {
                         d.put(i as u64, img);
@@ -737,7 +748,7 @@ mod tests {
                 });
             }
         });
-        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        let d = open(tmp.path(), "k", u64::MAX).unwrap();
         assert_eq!(d.stats().entries, 40);
         for (i, img) in imgs.iter().enumerate() {
             assert!(same(&d.get(i as u64).unwrap(), img), "image {i}");
@@ -748,15 +759,12 @@ mod tests {
     #[test]
     fn orphaned_parts_are_swept_and_live_ones_kept() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = DecodedDisk::open(tmp.path(), "k", u64::MAX)
-            .unwrap()
-            .dir()
-            .to_path_buf();
+        let dir = open(tmp.path(), "k", u64::MAX).unwrap().dir().to_path_buf();
         // a part left by a killed process (nobody holds its lock) and one being written now
         fs::write(dir.join("part-1-0.tmp"), b"half written").unwrap();
         let live = File::create(dir.join("part-2-0.tmp")).unwrap();
         assert!(try_lock(&live).unwrap());
-        let d = DecodedDisk::open(tmp.path(), "k", u64::MAX).unwrap();
+        let d = open(tmp.path(), "k", u64::MAX).unwrap();
         assert_eq!(d.counts().2, 1);
         assert!(!dir.join("part-1-0.tmp").exists());
         assert!(dir.join("part-2-0.tmp").exists());
@@ -786,7 +794,7 @@ mod tests {
     fn writing_stops_at_the_limit_and_nothing_fails() {
         let tmp = tempfile::tempdir().unwrap();
         let img = image(7, 10, 10); // 300 bytes
-        let d = DecodedDisk::open(tmp.path(), "k", 650).unwrap();
+        let d = open(tmp.path(), "k", 650).unwrap();
         d.put(0, &img);
         d.put(1, &img); // 2 × (300 + 32) + 32 > 650: not written
         d.put(2, &img);
@@ -800,7 +808,7 @@ mod tests {
             channels: 3,
             data: vec![0; 5].into_boxed_slice(),
         };
-        let d = DecodedDisk::open(tmp.path(), "j", u64::MAX).unwrap();
+        let d = open(tmp.path(), "j", u64::MAX).unwrap();
         d.put(9, &bad);
         assert!(d.get(9).is_none());
     }
