@@ -591,7 +591,7 @@ pub fn restart_interval(mcux: u32) -> u32 {
 }
 
 /// Losslessly rewrite a JPEG as baseline with restart markers aligned to MCU rows (every
-/// [`restart_interval`] MCUs): the same coefficients and pixels, about 1.5% larger, and a crop
+/// [`restart_interval`] MCUs): the same coefficients and pixels, about 4% larger, and a crop
 /// then needs only its share of the Huffman decoding ([`crate::restart::RestartIndex`]).
 ///
 /// A baseline file gets its markers in one pass over its entropy-coded bits, its tables kept

@@ -14,12 +14,13 @@
 //! other than 1 or 3 components, a DC category the file's own table has no code for, damaged
 //! data — and the caller falls back to libjpeg-turbo's transcoder ([`crate::jpeg::with_restarts`]).
 //! Every length and count read from the file is checked against the bytes present before use;
-//! nothing panics on any input (the `jpeg_restarts` fuzz entry point runs it on arbitrary bytes).
+//! nothing panics on any input (`fuzzing::fuzz_image`, the image fuzz target, runs it on arbitrary
+//! bytes).
 
-/// A Huffman table in both directions: decoding by a 9-bit lookup with the canonical slow path
+/// A Huffman table in both directions: decoding by a [`FAST_BITS`]-bit lookup with the canonical slow path
 /// behind it, and encoding (needed for DC tables only).
 struct Huffman {
-    /// Indexed by the next 9 bits: `length << 8 | symbol`, or 0 for codes longer than 9 bits.
+    /// Indexed by the next [`FAST_BITS`] bits: `length << 8 | symbol`, or 0 for longer codes.
     fast: [u16; 1 << FAST_BITS],
     /// Per code length 1..=16: the largest code of that length (-1: none) and the index in
     /// `symbols` of the first code of that length minus that code.
