@@ -18,12 +18,13 @@ that drift in the machine hits every pipeline alike.
     -> ``RandomResizedCrop(224)`` -> ``RandomHorizontalFlip()`` -> ``PILToTensor()`` (uint8 CHW),
     then ``torch.stack`` of every 50 (what a DataLoader's collate does), so that both sides hand
     out [50, 3, 224, 224] uint8 batches.
-(b) stokehold: the same files packed into their own dataset (``stokehold pack`` of a folder of
-    copies), ``stokehold.Loader(ds, 50, threads=1, shuffle=False, transforms={"image":
+(b) stokehold: the same files packed into their own dataset as given (``stokehold pack
+    --no-restart-markers`` of a folder of copies), ``stokehold.Loader(ds, 50, threads=1, shuffle=False, transforms={"image":
     [RandomResizedCrop(224), RandomHorizontalFlip()]}, prefetch=2)``; timed from ``iter(loader)``
     to the last batch (loader creation is timed apart and printed).
-(d) stokehold as (b), over the same files packed with ``--restart-markers`` (lossless: same
-    pixels; crops then Huffman-decode only the rows and columns they need).
+(d) stokehold as (b), over the same files packed by a plain ``stokehold pack`` (its default adds
+    restart markers, losslessly: same pixels; crops then Huffman-decode only the rows and columns
+    they need).
 (c) reference: ``torchvision.io.decode_jpeg`` (RGB) -> ``RandomResizedCrop(224)`` on the uint8
     tensor (antialias) -> ``RandomHorizontalFlip()``, then ``torch.stack`` of every 50.
 
@@ -99,8 +100,8 @@ def main() -> None:
 
     print(f"selecting {args.files} files from {args.src}, packing them into {args.work}/shards")
     files = pick_files(args.src, args.files)
-    shards = make_subset(files, args.src, args.work)
-    marked = make_subset(files, args.src, args.work, "shards-rst", ["--restart-markers"])
+    shards = make_subset(files, args.src, args.work, "shards", ["--no-restart-markers"])
+    marked = make_subset(files, args.src, args.work, "shards-rst")
     blobs = [open(f, "rb").read() for f in files]
     mib = sum(map(len, blobs)) / 2**20
 

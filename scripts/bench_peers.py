@@ -3,7 +3,7 @@
 
     make bench-peers     (installs the peers into .venv-peers, makes bench-data/, runs this)
     python scripts/bench_peers.py --images DIR [--pipeline train|val|both] [--rounds 3]
-        [--threads 2] [--batch 256] [--peers stokehold,stokehold-rst,tfdata,dali,torchvision,pil]
+        [--threads 2] [--batch 256] [--peers stokehold,stokehold-plain,tfdata,dali,torchvision,pil]
 
 DIR is an image folder with one sub-folder per class (``make bench-data`` makes an ImageNet-like
 one). Workload: one epoch of decode + RandomResizedCrop(224) + horizontal flip ("train") or
@@ -13,13 +13,15 @@ and imports included in its time to first batch); the loaders are interleaved ro
 (A B C ..., A B C ...), so slow drift on a shared machine hits them alike, and each figure is the
 median of its rounds. Peers that are not installed are left out with a line saying so.
 
-- ``stokehold``: ``stokehold.Loader`` over ``stokehold pack DIR`` (native threads);
-- ``stokehold-rst``: the same over ``stokehold pack --restart-markers DIR`` (lossless);
+- ``stokehold``: ``stokehold.Loader`` over ``stokehold pack DIR`` (native threads; the JPEGs
+  rewritten losslessly with restart markers, pack's default);
+- ``stokehold-plain``: the same over ``stokehold pack --no-restart-markers DIR`` (bytes as given);
 - ``tfdata``: ``tf.data`` over TFRecords of the same files written here (``tf.io.TFRecordWriter``;
   the conversion is timed beside ``stokehold pack``), ``decode_and_crop_jpeg`` with
   ``sample_distorted_bounding_box`` for the random crop (tf.data's fastest form, decoding only the
-  window), resize, flip, AUTOTUNE, a private thread pool of ``--threads`` (``pip install
-  tensorflow-cpu``);
+  window), bilinear resize without antialiasing (``tf.image.resize``'s default, as in TF's own
+  ImageNet input pipelines; stokehold and torchvision antialias, which costs them more), flip,
+  AUTOTUNE, a private thread pool of ``--threads`` (``pip install tensorflow-cpu``);
 - ``dali``: NVIDIA DALI's CPU pipeline (``device_id=None``): file reader,
   ``decoders.image_random_crop`` (ROI decode), resize, flip, ``--threads`` threads (``pip install
   nvidia-dali-cuda120``);
@@ -48,7 +50,7 @@ import time
 from bench_vs_torch_dataloader import busy_seconds, cpu, pss_kib, tree
 
 T0_ENV = "STOKEHOLD_BENCH_T0"
-PEERS = ["stokehold", "stokehold-rst", "tfdata", "dali", "torchvision", "pil"]
+PEERS = ["stokehold", "stokehold-plain", "tfdata", "dali", "torchvision", "pil"]
 MODULE = {"tfdata": "tensorflow", "dali": "nvidia.dali", "torchvision": "torchvision", "pil": "torchvision"}
 
 
@@ -88,14 +90,14 @@ def loader_tfdata(a, _):
                 aspect_ratio_range=(3 / 4, 4 / 3), max_attempts=10, use_image_if_no_bounding_boxes=True)
             window = tf.stack([begin[0], begin[1], size[0], size[1]])
             img = tf.image.decode_and_crop_jpeg(data, window, channels=3)
-            img = tf.image.resize(img, [224, 224], antialias=True)
+            img = tf.image.resize(img, [224, 224])
             img = tf.image.random_flip_left_right(img)
         else:
             img = tf.io.decode_jpeg(data, channels=3)
             shape = tf.shape(img)
             scale = 256.0 / tf.cast(tf.minimum(shape[0], shape[1]), tf.float32)
             new = tf.cast(tf.round(tf.cast(shape[:2], tf.float32) * scale), tf.int32)
-            img = tf.image.resize(img, new, antialias=True)
+            img = tf.image.resize(img, new)
             img = tf.image.resize_with_crop_or_pad(img, 224, 224)
         return tf.cast(tf.clip_by_value(img, 0, 255), tf.uint8), ex["label"]
 
@@ -178,7 +180,7 @@ def child(a):
 
     t_create = time.time()
     if a.child.startswith("stokehold"):
-        it = loader_stokehold(a, a.shards_rst if a.child == "stokehold-rst" else a.shards)
+        it = loader_stokehold(a, a.shards_plain if a.child == "stokehold-plain" else a.shards)
     elif a.child == "tfdata":
         it = loader_tfdata(a, None)
     elif a.child == "dali":
@@ -201,7 +203,7 @@ def child(a):
 
 def trial(name, a, interval=0.05):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
-    for k in ("images", "shards", "shards_rst", "tfrecords", "pipeline"):
+    for k in ("images", "shards", "shards_plain", "tfrecords", "pipeline"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     cmd += ["--batch", str(a.batch), "--threads", str(a.threads)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **{T0_ENV: repr(time.time())})
@@ -222,15 +224,15 @@ def trial(name, a, interval=0.05):
 
 
 def prepare(a, work, peers):
-    """Pack the images for stokehold (plain and restart-marked) and write TFRecords for tf.data,
+    """Pack the images for stokehold (restart-marked, the default, and plain) and write TFRecords for tf.data,
     timing each conversion."""
     exe = [sys.executable, "-m", "stokehold._cli"]  # the installed package's command
     times = {}
-    for name, extra, dest in (("stokehold pack", [], "shards"), ("stokehold pack --restart-markers", ["--restart-markers"], "shards-rst")):
+    for name, extra, dest in (("stokehold pack", [], "shards"), ("stokehold pack --no-restart-markers", ["--no-restart-markers"], "shards-plain")):
         t = time.time()
         subprocess.run([*exe, "pack", a.images, os.path.join(work, dest), *extra], check=True, capture_output=True)
         times[name] = time.time() - t
-    a.shards, a.shards_rst = os.path.join(work, "shards"), os.path.join(work, "shards-rst")
+    a.shards, a.shards_plain = os.path.join(work, "shards"), os.path.join(work, "shards-plain")
     a.tfrecords = os.path.join(work, "train.tfrecord")
     if "tfdata" in peers:
         code = (
@@ -269,7 +271,7 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--work", help="where the packed copies go (default: a temporary directory)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    for k in ("shards", "shards-rst", "tfrecords"):
+    for k in ("shards", "shards-plain", "tfrecords"):
         ap.add_argument(f"--{k}", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -292,8 +294,8 @@ def main():
         print("conversion: " + "; ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         if "tf.data TFRecord conversion (imports included)" in times:
             tfc = times["tf.data TFRecord conversion (imports included)"]
-            print(f"  stokehold pack --restart-markers vs tf.data's conversion: {tfc / times['stokehold pack --restart-markers']:.2f}x faster; "
-                  f"vs plain pack: {times['stokehold pack'] / times['stokehold pack --restart-markers']:.2f}x its speed")
+            print(f"  stokehold pack (restart markers) vs tf.data's conversion: {tfc / times['stokehold pack']:.2f}x faster; "
+                  f"vs pack --no-restart-markers: {times['stokehold pack --no-restart-markers'] / times['stokehold pack']:.2f}x its speed")
         for pipeline in (["train", "val"] if a.pipeline == "both" else [a.pipeline]):
             a.pipeline = pipeline
             res = {p: [] for p in peers}

@@ -77,7 +77,7 @@ def from_hf(
     baseline: bool = False,
     max_side: Optional[int] = None,
     jpeg_quality: int = 90,
-    restart_markers: bool = False,
+    restart_markers: bool = True,
     storage_options: Optional[Mapping[str, str]] = None,
     tmp_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:
@@ -109,7 +109,8 @@ def from_hf(
     :param baseline: rewrite progressive JPEGs as baseline, losslessly.
     :param max_side: re-encode images whose longer side is over this (lossy).
     :param jpeg_quality: JPEG quality of images re-encoded by ``max_side``.
-    :param restart_markers: rewrite JPEGs with restart markers (faster random crops).
+    :param restart_markers: rewrite JPEGs losslessly with restart markers (faster random
+        crops; the default, as in `stokehold pack`). False stores them as given.
     :param storage_options: credentials and endpoint of an object-storage ``path``.
     :param tmp_dir: where the temporary Parquet file goes (it takes about the dataset's size).
     :returns: the report: ``samples`` and ``shards`` written, ``input_bytes``, ``skipped`` (a

@@ -72,7 +72,7 @@ def _pack(
     baseline: bool = False,
     max_side: Optional[int] = None,
     jpeg_quality: int = 90,
-    restart_markers: bool = False,
+    restart_markers: bool = True,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """Pack ``sources`` (of ``kind``, or told from their names) into a new dataset at ``dest``,

@@ -32,16 +32,18 @@ def make_images(tmp_path, n=24, classes=3):
 def test_pack_verify_inspect_through_the_installed_command(tmp_path):
     imgs = make_images(tmp_path)
     ds_dir = tmp_path / "ds"
-    out = run("pack", imgs, ds_dir, "--shard-size", "8KiB").stdout
+    out = run("pack", imgs, ds_dir, "--shard-size", "8KiB", "--no-restart-markers").stdout
     assert out.startswith("packed 24 samples from image-folder"), out
     assert run("verify", ds_dir).stdout.startswith("ok: ")
     ds = stokehold.Dataset(str(ds_dir))
     assert len(ds) == 24 and ds.classes == ["class_000", "class_001", "class_002"]
+    # --no-restart-markers: the JPEGs are stored byte for byte
     assert all(ds[i]["image"] == (imgs / ds[i]["path"]).read_bytes() for i in range(len(ds)))
     manifest = json.loads(run("inspect", ds_dir, "--json").stdout)
     assert manifest["total_records"] == 24
-    # --restart-markers rewrites the JPEGs losslessly with restart markers (a DRI segment)
-    run("pack", imgs, ds_dir, "--overwrite", "--restart-markers")
+    assert manifest["source"]["restart_markers"] is False
+    # by default pack rewrites the JPEGs losslessly with restart markers (a DRI segment)
+    run("pack", imgs, ds_dir, "--overwrite")
     ds = stokehold.Dataset(str(ds_dir))
     original = (imgs / ds[0]["path"]).read_bytes()
     assert b"\xff\xdd" not in original.split(b"\xff\xda")[0]

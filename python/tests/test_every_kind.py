@@ -80,7 +80,16 @@ def epoch(loader):
 
 
 def tasks():
-    return len(os.listdir("/proc/self/task"))
+    """The engine's threads alive in this process (named ``stokehold-...``; counting only those
+    keeps threads that other libraries start or end meanwhile, e.g. torch's pools, out of it)."""
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                n += f.read().startswith("stokehold")
+        except OSError:  # the thread ended while we looked
+            pass
+    return n
 
 
 def wait_for_tasks(at_most, timeout=10.0):

@@ -26,6 +26,22 @@ def jpegs(tmp_path_factory):
     return sorted(str(p) for p in out.rglob("*.jpg"))
 
 
+def same_image(stored, path):
+    """``stored`` is the JPEG at ``path`` as ``stokehold pack`` stores it by default: rewritten
+    losslessly with restart markers (a DRI segment before the scan), the same pixels (PIL's
+    libjpeg-turbo decodes both)."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    original = open(path, "rb").read()
+    assert b"\xff\xdd" in stored.split(b"\xff\xda")[0], "restart markers"
+    assert b"\xff\xdd" not in original.split(b"\xff\xda")[0]
+    decode = lambda b: np.asarray(Image.open(BytesIO(b)).convert("RGB"))  # noqa: E731
+    np.testing.assert_array_equal(decode(stored), decode(original))
+    return True
+
+
 N = 24
 CORRUPT = 5  # an image that is not one: skipped and counted
 NULL_IMAGE = 9  # a null image: skipped (a required field)
@@ -73,7 +89,7 @@ def test_pack_of_a_pyarrow_parquet_file_maps_columns_and_counts_bad_rows(tmp_pat
     kept = [i for i in range(N) if i not in (CORRUPT, NULL_IMAGE)]
     for stored, i in enumerate(kept):
         s = ds[stored]
-        assert s["image"] == open(jpegs[i], "rb").read()
+        assert same_image(s["image"], jpegs[i])
         assert s["label"] == i % 3
         assert s["caption"] == ("" if i == NULL_CAPTION else f"photo {i}")
         assert s["score"] == i / 4
@@ -151,7 +167,7 @@ def check_hf_pack(out, jpegs, rows):
     assert len(ds) == len(rows)
     for stored, i in enumerate(rows):
         s = ds[stored]
-        assert s["image"] == open(jpegs[i], "rb").read(), i
+        assert same_image(s["image"], jpegs[i]), i
         assert (s["label"], s["text"]) == (i % 3, f"t{i}")
         np.testing.assert_array_equal(s["emb"], np.array(emb(i), dtype=np.float32))
 
@@ -170,6 +186,11 @@ def test_from_hf_in_memory_selected_and_saved_to_disk(tmp_path, jpegs):
     picked = hf.select([7, 2, 11])
     stokehold.from_hf(picked, tmp_path / "picked", fields=["image", "label", "text", "emb"])
     check_hf_pack(tmp_path / "picked", jpegs, [7, 2, 11])
+    # restart_markers=False (as `pack --no-restart-markers`): the bytes exactly as given
+    stokehold.from_hf(picked, tmp_path / "as-given", restart_markers=False)
+    as_given = stokehold.Dataset(str(tmp_path / "as-given"))
+    assert [as_given[k]["image"] for k in range(3)] == [open(jpegs[i], "rb").read() for i in (7, 2, 11)]
+    assert as_given.manifest["source"]["restart_markers"] is False
     # save_to_disk (Arrow files, images embedded) and from_hf of the path: the same dataset
     hf.save_to_disk(str(tmp_path / "saved"))
     stokehold.from_hf(tmp_path / "saved", tmp_path / "disk", max_skip_fraction=0.1, shard_size=8192)

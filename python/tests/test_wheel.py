@@ -123,6 +123,16 @@ def test_a_source_build_without_cmake_or_nasm_says_what_to_install(tmp_path, sou
         subprocess.run([os.path.join(bindir, "maturin"), "sdist", "-o", str(tmp_path / "sdist")],
                        cwd=repo, check=True, capture_output=True, timeout=300)
         (target,) = (tmp_path / "sdist").glob("stokehold-*.tar.gz")
+        # it carries the patched libjpeg-turbo the root Cargo.toml points [patch.crates-io] at
+        import tarfile
+
+        with tarfile.open(target) as t:
+            names = set(t.getnames())
+        root = target.name[: -len(".tar.gz")]
+        for f in ("Cargo.toml", "vendor/turbojpeg-sys/Cargo.toml",
+                  "vendor/turbojpeg-sys/libjpeg-turbo/src/jdhuff.c",
+                  "vendor/turbojpeg-sys/libjpeg-turbo/simd/CMakeLists.txt"):
+            assert f"{root}/{f}" in names, f
     else:
         target = repo
     # a PATH with python, pip and Rust but without cmake, nasm or a C compiler

@@ -637,7 +637,7 @@ fn bottleneck(
         if restart_marked {
             "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and packing with --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
         } else {
-            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and packing with --restart-markers (lossless; this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and repacking with restart markers (lossless; `stokehold pack` adds them unless told --no-restart-markers, and this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
         }
     } else if top.name == "read" {
         "storage is the limit: use faster storage, a RAM-resident dataset (in_memory) or memory maps (--mmap)"
@@ -746,7 +746,7 @@ mod tests {
         );
         // a dataset packed without restart markers is told to pack with them
         let plain = say(&stats("image/decode+crop+resize", 0.8), None, false);
-        assert!(plain.contains("packing with --restart-markers"), "{plain}");
+        assert!(plain.contains("repacking with restart markers"), "{plain}");
         // consumer-bound: the sentence says so instead
         let consumer = say(&stats("image/decode+crop+resize", 0.1), None, true);
         assert!(

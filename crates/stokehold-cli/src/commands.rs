@@ -87,10 +87,14 @@ pub struct PackArgs {
     /// JPEG quality of images re-encoded by --max-side.
     #[arg(long, default_value_t = 90)]
     jpeg_quality: u8,
-    /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows (same
-    /// pixels, ~4% larger, ~0.6 ms of CPU per ImageNet-sized image): random crops then decode
-    /// only the rows and columns they need (~35% faster; centre crops ~25%).
+    /// Store JPEGs exactly as given. By default every JPEG is rewritten losslessly as baseline
+    /// with restart markers aligned to MCU rows (same pixels, ~4% larger, ~0.6 ms of CPU per
+    /// ImageNet-sized image), so random crops decode only the rows and columns they need (~35%
+    /// faster; centre crops ~25%).
     #[arg(long)]
+    no_restart_markers: bool,
+    /// The default (kept so that older scripts still run): JPEGs get restart markers.
+    #[arg(long, hide = true, conflicts_with = "no_restart_markers")]
     restart_markers: bool,
     /// Tokenize text into a token dataset with this tokenizer.json (JSONL sources).
     #[arg(long, value_name = "PATH", value_parser = local_path)]
@@ -164,7 +168,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             max_side: a.max_side,
             quality: a.jpeg_quality,
             max_pixels: a.max_pixels,
-            restart_markers: a.restart_markers,
+            restart_markers: !a.no_restart_markers,
         },
         max_skip_fraction: a.max_skip_fraction,
         fields: a
@@ -224,10 +228,14 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         .iter()
         .any(|f| matches!(f.ty, FieldType::Image { .. }));
     if images && options.images.restart_markers {
+        let progressive = match report.transcoded_to_baseline {
+            0 => String::new(),
+            n => format!(", {} of them progressive before", units::count(n)),
+        };
         writeln!(
             out,
-            "  JPEGs rewritten losslessly with restart markers ({} of them progressive before)",
-            units::count(report.transcoded_to_baseline)
+            "  JPEGs given restart markers for fast crops (lossless{progressive}; \
+             --no-restart-markers keeps them as given)"
         )?;
         list_inputs(
             out,
@@ -337,6 +345,17 @@ pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> 
     }
     if !m.source.is_null() {
         writeln!(out, "source    {}", m.source)?;
+    }
+    match m.source.get("restart_markers").and_then(|v| v.as_bool()) {
+        Some(true) => writeln!(
+            out,
+            "jpegs     rewritten losslessly with row-aligned restart markers (fast crops)"
+        )?,
+        Some(false) => writeln!(
+            out,
+            "jpegs     stored as given (packed with --no-restart-markers)"
+        )?,
+        None => {}
     }
     show_shards(m, out)?;
     if ds.is_empty() {

@@ -53,6 +53,7 @@ fn pack_verify_inspect_round_trip() {
         "2",
         "--max-skip-fraction",
         "0.05",
+        "--no-restart-markers",
     ]);
     assert!(
         out.starts_with("packed 30 samples from image-folder"),
@@ -82,7 +83,8 @@ fn pack_verify_inspect_round_trip() {
     );
     assert!(out.contains("label        1 (class_001)"), "{out}");
     assert!(out.contains("3 components, baseline, "), "{out}");
-    // the JPEGs are stored byte for byte
+    assert!(out.contains("jpegs     stored as given"), "{out}");
+    // with --no-restart-markers the JPEGs are stored byte for byte
     let d = stokehold::format::Dataset::open(&ds).unwrap();
     for i in 0..d.len() {
         let v = d.get(i).unwrap();
@@ -99,25 +101,42 @@ fn pack_verify_inspect_round_trip() {
     // packing again into an existing dataset is refused, with --overwrite it is replaced
     let (r, _) = run_captured(&["pack", imgs_s, ds_s]);
     assert!(r.unwrap_err().to_string().contains("already exists"));
-    // --restart-markers rewrites them losslessly, and inspect says so
-    let out = ok(&[
+    // by default pack rewrites them losslessly with restart markers, and inspect says so
+    // (`--restart-markers`, the old opt-in, is still accepted)
+    for extra in [&[][..], &["--restart-markers"][..]] {
+        let mut args = vec![
+            "pack",
+            imgs_s,
+            ds_s,
+            "--overwrite",
+            "--max-skip-fraction",
+            "0.05",
+        ];
+        args.extend_from_slice(extra);
+        let out = ok(&args);
+        assert!(
+            out.contains(
+                "  JPEGs given restart markers for fast crops (lossless; --no-restart-markers \
+                 keeps them as given)"
+            ),
+            "{out}"
+        );
+        let out = ok(&["inspect", ds_s, "--sample", "12"]);
+        assert!(
+            out.contains("3 components, baseline with row-aligned restart markers, ")
+                && out.contains("jpegs     rewritten losslessly with row-aligned restart"),
+            "{out}"
+        );
+    }
+    let (r, _) = run_captured(&[
         "pack",
         imgs_s,
         ds_s,
         "--overwrite",
         "--restart-markers",
-        "--max-skip-fraction",
-        "0.05",
+        "--no-restart-markers",
     ]);
-    assert!(
-        out.contains("JPEGs rewritten losslessly with restart markers (0 of them progressive"),
-        "{out}"
-    );
-    let out = ok(&["inspect", ds_s, "--sample", "12"]);
-    assert!(
-        out.contains("3 components, baseline with row-aligned restart markers, "),
-        "{out}"
-    );
+    assert!(r.is_err(), "contradicting flags are refused");
 }
 
 #[test]

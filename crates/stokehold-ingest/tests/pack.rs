@@ -23,7 +23,7 @@ fn small_images(dir: &Path, n: usize, classes: usize) {
 }
 
 mod common;
-use common::{jpeg, tree};
+use common::{jpeg, packed, tree};
 
 /// These tests pack a few inputs with bad ones among them on purpose: any share may be skipped
 /// (the skip limit has its own tests).
@@ -104,8 +104,8 @@ fn image_folder_packs_labels_paths_and_original_bytes_identically_on_any_thread_
         };
         assert_eq!(
             bytes.as_ref(),
-            fs::read(src.join(rel.as_ref())).unwrap(),
-            "bytes stored as they are"
+            packed(&fs::read(src.join(rel.as_ref())).unwrap()),
+            "bytes stored as given, with restart markers added losslessly"
         );
         let class: i64 = rel[6..9].parse().unwrap();
         assert_eq!(v[1], FieldValue::Int64(class), "{rel}");
@@ -212,7 +212,7 @@ fn jsonl_columns_become_typed_fields_and_bad_rows_are_skipped() {
         "{reasons:#?}"
     );
     let v = ds.get(0).unwrap();
-    assert_eq!(v[0], FieldValue::Image(jpeg(0).into()));
+    assert_eq!(v[0], FieldValue::Image(packed(&jpeg(0)).into()));
     assert_eq!(v[2], FieldValue::String("a cat".into()));
     assert_eq!(v[3], FieldValue::Int64(3));
     assert_eq!(v[4], FieldValue::String(r#"{"k":[1,2]}"#.into()));
@@ -536,7 +536,7 @@ fn tfrecord_features_become_fields_and_crc_errors_are_reported_with_offsets() {
     let v = ds.get(2).unwrap();
     assert_eq!(v[0], FieldValue::Int64(2));
     assert_eq!(v[1], FieldValue::String("class 2".into()));
-    assert_eq!(v[2], FieldValue::Image(jpeg(2).into()));
+    assert_eq!(v[2], FieldValue::Image(packed(&jpeg(2)).into()));
     let FieldValue::Array(a) = &v[3] else {
         panic!("array")
     };
@@ -626,10 +626,12 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
         "b",
         ImagePolicy {
             baseline: true,
+            restart_markers: false,
             ..ImagePolicy::default()
         },
     );
     assert_eq!((r.progressive_jpegs, r.transcoded_to_baseline), (2, 2));
+    assert_eq!(r.manifest.source["restart_markers"], false);
     assert_eq!(r.manifest.source["transcoded_to_baseline"], 2);
     for i in 0..3 {
         let b = &image(&ds, i);
@@ -650,11 +652,23 @@ fn baseline_transcode_is_lossless_and_max_side_is_recorded() {
     let b = &image(&ds, 0);
     let (_, p) = decode(b);
     assert_eq!((p.width, p.height), (60, 45));
-    // restart markers: every JPEG rewritten losslessly, indexable, same pixels
-    let restart = ImagePolicy {
-        restart_markers: true,
-        ..ImagePolicy::default()
-    };
+    // without restart markers (`--no-restart-markers`) the bytes are kept exactly as given
+    let (r, ds) = pack_with(
+        "p",
+        ImagePolicy {
+            restart_markers: false,
+            ..ImagePolicy::default()
+        },
+    );
+    assert_eq!(r.manifest.source["restart_markers"], false);
+    assert!(r.manifest.source.get("kept_as_is").is_none());
+    for i in 0..3 {
+        let original = fs::read(src.join(format!("a/{i}.jpg"))).unwrap();
+        assert_eq!(image(&ds, i), original, "sample {i} as given");
+    }
+    // restart markers (the default): every JPEG rewritten losslessly, indexable, same pixels
+    let restart = ImagePolicy::default();
+    assert!(restart.restart_markers, "restart markers are the default");
     let (r, ds) = pack_with("r", restart);
     assert_eq!(r.manifest.source["restart_markers"], true);
     assert_eq!(r.transcoded_to_baseline, 2, "the progressive ones");

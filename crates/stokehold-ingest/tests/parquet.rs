@@ -19,7 +19,7 @@ use stokehold_format::{ArrayValue, DType, Dataset, FieldValue};
 use stokehold_ingest::{FieldChoice, NoProgress, PackError, PackOptions, SourceKind, pack};
 
 mod common;
-use common::{jpeg, tree};
+use common::{jpeg, packed, tree};
 
 fn opts(threads: usize) -> PackOptions {
     PackOptions {
@@ -164,7 +164,7 @@ fn parquet_columns_become_typed_fields_and_bad_rows_are_named_and_counted() {
         );
         assert_eq!(
             v[3],
-            FieldValue::Image(jpeg(row as u64).into()),
+            FieldValue::Image(packed(&jpeg(row as u64)).into()),
             "row {row}"
         );
         assert_eq!(v[4], FieldValue::Float64(row as f64 * 0.5));
@@ -391,9 +391,15 @@ fn hugging_face_image_structs_and_class_labels() {
     assert_eq!(ds.len(), 3);
     assert_eq!(
         ds.get(0).unwrap(),
-        vec![FieldValue::Image(jpeg(0).into()), FieldValue::Int64(1)]
+        vec![
+            FieldValue::Image(packed(&jpeg(0)).into()),
+            FieldValue::Int64(1)
+        ]
     );
-    assert_eq!(ds.get(1).unwrap()[0], FieldValue::Image(jpeg(100).into()));
+    assert_eq!(
+        ds.get(1).unwrap()[0],
+        FieldValue::Image(packed(&jpeg(100)).into())
+    );
     assert_eq!(ds.get(2).unwrap()[1], FieldValue::Int64(2));
     let skipped: Vec<(String, String)> = r
         .skipped

@@ -164,6 +164,8 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         files.len()
     );
     // interleave the measurements so drift affects all alike
+    // `cut_slow`, `full_marked_slow`: the restart-marked files with our libjpeg-turbo patch
+    // switched off (upstream's slow Huffman decoder wherever there are restart markers)
     let (mut raw, mut ours, mut fused, mut naive, mut cut, mut cut_tj) = (
         f64::INFINITY,
         f64::INFINITY,
@@ -172,6 +174,8 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         f64::INFINITY,
         f64::INFINITY,
     );
+    let (mut cut_slow, mut full_marked, mut full_marked_slow) =
+        (f64::INFINITY, f64::INFINITY, f64::INFINITY);
     for _ in 0..runs {
         raw = raw.min(raw_full(files));
         ours = ours.min(ours_full(files));
@@ -179,6 +183,11 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         naive = naive.min(best_of(1, || rrc(files, false)));
         cut = cut.min(rrc(&marked, true));
         cut_tj = cut_tj.min(rrc(&marked_tj, true));
+        full_marked = full_marked.min(raw_full(&marked));
+        stokehold_ops::jpeg::set_fast_huffman_in_restart_intervals(false);
+        cut_slow = cut_slow.min(rrc(&marked, true));
+        full_marked_slow = full_marked_slow.min(raw_full(&marked));
+        stokehold_ops::jpeg::set_fast_huffman_in_restart_intervals(true);
     }
     println!(
         "{name}: {} JPEGs, {:.1} MB, best of {runs} passes, one thread",
@@ -206,11 +215,22 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
     );
     let grown = marked.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6 / mb;
     println!(
-        "  same, restart-marked (`pack --restart-markers`, {:+.1}% bytes)   {:8.0} images/s  {:.2}x raw full decode, {:.2}x the fused path",
+        "  same, restart-marked (`stokehold pack`'s default, {:+.1}% bytes)   {:8.0} images/s  {:.2}x raw full decode, {:.2}x the fused path",
         100.0 * (grown - 1.0),
         n / cut,
         raw / cut,
         fused / cut
+    );
+    println!(
+        "  same, restart-marked, unpatched libjpeg-turbo (slow Huffman)   {:8.0} images/s  the patch: {:.2}x",
+        n / cut_slow,
+        cut_slow / cut
+    );
+    println!(
+        "  full decode of the restart-marked files: patched {:8.0} images/s, unpatched {:8.0} images/s  the patch: {:.2}x",
+        n / full_marked,
+        n / full_marked_slow,
+        full_marked_slow / full_marked
     );
     let grown_tj = marked_tj.iter().map(|f| f.len() as f64).sum::<f64>() / 1e6 / mb;
     println!(

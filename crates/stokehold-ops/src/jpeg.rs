@@ -146,9 +146,6 @@ impl Decoder {
         let mut d = Decoder { handle };
         // Corrupt data must be an error, not a partly grey image: stop at the first warning.
         d.set(tj::TJPARAM_TJPARAM_STOPONWARNING, 1)?;
-        if std::env::var_os("XFAST").is_some() {
-            d.set_fast(true)?;
-        } // TEMP
         Ok(d)
     }
 
@@ -513,6 +510,33 @@ unsafe extern "C" {
 pub fn simd_in_use() -> bool {
     // SAFETY: a side-effect-free query of the statically linked library's CPU detection.
     unsafe { jsimd_can_idct_islow() != 0 }
+}
+
+// SAFETY (of the declaration): `int stokehold_jdhuff_fast_restarts` is defined by our patch to
+// the vendored libjpeg-turbo (vendor/turbojpeg-sys/STOKEHOLD.md) and only ever read and written
+// with relaxed atomic operations on both sides; `AtomicI32` has the layout of a C `int`.
+unsafe extern "C" {
+    static stokehold_jdhuff_fast_restarts: std::sync::atomic::AtomicI32;
+}
+
+/// Whether libjpeg-turbo decodes restart-marked JPEGs with its fast Huffman decoder inside
+/// restart intervals (`true`, the default: stokehold's patch, vendor/turbojpeg-sys/STOKEHOLD.md)
+/// or on the slow decoder only, as unpatched libjpeg-turbo does (`false`). Process-wide; for
+/// differential tests, fuzzing and benchmarks of the patch, which must give identical results
+/// either way.
+#[doc(hidden)]
+pub fn set_fast_huffman_in_restart_intervals(on: bool) {
+    use std::sync::atomic::Ordering;
+    // SAFETY: the static exists for the program's lifetime and is only accessed atomically.
+    unsafe { stokehold_jdhuff_fast_restarts.store(i32::from(on), Ordering::Relaxed) }
+}
+
+/// See [`set_fast_huffman_in_restart_intervals`].
+#[doc(hidden)]
+pub fn fast_huffman_in_restart_intervals() -> bool {
+    use std::sync::atomic::Ordering;
+    // SAFETY: as in `set_fast_huffman_in_restart_intervals`.
+    unsafe { stokehold_jdhuff_fast_restarts.load(Ordering::Relaxed) != 0 }
 }
 
 /// A TurboJPEG handle of one kind, destroyed on drop.

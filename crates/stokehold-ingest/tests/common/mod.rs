@@ -38,3 +38,10 @@ pub fn jpeg(seed: u64) -> Vec<u8> {
     .unwrap();
     fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
 }
+
+/// What `pack` stores for the JPEG `src` by default: the same image rewritten losslessly with
+/// restart markers (or `src` itself where the rewrite refuses it).
+#[allow(dead_code)] // not every test file that includes this module uses it
+pub fn packed(src: &[u8]) -> Vec<u8> {
+    stokehold_ops::jpeg::with_restarts(src).unwrap_or_else(|_| src.to_vec())
+}
