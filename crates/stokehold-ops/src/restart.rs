@@ -10,7 +10,7 @@
 //! intervals in order with their restart markers renumbered. Decoding that is exact (the same
 //! coefficients), and costs only the rectangle's share of the Huffman work.
 //!
-//! `stokehold pack --restart-markers` adds such markers losslessly ([`crate::jpeg::with_restarts`]);
+//! `stokehold pack` adds such markers losslessly by default ([`crate::jpeg::with_restarts`]);
 //! [`RestartIndex::parse`] recognises a file that has them and [`RestartIndex::extract`] builds
 //! the sub-image. Files without markers, progressive or arithmetic-coded files, multi-scan files
 //! and anything unexpected are simply not indexable ([`RestartIndex::parse`] returns `None`) and

@@ -1,5 +1,5 @@
 //! Restart markers put into a baseline JPEG without decoding it: the fast lossless rewrite behind
-//! `stokehold pack --restart-markers` (see [`crate::restart`] for why the markers pay).
+//! `stokehold pack`'s default (see [`crate::restart`] for why the markers pay).
 //!
 //! libjpeg-turbo's transcoder decodes every coefficient into memory, optimises new Huffman
 //! tables in a second pass and encodes everything again (about 1.3 ms for an ImageNet-sized
