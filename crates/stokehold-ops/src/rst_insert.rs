@@ -9,6 +9,11 @@
 //! after a marker, which is re-encoded against a predictor of 0 (what a restart means). The
 //! tables, the coefficients and so the pixels stay exactly the same.
 //!
+//! Two passes over the bits: [`Plan::walk`] finds where each interval's first blocks lie (a tight
+//! loop: the reader refills unconditionally, two AC symbols per refill, and a table gives each
+//! symbol's bit count and coefficient step at once), then the output is the input's bit spans
+//! between those blocks, shifted, with their DC differences re-encoded.
+//!
 //! [`insert_restarts`] returns `None` for everything it does not handle — progressive or
 //! arithmetic coding, several scans, 12-bit samples, files that already have restart markers,
 //! other than 1 or 3 components, a DC category the file's own table has no code for, damaged
@@ -29,8 +34,8 @@ struct Huffman {
     symbols: Vec<u8>,
     /// Per symbol: its code and length (length 0: the table has no code for it).
     encode: [(u16, u8); 256],
-    /// For AC tables, indexed like `fast`: `(code length + value bits) << 8 | symbol`: a block's
-    /// AC values are never needed, only where they end.
+    /// For AC tables, indexed like `fast`: `ac_step(symbol) << 8 | (code length + value bits)`
+    /// (0 for longer codes): a block's AC values are never needed, only where they end.
     fast_skip: [u16; 1 << FAST_BITS],
 }
 
@@ -61,7 +66,7 @@ impl Huffman {
                 if len <= FAST_BITS {
                     let shift = FAST_BITS - len;
                     let base = (code << shift) as usize;
-                    let skip = (len as u16 + u16::from(sym & 15)) << 8 | u16::from(sym);
+                    let skip = u16::from(ac_step(sym)) << 8 | (len as u16 + u16::from(sym & 15));
                     h.fast[base..base + (1 << shift)].fill((len as u16) << 8 | u16::from(sym));
                     h.fast_skip[base..base + (1 << shift)].fill(skip);
                 }
@@ -76,24 +81,23 @@ impl Huffman {
         Some(h)
     }
 
-    /// The next AC symbol of `r`, its value bits skipped too.
+    /// The next AC symbol of `r` skipped with its value bits (at most 26 bits: see
+    /// [`Bits::skip`]), and its [`ac_step`].
     #[inline(always)]
-    fn skip_ac(&self, r: &mut Bits<'_>) -> Option<u8> {
-        r.fill();
+    fn skip_ac(&self, r: &mut Bits<'_>) -> Option<u32> {
         let e = self.fast_skip[(r.peek16() >> (16 - FAST_BITS)) as usize];
         if e != 0 {
-            r.skip(u32::from(e >> 8));
-            return Some(e as u8);
+            r.skip(u32::from(e & 0xFF));
+            return Some(u32::from(e >> 8));
         }
         let rs = self.decode(r)?;
         r.skip(u32::from(rs & 15));
-        Some(rs)
+        Some(u32::from(ac_step(rs)))
     }
 
-    /// The next symbol of `r`.
+    /// The next symbol of `r` (at most 16 bits).
     #[inline(always)]
     fn decode(&self, r: &mut Bits<'_>) -> Option<u8> {
-        r.fill();
         let peek = r.peek16();
         let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
         if e != 0 {
@@ -149,16 +153,18 @@ impl Bits<'_> {
         self.next as u64 * 8 - u64::from(self.n)
     }
 
-    /// At least 32 valid bits in `buf` (56 or more after a refill).
+    /// At least 56 valid bits in `buf`. Unconditional: a refill costs less than the branch
+    /// mispredictions of testing whether one is due.
     #[inline(always)]
     fn fill(&mut self) {
-        if self.n < 32 {
-            let w = word_at(self.data, self.next as u64 * 8);
-            self.buf |= w >> self.n;
-            let k = (63 - self.n) >> 3;
-            self.next += k as usize;
-            self.n += 8 * k;
-        }
+        let w = match self.data.get(self.next..self.next + 8) {
+            Some(b) => u64::from_be_bytes(b.try_into().unwrap_or([0xFF; 8])),
+            None => word_at(self.data, self.next as u64 * 8),
+        };
+        self.buf |= w >> self.n;
+        let k = (63 - self.n) >> 3;
+        self.next += k as usize;
+        self.n += 8 * k;
     }
 
     #[inline(always)]
@@ -166,17 +172,19 @@ impl Bits<'_> {
         (self.buf >> 48) as u32
     }
 
-    /// Consume `k` (at most 32) bits; `fill` must have run since the last 32 consumed.
+    /// Consume `k` (at most 32) bits. [`Bits::fill`] must have run since more than 56 were
+    /// consumed: every caller reads at most 52 bits per refill (tables with longer values are
+    /// refused before reading), so `n` cannot wrap.
     #[inline(always)]
     fn skip(&mut self, k: u32) {
         self.buf <<= k;
-        self.n = self.n.saturating_sub(k);
+        self.n = self.n.wrapping_sub(k);
     }
 
-    /// The next `k` (1..=16) bits as a number.
+    /// The next `k` (0..=16) bits as a number.
     #[inline(always)]
     fn take(&mut self, k: u32) -> u32 {
-        let v = (self.buf >> (64 - k)) as u32;
+        let v = ((self.buf >> 1) >> (63 - k)) as u32;
         self.skip(k);
         v
     }
@@ -241,6 +249,32 @@ impl Writer {
     }
 }
 
+/// How far AC symbol `rs` (run/size) moves the coefficient index: run + 1 for a value, 16 for a
+/// run of 16 zeros, [`EOB_STEP`] for the end of block.
+fn ac_step(rs: u8) -> u8 {
+    match (rs >> 4, rs & 15) {
+        (15, 0) => 16,
+        (_, 0) => EOB_STEP,
+        (run, _) => run + 1,
+    }
+}
+
+/// Larger than any index a block reaches otherwise (63 + 16), so one comparison tells the end of a
+/// block from a run past its last coefficient.
+const EOB_STEP: u8 = 128;
+
+/// The coefficient index after an AC symbol of [`ac_step`] `step` read at index `k` (1..=63): 64
+/// or more ends the block; `None` for a run past the block's last coefficient (index 63).
+#[inline(always)]
+fn ac_advance(k: u32, step: u32) -> Option<u32> {
+    let k = k + step;
+    // 65..=79: a value or a run of zeros beyond index 63 (EOB gives 129 or more)
+    if k.wrapping_sub(65) < 15 {
+        return None;
+    }
+    Some(k)
+}
+
 /// The magnitude category of a DC difference and its bits (JPEG's "extend" inverted).
 fn dc_bits(v: i32) -> (u32, u32) {
     let cat = 32 - v.unsigned_abs().leading_zeros();
@@ -256,6 +290,85 @@ struct Component {
     id: u8,
     h: u32,
     v: u32,
+}
+
+/// A restart interval's first block of one component: where it starts, where its DC difference
+/// ends, and the file's DC predictor before and after it.
+#[derive(Debug)]
+struct FirstBlock {
+    start: u64,
+    dc_end: u64,
+    pred_before: i32,
+    pred_after: i32,
+}
+
+/// The scan to walk: per component in scan order its DC and AC tables and blocks per MCU; the
+/// number of MCUs; MCUs per restart interval.
+struct Plan<'a, 't> {
+    comps: &'a [(&'t Huffman, &'t Huffman, u32)],
+    mcus: u64,
+    interval: u64,
+}
+
+impl Plan<'_, '_> {
+    /// Walk every block of the scan, noting each interval's first blocks in `firsts` (the
+    /// components of one interval together, in scan order); the bit position where the scan's
+    /// blocks end. `None` for damaged data or data that ends inside a block.
+    ///
+    /// A function of its own so that the reader's state stays in registers.
+    fn walk(&self, r: &mut Bits<'_>, firsts: &mut Vec<FirstBlock>) -> Option<u64> {
+        let mut b = Bits { ..*r };
+        let mut pred = [0i32; 4];
+        for m in 0..self.mcus {
+            let first_mcu = m % self.interval == 0;
+            if first_mcu && b.pos() > b.end {
+                return None; // past the data (checked per interval, not only at the end: a
+                // crafted header could ask for billions of MCUs)
+            }
+            for (c, &(dct, act, blocks)) in self.comps.iter().enumerate() {
+                for i in 0..blocks {
+                    let start = b.pos();
+                    b.fill();
+                    let s = u32::from(dct.decode(&mut b)?);
+                    if s > 11 {
+                        return None;
+                    }
+                    // JPEG's "extend", without branches: below half the range means negative
+                    let v = b.take(s) as i32;
+                    let negative = i32::from(v < (1 << s) >> 1);
+                    let diff = v - negative * ((1 << s) - 1);
+                    let pred_before = pred[c];
+                    pred[c] += diff;
+                    if pred[c].unsigned_abs() > 1 << 16 {
+                        return None; // far outside any 8-bit DC coefficient: damaged data
+                    }
+                    if first_mcu && i == 0 {
+                        firsts.push(FirstBlock {
+                            start,
+                            dc_end: b.pos(),
+                            pred_before,
+                            pred_after: pred[c],
+                        });
+                    }
+                    // AC: only where the block's bits end. The first symbol shares the DC's
+                    // refill (at most 27 + 26 bits), then two symbols per refill (at most
+                    // 2 x 26 bits; a refill leaves at least 56).
+                    let mut k = ac_advance(1, act.skip_ac(&mut b)?)?;
+                    while k < 64 {
+                        b.fill();
+                        k = ac_advance(k, act.skip_ac(&mut b)?)?;
+                        if k < 64 {
+                            k = ac_advance(k, act.skip_ac(&mut b)?)?;
+                        }
+                    }
+                }
+            }
+        }
+        // positions only grow: a block that ran past the data leaves the end past it too
+        let end = b.pos();
+        *r = b;
+        (end <= r.end).then_some(end)
+    }
 }
 
 /// `data` with restart markers every [`crate::jpeg::restart_interval`] MCUs (aligned to MCU
@@ -318,6 +431,14 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
                     let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
                     let symbols = s.get(17..17 + total)?;
                     if id > 3 || class > 1 || total > 256 {
+                        return None;
+                    }
+                    // 8-bit data has AC values of at most 10 bits and DC differences of at
+                    // most 11: a table with more is refused (the reader's refill depends on it)
+                    if symbols
+                        .iter()
+                        .any(|&v| if class == 0 { v > 11 } else { v & 15 > 10 })
+                    {
                         return None;
                     }
                     let table = Some(Huffman::new(counts, symbols)?);
@@ -390,6 +511,15 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
         end,
     };
 
+    // first where every interval's first blocks lie (the only bits that change), then the output
+    let plan = Plan {
+        comps: &plan,
+        mcus: u64::from(mcux) * u64::from(mcuy),
+        interval: u64::from(interval),
+    };
+    let mut firsts = Vec::with_capacity(mcuy as usize * ns + ns);
+    let end = plan.walk(&mut r, &mut firsts)?;
+
     let mut out = Writer {
         out: Vec::with_capacity(data.len() + data.len() / 32 + 64),
         acc: 0,
@@ -399,79 +529,32 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
     out.out.extend_from_slice(&[0xFF, 0xDD, 0x00, 0x04]);
     out.out.extend_from_slice(&interval16.to_be_bytes());
     out.out.extend_from_slice(&data[sos_at..start]);
-
-    let mut pred = [0i32; 4]; // the file's DC predictors (it has no restarts)
-    let mut out_pred = [0i32; 4]; // ours, reset at every marker
-    let mcus = u64::from(mcux) * u64::from(mcuy);
-    let mut marker = 0u8;
-    for m in 0..mcus {
-        if m > 0 && m % u64::from(interval) == 0 {
+    // the input bits from `span_from` on go to the output unchanged
+    let mut span_from = 0u64;
+    for (i, first) in firsts.chunks(ns).enumerate() {
+        if i > 0 {
+            out.copy(&bytes, span_from, first[0].start);
+            span_from = first[0].start;
             out.align();
-            out.out.extend_from_slice(&[0xFF, 0xD0 + marker]);
-            marker = (marker + 1) % 8;
-            out_pred = [0; 4];
+            out.out
+                .extend_from_slice(&[0xFF, 0xD0 + ((i - 1) % 8) as u8]);
         }
-        for (c, &(dct, act, blocks)) in plan.iter().enumerate() {
-            for _ in 0..blocks {
-                let block_start = r.pos();
-                let s = u32::from(dct.decode(&mut r)?);
-                if s > 11 {
-                    return None;
+        for (f, &(dct, _, _)) in first.iter().zip(plan.comps) {
+            if f.pred_before != 0 {
+                // the DC difference against a predictor of 0, as a restart asks
+                out.copy(&bytes, span_from, f.start);
+                let (cat, bits) = dc_bits(f.pred_after);
+                let (code, len) = dct.encode[cat as usize];
+                if len == 0 {
+                    return None; // the table has no code for this category
                 }
-                let diff = if s == 0 {
-                    0
-                } else {
-                    let v = r.take(s) as i32;
-                    if v < 1 << (s - 1) {
-                        v - (1 << s) + 1
-                    } else {
-                        v
-                    }
-                };
-                let dc_end = r.pos();
-                pred[c] += diff;
-                if pred[c].unsigned_abs() > 1 << 16 {
-                    return None; // far outside any 8-bit DC coefficient: damaged data
-                }
-                // AC: find where the block's bits end
-                let mut k = 1u32;
-                while k < 64 {
-                    let rs = act.skip_ac(&mut r)?;
-                    let (run, size) = (u32::from(rs >> 4), rs & 15);
-                    if size == 0 {
-                        if run != 15 {
-                            break; // end of block
-                        }
-                        k += 16;
-                        continue;
-                    }
-                    k += run;
-                    if k > 63 {
-                        return None;
-                    }
-                    k += 1;
-                }
-                let block_end = r.pos();
-                if block_end > r.end {
-                    return None; // the data ended inside this block
-                }
-                let out_diff = pred[c] - out_pred[c];
-                out_pred[c] = pred[c];
-                if out_diff == diff {
-                    out.copy(r.data, block_start, block_end);
-                } else {
-                    let (cat, bits) = dc_bits(out_diff);
-                    let (code, len) = dct.encode[cat as usize];
-                    if len == 0 {
-                        return None; // the table has no code for this category
-                    }
-                    out.put(u64::from(code), u32::from(len));
-                    out.put(u64::from(bits), cat);
-                    out.copy(r.data, dc_end, block_end);
-                }
+                out.put(u64::from(code), u32::from(len));
+                out.put(u64::from(bits), cat);
+                span_from = f.dc_end;
             }
         }
     }
+    out.copy(&bytes, span_from, end);
     out.align();
     let mut out = out.out;
     out.extend_from_slice(&data[tail..]);

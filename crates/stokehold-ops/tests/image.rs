@@ -675,6 +675,30 @@ fn restart_index_refuses_what_it_cannot_cut() {
 /// restart index takes, which decodes to exactly what libjpeg-turbo decodes from the damaged
 /// input when that decodes without a warning.
 #[test]
+fn restart_rewrite_leaves_tables_with_oversized_values_to_the_transcoder() {
+    // an extra AC table (id 3, unused by the scan) whose one symbol has 11 value bits, more than
+    // 8-bit data can have: the one-pass rewrite's reader relies on that bound, so it refuses the
+    // file, and `with_restarts` still gives the same pixels through libjpeg-turbo's transcoder
+    let src = jpeg(97, 61, 7, false);
+    let mut odd = src[..2].to_vec();
+    odd.extend_from_slice(&[0xFF, 0xC4, 0x00, 0x14, 0x13, 1]);
+    odd.extend_from_slice(&[0; 15]);
+    odd.push(0x0B);
+    odd.extend_from_slice(&src[2..]);
+    assert!(stokehold_ops::rst_insert::insert_restarts(&src).is_some());
+    assert!(stokehold_ops::rst_insert::insert_restarts(&odd).is_none());
+    let rst = stokehold_ops::jpeg::with_restarts(&odd).unwrap();
+    assert!(stokehold_ops::restart::RestartIndex::parse(&rst).is_some());
+    let mut d = Decoder::new().unwrap();
+    let (mut a, mut b) = (Pixels::default(), Pixels::default());
+    d.decode(&odd, Scale::FULL, None, false, 1 << 24, &mut a)
+        .unwrap();
+    d.decode(&rst, Scale::FULL, None, false, 1 << 24, &mut b)
+        .unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
 fn restart_rewrite_survives_damaged_files() {
     use stokehold_ops::restart::RestartIndex;
     use stokehold_ops::rst_insert::insert_restarts;
