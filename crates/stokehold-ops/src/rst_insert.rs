@@ -9,7 +9,7 @@
 //! after a marker, which is re-encoded against a predictor of 0 (what a restart means). The
 //! tables, the coefficients and so the pixels stay exactly the same.
 //!
-//! Two passes over the bits: [`Plan::walk`] finds where each interval's first blocks lie (a tight
+//! Two passes over the bits: `Plan::walk` finds where each interval's first blocks lie (a tight
 //! loop: the reader refills unconditionally, two AC symbols per refill, and a table gives each
 //! symbol's bit count and coefficient step at once), then the output is the input's bit spans
 //! between those blocks, shifted, with their DC differences re-encoded.
