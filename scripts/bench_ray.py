@@ -7,7 +7,7 @@ DIR is an image folder (class sub-folders of JPEGs, e.g. one made by
 ../shared/bench/make-imagenet-like, or `stokehold sample-data`); without it a sample set is
 generated. Both sides write the same schema (image:jpeg + label) to local disk:
 
-- pack: `stokehold pack --no-restart-markers` (in-process, --threads = the CPUs; the Datasink stores bytes as given, so like for like);
+- pack: `stokehold pack --no-restart-markers` (in-process, --threads = the CPUs; the Datasink with restart_markers=False, bytes as given on both sides);
 - ray:  paths → map_batches (read the file, label from the path) → stokehold.ray.Datasink, on a
         local Ray cluster of --cpus CPUs (started before timing; its start is reported apart),
         with 1, 2 and 4 concurrent tasks (each asks for cpus/tasks CPUs, so 4 tasks share 2); the
@@ -80,7 +80,7 @@ def main() -> int:
             with open(p, "rb") as f:
                 f.read()
         pack_out = os.path.join(tmp, "pack")
-        # --no-restart-markers: the Datasink stores the bytes it is given, so like for like
+        # --no-restart-markers, and the Datasink's restart_markers=False: bytes as given on both sides
         pack_s = timed(lambda: run_cli(["stokehold", "pack", subset, pack_out, "--threads", str(args.cpus),
                                         "--shard-size", "64MiB", "--no-restart-markers"]) == 0
                        or sys.exit("pack failed"))
@@ -117,7 +117,8 @@ def main() -> int:
             else:
                 ds = ray.data.read_binary_files(part, include_paths=True, override_num_blocks=tasks)
                 ds = ds.map_batches(label, batch_size=None, num_cpus=args.cpus / w)
-            ds.write_datasink(sray.Datasink(out, overrides={"image": "image:jpeg"}, classes=classes),
+            ds.write_datasink(sray.Datasink(out, overrides={"image": "image:jpeg"}, classes=classes,
+                                            restart_markers=False),
                               ray_remote_args={"num_cpus": args.cpus / w})
             return tasks
 

@@ -204,7 +204,10 @@ class PartWriter:
     """One write task's writer of a dataset written by many (``stokehold.ray.Datasink``):
     shards named ``shard-<run>-<task>-<k>.skh`` written straight into ``path`` (a directory made
     by :func:`prepare_parts`, or an object-storage URL); no manifest (:func:`commit_parts` writes
-    it). A writer aborted or dropped unfinished removes the shards it wrote.
+    it). A writer aborted or dropped unfinished removes the shards it wrote. With
+    ``restart_markers=True`` every JPEG in an image field is rewritten losslessly with restart
+    markers as ``stokehold pack`` does (one it refuses is kept as given, counted in
+    :attr:`kept_as_is`).
 
     :raises SchemaError: the schema, an option or the run tag is invalid.
     """
@@ -220,7 +223,11 @@ class PartWriter:
         align: int = 1,
         zstd_level: int = 3,
         storage_options: Optional[Dict[str, str]] = None,
+        restart_markers: bool = False,
     ) -> "PartWriter": ...
+    @property
+    def kept_as_is(self) -> int:
+        """JPEGs stored as given so far because the restart-marker rewrite refused them."""
     def write(self, sample: Dict[str, Any]) -> int:
         """Append one sample (a dict with exactly the schema's fields); returns its index."""
     def write_columns(self, columns: Dict[str, Sequence[Any]]) -> int:

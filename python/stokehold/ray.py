@@ -194,6 +194,10 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
         that tokenizer (or the path of its ``tokenizer.json``), copied into the dataset.
     :param text_field: the input field the text came from (recorded in the manifest).
     :param min_rows_per_write: rows Ray gathers for one write task (fewer, larger tasks).
+    :param restart_markers: rewrite every JPEG in an image field losslessly with restart markers,
+        as ``stokehold pack`` does by default (crops then decode only their share of the file);
+        ``False`` stores the bytes as given. A file the rewrite refuses is kept as given and
+        counted in the manifest's ``source.kept_as_is``.
     """
 
     def __init__(
@@ -210,8 +214,10 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
         tokenizer: Union[Tokenizer, _PathLike, None] = None,
         text_field: str = "text",
         min_rows_per_write: Optional[int] = None,
+        restart_markers: bool = True,
     ) -> None:
         self.path = os.fspath(path)
+        self.restart_markers = restart_markers
         self.overrides = dict(overrides or {})
         self.storage_options = dict(storage_options or {})
         self.shard_size = shard_size
@@ -275,6 +281,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                         align=self.align,
                         zstd_level=self.zstd_level,
                         storage_options=self.storage_options,
+                        restart_markers=self.restart_markers,
                     )
                 self._check_block(schema, table.schema, task, b)
                 columns = {n: _column_values(table, n, s) for n, s in schema.items()}
@@ -295,7 +302,9 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
             if writer is not None:
                 writer.abort()
             raise
-        return {"task": task, "rows": rows, "tokens": tokens, "shards": shards, "schema": schema}
+        kept = writer.kept_as_is if writer is not None else 0
+        return {"task": task, "rows": rows, "tokens": tokens, "shards": shards, "schema": schema,
+                "kept_as_is": kept}
 
     def _check_block(
         self, schema: Dict[str, str], arrow: "pa.Schema", task: int, block: int
@@ -355,6 +364,11 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 )
         shards = [s for r in results for s in r["shards"]]
         source: Dict[str, Any] = {"kind": "ray"}
+        if any(spec.startswith("image") for spec in schema.values()):
+            # as pack records it: whether the JPEGs carry restart markers, and how many were
+            # kept as given because the rewrite refused them
+            source["restart_markers"] = self.restart_markers
+            source["kept_as_is"] = sum(r.get("kept_as_is", 0) for r in results)
         files: Dict[str, bytes] = {}
         if self.tokenizer is not None:
             meta = self.tokenizer.meta()

@@ -89,7 +89,8 @@ def test_datasink_writes_each_row_once_in_order_and_reads_back(cluster, tmp_path
     assert all(s.startswith(f"shard-{run}-") for s in shards) and shards == sorted(shards)
     assert len({s.split("-")[2] for s in shards}) > 1 and len(shards) > 6
     assert files_in(dest) == sorted(shards + ["manifest.json"])
-    assert manifest["source"] == {"kind": "ray"}
+    # an image field (bytes that are not JPEGs: nothing to rewrite, stored as given)
+    assert manifest["source"] == {"kind": "ray", "restart_markers": True, "kept_as_is": 0}
     assert run_cli(["stokehold", "verify", str(dest)]) == 0
 
     # and back into Ray: one read task per shard range, the same rows
@@ -232,6 +233,32 @@ def test_recipe_jpeg_files_to_a_dataset_the_loader_decodes(cluster, tmp_path):
     labels = np.concatenate([b["label"] for b in loader])
     assert sorted(labels.tolist()) == sorted(classes.index(p.split("/")[-2]) for p in paths)
     assert next(iter(loader))["image"].shape == (8, 3, 32, 32)  # CHW by default
+
+
+def test_datasink_gives_jpegs_restart_markers_as_pack_does(cluster, tmp_path):
+    from test_parquet import same_image
+
+    images = tmp_path / "images"
+    assert run_cli(["stokehold", "sample-data", str(images), "--images", "12", "--classes", "2",
+                    "--size", "96x64"]) == 0
+    paths = sorted(str(p) for p in images.rglob("*.jpg"))
+    items = [{"image": open(p, "rb").read(), "id": i} for i, p in enumerate(paths)]
+    # a truncated JPEG: the lossless rewrite refuses it, so it is kept as given and counted
+    items.append({"image": items[0]["image"][: len(items[0]["image"]) // 2], "id": len(items)})
+    overrides = {"image": "image:jpeg"}
+    marked, plain = tmp_path / "marked", tmp_path / "plain"
+    ray.data.from_items(items, override_num_blocks=3).write_datasink(
+        sray.Datasink(marked, overrides=overrides))
+    ray.data.from_items(items, override_num_blocks=3).write_datasink(
+        sray.Datasink(plain, overrides=overrides, restart_markers=False))
+    out, given = stokehold.Dataset(marked), stokehold.Dataset(plain)
+    assert out.manifest["source"] == {"kind": "ray", "restart_markers": True, "kept_as_is": 1}
+    assert given.manifest["source"] == {"kind": "ray", "restart_markers": False, "kept_as_is": 0}
+    for i, p in enumerate(paths):
+        assert out[i]["id"] == i
+        same_image(out[i]["image"], p)  # restart markers, the same pixels
+        assert given[i]["image"] == items[i]["image"]  # as given
+    assert out[len(paths)]["image"] == items[-1]["image"]
 
 
 def test_recipe_tokenized_on_ray_is_byte_identical_to_pack(cluster, tmp_path):

@@ -1,13 +1,14 @@
 //! Datasets written by many writers (`stokehold_format::parts`), for `stokehold.ray`: one
 //! `PartWriter` per write task, `prepare_parts` / `commit_parts` / `abort_parts` on the driver.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stokehold_format::parts::{self, Commit};
-use stokehold_format::{PartWriter as FormatPartWriter, ShardInfo};
+use stokehold_format::{FieldValue, ImageCodec, PartWriter as FormatPartWriter, ShardInfo};
 
 use crate::convert::prepare;
 use crate::errors::{schema_error, stokehold_error, to_py_err};
@@ -20,6 +21,11 @@ use crate::writer::{batch_columns, parse_schema, prepare_sample, values_of, writ
 pub struct PartWriter {
     inner: Option<FormatPartWriter>,
     path: PathBuf,
+    /// JPEGs in image fields are rewritten losslessly with restart markers, as `stokehold pack`
+    /// does by default.
+    restart_markers: bool,
+    /// JPEGs stored as given because the rewrite refused them (as pack's `kept_as_is`).
+    kept_as_is: u64,
 }
 
 impl PartWriter {
@@ -28,6 +34,42 @@ impl PartWriter {
             stokehold_error(format!("PartWriter for {} is closed", self.path.display()))
         })
     }
+}
+
+/// `values` with every JPEG in an image field rewritten losslessly with restart markers (what
+/// `stokehold pack` does by default); a file the rewrite refuses is kept as given and counted in
+/// `kept`.
+fn with_restart_markers<'a>(values: Vec<FieldValue<'a>>, kept: &mut u64) -> Vec<FieldValue<'a>> {
+    values
+        .into_iter()
+        .map(|v| match v {
+            FieldValue::Image(b) if ImageCodec::sniff(&b) == Some(ImageCodec::Jpeg) => {
+                match stokehold_ops::jpeg::with_restarts(&b) {
+                    Ok(marked) => FieldValue::Image(Cow::Owned(marked)),
+                    Err(_) => {
+                        *kept += 1;
+                        FieldValue::Image(b)
+                    }
+                }
+            }
+            v => v,
+        })
+        .collect()
+}
+
+/// Write one row, its JPEGs given restart markers first when `markers` is set.
+fn write_row(
+    writer: &mut FormatPartWriter,
+    values: Vec<FieldValue<'_>>,
+    markers: bool,
+    kept: &mut u64,
+) -> stokehold_format::Result<u64> {
+    let values = if markers {
+        with_restart_markers(values, kept)
+    } else {
+        values
+    };
+    writer.write(&values)
 }
 
 /// A shard's entry as a dict (`file`, `records`, `bytes`, `crc32c`).
@@ -57,7 +99,7 @@ fn info_from_py(d: &Bound<'_, PyDict>) -> PyResult<ShardInfo> {
 #[pymethods]
 impl PartWriter {
     #[new]
-    #[pyo3(signature = (path, schema, *, run, task, shard_size = 268_435_456, align = 1, zstd_level = 3, storage_options = None))]
+    #[pyo3(signature = (path, schema, *, run, task, shard_size = 268_435_456, align = 1, zstd_level = 3, storage_options = None, restart_markers = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -69,6 +111,7 @@ impl PartWriter {
         align: i64,
         zstd_level: i32,
         storage_options: Option<BTreeMap<String, String>>,
+        restart_markers: bool,
     ) -> PyResult<PartWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, false)?;
@@ -87,21 +130,26 @@ impl PartWriter {
         Ok(PartWriter {
             inner: Some(inner),
             path,
+            restart_markers,
+            kept_as_is: 0,
         })
     }
 
     /// Append one sample (a dict with exactly the schema's fields); returns its index.
     fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
+        let (markers, mut kept) = (self.restart_markers, 0);
         let writer = self.writer()?;
         let prepared = prepare_sample(writer.schema(), sample)?;
         let values = values_of(writer.schema(), &prepared);
-        py.detach(|| writer.write(&values))
-            .map_err(|e| to_py_err(py, e))
+        let written = py.detach(|| write_row(writer, values, markers, &mut kept));
+        self.kept_as_is += kept;
+        written.map_err(|e| to_py_err(py, e))
     }
 
     /// Append the rows of a batch: a dict field → sequence (every field, equal lengths).
     /// Returns the number of rows written.
     fn write_columns(&mut self, py: Python<'_>, columns: &Bound<'_, PyDict>) -> PyResult<usize> {
+        let (markers, mut kept) = (self.restart_markers, 0);
         let writer = self.writer()?;
         let schema = writer.schema().clone();
         let (cols, rows) = batch_columns(&schema, columns)?;
@@ -112,10 +160,20 @@ impl PartWriter {
                 prepared.push(prepare(field, &col.get_item(i)?)?);
             }
             let values = values_of(&schema, &prepared);
-            py.detach(|| writer.write(&values))
-                .map_err(|e| to_py_err(py, e))?;
+            let written = py.detach(|| write_row(writer, values, markers, &mut kept));
+            if let Err(e) = written {
+                self.kept_as_is += kept;
+                return Err(to_py_err(py, e));
+            }
         }
+        self.kept_as_is += kept;
         Ok(rows)
+    }
+
+    /// JPEGs stored as given so far because the restart-marker rewrite refused them.
+    #[getter]
+    fn kept_as_is(&self) -> u64 {
+        self.kept_as_is
     }
 
     /// Close the last shard; returns the shards written, in order, as dicts (`file`,
