@@ -10,9 +10,10 @@
 //! tables, the coefficients and so the pixels stay exactly the same.
 //!
 //! Two passes over the bits: `Plan::walk` finds where each interval's first blocks lie (a tight
-//! loop: the reader refills unconditionally, two AC symbols per refill, and a table gives each
-//! symbol's bit count and coefficient step at once), then the output is the input's bit spans
-//! between those blocks, shifted, with their DC differences re-encoded.
+//! loop: the reader refills unconditionally, and a 12-bit table skips all the AC symbols complete
+//! in the next 12 bits at once, with their coefficient steps; tables are built once per thread
+//! for files that share them), then the output is the input's bit spans between those blocks,
+//! shifted, with their DC differences re-encoded.
 //!
 //! [`insert_restarts`] returns `None` for everything it does not handle — progressive or
 //! arithmetic coding, several scans, 12-bit samples, files that already have restart markers,
@@ -21,6 +22,9 @@
 //! Every length and count read from the file is checked against the bytes present before use;
 //! nothing panics on any input (`fuzzing::fuzz_image`, the image fuzz target, runs it on arbitrary
 //! bytes).
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// A Huffman table in both directions: decoding by a [`FAST_BITS`]-bit lookup with the canonical slow path
 /// behind it, and encoding (needed for DC tables only).
@@ -37,9 +41,16 @@ struct Huffman {
     /// For AC tables, indexed like `fast`: `ac_step(symbol) << 8 | (code length + value bits)`
     /// (0 for longer codes): a block's AC values are never needed, only where they end.
     fast_skip: [u16; 1 << FAST_BITS],
+    /// For AC tables ([`Huffman::with_multi`]), indexed by the next [`MULTI_BITS`] bits: the
+    /// symbols complete within them, up to and including an end of block, at once:
+    /// `k_step << 16 | steps << 8 | bits`, where `bits` is their bit count (0: not one complete
+    /// symbol), `steps` the coefficient steps of those before an end of block and `k_step` that
+    /// plus [`EOB_STEP`] when they end with one. Empty for DC tables.
+    multi: Vec<u32>,
 }
 
 const FAST_BITS: u32 = 11;
+const MULTI_BITS: u32 = 12;
 
 impl Huffman {
     /// Build from a DHT table's 16 counts and its symbols; `None` for an over-full table.
@@ -51,6 +62,7 @@ impl Huffman {
             symbols: symbols.to_vec(),
             encode: [(0, 0); 256],
             fast_skip: [0; 1 << FAST_BITS],
+            multi: Vec::new(),
         };
         let mut code: u32 = 0;
         let mut k = 0usize;
@@ -79,6 +91,45 @@ impl Huffman {
             code <<= 1;
         }
         Some(h)
+    }
+
+    /// `self` with its [`Huffman::multi`] table.
+    fn with_multi(mut self) -> Huffman {
+        self.multi = (0..1u32 << MULTI_BITS)
+            .map(|prefix| {
+                let (mut used, mut steps) = (0u32, 0u32);
+                loop {
+                    // the prefix's bits from `used` on, left-aligned in 16 (zeros after it)
+                    let peek = (prefix << (16 - MULTI_BITS) << used) & 0xFFFF;
+                    let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
+                    let (len, sym) = (u32::from(e >> 8), e as u8);
+                    let bits = len + u32::from(sym & 15);
+                    if e == 0 || used + bits > MULTI_BITS {
+                        return steps << 16 | steps << 8 | used; // the symbol is not all here
+                    }
+                    used += bits;
+                    let step = u32::from(ac_step(sym));
+                    if step == u32::from(EOB_STEP) {
+                        return (steps + step) << 16 | steps << 8 | used;
+                    }
+                    steps += step;
+                }
+            })
+            .collect();
+        self
+    }
+
+    /// The next AC symbols of `r` skipped, from coefficient index `k`: the index after them
+    /// (64 or more: the block ended). Several symbols per lookup where [`Huffman::multi`] has
+    /// them all and they stay inside the block; else one by [`Huffman::skip_ac`]. At most 26 bits.
+    #[inline(always)]
+    fn skip_ac_run(&self, r: &mut Bits<'_>, k: u32) -> Option<u32> {
+        let e = self.multi[(r.peek16() >> (16 - MULTI_BITS)) as usize];
+        if e & 0xFF != 0 && k + ((e >> 8) & 0xFF) <= 63 {
+            r.skip(e & 0xFF);
+            return Some(k + (e >> 16));
+        }
+        ac_advance(k, self.skip_ac(r)?)
     }
 
     /// The next AC symbol of `r` skipped with its value bits (at most 26 bits: see
@@ -353,12 +404,12 @@ impl Plan<'_, '_> {
                     // AC: only where the block's bits end. The first symbol shares the DC's
                     // refill (at most 27 + 26 bits), then two symbols per refill (at most
                     // 2 x 26 bits; a refill leaves at least 56).
-                    let mut k = ac_advance(1, act.skip_ac(&mut b)?)?;
+                    let mut k = act.skip_ac_run(&mut b, 1)?;
                     while k < 64 {
                         b.fill();
-                        k = ac_advance(k, act.skip_ac(&mut b)?)?;
+                        k = act.skip_ac_run(&mut b, k)?;
                         if k < 64 {
-                            k = ac_advance(k, act.skip_ac(&mut b)?)?;
+                            k = act.skip_ac_run(&mut b, k)?;
                         }
                     }
                 }
@@ -371,6 +422,38 @@ impl Plan<'_, '_> {
     }
 }
 
+/// Files from one encoder share their tables (most use the standard ones): the tables built
+/// last on this thread, by class, counts and symbols, so that a table is built once, not per file.
+const TABLE_CACHE: usize = 8;
+
+thread_local! {
+    static TABLES: RefCell<Vec<(Vec<u8>, Rc<Huffman>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The table of a DHT entry (class 0: DC, 1: AC, with its [`Huffman::multi`]), from this
+/// thread's cache when it was built before; `None` for an over-full table.
+fn table(class: u8, counts: &[u8], symbols: &[u8]) -> Option<Rc<Huffman>> {
+    let key: Vec<u8> = [class]
+        .iter()
+        .chain(counts)
+        .chain(symbols)
+        .copied()
+        .collect();
+    TABLES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, t)) = cache.iter().find(|(k, _)| *k == key) {
+            return Some(Rc::clone(t));
+        }
+        let t = Huffman::new(counts, symbols)?;
+        let t = Rc::new(if class == 1 { t.with_multi() } else { t });
+        if cache.len() == TABLE_CACHE {
+            cache.remove(0);
+        }
+        cache.push((key, Rc::clone(&t)));
+        Some(t)
+    })
+}
+
 /// `data` with restart markers every [`crate::jpeg::restart_interval`] MCUs (aligned to MCU
 /// rows), the same tables and the same coefficients; `None` where the file is outside what this
 /// handles (see the module documentation).
@@ -378,8 +461,8 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
     if data.get(..2)? != [0xFF, 0xD8] {
         return None;
     }
-    let mut dc: [Option<Huffman>; 4] = [None, None, None, None];
-    let mut ac: [Option<Huffman>; 4] = [None, None, None, None];
+    let mut dc: [Option<Rc<Huffman>>; 4] = [None, None, None, None];
+    let mut ac: [Option<Rc<Huffman>>; 4] = [None, None, None, None];
     let mut frame: Option<(u32, u32, Vec<Component>)> = None;
     let mut at = 2usize;
     // segments before the scan: copied as they are, the DRI segment added before the SOS
@@ -441,7 +524,7 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
                     {
                         return None;
                     }
-                    let table = Some(Huffman::new(counts, symbols)?);
+                    let table = Some(table(class, counts, symbols)?);
                     if class == 0 {
                         dc[id] = table;
                     } else {
@@ -473,7 +556,7 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
         let c = comps.iter().find(|c| c.id == id)?;
         let d = dc.get(usize::from(tables >> 4))?.as_ref()?;
         let a = ac.get(usize::from(tables & 15))?.as_ref()?;
-        plan.push((d, a, c.h * c.v));
+        plan.push((&**d, &**a, c.h * c.v));
     }
     let hmax = comps.iter().map(|c| c.h).max()?;
     let vmax = comps.iter().map(|c| c.v).max()?;
