@@ -649,6 +649,65 @@ mod tests {
     use super::*;
 
     #[test]
+    fn multi_symbol_entries_agree_with_one_symbol_at_a_time() {
+        // JPEG's standard luminance AC table (Annex K.3): codes of 2 to 16 bits, EOB, ZRL
+        let counts = [0, 2, 1, 3, 3, 2, 4, 3, 5, 5, 4, 4, 0, 0, 1, 0x7d];
+        let mut symbols = vec![
+            0x01, 0x02, 0x03, 0x00, 0x04, 0x11, 0x05, 0x12, 0x21, 0x31, 0x41, 0x06, 0x13, 0x51,
+            0x61, 0x07, 0x22, 0x71, 0x14, 0x32, 0x81, 0x91, 0xa1, 0x08, 0x23, 0x42, 0xb1, 0xc1,
+            0x15, 0x52, 0xd1, 0xf0,
+        ];
+        // the remaining 130 symbols: any run/size pairs not yet used (codes of 9..16 bits)
+        for rs in 0..=255u8 {
+            if symbols.len() < 162 && rs & 15 != 0 && rs & 15 <= 10 && !symbols.contains(&rs) {
+                symbols.push(rs);
+            }
+        }
+        let h = Huffman::new(&counts, &symbols).unwrap().with_multi();
+        let mut multi_steps = 0;
+        for prefix in 0..1u32 << MULTI_BITS {
+            for k0 in [1u32, 30, 60] {
+                // the prefix, then bits that make no complete short code with it
+                let bytes = [
+                    (prefix >> 4) as u8,
+                    ((prefix & 15) << 4) as u8 | 0x0F,
+                    0xFF,
+                    0xFF,
+                ];
+                let bits = || Bits {
+                    data: &bytes,
+                    next: 0,
+                    buf: 0,
+                    n: 0,
+                    end: 32,
+                };
+                let (mut a, mut b) = (bits(), bits());
+                a.fill();
+                b.fill();
+                let got = h.skip_ac_run(&mut a, k0);
+                // one symbol at a time, as far as the multi entry claims to go
+                let e = h.multi[prefix as usize];
+                let mut want = Some(k0);
+                if e & 0xFF != 0 && k0 + ((e >> 8) & 0xFF) <= 63 {
+                    multi_steps += 1;
+                    let mut k = k0;
+                    while b.pos() < u64::from(e & 0xFF) && k < 64 {
+                        k = ac_advance(k, h.skip_ac(&mut b).unwrap()).unwrap();
+                    }
+                    assert_eq!(b.pos(), u64::from(e & 0xFF), "prefix {prefix:012b}");
+                    want = Some(k);
+                } else {
+                    want = want.and_then(|k| ac_advance(k, h.skip_ac(&mut b)?));
+                }
+                assert_eq!(got, want, "prefix {prefix:012b} from index {k0}");
+                assert_eq!(a.pos(), b.pos(), "prefix {prefix:012b} from index {k0}");
+            }
+        }
+        // most prefixes hold at least one complete symbol
+        assert!(multi_steps > 3 * 4096 / 2, "{multi_steps}");
+    }
+
+    #[test]
     fn dc_bits_inverts_extend() {
         for v in -2047i32..=2047 {
             let (cat, bits) = dc_bits(v);
