@@ -3,8 +3,10 @@
 //! (moto's, from `.venv`, on 127.0.0.1) behind the project's fault proxy adding 0, 20 and 50 ms
 //! to every request:
 //!
-//! 1. decode + RandomResizedCrop(224) + flip, batches of 256, 2 threads, global shuffle, from
-//!    `s3://` against the same loader over the same shards on local disk (target >= 0.9 at 20 ms);
+//! 1. decode + RandomResizedCrop(224) + flip, batches of 256, 2 threads, from `s3://` against
+//!    the same loader over the same shards on local disk (target >= 0.9 at 20 ms): globally
+//!    shuffled (each image its own GET), and in shard-block order (shards shuffled, then the
+//!    samples of each: a few large GETs per shard, the order streaming readers use);
 //! 2. raw record streaming (bytes only) from `s3://` against the server's own throughput: the
 //!    same records fetched with many ranged GETs in flight (target >= 0.9);
 //! 3. the decode pipeline against one GET per image from 2 threads, as a per-sample-GET
@@ -60,8 +62,22 @@ fn open(path: &str, opts: &BTreeMap<String, String>) -> Arc<Dataset> {
     )
 }
 
-/// The decode pipeline (or, with `decode` false, the records as bytes) over `ds`.
+/// The sample order of a loader: a global shuffle (each image its own GET), or shards in a
+/// shuffled order with the samples of each shuffled (the order streaming readers use: large
+/// ranged GETs).
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    Global,
+    ShardBlock,
+}
+
+/// The decode pipeline (or, with `decode` false, the records as bytes) over `ds`, globally
+/// shuffled.
 fn loader(ds: Arc<Dataset>, decode: bool) -> Loader {
+    loader_in(ds, decode, Order::Global)
+}
+
+fn loader_in(ds: Arc<Dataset>, decode: bool, order: Order) -> Loader {
     let transforms = if decode {
         serde_json::json!({"image": [
             {"name": "random_resized_crop", "params": {"size": 224}},
@@ -70,8 +86,12 @@ fn loader(ds: Arc<Dataset>, decode: bool) -> Loader {
     } else {
         serde_json::json!({})
     };
+    let shuffle = match order {
+        Order::Global => serde_json::json!("global"),
+        Order::ShardBlock => serde_json::json!({"shard_block": {"window": 1}}),
+    };
     let spec = serde_json::json!({
-        "loader": {"batch_size": 256, "threads": 2, "prefetch": 4, "shuffle": "global",
+        "loader": {"batch_size": 256, "threads": 2, "prefetch": 4, "shuffle": shuffle,
                    "seed": 1, "tail": "pad"},
         "samples": {"kind": "records", "transforms": transforms},
     });
@@ -85,7 +105,16 @@ fn loader(ds: Arc<Dataset>, decode: bool) -> Loader {
 /// kept between epochs prepares its next epoch in the background, which would run while the
 /// other side of an alternated comparison is measured), and the loader's storage counts.
 fn epoch(ds: &Arc<Dataset>, decode: bool, e: u64) -> (f64, stokehold::format::remote::RemoteStats) {
-    let mut l = loader(Arc::clone(ds), decode);
+    epoch_in(ds, decode, e, Order::Global)
+}
+
+fn epoch_in(
+    ds: &Arc<Dataset>,
+    decode: bool,
+    e: u64,
+    order: Order,
+) -> (f64, stokehold::format::remote::RemoteStats) {
+    let mut l = loader_in(Arc::clone(ds), decode, order);
     l.set_epoch(e);
     let t = Instant::now();
     let mut n = 0usize;
@@ -94,6 +123,20 @@ fn epoch(ds: &Arc<Dataset>, decode: bool, e: u64) -> (f64, stokehold::format::re
     }
     let rate = n as f64 / t.elapsed().as_secs_f64();
     (rate, l.stats().storage.unwrap_or_default())
+}
+
+/// CPU seconds (user + system, all threads) that process `pid` has used: `/proc/PID/stat`,
+/// whose times are in USER_HZ (100 per second on Linux, whatever the kernel's tick).
+fn cpu_secs(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // after the command name: state is field 0, utime 11, stime 12
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |r| r.1)
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    ticks(11).unwrap_or(0.0) / 100.0 + ticks(12).unwrap_or(0.0) / 100.0
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -197,6 +240,7 @@ fn main() {
         local.shards().len(),
         server.kind()
     );
+    let server_pid = server.pid().to_string();
     let proxy = FaultProxy::start(server.addr()).unwrap();
     let opts = options(&proxy.endpoint());
     let delays: Vec<u64> = std::env::var("STOKEHOLD_BENCH_DELAYS")
@@ -209,26 +253,49 @@ fn main() {
             delay: Duration::from_millis(ms),
             ..Faults::default()
         });
-        // 1. decode pipeline, remote vs local, alternated, medians of 3
-        let remote = open(url, &opts);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        let mut st = Default::default();
-        for e in 0..3 {
-            a.push(epoch(&local, true, e).0);
-            let (rate, s) = epoch(&remote, true, e);
-            b.push(rate);
-            st = s;
+        // 1. decode pipeline, remote vs local, alternated, medians of 3: globally shuffled,
+        // then in shard-block order (each on a store of its own, so the request counts are its)
+        let mut rem = 0.0;
+        for order in [Order::Global, Order::ShardBlock] {
+            let remote = open(url, &opts);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            let mut st = stokehold::format::remote::RemoteStats::default();
+            // the CPU the server and this process (loader and proxy) used in the remote epochs
+            let (mut wall, mut server_cpu, mut own_cpu) = (0.0, 0.0, 0.0);
+            for e in 0..3 {
+                a.push(epoch_in(&local, true, e, order).0);
+                let before = remote.remote_stats().unwrap_or_default();
+                let (t, s0, o0) = (Instant::now(), cpu_secs(&server_pid), cpu_secs("self"));
+                b.push(epoch_in(&remote, true, e, order).0);
+                wall += t.elapsed().as_secs_f64();
+                server_cpu += cpu_secs(&server_pid) - s0;
+                own_cpu += cpu_secs("self") - o0;
+                let after = remote.remote_stats().unwrap_or_default();
+                st.requests += after.requests - before.requests;
+                st.retries += after.retries - before.retries;
+            }
+            let (loc, r) = (median(a), median(b));
+            let name = match order {
+                Order::Global => {
+                    rem = r;
+                    "global shuffle"
+                }
+                Order::ShardBlock => "shard-block shuffle",
+            };
+            println!(
+                "{ms:>2} ms: decode+crop+flip, {name}, from s3:// {r:.0} images/s, local {loc:.0}: \
+                 ratio {:.2} (target >= 0.9 at 20 ms); {:.0} requests and {} retries per epoch; \
+                 CPU in the remote epochs: server {:.2} s, loader and proxy {:.2} s of {:.2} s \
+                 wall",
+                r / loc,
+                st.requests as f64 / 3.0,
+                st.retries,
+                server_cpu,
+                own_cpu,
+                wall
+            );
         }
-        let (loc, rem) = (median(a), median(b));
-        println!(
-            "{ms:>2} ms: decode+crop+flip from s3:// {rem:.0} images/s, local {loc:.0}: ratio {:.2} \
-             (target >= 0.9 at 20 ms); {} requests, {} retries, prefetch hits {} misses {}",
-            rem / loc,
-            st.requests,
-            st.retries,
-            st.prefetch.hits,
-            st.prefetch.misses
-        );
+        let remote = open(url, &opts);
         // 2. raw records vs the server's own parallel GETs
         // the baseline on a store of its own without prefetch: plain GETs, none served from
         // ranges the loaders fetched ahead
