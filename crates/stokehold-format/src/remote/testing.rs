@@ -247,7 +247,9 @@ pub struct Faults {
     pub short_bodies: u32,
 }
 
-/// A fault-injecting HTTP/1.1 proxy (plain TCP, one request per connection) in front of a server.
+/// A fault-injecting HTTP/1.1 proxy (plain TCP) in front of a server: the client's connection is
+/// kept alive between requests, as a real store's would be (a connection that a fault cut, or a
+/// response with no length, is closed); each request goes upstream on a connection of its own.
 #[derive(Debug)]
 pub struct FaultProxy {
     addr: SocketAddr,
@@ -311,6 +313,11 @@ fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
 /// `head` (a request or response head, without its blank line) with its `Connection` header
 /// replaced by `Connection: close`, and `Content-Length` by `len` when given.
 fn rewrite(head: &str, len: Option<usize>) -> String {
+    rewrite_as(head, len, true)
+}
+
+/// [`rewrite`], or without any `Connection` header (HTTP/1.1: kept alive) when `close` is false.
+fn rewrite_as(head: &str, len: Option<usize>, close: bool) -> String {
     let mut out = String::new();
     for (i, l) in head.lines().enumerate() {
         let name = l
@@ -328,22 +335,42 @@ fn rewrite(head: &str, len: Option<usize>) -> String {
     if let Some(n) = len {
         out.push_str(&format!("Content-Length: {n}\r\n"));
     }
-    out.push_str("Connection: close\r\n\r\n");
+    if close {
+        out.push_str("Connection: close\r\n");
+    }
+    out.push_str("\r\n");
     out
 }
 
+/// Serve the requests of one client connection until it or a fault closes it.
 fn serve(
     client: TcpStream,
     upstream: SocketAddr,
     faults: &Mutex<Faults>,
     injected: &AtomicU64,
 ) -> io::Result<()> {
+    // a kept-alive connection must not hold a response's last piece back for the client's
+    // delayed ACK (Nagle's algorithm): ~40 ms per request
+    client.set_nodelay(true)?;
     let mut reader = BufReader::new(client.try_clone()?);
+    let mut client = client;
+    while serve_one(&mut reader, &mut client, upstream, faults, injected)? {}
+    Ok(())
+}
+
+/// Serve one request of `client`; whether its connection stays open for another.
+fn serve_one(
+    reader: &mut BufReader<TcpStream>,
+    client: &mut TcpStream,
+    upstream: SocketAddr,
+    faults: &Mutex<Faults>,
+    injected: &AtomicU64,
+) -> io::Result<bool> {
     let mut head = String::new();
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line)? == 0 {
-            return Ok(());
+            return Ok(false);
         }
         if line == "\r\n" || line == "\n" {
             break;
@@ -365,7 +392,8 @@ fn serve(
     };
     let (delay, fail, _) = plan;
     std::thread::sleep(delay);
-    let mut client = client;
+    let client_closes =
+        header(&head, "connection").is_some_and(|v| v.eq_ignore_ascii_case("close"));
     if fail {
         injected.fetch_add(1, Ordering::Relaxed);
         let xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>\
@@ -373,12 +401,13 @@ fn serve(
         write!(
             client,
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{xml}",
+             Content-Length: {}\r\n\r\n{xml}",
             xml.len()
         )?;
-        return Ok(());
+        return Ok(!client_closes);
     }
     let mut up = TcpStream::connect(upstream)?;
+    up.set_nodelay(true)?;
     up.write_all(rewrite(&head, None).as_bytes())?;
     up.write_all(&body)?;
     let mut resp = Vec::new();
@@ -414,15 +443,26 @@ fn serve(
         Cut::None
     };
     let half = rbody.len() / 2;
+    // kept alive only when the client can tell where the response ends: a length, chunks, or
+    // no body by its status or method
+    let status = rhead.split(' ').nth(1).unwrap_or("");
+    let framed = header(&rhead, "content-length").is_some()
+        || header(&rhead, "transfer-encoding").is_some()
+        || head.starts_with("HEAD ")
+        || status == "204"
+        || status == "304";
+    let keep = framed && !client_closes;
     match cut {
         Cut::None => {
-            client.write_all(rewrite(&rhead, None).as_bytes())?;
+            client.write_all(rewrite_as(&rhead, None, !keep).as_bytes())?;
             client.write_all(rbody)?;
+            return Ok(keep);
         }
         Cut::Short => {
             injected.fetch_add(1, Ordering::Relaxed);
-            client.write_all(rewrite(&rhead, Some(half)).as_bytes())?;
+            client.write_all(rewrite_as(&rhead, Some(half), !keep).as_bytes())?;
             client.write_all(&rbody[..half])?;
+            return Ok(keep);
         }
         Cut::Fin | Cut::Reset => {
             injected.fetch_add(1, Ordering::Relaxed);
@@ -437,5 +477,5 @@ fn serve(
             }
         }
     }
-    Ok(())
+    Ok(false)
 }
