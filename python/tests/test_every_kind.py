@@ -79,21 +79,10 @@ def epoch(loader):
     return [digest(b) for b in loader]
 
 
-def tasks():
-    """The engine's threads alive in this process (named ``stokehold-...``; counting only those
-    keeps threads that other libraries start or end meanwhile, e.g. torch's pools, out of it)."""
-    n = 0
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/comm") as f:
-                n += f.read().startswith("stokehold")
-        except OSError:  # the thread ended while we looked
-            pass
-    return n
-
-
 def task_ids():
-    """The ids of the engine's threads alive in this process (see :func:`tasks`)."""
+    """The ids of the engine's threads alive in this process (named ``stokehold-...``; counting
+    only those keeps threads that other libraries start or end meanwhile, e.g. torch's pools,
+    out of it)."""
     ids = set()
     for t in os.listdir("/proc/self/task"):
         try:
