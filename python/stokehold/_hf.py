@@ -10,7 +10,7 @@ import os
 import tempfile
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._native import _pack
+from ._native import DEFAULT_RESTART_MARKERS, _pack
 
 #: Rows of the dataset taken at a time are chosen so that one batch holds about this many bytes.
 _BATCH_BYTES = 32 << 20
@@ -77,7 +77,7 @@ def from_hf(
     baseline: bool = False,
     max_side: Optional[int] = None,
     jpeg_quality: int = 90,
-    restart_markers: bool = True,
+    restart_markers: bool = DEFAULT_RESTART_MARKERS,
     storage_options: Optional[Mapping[str, str]] = None,
     tmp_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
 ) -> Dict[str, Any]:

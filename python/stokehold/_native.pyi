@@ -24,8 +24,11 @@ from . import (
 )
 
 __version__: str
+DEFAULT_RESTART_MARKERS: bool
+"""Whether packing rewrites JPEGs with restart markers unless told otherwise (``True``)."""
 __all__ = [
     "__version__",
+    "DEFAULT_RESTART_MARKERS",
     "Dataset",
     "DatasetIterator",
     "ShardWriter",
@@ -72,7 +75,7 @@ def _pack(
     baseline: bool = False,
     max_side: Optional[int] = None,
     jpeg_quality: int = 90,
-    restart_markers: bool = True,
+    restart_markers: bool = ...,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dict[str, Any]:
     """Pack ``sources`` (of ``kind``, or told from their names) into a new dataset at ``dest``,
@@ -207,7 +210,7 @@ class PartWriter:
     it). A writer aborted or dropped unfinished removes the shards it wrote. With
     ``restart_markers=True`` every JPEG in an image field is rewritten losslessly with restart
     markers as ``stokehold pack`` does (one it refuses is kept as given, counted in
-    :attr:`kept_as_is`).
+    :attr:`kept_as_is`); the default is pack's, :data:`DEFAULT_RESTART_MARKERS`.
 
     :raises SchemaError: the schema, an option or the run tag is invalid.
     """
@@ -223,7 +226,7 @@ class PartWriter:
         align: int = 1,
         zstd_level: int = 3,
         storage_options: Optional[Dict[str, str]] = None,
-        restart_markers: bool = False,
+        restart_markers: bool = ...,
     ) -> "PartWriter": ...
     @property
     def kept_as_is(self) -> int:

@@ -35,6 +35,7 @@ except ImportError as _e:  # pragma: no cover - exercised by a test without Ray
     ) from _e
 
 from ._native import (
+    DEFAULT_RESTART_MARKERS,
     Dataset,
     PartWriter,
     SchemaError,
@@ -214,7 +215,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
         tokenizer: Union[Tokenizer, _PathLike, None] = None,
         text_field: str = "text",
         min_rows_per_write: Optional[int] = None,
-        restart_markers: bool = True,
+        restart_markers: bool = DEFAULT_RESTART_MARKERS,
     ) -> None:
         self.path = os.fspath(path)
         self.restart_markers = restart_markers

@@ -260,16 +260,22 @@ fn main() {
             let remote = open(url, &opts);
             let (mut a, mut b) = (Vec::new(), Vec::new());
             let mut st = stokehold::format::remote::RemoteStats::default();
-            // the CPU the server and this process (loader and proxy) used in the remote epochs
-            let (mut wall, mut server_cpu, mut own_cpu) = (0.0, 0.0, 0.0);
+            // the CPU the server, the proxy and the loader used in the remote epochs, and the
+            // loader in the local ones
+            let (mut wall, mut server_cpu, mut own_cpu, mut proxy_cpu) = (0.0, 0.0, 0.0, 0.0);
+            let mut local_cpu = 0.0;
             for e in 0..3 {
+                let l0 = cpu_secs("self");
                 a.push(epoch_in(&local, true, e, order).0);
+                local_cpu += cpu_secs("self") - l0;
                 let before = remote.remote_stats().unwrap_or_default();
                 let (t, s0, o0) = (Instant::now(), cpu_secs(&server_pid), cpu_secs("self"));
+                let p0 = proxy.cpu_secs().unwrap_or(0.0);
                 b.push(epoch_in(&remote, true, e, order).0);
                 wall += t.elapsed().as_secs_f64();
                 server_cpu += cpu_secs(&server_pid) - s0;
                 own_cpu += cpu_secs("self") - o0;
+                proxy_cpu += proxy.cpu_secs().unwrap_or(0.0) - p0;
                 let after = remote.remote_stats().unwrap_or_default();
                 st.requests += after.requests - before.requests;
                 st.retries += after.retries - before.retries;
@@ -282,17 +288,18 @@ fn main() {
                 }
                 Order::ShardBlock => "shard-block shuffle",
             };
+            let loader_cpu = own_cpu - proxy_cpu;
             println!(
                 "{ms:>2} ms: decode+crop+flip, {name}, from s3:// {r:.0} images/s, local {loc:.0}: \
                  ratio {:.2} (target >= 0.9 at 20 ms); {:.0} requests and {} retries per epoch; \
-                 CPU in the remote epochs: server {:.2} s, loader and proxy {:.2} s of {:.2} s \
-                 wall",
+                 CPU in the 3 remote epochs ({wall:.2} s wall): server {server_cpu:.2} s, proxy \
+                 {proxy_cpu:.2} s, loader {loader_cpu:.2} s; the loader in the 3 local epochs \
+                 {local_cpu:.2} s: with the store on other machines and the loader CPU-bound, \
+                 s3:// would run at about {:.2}x local",
                 r / loc,
                 st.requests as f64 / 3.0,
                 st.retries,
-                server_cpu,
-                own_cpu,
-                wall
+                local_cpu / loader_cpu,
             );
         }
         let remote = open(url, &opts);

@@ -15,6 +15,7 @@ pub mod tfrecord;
 
 pub use pack::tokens::{TokenOptions, pack_tokens};
 pub use pack::{
-    DEFAULT_MAX_SKIP_FRACTION, FieldChoice, ImagePolicy, NoProgress, PackError, PackOptions,
-    PackReport, Progress, Skipped, SourceKind, detect, pack,
+    Applied, DEFAULT_MAX_SKIP_FRACTION, DEFAULT_RESTART_MARKERS, FieldChoice, ImagePolicy,
+    NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,
+    apply_image_policy, detect, pack,
 };

@@ -33,6 +33,10 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add(
+        "DEFAULT_RESTART_MARKERS",
+        stokehold_ingest::DEFAULT_RESTART_MARKERS,
+    )?;
     m.add_class::<dataset::Dataset>()?;
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;

@@ -39,7 +39,7 @@ const ENOENT: i32 = 2;
     zstd_level=3, threads=0, strict=false,
     max_skip_fraction=stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION,
     max_pixels=stokehold::ops::DEFAULT_MAX_PIXELS, baseline=false, max_side=None,
-    jpeg_quality=90, restart_markers=true, storage_options=None,
+    jpeg_quality=90, restart_markers=stokehold_ingest::DEFAULT_RESTART_MARKERS, storage_options=None,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn pack<'py>(

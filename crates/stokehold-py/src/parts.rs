@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 use stokehold_format::parts::{self, Commit};
 use stokehold_format::{FieldValue, ImageCodec, PartWriter as FormatPartWriter, ShardInfo};
+use stokehold_ingest::{DEFAULT_RESTART_MARKERS, ImagePolicy, apply_image_policy};
 
 use crate::convert::prepare;
 use crate::errors::{schema_error, stokehold_error, to_py_err};
@@ -21,9 +22,9 @@ use crate::writer::{batch_columns, parse_schema, prepare_sample, values_of, writ
 pub struct PartWriter {
     inner: Option<FormatPartWriter>,
     path: PathBuf,
-    /// JPEGs in image fields are rewritten losslessly with restart markers, as `stokehold pack`
-    /// does by default.
-    restart_markers: bool,
+    /// What is done to JPEGs in image fields: restart markers, as `stokehold pack` does by
+    /// default, or nothing.
+    policy: ImagePolicy,
     /// JPEGs stored as given because the rewrite refused them (as pack's `kept_as_is`).
     kept_as_is: u64,
 }
@@ -36,36 +37,40 @@ impl PartWriter {
     }
 }
 
-/// `values` with every JPEG in an image field rewritten losslessly with restart markers (what
-/// `stokehold pack` does by default); a file the rewrite refuses is kept as given and counted in
-/// `kept`.
-fn with_restart_markers<'a>(values: Vec<FieldValue<'a>>, kept: &mut u64) -> Vec<FieldValue<'a>> {
+/// `values` with pack's image policy applied to every JPEG in an image field (restart markers,
+/// the same function `stokehold pack` runs); a file the rewrite refuses is kept as given and
+/// counted in `kept`.
+fn with_image_policy<'a>(
+    values: Vec<FieldValue<'a>>,
+    policy: &ImagePolicy,
+    kept: &mut u64,
+) -> Vec<FieldValue<'a>> {
     values
         .into_iter()
         .map(|v| match v {
             FieldValue::Image(b) if ImageCodec::sniff(&b) == Some(ImageCodec::Jpeg) => {
-                match stokehold_ops::jpeg::with_restarts(&b) {
-                    Ok(marked) => FieldValue::Image(Cow::Owned(marked)),
-                    Err(_) => {
-                        *kept += 1;
-                        FieldValue::Image(b)
-                    }
+                let mut bytes = b.into_owned();
+                match apply_image_policy(&mut bytes, policy) {
+                    Ok(a) if a.kept.is_none() => {}
+                    // refused (`Ok` with a reason) or failed: stored as given, as pack does
+                    _ => *kept += 1,
                 }
+                FieldValue::Image(Cow::Owned(bytes))
             }
             v => v,
         })
         .collect()
 }
 
-/// Write one row, its JPEGs given restart markers first when `markers` is set.
+/// Write one row, pack's image policy applied first when it has anything to do.
 fn write_row(
     writer: &mut FormatPartWriter,
     values: Vec<FieldValue<'_>>,
-    markers: bool,
+    policy: &ImagePolicy,
     kept: &mut u64,
 ) -> stokehold_format::Result<u64> {
-    let values = if markers {
-        with_restart_markers(values, kept)
+    let values = if policy.restart_markers {
+        with_image_policy(values, policy, kept)
     } else {
         values
     };
@@ -99,7 +104,7 @@ fn info_from_py(d: &Bound<'_, PyDict>) -> PyResult<ShardInfo> {
 #[pymethods]
 impl PartWriter {
     #[new]
-    #[pyo3(signature = (path, schema, *, run, task, shard_size = 268_435_456, align = 1, zstd_level = 3, storage_options = None, restart_markers = false))]
+    #[pyo3(signature = (path, schema, *, run, task, shard_size = 268_435_456, align = 1, zstd_level = 3, storage_options = None, restart_markers = DEFAULT_RESTART_MARKERS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -130,18 +135,21 @@ impl PartWriter {
         Ok(PartWriter {
             inner: Some(inner),
             path,
-            restart_markers,
+            policy: ImagePolicy {
+                restart_markers,
+                ..ImagePolicy::default()
+            },
             kept_as_is: 0,
         })
     }
 
     /// Append one sample (a dict with exactly the schema's fields); returns its index.
     fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
-        let (markers, mut kept) = (self.restart_markers, 0);
+        let (policy, mut kept) = (self.policy, 0);
         let writer = self.writer()?;
         let prepared = prepare_sample(writer.schema(), sample)?;
         let values = values_of(writer.schema(), &prepared);
-        let written = py.detach(|| write_row(writer, values, markers, &mut kept));
+        let written = py.detach(|| write_row(writer, values, &policy, &mut kept));
         self.kept_as_is += kept;
         written.map_err(|e| to_py_err(py, e))
     }
@@ -149,7 +157,7 @@ impl PartWriter {
     /// Append the rows of a batch: a dict field → sequence (every field, equal lengths).
     /// Returns the number of rows written.
     fn write_columns(&mut self, py: Python<'_>, columns: &Bound<'_, PyDict>) -> PyResult<usize> {
-        let (markers, mut kept) = (self.restart_markers, 0);
+        let (policy, mut kept) = (self.policy, 0);
         let writer = self.writer()?;
         let schema = writer.schema().clone();
         let (cols, rows) = batch_columns(&schema, columns)?;
@@ -160,7 +168,7 @@ impl PartWriter {
                 prepared.push(prepare(field, &col.get_item(i)?)?);
             }
             let values = values_of(&schema, &prepared);
-            let written = py.detach(|| write_row(writer, values, markers, &mut kept));
+            let written = py.detach(|| write_row(writer, values, &policy, &mut kept));
             if let Err(e) = written {
                 self.kept_as_is += kept;
                 return Err(to_py_err(py, e));

@@ -255,6 +255,9 @@ pub struct FaultProxy {
     addr: SocketAddr,
     faults: Arc<Mutex<Faults>>,
     injected: Arc<AtomicU64>,
+    /// CPU nanoseconds its connection threads have used serving requests (benchmarks subtract
+    /// the proxy from the process's CPU).
+    cpu_ns: Arc<AtomicU64>,
 }
 
 impl FaultProxy {
@@ -264,12 +267,13 @@ impl FaultProxy {
         let addr = listener.local_addr()?;
         let faults = Arc::new(Mutex::new(Faults::default()));
         let injected = Arc::new(AtomicU64::new(0));
-        let (f, n) = (faults.clone(), injected.clone());
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        let (f, n, cpu) = (faults.clone(), injected.clone(), cpu_ns.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (f, n) = (f.clone(), n.clone());
+                let (f, n, cpu) = (f.clone(), n.clone(), cpu.clone());
                 std::thread::spawn(move || {
-                    let _ = serve(conn, upstream, &f, &n);
+                    let _ = serve(conn, upstream, &f, &n, &cpu);
                 });
             }
         });
@@ -277,6 +281,7 @@ impl FaultProxy {
             addr,
             faults,
             injected,
+            cpu_ns,
         })
     }
 
@@ -294,6 +299,23 @@ impl FaultProxy {
     pub fn injected(&self) -> u64 {
         self.injected.load(Ordering::Relaxed)
     }
+
+    /// CPU seconds the proxy has used so far (counted after each request it served), or `None`
+    /// where the kernel does not say (`/proc/thread-self/schedstat`).
+    pub fn cpu_secs(&self) -> Option<f64> {
+        thread_cpu_ns()?;
+        Some(self.cpu_ns.load(Ordering::Relaxed) as f64 / 1e9)
+    }
+}
+
+/// The calling thread's CPU time in nanoseconds (`/proc/thread-self/schedstat`, first field).
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Take one from a fault counter.
@@ -348,14 +370,24 @@ fn serve(
     upstream: SocketAddr,
     faults: &Mutex<Faults>,
     injected: &AtomicU64,
+    cpu_ns: &AtomicU64,
 ) -> io::Result<()> {
     // a kept-alive connection must not hold a response's last piece back for the client's
     // delayed ACK (Nagle's algorithm): ~40 ms per request
     client.set_nodelay(true)?;
     let mut reader = BufReader::new(client.try_clone()?);
     let mut client = client;
-    while serve_one(&mut reader, &mut client, upstream, faults, injected)? {}
-    Ok(())
+    let mut cpu = thread_cpu_ns();
+    loop {
+        let more = serve_one(&mut reader, &mut client, upstream, faults, injected);
+        if let (Some(before), Some(now)) = (cpu, thread_cpu_ns()) {
+            cpu_ns.fetch_add(now.saturating_sub(before), Ordering::Relaxed);
+            cpu = Some(now);
+        }
+        if !more? {
+            return Ok(());
+        }
+    }
 }
 
 /// Serve one request of `client`; whether its connection stays open for another.

@@ -176,27 +176,31 @@ impl Default for ImagePolicy {
             max_side: None,
             quality: 90,
             max_pixels: stokehold_ops::DEFAULT_MAX_PIXELS,
-            restart_markers: true,
+            restart_markers: DEFAULT_RESTART_MARKERS,
         }
     }
 }
 
+/// Whether packing rewrites JPEGs with restart markers unless told otherwise (`pack`,
+/// `stokehold.pack`, `from_hf`, the Ray `Datasink`): the one place the default is spelled.
+pub const DEFAULT_RESTART_MARKERS: bool = true;
+
 /// What [`apply_image_policy`] did to one image.
 #[derive(Debug, Default)]
-struct Applied {
+pub struct Applied {
     /// A progressive JPEG was rewritten as baseline.
-    transcoded: bool,
+    pub transcoded: bool,
     /// The image was re-encoded smaller (lossy).
-    resized: bool,
+    pub resized: bool,
     /// A lossless rewrite failed, so the bytes were kept as given: why.
-    kept: Option<String>,
+    pub kept: Option<String>,
 }
 
 /// Apply `policy` to one image's bytes. The lossless rewrites (restart markers, baseline) are
 /// optimisations: an image they fail on (libjpeg-turbo refuses it, e.g. a truncated file that a
 /// plain decode would still read with a warning) is kept as given and reported, never dropped.
 /// Only an image that cannot be decoded for `max_side` is an error.
-fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<Applied, String> {
+pub fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<Applied, String> {
     use stokehold_ops::jpeg::{Decoder, Pixels};
     if let Some(max_side) = policy.max_side {
         let mut d = Decoder::new().map_err(|e| e.to_string())?;
