@@ -45,8 +45,9 @@ struct Huffman {
     /// symbols complete within them, up to and including an end of block, at once:
     /// `k_step << 16 | steps << 8 | bits`, where `bits` is their bit count (0: not one complete
     /// symbol), `steps` the coefficient steps of those before an end of block and `k_step` that
-    /// plus [`EOB_STEP`] when they end with one. Empty for DC tables.
-    multi: Vec<u32>,
+    /// plus [`EOB_STEP`] when they end with one. All 0 for DC tables. A fixed-size array, so
+    /// that indexing by 12 bits needs no bounds check.
+    multi: Box<[u32; 1 << MULTI_BITS]>,
 }
 
 const FAST_BITS: u32 = 11;
@@ -62,7 +63,7 @@ impl Huffman {
             symbols: symbols.to_vec(),
             encode: [(0, 0); 256],
             fast_skip: [0; 1 << FAST_BITS],
-            multi: Vec::new(),
+            multi: Box::new([0; 1 << MULTI_BITS]),
         };
         let mut code: u32 = 0;
         let mut k = 0usize;
@@ -95,28 +96,32 @@ impl Huffman {
 
     /// `self` with its [`Huffman::multi`] table.
     fn with_multi(mut self) -> Huffman {
-        self.multi = (0..1u32 << MULTI_BITS)
-            .map(|prefix| {
-                let (mut used, mut steps) = (0u32, 0u32);
-                loop {
-                    // the prefix's bits from `used` on, left-aligned in 16 (zeros after it)
-                    let peek = (prefix << (16 - MULTI_BITS) << used) & 0xFFFF;
-                    let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
-                    let (len, sym) = (u32::from(e >> 8), e as u8);
-                    let bits = len + u32::from(sym & 15);
-                    if e == 0 || used + bits > MULTI_BITS {
-                        return steps << 16 | steps << 8 | used; // the symbol is not all here
-                    }
-                    used += bits;
-                    let step = u32::from(ac_step(sym));
-                    if step == u32::from(EOB_STEP) {
-                        return (steps + step) << 16 | steps << 8 | used;
-                    }
-                    steps += step;
-                }
-            })
+        let entries: Vec<u32> = (0..1u32 << MULTI_BITS)
+            .map(|prefix| self.multi_entry(prefix))
             .collect();
+        self.multi.copy_from_slice(&entries);
         self
+    }
+
+    /// The [`Huffman::multi`] entry of the [`MULTI_BITS`]-bit `prefix`.
+    fn multi_entry(&self, prefix: u32) -> u32 {
+        let (mut used, mut steps) = (0u32, 0u32);
+        loop {
+            // the prefix's bits from `used` on, left-aligned in 16 (zeros after it)
+            let peek = (prefix << (16 - MULTI_BITS) << used) & 0xFFFF;
+            let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
+            let (len, sym) = (u32::from(e >> 8), e as u8);
+            let bits = len + u32::from(sym & 15);
+            if e == 0 || used + bits > MULTI_BITS {
+                return steps << 16 | steps << 8 | used; // the symbol is not all here
+            }
+            used += bits;
+            let step = u32::from(ac_step(sym));
+            if step == u32::from(EOB_STEP) {
+                return (steps + step) << 16 | steps << 8 | used;
+            }
+            steps += step;
+        }
     }
 
     /// The next AC symbols of `r` skipped, from coefficient index `k`: the index after them
@@ -273,13 +278,50 @@ impl Writer {
         }
     }
 
-    /// Copy bits `from..to` of `data` as they are.
+    /// Copy bits `from..to` of `data` as they are: seven bytes per step (the spans between
+    /// intervals' first blocks are most of a file), the last bits through [`Writer::put`].
     #[inline(always)]
     fn copy(&mut self, data: &[u8], mut from: u64, to: u64) {
+        // whole pending bytes out first: then fewer than 8 bits wait, and 56 more fit in `acc`
+        self.flush();
+        let (mut acc, n) = (self.acc, self.n);
+        while from + 56 <= to {
+            acc = (acc << 56) | (word_at(data, from) >> 8);
+            // the oldest 56 of the n + 56 pending bits; the newest n stay pending
+            let bytes = (acc >> n) & ((1 << 56) - 1);
+            // no 0xFF among the seven bytes (the top byte of `bytes` is 0, so never matches)
+            let inv = !bytes;
+            let word = (bytes << 8).to_be_bytes();
+            if inv.wrapping_sub(0x0101_0101_0101_0101) & !inv & 0x8080_8080_8080_8080 == 0 {
+                self.out.extend_from_slice(&word[..7]);
+            } else {
+                for &byte in &word[..7] {
+                    self.out.push(byte);
+                    if byte == 0xFF {
+                        self.out.push(0);
+                    }
+                }
+            }
+            from += 56;
+        }
+        self.acc = acc;
         while from < to {
-            let n = (to - from).min(32) as u32;
-            self.put(word_at(data, from) >> (64 - n), n);
-            from += u64::from(n);
+            let k = (to - from).min(32) as u32;
+            self.put(word_at(data, from) >> (64 - k), k);
+            from += u64::from(k);
+        }
+    }
+
+    /// Write out every whole pending byte (fewer than 8 bits stay pending).
+    #[inline(always)]
+    fn flush(&mut self) {
+        while self.n >= 8 {
+            self.n -= 8;
+            let byte = (self.acc >> self.n) as u8;
+            self.out.push(byte);
+            if byte == 0xFF {
+                self.out.push(0);
+            }
         }
     }
 
@@ -289,14 +331,7 @@ impl Writer {
         let pad = (8 - self.n % 8) % 8;
         self.acc = (self.acc << pad) | ((1u64 << pad) - 1);
         self.n += pad;
-        while self.n >= 8 {
-            self.n -= 8;
-            let byte = (self.acc >> self.n) as u8;
-            self.out.push(byte);
-            if byte == 0xFF {
-                self.out.push(0);
-            }
-        }
+        self.flush();
     }
 }
 
@@ -733,6 +768,47 @@ mod tests {
         w.put(0b101, 3);
         w.align();
         assert_eq!(w.out, [0xFF, 0x00, 0b1011_1111]);
+    }
+
+    #[test]
+    fn copy_gives_the_bits_one_at_a_time_would() {
+        // bytes with many 0xFF (stuffing) and every bit pattern around them
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..300)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                if i % 5 == 0 { 0xFF } else { x as u8 }
+            })
+            .collect();
+        let writer = || Writer {
+            out: Vec::new(),
+            acc: 0,
+            n: 0,
+        };
+        for pending in [0u32, 1, 7, 8, 13, 31] {
+            for (from, to) in [
+                (0u64, 0u64),
+                (3, 59),
+                (0, 56),
+                (5, 61),
+                (17, 2000),
+                (1, 2399),
+            ] {
+                let (mut fast, mut slow) = (writer(), writer());
+                for w in [&mut fast, &mut slow] {
+                    w.put(0x5A5A_5A5A, pending);
+                }
+                fast.copy(&data, from, to);
+                for bit in from..to {
+                    slow.put(word_at(&data, bit) >> 63, 1);
+                }
+                fast.align();
+                slow.align();
+                assert_eq!(fast.out, slow.out, "{pending} pending, bits {from}..{to}");
+            }
+        }
     }
 
     #[test]
