@@ -43,15 +43,17 @@ struct Huffman {
     fast_skip: [u16; 1 << FAST_BITS],
     /// For AC tables ([`Huffman::with_multi`]), indexed by the next [`MULTI_BITS`] bits: the
     /// symbols complete within them, up to and including an end of block, at once:
-    /// `k_step << 16 | steps << 8 | bits`, where `bits` is their bit count (0: not one complete
-    /// symbol), `steps` the coefficient steps of those before an end of block and `k_step` that
-    /// plus [`EOB_STEP`] when they end with one. All 0 for DC tables. A fixed-size array, so
-    /// that indexing by 12 bits needs no bounds check.
-    multi: Box<[u32; 1 << MULTI_BITS]>,
+    /// `k_step << 4 | bits`, where `bits` is their bit count (0: not one complete symbol) and
+    /// `k_step` the coefficient steps of those before an end of block (at most 63: an entry
+    /// stops before a symbol that would pass it), plus [`EOB_STEP`] when they end with one (see
+    /// [`multi_fits`]). All 0 for DC tables. Two bytes an entry: 16 KiB, as L1-friendly as the
+    /// 12-bit table of four-byte entries it replaced; a fixed-size array, so that indexing
+    /// needs no bounds check.
+    multi: Box<[u16; 1 << MULTI_BITS]>,
 }
 
 const FAST_BITS: u32 = 11;
-const MULTI_BITS: u32 = 12;
+const MULTI_BITS: u32 = 13;
 
 impl Huffman {
     /// Build from a DHT table's 16 counts and its symbols; `None` for an over-full table.
@@ -96,7 +98,7 @@ impl Huffman {
 
     /// `self` with its [`Huffman::multi`] table.
     fn with_multi(mut self) -> Huffman {
-        let entries: Vec<u32> = (0..1u32 << MULTI_BITS)
+        let entries: Vec<u16> = (0..1u32 << MULTI_BITS)
             .map(|prefix| self.multi_entry(prefix))
             .collect();
         self.multi.copy_from_slice(&entries);
@@ -104,22 +106,25 @@ impl Huffman {
     }
 
     /// The [`Huffman::multi`] entry of the [`MULTI_BITS`]-bit `prefix`.
-    fn multi_entry(&self, prefix: u32) -> u32 {
-        let (mut used, mut steps) = (0u32, 0u32);
+    fn multi_entry(&self, prefix: u32) -> u16 {
+        let (mut used, mut steps) = (0u16, 0u16);
         loop {
             // the prefix's bits from `used` on, left-aligned in 16 (zeros after it)
             let peek = (prefix << (16 - MULTI_BITS) << used) & 0xFFFF;
             let e = self.fast[(peek >> (16 - FAST_BITS)) as usize];
-            let (len, sym) = (u32::from(e >> 8), e as u8);
-            let bits = len + u32::from(sym & 15);
-            if e == 0 || used + bits > MULTI_BITS {
-                return steps << 16 | steps << 8 | used; // the symbol is not all here
+            let (len, sym) = (e >> 8, e as u8);
+            let bits = len + u16::from(sym & 15);
+            let step = u16::from(ac_step(sym));
+            if e == 0 || u32::from(used + bits) > MULTI_BITS {
+                return steps << 4 | used; // the symbol is not all here
+            }
+            if step == u16::from(EOB_STEP) {
+                return (steps + step) << 4 | (used + bits);
+            }
+            if steps + step > 63 {
+                return steps << 4 | used; // past any block: left to one-symbol decoding
             }
             used += bits;
-            let step = u32::from(ac_step(sym));
-            if step == u32::from(EOB_STEP) {
-                return (steps + step) << 16 | steps << 8 | used;
-            }
             steps += step;
         }
     }
@@ -129,10 +134,10 @@ impl Huffman {
     /// them all and they stay inside the block; else one by [`Huffman::skip_ac`]. At most 26 bits.
     #[inline(always)]
     fn skip_ac_run(&self, r: &mut Bits<'_>, k: u32) -> Option<u32> {
-        let e = self.multi[(r.peek16() >> (16 - MULTI_BITS)) as usize];
-        if e & 0xFF != 0 && k + ((e >> 8) & 0xFF) <= 63 {
-            r.skip(e & 0xFF);
-            return Some(k + (e >> 16));
+        let e = u32::from(self.multi[(r.peek16() >> (16 - MULTI_BITS)) as usize]);
+        if multi_fits(e, k) {
+            r.skip(e & 15);
+            return Some(k + (e >> 4));
         }
         ac_advance(k, self.skip_ac(r)?)
     }
@@ -343,6 +348,14 @@ fn ac_step(rs: u8) -> u8 {
         (_, 0) => EOB_STEP,
         (run, _) => run + 1,
     }
+}
+
+/// Whether [`Huffman::multi`] entry `e` applies at coefficient index `k` (1..=63): it holds a
+/// complete symbol, and its symbols before any end of block stay within the block. Its steps
+/// are at most 63, so masking [`EOB_STEP`] off leaves `k` plus them.
+#[inline(always)]
+fn multi_fits(e: u32, k: u32) -> bool {
+    e & 15 != 0 && (k + (e >> 4)) & (u32::from(EOB_STEP) - 1) <= 63
 }
 
 /// Larger than any index a block reaches otherwise (63 + 16), so one comparison tells the end of a
@@ -697,17 +710,32 @@ mod tests {
                 symbols.push(rs);
             }
         }
+        // most prefixes hold at least one complete symbol
+        let multi_steps = check_multi_table(&counts, &symbols);
+        assert!(multi_steps > 3 * (1 << MULTI_BITS) / 2, "{multi_steps}");
+        // a table with 2-bit codes for ZRL (16 zeros), EOB and a value: up to six ZRLs in one
+        // prefix, more steps than a block has (the entry must stop before them)
+        let counts = [0, 3, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        let symbols = [0xF0, 0x00, 0x01, 0x11, 0x02, 0x21];
         let h = Huffman::new(&counts, &symbols).unwrap().with_multi();
+        assert_eq!(
+            h.multi[0],
+            48 << 4 | 6,
+            "three ZRLs (48 steps) fit, a fourth (64) not"
+        );
+        check_multi_table(&counts, &symbols);
+    }
+
+    /// Every [`Huffman::multi`] entry of the AC table `counts`/`symbols` against decoding one
+    /// symbol at a time (the prefix followed by 1-bits, which make no complete code in these
+    /// tables); how many entries held at least one symbol.
+    fn check_multi_table(counts: &[u8], symbols: &[u8]) -> u32 {
+        let h = Huffman::new(counts, symbols).unwrap().with_multi();
         let mut multi_steps = 0;
         for prefix in 0..1u32 << MULTI_BITS {
             for k0 in [1u32, 30, 60] {
-                // the prefix, then bits that make no complete short code with it
-                let bytes = [
-                    (prefix >> 4) as u8,
-                    ((prefix & 15) << 4) as u8 | 0x0F,
-                    0xFF,
-                    0xFF,
-                ];
+                let v = (prefix << (32 - MULTI_BITS)) | ((1 << (32 - MULTI_BITS)) - 1);
+                let bytes = v.to_be_bytes();
                 let bits = || Bits {
                     data: &bytes,
                     next: 0,
@@ -720,25 +748,23 @@ mod tests {
                 b.fill();
                 let got = h.skip_ac_run(&mut a, k0);
                 // one symbol at a time, as far as the multi entry claims to go
-                let e = h.multi[prefix as usize];
-                let mut want = Some(k0);
-                if e & 0xFF != 0 && k0 + ((e >> 8) & 0xFF) <= 63 {
+                let e = u32::from(h.multi[prefix as usize]);
+                let want = if multi_fits(e, k0) {
                     multi_steps += 1;
                     let mut k = k0;
-                    while b.pos() < u64::from(e & 0xFF) && k < 64 {
+                    while b.pos() < u64::from(e & 15) && k < 64 {
                         k = ac_advance(k, h.skip_ac(&mut b).unwrap()).unwrap();
                     }
-                    assert_eq!(b.pos(), u64::from(e & 0xFF), "prefix {prefix:012b}");
-                    want = Some(k);
+                    assert_eq!(b.pos(), u64::from(e & 15), "prefix {prefix:013b}");
+                    Some(k)
                 } else {
-                    want = want.and_then(|k| ac_advance(k, h.skip_ac(&mut b)?));
-                }
-                assert_eq!(got, want, "prefix {prefix:012b} from index {k0}");
-                assert_eq!(a.pos(), b.pos(), "prefix {prefix:012b} from index {k0}");
+                    h.skip_ac(&mut b).and_then(|step| ac_advance(k0, step))
+                };
+                assert_eq!(got, want, "prefix {prefix:013b} from index {k0}");
+                assert_eq!(a.pos(), b.pos(), "prefix {prefix:013b} from index {k0}");
             }
         }
-        // most prefixes hold at least one complete symbol
-        assert!(multi_steps > 3 * 4096 / 2, "{multi_steps}");
+        multi_steps
     }
 
     #[test]

@@ -33,21 +33,22 @@ pub const DEFAULT_BUDGET: u64 = 512 << 20;
 /// Default of the `prefetch_requests` storage option.
 pub const DEFAULT_REQUESTS: usize = 64;
 
-/// The outcome of one GET issued ahead, filled by the I/O runtime.
+/// The outcome of one GET issued ahead, filled by the I/O runtime (the buffer it was read into,
+/// shared as it is: no copy).
 #[derive(Debug, Default)]
 struct Slot {
-    done: Mutex<Option<Result<Arc<[u8]>, String>>>,
+    done: Mutex<Option<Result<Arc<Vec<u8>>, String>>>,
     ready: Condvar,
 }
 
 impl Slot {
-    fn fill(&self, r: Result<Arc<[u8]>, String>) {
+    fn fill(&self, r: Result<Arc<Vec<u8>>, String>) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         self.ready.notify_all();
     }
 
     /// Wait for the GET; its bytes, or `None` when it failed.
-    fn wait(&self) -> Option<Arc<[u8]>> {
+    fn wait(&self) -> Option<Arc<Vec<u8>>> {
         let mut g = self.done.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(r) = g.as_ref() {
@@ -229,7 +230,7 @@ impl Prefetcher {
             // `len` is at most MAX_GET or one record's length within the object's size
             let mut buf = vec![0u8; len as usize];
             let r = obj.fetch(start, &mut buf).await;
-            slot.fill(r.map(|()| Arc::from(buf)).map_err(|e| e.to_string()));
+            slot.fill(r.map(|()| Arc::new(buf)).map_err(|e| e.to_string()));
         };
         match super::runtime() {
             Ok(rt) => {
