@@ -10,8 +10,8 @@
 //! tables, the coefficients and so the pixels stay exactly the same.
 //!
 //! Two passes over the bits: `Plan::walk` finds where each interval's first blocks lie (a tight
-//! loop: the reader refills unconditionally, and a 12-bit table skips all the AC symbols complete
-//! in the next 12 bits at once, with their coefficient steps; tables are built once per thread
+//! loop: the reader refills unconditionally, and a 13-bit table skips all the AC symbols complete
+//! in the next 13 bits at once, with their coefficient steps; tables are built once per thread
 //! for files that share them), then the output is the input's bit spans between those blocks,
 //! shifted, with their DC differences re-encoded.
 //!
