@@ -162,7 +162,7 @@ pub struct ImagePolicy {
     pub max_pixels: u64,
     /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows, so a
     /// crop needs only its share of the Huffman decoding (see `stokehold_ops::restart`): same
-    /// pixels, ~4% more bytes, ~0.6 ms of packing CPU per ImageNet-sized baseline JPEG, and random
+    /// pixels, ~4% more bytes, ~0.3 ms of packing CPU per ImageNet-sized baseline JPEG, and random
     /// crops decode ~35% faster (centre crops ~25%). On by default (`pack --no-restart-markers`
     /// turns it off and keeps the bytes as given); an image the rewrite refuses is kept as given
     /// and listed in `kept-as-is.txt`.
@@ -181,8 +181,9 @@ impl Default for ImagePolicy {
     }
 }
 
-/// Whether packing rewrites JPEGs with restart markers unless told otherwise (`pack`,
-/// `stokehold.pack`, `from_hf`, the Ray `Datasink`): the one place the default is spelled.
+/// Whether packing rewrites JPEGs with restart markers unless told otherwise (the `stokehold pack`
+/// command, `_native._pack` and `from_hf`, `PartWriter` and the Ray `Datasink`): the one place the
+/// default is spelled.
 pub const DEFAULT_RESTART_MARKERS: bool = true;
 
 /// What [`apply_image_policy`] did to one image.
