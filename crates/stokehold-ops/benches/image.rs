@@ -184,10 +184,10 @@ fn report(name: &str, files: &[Vec<u8>], runs: usize, rrc_target: f64) {
         cut = cut.min(rrc(&marked, true));
         cut_tj = cut_tj.min(rrc(&marked_tj, true));
         full_marked = full_marked.min(raw_full(&marked));
-        stokehold_ops::jpeg::set_fast_huffman_in_restart_intervals(false);
+        stokehold_ops::jpeg::set_patched_huffman_decoding(false);
         cut_slow = cut_slow.min(rrc(&marked, true));
         full_marked_slow = full_marked_slow.min(raw_full(&marked));
-        stokehold_ops::jpeg::set_fast_huffman_in_restart_intervals(true);
+        stokehold_ops::jpeg::set_patched_huffman_decoding(true);
     }
     println!(
         "{name}: {} JPEGs, {:.1} MB, best of {runs} passes, one thread",

@@ -39,7 +39,7 @@ pub fn fuzz_image(data: &[u8]) {
 /// Flips a process-wide switch: call it from one thread at a time, with no other decoding going
 /// on in the process (a fuzz target, or one test that holds a lock).
 pub fn fuzz_fast_restarts(data: &[u8]) {
-    use crate::jpeg::{Decoder, Pixels, Scale, set_fast_huffman_in_restart_intervals};
+    use crate::jpeg::{Decoder, Pixels, Scale, set_patched_huffman_decoding};
     let marked = crate::rst_insert::insert_restarts(data);
     let inputs = [Some(data), marked.as_deref()];
     let variants = variants();
@@ -90,9 +90,9 @@ pub fn fuzz_fast_restarts(data: &[u8]) {
         all
     };
     for input in inputs.into_iter().flatten() {
-        set_fast_huffman_in_restart_intervals(false);
+        set_patched_huffman_decoding(false);
         let upstream = outcome(input, &mut ws);
-        set_fast_huffman_in_restart_intervals(true);
+        set_patched_huffman_decoding(true);
         let patched = outcome(input, &mut ws);
         // the same pixels, or the same error; libjpeg-turbo counts the bytes left over before a
         // marker in a damaged interval from where its reader is, which differs between the two

@@ -519,23 +519,25 @@ unsafe extern "C" {
     static stokehold_jdhuff_fast_restarts: std::sync::atomic::AtomicI32;
 }
 
-/// Whether libjpeg-turbo decodes restart-marked JPEGs with its fast Huffman decoder inside
-/// restart intervals (`true`, the default: stokehold's patch, vendor/turbojpeg-sys/STOKEHOLD.md)
-/// or on the slow decoder only, as unpatched libjpeg-turbo does (`false`). Process-wide; for
+/// Whether libjpeg-turbo decodes Huffman data with stokehold's patches (`true`, the default;
+/// vendor/turbojpeg-sys/STOKEHOLD.md): the fast decoder inside restart intervals, the last MCU of
+/// an interval included, and a code with its value bits in one table lookup; or as unpatched
+/// libjpeg-turbo does (`false`): the slow decoder only wherever a file has restart markers, one
+/// lookup for the code and another read for the value bits elsewhere. Process-wide; for
 /// differential tests, fuzzing and benchmarks of the patch, which must give identical results
 /// either way.
 #[doc(hidden)]
-pub fn set_fast_huffman_in_restart_intervals(on: bool) {
+pub fn set_patched_huffman_decoding(on: bool) {
     use std::sync::atomic::Ordering;
     // SAFETY: the static exists for the program's lifetime and is only accessed atomically.
     unsafe { stokehold_jdhuff_fast_restarts.store(i32::from(on), Ordering::Relaxed) }
 }
 
-/// See [`set_fast_huffman_in_restart_intervals`].
+/// See [`set_patched_huffman_decoding`].
 #[doc(hidden)]
-pub fn fast_huffman_in_restart_intervals() -> bool {
+pub fn patched_huffman_decoding() -> bool {
     use std::sync::atomic::Ordering;
-    // SAFETY: as in `set_fast_huffman_in_restart_intervals`.
+    // SAFETY: as in `set_patched_huffman_decoding`.
     unsafe { stokehold_jdhuff_fast_restarts.load(Ordering::Relaxed) != 0 }
 }
 

@@ -7,9 +7,7 @@
 //! process, and nothing else in it decodes concurrently).
 
 use stokehold_ops::fuzzing::fuzz_fast_restarts;
-use stokehold_ops::jpeg::{
-    Decoder, Pixels, Scale, fast_huffman_in_restart_intervals, with_restarts,
-};
+use stokehold_ops::jpeg::{Decoder, Pixels, Scale, patched_huffman_decoding, with_restarts};
 use stokehold_ops::restart::RestartIndex;
 
 mod common;
@@ -126,10 +124,7 @@ fn decode(d: &mut Decoder, data: &[u8]) -> Pixels {
 
 #[test]
 fn the_patched_decoder_gives_exactly_what_upstream_gives() {
-    assert!(
-        fast_huffman_in_restart_intervals(),
-        "the patch is on by default"
-    );
+    assert!(patched_huffman_decoding(), "the patch is on by default");
     let mut d = Decoder::new().unwrap();
     let mut marked_count = 0;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
@@ -150,34 +145,39 @@ fn the_patched_decoder_gives_exactly_what_upstream_gives() {
         assert!(RestartIndex::parse(&marked).is_some(), "{name}");
         marked_count += 1;
         // and the marked file decodes, with the patch on, to the pixels of the file as given
-        assert!(fast_huffman_in_restart_intervals());
+        assert!(patched_huffman_decoding());
         let plain = decode(&mut d, &src);
         assert_eq!(decode(&mut d, &marked), plain, "{name}: same pixels");
         fuzz_fast_restarts(&marked);
 
-        // damaged variants of the marked file: the same pixels or the same error either way
+        // damaged variants of the marked file (and some of the file as given, which the one-lookup
+        // tables decode without restart markers): the same pixels or the same error either way
+        for (file, variants) in [(&marked, 40), (&src, 12)] {
+            let scan = file.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+            let body = scan + 2..file.len() - 2;
+            for k in 0..variants {
+                let mut m = file.clone();
+                match k % 4 {
+                    // a few random bytes of entropy-coded data changed
+                    0 | 1 => {
+                        for _ in 0..1 + rand() % 3 {
+                            let at = body.start + (rand() as usize) % body.len();
+                            m[at] = (rand() >> 24) as u8;
+                        }
+                    }
+                    // one bit flipped
+                    2 => {
+                        let at = body.start + (rand() as usize) % body.len();
+                        m[at] ^= 1 << (rand() % 8);
+                    }
+                    // cut short
+                    _ => m.truncate(body.start + (rand() as usize) % body.len()),
+                }
+                fuzz_fast_restarts(&m);
+            }
+        }
         let scan = marked.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
         let body = scan + 2..marked.len() - 2;
-        for k in 0..40 {
-            let mut m = marked.clone();
-            match k % 4 {
-                // a few random bytes of entropy-coded data changed
-                0 | 1 => {
-                    for _ in 0..1 + rand() % 3 {
-                        let at = body.start + (rand() as usize) % body.len();
-                        m[at] = (rand() >> 24) as u8;
-                    }
-                }
-                // one bit flipped
-                2 => {
-                    let at = body.start + (rand() as usize) % body.len();
-                    m[at] ^= 1 << (rand() % 8);
-                }
-                // cut short
-                _ => m.truncate(body.start + (rand() as usize) % body.len()),
-            }
-            fuzz_fast_restarts(&m);
-        }
         // a restart marker removed, and one duplicated
         if let Some(at) = marked[body.clone()]
             .windows(2)
@@ -193,5 +193,5 @@ fn the_patched_decoder_gives_exactly_what_upstream_gives() {
         }
     }
     assert!(marked_count >= 40, "{marked_count} images restart-marked");
-    assert!(fast_huffman_in_restart_intervals(), "left switched on");
+    assert!(patched_huffman_decoding(), "left switched on");
 }

@@ -152,7 +152,6 @@ fn from_memory<'a>(
 impl TaskBytes {
     /// Locate and fetch the records of `ids` (one per slot).
     pub fn fetch(&mut self, ds: &Dataset, cache: Option<&RecordCache>, ids: &[u64]) {
-        self.buf.clear();
         self.slots.clear();
         self.pending.clear();
         self.read_bytes = 0;
@@ -212,14 +211,20 @@ impl TaskBytes {
             total += len;
             start = end;
         }
-        self.buf.resize(total, 0);
+        // the old bytes are overwritten by the reads: zero only what the buffer grows by (zeroing
+        // a whole batch's records each time was ~1% of a crop pipeline's instructions)
+        if self.buf.len() < total {
+            self.buf.resize(total, 0);
+        } else {
+            self.buf.truncate(total);
+        }
         self.requests += runs.len() as u64;
         let parallel = runs.len() > 1
             && runs
                 .iter()
                 .any(|r| ds.shards()[r.shard].source().kind() == "direct");
         let ok = if parallel {
-            read_parallel(ds, &runs, &mut self.buf)
+            read_parallel(ds, &runs, &mut self.buf[..total])
         } else {
             runs.iter()
                 .map(|r| {

@@ -75,6 +75,45 @@ typedef huff_entropy_decoder *huff_entropy_ptr;
  * Initialize for a Huffman-compressed scan.
  */
 
+/* stokehold patch: fill dtbl->fast (see jdhuff.h).  The codes of up to
+ * HUFF_LOOKAHEAD bits are made again as jpeg_make_d_derived_tbl() makes them
+ * (canonical order; it has checked the table already).  A code of length l
+ * followed by s value bits x owns, for each x, a run of 2^(HUFF_FAST_BITS -
+ * l - s) entries; x becomes the coefficient as HUFF_EXTEND() makes it: x when
+ * its top bit is set, else x - (2^s - 1).
+ */
+LOCAL(void)
+make_fast_tbl(d_derived_tbl *dtbl, boolean isDC)
+{
+  JHUFF_TBL *htbl = dtbl->pub;
+  int l, n, x, t, p = 0;
+  unsigned int code = 0;
+
+  memset(dtbl->fast, 0, sizeof(dtbl->fast));
+  for (l = 1; l <= HUFF_LOOKAHEAD; l++) {
+    for (n = 0; n < (int)htbl->bits[l]; n++, p++, code++) {
+      int sym = htbl->huffval[p];
+      int r = isDC ? 0 : sym >> 4;
+      int s = isDC ? sym : sym & 15;
+      int run, *fast;
+
+      if ((!isDC && s == 0) || l + s > HUFF_FAST_BITS)
+        continue;
+      run = 1 << (HUFF_FAST_BITS - l - s);
+      fast = dtbl->fast + (code << (HUFF_FAST_BITS - l));
+      for (x = 0; x < 1 << s; x++) {
+        int value = s == 0 ? 0 : (x >> (s - 1)) ? x : x - ((1 << s) - 1);
+        int entry = (int)(((unsigned int)value << 16) | (r << 8) | (l + s));
+
+        for (t = 0; t < run; t++)
+          *fast++ = entry;
+      }
+    }
+    code <<= 1;
+  }
+}
+
+
 METHODDEF(void)
 start_pass_huff_decoder(j_decompress_ptr cinfo)
 {
@@ -99,8 +138,10 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
     /* We may do this more than once for a table, but it's not expensive */
     pdtbl = (d_derived_tbl **)(entropy->dc_derived_tbls) + dctbl;
     jpeg_make_d_derived_tbl(cinfo, TRUE, dctbl, pdtbl);
+    make_fast_tbl(*pdtbl, TRUE);
     pdtbl = (d_derived_tbl **)(entropy->ac_derived_tbls) + actbl;
     jpeg_make_d_derived_tbl(cinfo, FALSE, actbl, pdtbl);
+    make_fast_tbl(*pdtbl, FALSE);
     /* Initialize DC predictions to 0 */
     entropy->saved.last_dc_val[ci] = 0;
   }
@@ -404,6 +445,7 @@ no_more_bytes:
       /* Back out pre-execution and fill the buffer with zero bits */ \
       buffer -= 2; \
       get_buffer &= ~0xFF; \
+      zero_bits += 8; /* stokehold patch: see decode_mcu_fast() */ \
     } \
   } \
 }
@@ -673,14 +715,22 @@ __attribute__((no_sanitize("signed-integer-overflow"),
                no_sanitize("unsigned-integer-overflow")))
 #endif
 #endif
+/* stokehold patch: an empty d_derived_tbl.fast, used when
+ * stokehold_jdhuff_fast_restarts is 0 (every lookup then falls through to
+ * upstream's code).
+ */
+static const int no_fast[1 << HUFF_FAST_BITS];
+
 LOCAL(boolean)
-decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
+decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data, boolean last,
+                boolean patched)
 {
   huff_entropy_ptr entropy = (huff_entropy_ptr)cinfo->entropy;
   BITREAD_STATE_VARS;
   JOCTET *buffer;
   int blkn;
   int bad_code = 0; /* stokehold patch: set by HUFF_DECODE_FAST on an invalid code */
+  int zero_bits = 0; /* stokehold patch: zero bits GET_BYTE put in at a marker */
   savable_state state;
   /* Outer loop handles each block in the MCU */
 
@@ -693,13 +743,25 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     JBLOCKROW block = MCU_data ? MCU_data[blkn] : NULL;
     d_derived_tbl *dctbl = entropy->dc_cur_tbls[blkn];
     d_derived_tbl *actbl = entropy->ac_cur_tbls[blkn];
+    const int *dcfast = patched ? dctbl->fast : no_fast; /* stokehold patch */
+    const int *acfast = patched ? actbl->fast : no_fast;
     register int s, k, r, l;
 
-    HUFF_DECODE_FAST(s, l, dctbl);
+    /* stokehold patch: code and value bits in one lookup where they fit in
+     * HUFF_FAST_BITS bits (dctbl->fast, see jdhuff.h); else as upstream.
+     */
+    FILL_BIT_BUFFER_FAST
+    s = dcfast[PEEK_BITS(HUFF_FAST_BITS)];
     if (s) {
-      FILL_BIT_BUFFER_FAST
-      r = GET_BITS(s);
-      s = HUFF_EXTEND(r, s);
+      DROP_BITS(s & 0xFF);
+      s >>= 16;
+    } else {
+      HUFF_DECODE_FAST(s, l, dctbl);
+      if (s) {
+        FILL_BIT_BUFFER_FAST
+        r = GET_BITS(s);
+        s = HUFF_EXTEND(r, s);
+      }
     }
 
     if (entropy->dc_needed[blkn]) {
@@ -716,6 +778,17 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     if (entropy->ac_needed[blkn] && block) {
 
       for (k = 1; k < DCTSIZE2; k++) {
+        /* stokehold patch: run, code and value in one lookup where they fit
+         * (actbl->fast, see jdhuff.h); else, and for EOB and ZRL, as upstream.
+         */
+        FILL_BIT_BUFFER_FAST
+        s = acfast[PEEK_BITS(HUFF_FAST_BITS)];
+        if (s) {
+          k += (s >> 8) & 15;
+          DROP_BITS(s & 0xFF);
+          (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 16);
+          continue;
+        }
         HUFF_DECODE_FAST(s, l, actbl);
         r = s >> 4;
         s &= 15;
@@ -735,6 +808,13 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     } else {
 
       for (k = 1; k < DCTSIZE2; k++) {
+        FILL_BIT_BUFFER_FAST
+        s = acfast[PEEK_BITS(HUFF_FAST_BITS)];
+        if (s) { /* stokehold patch: as above */
+          k += (s >> 8) & 15;
+          DROP_BITS(s & 0xFF);
+          continue;
+        }
         HUFF_DECODE_FAST(s, l, actbl);
         r = s >> 4;
         s &= 15;
@@ -751,7 +831,23 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
     }
   }
 
-  if (cinfo->unread_marker != 0) {
+  /* stokehold patch: the last MCU of a restart interval (last) is followed by
+   * at most 7 padding bits and the RSTn marker (or EOI), so the bit reader
+   * has usually put zero bits in after the marker.  Its result stands when it
+   * used none of them and what it left before the marker is only the padding
+   * (fewer than 8 bits, the reader at the marker): exactly the bits the slow
+   * decoder would have read, and the state it would have left (the marker
+   * still to be read by process_restart() or the marker reader, nothing
+   * discarded).  Anything else, damaged data above all, goes to the slow
+   * decoder as before.  Everywhere else upstream's rule holds: an MCU during
+   * which the reader met a marker is decoded again on the slow path.
+   */
+  if (last && bits_left >= zero_bits && bits_left - zero_bits < 8 &&
+      buffer[0] == 0xFF && buffer[1] != 0 && buffer[1] != 0xFF) {
+    get_buffer >>= zero_bits;
+    bits_left -= zero_bits;
+    cinfo->unread_marker = 0;
+  } else if (cinfo->unread_marker != 0 || last) {
     cinfo->unread_marker = 0;
     return FALSE;
   }
@@ -791,11 +887,12 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 #define BUFSIZE  (DCTSIZE2 * 8)
 
 /* stokehold patch: whether decode_mcu() uses the fast decoder inside restart
- * intervals (1, the default) or only the slow one wherever the image has
- * restart markers (0: upstream libjpeg-turbo's behaviour).  Only stokehold's
- * differential tests and fuzzing set it to 0, to compare the two paths in one
- * binary; it is read once per MCU with a relaxed atomic load (GCC and Clang
- * builtins: stokehold builds this library with either).
+ * intervals and the one-lookup code and value tables (1, the default) or
+ * decodes as upstream libjpeg-turbo does: only the slow decoder wherever the
+ * image has restart markers, lookup[] and separate value bits elsewhere (0).
+ * Only stokehold's differential tests and fuzzing set it to 0, to compare the
+ * two in one binary; it is read once per MCU with a relaxed atomic load (GCC
+ * and Clang builtins: stokehold builds this library with either).
  */
 int stokehold_jdhuff_fast_restarts = 1;
 
@@ -804,6 +901,9 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
 {
   huff_entropy_ptr entropy = (huff_entropy_ptr)cinfo->entropy;
   int usefast = 1;
+  boolean last = FALSE; /* stokehold patch: see decode_mcu_fast() */
+  boolean patched =
+    __atomic_load_n(&stokehold_jdhuff_fast_restarts, __ATOMIC_RELAXED) != 0;
 
   /* Process restart marker if needed; may have to suspend */
   if (cinfo->restart_interval) {
@@ -814,13 +914,15 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
      * decoder off for the whole image whenever a restart interval is set.  The
      * fast decoder stops at any marker and then hands the MCU to the slow one
      * (nothing saved), and with the invalid-code check in decode_mcu_fast() it
-     * decodes exactly what the slow one would, so only the last MCU of each
-     * interval (where the padding bits and the RSTn marker follow) is left to
-     * the slow decoder.
+     * decodes exactly what the slow one would.  The last MCU of each interval
+     * (where the padding bits and the RSTn marker follow) is tried on the fast
+     * decoder too, which keeps its result only where the slow one could not
+     * differ (see the end of decode_mcu_fast()).
      */
-    if (entropy->restarts_to_go == 1 ||
-        !__atomic_load_n(&stokehold_jdhuff_fast_restarts, __ATOMIC_RELAXED))
+    if (!patched)
       usefast = 0;
+    else if (entropy->restarts_to_go == 1)
+      last = TRUE;
   }
 
   if (cinfo->src->bytes_in_buffer < BUFSIZE * (size_t)cinfo->blocks_in_MCU ||
@@ -833,7 +935,7 @@ decode_mcu(j_decompress_ptr cinfo, JBLOCKROW *MCU_data)
   if (!entropy->pub.insufficient_data) {
 
     if (usefast) {
-      if (!decode_mcu_fast(cinfo, MCU_data)) goto use_slow;
+      if (!decode_mcu_fast(cinfo, MCU_data, last, patched)) goto use_slow;
     } else {
 use_slow:
       if (!decode_mcu_slow(cinfo, MCU_data)) return FALSE;

@@ -23,6 +23,7 @@
 /* Derived data constructed for each Huffman table */
 
 #define HUFF_LOOKAHEAD  8       /* # of bits of lookahead */
+#define HUFF_FAST_BITS  10      /* stokehold patch: see d_derived_tbl.fast */
 
 typedef struct {
   /* Basic tables: (element [0] of each array is unused) */
@@ -48,6 +49,20 @@ typedef struct {
    * symbol.
    */
   int lookup[1 << HUFF_LOOKAHEAD];
+
+  /* stokehold patch: a code and the value bits that follow it, decoded
+   * together (used by decode_mcu_fast() in jdhuff.c).  Indexed by the next
+   * HUFF_FAST_BITS bits of the input; where a code of length l with symbol
+   * (r << 4) | s, s != 0, and its s value bits fit in them, the entry is
+   * (value << 16) | (r << 8) | (l + s), value being the coefficient (the
+   * HUFF_EXTEND()ed bits); for a DC table, r is 0 and a symbol of 0 (a
+   * difference of 0) fits too.  0 where nothing fits: the decoder then takes
+   * the lookup[] path above.  Filled by jdhuff.c's start_pass_huff_decoder()
+   * from lookup[] (so for codes of up to HUFF_LOOKAHEAD bits); the progressive
+   * and lossless decoders, which share jpeg_make_d_derived_tbl(), leave it
+   * unset and do not read it.
+   */
+  int fast[1 << HUFF_FAST_BITS];
 } d_derived_tbl;
 
 /* Expand a Huffman table definition into the derived format */
