@@ -452,11 +452,39 @@ no_more_bytes:
 
 #if SIZEOF_SIZE_T == 8 || defined(_WIN64) || (defined(__x86_64__) && defined(__ILP32__))
 
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+
+/* Pre-fetch 48 bytes, because the holding register is 64-bit.  stokehold
+ * patch: the six bytes are loaded at once and taken together when none of
+ * them is 0xFF (a stuffed byte or a marker, which GET_BYTE handles one at a
+ * time as before): the same bits, one branch instead of six.  (The fast
+ * decoder always has 512 bytes per block of the MCU left in its input, so the
+ * 8-byte load stays inside it.)
+ */
+#define FILL_BIT_BUFFER_FAST \
+  if (bits_left <= 16) { \
+    bit_buf_type next6, not6; \
+    memcpy(&next6, buffer, sizeof(next6)); \
+    next6 = __builtin_bswap64(next6) >> 16; \
+    not6 = ~next6 & 0xFFFFFFFFFFFFULL; \
+    if (((not6 - 0x010101010101ULL) & ~not6 & 0x808080808080ULL) == 0) { \
+      get_buffer = (get_buffer << 48) | next6; \
+      buffer += 6; \
+      bits_left += 48; \
+    } else { \
+      GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
+    } \
+  }
+
+#else
+
 /* Pre-fetch 48 bytes, because the holding register is 64-bit */
 #define FILL_BIT_BUFFER_FAST \
   if (bits_left <= 16) { \
     GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE GET_BYTE \
   }
+
+#endif
 
 #else
 
