@@ -122,6 +122,12 @@ fn decode(d: &mut Decoder, data: &[u8]) -> Pixels {
     px
 }
 
+/// Roughly where a JPEG's entropy-coded data lies: after its (first) SOS marker, before EOI.
+fn entropy_coded(file: &[u8]) -> std::ops::Range<usize> {
+    let scan = file.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+    scan + 2..file.len() - 2
+}
+
 #[test]
 fn the_patched_decoder_gives_exactly_what_upstream_gives() {
     assert!(patched_huffman_decoding(), "the patch is on by default");
@@ -153,8 +159,7 @@ fn the_patched_decoder_gives_exactly_what_upstream_gives() {
         // damaged variants of the marked file (and some of the file as given, which the one-lookup
         // tables decode without restart markers): the same pixels or the same error either way
         for (file, variants) in [(&marked, 40), (&src, 12)] {
-            let scan = file.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
-            let body = scan + 2..file.len() - 2;
+            let body = entropy_coded(file);
             for k in 0..variants {
                 let mut m = file.clone();
                 match k % 4 {
@@ -176,8 +181,7 @@ fn the_patched_decoder_gives_exactly_what_upstream_gives() {
                 fuzz_fast_restarts(&m);
             }
         }
-        let scan = marked.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
-        let body = scan + 2..marked.len() - 2;
+        let body = entropy_coded(&marked);
         // a restart marker removed, and one duplicated
         if let Some(at) = marked[body.clone()]
             .windows(2)
