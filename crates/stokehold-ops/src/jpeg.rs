@@ -347,12 +347,21 @@ pub struct YccPlanes {
     pub width: [u32; 3],
     /// Plane heights.
     pub height: [u32; 3],
-    /// Plane bytes.
-    pub data: [Vec<u8>; 3],
+    /// Plane bytes: at least width × height each (the buffers are kept at the largest size
+    /// decoded, so that a smaller image after a larger one zeroes nothing); see
+    /// [`YccPlanes::plane`].
+    data: [Vec<u8>; 3],
     /// The scaled image size (what the luma plane holds before its padding).
     pub image: (u32, u32),
     /// Chroma subsampling: (horizontal, vertical) factor, 1 or 2.
     pub factor: (u32, u32),
+}
+
+impl YccPlanes {
+    /// Plane `c` (0: Y, 1: Cb, 2: Cr) of the last image decoded: width × height bytes.
+    pub fn plane(&self, c: usize) -> &[u8] {
+        &self.data[c][..self.width[c] as usize * self.height[c] as usize]
+    }
 }
 
 impl Decoder {
@@ -415,13 +424,12 @@ impl Decoder {
             if out.data[c].len() < need {
                 out.data[c].resize(need, 0);
             }
-            out.data[c].truncate(need);
             out.width[c] = pw as u32;
             out.height[c] = ph as u32;
             planes[c] = out.data[c].as_mut_ptr();
             strides[c] = pw;
         }
-        // SAFETY: each plane holds exactly `stride × plane height` bytes, the sizes
+        // SAFETY: each plane holds at least `stride × plane height` bytes, the sizes
         // libjpeg-turbo's own tj3YUVPlaneWidth/Height give for this scaled size and subsampling,
         // which is what it writes; `data` is only read.
         let r = unsafe {
@@ -521,9 +529,9 @@ unsafe extern "C" {
 
 /// Whether libjpeg-turbo decodes Huffman data with stokehold's patches (`true`, the default;
 /// vendor/turbojpeg-sys/STOKEHOLD.md): the fast decoder inside restart intervals, the last MCU of
-/// an interval included, and a code with its value bits in one table lookup; or as unpatched
-/// libjpeg-turbo does (`false`): the slow decoder only wherever a file has restart markers, one
-/// lookup for the code and another read for the value bits elsewhere. Process-wide; for
+/// an interval included, and up to two codes with their value bits in one table lookup; or as
+/// unpatched libjpeg-turbo does (`false`): the slow decoder only wherever a file has restart
+/// markers, one lookup for the code and another read for the value bits elsewhere. Process-wide; for
 /// differential tests, fuzzing and benchmarks of the patch, which must give identical results
 /// either way.
 #[doc(hidden)]

@@ -339,7 +339,7 @@ fn finish_ycc(
             width: ycc.width[c],
             height: ycc.height[c],
             channels: 1,
-            data: &ycc.data[c],
+            data: ycc.plane(c),
         };
         let out = &mut ws.ycc_out[c * n..(c + 1) * n];
         ws.resizer.resize_planes(src, b, out_w, out_h, flip, out)?;

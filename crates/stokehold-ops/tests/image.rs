@@ -625,7 +625,7 @@ fn planar_ycc_decode_and_colour_conversion_match_the_rgb_decode() {
     );
     let n = 90 * 70;
     let mut planes = vec![0u8; 3 * n];
-    stokehold_ops::color::ycc_to_rgb_planes(&ycc.data[0], &ycc.data[1], &ycc.data[2], &mut planes);
+    stokehold_ops::color::ycc_to_rgb_planes(ycc.plane(0), ycc.plane(1), ycc.plane(2), &mut planes);
     let worst = (0..3 * n)
         .map(|i| (i32::from(planes[i]) - i32::from(rgb.data[(i % n) * 3 + i / n])).abs())
         .max()
@@ -638,6 +638,14 @@ fn planar_ycc_decode_and_colour_conversion_match_the_rgb_decode() {
         (ycc.width, ycc.height, ycc.factor),
         ([46, 23, 23], [36, 18, 18], (2, 2))
     );
+    // the buffers stay at the larger image's size; the planes are this image's
+    let lens = [0, 1, 2].map(|c| ycc.plane(c).len());
+    assert_eq!(lens, [46 * 36, 23 * 18, 23 * 18]);
+    let mut alone = stokehold_ops::jpeg::YccPlanes::default();
+    assert!(d.decode_ycc(&sub, Scale(4), 1 << 30, &mut alone).unwrap());
+    for c in 0..3 {
+        assert_eq!(ycc.plane(c), alone.plane(c), "plane {c}");
+    }
     // gray images are not for this path
     let mut gray = Vec::new();
     jpeg_encoder::Encoder::new(&mut gray, 90)

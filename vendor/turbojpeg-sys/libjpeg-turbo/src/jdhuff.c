@@ -75,7 +75,8 @@ typedef huff_entropy_decoder *huff_entropy_ptr;
  * Initialize for a Huffman-compressed scan.
  */
 
-/* stokehold patch: fill dtbl->fast (see jdhuff.h).  The codes of up to
+/* stokehold patch: fill fast (d_derived_tbl.fast, see jdhuff.h) for the
+ * table htbl.  The codes of up to
  * HUFF_LOOKAHEAD bits are made again as jpeg_make_d_derived_tbl() makes them
  * (canonical order; it has checked the table already).  A code of length l
  * followed by s value bits x owns, for each x, a run of 2^(HUFF_FAST_BITS -
@@ -83,13 +84,12 @@ typedef huff_entropy_decoder *huff_entropy_ptr;
  * its top bit is set, else x - (2^s - 1).
  */
 LOCAL(void)
-make_fast_tbl(d_derived_tbl *dtbl, boolean isDC)
+make_fast_tbl(const JHUFF_TBL *htbl, boolean isDC, int *fast_tbl)
 {
-  JHUFF_TBL *htbl = dtbl->pub;
   int l, n, x, t, p = 0;
   unsigned int code = 0;
 
-  memset(dtbl->fast, 0, sizeof(dtbl->fast));
+  memset(fast_tbl, 0, sizeof(int) << HUFF_FAST_BITS);
   for (l = 1; l <= HUFF_LOOKAHEAD; l++) {
     for (n = 0; n < (int)htbl->bits[l]; n++, p++, code++) {
       int sym = htbl->huffval[p];
@@ -97,10 +97,22 @@ make_fast_tbl(d_derived_tbl *dtbl, boolean isDC)
       int s = isDC ? sym : sym & 15;
       int run, *fast;
 
-      if ((!isDC && s == 0) || l + s > HUFF_FAST_BITS)
+      if (!isDC && s == 0) {
+        /* EOB (and the undefined symbols with s == 0, which upstream's
+         * decoder also takes for EOB): a run of FAST_EOB_RUN, which ends the
+         * block; ZRL: a run of 15 and a coefficient of 0 (see make_pair_tbl()).
+         */
+        int entry = ((r == 15 ? 15 : FAST_EOB_RUN) << 8) | l;
+
+        fast = fast_tbl + (code << (HUFF_FAST_BITS - l));
+        for (t = 0; t < 1 << (HUFF_FAST_BITS - l); t++)
+          *fast++ = entry;
+        continue;
+      }
+      if (l + s > HUFF_FAST_BITS)
         continue;
       run = 1 << (HUFF_FAST_BITS - l - s);
-      fast = dtbl->fast + (code << (HUFF_FAST_BITS - l));
+      fast = fast_tbl + (code << (HUFF_FAST_BITS - l));
       for (x = 0; x < 1 << s; x++) {
         int value = s == 0 ? 0 : (x >> (s - 1)) ? x : x - ((1 << s) - 1);
         int entry = (int)(((unsigned int)value << 16) | (r << 8) | (l + s));
@@ -110,6 +122,122 @@ make_fast_tbl(d_derived_tbl *dtbl, boolean isDC)
       }
     }
     code <<= 1;
+  }
+}
+
+
+/* stokehold patch: fill pair (d_derived_tbl.pair, see jdhuff.h) from an AC
+ * table's fast:
+ * each entry of one symbol, and where the bits after it begin a second symbol
+ * that fits in the rest of the HUFF_FAST_BITS bits, both.  A first symbol of
+ * EOB is never paired (it ends the block).
+ */
+#define PAIR_ENTRY(total, r1, d2, bits1, v1, v2) \
+  ((unsigned long long)(total) | ((unsigned long long)(r1) << 8) | \
+   ((unsigned long long)(d2) << 16) | ((unsigned long long)(bits1) << 24) | \
+   ((unsigned long long)(unsigned short)(v1) << 32) | \
+   ((unsigned long long)(unsigned short)(v2) << 48))
+
+LOCAL(void)
+make_pair_tbl(const int *fast, unsigned long long *pair)
+{
+  int i;
+
+  for (i = 0; i < 1 << HUFF_FAST_BITS; i++) {
+    int e1 = fast[i], e2, bits1, r1, v1, bits2, r2;
+
+    if (e1 == 0) {
+      pair[i] = 0;
+      continue;
+    }
+    bits1 = e1 & 0xFF;
+    r1 = (e1 >> 8) & 0xFF;
+    v1 = e1 >> 16;
+    pair[i] = PAIR_ENTRY(bits1, r1, 0, bits1, v1, v1);
+    if (r1 == FAST_EOB_RUN)
+      continue;
+    e2 = fast[(i << bits1) & ((1 << HUFF_FAST_BITS) - 1)];
+    bits2 = e2 & 0xFF;
+    if (e2 == 0 || bits1 + bits2 > HUFF_FAST_BITS)
+      continue;
+    r2 = (e2 >> 8) & 0xFF;
+    pair[i] = PAIR_ENTRY(bits1 + bits2, r1,
+                         r2 == FAST_EOB_RUN ? FAST_EOB_RUN : r2 + 1, bits1, v1,
+                         e2 >> 16);
+  }
+}
+
+
+/* stokehold patch: the fast and pair tables made last, shared by every
+ * decompressor of the process.  Files from one encoder share their Huffman
+ * tables (most use the standard ones), so that set_fast_tbls() finds them here
+ * and builds nothing.  A slot is filled once (compare-and-swap) and never
+ * changed or freed; when all are taken, tables are built per image as before.
+ */
+#define FAST_CACHE_SLOTS  16
+
+typedef struct {
+  int keylen;
+  UINT8 key[1 + 16 + 256];      /* isDC, bits[1..16], huffval[0..n) */
+  int fast[1 << HUFF_FAST_BITS];
+  unsigned long long pair[1 << HUFF_FAST_BITS];
+} fast_cache_entry;
+
+static fast_cache_entry *fast_cache[FAST_CACHE_SLOTS];
+
+/* stokehold patch: point dtbl->fast and dtbl->pair (AC tables only) at the
+ * tables for dtbl->pub, from fast_cache[] or built into dtbl's own arrays.
+ */
+LOCAL(void)
+set_fast_tbls(d_derived_tbl *dtbl, boolean isDC)
+{
+  const JHUFF_TBL *htbl = dtbl->pub;
+  UINT8 key[1 + 16 + 256];
+  int keylen = 1 + 16, l, n = 0, i;
+  fast_cache_entry *entry;
+
+  key[0] = (UINT8)isDC;
+  for (l = 1; l <= 16; l++) {
+    key[l] = htbl->bits[l];
+    n += htbl->bits[l];
+  }
+  if (n > 256)                  /* jpeg_make_d_derived_tbl() has refused it */
+    n = 256;
+  memcpy(key + keylen, htbl->huffval, n);
+  keylen += n;
+  for (i = 0; i < FAST_CACHE_SLOTS; i++) {
+    entry = __atomic_load_n(&fast_cache[i], __ATOMIC_ACQUIRE);
+    if (entry == NULL)
+      break;
+    if (entry->keylen == keylen && memcmp(entry->key, key, keylen) == 0) {
+      dtbl->fast = entry->fast;
+      dtbl->pair = entry->pair;
+      return;
+    }
+  }
+  make_fast_tbl(htbl, isDC, dtbl->own_fast);
+  if (!isDC)
+    make_pair_tbl(dtbl->own_fast, dtbl->own_pair);
+  dtbl->fast = dtbl->own_fast;
+  dtbl->pair = dtbl->own_pair;
+  if (i == FAST_CACHE_SLOTS)
+    return;
+  entry = (fast_cache_entry *)malloc(sizeof(fast_cache_entry));
+  if (entry == NULL)
+    return;
+  entry->keylen = keylen;
+  memcpy(entry->key, key, keylen);
+  memcpy(entry->fast, dtbl->own_fast, sizeof(entry->fast));
+  if (!isDC)
+    memcpy(entry->pair, dtbl->own_pair, sizeof(entry->pair));
+  /* another thread may have taken the slot: then this entry is dropped (the
+   * next lookup finds that thread's, or a later slot is tried then) */
+  {
+    fast_cache_entry *expected = NULL;
+
+    if (!__atomic_compare_exchange_n(&fast_cache[i], &expected, entry, 0,
+                                     __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+      free(entry);
   }
 }
 
@@ -138,10 +266,10 @@ start_pass_huff_decoder(j_decompress_ptr cinfo)
     /* We may do this more than once for a table, but it's not expensive */
     pdtbl = (d_derived_tbl **)(entropy->dc_derived_tbls) + dctbl;
     jpeg_make_d_derived_tbl(cinfo, TRUE, dctbl, pdtbl);
-    make_fast_tbl(*pdtbl, TRUE);
+    set_fast_tbls(*pdtbl, TRUE);
     pdtbl = (d_derived_tbl **)(entropy->ac_derived_tbls) + actbl;
     jpeg_make_d_derived_tbl(cinfo, FALSE, actbl, pdtbl);
-    make_fast_tbl(*pdtbl, FALSE);
+    set_fast_tbls(*pdtbl, FALSE);
     /* Initialize DC predictions to 0 */
     entropy->saved.last_dc_val[ci] = 0;
   }
@@ -748,6 +876,26 @@ __attribute__((no_sanitize("signed-integer-overflow"),
  * upstream's code).
  */
 static const int no_fast[1 << HUFF_FAST_BITS];
+static const unsigned long long no_pair[1 << HUFF_FAST_BITS];
+
+/* stokehold patch: jpeg_natural_order[] with 64 extra entries of 63 instead
+ * of 16, for the stores of decode_mcu_fast()'s one-lookup path, where the
+ * position may pass 63 by a run of FAST_EOB_RUN (EOB, up to 127) as well as by
+ * a run of up to 15 or 16 (damaged data, as upstream).  Such a store writes to
+ * coefficient 63 while it is still 0 (a block's loop ends once a position of
+ * 63 or more has been stored to), and stores 0 unless upstream would store the
+ * same value there too (a run past 63).
+ */
+static const int fast_natural_order[DCTSIZE2 + FAST_EOB_RUN] = {
+   0,  1,  8, 16,  9,  2,  3, 10, 17, 24, 32, 25, 18, 11,  4,  5,
+  12, 19, 26, 33, 40, 48, 41, 34, 27, 20, 13,  6,  7, 14, 21, 28,
+  35, 42, 49, 56, 57, 50, 43, 36, 29, 22, 15, 23, 30, 37, 44, 51,
+  58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54, 47, 55, 62, 63,
+  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63,
+  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63
+};
 
 LOCAL(boolean)
 decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data, boolean last,
@@ -772,7 +920,7 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data, boolean last,
     d_derived_tbl *dctbl = entropy->dc_cur_tbls[blkn];
     d_derived_tbl *actbl = entropy->ac_cur_tbls[blkn];
     const int *dcfast = patched ? dctbl->fast : no_fast; /* stokehold patch */
-    const int *acfast = patched ? actbl->fast : no_fast;
+    const unsigned long long *acpair = patched ? actbl->pair : no_pair;
     register int s, k, r, l;
 
     /* stokehold patch: code and value bits in one lookup where they fit in
@@ -806,15 +954,28 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data, boolean last,
     if (entropy->ac_needed[blkn] && block) {
 
       for (k = 1; k < DCTSIZE2; k++) {
-        /* stokehold patch: run, code and value in one lookup where they fit
-         * (actbl->fast, see jdhuff.h); else, and for EOB and ZRL, as upstream.
+        /* stokehold patch: one or two symbols, with their runs and values,
+         * in one lookup where they fit (actbl->pair, see jdhuff.h); else as
+         * upstream.  The second of two is this block's only when the first
+         * leaves the block open (position below 63); else the first alone.
          */
+        unsigned long long e;
+
         FILL_BIT_BUFFER_FAST
-        s = acfast[PEEK_BITS(HUFF_FAST_BITS)];
-        if (s) {
-          k += (s >> 8) & 15;
-          DROP_BITS(s & 0xFF);
-          (*block)[jpeg_natural_order[k]] = (JCOEF)(s >> 16);
+        e = acpair[PEEK_BITS(HUFF_FAST_BITS)];
+        if (e) {
+          int p1 = k + (int)((e >> 8) & 0xFF), d2 = (int)((e >> 16) & 0xFF);
+
+          if (p1 >= DCTSIZE2 - 1 && d2) {
+            DROP_BITS((int)((e >> 24) & 0xFF));
+            (*block)[fast_natural_order[p1]] = (JCOEF)(e >> 32);
+            k = p1;
+            continue;
+          }
+          DROP_BITS((int)(e & 0xFF));
+          (*block)[fast_natural_order[p1]] = (JCOEF)(e >> 32);
+          k = p1 + d2;
+          (*block)[fast_natural_order[k]] = (JCOEF)(e >> 48);
           continue;
         }
         HUFF_DECODE_FAST(s, l, actbl);
@@ -836,11 +997,20 @@ decode_mcu_fast(j_decompress_ptr cinfo, JBLOCKROW *MCU_data, boolean last,
     } else {
 
       for (k = 1; k < DCTSIZE2; k++) {
+        unsigned long long e;
+
         FILL_BIT_BUFFER_FAST
-        s = acfast[PEEK_BITS(HUFF_FAST_BITS)];
-        if (s) { /* stokehold patch: as above */
-          k += (s >> 8) & 15;
-          DROP_BITS(s & 0xFF);
+        e = acpair[PEEK_BITS(HUFF_FAST_BITS)];
+        if (e) { /* stokehold patch: as above */
+          int p1 = k + (int)((e >> 8) & 0xFF), d2 = (int)((e >> 16) & 0xFF);
+
+          if (p1 >= DCTSIZE2 - 1 && d2) {
+            DROP_BITS((int)((e >> 24) & 0xFF));
+            k = p1;
+            continue;
+          }
+          DROP_BITS((int)(e & 0xFF));
+          k = p1 + d2;
           continue;
         }
         HUFF_DECODE_FAST(s, l, actbl);

@@ -24,6 +24,7 @@
 
 #define HUFF_LOOKAHEAD  8       /* # of bits of lookahead */
 #define HUFF_FAST_BITS  10      /* stokehold patch: see d_derived_tbl.fast */
+#define FAST_EOB_RUN    64      /* stokehold patch: see d_derived_tbl.fast */
 
 typedef struct {
   /* Basic tables: (element [0] of each array is unused) */
@@ -51,18 +52,40 @@ typedef struct {
   int lookup[1 << HUFF_LOOKAHEAD];
 
   /* stokehold patch: a code and the value bits that follow it, decoded
-   * together (used by decode_mcu_fast() in jdhuff.c).  Indexed by the next
-   * HUFF_FAST_BITS bits of the input; where a code of length l with symbol
-   * (r << 4) | s, s != 0, and its s value bits fit in them, the entry is
+   * together (used by decode_mcu_fast() in jdhuff.c: for DC tables as it is,
+   * for AC tables through pair below).  Indexed by the next HUFF_FAST_BITS
+   * bits of the input; where a code of length l with symbol (r << 4) | s,
+   * s != 0, and its s value bits fit in them, the entry is
    * (value << 16) | (r << 8) | (l + s), value being the coefficient (the
    * HUFF_EXTEND()ed bits); for a DC table, r is 0 and a symbol of 0 (a
-   * difference of 0) fits too.  0 where nothing fits: the decoder then takes
-   * the lookup[] path above.  Filled by jdhuff.c's start_pass_huff_decoder()
-   * from lookup[] (so for codes of up to HUFF_LOOKAHEAD bits); the progressive
-   * and lossless decoders, which share jpeg_make_d_derived_tbl(), leave it
-   * unset and do not read it.
+   * difference of 0) fits too.  For an AC table, EOB (and any other symbol
+   * with s == 0 but ZRL, which upstream's decoder takes for EOB) is
+   * (FAST_EOB_RUN << 8) | l, a run that ends the block, and ZRL is
+   * (15 << 8) | l, a coefficient of 0 after a run of 15.  0 where nothing
+   * fits: the decoder then takes the lookup[] path above.  Made by jdhuff.c's
+   * start_pass_huff_decoder() from the table's codes of up to HUFF_LOOKAHEAD
+   * bits, or found in its cache of such tables (fast_cache[]); the
+   * progressive and lossless decoders, which share jpeg_make_d_derived_tbl(),
+   * leave it unset and do not read it.
    */
-  int fast[1 << HUFF_FAST_BITS];
+  const int *fast;
+
+  /* stokehold patch: for an AC table, one or two symbols decoded together,
+   * made from fast (jdhuff.c's make_pair_tbl()).  An entry holds, from bit 0,
+   * in 8-bit fields: the bits of both symbols; the run r1 before the first
+   * coefficient (FAST_EOB_RUN for EOB); the step d2 from the first
+   * coefficient's position to the second's (r2 + 1, 16 for ZRL, FAST_EOB_RUN
+   * for EOB; 0 when there is no second symbol); the bits of the first alone;
+   * then the first and the second coefficients as 16-bit values (the first
+   * twice when alone).  0 where not even the first symbol fits.
+   */
+  const unsigned long long *pair;
+
+  /* stokehold patch: where fast and pair point when jdhuff.c's cache does
+   * not have this table's.
+   */
+  int own_fast[1 << HUFF_FAST_BITS];
+  unsigned long long own_pair[1 << HUFF_FAST_BITS];
 } d_derived_tbl;
 
 /* Expand a Huffman table definition into the derived format */
