@@ -76,12 +76,12 @@ typedef huff_entropy_decoder *huff_entropy_ptr;
  */
 
 /* stokehold patch: fill fast (d_derived_tbl.fast, see jdhuff.h) for the
- * table htbl.  The codes of up to
- * HUFF_LOOKAHEAD bits are made again as jpeg_make_d_derived_tbl() makes them
- * (canonical order; it has checked the table already).  A code of length l
- * followed by s value bits x owns, for each x, a run of 2^(HUFF_FAST_BITS -
- * l - s) entries; x becomes the coefficient as HUFF_EXTEND() makes it: x when
- * its top bit is set, else x - (2^s - 1).
+ * table htbl.  The codes of up to HUFF_LOOKAHEAD bits are made again as
+ * jpeg_make_d_derived_tbl() makes them (canonical order; it has checked the
+ * table already).  A code of length l followed by s value bits x owns, for
+ * each x, a run of 2^(HUFF_FAST_BITS - l - s) entries; x becomes the
+ * coefficient as HUFF_EXTEND() makes it: x when its top bit is set, else
+ * x - (2^s - 1).
  */
 LOCAL(void)
 make_fast_tbl(const JHUFF_TBL *htbl, boolean isDC, int *fast_tbl)
@@ -127,10 +127,9 @@ make_fast_tbl(const JHUFF_TBL *htbl, boolean isDC, int *fast_tbl)
 
 
 /* stokehold patch: fill pair (d_derived_tbl.pair, see jdhuff.h) from an AC
- * table's fast:
- * each entry of one symbol, and where the bits after it begin a second symbol
- * that fits in the rest of the HUFF_FAST_BITS bits, both.  A first symbol of
- * EOB is never paired (it ends the block).
+ * table's fast: each entry of one symbol, and where the bits after it begin a
+ * second symbol that fits in the rest of the HUFF_FAST_BITS bits, both.  A
+ * first symbol of EOB is never paired (it ends the block).
  */
 #define PAIR_ENTRY(total, r1, d2, bits1, v1, v2) \
   ((unsigned long long)(total) | ((unsigned long long)(r1) << 8) | \
