@@ -531,9 +531,9 @@ unsafe extern "C" {
 /// vendor/turbojpeg-sys/STOKEHOLD.md): the fast decoder inside restart intervals, the last MCU of
 /// an interval included, and up to two codes with their value bits in one table lookup; or as
 /// unpatched libjpeg-turbo does (`false`): the slow decoder only wherever a file has restart
-/// markers, one lookup for the code and another read for the value bits elsewhere. Process-wide; for
-/// differential tests, fuzzing and benchmarks of the patch, which must give identical results
-/// either way.
+/// markers, one lookup for the code and another read for the value bits elsewhere.
+/// Process-wide; for differential tests, fuzzing and benchmarks of the patch, which must give
+/// identical results either way.
 #[doc(hidden)]
 pub fn set_patched_huffman_decoding(on: bool) {
     use std::sync::atomic::Ordering;

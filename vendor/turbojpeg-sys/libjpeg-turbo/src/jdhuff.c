@@ -184,8 +184,9 @@ typedef struct {
 
 static fast_cache_entry *fast_cache[FAST_CACHE_SLOTS];
 
-/* stokehold patch: point dtbl->fast and dtbl->pair (AC tables only) at the
- * tables for dtbl->pub, from fast_cache[] or built into dtbl's own arrays.
+/* stokehold patch: point dtbl->fast and, for an AC table, dtbl->pair (NULL
+ * for a DC table) at the tables for dtbl->pub, from fast_cache[] or built
+ * into dtbl's own arrays.
  */
 LOCAL(void)
 set_fast_tbls(d_derived_tbl *dtbl, boolean isDC)
@@ -210,7 +211,7 @@ set_fast_tbls(d_derived_tbl *dtbl, boolean isDC)
       break;
     if (entry->keylen == keylen && memcmp(entry->key, key, keylen) == 0) {
       dtbl->fast = entry->fast;
-      dtbl->pair = entry->pair;
+      dtbl->pair = isDC ? NULL : entry->pair;
       return;
     }
   }
@@ -218,7 +219,7 @@ set_fast_tbls(d_derived_tbl *dtbl, boolean isDC)
   if (!isDC)
     make_pair_tbl(dtbl->own_fast, dtbl->own_pair);
   dtbl->fast = dtbl->own_fast;
-  dtbl->pair = dtbl->own_pair;
+  dtbl->pair = isDC ? NULL : dtbl->own_pair;
   if (i == FAST_CACHE_SLOTS)
     return;
   entry = (fast_cache_entry *)malloc(sizeof(fast_cache_entry));
@@ -870,7 +871,7 @@ __attribute__((no_sanitize("signed-integer-overflow"),
                no_sanitize("unsigned-integer-overflow")))
 #endif
 #endif
-/* stokehold patch: an empty d_derived_tbl.fast, used when
+/* stokehold patch: an empty d_derived_tbl.fast and .pair, used when
  * stokehold_jdhuff_fast_restarts is 0 (every lookup then falls through to
  * upstream's code).
  */

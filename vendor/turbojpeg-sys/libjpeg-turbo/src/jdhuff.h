@@ -70,8 +70,9 @@ typedef struct {
    */
   const int *fast;
 
-  /* stokehold patch: for an AC table, one or two symbols decoded together,
-   * made from fast (jdhuff.c's make_pair_tbl()).  An entry holds, from bit 0,
+  /* stokehold patch: for an AC table (NULL for a DC table), one or two symbols
+   * decoded together, made from fast (jdhuff.c's make_pair_tbl()).  An entry
+   * holds, from bit 0,
    * in 8-bit fields: the bits of both symbols; the run r1 before the first
    * coefficient (FAST_EOB_RUN for EOB); the step d2 from the first
    * coefficient's position to the second's (r2 + 1, 16 for ZRL, FAST_EOB_RUN
