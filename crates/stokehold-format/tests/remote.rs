@@ -363,6 +363,36 @@ fn records_announced_ahead_are_read_from_the_ranges_fetched_ahead_in_few_request
 }
 
 #[test]
+fn dense_announcements_are_fetched_in_large_gets_whose_gaps_later_announcements_fill() {
+    // what a shard-block order announces: half the records of a span at a time, at random
+    let (_proxy, obj, data) = proxied("prefetch-dense", &[], 4_080_000);
+    // 51 records of 80 KB, back to back: the even ones span the object, the odd ones lie
+    // between them
+    let all = records(4_080_000, 80_000, 80_000);
+    let (even, odd): (Vec<_>, Vec<_>) = all.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let even: Vec<(u64, u64)> = even.into_iter().map(|x| *x.1).collect();
+    let odd: Vec<(u64, u64)> = odd.into_iter().map(|x| *x.1).collect();
+    obj.will_read(&even); // gaps of 80 KB (more than GAP), half the span hinted
+    let first = obj.stats().prefetch.requests;
+    assert_eq!(first, 1, "one GET for the dense announcement");
+    obj.will_read(&odd); // inside the range held: joins it
+    assert_eq!(obj.stats().prefetch.requests, 1, "{:?}", obj.stats());
+    let mut buf = Vec::new();
+    for &(s, e) in &all {
+        buf.resize((e - s) as usize, 0);
+        obj.read_at(s, &mut buf).unwrap();
+        assert_eq!(buf, data[s as usize..e as usize]);
+    }
+    let p = obj.stats().prefetch;
+    assert_eq!((p.hits, p.misses, p.wasted_bytes), (51, 0, 0), "{p:?}");
+    // sparse announcements (a global shuffle of a large dataset) stay one GET per record
+    let (_proxy, obj, _) = proxied("prefetch-sparse", &[], 4_000_000);
+    let sparse = records(4_000_000, 50_000, 400_000);
+    obj.will_read(&sparse);
+    assert_eq!(obj.stats().prefetch.requests, sparse.len() as u64);
+}
+
+#[test]
 fn a_failed_prefetch_is_read_again_directly_and_reads_across_ranges_are_whole() {
     // no retries inside object_store: the one failing GET fails the prefetch itself
     let (proxy, obj, data) = proxied("prefetch-fail", &[("retries", "0")], 40_000_000);

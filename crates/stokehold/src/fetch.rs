@@ -319,10 +319,16 @@ pub fn hint(
     hint_ranges(ds, scratch);
 }
 
-/// Readahead of byte ranges `(shard, start, end)` (sorted here): one `Storage::will_read` per
-/// shard with its ranges (storage coalesces them, or fetches them ahead).
+/// Readahead of byte ranges `(shard, start, end)`, in the order they will be read: one
+/// `Storage::will_read` per shard with its ranges (storage coalesces them, or fetches them ahead),
+/// the shards in the order of their first range here, so that what is read first is asked for
+/// first.
 pub fn hint_ranges(ds: &Dataset, scratch: &mut [(usize, u64, u64)]) {
-    scratch.sort_unstable();
+    let mut first: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    for (i, &(k, _, _)) in scratch.iter().enumerate() {
+        first.entry(k).or_insert(i);
+    }
+    scratch.sort_unstable_by_key(|&(k, s, e)| (first[&k], s, e));
     let mut records: Vec<(u64, u64)> = Vec::new();
     let mut i = 0;
     while i < scratch.len() {

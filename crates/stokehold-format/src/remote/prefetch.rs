@@ -4,9 +4,10 @@
 //! budget; a read then takes its bytes from the ranges fetched ahead, waiting for one still in
 //! flight, and asks the store itself only for what no range covers.
 //!
-//! - **Requests.** The records hinted for one object are sorted and coalesced: neighbours at
-//!   most [`GAP`] apart go into one ranged GET of at most [`MAX_GET`] bytes (a longer record is
-//!   one GET of its own). At most `requests` GETs (storage option `prefetch_requests`, default
+//! - **Requests.** The records hinted for one object are sorted and coalesced into ranged GETs
+//!   of at most [`MAX_GET`] bytes (a longer record is one GET of its own): neighbours at most
+//!   [`GAP`] apart always, and up to [`DENSE_GAP`] apart while at most half of the GET is gap
+//!   (see [`coalesce`]). A record hinted later inside a range held joins it (no new GET). At most `requests` GETs (storage option `prefetch_requests`, default
 //!   [`DEFAULT_REQUESTS`]) are in flight per store; the others wait their turn in hint order.
 //! - **Memory.** The bytes of every range fetched ahead and not yet read count against the
 //!   store's budget (storage option `prefetch_bytes`, default [`DEFAULT_BUDGET`]). A range is
@@ -24,14 +25,48 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::RemoteObject;
 
-/// Largest gap between two hinted records fetched in one GET (the gap's bytes are dropped).
+/// A gap between two hinted records that is always fetched in one GET with them (the gap's
+/// bytes are dropped unless a later hint asks for them while the range is held).
 pub const GAP: u64 = 64 << 10;
+/// Largest gap fetched when the hinted records are dense: a gap of up to this size joins a GET
+/// as long as the GET's gaps stay within its hinted bytes (at most half of it gap).
+pub const DENSE_GAP: u64 = 1 << 20;
 /// Largest GET issued ahead (a record longer than this is one GET of its own).
 pub const MAX_GET: u64 = 8 << 20;
 /// Default of the `prefetch_bytes` storage option.
 pub const DEFAULT_BUDGET: u64 = 512 << 20;
 /// Default of the `prefetch_requests` storage option.
 pub const DEFAULT_REQUESTS: usize = 64;
+
+/// How many of `recs` (sorted byte ranges, at least one) go into the GET that starts with the
+/// first: neighbours at most [`GAP`] apart always, up to [`DENSE_GAP`] apart while the gaps
+/// fetched stay within the hinted bytes, and the whole GET within [`MAX_GET`] bytes.
+///
+/// Dense hints (a shard-block order announces a large part of a shard at a time) thus become
+/// few GETs of several MiB, whose gaps the next batches' hints usually fill while the range is
+/// held; sparse ones (a global shuffle of a large dataset) stay one GET per record, not fetching
+/// megabytes for one record.
+fn coalesce(recs: &[(u64, u64)]) -> usize {
+    let (start, mut end) = recs[0];
+    let (mut hinted, mut gaps) = (end - start, 0u64);
+    let mut j = 1;
+    while j < recs.len() {
+        let (s, e) = recs[j];
+        let gap = s.saturating_sub(end);
+        let new_end = end.max(e);
+        let ok = new_end - start <= MAX_GET
+            && (gap <= GAP || (gap <= DENSE_GAP && gaps + gap <= hinted + (e - s)));
+        if !ok {
+            break;
+        }
+        // overlapping records add only what lies past the current end
+        hinted += new_end - end.max(s);
+        gaps += gap;
+        end = new_end;
+        j += 1;
+    }
+    j
+}
 
 /// The outcome of one GET issued ahead, filled by the I/O runtime (the buffer it was read into,
 /// shared as it is: no copy).
@@ -158,12 +193,9 @@ impl Prefetcher {
         });
         let mut i = 0;
         while i < recs.len() {
-            let (start, mut end) = recs[i];
-            let mut j = i + 1;
-            while j < recs.len() && recs[j].0 <= end + GAP && recs[j].1 - start <= MAX_GET {
-                end = end.max(recs[j].1);
-                j += 1;
-            }
+            let (start, end) = recs[i];
+            let j = i + coalesce(&recs[i..]);
+            let end = recs[i..j].iter().map(|r| r.1).max().unwrap_or(end);
             let len = end - start;
             if !self.make_room(&mut state, len) {
                 self.count(|s| s.refused += 1);
@@ -318,4 +350,61 @@ impl Prefetcher {
 fn covering(state: &State, id: u64, s: u64, e: u64) -> Option<u64> {
     let (k, r) = state.ranges.range((id, 0)..=(id, s)).next_back()?;
     (r.end >= e).then_some(k.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` records of `len` bytes, one every `stride` bytes from 0.
+    fn every(n: u64, stride: u64, len: u64) -> Vec<(u64, u64)> {
+        (0..n).map(|i| (i * stride, i * stride + len)).collect()
+    }
+
+    #[test]
+    fn near_neighbours_always_share_a_get() {
+        // gaps of GAP exactly, records far smaller than their gaps: still one GET
+        let recs = every(10, 1_000 + GAP, 1_000);
+        assert_eq!(coalesce(&recs), 10);
+        // one byte more than GAP, sparse: each record its own GET
+        let recs = every(10, 1_001 + GAP, 1_000);
+        assert_eq!(coalesce(&recs), 1);
+    }
+
+    #[test]
+    fn dense_hints_share_gets_across_larger_gaps_while_half_is_hinted() {
+        // 100 KB records 100 KB apart (half of the span hinted): one GET of at most MAX_GET
+        let recs = every(200, 200_000, 100_000);
+        let n = coalesce(&recs);
+        let span = recs[n - 1].1 - recs[0].0;
+        assert!(n > 1 && span <= MAX_GET, "{n} records, {span} bytes");
+        assert!(recs[n].1 - recs[0].0 > MAX_GET, "stopped early at {n}");
+        // 100 KB records with gaps of 150 KB: three records (300 KB hinted, 300 KB of gaps),
+        // a fourth would make the GET more gap than records
+        let recs = every(20, 250_000, 100_000);
+        assert_eq!(coalesce(&recs), 3);
+        // gaps of 210 KB: the first gap is already more than the two records
+        let recs = every(20, 310_000, 100_000);
+        assert_eq!(coalesce(&recs), 1);
+        // a gap over DENSE_GAP never joins, however large the records before it
+        let recs = vec![
+            (0, 4 << 20),
+            ((4 << 20) + DENSE_GAP + 1, (5 << 20) + DENSE_GAP),
+        ];
+        assert_eq!(coalesce(&recs), 1);
+        let recs = vec![(0, 4 << 20), ((4 << 20) + DENSE_GAP, (5 << 20) + DENSE_GAP)];
+        assert_eq!(coalesce(&recs), 2);
+    }
+
+    #[test]
+    fn the_gap_allowance_is_cumulative() {
+        // a first large record earns room for gaps; after that, gaps must be paid for by
+        // records again: 300 KB hinted, then 200 KB gap + 10 KB, 200 KB gap + 10 KB (gaps 400 KB
+        // > hinted 320 KB: the second is refused)
+        let recs = vec![(0, 300_000), (500_000, 510_000), (710_000, 720_000)];
+        assert_eq!(coalesce(&recs), 2);
+        // overlapping and nested records count once
+        let recs = vec![(0, 100_000), (50_000, 80_000), (60_000, 150_000)];
+        assert_eq!(coalesce(&recs), 3);
+    }
 }

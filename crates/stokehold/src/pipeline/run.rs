@@ -12,12 +12,14 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::batch::SharedBatch;
 use crate::error::{EngineError, Result};
 use crate::pipeline::{Core, lock};
-use crate::sampler::{RankPlan, Slot};
+use crate::sampler::{RankPlan, Shuffle, Slot};
 use crate::samples::{SlotWriter, TaskCtx, TaskIo};
 
 /// Steps between a batch being started and the batch whose samples are then announced to
 /// storage (readahead).
 const READAHEAD: u64 = 2;
+/// Most batches announced at once (a wave; see [`Run::wave`]).
+const MAX_WAVE: u64 = 16;
 
 /// What the workers of one iteration share.
 pub(crate) struct Run {
@@ -28,6 +30,10 @@ pub(crate) struct Run {
     task_size: usize,
     tasks_per_batch: usize,
     pub(crate) steps: u64,
+    /// Batches announced to storage at once: every `wave` steps, the `wave` batches from
+    /// `READAHEAD` steps on (1 in a global shuffle, where batches share no shards worth
+    /// coalescing, and for local storage).
+    wave: u64,
     next_task: AtomicU64,
     /// Steps the consumer has taken; workers stay within the prefetch depth of it.
     pub(crate) delivered: Mutex<u64>,
@@ -104,6 +110,16 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         }
         n => n.min(b),
     };
+    let wave = match core.config.shuffle {
+        Shuffle::Global => 1,
+        Shuffle::Sequential | Shuffle::ShardBlock { .. } => {
+            let per_batch = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
+            core.samples
+                .readahead_wave_bytes()
+                .div_ceil(per_batch)
+                .clamp(1, MAX_WAVE)
+        }
+    };
     let (tx, rx) = crossbeam_channel::unbounded();
     let run = Arc::new(Run {
         core: Arc::clone(core),
@@ -113,6 +129,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         task_size,
         tasks_per_batch: b.div_ceil(task_size),
         steps,
+        wave,
         next_task: AtomicU64::new(0),
         delivered: Mutex::new(0),
         window: Condvar::new(),
@@ -186,20 +203,9 @@ fn worker(run: &Run, index: usize) {
         if run.stop.load(Ordering::Acquire) {
             return;
         }
-        let Some((batch, created)) = batch_for(run, step) else {
+        let Some(batch) = batch_for(run, step, &mut hints) else {
             return;
         };
-        if created && samples.readahead() {
-            // Order-aware readahead: the batch `READAHEAD` steps on will be read soon (the
-            // first batch of a run also announces the ones before it).
-            let from = if step == 0 { 0 } else { step + READAHEAD };
-            for s in from..=(step + READAHEAD).min(run.steps.saturating_sub(1)) {
-                if let Ok(slots) = run.plan.batch(s) {
-                    let ids: Vec<u64> = slots.map(|x| x.id).collect();
-                    samples.hint(&ids, &mut hints);
-                }
-            }
-        }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
         let mut cx = TaskCtx {
@@ -236,6 +242,39 @@ fn worker(run: &Run, index: usize) {
     }
 }
 
+/// Order-aware readahead, when batch `step` is started: every `wave` steps, the `wave` batches
+/// from `READAHEAD` steps on are announced to storage in one hint (so that object storage
+/// coalesces what they share; the shards in the order of need). The first batch of a run also
+/// announces the batches before those: in the same hint with waves (their shards come first),
+/// else one at a time, so that the first batches' requests go first (in a global shuffle every
+/// batch touches most shards). Every batch is announced once.
+fn announce(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) {
+    let samples = &run.core.samples;
+    let ids_of = |steps: std::ops::Range<u64>| -> Vec<u64> {
+        steps
+            .filter_map(|s| run.plan.batch(s).ok())
+            .flat_map(|slots| slots.map(|x| x.id))
+            .collect()
+    };
+    let end = run.steps;
+    if step == 0 && run.wave == 1 {
+        for s in 0..READAHEAD.min(end) {
+            samples.hint(&ids_of(s..s + 1), hints);
+        }
+    }
+    if step.is_multiple_of(run.wave) {
+        let from = if step == 0 && run.wave > 1 {
+            0
+        } else {
+            step + READAHEAD
+        };
+        let ids = ids_of(from.min(end)..(step + READAHEAD + run.wave).min(end));
+        if !ids.is_empty() {
+            samples.hint(&ids, hints);
+        }
+    }
+}
+
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         (*s).to_string()
@@ -246,11 +285,12 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The shared batch of `step`, created by the first task that needs it (then `true`).
-fn batch_for(run: &Run, step: u64) -> Option<(Arc<SharedBatch>, bool)> {
+/// The shared batch of `step`, created (and the readahead it starts announced) by the first task
+/// that needs it.
+fn batch_for(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) -> Option<Arc<SharedBatch>> {
     let mut m = lock(&run.batches);
     if let Some(b) = m.get(&step) {
-        return Some((Arc::clone(b), false));
+        return Some(Arc::clone(b));
     }
     let samples = &*run.core.samples;
     let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
@@ -271,5 +311,10 @@ fn batch_for(run: &Run, step: u64) -> Option<(Arc<SharedBatch>, bool)> {
         run.tasks_per_batch,
     ));
     m.insert(step, Arc::clone(&b));
-    Some((b, true))
+    if samples.readahead() {
+        // announced before any worker can take a task of this batch (they wait for the lock), so
+        // that no record is read before it was announced
+        announce(run, step, hints);
+    }
+    Some(b)
 }

@@ -24,6 +24,11 @@ pub use tokens::{
     IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, TokenScratch, Tokens, VERIFY_MAX_RECORD,
 };
 
+/// Bytes of records announced at once to object storage in an order that keeps to a few shards
+/// at a time ([`Samples::readahead_wave_bytes`]): a few shards of the usual 16-256 MiB, well
+/// within the prefetch's default budget (512 MiB).
+pub const REMOTE_WAVE_BYTES: u64 = 64 << 20;
+
 /// What the engine needs to know of the samples it loads. Implementations must be deterministic:
 /// what `fill` writes for a sample depends only on the sample id, the epoch, the seed and the
 /// samples' own definition, never on the thread or the task that runs it.
@@ -88,6 +93,13 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     /// ([`Samples::hint`]).
     fn readahead(&self) -> bool {
         false
+    }
+
+    /// Bytes worth announcing at once when the order keeps to a few shards at a time
+    /// (sequential, shard-block): object storage coalesces the records of several batches into
+    /// GETs of several MiB where one batch holds only part of a shard. 0: one batch at a time.
+    fn readahead_wave_bytes(&self) -> u64 {
+        0
     }
 
     /// Tell storage that `ids` will be read soon.

@@ -48,6 +48,8 @@ pub struct Records {
     disk: Option<(Arc<DiskCache>, CacheProgress)>,
     /// Readahead hints are worth sending: storage not already in memory, records large enough.
     hints_pay: bool,
+    /// The dataset is in object storage.
+    remote: bool,
 }
 
 impl std::fmt::Debug for Records {
@@ -157,6 +159,7 @@ impl Records {
             decoded,
             disk: None,
             hints_pay,
+            remote,
         })
     }
 
@@ -221,6 +224,14 @@ impl Samples for Records {
 
     fn readahead(&self) -> bool {
         self.hints_pay && !self.cache.as_ref().is_some_and(|c| c.complete())
+    }
+
+    fn readahead_wave_bytes(&self) -> u64 {
+        if self.remote {
+            super::REMOTE_WAVE_BYTES
+        } else {
+            0 // the page cache's readahead works per batch
+        }
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {

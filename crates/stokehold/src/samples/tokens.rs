@@ -882,6 +882,11 @@ impl Samples for Tokens {
         self.data.readahead()
     }
 
+    fn readahead_wave_bytes(&self) -> u64 {
+        // announced only for object storage
+        super::REMOTE_WAVE_BYTES
+    }
+
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
         self.data
             .hint(ids.iter().filter_map(|&id| self.range_of(id)), scratch);
