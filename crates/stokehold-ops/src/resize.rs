@@ -261,6 +261,17 @@ impl Resizer {
             };
             return Ok(());
         }
+        #[cfg(target_arch = "x86_64")]
+        if c == 1 && std::arch::is_x86_feature_detected!("ssse3") {
+            pack_weights_gray(&self.x, x0, &mut self.xw, &mut self.offs);
+            let (xw, offs) = (&self.xw, &self.offs);
+            let flip = matches!(out, Out::Planes { flip: true });
+            // SAFETY: SSSE3 was detected at run time just above.
+            unsafe {
+                horizontal_gray_ssse3(&self.mid, row, x0, &self.x, xw, offs, ow, oh, flip, dst)
+            };
+            return Ok(());
+        }
         horizontal_scalar(&self.mid, row, x0, &self.x, c, (ow, oh), 0..ow, out, dst);
         Ok(())
     }
@@ -744,6 +755,110 @@ fn horizontal_scalar(
             }
         }
     }
+}
+
+/// The horizontal weights and offsets for [`horizontal_gray_ssse3`]: per output pixel, the offset
+/// of its first tap in a `mid` row, and per group of 8 taps one vector of 8 i16 weights (0 past
+/// the last tap).
+fn pack_weights_gray(ax: &Axis, x0: usize, xw: &mut Vec<i16>, offs: &mut Vec<u32>) {
+    let t = ax.taps;
+    let groups = t.div_ceil(8);
+    xw.clear();
+    offs.clear();
+    for (x, &s) in ax.start.iter().enumerate() {
+        let w = &ax.weights[x * t..(x + 1) * t];
+        xw.extend((0..groups * 8).map(|k| w.get(k).copied().unwrap_or(0)));
+        offs.push(s - x0 as u32);
+    }
+}
+
+/// The horizontal pass for one channel (a gray image, or one plane of the planar path) with
+/// SSSE3, any number of taps: per output pixel, 8 source bytes per group of 8 taps, widened to
+/// 16-bit lanes and multiplied with `pmaddwd`; four pixels' sums at a time are added across
+/// lanes (`phaddd`), rounded, packed and stored (mirrored when `flip`). The last `ow % 4` pixels
+/// of each row take the scalar path. Callers check for SSSE3 at run time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "ssse3")]
+#[allow(clippy::too_many_arguments)]
+fn horizontal_gray_ssse3(
+    mid: &[u8],
+    row: usize,
+    x0: usize,
+    ax: &Axis,
+    xw: &[i16],
+    offs: &[u32],
+    ow: usize,
+    oh: usize,
+    flip: bool,
+    dst: &mut [u8],
+) {
+    use std::arch::x86_64::*;
+    let groups = ax.taps.div_ceil(8);
+    // Every load below reads 8 bytes at `y * row + offs[x] + 8 * g` (g < groups) and every
+    // weight load 8 lanes at `(x * groups + g) * 8`: check once that all of them lie inside
+    // `mid` and `xw`, so that the loop can use unchecked pointers.
+    let reach = offs.iter().copied().max().unwrap_or(0) as usize + 8 * groups;
+    assert!(
+        oh > 0 && (oh - 1) * row + reach <= mid.len(),
+        "horizontal loads inside the buffer"
+    );
+    assert!(
+        offs.len() == ow && xw.len() == ow * groups * 8,
+        "one weight set per pixel"
+    );
+    assert!(dst.len() == ow * oh, "output size");
+    let zero = _mm_setzero_si128();
+    let round = _mm_set1_epi32(HALF);
+    let (m, wp) = (mid.as_ptr(), xw.as_ptr());
+    let pixel = |r: usize, x: usize| -> __m128i {
+        let mut acc = zero;
+        for g in 0..groups {
+            // `r + offs[x] + 8 * g + 8 <= (oh - 1) * row + reach <= mid.len()` (checked above,
+            // with r = y * row, y < oh), and the weights' `(x * groups + g) * 8 + 8 <= xw.len()`.
+            // SAFETY: both loads are in bounds (just above) and unaligned.
+            let (v, w) = unsafe {
+                (
+                    _mm_loadl_epi64(m.add(r + *offs.get_unchecked(x) as usize + 8 * g).cast()),
+                    _mm_loadu_si128(wp.add((x * groups + g) * 8).cast()),
+                )
+            };
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_unpacklo_epi8(v, zero), w));
+        }
+        acc
+    };
+    let quads = ow / 4 * 4;
+    for y in 0..oh {
+        let r = y * row;
+        for x in (0..quads).step_by(4) {
+            let sums = _mm_hadd_epi32(
+                _mm_hadd_epi32(pixel(r, x), pixel(r, x + 1)),
+                _mm_hadd_epi32(pixel(r, x + 2), pixel(r, x + 3)),
+            );
+            let v = _mm_srai_epi32::<{ BITS as i32 }>(_mm_add_epi32(sums, round));
+            let px = _mm_packus_epi16(_mm_packs_epi32(v, zero), zero);
+            let mut b = (_mm_cvtsi128_si32(px) as u32).to_le_bytes();
+            let at = if flip {
+                b.reverse();
+                ow - 4 - x
+            } else {
+                x
+            };
+            dst[y * ow + at..y * ow + at + 4].copy_from_slice(&b);
+        }
+    }
+    // the last (ow % 4) columns, one pixel at a time (one channel: planes and packed are the
+    // same layout)
+    horizontal_scalar(
+        mid,
+        row,
+        x0,
+        ax,
+        1,
+        (ow, oh),
+        quads..ow,
+        Out::Planes { flip },
+        dst,
+    );
 }
 
 /// The horizontal weights and offsets for [`horizontal_rgb_ssse3`]: per output pixel, the byte
