@@ -13,7 +13,7 @@ use crate::batch::SharedBatch;
 use crate::error::{EngineError, Result};
 use crate::pipeline::{Core, lock};
 use crate::sampler::{RankPlan, Shuffle, Slot};
-use crate::samples::{SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{REMOTE_WAVE_BYTES, SlotWriter, TaskCtx, TaskIo};
 
 /// Steps between a batch being started and the batch whose samples are then announced to
 /// storage (readahead).
@@ -32,7 +32,7 @@ pub(crate) struct Run {
     pub(crate) steps: u64,
     /// Batches announced to storage at once: every `wave` steps, the `wave` batches from
     /// `READAHEAD` steps on (1 in a global shuffle, where batches share no shards worth
-    /// coalescing, and for local storage).
+    /// coalescing, and for storage that does not fetch ahead).
     wave: u64,
     next_task: AtomicU64,
     /// Steps the consumer has taken; workers stay within the prefetch depth of it.
@@ -111,14 +111,11 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         n => n.min(b),
     };
     let wave = match core.config.shuffle {
-        Shuffle::Global => 1,
-        Shuffle::Sequential | Shuffle::ShardBlock { .. } => {
+        Shuffle::Sequential | Shuffle::ShardBlock { .. } if core.samples.hints_fetch() => {
             let per_batch = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
-            core.samples
-                .readahead_wave_bytes()
-                .div_ceil(per_batch)
-                .clamp(1, MAX_WAVE)
+            REMOTE_WAVE_BYTES.div_ceil(per_batch).clamp(1, MAX_WAVE)
         }
+        _ => 1,
     };
     let (tx, rx) = crossbeam_channel::unbounded();
     let run = Arc::new(Run {
@@ -203,9 +200,14 @@ fn worker(run: &Run, index: usize) {
         if run.stop.load(Ordering::Acquire) {
             return;
         }
-        let Some(batch) = batch_for(run, step, &mut hints) else {
+        let Some((batch, created)) = batch_for(run, step, &mut hints) else {
             return;
         };
+        if created && samples.readahead() && !samples.hints_fetch() {
+            // local readahead: advice to the page cache, outside the lock (a read before it is
+            // only a read without readahead)
+            announce(run, step, &mut hints);
+        }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
         let mut cx = TaskCtx {
@@ -285,12 +287,16 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The shared batch of `step`, created (and the readahead it starts announced) by the first task
-/// that needs it.
-fn batch_for(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) -> Option<Arc<SharedBatch>> {
+/// The shared batch of `step`, created by the first task that needs it (then `true`; with
+/// storage that fetches ahead, the readahead it starts is announced here, under the lock).
+fn batch_for(
+    run: &Run,
+    step: u64,
+    hints: &mut Vec<(usize, u64, u64)>,
+) -> Option<(Arc<SharedBatch>, bool)> {
     let mut m = lock(&run.batches);
     if let Some(b) = m.get(&step) {
-        return Some(Arc::clone(b));
+        return Some((Arc::clone(b), false));
     }
     let samples = &*run.core.samples;
     let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
@@ -311,10 +317,11 @@ fn batch_for(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) -> Option
         run.tasks_per_batch,
     ));
     m.insert(step, Arc::clone(&b));
-    if samples.readahead() {
-        // announced before any worker can take a task of this batch (they wait for the lock), so
-        // that no record is read before it was announced
+    if samples.readahead() && samples.hints_fetch() {
+        // fetched ahead: announced before any worker can take a task of this batch (they wait
+        // for the lock), so that no record is read before it was asked for (which would cost a
+        // request of its own, and the range fetched for it later would be wasted)
         announce(run, step, hints);
     }
-    Some(b)
+    Some((b, true))
 }

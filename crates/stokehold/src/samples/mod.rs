@@ -25,8 +25,8 @@ pub use tokens::{
 };
 
 /// Bytes of records announced at once to object storage in an order that keeps to a few shards
-/// at a time ([`Samples::readahead_wave_bytes`]): a few shards of the usual 16-256 MiB, well
-/// within the prefetch's default budget (512 MiB).
+/// at a time ([`Samples::hints_fetch`]): a few shards of the usual 16-256 MiB, well within the
+/// prefetch's default budget (512 MiB).
 pub const REMOTE_WAVE_BYTES: u64 = 64 << 20;
 
 /// What the engine needs to know of the samples it loads. Implementations must be deterministic:
@@ -95,11 +95,14 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Bytes worth announcing at once when the order keeps to a few shards at a time
-    /// (sequential, shard-block): object storage coalesces the records of several batches into
-    /// GETs of several MiB where one batch holds only part of a shard. 0: one batch at a time.
-    fn readahead_wave_bytes(&self) -> u64 {
-        0
+    /// Whether the hints make storage fetch the records ahead (object storage): then a batch is
+    /// announced before any worker can read from it, and in an order that keeps to a few shards
+    /// at a time (sequential, shard-block) several batches are announced at once, about
+    /// [`REMOTE_WAVE_BYTES`], so that records of one shard that several batches share are
+    /// fetched in GETs of several MiB. Otherwise (local files: the page cache's readahead) one
+    /// batch at a time, after the batch is created.
+    fn hints_fetch(&self) -> bool {
+        false
     }
 
     /// Tell storage that `ids` will be read soon.

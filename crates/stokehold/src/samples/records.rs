@@ -226,12 +226,8 @@ impl Samples for Records {
         self.hints_pay && !self.cache.as_ref().is_some_and(|c| c.complete())
     }
 
-    fn readahead_wave_bytes(&self) -> u64 {
-        if self.remote {
-            super::REMOTE_WAVE_BYTES
-        } else {
-            0 // the page cache's readahead works per batch
-        }
+    fn hints_fetch(&self) -> bool {
+        self.remote
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {

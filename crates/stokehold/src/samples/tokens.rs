@@ -882,9 +882,8 @@ impl Samples for Tokens {
         self.data.readahead()
     }
 
-    fn readahead_wave_bytes(&self) -> u64 {
-        // announced only for object storage
-        super::REMOTE_WAVE_BYTES
+    fn hints_fetch(&self) -> bool {
+        true // announced only for object storage
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
