@@ -209,7 +209,9 @@ def test_dropping_an_iterator_or_closing_the_loader_joins_every_thread(kind, dat
     path = source(kind, data)
     # by thread id, not by count: threads of earlier tests' loaders may still be ending
     before = task_ids()
-    loader = make(kind, path, threads=3)
+    # one batch prepared ahead: after the first batch the workers wait for the consumer (with a
+    # deeper window they could finish this small epoch, and exit, before the check below)
+    loader = make(kind, path, threads=3, prefetch=1)
     it = iter(loader)
     next(it)
     assert task_ids() - before, "the loader's threads run"
