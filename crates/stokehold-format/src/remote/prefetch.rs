@@ -7,8 +7,9 @@
 //! - **Requests.** The records hinted for one object are sorted and coalesced into ranged GETs
 //!   of at most [`MAX_GET`] bytes (a longer record is one GET of its own): neighbours at most
 //!   [`GAP`] apart always, and up to [`DENSE_GAP`] apart while at most half of the GET is gap
-//!   (see [`coalesce`]). A record hinted later inside a range held joins it (no new GET). At most `requests` GETs (storage option `prefetch_requests`, default
-//!   [`DEFAULT_REQUESTS`]) are in flight per store; the others wait their turn in hint order.
+//!   (see [`coalesce`]). A record hinted later inside a range held joins it (no new GET). At
+//!   most `requests` GETs (storage option `prefetch_requests`, default [`DEFAULT_REQUESTS`]) are
+//!   in flight per store; the others wait their turn in hint order.
 //! - **Memory.** The bytes of every range fetched ahead and not yet read count against the
 //!   store's budget (storage option `prefetch_bytes`, default [`DEFAULT_BUDGET`]). A range is
 //!   dropped as soon as every record hinted in it was read; when a new range does not fit, the
@@ -39,14 +40,14 @@ pub const DEFAULT_BUDGET: u64 = 512 << 20;
 pub const DEFAULT_REQUESTS: usize = 64;
 
 /// How many of `recs` (sorted byte ranges, at least one) go into the GET that starts with the
-/// first: neighbours at most [`GAP`] apart always, up to [`DENSE_GAP`] apart while the gaps
+/// first, and where that GET ends: neighbours at most [`GAP`] apart always, up to [`DENSE_GAP`] apart while the gaps
 /// fetched stay within the hinted bytes, and the whole GET within [`MAX_GET`] bytes.
 ///
 /// Dense hints (a shard-block order announces a large part of a shard at a time) thus become
 /// few GETs of several MiB, whose gaps the next batches' hints usually fill while the range is
 /// held; sparse ones (a global shuffle of a large dataset) stay one GET per record, not fetching
 /// megabytes for one record.
-fn coalesce(recs: &[(u64, u64)]) -> usize {
+fn coalesce(recs: &[(u64, u64)]) -> (usize, u64) {
     let (start, mut end) = recs[0];
     let (mut hinted, mut gaps) = (end - start, 0u64);
     let mut j = 1;
@@ -65,7 +66,7 @@ fn coalesce(recs: &[(u64, u64)]) -> usize {
         end = new_end;
         j += 1;
     }
-    j
+    (j, end)
 }
 
 /// The outcome of one GET issued ahead, filled by the I/O runtime (the buffer it was read into,
@@ -193,9 +194,9 @@ impl Prefetcher {
         });
         let mut i = 0;
         while i < recs.len() {
-            let (start, end) = recs[i];
-            let j = i + coalesce(&recs[i..]);
-            let end = recs[i..j].iter().map(|r| r.1).max().unwrap_or(end);
+            let start = recs[i].0;
+            let (n, end) = coalesce(&recs[i..]);
+            let j = i + n;
             let len = end - start;
             if !self.make_room(&mut state, len) {
                 self.count(|s| s.refused += 1);
@@ -365,35 +366,35 @@ mod tests {
     fn near_neighbours_always_share_a_get() {
         // gaps of GAP exactly, records far smaller than their gaps: still one GET
         let recs = every(10, 1_000 + GAP, 1_000);
-        assert_eq!(coalesce(&recs), 10);
+        assert_eq!(coalesce(&recs).0, 10);
         // one byte more than GAP, sparse: each record its own GET
         let recs = every(10, 1_001 + GAP, 1_000);
-        assert_eq!(coalesce(&recs), 1);
+        assert_eq!(coalesce(&recs).0, 1);
     }
 
     #[test]
     fn dense_hints_share_gets_across_larger_gaps_while_half_is_hinted() {
         // 100 KB records 100 KB apart (half of the span hinted): one GET of at most MAX_GET
         let recs = every(200, 200_000, 100_000);
-        let n = coalesce(&recs);
+        let n = coalesce(&recs).0;
         let span = recs[n - 1].1 - recs[0].0;
         assert!(n > 1 && span <= MAX_GET, "{n} records, {span} bytes");
         assert!(recs[n].1 - recs[0].0 > MAX_GET, "stopped early at {n}");
         // 100 KB records with gaps of 150 KB: three records (300 KB hinted, 300 KB of gaps),
         // a fourth would make the GET more gap than records
         let recs = every(20, 250_000, 100_000);
-        assert_eq!(coalesce(&recs), 3);
+        assert_eq!(coalesce(&recs).0, 3);
         // gaps of 210 KB: the first gap is already more than the two records
         let recs = every(20, 310_000, 100_000);
-        assert_eq!(coalesce(&recs), 1);
+        assert_eq!(coalesce(&recs).0, 1);
         // a gap over DENSE_GAP never joins, however large the records before it
         let recs = vec![
             (0, 4 << 20),
             ((4 << 20) + DENSE_GAP + 1, (5 << 20) + DENSE_GAP),
         ];
-        assert_eq!(coalesce(&recs), 1);
+        assert_eq!(coalesce(&recs).0, 1);
         let recs = vec![(0, 4 << 20), ((4 << 20) + DENSE_GAP, (5 << 20) + DENSE_GAP)];
-        assert_eq!(coalesce(&recs), 2);
+        assert_eq!(coalesce(&recs).0, 2);
     }
 
     #[test]
@@ -402,9 +403,12 @@ mod tests {
         // records again: 300 KB hinted, then 200 KB gap + 10 KB, 200 KB gap + 10 KB (gaps 400 KB
         // > hinted 320 KB: the second is refused)
         let recs = vec![(0, 300_000), (500_000, 510_000), (710_000, 720_000)];
-        assert_eq!(coalesce(&recs), 2);
-        // overlapping and nested records count once
+        assert_eq!(coalesce(&recs).0, 2);
+        // overlapping and nested records count once; the GET ends at the furthest end, not
+        // at the last record's
         let recs = vec![(0, 100_000), (50_000, 80_000), (60_000, 150_000)];
-        assert_eq!(coalesce(&recs), 3);
+        assert_eq!(coalesce(&recs), (3, 150_000));
+        let recs = vec![(0, 100_000), (10_000, 20_000)];
+        assert_eq!(coalesce(&recs), (2, 100_000));
     }
 }

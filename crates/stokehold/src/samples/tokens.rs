@@ -343,7 +343,12 @@ impl TokenDataset {
     /// Whether announcing reads ahead pays: the shards are in object storage and not all in
     /// memory (for local files, the page cache's own readahead serves token windows).
     fn readahead(&self) -> bool {
-        self.ds.remote_stats().is_some() && !self.cache.get().is_some_and(|c| c.complete())
+        self.remote() && !self.cache.get().is_some_and(|c| c.complete())
+    }
+
+    /// Whether the shards are in object storage (which fetches announced reads ahead).
+    fn remote(&self) -> bool {
+        self.ds.remote_stats().is_some()
     }
 
     /// Tell storage that the token ranges `ranges` will be read soon (the byte ranges of their
@@ -883,7 +888,7 @@ impl Samples for Tokens {
     }
 
     fn hints_fetch(&self) -> bool {
-        true // announced only for object storage
+        self.data.remote()
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
