@@ -102,3 +102,31 @@ def test_a_small_cnn_learns_from_the_loader(images):
     assert len(losses) == 3 * (512 // 32)
     first, last = np.mean(losses[:5]), np.mean(losses[-5:])
     assert last < first * 0.5, (first, last)
+
+
+def test_the_gpu_training_step_script_runs_its_three_ways_on_the_cpu(tmp_path):
+    """scripts/gpu_train_step.py (the GPU check of the speed issue, run where a GPU is lent) on
+    the CPU with its small CNN: it makes and packs JPEGs, and counts what each way ran."""
+    import json
+    import subprocess
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_train_step.py")
+    out = tmp_path / "gpu.json"
+    r = subprocess.run(
+        [sys.executable, script, "--device", "cpu", "--model", "tiny", "--amp", "none", "--images", "48",
+         "--batch", "8", "--steps", "6", "--warmup", "1", "--threads", "1,2", "--json", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["model"] == "tiny" and res["device"] == "cpu" and res["batch"] == 8
+    assert res["ceiling_images"] == 6 * 8 and res["ceiling_images_per_s"] > 0
+    assert [row["threads"] for row in res["rows"]] == [1, 2]
+    for row in res["rows"]:
+        # 48 images in batches of 8: 6 per epoch, so the 7 drawn (1 + 6) run into a second epoch
+        assert row["fed_images"] == row["loader_images"] == 6 * 8
+        assert 0 <= row["data_stall_pct"] <= 100 and 0 <= row["in_next_pct"] <= 100
+        assert row["loader_cpu_ms_per_image"] > 0
+        expected = row["loader_cpu_ms_per_image"] / 1e3 * res["ceiling_images_per_s"]
+        assert abs(row["cores_needed_at_ceiling"] - expected) < 1e-6 * max(1.0, expected)
+    assert "host cores feed the ceiling" in r.stdout
