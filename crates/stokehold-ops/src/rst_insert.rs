@@ -418,46 +418,58 @@ impl Plan<'_, '_> {
     fn walk(&self, r: &mut Bits<'_>, firsts: &mut Vec<FirstBlock>) -> Option<u64> {
         let mut b = Bits { ..*r };
         let mut pred = [0i32; 4];
-        for m in 0..self.mcus {
-            let first_mcu = m % self.interval == 0;
-            if first_mcu && b.pos() > b.end {
-                return None; // past the data (checked per interval, not only at the end: a
-                // crafted header could ask for billions of MCUs)
+        // the blocks of one MCU in scan order, flat: tables, component, and whether the block is
+        // its component's first (one loop per MCU keeps the counters in registers)
+        let blocks: Vec<(&Huffman, &Huffman, usize, bool)> = self
+            .comps
+            .iter()
+            .enumerate()
+            .flat_map(|(c, &(dct, act, n))| (0..n).map(move |i| (dct, act, c, i == 0)))
+            .collect();
+        // MCUs left before the next interval begins (a countdown, not a division per MCU)
+        let mut to_interval = 0u64;
+        for _ in 0..self.mcus {
+            let first_mcu = to_interval == 0;
+            if first_mcu {
+                to_interval = self.interval;
+                if b.pos() > b.end {
+                    return None; // past the data (checked per interval, not only at the end:
+                    // a crafted header could ask for billions of MCUs)
+                }
             }
-            for (c, &(dct, act, blocks)) in self.comps.iter().enumerate() {
-                for i in 0..blocks {
-                    let start = b.pos();
+            to_interval -= 1;
+            for &(dct, act, c, first_of_comp) in &blocks {
+                let start = b.pos();
+                b.fill();
+                let s = u32::from(dct.decode(&mut b)?);
+                // tables with larger DC categories are refused when read
+                debug_assert!(s <= 11);
+                // JPEG's "extend", without branches: below half the range means negative
+                let v = b.take(s) as i32;
+                let negative = i32::from(v < (1 << s) >> 1);
+                let diff = v - negative * ((1 << s) - 1);
+                let pred_before = pred[c];
+                pred[c] += diff;
+                if pred[c].unsigned_abs() > 1 << 16 {
+                    return None; // far outside any 8-bit DC coefficient: damaged data
+                }
+                if first_mcu && first_of_comp {
+                    firsts.push(FirstBlock {
+                        start,
+                        dc_end: b.pos(),
+                        pred_before,
+                        pred_after: pred[c],
+                    });
+                }
+                // AC: only where the block's bits end. The first symbol shares the DC's
+                // refill (at most 27 + 26 bits), then two symbols per refill (at most
+                // 2 x 26 bits; a refill leaves at least 56).
+                let mut k = act.skip_ac_run(&mut b, 1)?;
+                while k < 64 {
                     b.fill();
-                    let s = u32::from(dct.decode(&mut b)?);
-                    // tables with larger DC categories are refused when read
-                    debug_assert!(s <= 11);
-                    // JPEG's "extend", without branches: below half the range means negative
-                    let v = b.take(s) as i32;
-                    let negative = i32::from(v < (1 << s) >> 1);
-                    let diff = v - negative * ((1 << s) - 1);
-                    let pred_before = pred[c];
-                    pred[c] += diff;
-                    if pred[c].unsigned_abs() > 1 << 16 {
-                        return None; // far outside any 8-bit DC coefficient: damaged data
-                    }
-                    if first_mcu && i == 0 {
-                        firsts.push(FirstBlock {
-                            start,
-                            dc_end: b.pos(),
-                            pred_before,
-                            pred_after: pred[c],
-                        });
-                    }
-                    // AC: only where the block's bits end. The first symbol shares the DC's
-                    // refill (at most 27 + 26 bits), then two symbols per refill (at most
-                    // 2 x 26 bits; a refill leaves at least 56).
-                    let mut k = act.skip_ac_run(&mut b, 1)?;
-                    while k < 64 {
-                        b.fill();
+                    k = act.skip_ac_run(&mut b, k)?;
+                    if k < 64 {
                         k = act.skip_ac_run(&mut b, k)?;
-                        if k < 64 {
-                            k = act.skip_ac_run(&mut b, k)?;
-                        }
                     }
                 }
             }
