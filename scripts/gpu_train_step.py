@@ -44,13 +44,10 @@ import sys
 import tempfile
 import time
 
+from bench_vs_torch_dataloader import cpu
+
 MEAN = (0.485 * 255, 0.456 * 255, 0.406 * 255)
 STD = (0.229 * 255, 0.224 * 255, 0.225 * 255)
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def make_shards(work: str, images: int) -> str:
@@ -118,7 +115,7 @@ def timed(batches, step, steps: int, warmup: int, device):
         if step is not None:
             step(x, y)
     synchronize(device)
-    t0, c0, blocked, images = time.perf_counter(), cpu_seconds(), 0.0, 0
+    t0, c0, blocked, images = time.perf_counter(), cpu(resource.RUSAGE_SELF), 0.0, 0
     for _ in range(steps):
         t = time.perf_counter()
         x, y = next(it)
@@ -128,7 +125,7 @@ def timed(batches, step, steps: int, warmup: int, device):
         images += len(y)
     synchronize(device)
     wall = time.perf_counter() - t0
-    return dict(images=images, seconds=wall, images_per_s=images / wall, cpu_s=cpu_seconds() - c0,
+    return dict(images=images, seconds=wall, images_per_s=images / wall, cpu_s=cpu(resource.RUSAGE_SELF) - c0,
                 blocked_s=blocked)
 
 

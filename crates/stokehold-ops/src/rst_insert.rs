@@ -419,7 +419,7 @@ impl Plan<'_, '_> {
         let mut b = Bits { ..*r };
         let mut pred = [0i32; 4];
         // the blocks of one MCU in scan order, flat: tables, component, and whether the block is
-        // its component's first (one loop per MCU keeps the counters in registers)
+        // its component's first (one loop per MCU, not one per component and one per block)
         let blocks: Vec<(&Huffman, &Huffman, usize, bool)> = self
             .comps
             .iter()
