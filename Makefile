@@ -57,11 +57,26 @@ $(VENV)/.ready: $(VENV)/.base Makefile
 	$(PY) -m pip install -q "ray[data]>=2.9" pyarrow
 	touch $@
 
+# libjpeg-turbo for the wheel, built by the system's gcc rather than by zig's clang: zig links the
+# wheel against glibc 2.17, but clang's code for the Huffman decoder (decode_mcu, ~40% of the
+# RandomResizedCrop pipeline) ran 22% slower than gcc's, which made the wheel ~10% slower per image
+# than the cargo build (perf, 10,240 crops on one core: 5,451 vs 4,456 samples in decode_mcu; see
+# docs/bench-runs/2026-12-02-wheel-cc.txt). Same source, same flags as the cmake crate's build; the
+# static archive needs nothing from libc newer than 2.17 (zig's link would fail if it did).
+LIBJPEG_GCC := $(CURDIR)/target/libjpeg-turbo-gcc
+LIBJPEG_SRC := vendor/turbojpeg-sys/libjpeg-turbo
+$(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CMakeLists.txt -type f 2>/dev/null) Makefile
+	cmake -S $(LIBJPEG_SRC) -B $(LIBJPEG_GCC) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc \
+	  "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64 -w" \
+	  -DENABLE_SHARED=0 -DENABLE_STATIC=1 -DREQUIRE_SIMD=ON >/dev/null
+	cmake --build $(LIBJPEG_GCC) -j$$(nproc) --target turbojpeg-static >/dev/null
+
 .PHONY: wheel
-wheel: sysdeps $(VENV)/.base ## the portable wheel in dist/: release build, abi3, manylinux_2_17, stripped
+wheel: sysdeps $(VENV)/.base $(LIBJPEG_GCC)/libturbojpeg.a ## the portable wheel in dist/: release build, abi3, manylinux_2_17, stripped
 	rm -f dist/stokehold-*.whl
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/maturin build -q --release --strip \
-	  --zig --compatibility manylinux_2_17 -o dist
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" TURBOJPEG_SOURCE=explicit TURBOJPEG_STATIC=1 \
+	  TURBOJPEG_LIB_DIR=$(LIBJPEG_GCC) TURBOJPEG_INCLUDE_DIR=$(CURDIR)/$(LIBJPEG_SRC)/src \
+	  $(VENV)/bin/maturin build -q --release --strip --zig --compatibility manylinux_2_17 -o dist
 
 .PHONY: sdist
 sdist: $(VENV)/.base ## the source distribution in dist/ (builds where Rust, cc, cmake and nasm are present)

@@ -134,6 +134,13 @@ fn find_explicit(link_kind: LinkKind) -> Result<Library> {
         .context("Cannot canonicalize TURBOJPEG_INCLUDE_DIR")?;
 
     println!("cargo:rustc-link-search=native={}", lib_dir.display());
+    // stokehold patch: relink when the library given changes (stokehold's wheel links one built
+    // by the Makefile)
+    for name in ["libturbojpeg.a", "libturbojpeg.so"] {
+        if lib_dir.join(name).exists() {
+            println!("cargo:rerun-if-changed={}", lib_dir.join(name).display());
+        }
+    }
     println!("cargo:rustc-link-lib={}=turbojpeg", match link_kind {
         LinkKind::Static | LinkKind::Default => "static",
         LinkKind::Dynamic => "dylib",
