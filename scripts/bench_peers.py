@@ -33,7 +33,10 @@ median of its rounds. Peers that are not installed are left out with a line sayi
 Layouts are each loader's own (CHW for stokehold and torch, HWC for tf.data and DALI). Figures:
 images/s over the epoch from iterator creation; images per CPU-second (CPU of the trial's whole
 process tree over its whole life: what the loader costs the machine); peak PSS of the process tree
-(sampled every 50 ms from ``/proc/PID/smaps_rollup``); time to the first batch from process start.
+(from ``/proc/PID/smaps_rollup``, sampled every 50 ms or less often: the sampler keeps within 2%
+of one core, since one sample of a process that has imported torch or TensorFlow costs tens of
+ms; each trial prints the sampler's CPU and any "foreign" CPU, the machine's other busy time);
+time to the first batch from process start.
 The table ends with each loader's ratio to the best peer (the best non-stokehold loader).
 """
 
@@ -201,25 +204,30 @@ def child(a):
 # --- parent ----------------------------------------------------------------------------------
 
 
-def trial(name, a, interval=0.05):
+def trial(name, a, interval=0.05, budget=0.02):
+    """One fresh process of loader ``name``; its peak PSS sampled at most every ``interval`` s and
+    within ``budget`` of one core: a sample of a process tree that has imported torch or TensorFlow
+    walks gigabytes of mappings (tens of ms of kernel time), and sampled every 50 ms that took
+    most of a core from the loader under test, the peers far more than stokehold."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
     for k in ("images", "shards", "shards_plain", "tfrecords", "pipeline"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     cmd += ["--batch", str(a.batch), "--threads", str(a.threads)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **{T0_ENV: repr(time.time())})
-    c0, b0 = cpu(resource.RUSAGE_CHILDREN), busy_seconds()
+    c0, s0, b0 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF), busy_seconds()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak, next_t = 0, time.monotonic()
+    peak = 0
     while p.poll() is None:
+        t = time.thread_time()
         peak = max(peak, sum(pss_kib(q) for q in tree(p.pid)))
-        next_t += interval
-        time.sleep(max(0.0, next_t - time.monotonic()))
+        time.sleep(max(interval, (time.thread_time() - t) / budget))
     out, err = p.communicate()
     if p.returncode != 0:
         sys.exit(f"{name}: the trial failed (exit {p.returncode}):\n{err[-3000:]}")
     r = json.loads(out.strip().splitlines()[-1])
-    r.update(cpu=cpu(resource.RUSAGE_CHILDREN) - c0, pss_mib=peak / 1024,
-             foreign=max(0.0, busy_seconds() - b0 - (cpu(resource.RUSAGE_CHILDREN) - c0)))
+    child, sampler = cpu(resource.RUSAGE_CHILDREN) - c0, cpu(resource.RUSAGE_SELF) - s0
+    r.update(cpu=child, pss_mib=peak / 1024, sampler=sampler,
+             foreign=max(0.0, busy_seconds() - b0 - child - sampler))
     return r
 
 
@@ -324,7 +332,7 @@ def main():
                     res[p].append(trial(p, a))
                     x = res[p][-1]
                     print(f"  {pipeline} round {r + 1} {p:14} {x['rate']:7.0f} images/s  first batch {x['first']:.2f} s  "
-                          f"PSS {x['pss_mib']:5.0f} MiB  foreign CPU {x['foreign']:.1f} s", flush=True)
+                          f"PSS {x['pss_mib']:5.0f} MiB  sampler CPU {x['sampler']:.2f} s  foreign CPU {x['foreign']:.1f} s", flush=True)
             table(pipeline, res, a)
 
 
