@@ -6,8 +6,9 @@
 #      the wheel pays (its own empty cargo target directory; skip it with SOURCE_BUILD=0);
 #   2. the image pipeline (decode + RandomResizedCrop(224) + flip, 1 thread, global shuffle) run by
 #      the wheel's `stokehold` command against the cargo release build of the same commit
-#      (`target/release/stokehold`, libjpeg-turbo built by the system's gcc instead of zig's clang),
-#      alternating, ROUNDS rounds each.
+#      (`target/release/stokehold`; both have libjpeg-turbo built by the system's gcc, the wheel's
+#      by the Makefile since zig's clang made its Huffman decoder slower; the wheel's Rust is
+#      linked by zig for glibc 2.17), alternating, ROUNDS rounds each.
 #
 # usage: scripts/bench-wheel.sh WHEEL IMAGE_FOLDER [ROUNDS]   (make bench runs it)
 set -euo pipefail
