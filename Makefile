@@ -59,13 +59,13 @@ $(VENV)/.ready: $(VENV)/.base Makefile
 
 # libjpeg-turbo for the wheel, built by the system's gcc rather than by zig's clang: zig links the
 # wheel against glibc 2.17, but clang's code for the Huffman decoder (decode_mcu, ~40% of the
-# RandomResizedCrop pipeline) ran 22% slower than gcc's, which made the wheel ~10% slower per image
+# RandomResizedCrop pipeline) ran 22% slower than gcc's, which made the wheel ~8% slower per image
 # than the cargo build (perf, 10,240 crops on one core: 5,451 vs 4,456 samples in decode_mcu; see
 # docs/bench-runs/2026-12-02-wheel-cc.txt). Same source, same flags as the cmake crate's build; the
 # static archive needs nothing from libc newer than 2.17 (zig's link would fail if it did).
 LIBJPEG_GCC := $(CURDIR)/target/libjpeg-turbo-gcc
 LIBJPEG_SRC := vendor/turbojpeg-sys/libjpeg-turbo
-$(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CMakeLists.txt -type f 2>/dev/null) Makefile
+$(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CMakeLists.txt -type f 2>/dev/null) Makefile | sysdeps
 	cmake -S $(LIBJPEG_SRC) -B $(LIBJPEG_GCC) -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc \
 	  "-DCMAKE_C_FLAGS=-ffunction-sections -fdata-sections -fPIC -m64 -march=x86-64 -w" \
 	  -DENABLE_SHARED=0 -DENABLE_STATIC=1 -DREQUIRE_SIMD=ON >/dev/null
