@@ -61,8 +61,9 @@ $(VENV)/.ready: $(VENV)/.base Makefile
 # wheel against glibc 2.17, but clang's code for the Huffman decoder (decode_mcu, ~40% of the
 # RandomResizedCrop pipeline) ran 22% slower than gcc's, which made the wheel ~8% slower per image
 # than the cargo build (perf, 10,240 crops on one core: 5,451 vs 4,456 samples in decode_mcu; see
-# docs/bench-runs/2026-12-02-wheel-cc.txt). Same source, same flags as the cmake crate's build; the
-# static archive needs nothing from libc newer than 2.17 (zig's link would fail if it did).
+# docs/bench-runs/2026-12-02-wheel-cc.txt). Same source and flags as the cmake crate's build (less
+# the debug info the wheel strips anyway); the archive's libc symbols are all in glibc 2.17, and
+# test_wheel.py's auditwheel check fails the wheel if a newer one is ever needed.
 LIBJPEG_GCC := $(CURDIR)/target/libjpeg-turbo-gcc
 LIBJPEG_SRC := vendor/turbojpeg-sys/libjpeg-turbo
 $(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CMakeLists.txt -type f 2>/dev/null) Makefile | sysdeps

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 
-from bench_vs_torch_dataloader import busy_seconds, cpu, pss_kib, tree
+from bench_vs_torch_dataloader import busy_seconds, cpu, sample_peak_pss
 
 T0_ENV = "STOKEHOLD_BENCH_T0"
 PEERS = ["stokehold", "stokehold-plain", "tfdata", "dali", "torchvision", "pil"]
@@ -204,11 +204,9 @@ def child(a):
 # --- parent ----------------------------------------------------------------------------------
 
 
-def trial(name, a, interval=0.05, budget=0.02):
-    """One fresh process of loader ``name``; its peak PSS sampled at most every ``interval`` s and
-    within ``budget`` of one core: a sample of a process tree that has imported torch or TensorFlow
-    walks gigabytes of mappings (tens of ms of kernel time), and sampled every 50 ms that took
-    most of a core from the loader under test, the peers far more than stokehold."""
+def trial(name, a, interval=0.05):
+    """One fresh process of loader ``name``; its peak PSS sampled by ``sample_peak_pss`` (at most
+    every ``interval`` s, within 2% of one core)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
     for k in ("images", "shards", "shards_plain", "tfrecords", "pipeline"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
@@ -216,11 +214,7 @@ def trial(name, a, interval=0.05, budget=0.02):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **{T0_ENV: repr(time.time())})
     c0, s0, b0 = cpu(resource.RUSAGE_CHILDREN), cpu(resource.RUSAGE_SELF), busy_seconds()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = 0
-    while p.poll() is None:
-        t = time.thread_time()
-        peak = max(peak, sum(pss_kib(q) for q in tree(p.pid)))
-        time.sleep(max(interval, (time.thread_time() - t) / budget))
+    peak = sample_peak_pss(p, interval)[0]
     out, err = p.communicate()
     if p.returncode != 0:
         sys.exit(f"{name}: the trial failed (exit {p.returncode}):\n{err[-3000:]}")
