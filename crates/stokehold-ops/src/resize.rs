@@ -34,11 +34,22 @@ struct Axis {
     weights: Vec<i16>,
     taps: usize,
     scratch: Vec<f64>,
+    /// The arguments of the last `compute` (`size`, the bits of `x0` and `len`, `out`): the
+    /// same arguments again (the Cr plane after the Cb plane) keep the filter as it is.
+    key: Option<AxisKey>,
 }
+
+/// What an [`Axis`] filter is a function of.
+type AxisKey = (u32, u64, u64, u32);
 
 impl Axis {
     /// The filter mapping `len` source samples from `x0` (of `size`) onto `out` samples.
     fn compute(&mut self, size: u32, x0: f64, len: f64, out: u32) {
+        let key = (size, x0.to_bits(), len.to_bits(), out);
+        if self.key == Some(key) {
+            return;
+        }
+        self.key = Some(key);
         let scale = len / f64::from(out);
         // More than 2× down: antialias (support grows with the factor). Up to 2×: plain bilinear
         // interpolation (the fused pipeline's DCT scaling leaves at most 2× to the resizer).
@@ -471,11 +482,19 @@ struct Gather {
     tail: Vec<(u32, [i16; 2])>,
     /// How far into a row the groups' 16-byte loads reach.
     reach: usize,
+    /// The axis (its [`Axis::key`]), `x0` and flip the groups were built for, when they could
+    /// be: the same again (the Cr plane after the Cb plane) keeps them.
+    key: Option<(AxisKey, usize, bool)>,
 }
 
 /// Build [`Gather`] groups for the whole groups of 4 outputs (the last `ow % 4` outputs are done
 /// one at a time from `tail`); `false` when some group's samples do not fit in 16 bytes.
 fn gather_groups(ax: &Axis, x0: usize, flip: bool, g: &mut Gather) -> bool {
+    let key = ax.key.map(|k| (k, x0, flip));
+    if key.is_some() && g.key == key {
+        return true;
+    }
+    g.key = None;
     let (t, ow) = (ax.taps, ax.start.len());
     g.base.clear();
     g.mask.clear();
@@ -509,6 +528,7 @@ fn gather_groups(ax: &Axis, x0: usize, flip: bool, g: &mut Gather) -> bool {
         g.tail
             .push((ax.start[x] - x0 as u32, [ax.weights[x * t], w1]));
     }
+    g.key = key;
     true
 }
 
@@ -1083,6 +1103,46 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A resizer reused for boxes that differ in one argument at a time (its filters are kept
+    /// while the arguments repeat, as from the Cb plane to the Cr plane) writes what a fresh one
+    /// writes, flipped or not.
+    #[test]
+    fn a_reused_resizer_writes_what_a_fresh_one_writes() {
+        let b = |x, y, w, h| Crop { x, y, w, h };
+        let base = b(10.3, 7.9, 330.0, 300.0);
+        let steps = [
+            (250, base, 224, 224, false),
+            (250, base, 224, 224, false), // the same again: filters kept
+            (250, base, 224, 224, true),  // flipped: the gathers mirrored
+            (250, b(10.5, 7.9, 330.0, 300.0), 224, 224, true), // x0
+            (250, b(10.5, 8.1, 330.0, 300.0), 224, 224, true), // y0
+            (250, b(10.5, 8.1, 331.0, 300.0), 224, 224, true), // width
+            (250, b(10.5, 8.1, 331.0, 300.0), 220, 224, true), // output width
+            (250, b(10.5, 8.1, 331.0, 300.0), 220, 224, false),
+            (260, b(10.5, 8.1, 331.0, 300.0), 220, 224, false), // source size
+        ];
+        let mut reused = Resizer::new();
+        for (i, &(sh, crop, ow, oh, flip)) in steps.iter().enumerate() {
+            let (w, h) = (500, sh);
+            let src = image(w, h, 1, 3);
+            let px = PixelsRef {
+                width: w,
+                height: h,
+                channels: 1,
+                data: &src,
+            };
+            let n = (ow * oh) as usize;
+            let (mut a, mut fresh) = (vec![0u8; n], vec![0u8; n]);
+            reused
+                .resize_planes(px, crop, ow, oh, flip, &mut a)
+                .unwrap();
+            Resizer::new()
+                .resize_planes(px, crop, ow, oh, flip, &mut fresh)
+                .unwrap();
+            assert!(a == fresh, "step {i}: the reused resizer differs");
         }
     }
 
