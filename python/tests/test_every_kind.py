@@ -264,6 +264,11 @@ try:
         e += 1
 except KeyboardInterrupt:
     loader.close()
+    # a joined thread can still be listed for a moment (see the test above); one that close()
+    # left running stays listed
+    deadline = time.monotonic() + 0.5
+    while tasks() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
     print("joined" if tasks() <= before else f"left {tasks() - before} threads", flush=True)
     raise
 """
