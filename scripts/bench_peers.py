@@ -350,10 +350,10 @@ def table(pipeline, res, a):
         cb = f"{m['per_cpu'] / med[best]['per_cpu']:.2f}" if best else "-"
         print(f"| {p} | {m['rate']:,.0f} | {rb} | {m['per_cpu']:,.0f} | {cb} | {m['pss_mib']:,.0f} | {m['first']:.2f} |")
     if others:
-        # a peer whose rounds differ a lot (tf.data's AUTOTUNE settles on one of two speeds) makes
-        # the ratio of medians fragile: say also what it is against any peer's fastest round
-        fastest = max(others, key=lambda p: max(x["rate"] for x in res[p]))
-        top = max(x["rate"] for x in res[fastest])
+        # a peer whose rounds differ a lot (tf.data runs at one of two speeds from one process to
+        # the next) makes the ratio of medians fragile: say also what it is against any peer's
+        # fastest round
+        top, fastest = max((max(x["rate"] for x in res[p]), p) for p in others)
         for p in (p for p in med if p.startswith("stokehold")):
             lo, hi = min(x["rate"] for x in res[p]), max(x["rate"] for x in res[p])
             print(f"{p}: median {med[p]['rate'] / top:.2f}x the fastest single round of any peer "
