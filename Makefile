@@ -41,20 +41,20 @@ $(VENV)/.base: pyproject.toml
 	$(PY) -m pip install -q "maturin>=1.7,<2" "ziglang>=0.13" "numpy>=1.21"
 	touch $@
 
-# what the tests need besides
-$(VENV)/.ready: $(VENV)/.base Makefile
-	$(PY) -m pip install -q "pytest>=7" pytest-timeout mypy tokenizers auditwheel
-	# Parquet files and Hugging Face datasets made in the tests and the Parquet bench (no
-	# downloads); datasets' Image feature needs Pillow (its `vision` extra) even to store paths
-	$(PY) -m pip install -q pyarrow "datasets[vision]"
-	# moto's S3-compatible server: the object-storage tests (Rust and Python) start it on 127.0.0.1
-	$(PY) -m pip install -q "moto[server]>=5.0.11"
-	# real PyTorch and JAX for the integration tests (CPU is enough; PyPI's Linux torch wheel is the
-	# CUDA build, ~4 GB with its libraries: install the CPU build into .venv first to avoid it,
-	# see the README)
-	$(PY) -m pip install -q torch jax
-	# Ray Data for stokehold.ray (its tests start a local 2-CPU cluster)
-	$(PY) -m pip install -q "ray[data]>=2.9" pyarrow
+# What the tests need besides, in three groups, each installed once (a stamp is remade when its
+# list in python/requirements/ changes, not when this Makefile does) and only where used:
+#   .s3          moto's S3-compatible server: the object-storage tests (Rust and Python) start it on
+#                127.0.0.1 (`make test-rust` needs only this group)
+#   .test-tools  pytest, mypy, auditwheel, tokenizers, pyarrow and Hugging Face `datasets` (Parquet
+#                files and datasets made in the tests; no downloads)
+#   .frameworks  real PyTorch, JAX and Ray Data for the integration tests (CPU is enough; PyPI's
+#                Linux torch wheel is the CUDA build, ~4 GB with its libraries: install the CPU
+#                build into .venv first to avoid it, see the README)
+$(VENV)/.%: python/requirements/%.txt $(VENV)/.base
+	$(PY) -m pip install -q -r $<
+	touch $@
+
+$(VENV)/.ready: $(VENV)/.s3 $(VENV)/.test-tools $(VENV)/.frameworks
 	touch $@
 
 # libjpeg-turbo for the wheel, built by the system's gcc rather than by zig's clang: zig links the
@@ -103,8 +103,14 @@ fmt-check: ## rustfmt check
 lint: sysdeps ## clippy with warnings as errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+# The Rust tests that need the S3 test server have `s3` in their names (docs/contributing.md).
+.PHONY: check
+check: sysdeps fmt-check lint ## the fast loop: fmt, clippy, every Rust test but the S3 ones (no .venv, no servers)
+	$(CARGO) test -q --workspace -- --skip s3
+	@echo "check passed (the S3, Python and wheel tests: make test)"
+
 .PHONY: test-rust
-test-rust: sysdeps ## every Rust test (unit, integration, golden files, fuzz corpora, doc tests)
+test-rust: sysdeps $(VENV)/.s3 ## every Rust test (unit, integration, golden files, fuzz corpora, doc tests, S3)
 	$(CARGO) test --workspace
 
 .PHONY: test-python

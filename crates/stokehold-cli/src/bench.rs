@@ -38,7 +38,7 @@ fn parse_access(s: &str) -> Result<Access, String> {
 /// The loader's configuration and the image stages: shared by `bench` and `bench storage`.
 #[derive(Debug, Args)]
 pub struct PipelineArgs {
-    /// The whole loader as JSON (an `EngineSpec`: what `loader.spec` shows in Python, e.g.
+    /// The whole loader as JSON (an `EngineSpec`: what `loader.config` shows in Python, e.g.
     /// `{"loader": {"batch_size": 256, "threads": 2}, "samples": {"kind": "records",
     /// "transforms": {...}}}`). The flags below then only set what the file leaves out.
     #[arg(long, value_name = "FILE")]

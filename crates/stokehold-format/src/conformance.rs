@@ -1,10 +1,13 @@
-//! The conformance suite of the [`Storage`] contract: every backend (the local ones here, and
-//! any later one, such as object storage) runs [`check_storage`] in its tests.
+//! The conformance suites of the storage contracts, which every backend runs in its tests:
+//! [`check_storage`] for the data plane ([`Storage`]: the local files, memory, object storage,
+//! the engine's shard cache) and [`check_location`] for the control plane ([`Location`]: reads
+//! and writes of a local directory, memory, an object-store prefix).
 
-use std::io;
+use std::io::{self, Write};
 use std::path::Path;
 
-use crate::storage::{DIRECT_ALIGN, Storage};
+use crate::location::{Location, ObjectMeta, RangeRead};
+use crate::storage::{Access, DIRECT_ALIGN, Storage};
 
 /// How a backend is opened on a file for the suite.
 pub type Opener<'a> = &'a (dyn Fn(&Path) -> io::Result<Box<dyn Storage>> + Sync);
@@ -187,6 +190,198 @@ pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), Str
         }
         drop(s);
         let _ = std::fs::remove_file(&path);
+    }
+    Ok(())
+}
+
+fn lfail(name: &str, what: impl std::fmt::Display) -> String {
+    format!("location {name:?}: {what}")
+}
+
+fn read_one(
+    loc: &dyn Location,
+    name: &str,
+    meta: &ObjectMeta,
+    offset: u64,
+    len: u64,
+) -> io::Result<Vec<u8>> {
+    let read = RangeRead {
+        name,
+        meta,
+        offset,
+        len,
+    };
+    loc.read_ranges(&[read])
+        .pop()
+        .unwrap_or_else(|| Err(io::Error::other("read_ranges returned nothing")))
+}
+
+fn head_of(loc: &dyn Location, label: &str, name: &str) -> Result<ObjectMeta, String> {
+    loc.head(name)
+        .map_err(|e| lfail(label, format!("head({name:?}): {e}")))
+}
+
+/// Check a [`Location`] against the contract, on `loc`, which must be empty (a fresh directory,
+/// memory, or prefix); `label` names it in failures. Reads: `head` (size; `NotFound` for a
+/// missing object), batches of ranges over several objects in one call (in order, empty ranges,
+/// a range past the end is `UnexpectedEof`), `open_storage` reading the same bytes. Writes:
+/// `put` (whole, replacing, a new version), `put_if_absent` (only once), `writer` (the object
+/// appears only at `finish`; dropped unfinished it leaves nothing), `delete` (a missing object
+/// too), and `list` showing exactly the objects with their sizes.
+pub fn check_location(label: &str, loc: &dyn Location) -> Result<(), String> {
+    let listed = loc.list().map_err(|e| lfail(label, format!("list: {e}")))?;
+    if !listed.is_empty() {
+        return Err(lfail(label, format!("not empty: {:?}", listed.keys())));
+    }
+    match loc.head("missing.bin") {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        other => {
+            return Err(lfail(
+                label,
+                format!("head of a missing object: {other:?}, not NotFound"),
+            ));
+        }
+    }
+    // put, head, batches of ranges over two objects
+    let a = pattern(300_000);
+    let b: Vec<u8> = pattern(1_000).iter().map(|x| x ^ 0x5A).collect();
+    loc.put("a.bin", &a)
+        .map_err(|e| lfail(label, format!("put: {e}")))?;
+    loc.put("b.bin", &b)
+        .map_err(|e| lfail(label, format!("put: {e}")))?;
+    let (ma, mb) = (head_of(loc, label, "a.bin")?, head_of(loc, label, "b.bin")?);
+    if ma.size != a.len() as u64 || mb.size != b.len() as u64 {
+        return Err(lfail(label, format!("sizes {} and {}", ma.size, mb.size)));
+    }
+    if loc
+        .head_many(&["b.bin", "a.bin"])
+        .into_iter()
+        .map(|m| m.ok())
+        .collect::<Vec<_>>()
+        != [Some(mb.clone()), Some(ma.clone())]
+    {
+        return Err(lfail(label, "head_many differs from head"));
+    }
+    let ranges = [
+        ("a.bin", &ma, 0u64, 16u64),
+        ("b.bin", &mb, 990, 10),
+        ("a.bin", &ma, 299_936, 64),
+        ("a.bin", &ma, 77_777, 100_000),
+        ("b.bin", &mb, 1_000, 0),
+    ];
+    let batch: Vec<RangeRead<'_>> = ranges
+        .iter()
+        .map(|&(name, meta, offset, len)| RangeRead {
+            name,
+            meta,
+            offset,
+            len,
+        })
+        .collect();
+    let got = loc.read_ranges(&batch);
+    if got.len() != ranges.len() {
+        return Err(lfail(label, "read_ranges gave another number of results"));
+    }
+    for ((name, _, offset, len), got) in ranges.iter().zip(got) {
+        let data = if *name == "a.bin" { &a } else { &b };
+        let got = got.map_err(|e| lfail(label, format!("read {name} {offset}+{len}: {e}")))?;
+        if got[..] != data[*offset as usize..(*offset + *len) as usize] {
+            return Err(lfail(
+                label,
+                format!("read {name} {offset}+{len}: other bytes"),
+            ));
+        }
+    }
+    match read_one(loc, "b.bin", &mb, 995, 10) {
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
+        other => {
+            return Err(lfail(
+                label,
+                format!(
+                    "a range past the end: {:?}, not UnexpectedEof",
+                    other.map(|v| v.len())
+                ),
+            ));
+        }
+    }
+    let s = loc
+        .open_storage("a.bin", &ma, Access::Pread, false)
+        .map_err(|e| lfail(label, format!("open_storage: {e}")))?;
+    check_range(&*s, label, &a, 123_457, 4_096)?;
+    // a replacement is whole, and a new version
+    let a2 = pattern(5_000);
+    loc.put("a.bin", &a2)
+        .map_err(|e| lfail(label, format!("put again: {e}")))?;
+    let ma2 = head_of(loc, label, "a.bin")?;
+    if ma2.size != a2.len() as u64 {
+        return Err(lfail(label, format!("replaced: size {}", ma2.size)));
+    }
+    if ma2.version.is_some() && ma2.version == ma.version {
+        return Err(lfail(label, "a replaced object kept its version"));
+    }
+    if read_one(loc, "a.bin", &ma2, 0, a2.len() as u64)
+        .ok()
+        .as_deref()
+        != Some(&a2[..])
+    {
+        return Err(lfail(label, "a replaced object reads other bytes"));
+    }
+    // conditional create
+    let c = b"first".to_vec();
+    match (
+        loc.put_if_absent("c.bin", &c),
+        loc.put_if_absent("c.bin", b"second"),
+    ) {
+        (Ok(true), Ok(false)) => {}
+        other => return Err(lfail(label, format!("put_if_absent twice: {other:?}"))),
+    }
+    let mc = head_of(loc, label, "c.bin")?;
+    if read_one(loc, "c.bin", &mc, 0, mc.size).ok() != Some(c.clone()) {
+        return Err(lfail(label, "put_if_absent replaced the first object"));
+    }
+    // streamed writes appear at finish only; an unfinished one leaves nothing
+    let d = pattern(2_500_000);
+    let mut w = loc
+        .writer("d.bin")
+        .map_err(|e| lfail(label, format!("writer: {e}")))?;
+    for piece in d.chunks(700_001) {
+        w.write_all(piece)
+            .map_err(|e| lfail(label, format!("write: {e}")))?;
+    }
+    if loc.head("d.bin").is_ok() {
+        return Err(lfail(label, "a streamed object is visible before finish"));
+    }
+    w.finish()
+        .map_err(|e| lfail(label, format!("finish: {e}")))?;
+    let md = head_of(loc, label, "d.bin")?;
+    if read_one(loc, "d.bin", &md, 0, md.size).ok().as_deref() != Some(&d[..]) {
+        return Err(lfail(label, "a streamed object reads other bytes"));
+    }
+    let mut dropped = loc
+        .writer("e.bin")
+        .map_err(|e| lfail(label, format!("writer: {e}")))?;
+    dropped
+        .write_all(&d[..10_000])
+        .map_err(|e| lfail(label, format!("write: {e}")))?;
+    drop(dropped);
+    // delete, list
+    loc.delete("b.bin")
+        .map_err(|e| lfail(label, format!("delete: {e}")))?;
+    loc.delete("never-was.bin")
+        .map_err(|e| lfail(label, format!("delete of a missing object: {e}")))?;
+    let listed: Vec<(String, u64)> = loc
+        .list()
+        .map_err(|e| lfail(label, format!("list: {e}")))?
+        .into_iter()
+        .map(|(n, m)| (n, m.size))
+        .collect();
+    let want = vec![
+        ("a.bin".to_string(), a2.len() as u64),
+        ("c.bin".to_string(), c.len() as u64),
+        ("d.bin".to_string(), d.len() as u64),
+    ];
+    if listed != want {
+        return Err(lfail(label, format!("list: {listed:?}, expected {want:?}")));
     }
     Ok(())
 }

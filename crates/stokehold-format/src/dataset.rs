@@ -5,15 +5,20 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
+use crate::location::{Location, ObjectMeta, RangeRead};
 use crate::manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use crate::publish::EXTRA_FILES;
 use crate::publish::{self, DestLock, Found};
 use crate::record::FieldValue;
 use crate::schema::Schema;
-use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptions};
+use crate::shard::{
+    OpenStep, ShardOpening, ShardReader, ShardSource, ShardStructure, ShardWriter, WriteError,
+    WriteOptions,
+};
 use crate::storage::{Access, Memory};
 
 /// How to open a dataset.
@@ -82,9 +87,9 @@ pub struct Dataset {
     starts: Vec<u64>,
     verify: bool,
     access: Access,
-    /// The object store the shards are read from (datasets opened from a URL).
-    #[cfg(feature = "remote")]
-    remote: Option<std::sync::Arc<crate::remote::RemoteStore>>,
+    /// Where the shards are read from (None for a dataset assembled from shards opened
+    /// elsewhere, until [`Dataset::set_location`]).
+    location: Option<Arc<dyn Location>>,
 }
 
 impl Dataset {
@@ -100,12 +105,9 @@ impl Dataset {
     /// without it.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Dataset> {
         let dir = dir.as_ref().to_path_buf();
-        #[cfg(feature = "remote")]
-        if crate::remote::is_remote(&dir) {
-            return crate::remote::open_dataset(dir, &options);
-        }
-        let manifest = Manifest::load(&dir, &options.limits)?;
-        Dataset::open_as(dir, manifest, options)
+        let location = crate::location::locate(&dir, &options.storage_options)?;
+        let manifest = Manifest::read(&*location, &options.limits)?;
+        Dataset::open_in(location, dir, manifest, options)
     }
 
     /// Open the shards `manifest` lists in `dir` (a manifest given, not read from `dir`), each
@@ -116,26 +118,42 @@ impl Dataset {
         manifest: Manifest,
         options: OpenOptions,
     ) -> Result<Dataset> {
-        #[cfg(feature = "remote")]
-        if crate::remote::is_remote(&dir) {
-            let url = crate::parts::url_str(&dir)?;
-            let store = crate::remote::RemoteStore::open(url, &options.storage_options)?;
-            return crate::remote::open_dataset_as(dir, manifest, store, &options);
-        }
+        let location = crate::location::locate(&dir, &options.storage_options)?;
+        Dataset::open_in(location, dir, manifest, options)
+    }
+
+    /// Open the shards `manifest` lists in `location` (named `dir` in messages): their
+    /// structure read and checked together ([`open_structures`]), then each read through the
+    /// storage the location gives for `options.access` (for local files, `Auto` is resolved for
+    /// the dataset's size and the machine's memory).
+    pub fn open_in(
+        location: Arc<dyn Location>,
+        dir: PathBuf,
+        manifest: Manifest,
+        options: OpenOptions,
+    ) -> Result<Dataset> {
+        let opened = open_structures(&*location, &dir, &manifest, &options.limits)?;
         let bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
         let access = options
             .access
             .resolve(bytes, crate::storage::physical_memory());
         let fallback = options.access == Access::Auto;
-        let mut shards = Vec::with_capacity(manifest.shards.len());
-        for i in 0..manifest.shards.len() {
+        let mut shards = Vec::with_capacity(opened.len());
+        for (i, (meta, structure)) in opened.into_iter().enumerate() {
             let path = manifest.shard_path(&dir, i);
-            let source = access
-                .open(&path, fallback)
+            let source = location
+                .open_storage(&manifest.shards[i].file, &meta, access, fallback)
                 .map_err(|e| FormatError::io(&path, None, e))?;
-            shards.push(ShardReader::from_source(&path, source, options.limits)?);
+            shards.push(ShardReader::from_structure(
+                path,
+                source,
+                structure,
+                options.limits,
+            ));
         }
-        Dataset::from_parts(dir, manifest, shards, options.verify_records)
+        let mut ds = Dataset::from_parts(dir, manifest, shards, options.verify_records)?;
+        ds.location = Some(location);
+        Ok(ds)
     }
 
     /// Assemble a dataset from a manifest and already-open shards (for example shards held in
@@ -176,22 +194,25 @@ impl Dataset {
             starts,
             verify: verify_records,
             access,
-            #[cfg(feature = "remote")]
-            remote: None,
+            location: None,
         })
     }
 
-    /// Record that the shards are read from `store` (its request counts are the dataset's), for
-    /// a dataset made [`from_parts`](Self::from_parts) over remote objects.
-    #[cfg(feature = "remote")]
-    pub fn set_remote(&mut self, store: std::sync::Arc<crate::remote::RemoteStore>) {
-        self.remote = Some(store);
+    /// Record where the shards are read from (its request counts are the dataset's), for a
+    /// dataset made [`from_parts`](Self::from_parts).
+    pub fn set_location(&mut self, location: Arc<dyn Location>) {
+        self.location = Some(location);
+    }
+
+    /// Where the shards are read from, when known.
+    pub fn location(&self) -> Option<&Arc<dyn Location>> {
+        self.location.as_ref()
     }
 
     /// The request counts of the object store the dataset is read from; `None` for a local one.
     #[cfg(feature = "remote")]
     pub fn remote_stats(&self) -> Option<crate::remote::RemoteStats> {
-        self.remote.as_ref().map(|s| s.stats())
+        self.location.as_ref().and_then(|l| l.remote_stats())
     }
 
     /// How the shards are read (after the automatic choice).
@@ -308,6 +329,67 @@ impl Dataset {
             .sum::<usize>()
             + self.shards.len() * per_shard
     }
+}
+
+/// The structure of every shard `manifest` lists in `location` (named `dir` in messages), read
+/// and checked together: one [`Location::head_many`] for the sizes and versions, then each step
+/// of every shard's [`ShardOpening`] as one [`Location::read_ranges`] batch (object storage sends
+/// each batch concurrently: the heads, then every header and tail, then what a tail missed).
+pub fn open_structures(
+    location: &dyn Location,
+    dir: &Path,
+    manifest: &Manifest,
+    limits: &Limits,
+) -> Result<Vec<(ObjectMeta, ShardStructure)>> {
+    let names: Vec<&str> = manifest.shards.iter().map(|s| s.file.as_str()).collect();
+    let mut metas = Vec::with_capacity(names.len());
+    for (i, head) in location.head_many(&names).into_iter().enumerate() {
+        metas.push(head.map_err(|e| FormatError::io(manifest.shard_path(dir, i), None, e))?);
+    }
+    let mut openings = Vec::with_capacity(names.len());
+    for (i, meta) in metas.iter().enumerate() {
+        openings.push(ShardOpening::new(
+            manifest.shard_path(dir, i),
+            meta.size,
+            *limits,
+            location.opening_tail(),
+        )?);
+    }
+    let mut done: Vec<Option<ShardStructure>> = (0..names.len()).map(|_| None).collect();
+    loop {
+        let mut wanted = Vec::new();
+        for (i, opening) in openings.iter_mut().enumerate() {
+            if done[i].is_some() {
+                continue;
+            }
+            match opening.step()? {
+                OpenStep::Done(s) => done[i] = Some(s),
+                OpenStep::Read(reads) => wanted.extend(reads.into_iter().map(|r| (i, r))),
+            }
+        }
+        if wanted.is_empty() {
+            break;
+        }
+        let batch: Vec<RangeRead<'_>> = wanted
+            .iter()
+            .map(|(i, r)| RangeRead {
+                name: names[*i],
+                meta: &metas[*i],
+                offset: r.offset,
+                len: r.len,
+            })
+            .collect();
+        let got = location.read_ranges(&batch);
+        for ((i, r), bytes) in wanted.iter().zip(got) {
+            let bytes = bytes.map_err(|e| openings[*i].read_error(r, e))?;
+            openings[*i].supply(r.offset, bytes);
+        }
+    }
+    Ok(metas
+        .into_iter()
+        .zip(done)
+        .map(|(m, s)| (m, s.expect("every opening is done")))
+        .collect())
 }
 
 fn check_against_manifest(
@@ -499,7 +581,7 @@ impl DatasetWriter {
         schema.validate()?;
         options.write.validate()?;
         #[cfg(feature = "remote")]
-        if crate::remote::is_remote(&dest) {
+        if crate::location::is_object_store_url(&dest) {
             let url = dest.to_str().ok_or_else(|| FormatError::Remote {
                 url: dest.display().to_string(),
                 detail: "a URL must be valid UTF-8".into(),
@@ -549,7 +631,7 @@ impl DatasetWriter {
         crate::parts::check_run(run)?;
         let part = Some((run.to_string(), task));
         #[cfg(feature = "remote")]
-        if crate::remote::is_remote(dest) {
+        if crate::location::is_object_store_url(dest) {
             let url = crate::parts::url_str(dest)?;
             let target = crate::remote::RemoteTarget::for_part(url, storage_options, run)?;
             let mut w = Self::new(dest.to_path_buf(), Target::Remote(target), schema, options);

@@ -1,9 +1,10 @@
 //! The stokehold shard format: a typed schema, records, shard files with a footer index and
 //! CRC-32C checksums, and dataset directories described by a manifest.
 //!
-//! No threads (except in [`verify_dataset`]), no Python, no network: this crate can be fuzzed and
-//! embedded. The `remote` feature adds object storage (`s3://`, `gs://`, `az://`, `https://`:
-//! the `remote` module), with its own I/O runtime. The normative specification is `docs/format.md`.
+//! No threads (except in [`verify_dataset`]), no network: this crate can be fuzzed and embedded.
+//! The `remote` feature adds object storage (`s3://`, `gs://`, `az://`, `https://`: the `remote`
+//! module), with its own I/O runtime, and its test support (which starts a Python S3 server).
+//! The normative specification is `docs/format.md`.
 //!
 //! The main types:
 //! - [`Schema`] / [`Field`] / [`FieldType`]: what each record holds.
@@ -13,8 +14,10 @@
 //! - [`ShardWriter`] / [`ShardReader`]: one shard file.
 //! - [`verify_dataset`]: every checksum, in one sequential pass.
 //! - [`Header::parse`], [`Trailer::parse`], [`ShardMeta::parse`], [`parse_index`]: the checks of a
-//!   shard's structure as pure functions of bytes (no I/O), used by [`ShardReader`] and fuzzed
-//!   directly.
+//!   shard's structure as pure functions of bytes (no I/O), fuzzed directly; [`ShardOpening`]:
+//!   the opening of a shard as data (which ranges to read, then those checks).
+//! - [`Location`] ([`locate`]): where a dataset's objects live (a local directory, memory, an
+//!   object-store prefix), one trait for reads and writes.
 //! - [`tokens`]: token datasets (`docs/format.md` §9): [`TokenDType`], [`TokenMeta`] (the
 //!   manifest's `source.tokens`) and [`TokenIndex`] (document prefix sums and the byte ranges of a
 //!   token range).
@@ -52,18 +55,21 @@ mod verify;
 
 pub use dataset::{
     Dataset, DatasetWriteOptions, DatasetWriter, EXTRA_FILES, OpenOptions, memory_source,
-    sweep_stale_staging,
+    open_structures, sweep_stale_staging,
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
-pub use location::{is_object_store_url, require_local, url_scheme};
+pub use location::{
+    LocalDir, Location, MemoryDir, ObjectMeta, is_object_store_url, locate, require_local,
+    url_scheme,
+};
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
 pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{
-    Header, IndexEntry, SHARD_VERSION, ShardMeta, ShardReader, ShardSource, ShardSummary,
-    ShardWriter, Trailer, WriteError, WriteOptions, parse_index,
+    Header, IndexEntry, OpenStep, SHARD_VERSION, ShardMeta, ShardOpening, ShardReader, ShardSource,
+    ShardStructure, ShardSummary, ShardWriter, Trailer, WriteError, WriteOptions, parse_index,
 };
 pub use storage::{Access, Storage};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};

@@ -1,14 +1,571 @@
-//! Local paths and URLs.
+//! Where a dataset's bytes live: [`Location`], one trait for a local directory ([`LocalDir`]),
+//! memory ([`MemoryDir`]) and an object-store prefix (`remote::ObjectStoreDir`, with the
+//! `remote` feature), and [`locate`], the one place that tells a local path from a URL.
 //!
-//! Every place that takes the path of a dataset or of a source asks [`url_scheme`] first, instead
-//! of treating `s3://bucket/x` as a local folder named `s3:`. Where a dataset is only read, an
-//! object-store URL ([`is_object_store_url`]) goes to the `remote` module (with the `remote`
-//! feature); everywhere else a URL is refused with [`FormatError::RemoteUnsupported`] (through
-//! [`require_local`]).
+//! A location is the control plane: the size and version of an object, batches of ranged reads
+//! (which object storage sends concurrently), listing, whole-object, conditional and streamed
+//! writes, deletes. The data plane is the [`Storage`] that [`Location::open_storage`] returns for
+//! one object, read by position for the life of an open dataset. What the bytes mean (a shard's
+//! structure, a manifest) is decided outside, from the bytes alone: see
+//! [`ShardOpening`](crate::shard::ShardOpening).
+//!
+//! Paths and URLs: [`url_scheme`] is asked first wherever a path of a dataset or a source is
+//! taken, instead of treating `s3://bucket/x` as a local folder named `s3:`; [`require_local`]
+//! refuses a URL where only a local path will do.
+//!
+//! Every backend runs the same suite, [`conformance::check_location`](crate::conformance::check_location),
+//! for reads and writes.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{FormatError, Result};
+use crate::shard::TRAILER_LEN;
+use crate::storage::{Access, Memory, MmapFile, PreadFile, Storage};
+
+/// What a location knows of one object: its size, and a version that changes when the object is
+/// replaced (a local file's inode and modification time, an object's ETag, a counter in memory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// The version, where the backend has one.
+    pub version: Option<String>,
+}
+
+/// One ranged read of a batch ([`Location::read_ranges`]): `len` bytes at `offset` of the object
+/// `name`, as [`Location::head`] described it (`meta`): object storage refuses to read another
+/// version of it.
+#[derive(Debug, Clone, Copy)]
+pub struct RangeRead<'a> {
+    /// The object's name in the location.
+    pub name: &'a str,
+    /// What [`Location::head`] said of it.
+    pub meta: &'a ObjectMeta,
+    /// Offset of the first byte.
+    pub offset: u64,
+    /// Bytes to read.
+    pub len: u64,
+}
+
+/// An object being written as a stream ([`Location::writer`]): it appears, whole, at
+/// [`ObjectWriter::finish`]; dropped unfinished, it leaves nothing behind.
+pub trait ObjectWriter: Write + Send + Sync + fmt::Debug {
+    /// Complete the object.
+    fn finish(self: Box<Self>) -> io::Result<()>;
+}
+
+/// Where a dataset's objects live (see the module documentation). Names are relative to the
+/// location (`manifest.json`, `shard-000000.skh`); errors are `io::Error`s that callers wrap
+/// with [`Location::place`] of the object (see [`FormatError::io`]).
+pub trait Location: Send + Sync + fmt::Debug {
+    /// The directory or URL of the location (as given).
+    fn root(&self) -> &Path;
+
+    /// The path or URL of the object `name`, for messages.
+    fn place(&self, name: &str) -> PathBuf {
+        self.root().join(name)
+    }
+
+    /// Size and version of the object `name` (`NotFound` when it does not exist).
+    fn head(&self, name: &str) -> io::Result<ObjectMeta>;
+
+    /// [`Location::head`] of many objects, in order; object storage sends the requests
+    /// concurrently.
+    fn head_many(&self, names: &[&str]) -> Vec<io::Result<ObjectMeta>> {
+        names.iter().map(|n| self.head(n)).collect()
+    }
+
+    /// The bytes of many ranges, in order (`UnexpectedEof` for a range past an object's end);
+    /// object storage sends the requests concurrently. Each `len` must already be bounded by the
+    /// caller (by the object's size and a limit).
+    fn read_ranges(&self, reads: &[RangeRead<'_>]) -> Vec<io::Result<Vec<u8>>>;
+
+    /// The data plane: a [`Storage`] reading the object `name` (as `meta` describes it) for as
+    /// long as a dataset is open. Local files honour `access` (pread, mmap, direct I/O with a
+    /// fallback to pread when `fallback` and the filesystem refuses it, memory); object storage
+    /// reads with ranged GETs, or into memory for [`Access::Memory`].
+    fn open_storage(
+        &self,
+        name: &str,
+        meta: &ObjectMeta,
+        access: Access,
+        fallback: bool,
+    ) -> io::Result<Box<dyn Storage>>;
+
+    /// A [`Storage`] for one front-to-back pass over the object (verification): with `map`, a
+    /// local file is mapped with sequential advice; otherwise as [`Location::open_storage`]
+    /// with [`Access::Pread`].
+    fn open_scan(&self, name: &str, meta: &ObjectMeta, map: bool) -> io::Result<Box<dyn Storage>> {
+        let _ = map;
+        self.open_storage(name, meta, Access::Pread, false)
+    }
+
+    /// How many bytes of a shard's end to read with its header when opening it (see
+    /// [`ShardOpening::new`](crate::shard::ShardOpening::new)): the trailer alone where a read
+    /// is cheap, more where each request costs a round trip.
+    fn opening_tail(&self) -> u64 {
+        TRAILER_LEN
+    }
+
+    /// How many requests are worth keeping in flight at once (threads of a scan): the cores for
+    /// local storage, more where requests wait on the network.
+    fn parallelism(&self) -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    }
+
+    /// The objects of the location (a local directory's files, not its subdirectories), by
+    /// name. A location that does not exist yet lists as empty.
+    fn list(&self) -> io::Result<BTreeMap<String, ObjectMeta>>;
+
+    /// Write the whole object `name`, replacing any; readers see the old object or the new one,
+    /// never a part.
+    fn put(&self, name: &str, bytes: &[u8]) -> io::Result<()>;
+
+    /// Create the object `name` only if it does not exist: `false` (and nothing written) when
+    /// it does. Atomic on local files and in memory, and on object stores with conditional
+    /// writes; on a store without them, a check then a write.
+    fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool>;
+
+    /// Write the object `name` as a stream (see [`ObjectWriter`]).
+    fn writer(&self, name: &str) -> io::Result<Box<dyn ObjectWriter>>;
+
+    /// Delete the object `name` (one that does not exist is not an error).
+    fn delete(&self, name: &str) -> io::Result<()>;
+
+    /// The request counts of an object store; `None` where nothing is counted.
+    #[cfg(feature = "remote")]
+    fn remote_stats(&self) -> Option<crate::remote::RemoteStats> {
+        None
+    }
+}
+
+/// The location of a dataset's path or URL, with `storage_options` for an object store (ignored
+/// for a local path): the one place that tells local storage from remote. A URL of another
+/// scheme, or any URL without the `remote` feature, is [`FormatError::RemoteUnsupported`].
+pub fn locate(
+    path: &Path,
+    storage_options: &BTreeMap<String, String>,
+) -> Result<Arc<dyn Location>> {
+    #[cfg(feature = "remote")]
+    if is_object_store_url(path) {
+        return Ok(Arc::new(crate::remote::ObjectStoreDir::open(
+            path,
+            storage_options,
+        )?));
+    }
+    let _ = storage_options;
+    require_local(path)?;
+    Ok(Arc::new(LocalDir::new(path)))
+}
+
+/// Read all of the small object `name` (a manifest), refusing one of over `max` bytes before
+/// reading it; `what` names the limit in that error.
+pub fn read_small(location: &dyn Location, name: &str, max: u64, what: &str) -> Result<Vec<u8>> {
+    let place = location.place(name);
+    let meta = location
+        .head(name)
+        .map_err(|e| FormatError::io(&place, None, e))?;
+    if meta.size > max {
+        return Err(FormatError::LimitExceeded {
+            path: place,
+            what: what.into(),
+            value: meta.size,
+            max,
+        });
+    }
+    // `meta.size` is at most `max`, a configured limit
+    let read = RangeRead {
+        name,
+        meta: &meta,
+        offset: 0,
+        len: meta.size,
+    };
+    let mut got = location.read_ranges(&[read]);
+    got.pop()
+        .unwrap_or_else(|| Err(io::Error::other("no result")))
+        .map_err(|e| FormatError::io(&place, Some(0), e))
+}
+
+/// A local directory.
+#[derive(Debug, Clone)]
+pub struct LocalDir {
+    root: PathBuf,
+}
+
+/// Temporary files of this process's writers: `.<name>.tmp-<pid>-<n>`.
+static TEMP: AtomicU64 = AtomicU64::new(0);
+
+impl LocalDir {
+    /// The directory `root` (which need not exist until something is written).
+    pub fn new(root: impl Into<PathBuf>) -> LocalDir {
+        LocalDir { root: root.into() }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// A new temporary file beside `name`, created (the directory too).
+    fn temp(&self, name: &str) -> io::Result<(PathBuf, std::fs::File)> {
+        std::fs::create_dir_all(&self.root)?;
+        let n = TEMP.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .root
+            .join(format!(".{name}.tmp-{}-{n}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)?;
+        Ok((path, file))
+    }
+
+    /// `bytes` in a finished temporary file beside `name`.
+    fn temp_with(&self, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
+        let (path, mut file) = self.temp(name)?;
+        let written = file.write_all(bytes).and_then(|()| file.sync_data());
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(path)
+    }
+}
+
+fn file_meta(m: &std::fs::Metadata) -> ObjectMeta {
+    use std::os::unix::fs::MetadataExt;
+    ObjectMeta {
+        size: m.len(),
+        version: Some(format!(
+            "{:x}-{:x}.{:09}",
+            m.ino(),
+            m.mtime(),
+            m.mtime_nsec()
+        )),
+    }
+}
+
+impl Location for LocalDir {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn head(&self, name: &str) -> io::Result<ObjectMeta> {
+        let m = std::fs::metadata(self.path(name))?;
+        if m.is_dir() {
+            // what opening and reading it would say
+            return Err(rustix::io::Errno::ISDIR.into());
+        }
+        if !m.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok(file_meta(&m))
+    }
+
+    fn read_ranges(&self, reads: &[RangeRead<'_>]) -> Vec<io::Result<Vec<u8>>> {
+        // the batch's reads of one file through one descriptor (a shard's header and trailer)
+        let mut open: Option<(&str, PreadFile)> = None;
+        reads
+            .iter()
+            .map(|r| {
+                if open.as_ref().is_none_or(|(n, _)| *n != r.name) {
+                    open = Some((r.name, PreadFile::open(&self.path(r.name))?));
+                }
+                let (_, file) = open.as_ref().expect("opened above");
+                let len = usize::try_from(r.len).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+                let mut v = vec![0u8; len];
+                file.read_at(r.offset, &mut v)?;
+                Ok(v)
+            })
+            .collect()
+    }
+
+    fn open_storage(
+        &self,
+        name: &str,
+        _: &ObjectMeta,
+        access: Access,
+        fallback: bool,
+    ) -> io::Result<Box<dyn Storage>> {
+        access.open(&self.path(name), fallback)
+    }
+
+    fn open_scan(&self, name: &str, meta: &ObjectMeta, map: bool) -> io::Result<Box<dyn Storage>> {
+        if map {
+            // the file changing underneath is the documented risk of mapping it (see
+            // `VerifyOptions::mmap`)
+            Ok(Box::new(MmapFile::open_sequential(&self.path(name))?))
+        } else {
+            self.open_storage(name, meta, Access::Pread, false)
+        }
+    }
+
+    fn list(&self) -> io::Result<BTreeMap<String, ObjectMeta>> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+            Err(e) => return Err(e),
+        };
+        let mut out = BTreeMap::new();
+        for entry in entries {
+            let entry = entry?;
+            let m = entry.metadata()?;
+            if let (true, Some(name)) = (m.is_file(), entry.file_name().to_str()) {
+                out.insert(name.to_string(), file_meta(&m));
+            }
+        }
+        Ok(out)
+    }
+
+    fn put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        let temp = self.temp_with(name, bytes)?;
+        std::fs::rename(&temp, self.path(name)).inspect_err(|_| {
+            let _ = std::fs::remove_file(&temp);
+        })
+    }
+
+    fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        // a hard link is created only where nothing is: the object appears whole, or not at all
+        let temp = self.temp_with(name, bytes)?;
+        let linked = std::fs::hard_link(&temp, self.path(name));
+        let _ = std::fs::remove_file(&temp);
+        match linked {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn writer(&self, name: &str) -> io::Result<Box<dyn ObjectWriter>> {
+        let (temp, file) = self.temp(name)?;
+        Ok(Box::new(LocalWriter {
+            file: io::BufWriter::with_capacity(1 << 20, file),
+            temp,
+            dest: self.path(name),
+            done: false,
+        }))
+    }
+
+    fn delete(&self, name: &str) -> io::Result<()> {
+        match std::fs::remove_file(self.path(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A local object being written: a temporary file renamed into place at the end.
+#[derive(Debug)]
+struct LocalWriter {
+    file: io::BufWriter<std::fs::File>,
+    temp: PathBuf,
+    dest: PathBuf,
+    done: bool,
+}
+
+impl Write for LocalWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.file.write(data)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl ObjectWriter for LocalWriter {
+    fn finish(mut self: Box<Self>) -> io::Result<()> {
+        self.file.flush()?;
+        self.file.get_ref().sync_data()?;
+        std::fs::rename(&self.temp, &self.dest)?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for LocalWriter {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}
+
+/// Objects held in memory (tests, and data made on the fly). Versions count up from 1.
+#[derive(Debug, Default)]
+pub struct MemoryDir {
+    root: PathBuf,
+    objects: Arc<Mutex<MemoryObjects>>,
+}
+
+#[derive(Debug, Default)]
+struct MemoryObjects {
+    next_version: u64,
+    by_name: BTreeMap<String, (Arc<[u8]>, u64)>,
+}
+
+impl MemoryObjects {
+    fn insert(&mut self, name: &str, bytes: Arc<[u8]>) {
+        self.next_version += 1;
+        self.by_name
+            .insert(name.to_string(), (bytes, self.next_version));
+    }
+}
+
+impl MemoryDir {
+    /// An empty location named `root` in messages.
+    pub fn new(root: impl Into<PathBuf>) -> MemoryDir {
+        MemoryDir {
+            root: root.into(),
+            objects: Arc::default(),
+        }
+    }
+
+    fn objects(&self) -> std::sync::MutexGuard<'_, MemoryObjects> {
+        // a panic while holding the lock leaves the map consistent (one insert or remove)
+        self.objects.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn get(&self, name: &str) -> io::Result<(Arc<[u8]>, u64)> {
+        self.objects()
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no object {name:?}")))
+    }
+}
+
+fn memory_meta(bytes: &[u8], version: u64) -> ObjectMeta {
+    ObjectMeta {
+        size: bytes.len() as u64,
+        version: Some(version.to_string()),
+    }
+}
+
+impl Location for MemoryDir {
+    fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn head(&self, name: &str) -> io::Result<ObjectMeta> {
+        let (bytes, version) = self.get(name)?;
+        Ok(memory_meta(&bytes, version))
+    }
+
+    fn read_ranges(&self, reads: &[RangeRead<'_>]) -> Vec<io::Result<Vec<u8>>> {
+        reads
+            .iter()
+            .map(|r| {
+                let (bytes, version) = self.get(r.name)?;
+                if r.meta.version.as_deref() != Some(version.to_string().as_str()) {
+                    return Err(changed(r.name));
+                }
+                let mut v = vec![0u8; usize::try_from(r.len).map_err(|_| eof())?];
+                Memory::new(bytes).read_at(r.offset, &mut v)?;
+                Ok(v)
+            })
+            .collect()
+    }
+
+    fn open_storage(
+        &self,
+        name: &str,
+        meta: &ObjectMeta,
+        _: Access,
+        _: bool,
+    ) -> io::Result<Box<dyn Storage>> {
+        let (bytes, version) = self.get(name)?;
+        if meta.version.as_deref() != Some(version.to_string().as_str()) {
+            return Err(changed(name));
+        }
+        Ok(Box::new(Memory::new(bytes)))
+    }
+
+    fn list(&self) -> io::Result<BTreeMap<String, ObjectMeta>> {
+        Ok(self
+            .objects()
+            .by_name
+            .iter()
+            .map(|(name, (bytes, version))| (name.clone(), memory_meta(bytes, *version)))
+            .collect())
+    }
+
+    fn put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.objects().insert(name, bytes.into());
+        Ok(())
+    }
+
+    fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+        let mut objects = self.objects();
+        if objects.by_name.contains_key(name) {
+            return Ok(false);
+        }
+        objects.insert(name, bytes.into());
+        Ok(true)
+    }
+
+    fn writer(&self, name: &str) -> io::Result<Box<dyn ObjectWriter>> {
+        Ok(Box::new(MemoryWriter {
+            objects: Arc::clone(&self.objects),
+            name: name.to_string(),
+            bytes: Vec::new(),
+        }))
+    }
+
+    fn delete(&self, name: &str) -> io::Result<()> {
+        self.objects().by_name.remove(name);
+        Ok(())
+    }
+}
+
+/// An object being written to a [`MemoryDir`]: inserted at the end.
+#[derive(Debug)]
+struct MemoryWriter {
+    objects: Arc<Mutex<MemoryObjects>>,
+    name: String,
+    bytes: Vec<u8>,
+}
+
+impl Write for MemoryWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl ObjectWriter for MemoryWriter {
+    fn finish(self: Box<Self>) -> io::Result<()> {
+        let MemoryWriter {
+            objects,
+            name,
+            bytes,
+        } = *self;
+        objects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(&name, bytes.into());
+        Ok(())
+    }
+}
+
+fn eof() -> io::Error {
+    io::Error::from(io::ErrorKind::UnexpectedEof)
+}
+
+fn changed(name: &str) -> io::Error {
+    io::Error::other(format!("{name}: the object changed since it was opened"))
+}
 
 /// The scheme of `path` when it is a URL (`scheme://...`, the scheme as RFC 3986 spells it: a
 /// letter, then letters, digits, `+`, `-` or `.`), or None for a local path.

@@ -73,28 +73,20 @@ impl Manifest {
         limits: &Limits,
         storage_options: &std::collections::BTreeMap<String, String>,
     ) -> Result<Manifest> {
-        use std::io::Read;
-        #[cfg(feature = "remote")]
-        if crate::remote::is_remote(dir) {
-            return crate::remote::load_manifest(dir, limits, storage_options);
-        }
-        let _ = storage_options;
-        crate::location::require_local(dir)?;
-        let path = dir.join(MANIFEST_FILE);
-        let f = std::fs::File::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
-        let mut bytes = Vec::new();
-        f.take(limits.max_manifest_bytes + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| FormatError::io(&path, None, e))?;
-        if bytes.len() as u64 > limits.max_manifest_bytes {
-            return Err(FormatError::LimitExceeded {
-                path,
-                what: "manifest size".into(),
-                value: bytes.len() as u64,
-                max: limits.max_manifest_bytes,
-            });
-        }
-        Manifest::parse(&bytes, &path, limits)
+        let location = crate::location::locate(dir, storage_options)?;
+        Manifest::read(&*location, limits)
+    }
+
+    /// Read and validate the manifest of the dataset in `location`, reading at most
+    /// `limits.max_manifest_bytes`.
+    pub fn read(location: &dyn crate::location::Location, limits: &Limits) -> Result<Manifest> {
+        let bytes = crate::location::read_small(
+            location,
+            MANIFEST_FILE,
+            limits.max_manifest_bytes,
+            "manifest size",
+        )?;
+        Manifest::parse(&bytes, &location.place(MANIFEST_FILE), limits)
     }
 
     /// Parse and validate manifest bytes. `path` is used in messages.

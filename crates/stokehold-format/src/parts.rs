@@ -115,7 +115,7 @@ fn remote_target(
     storage_options: &BTreeMap<String, String>,
     run: &str,
 ) -> Result<Option<crate::remote::RemoteTarget>> {
-    if !crate::remote::is_remote(dest) {
+    if !crate::location::is_object_store_url(dest) {
         return Ok(None);
     }
     crate::remote::RemoteTarget::for_part(url_str(dest)?, storage_options, run).map(Some)
@@ -127,7 +127,7 @@ fn remote_target(
 /// return a new run tag for the job's writers.
 pub fn prepare_parts(dest: &Path, storage_options: &BTreeMap<String, String>) -> Result<String> {
     #[cfg(feature = "remote")]
-    if crate::remote::is_remote(dest) {
+    if crate::location::is_object_store_url(dest) {
         let target = crate::remote::RemoteTarget::create(url_str(dest)?, storage_options, false)?;
         return Ok(target.run().to_string());
     }

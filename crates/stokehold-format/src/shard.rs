@@ -597,6 +597,180 @@ pub fn parse_index(
     Ok(index)
 }
 
+/// One read that the opening of a shard asks for: `len` bytes at `offset`, holding `what` (for
+/// messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlannedRead {
+    /// Offset in the file.
+    pub offset: u64,
+    /// Bytes to read (bounded: see [`ShardOpening::step`]).
+    pub len: u64,
+    /// What the bytes hold: "header", "trailer", "meta block", "index".
+    pub what: &'static str,
+}
+
+/// What [`ShardOpening::step`] says to do.
+#[derive(Debug)]
+pub enum OpenStep {
+    /// Read these ranges and [`ShardOpening::supply`] them (in any order, from anywhere).
+    Read(Vec<PlannedRead>),
+    /// The structure is read and checked.
+    Done(ShardStructure),
+}
+
+/// The checked structure of a shard: its trailer, meta block and index (what
+/// [`ShardReader::from_structure`] needs besides a source of its records).
+#[derive(Debug, Clone)]
+pub struct ShardStructure {
+    /// The trailer.
+    pub trailer: Trailer,
+    /// The meta block.
+    pub meta: ShardMeta,
+    /// The index.
+    pub index: Vec<IndexEntry>,
+}
+
+/// The opening of one shard as data, sans I/O (`docs/format.md` §5): [`ShardOpening::step`]
+/// says which byte ranges to read; the caller reads them however and from wherever it likes
+/// (one file with `pread`, or many objects at once over the network) and hands them back with
+/// [`ShardOpening::supply`], until `step` says [`OpenStep::Done`]. Each region is checked by its
+/// pure parse function ([`Header::parse`], [`Trailer::parse`], [`ShardMeta::parse`],
+/// [`parse_index`]) as soon as its bytes are there, and no range is asked for before the checks
+/// that bound its length.
+#[derive(Debug)]
+pub struct ShardOpening {
+    path: PathBuf,
+    file_len: u64,
+    limits: Limits,
+    /// Bytes of the file's end asked for with the header.
+    tail: u64,
+    /// The ranges supplied: (offset, bytes).
+    held: Vec<(u64, Vec<u8>)>,
+    trailer: Option<Trailer>,
+    meta: Option<ShardMeta>,
+}
+
+impl ShardOpening {
+    /// Start opening the shard named `path` (in messages), `file_len` bytes long. The first
+    /// step asks for the header and the last `tail` bytes of the file (at least the trailer, at
+    /// most all but the header): a reader with costly requests (object storage) asks for
+    /// enough that the meta block and the index usually come with the trailer; a local file
+    /// asks for the trailer alone ([`TRAILER_LEN`]).
+    pub fn new(
+        path: impl Into<PathBuf>,
+        file_len: u64,
+        limits: Limits,
+        tail: u64,
+    ) -> Result<ShardOpening> {
+        let path = path.into();
+        check_min_len(file_len, &path)?;
+        Ok(ShardOpening {
+            tail: tail.clamp(TRAILER_LEN, file_len - HEADER_LEN),
+            path,
+            file_len,
+            limits,
+            held: Vec::new(),
+            trailer: None,
+            meta: None,
+        })
+    }
+
+    /// The shard's name in messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Hand over the bytes read at `offset` for a [`PlannedRead`].
+    pub fn supply(&mut self, offset: u64, bytes: Vec<u8>) {
+        self.held.push((offset, bytes));
+    }
+
+    /// The error of a failed [`PlannedRead`]: [`FormatError::Truncated`] when the read passed
+    /// the end of the file (it is shorter than its stated length), else an I/O error at its
+    /// offset.
+    pub fn read_error(&self, read: &PlannedRead, e: io::Error) -> FormatError {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            FormatError::Truncated {
+                path: self.path.clone(),
+                what: read.what.to_string(),
+                start: read.offset,
+                end: read.offset + read.len,
+                file_len: self.file_len,
+            }
+        } else {
+            FormatError::io(&self.path, Some(read.offset), e)
+        }
+    }
+
+    /// The supplied bytes `offset..offset + len`, when one supplied range holds them.
+    fn held(&self, offset: u64, len: u64) -> Option<&[u8]> {
+        self.held.iter().find_map(|(start, bytes)| {
+            let from = usize::try_from(offset.checked_sub(*start)?).ok()?;
+            bytes.get(from..from.checked_add(usize::try_from(len).ok()?)?)
+        })
+    }
+
+    /// The next step: the ranges still to read, or the checked structure. Every length asked
+    /// for is fixed (header, trailer, the first step's tail, which is within the file) or was
+    /// checked against the file's length and the limits by [`Trailer::parse`] (meta block,
+    /// index: 16 bytes per record of a file that holds them).
+    pub fn step(&mut self) -> Result<OpenStep> {
+        let trailer = match self.trailer {
+            Some(t) => t,
+            None => {
+                let trailer_start = self.file_len - TRAILER_LEN;
+                let (Some(head), Some(tail)) = (
+                    self.held(0, HEADER_LEN),
+                    self.held(trailer_start, TRAILER_LEN),
+                ) else {
+                    return Ok(OpenStep::Read(vec![
+                        PlannedRead {
+                            offset: 0,
+                            len: HEADER_LEN,
+                            what: "header",
+                        },
+                        PlannedRead {
+                            offset: self.file_len - self.tail,
+                            len: self.tail,
+                            what: "trailer",
+                        },
+                    ]));
+                };
+                Header::parse(head, &self.path)?;
+                let t = Trailer::parse(tail, self.file_len, &self.limits, &self.path)?;
+                self.trailer = Some(t);
+                t
+            }
+        };
+        if self.meta.is_none() {
+            let Some(bytes) = self.held(trailer.meta_offset, trailer.meta_len) else {
+                return Ok(OpenStep::Read(vec![PlannedRead {
+                    offset: trailer.meta_offset,
+                    len: trailer.meta_len,
+                    what: "meta block",
+                }]));
+            };
+            self.meta = Some(ShardMeta::parse(bytes, &trailer, &self.path)?);
+        }
+        let Some(bytes) = self.held(trailer.index_offset, trailer.index_len()) else {
+            return Ok(OpenStep::Read(vec![PlannedRead {
+                offset: trailer.index_offset,
+                len: trailer.index_len(),
+                what: "index",
+            }]));
+        };
+        let align = self.meta.as_ref().map_or(1, |m| m.align);
+        let index = parse_index(bytes, &trailer, align, &self.limits, &self.path)?;
+        self.held = Vec::new();
+        let meta = self.meta.take().expect("parsed above");
+        Ok(OpenStep::Done(ShardStructure {
+            trailer,
+            meta,
+            index,
+        }))
+    }
+}
+
 /// Where a shard's bytes come from: any [`Storage`] backend.
 pub type ShardSource = Box<dyn Storage>;
 
@@ -625,9 +799,9 @@ impl ShardReader {
 
     /// Open a shard from a source. `path` is used in messages.
     ///
-    /// The reads of `docs/format.md` §5: the header and the trailer (fixed offsets), the meta
-    /// block, the index; each is checked by a pure parse function ([`Header::parse`],
-    /// [`Trailer::parse`], [`ShardMeta::parse`], [`parse_index`]) before the next read.
+    /// Drives a [`ShardOpening`] with the source's positional reads: the header and the trailer,
+    /// then the meta block, then the index (`docs/format.md` §5), each checked by its pure parse
+    /// function before the next read.
     pub fn from_source(
         path: impl Into<PathBuf>,
         source: ShardSource,
@@ -635,52 +809,51 @@ impl ShardReader {
     ) -> Result<ShardReader> {
         let path = path.into();
         let file_len = source.size().map_err(|e| FormatError::io(&path, None, e))?;
-        check_min_len(file_len, &path)?;
-        let read = |offset: u64, len: u64, what: &str| -> Result<Vec<u8>> {
-            // `len` has been checked against the file length by every caller.
-            let mut v = vec![0u8; len as usize];
-            source.read_at(offset, &mut v).map_err(|e| {
-                if e.kind() == io::ErrorKind::UnexpectedEof {
-                    FormatError::Truncated {
-                        path: path.clone(),
-                        what: what.to_string(),
-                        start: offset,
-                        end: offset + len,
-                        file_len,
+        let mut opening = ShardOpening::new(&path, file_len, limits, TRAILER_LEN)?;
+        let structure = loop {
+            match opening.step()? {
+                OpenStep::Done(structure) => break structure,
+                OpenStep::Read(reads) => {
+                    for r in reads {
+                        // `r.len` is bounded: the header and the trailer are fixed, and the
+                        // meta block and the index were checked against the file's length and
+                        // the limits before they were asked for.
+                        let mut v = vec![0u8; r.len as usize];
+                        source
+                            .read_at(r.offset, &mut v)
+                            .map_err(|e| opening.read_error(&r, e))?;
+                        opening.supply(r.offset, v);
                     }
-                } else {
-                    FormatError::io(&path, Some(offset), e)
                 }
-            })?;
-            Ok(v)
+            }
         };
-        // 1. header and trailer
-        Header::parse(&read(0, HEADER_LEN, "header")?, &path)?;
-        let trailer_start = file_len - TRAILER_LEN;
-        let trailer = Trailer::parse(
-            &read(trailer_start, TRAILER_LEN, "trailer")?,
-            file_len,
-            &limits,
-            &path,
-        )?;
-        // 2. meta block (its length is within the limit and the file)
-        let meta_bytes = read(trailer.meta_offset, trailer.meta_len, "meta block")?;
-        let meta = ShardMeta::parse(&meta_bytes, &trailer, &path)?;
-        // 3. index: its size is 16 × records, already proven to fit in the file, so this
-        // allocation is bounded by the file's size.
-        let index_bytes = read(trailer.index_offset, trailer.index_len(), "index")?;
-        let index = parse_index(&index_bytes, &trailer, meta.align, &limits, &path)?;
-        Ok(ShardReader {
-            path,
+        Ok(ShardReader::from_structure(path, source, structure, limits))
+    }
+
+    /// A shard whose structure was read and checked by a [`ShardOpening`] (from wherever its
+    /// bytes came), read from now on through `source`.
+    pub fn from_structure(
+        path: impl Into<PathBuf>,
+        source: ShardSource,
+        structure: ShardStructure,
+        limits: Limits,
+    ) -> ShardReader {
+        let ShardStructure {
+            trailer,
+            meta,
+            index,
+        } = structure;
+        ShardReader {
+            path: path.into(),
             source,
-            file_len,
+            file_len: trailer.file_len,
             meta,
             index,
             meta_offset: trailer.meta_offset,
             file_crc: trailer.file_crc,
             first_global: 0,
             limits,
-        })
+        }
     }
 
     /// Set the global sample index of this shard's first record (used in messages).

@@ -1,7 +1,9 @@
-//! Where a shard's bytes come from: the [`Storage`] trait and the local backends.
+//! Where an open shard's bytes come from (the data plane): the [`Storage`] trait and the local
+//! backends. A [`Location`](crate::location::Location) opens one per object.
 //!
-//! The contract is small on purpose, so that every backend (and later a remote one) can keep it
-//! and one conformance suite (`tests/storage_conformance.rs`) checks them all:
+//! The contract is small on purpose, so that every backend (local files, memory, object storage,
+//! the engine's shard cache) keeps it, and one conformance suite
+//! ([`check_storage`](crate::conformance::check_storage)) checks them all:
 //! - [`Storage::size`] is the object's length, fixed while it is open;
 //! - [`Storage::read_at`] fills the whole buffer from `offset` or fails; a range past the end is
 //!   an `UnexpectedEof` error, never a short read or padding;

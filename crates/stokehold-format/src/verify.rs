@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::crc;
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
+use crate::location::{Location, locate};
 use crate::manifest::Manifest;
 use crate::record::RecordView;
 use crate::shard::{HEADER_LEN, ShardReader, TRAILER_LEN};
-use crate::storage::MmapFile;
 
 /// Options of [`verify_dataset`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,13 +76,12 @@ pub fn verify_dataset(
     options: VerifyOptions,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<VerifyReport> {
-    let manifest = Manifest::load_with(dir, &options.limits, &options.storage_options)?;
+    let location = locate(dir, &options.storage_options)?;
+    let manifest = Manifest::read(&*location, &options.limits)?;
     let n = manifest.shards.len();
-    let remote = remote_store(dir, &options.storage_options)?;
     let threads = match options.threads {
         // object storage: requests in flight rather than cores
-        0 if remote.is_some() => 16,
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        0 => location.parallelism(),
         t => t,
     }
     .min(n.max(1));
@@ -99,15 +98,8 @@ pub fn verify_dataset(
                     if k >= n || (!options.all && k > first_bad.load(Ordering::Relaxed)) {
                         break;
                     }
-                    let out = verify_shard(
-                        dir,
-                        &manifest,
-                        k,
-                        &options,
-                        remote.as_ref(),
-                        &mut buf,
-                        progress,
-                    );
+                    let out =
+                        verify_shard(dir, &manifest, k, &options, &*location, &mut buf, progress);
                     if !out.faults.is_empty() {
                         first_bad.fetch_min(k, Ordering::Relaxed);
                     }
@@ -149,20 +141,18 @@ fn verify_shard(
     manifest: &Manifest,
     k: usize,
     options: &VerifyOptions,
-    remote: Option<&Remote>,
+    location: &dyn Location,
     buf: &mut [u8],
     progress: &(dyn Fn(u64) + Sync),
 ) -> ShardOutcome {
     let mut out = ShardOutcome::default();
     let path = manifest.shard_path(dir, k);
     let info = &manifest.shards[k];
-    let opened = if let Some(store) = remote {
-        open_remote(store, &path, &info.file, options.limits)
-    } else if options.mmap {
-        open_mapped(&path, options.limits)
-    } else {
-        ShardReader::open(&path, options.limits)
-    };
+    let opened = location
+        .head(&info.file)
+        .and_then(|meta| location.open_scan(&info.file, &meta, options.mmap))
+        .map_err(|e| FormatError::io(&path, None, e))
+        .and_then(|source| ShardReader::from_source(&path, source, options.limits));
     let mut shard = match opened {
         Ok(s) => s,
         Err(e) => {
@@ -302,53 +292,6 @@ fn verify_shard(
     }
     out.bytes = scan.bytes;
     out
-}
-
-/// The store of a dataset URL (credentials from the environment), or None for a local path.
-#[cfg(feature = "remote")]
-type Remote = std::sync::Arc<crate::remote::RemoteStore>;
-#[cfg(not(feature = "remote"))]
-type Remote = std::convert::Infallible;
-
-#[cfg(feature = "remote")]
-fn remote_store(
-    dir: &Path,
-    options: &std::collections::BTreeMap<String, String>,
-) -> Result<Option<Remote>> {
-    if !crate::remote::is_remote(dir) {
-        return Ok(None);
-    }
-    let url = dir.to_str().unwrap_or_default();
-    crate::remote::RemoteStore::open(url, options).map(Some)
-}
-
-#[cfg(not(feature = "remote"))]
-fn remote_store(
-    dir: &Path,
-    _: &std::collections::BTreeMap<String, String>,
-) -> Result<Option<Remote>> {
-    crate::location::require_local(dir)?;
-    Ok(None)
-}
-
-#[cfg(feature = "remote")]
-fn open_remote(store: &Remote, path: &Path, file: &str, limits: Limits) -> Result<ShardReader> {
-    let obj = store
-        .object(file)
-        .map_err(|e| FormatError::io(path, None, e))?;
-    ShardReader::from_source(path, Box::new(obj), limits)
-}
-
-#[cfg(not(feature = "remote"))]
-fn open_remote(store: &Remote, _: &Path, _: &str, _: Limits) -> Result<ShardReader> {
-    match *store {}
-}
-
-fn open_mapped(path: &Path, limits: Limits) -> Result<ShardReader> {
-    // The file changing underneath is the documented risk of the `mmap` option (see
-    // `VerifyOptions::mmap`).
-    let map = MmapFile::open_sequential(path).map_err(|e| FormatError::io(path, None, e))?;
-    ShardReader::from_source(path, Box::new(map), limits)
 }
 
 /// Sequential reads through a window buffer, or slices of a memory map.

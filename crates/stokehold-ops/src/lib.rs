@@ -2,8 +2,9 @@
 //! decoding), PNG and WebP decoding, SIMD resizing, crops, flips, colour jitter, layout and
 //! normalisation, and the fused image pipeline that chains them ([`pipeline::run`]).
 //!
-//! This crate knows nothing of datasets, threads or files: each kernel takes bytes or pixels and
-//! writes into a caller-provided buffer. Tokenization lives in [`text`].
+//! This crate knows nothing of datasets, shards or threads, and depends on no other stokehold
+//! crate: each kernel takes bytes or pixels and writes into a caller-provided buffer.
+//! Tokenization lives in [`text`] (which reads one file: a `tokenizer.json`).
 
 pub mod color;
 pub mod decode;

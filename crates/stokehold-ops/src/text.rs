@@ -41,30 +41,6 @@ pub enum TextError {
     /// Encoding failed.
     #[error("tokenization failed: {0}")]
     Encode(String),
-    /// A token id does not fit the dataset's token type.
-    #[error("token id {id} does not fit {dtype} (vocabulary size {vocab_size})")]
-    IdOutOfRange {
-        /// The id.
-        id: u32,
-        /// The storage type.
-        dtype: &'static str,
-        /// The tokenizer's vocabulary size.
-        vocab_size: u32,
-    },
-}
-
-/// How token ids are stored; defined by the format crate (`docs/format.md` §9), re-exported here
-/// for the tokenizer's users.
-pub use stokehold_format::tokens::TokenDType;
-
-impl From<stokehold_format::tokens::TokenIdOutOfRange> for TextError {
-    fn from(e: stokehold_format::tokens::TokenIdOutOfRange) -> TextError {
-        TextError::IdOutOfRange {
-            id: e.id,
-            dtype: e.dtype,
-            vocab_size: e.vocab_size,
-        }
-    }
 }
 
 /// A loaded tokenizer with its identity (for manifests and resume fingerprints).
@@ -145,11 +121,6 @@ impl TextTokenizer {
     /// Vocabulary size, added tokens included.
     pub fn vocab_size(&self) -> u32 {
         self.vocab_size
-    }
-
-    /// The storage type of its ids.
-    pub fn dtype(&self) -> TokenDType {
-        TokenDType::for_vocab(self.vocab_size)
     }
 
     /// `crc32c:<8 hex digits>:<length>` of the `tokenizer.json` bytes.
@@ -354,7 +325,6 @@ mod tests {
     fn trained_tokenizer_round_trips_through_json() {
         let t = train_word_level(&corpus(), 1000).unwrap();
         assert!(t.vocab_size() > 10);
-        assert_eq!(t.dtype(), TokenDType::U16);
         let ids = t.encode("the cat sat").unwrap();
         assert_eq!(ids.len(), 3);
         assert_eq!(t.decode(&ids).unwrap(), "the cat sat");
@@ -366,21 +336,6 @@ mod tests {
             t.token_id("<nope>"),
             Err(TextError::UnknownToken { .. })
         ));
-    }
-
-    #[test]
-    fn dtype_choice_and_storage() {
-        assert_eq!(TokenDType::for_vocab(65_536), TokenDType::U16);
-        assert_eq!(TokenDType::for_vocab(65_537), TokenDType::U32);
-        let mut out = Vec::new();
-        TokenDType::U16.append(&[1, 65_535], 10, &mut out).unwrap();
-        assert_eq!(out, [1, 0, 255, 255]);
-        assert!(TokenDType::U16.append(&[65_536], 10, &mut out).is_err());
-        assert_eq!(TokenDType::U16.get(&out, 1), 65_535);
-        let mut b = Vec::new();
-        TokenDType::U32.append(&[70_000, 3], 10, &mut b).unwrap();
-        assert_eq!(TokenDType::U32.get(&b, 1), 3);
-        assert_eq!(TokenDType::U32.get(&b, 0), 70_000);
     }
 
     #[test]

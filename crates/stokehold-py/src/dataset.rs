@@ -38,11 +38,6 @@ impl Dataset {
         Arc::clone(&self.inner)
     }
 
-    /// The path it was opened from.
-    pub fn source_path(&self) -> &std::path::Path {
-        &self.path
-    }
-
     /// The options it was opened with.
     pub fn options(&self) -> OpenOptions {
         OpenOptions {
@@ -51,11 +46,6 @@ impl Dataset {
             storage_options: self.storage_options.clone(),
             ..OpenOptions::default()
         }
-    }
-
-    /// Open `path` with the default options (what `stokehold.Loader("path", ...)` does).
-    pub fn open_default(py: Python<'_>, path: PathBuf) -> PyResult<Dataset> {
-        Dataset::open(py, path, Access::Auto, true, BTreeMap::new())
     }
 
     /// The sample index for a Python index (negative counts from the end).

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
-use stokehold::ops::text::{TextTokenizer, TokenDType};
+use stokehold::format::tokens::TokenDType;
+use stokehold::ops::text::TextTokenizer;
 
 use crate::errors::config_error;
 
@@ -85,7 +86,7 @@ impl Tokenizer {
                     .collect::<Result<Vec<Vec<u32>>, String>>()
             })
             .map_err(|e| config_error(py, e))?;
-        let dtype = self.inner.dtype();
+        let dtype = TokenDType::for_vocab(self.inner.vocab_size());
         let arrays = encoded
             .iter()
             .map(|ids| match dtype {
@@ -109,7 +110,10 @@ impl Tokenizer {
     /// counts): `dtype`, `vocab_size`, `tokenizer`, `tokenizer_fingerprint`, `bos_id`, `eos_id`.
     fn meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        d.set_item("dtype", self.inner.dtype().name())?;
+        d.set_item(
+            "dtype",
+            TokenDType::for_vocab(self.inner.vocab_size()).name(),
+        )?;
         d.set_item("vocab_size", self.inner.vocab_size())?;
         d.set_item("tokenizer", stokehold_format::tokens::TOKENIZER_FILE)?;
         d.set_item("tokenizer_fingerprint", self.inner.fingerprint())?;
@@ -127,7 +131,7 @@ impl Tokenizer {
     /// The numpy dtype of the ids: `"uint16"` or `"uint32"`.
     #[getter]
     fn dtype(&self) -> &'static str {
-        match self.inner.dtype() {
+        match TokenDType::for_vocab(self.inner.vocab_size()) {
             TokenDType::U16 => "uint16",
             TokenDType::U32 => "uint32",
         }

@@ -10,7 +10,7 @@ use object_store::client::{
 
 use super::RemoteStats;
 
-/// The counters of one store; every update also goes to [`GLOBAL`].
+/// The counters of one store.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     requests: AtomicU64,
@@ -20,31 +20,17 @@ pub(crate) struct Counters {
     bytes: AtomicU64,
 }
 
-/// The counters of every store in the process.
-pub(crate) static GLOBAL: Counters = Counters {
-    requests: AtomicU64::new(0),
-    http_requests: AtomicU64::new(0),
-    failures: AtomicU64::new(0),
-    short_bodies: AtomicU64::new(0),
-    bytes: AtomicU64::new(0),
-};
-
-fn add(f: impl Fn(&Counters) -> &AtomicU64, this: &Counters, n: u64) {
-    f(this).fetch_add(n, Ordering::Relaxed);
-    f(&GLOBAL).fetch_add(n, Ordering::Relaxed);
-}
-
 impl Counters {
     pub(crate) fn request(&self) {
-        add(|c| &c.requests, self, 1);
+        self.requests.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn short_body(&self) {
-        add(|c| &c.short_bodies, self, 1);
+        self.short_bodies.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn bytes(&self, n: u64) {
-        add(|c| &c.bytes, self, n);
+        self.bytes.fetch_add(n, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> RemoteStats {
@@ -85,14 +71,14 @@ struct Counting {
 #[async_trait::async_trait]
 impl HttpService for Counting {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        add(|c| &c.http_requests, &self.counters, 1);
+        self.counters.http_requests.fetch_add(1, Ordering::Relaxed);
         let res = self.inner.execute(req).await;
         let failed = match &res {
             Ok(r) => r.status().is_server_error() || r.status().as_u16() == 429,
             Err(_) => true,
         };
         if failed {
-            add(|c| &c.failures, &self.counters, 1);
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
         }
         res
     }

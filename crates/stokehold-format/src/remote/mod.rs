@@ -1,8 +1,9 @@
 //! Datasets in object storage (`s3://`, `gs://`, `az://`, `https://`), behind the `remote`
-//! feature: a [`Storage`] for one object ([`RemoteObject`]: ranged GETs, its size and ETag from
-//! one HEAD at open), the store of a dataset URL with its credentials and options
-//! ([`RemoteStore`]), and the opening of a whole dataset ([`open_dataset`]: the manifest, then
-//! every shard's header and footer fetched concurrently).
+//! feature: a dataset URL's prefix as a [`Location`](crate::location::Location)
+//! ([`ObjectStoreDir`]: concurrent HEADs and ranged reads, listing, uploads), a [`Storage`] for
+//! one object ([`RemoteObject`]: ranged GETs pinned to the ETag of its HEAD, fed by the
+//! order-aware prefetch), and the store of a dataset URL with its credentials and options
+//! ([`RemoteStore`]).
 //!
 //! Object stores are async; their requests run on one small multi-thread tokio runtime owned by
 //! this module, created on first use and shared by the process, never on a caller's async
@@ -24,8 +25,8 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -33,31 +34,25 @@ use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
-use crate::manifest::{MANIFEST_FILE, Manifest};
-use crate::shard::{HEADER_LEN, ShardReader};
-use crate::storage::{Memory, Storage};
-use crate::{Dataset, OpenOptions};
+use crate::location::ObjectMeta;
+use crate::manifest::Manifest;
+use crate::storage::Storage;
 
 mod counting;
+mod location;
 mod prefetch;
 #[doc(hidden)]
 pub mod testing;
 mod write;
 
 use counting::Counters;
+pub use location::ObjectStoreDir;
 pub use prefetch::PrefetchStats;
 use prefetch::Prefetcher;
 pub use write::{DEFAULT_PART_BYTES, RemoteTarget, Upload};
 
 /// Default of the `retries` option: how many times one request is retried.
 pub const DEFAULT_RETRIES: usize = 10;
-
-/// How many bytes of each shard's end are fetched at open (trailer, meta block and index in one
-/// request for shards of up to about 16,000 records).
-const TAIL_PREFETCH: u64 = 256 << 10;
-
-/// How many shards are opened concurrently.
-const OPEN_CONCURRENCY: usize = 64;
 
 /// The I/O runtime, created once per process on first use: one thread per 6 CPUs, 1 to 4 (the
 /// environment's `STOKEHOLD_IO_THREADS`, 1 to 64, overrides). Measured on 2 cores (the remote
@@ -101,7 +96,7 @@ where
     }
 }
 
-/// Counts of one store's requests (or, from [`process_stats`], of every store in the process).
+/// Counts of one store's requests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RemoteStats {
     /// Logical requests made by stokehold (HEADs and ranged GETs; when writing, PUTs, upload
@@ -120,11 +115,6 @@ pub struct RemoteStats {
     pub bytes: u64,
     /// Order-aware prefetch: GETs issued ahead of the reads, and how the reads fared.
     pub prefetch: PrefetchStats,
-}
-
-/// The counts of every store this process opened.
-pub fn process_stats() -> RemoteStats {
-    counting::GLOBAL.snapshot()
 }
 
 /// The parsed pieces of a URL: `s3://bucket/prefix` → the store's root `s3://bucket` and the
@@ -339,28 +329,6 @@ impl RemoteStore {
             ..obj
         })
     }
-
-    /// Read all of the small object `name` (a manifest), refusing one over `max` bytes before
-    /// reading it.
-    pub fn read_small(self: &Arc<Self>, name: &str, max: u64) -> Result<(Vec<u8>, String)> {
-        let obj = self
-            .object(name)
-            .map_err(|e| FormatError::io(self.locate(name).1, None, e))?;
-        let size = obj.size;
-        if size > max {
-            return Err(FormatError::LimitExceeded {
-                path: obj.url.clone().into(),
-                what: "manifest size".into(),
-                value: size,
-                max,
-            });
-        }
-        // `size` is at most `max`, a configured limit.
-        let mut bytes = vec![0u8; size as usize];
-        obj.read_at(0, &mut bytes)
-            .map_err(|e| FormatError::io(&obj.url, Some(0), e))?;
-        Ok((bytes, obj.url))
-    }
 }
 
 /// One object read with ranged GETs: a shard in object storage. Its size and ETag are fixed at
@@ -373,13 +341,7 @@ pub struct RemoteObject {
     url: String,
     size: u64,
     e_tag: Option<String>,
-    /// Byte ranges fetched ahead at open (the shard's head and tail), served from memory until
-    /// the opening is done; then emptied.
-    cached: Prefetched,
 }
-
-/// Byte ranges fetched ahead: (offset, bytes).
-type Prefetched = Arc<Mutex<Vec<(u64, Vec<u8>)>>>;
 
 impl std::fmt::Debug for RemoteObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -404,12 +366,19 @@ impl RemoteObject {
             url,
             size: 0,
             e_tag: None,
-            cached: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
-    /// A copy for a request of the I/O runtime (same object, same id and ETag; no open-time
-    /// ranges).
+    /// `name` under the store's prefix, as a HEAD described it.
+    fn at(store: Arc<RemoteStore>, name: &str, meta: &ObjectMeta) -> RemoteObject {
+        RemoteObject {
+            size: meta.size,
+            e_tag: meta.version.clone(),
+            ..RemoteObject::unopened(store, name)
+        }
+    }
+
+    /// A copy for a request of the I/O runtime (same object, same id and ETag).
     fn clone_for_fetch(&self) -> RemoteObject {
         RemoteObject {
             store: self.store.clone(),
@@ -418,7 +387,6 @@ impl RemoteObject {
             url: self.url.clone(),
             size: self.size,
             e_tag: self.e_tag.clone(),
-            cached: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -446,14 +414,6 @@ impl RemoteObject {
                 .map(|(start, piece)| self.fetch(start, piece)),
         ))?;
         results.into_iter().collect()
-    }
-
-    /// Drop the bytes fetched at open (its header and tail), once the shard's structure is read.
-    pub fn forget_opening(&self) {
-        self.cached
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
     }
 
     /// The object's URL.
@@ -560,21 +520,6 @@ impl RemoteObject {
             again += 1;
         }
     }
-
-    /// Serve `offset..offset + buf.len()` from the ranges fetched at open, when one holds it.
-    fn read_prefetched(&self, offset: u64, buf: &mut [u8]) -> bool {
-        let cached = self.cached.lock().unwrap_or_else(|p| p.into_inner());
-        for (start, bytes) in cached.iter() {
-            if offset >= *start
-                && let Some(s) = bytes.get((offset - start) as usize..)
-                && let Some(s) = s.get(..buf.len())
-            {
-                buf.copy_from_slice(s);
-                return true;
-            }
-        }
-        false
-    }
 }
 
 impl Storage for RemoteObject {
@@ -593,7 +538,7 @@ impl Storage for RemoteObject {
         if end > self.size {
             return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
         }
-        if buf.is_empty() || self.read_prefetched(offset, buf) {
+        if buf.is_empty() {
             return Ok(());
         }
         self.store.prefetch.read(self, offset, buf, |pieces, buf| {
@@ -606,8 +551,6 @@ impl Storage for RemoteObject {
     }
 }
 
-/// The text of an object_store error: its own message, which names the request and the status
-/// (object_store's messages hold URLs and statuses, never credentials).
 /// An object store's error as an `io::Error` of the matching kind (not found, permission
 /// denied, other), worded by [`store_error`].
 fn io_error(e: &object_store::Error) -> io::Error {
@@ -620,6 +563,8 @@ fn io_error(e: &object_store::Error) -> io::Error {
     io::Error::new(kind, store_error(e))
 }
 
+/// The text of an object_store error: its own message, which names the request and the status
+/// (object_store's messages hold URLs and statuses, never credentials).
 fn store_error(e: &object_store::Error) -> String {
     match e {
         object_store::Error::NotFound { .. } => {
@@ -633,11 +578,6 @@ fn store_error(e: &object_store::Error) -> String {
     }
 }
 
-/// Whether `path` is a URL this build reads from object storage.
-pub(crate) fn is_remote(path: &Path) -> bool {
-    crate::location::is_object_store_url(path)
-}
-
 fn url_of(path: &Path) -> Result<&str> {
     path.to_str().ok_or_else(|| FormatError::Remote {
         url: path.display().to_string(),
@@ -645,118 +585,8 @@ fn url_of(path: &Path) -> Result<&str> {
     })
 }
 
-/// Read and validate the manifest of the dataset at `url`.
-pub fn load_manifest(
-    url: &Path,
-    limits: &Limits,
-    options: &BTreeMap<String, String>,
-) -> Result<Manifest> {
-    let store = RemoteStore::open(url_of(url)?, options)?;
-    manifest_of(&store, limits)
-}
-
+/// Read and validate the manifest of the dataset in `store`.
 fn manifest_of(store: &Arc<RemoteStore>, limits: &Limits) -> Result<Manifest> {
-    let (bytes, url) = store.read_small(MANIFEST_FILE, limits.max_manifest_bytes)?;
-    Manifest::parse(&bytes, Path::new(&url), limits)
-}
-
-/// Open the dataset at `dir` (a URL): its manifest, then every shard at once, up to 64
-/// concurrently: one HEAD (size and ETag), then one GET of the header and one of the last
-/// 256 KiB (trailer, meta block, index) each, from which the shard's structure is checked as
-/// for a local file. `options.access` does not apply, except `Memory` (each shard is read
-/// whole into memory).
-pub fn open_dataset(dir: PathBuf, options: &OpenOptions) -> Result<Dataset> {
-    let store = RemoteStore::open(url_of(&dir)?, &options.storage_options)?;
-    let manifest = manifest_of(&store, &options.limits)?;
-    open_dataset_as(dir, manifest, store, options)
-}
-
-/// [`open_dataset`] with a manifest given rather than read from the store: the shards it lists
-/// are opened and checked against it (what a commit of separately written shards checks before
-/// it writes that manifest).
-pub(crate) fn open_dataset_as(
-    dir: PathBuf,
-    manifest: Manifest,
-    store: Arc<RemoteStore>,
-    options: &OpenOptions,
-) -> Result<Dataset> {
-    let objects = objects_of(&store, &dir, &manifest)?;
-    let mut shards = Vec::with_capacity(objects.len());
-    for (i, obj) in objects.into_iter().enumerate() {
-        let path = manifest.shard_path(&dir, i);
-        let cached = obj.cached.clone();
-        let source: Box<dyn Storage> = if options.access == crate::Access::Memory {
-            // the size is the object's own, as for a local file read into memory
-            let mut bytes = vec![0u8; usize::try_from(obj.size).unwrap_or(usize::MAX)];
-            obj.read_at(0, &mut bytes)
-                .map_err(|e| FormatError::io(&path, Some(0), e))?;
-            Box::new(Memory::new(bytes))
-        } else {
-            Box::new(obj)
-        };
-        shards.push(ShardReader::from_source(&path, source, options.limits)?);
-        cached.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-    let mut ds = Dataset::from_parts(dir, manifest, shards, options.verify_records)?;
-    ds.set_remote(store);
-    Ok(ds)
-}
-
-/// The manifest of the dataset at `dir` (a URL) and its shards' objects, opened concurrently (up
-/// to 64 at a time: a HEAD each, and their headers and last 256 KiB fetched at once and kept in
-/// the objects until [`RemoteObject::forget_opening`]), with the store they belong to. For
-/// readers that wrap the objects in a storage of their own (the engine's disk cache).
-pub fn open_objects(
-    dir: &Path,
-    options: &OpenOptions,
-) -> Result<(Manifest, Vec<RemoteObject>, Arc<RemoteStore>)> {
-    let store = RemoteStore::open(url_of(dir)?, &options.storage_options)?;
-    let manifest = manifest_of(&store, &options.limits)?;
-    let objects = objects_of(&store, dir, &manifest)?;
-    Ok((manifest, objects, store))
-}
-
-/// The objects of the shards `manifest` lists, opened concurrently.
-fn objects_of(
-    store: &Arc<RemoteStore>,
-    dir: &Path,
-    manifest: &Manifest,
-) -> Result<Vec<RemoteObject>> {
-    let names: Vec<String> = manifest.shards.iter().map(|s| s.file.clone()).collect();
-    let opened: Vec<io::Result<RemoteObject>> = block_on(async {
-        futures_util::stream::iter(names.into_iter().map(|name| prefetch(store.clone(), name)))
-            .buffered(OPEN_CONCURRENCY)
-            .collect()
-            .await
-    })
-    .map_err(|e| FormatError::io(dir, None, e))?;
-    let mut objects = Vec::with_capacity(opened.len());
-    for (i, obj) in opened.into_iter().enumerate() {
-        objects.push(obj.map_err(|e| FormatError::io(manifest.shard_path(dir, i), None, e))?);
-    }
-    Ok(objects)
-}
-
-/// Open `name` and fetch its header and tail concurrently into the open-time cache. A failed
-/// prefetch is not an error: the reads that need those bytes ask again and report.
-async fn prefetch(store: Arc<RemoteStore>, name: String) -> io::Result<RemoteObject> {
-    let mut obj = RemoteObject::unopened(store, &name);
-    let meta = obj.head().await?;
-    obj.size = meta.size;
-    obj.e_tag = meta.e_tag;
-    let size = obj.size;
-    let tail_start = size.saturating_sub(TAIL_PREFETCH);
-    let head_len = HEADER_LEN.min(tail_start);
-    let mut head = vec![0u8; head_len as usize];
-    let mut tail = vec![0u8; (size - tail_start) as usize];
-    let (h, t) = futures_util::join!(obj.fetch(0, &mut head), obj.fetch(tail_start, &mut tail));
-    let mut cached = obj.cached.lock().unwrap_or_else(|p| p.into_inner());
-    if h.is_ok() && head_len > 0 {
-        cached.push((0, head));
-    }
-    if t.is_ok() && size > 0 {
-        cached.push((tail_start, tail));
-    }
-    drop(cached);
-    Ok(obj)
+    let dir = ObjectStoreDir::from_store(store.clone());
+    Manifest::read(&dir, limits)
 }

@@ -65,9 +65,10 @@ impl S3Server {
         SERVER.get_or_init(|| {
             S3Server::start().unwrap_or_else(|e| {
                 panic!(
-                    "cannot start the S3 test server (moto) with {}: {e}. Run `make setup` \
-                     (it installs moto[server] into .venv) or set STOKEHOLD_TEST_PYTHON to a \
-                     Python with moto[server]",
+                    "cannot start the S3 test server (moto) with {}: {e}. Run the tests with \
+                     `make test-rust` (it installs moto[server] into .venv first), set \
+                     STOKEHOLD_TEST_PYTHON to a Python with moto[server], or leave the S3 \
+                     tests out with `make check` (`cargo test -- --skip s3`)",
                     python().display()
                 )
             })

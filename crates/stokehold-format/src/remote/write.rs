@@ -31,6 +31,7 @@ use object_store::{MultipartUpload, ObjectStoreExt, PutMode, PutOptions, PutPayl
 
 use super::{RemoteStore, block_on, io_error as fail, runtime};
 use crate::error::{FormatError, Result};
+use crate::location::ObjectMeta;
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::publish::EXTRA_FILES;
 
@@ -52,7 +53,6 @@ fn writer_made(name: &str) -> bool {
 #[derive(Debug)]
 pub struct RemoteTarget {
     store: Arc<RemoteStore>,
-    part_bytes: usize,
     run: String,
     overwrite: bool,
     /// Objects this writer completed (deleted again if it does not finish).
@@ -71,7 +71,6 @@ impl RemoteTarget {
         overwrite: bool,
     ) -> Result<RemoteTarget> {
         let store = RemoteStore::open(url, options)?;
-        let part_bytes = store.part_bytes;
         let names = store.list_names()?;
         let mut replaced = Vec::new();
         if names.contains(MANIFEST_FILE) {
@@ -100,7 +99,6 @@ impl RemoteTarget {
         }
         Ok(RemoteTarget {
             store,
-            part_bytes,
             run: crate::parts::run_tag(),
             overwrite,
             written: Vec::new(),
@@ -120,7 +118,6 @@ impl RemoteTarget {
     ) -> Result<RemoteTarget> {
         let store = RemoteStore::open(url, options)?;
         Ok(RemoteTarget {
-            part_bytes: store.part_bytes,
             store,
             run: run.to_string(),
             overwrite: false,
@@ -171,18 +168,7 @@ impl RemoteTarget {
 
     /// Start uploading the object `name`.
     pub fn upload(&self, name: &str) -> Upload {
-        let (location, url) = self.store.locate(name);
-        Upload {
-            store: self.store.clone(),
-            name: name.to_string(),
-            location,
-            url,
-            part_bytes: self.part_bytes,
-            buf: Vec::new(),
-            multipart: None,
-            in_flight: VecDeque::new(),
-            done: false,
-        }
+        self.store.upload(name)
     }
 
     /// Note that `upload` completed (its object now exists and is this writer's).
@@ -271,16 +257,18 @@ fn foreign_object(store: &RemoteStore, name: &str) -> FormatError {
 }
 
 impl RemoteStore {
-    /// The names of every object under the prefix (one LIST, paginated by the store).
-    pub(crate) fn list_names(&self) -> Result<BTreeSet<String>> {
+    /// Every object under the prefix, by name relative to it (one LIST, paginated by the store).
+    pub(crate) fn list(&self) -> io::Result<BTreeMap<String, ObjectMeta>> {
         let prefix = (!self.prefix.as_ref().is_empty()).then_some(&self.prefix);
         self.counters.request();
         let listed: Vec<object_store::Result<object_store::ObjectMeta>> =
-            block_on(self.store.list(prefix).collect())
-                .map_err(|e| FormatError::io(&self.url, None, e))?;
-        let mut names = BTreeSet::new();
+            block_on(self.store.list(prefix).collect())?;
+        let mut out = BTreeMap::new();
         for meta in listed {
-            let meta = meta.map_err(|e| FormatError::io(&self.url, None, fail(&e)))?;
+            let meta = meta.map_err(|e| {
+                let e = fail(&e);
+                io::Error::new(e.kind(), format!("LIST {}: {e}", self.url))
+            })?;
             let key = meta.location.as_ref();
             let name = match prefix {
                 Some(p) => key
@@ -289,18 +277,57 @@ impl RemoteStore {
                     .unwrap_or(key),
                 None => key,
             };
-            names.insert(name.to_string());
+            out.insert(
+                name.to_string(),
+                ObjectMeta {
+                    size: meta.size,
+                    version: meta.e_tag,
+                },
+            );
         }
-        Ok(names)
+        Ok(out)
+    }
+
+    /// The names of every object under the prefix.
+    pub(crate) fn list_names(&self) -> Result<BTreeSet<String>> {
+        let listed = self
+            .list()
+            .map_err(|e| FormatError::io(&self.url, None, e))?;
+        Ok(listed.into_keys().collect())
     }
 
     /// Delete the object `name` under the prefix (a missing one is not an error).
-    fn delete(&self, name: &str) -> Result<()> {
+    pub(crate) fn remove(&self, name: &str) -> io::Result<()> {
         let (location, url) = self.locate(name);
         self.counters.request();
-        match block_on(self.store.delete(&location)).map_err(|e| FormatError::io(&url, None, e))? {
+        match block_on(self.store.delete(&location))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(FormatError::io(&url, None, fail(&e))),
+            Err(e) => {
+                let e = fail(&e);
+                Err(io::Error::new(e.kind(), format!("DELETE {url}: {e}")))
+            }
+        }
+    }
+
+    /// [`RemoteStore::remove`] with the object's URL in the error.
+    fn delete(&self, name: &str) -> Result<()> {
+        self.remove(name)
+            .map_err(|e| FormatError::io(self.locate(name).1, None, e))
+    }
+
+    /// Start uploading the object `name` under the prefix.
+    pub(crate) fn upload(self: &Arc<Self>, name: &str) -> Upload {
+        let (location, url) = self.locate(name);
+        Upload {
+            store: self.clone(),
+            name: name.to_string(),
+            location,
+            url,
+            part_bytes: self.part_bytes,
+            buf: Vec::new(),
+            multipart: None,
+            in_flight: VecDeque::new(),
+            done: false,
         }
     }
 }

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use stokehold_format::DatasetWriter;
-use stokehold_format::tokens::TokenMeta;
 pub use stokehold_format::tokens::{TOKENIZER_FILE, TOKENS_FIELD, token_schema};
-use stokehold_ops::text::{TextError, TextTokenizer, TokenDType};
+use stokehold_format::tokens::{TokenDType, TokenIdOutOfRange, TokenMeta};
+use stokehold_ops::text::{TextError, TextTokenizer};
 
 use super::{PackError, PackOptions, PackReport, Progress, Skipped, SourceKind};
 
@@ -46,14 +46,22 @@ enum Done {
     Skip(Skipped),
 }
 
+/// Why a document cannot become a record (the document is skipped and counted).
+#[derive(Debug, thiserror::Error)]
+enum RecordError {
+    #[error(transparent)]
+    Id(#[from] TokenIdOutOfRange),
+    #[error("{0} tokens do not fit one record")]
+    TooLong(usize),
+}
+
 /// The record of one document: the one-field table (`u32` payload length) then the tokens.
 /// Identical to what [`stokehold_format::record::RecordEncoder`] writes for [`token_schema`].
-fn encode_record(ids: &[u32], dtype: TokenDType, vocab: u32) -> Result<Vec<u8>, TextError> {
+fn encode_record(ids: &[u32], dtype: TokenDType, vocab: u32) -> Result<Vec<u8>, RecordError> {
     let mut record = Vec::with_capacity(4 + ids.len() * dtype.size());
     record.extend_from_slice(&[0; 4]);
     dtype.append(ids, vocab, &mut record)?;
-    let payload = u32::try_from(record.len() - 4)
-        .map_err(|_| TextError::Encode(format!("{} tokens do not fit one record", ids.len())))?;
+    let payload = u32::try_from(record.len() - 4).map_err(|_| RecordError::TooLong(ids.len()))?;
     record[..4].copy_from_slice(&payload.to_le_bytes());
     Ok(record)
 }
@@ -253,7 +261,7 @@ pub fn pack_tokens(
         field: &tokens.text_field,
         bos,
         eos,
-        dtype: tok.dtype(),
+        dtype: TokenDType::for_vocab(tok.vocab_size()),
     };
     let mut writer = DatasetWriter::create_with(
         dest,
@@ -331,7 +339,7 @@ pub fn pack_tokens(
     super::check_skips(&skipped, writer.len(), options.max_skip_fraction)?;
     let documents = writer.len();
     let meta = TokenMeta {
-        dtype: tok.dtype(),
+        dtype: TokenDType::for_vocab(tok.vocab_size()),
         vocab_size: Some(tok.vocab_size().into()),
         tokenizer: Some(TOKENIZER_FILE.into()),
         tokenizer_fingerprint: Some(tok.fingerprint().into()),
@@ -355,7 +363,7 @@ pub fn pack_tokens(
         kept_as_is: Vec::new(),
         notes: vec![format!(
             "{total_tokens} tokens ({} each) in {documents} documents",
-            tok.dtype().name()
+            TokenDType::for_vocab(tok.vocab_size()).name()
         )],
     })
 }

@@ -38,7 +38,9 @@ use std::time::Duration;
 
 use rustix::fs::FlockOperation;
 use stokehold_format::storage::{PreadFile, Storage};
-use stokehold_format::{Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc};
+use stokehold_format::{
+    Access, Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc, open_structures,
+};
 
 use crate::error::{EngineError, Result};
 
@@ -504,14 +506,8 @@ pub fn open_dataset(
     cache: &Arc<DiskCache>,
     options: OpenOptions,
 ) -> Result<(Dataset, CacheProgress)> {
-    let remote = stokehold_format::is_object_store_url(dir);
-    // a URL: its manifest and shard objects, opened concurrently with the storage options
-    let (manifest, opened) = if remote {
-        let (manifest, objects, store) = stokehold_format::remote::open_objects(dir, &options)?;
-        (manifest, Some((objects, store)))
-    } else {
-        (Manifest::load(dir, &options.limits)?, None)
-    };
+    let location = stokehold_format::locate(dir, &options.storage_options)?;
+    let manifest = Manifest::read(&*location, &options.limits)?;
     let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
     if largest > cache.limit {
         return Err(EngineError::Config(format!(
@@ -520,37 +516,24 @@ pub fn open_dataset(
             dir.display()
         )));
     }
-    let canonical = if remote {
-        dir.to_path_buf()
-    } else {
-        dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf())
-    };
+    // a URL is its own name; a local path is named by its canonical form
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let keep = format!(
         "{:08x}-",
         crc::crc32c(canonical.to_string_lossy().trim_end_matches('/').as_bytes())
     );
-    // the shards' sources: the objects of a URL (opened concurrently), or the local files
-    let mut objects = Vec::new();
-    let (sources, store): (Vec<Arc<dyn Storage>>, _) = if let Some((opened, store)) = opened {
-        objects = opened.into_iter().map(Arc::new).collect();
-        let v = objects
-            .iter()
-            .map(|o| Arc::clone(o) as Arc<dyn Storage>)
-            .collect();
-        (v, Some(store))
-    } else {
-        let mut v: Vec<Arc<dyn Storage>> = Vec::with_capacity(manifest.shards.len());
-        for k in 0..manifest.shards.len() {
-            let path = manifest.shard_path(dir, k);
-            let file = PreadFile::open(&path).map_err(|e| FormatError::io(&path, None, e))?;
-            v.push(Arc::new(file));
-        }
-        (v, None)
-    };
+    // the shards' structure read from the source (for object storage: concurrently), then
+    // each shard read from the source until its copy is ready
+    let opened = open_structures(&*location, dir, &manifest, &options.limits)?;
     let mut shards = Vec::with_capacity(manifest.shards.len());
     let mut jobs = Vec::with_capacity(manifest.shards.len());
-    for ((k, info), source) in manifest.shards.iter().enumerate().zip(sources) {
+    for (k, (meta, structure)) in opened.into_iter().enumerate() {
+        let info = &manifest.shards[k];
         let path = manifest.shard_path(dir, k);
+        let source: Arc<dyn Storage> = location
+            .open_storage(&info.file, &meta, Access::Pread, false)
+            .map_err(|e| FormatError::io(&path, None, e))?
+            .into();
         let handle = Arc::new(CachedShardHandle::default());
         jobs.push(Job {
             src: path.clone(),
@@ -561,18 +544,15 @@ pub fn open_dataset(
             shard: Arc::clone(&handle),
         });
         let storage = SharedShard { source, handle };
-        shards.push(ShardReader::from_source(
+        shards.push(ShardReader::from_structure(
             &path,
             Box::new(storage),
+            structure,
             options.limits,
-        )?);
+        ));
     }
-    // the shards' structure is read: the bytes fetched at open are not needed any more
-    objects.iter().for_each(|o| o.forget_opening());
     let mut ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
-    if let Some(store) = store {
-        ds.set_remote(store);
-    }
+    ds.set_location(location);
     let progress = CacheProgress {
         shards: jobs.iter().map(|j| Arc::clone(&j.shard)).collect(),
         bytes: jobs.iter().map(|j| j.len).collect(),
@@ -584,4 +564,44 @@ pub fn open_dataset(
         .spawn(move || fetcher(c, queue, keep))
         .map_err(|e| EngineError::Worker(format!("cannot start the disk cache thread: {e}")))?;
     Ok((ds, progress))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use stokehold_format::conformance::check_storage;
+
+    use super::*;
+
+    /// The storage of a cached shard reads the same bytes before its copy is published (from the
+    /// source) and after (from the copy): both pass the `Storage` conformance suite.
+    #[test]
+    fn a_cached_shard_passes_the_storage_conformance_suite_before_and_after_its_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let source_only = |p: &Path| -> io::Result<Box<dyn Storage>> {
+            Ok(Box::new(SharedShard {
+                source: Arc::new(PreadFile::open(p)?),
+                handle: Arc::default(),
+            }))
+        };
+        check_storage("disk-cache (source)", dir.path(), &source_only).unwrap();
+        let copied = |p: &Path| -> io::Result<Box<dyn Storage>> {
+            let copy = p.with_extension("copy");
+            fs::copy(p, &copy)?;
+            let handle = Arc::new(CachedShardHandle::default());
+            handle.set(Local {
+                file: PreadFile::open(&copy)?,
+                path: copy,
+            });
+            // the source is another file of the same length: only the copy has the bytes
+            let decoy = p.with_extension("decoy");
+            fs::write(&decoy, vec![0u8; fs::metadata(p)?.len() as usize])?;
+            Ok(Box::new(SharedShard {
+                source: Arc::new(PreadFile::open(&decoy)?),
+                handle,
+            }))
+        };
+        check_storage("disk-cache (copy)", dir.path(), &copied).unwrap();
+    }
 }

@@ -1,6 +1,6 @@
 //! Round trips, determinism, atomicity and bad input (rows A1–A5 of the reliability matrix).
 
-mod common;
+use crate::common;
 
 use std::fs;
 

@@ -108,3 +108,67 @@ fn automatic_access_follows_the_documented_rule() {
     }
     assert_eq!(Access::parse("nvme"), None);
 }
+
+#[test]
+fn local_directories_and_memory_pass_the_location_conformance_suite() {
+    use stokehold_format::conformance::check_location;
+    use stokehold_format::{LocalDir, MemoryDir};
+    let dir = tempfile::tempdir().unwrap();
+    // a directory that does not exist yet: written into, it is made
+    check_location("local", &LocalDir::new(dir.path().join("new/loc"))).unwrap();
+    // no temporary file of a writer is left behind (the dropped one included)
+    let left: Vec<_> = std::fs::read_dir(dir.path().join("new/loc"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    check_location("memory", &MemoryDir::new("mem://suite")).unwrap();
+}
+
+#[test]
+fn the_location_suite_fails_a_backend_that_breaks_the_contract() {
+    use stokehold_format::conformance::check_location;
+    use stokehold_format::location::{Location, ObjectMeta, ObjectWriter, RangeRead};
+    use stokehold_format::{LocalDir, Storage};
+    /// A local directory whose conditional create always writes.
+    #[derive(Debug)]
+    struct Careless(LocalDir);
+    impl Location for Careless {
+        fn root(&self) -> &Path {
+            self.0.root()
+        }
+        fn head(&self, name: &str) -> io::Result<ObjectMeta> {
+            self.0.head(name)
+        }
+        fn read_ranges(&self, reads: &[RangeRead<'_>]) -> Vec<io::Result<Vec<u8>>> {
+            self.0.read_ranges(reads)
+        }
+        fn open_storage(
+            &self,
+            name: &str,
+            meta: &ObjectMeta,
+            access: Access,
+            fallback: bool,
+        ) -> io::Result<Box<dyn Storage>> {
+            self.0.open_storage(name, meta, access, fallback)
+        }
+        fn list(&self) -> io::Result<std::collections::BTreeMap<String, ObjectMeta>> {
+            self.0.list()
+        }
+        fn put(&self, name: &str, bytes: &[u8]) -> io::Result<()> {
+            self.0.put(name, bytes)
+        }
+        fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
+            self.0.put(name, bytes).map(|()| true)
+        }
+        fn writer(&self, name: &str) -> io::Result<Box<dyn ObjectWriter>> {
+            self.0.writer(name)
+        }
+        fn delete(&self, name: &str) -> io::Result<()> {
+            self.0.delete(name)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let err = check_location("careless", &Careless(LocalDir::new(dir.path()))).unwrap_err();
+    assert!(err.contains("put_if_absent"), "{err}");
+}

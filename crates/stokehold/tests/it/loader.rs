@@ -1,42 +1,17 @@
-//! The loader: order, determinism, resume, error policy, shutdown (rows F1, F2, F6 and G1–G6 of
-//! the reliability matrix).
+//! The loader: order, determinism, resume, error policy, shutdown (rows F2 and G1–G6 of the
+//! reliability matrix; F1, F5 and F6 measure the whole process and are in `tests/process/`).
 
-use std::borrow::Cow;
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use stokehold::format::{DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+use stokehold::format::{DType, Dataset, FieldValue};
 use stokehold::{
     Batch, Column, ColumnData, EngineError, ErrorPolicy, Loader, LoaderConfig, ResumeState,
     Shuffle, Tail, from_fn,
 };
 
-/// A dataset of `n` samples: `x` = id as float64, `label` = id % 7, `blob` = id-dependent bytes.
-fn dataset(dir: &Path, n: u64) -> Arc<Dataset> {
-    let path = dir.join(format!("ds-{n}"));
-    if !path.exists() {
-        let schema =
-            Schema::from_specs([("x", "float64"), ("label", "int64"), ("blob", "bytes")]).unwrap();
-        let opts = DatasetWriteOptions {
-            target_shard_bytes: 2048,
-            ..DatasetWriteOptions::default()
-        };
-        let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
-        for i in 0..n {
-            let blob: Vec<u8> = (0..(i % 13)).map(|k| (i + k) as u8).collect();
-            w.write(&[
-                FieldValue::Float64(i as f64),
-                FieldValue::Int64((i % 7) as i64),
-                FieldValue::Bytes(Cow::Owned(blob)),
-            ])
-            .unwrap();
-        }
-        w.finish().unwrap();
-    }
-    Arc::new(Dataset::open(&path).unwrap())
-}
+use crate::common::dataset;
 
 /// Columns: x and label passed through, blob as a list, and `noise`: x plus a random number from
 /// the sample's generator (so determinism of augmentations is visible), as a fixed f64.
@@ -482,33 +457,6 @@ fn a_corrupt_record_fails_or_is_skipped_identically_after_resume() {
     let mut l = Loader::new(ds.clone(), columns(&ds), strict).unwrap();
     let err = l.iter().unwrap().find_map(|b| b.err()).unwrap();
     assert!(matches!(err, EngineError::TooManyFailures { .. }), "{err}");
-}
-
-fn rss_kib() -> u64 {
-    let s = std::fs::read_to_string("/proc/self/statm").unwrap();
-    let pages: u64 = s.split_whitespace().nth(1).unwrap().parse().unwrap();
-    pages * 4
-}
-
-// F6
-#[test]
-fn memory_stays_flat_over_epochs() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ds = dataset(tmp.path(), 2000);
-    let mut l = Loader::new(ds.clone(), columns(&ds), config(64, 2, 4)).unwrap();
-    epoch(&mut l);
-    epoch(&mut l);
-    let warm = rss_kib();
-    for _ in 0..5 {
-        for b in l.iter().unwrap() {
-            drop(b.unwrap());
-        }
-    }
-    let after = rss_kib();
-    assert!(
-        after <= warm + 2048,
-        "RSS grew from {warm} KiB to {after} KiB over 5 epochs"
-    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Row F5 of the reliability matrix: 100 loaders in one process, iterated at the same time, with
-//! bounded threads and file descriptors and correct output. Alone in its binary so that the
-//! thread and descriptor counts are this test's own.
+//! bounded threads and file descriptors and correct output. Alone in its process (see
+//! `main.rs`) so that the thread and descriptor counts are this test's own.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ fn count(dir: &str) -> usize {
 
 #[test]
 fn a_hundred_loaders_share_the_dataset_and_stay_bounded() {
+    let _alone = crate::alone();
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("ds");
     let schema = Schema::from_specs([("x", "int64"), ("blob", "bytes")]).unwrap();

@@ -22,7 +22,7 @@ fn small_images(dir: &Path, n: usize, classes: usize) {
     write_image_folder(dir, spec).unwrap();
 }
 
-mod common;
+use crate::common;
 use common::{jpeg, packed, tree};
 
 /// These tests pack a few inputs with bad ones among them on purpose: any share may be skipped

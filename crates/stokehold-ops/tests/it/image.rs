@@ -5,7 +5,7 @@ use stokehold_ops::decode::{decode_full, dimensions, sniff};
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale, simd_in_use};
 use stokehold_ops::{Geometry, ImageOps, Jitter, OpsError, OutDType, OutSpec, Workspace, run};
 
-mod common;
+use crate::common;
 
 /// A deterministic photograph-like RGB image (gradients, waves, discs, noise).
 fn picture(w: u16, h: u16, seed: u64) -> Vec<u8> {

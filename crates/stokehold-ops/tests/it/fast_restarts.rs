@@ -10,7 +10,7 @@ use stokehold_ops::fuzzing::fuzz_fast_restarts;
 use stokehold_ops::jpeg::{Decoder, Pixels, Scale, patched_huffman_decoding, with_restarts};
 use stokehold_ops::restart::RestartIndex;
 
-mod common;
+use crate::common;
 use common::picture;
 
 /// How to make one test JPEG.

@@ -1,5 +1,5 @@
-//! Row F1 of the reliability matrix, alone in its own test binary so that no other test's threads
-//! are counted.
+//! Row F1 of the reliability matrix, alone in its process (see `main.rs`) so that no other test's
+//! threads are counted.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -42,6 +42,7 @@ fn live_threads() -> usize {
 // F1
 #[test]
 fn dropping_an_iterator_early_stops_and_joins_every_thread() {
+    let _alone = crate::alone();
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path());
     let before = live_threads();

@@ -2,7 +2,7 @@
 //! dataset and nothing else, never before the new one is complete; one writer per destination;
 //! no URLs.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;

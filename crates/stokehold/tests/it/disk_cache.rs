@@ -177,7 +177,7 @@ fn spawn_child(mode: &str, src: &Path, cache: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child",
+            "disk_cache::child",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
@@ -253,7 +253,7 @@ fn four_processes_share_one_cache_and_each_shard_is_fetched_once() {
 /// from the store while its shards land in the cache, checked; a later open (another "run") reads
 /// the copies and sends no GET for records; the loader over it gives the local batches.
 #[test]
-fn a_dataset_in_object_storage_is_copied_to_the_cache_and_later_runs_read_it_locally() {
+fn a_dataset_in_s3_is_copied_to_the_cache_and_later_runs_read_it_locally() {
     use stokehold::format::remote::testing::{self, S3Server};
     let tmp = tempfile::tempdir().unwrap();
     let src = dataset(tmp.path(), 60);

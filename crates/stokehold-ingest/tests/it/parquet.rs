@@ -18,7 +18,7 @@ use parquet::file::properties::WriterProperties;
 use stokehold_format::{ArrayValue, DType, Dataset, FieldValue};
 use stokehold_ingest::{FieldChoice, NoProgress, PackError, PackOptions, SourceKind, pack};
 
-mod common;
+use crate::common;
 use common::{jpeg, packed, tree};
 
 fn opts(threads: usize) -> PackOptions {

@@ -613,3 +613,18 @@ fn token_dtype_round_trips() {
     );
     assert_eq!(TokenDType::U16.get(&out, 0), 5);
 }
+
+#[test]
+fn the_token_type_is_the_narrowest_that_holds_the_vocabulary_and_refuses_wider_ids() {
+    assert_eq!(TokenDType::for_vocab(65_536), TokenDType::U16);
+    assert_eq!(TokenDType::for_vocab(65_537), TokenDType::U32);
+    let mut out = Vec::new();
+    TokenDType::U16.append(&[1, 65_535], 10, &mut out).unwrap();
+    assert_eq!(out, [1, 0, 255, 255]);
+    assert!(TokenDType::U16.append(&[65_536], 10, &mut out).is_err());
+    assert_eq!(TokenDType::U16.get(&out, 1), 65_535);
+    let mut b = Vec::new();
+    TokenDType::U32.append(&[70_000, 3], 10, &mut b).unwrap();
+    assert_eq!(TokenDType::U32.get(&b, 1), 3);
+    assert_eq!(TokenDType::U32.get(&b, 0), 70_000);
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stokehold_format::remote::testing::{self, FaultProxy, Faults, S3Server};
-use stokehold_format::remote::{RemoteObject, RemoteStore};
+use stokehold_format::remote::{ObjectStoreDir, RemoteObject, RemoteStore};
 use stokehold_format::{
     Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, FormatError, OpenOptions, Schema,
     Storage, conformance,
@@ -59,6 +59,16 @@ fn remote_objects_pass_the_storage_conformance_suite() {
     conformance::check_storage("remote", dir.path(), &open).unwrap();
 }
 
+#[test]
+fn an_s3_prefix_passes_the_location_conformance_suite() {
+    let (server, url) = bucket("location");
+    let opts = testing::options(&server.endpoint());
+    for prefix in ["suite", "nested/deeper/suite"] {
+        let loc = ObjectStoreDir::open(Path::new(&format!("{url}/{prefix}")), &opts).unwrap();
+        conformance::check_location(prefix, &loc).unwrap();
+    }
+}
+
 fn write_dataset(dir: &Path) {
     let schema = Schema::from_specs([("data", "bytes"), ("label", "int64")]).unwrap();
     let options = DatasetWriteOptions {
@@ -104,6 +114,10 @@ fn a_dataset_in_s3_reads_the_same_records_as_the_local_copy() {
         )
         .unwrap();
         assert_eq!(b.manifest(), a.manifest());
+        // the opening in batches: the manifest (HEAD, GET), then every shard's HEAD, then
+        // every shard's header and tail (which holds its meta block and index), nothing more
+        let shards = a.shards().len() as u64;
+        assert_eq!(b.remote_stats().unwrap().requests, 2 + 3 * shards);
         assert_eq!(b.shards()[0].source().kind(), "remote");
         assert!(b.shards()[0].path().display().to_string().starts_with(&url));
         let (mut x, mut y) = (Vec::new(), Vec::new());

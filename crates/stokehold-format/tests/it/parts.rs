@@ -1,7 +1,7 @@
 //! Datasets written by many writers (`parts`): shards per task, retried tasks replace their own
 //! shards, the commit checks every shard and writes the manifest last, an abort leaves nothing.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,13 +1,14 @@
 //! The pure parse functions of a shard's structure (`Header::parse`, `Trailer::parse`,
 //! `ShardMeta::parse`, `parse_index`): each kind of damage gives its error kind, naming the file
-//! and the offset, and a valid shard parses to what `ShardReader` opens.
+//! and the offset, and a valid shard parses to what `ShardReader` opens; the sans-IO opening
+//! (`ShardOpening`) asks for what it lacks and reports what the parse functions report.
 
 use std::path::Path;
 
 use stokehold_format::crc::crc32c;
 use stokehold_format::{
-    FieldValue, FormatError, Header, Limits, Schema, ShardMeta, ShardReader, ShardWriter, Trailer,
-    WriteOptions, memory_source, parse_index,
+    FieldValue, FormatError, Header, Limits, OpenStep, Schema, ShardMeta, ShardOpening,
+    ShardReader, ShardWriter, Trailer, WriteOptions, memory_source, parse_index,
 };
 
 const PATH: &str = "dir/s.skh";
@@ -300,5 +301,106 @@ fn from_source_reports_what_the_parse_functions_report() {
             file_len: 70,
             ..
         })
+    ));
+}
+
+/// Drive a [`ShardOpening`] over `b` (whose real length may differ from `claimed`), counting its
+/// steps.
+fn open_in_steps(
+    b: &[u8],
+    claimed: u64,
+    tail: u64,
+) -> Result<(stokehold_format::ShardStructure, usize), FormatError> {
+    let mut opening = ShardOpening::new(PATH, claimed, Limits::default(), tail)?;
+    let mut steps = 0;
+    loop {
+        match opening.step()? {
+            OpenStep::Done(s) => return Ok((s, steps)),
+            OpenStep::Read(reads) => {
+                steps += 1;
+                assert!(steps <= 3, "a shard opens in at most three steps");
+                for r in reads {
+                    assert!(r.offset + r.len <= claimed, "{r:?} within the file");
+                    match b.get(r.offset as usize..(r.offset + r.len) as usize) {
+                        Some(bytes) => opening.supply(r.offset, bytes.to_vec()),
+                        None => {
+                            let eof = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
+                            return Err(opening.read_error(&r, eof));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_opening_in_steps_gives_the_reader_from_any_tail_and_asks_only_for_what_it_lacks() {
+    for align in [1, 64] {
+        let b = shard(align);
+        let len = b.len() as u64;
+        let r =
+            ShardReader::from_source(PATH, memory_source(b.clone()), Limits::default()).unwrap();
+        let t = Trailer::parse(trailer_of(&b), len, &Limits::default(), path()).unwrap();
+        // the trailer alone: then the meta block, then the index
+        let (s, steps) = open_in_steps(&b, len, 64).unwrap();
+        assert_eq!(steps, 3);
+        assert_eq!((&s.meta, &s.index[..]), (r.meta(), r.index()));
+        // a tail that holds the index but not all of the meta block
+        let (s, steps) = open_in_steps(&b, len, t.start() - t.meta_offset - 1 + 64).unwrap();
+        assert_eq!(steps, 2);
+        assert_eq!(s.index, r.index());
+        // a tail that holds all: one step; tails past the file are clamped
+        for tail in [len - t.meta_offset, len, u64::MAX] {
+            let (s, steps) = open_in_steps(&b, len, tail).unwrap();
+            assert_eq!(
+                (steps, &s.meta, &s.trailer),
+                (1, r.meta(), &t),
+                "tail {tail}"
+            );
+            let again =
+                ShardReader::from_structure(PATH, memory_source(b.clone()), s, Limits::default());
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            for i in 0..r.len() {
+                again.read_record(i, &mut x, true).unwrap();
+                r.read_record(i, &mut y, true).unwrap();
+                assert_eq!(x, y, "record {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn an_opening_in_steps_reports_what_from_source_reports() {
+    let b = shard(1);
+    let len = b.len() as u64;
+    let mut h = b.clone();
+    h[0] = b'X';
+    assert!(matches!(
+        open_in_steps(&h, len, len),
+        Err(FormatError::BadMagic { offset: 0, .. })
+    ));
+    let mut m = b.clone();
+    let t = Trailer::parse(trailer_of(&b), len, &Limits::default(), path()).unwrap();
+    m[t.meta_offset as usize] ^= 1;
+    for tail in [64, len] {
+        assert!(matches!(
+            open_in_steps(&m, len, tail),
+            Err(FormatError::Checksum { what, .. }) if what == "meta block"
+        ));
+    }
+    assert!(matches!(
+        ShardOpening::new(PATH, 70, Limits::default(), 64),
+        Err(FormatError::Truncated {
+            end: 80,
+            file_len: 70,
+            ..
+        })
+    ));
+    // a file shorter than its stated length: the read that passes its end says what it wanted
+    let short = &b[..b.len() - 10];
+    assert!(matches!(
+        open_in_steps(short, len, 64),
+        Err(FormatError::Truncated { what, file_len, .. }) if what == "trailer" && file_len == len
     ));
 }

@@ -4,10 +4,10 @@ use std::fs;
 use std::path::PathBuf;
 
 use stokehold_format::record::RecordEncoder;
-use stokehold_format::{Dataset, FieldValue};
+use stokehold_format::{Dataset, FieldValue, TokenDType};
 use stokehold_ingest::pack::tokens::token_schema;
 use stokehold_ingest::{NoProgress, PackError, PackOptions, TokenOptions, pack_tokens};
-use stokehold_ops::text::{TextTokenizer, TokenDType, synthetic_documents, train_word_level};
+use stokehold_ops::text::{TextTokenizer, synthetic_documents, train_word_level};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -40,7 +40,7 @@ fn fixture(n: usize, vocab: usize) -> Fixture {
     }
 }
 
-mod common;
+use crate::common;
 use common::tree;
 
 fn topts(f: &Fixture) -> TokenOptions {

@@ -1,0 +1,9 @@
+//! The ingest crate's integration tests (parsers, the packer, Parquet, text), in one binary.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod pack;
+mod parquet;
+mod parsers;
+mod tokens;
