@@ -186,6 +186,31 @@ def _make_engine(dataset: Dataset, spec: Dict[str, Any], stages: list, include_i
         raise ConfigError(f"an option is out of range: {e}") from None
 
 
+def _run_options(memory_budget: Union[None, int, str], profile: bool, trace: Any) -> Dict[str, Any]:
+    """The loader options every front takes alike: the prefetch memory budget, stage timing and
+    the trace's span capacity (``LoaderConfig`` keys)."""
+    if memory_budget is not None and (_size(memory_budget, "memory_budget") in (0, "0")):
+        raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    return dict(
+        memory_budget="auto" if memory_budget is None else memory_budget,
+        profile=bool(profile),
+        trace_capacity=TRACE_CAPACITY if trace is not None else 0,
+    )
+
+
+def _dir_limit(cache_dir: Any, cache_dir_limit: Union[int, str]) -> Optional[Union[int, str]]:
+    """``cache_dir_limit`` as the spec's ``cache_dir_limit`` (None: the dataset's size)."""
+    limit = None if cache_dir_limit == "auto" else _size(cache_dir_limit, "cache_dir_limit")
+    if cache_dir is not None and limit in (0, "0"):
+        raise ConfigError("cache_dir_limit must be positive")
+    return limit
+
+
+def _warn_pin(pin_memory: bool, to: str) -> None:
+    if pin_memory and to != "torch":
+        warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=3)
+
+
 def _shuffle_mode(shuffle: Union[bool, str]) -> str:
     if shuffle is True:
         return "global"
@@ -210,6 +235,16 @@ class _Front:
     _engine: Any
     _config: Dict[str, Any]
     _dataset: Dataset
+    _to: str = "numpy"
+    _pin: bool = False
+    _trace: Optional[str] = None
+
+    def _batches(self) -> Iterator[Dict[str, Any]]:
+        """The native iterator, converted to ``to``'s arrays."""
+        it = self._engine.iter()
+        if self._to == "numpy":
+            return it
+        return _converted(it, _converter(self._to, self._pin))
 
     def _refuse_empty_epoch(self, batch_size: int, drop_last: bool, unit: str) -> None:
         """A ConfigError when ``drop_last`` leaves an epoch of samples without a single batch
@@ -305,9 +340,32 @@ class _Front:
         ``wasted_bytes``, ``refused``: the ranges fetched ahead of the reads)."""
         return self._engine.stats()
 
+    def report(self) -> str:
+        """The statistics as a readable table (``print(loader.report())``)."""
+        return self._engine.report()
+
+    def export_trace(self, path: Union[None, str, "os.PathLike[str]"] = None) -> str:
+        """Write the stage spans kept so far as Chrome Trace Event JSON to ``path`` (default: the
+        ``trace`` path); returns the path.
+
+        :raises ConfigError: the loader was made without ``trace``, or no path is known.
+        """
+        target = self._trace if path is None else os.fspath(path)
+        if target is None:
+            raise ConfigError("no trace path: pass one, or make the loader with trace=PATH")
+        text = self._engine.trace_json()
+        if text is None:
+            raise ConfigError("tracing is off: make the loader with trace=PATH")
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(text)
+        return target
+
     def close(self) -> None:
-        """Stop a running iteration and join its worker threads (the position is kept)."""
+        """Stop a running iteration and join its worker threads (the position is kept); with
+        ``trace``, write the trace."""
         self._engine.close()
+        if self._trace is not None:
+            self.export_trace()
 
     def __enter__(self: _F) -> _F:
         return self
@@ -461,8 +519,7 @@ class Loader(_Front):
         seed = _seed(seed)
         rank, world_size = _rank_world(rank, world_size)
         workers = _workers(threads, prefetch)
-        if memory_budget is not None and (_size(memory_budget, "memory_budget") in (0, "0")):
-            raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+        run = _run_options(memory_budget, profile, trace)
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
         cache_bytes = _cache_budget(cache)
@@ -476,9 +533,7 @@ class Loader(_Front):
         decoded_dir_limit = None if decoded_cache_dir_limit == "auto" else _size(decoded_cache_dir_limit, "decoded_cache_dir_limit")
         if decoded_dir_limit in (0, "0"):
             raise ConfigError("decoded_cache_dir_limit must be positive")
-        dir_limit = None if cache_dir_limit == "auto" else _size(cache_dir_limit, "cache_dir_limit")
-        if cache_dir is not None and dir_limit in (0, "0"):
-            raise ConfigError("cache_dir_limit must be positive")
+        dir_limit = _dir_limit(cache_dir, cache_dir_limit)
         self._config: Dict[str, Any] = dict(
             shuffle=shuffle,
             shuffle_window=shuffle_window,
@@ -504,8 +559,7 @@ class Loader(_Front):
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             cache_dir_limit=cache_dir_limit,
         )
-        if pin_memory and to != "torch":
-            warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=2)
+        _warn_pin(pin_memory, to)
         self._dataset = dataset
         self._batch_size = batch_size
         self._to = to
@@ -519,9 +573,7 @@ class Loader(_Front):
             rank=rank,
             world_size=world_size,
             **workers,
-            memory_budget="auto" if memory_budget is None else memory_budget,
-            profile=bool(profile),
-            trace_capacity=TRACE_CAPACITY if trace is not None else 0,
+            **run,
             on_error=_on_error(on_error),
             cache_bytes=cache_bytes,
         )
@@ -554,42 +606,12 @@ class Loader(_Front):
         :raises StokeholdError: the loader was running when the process forked (in the child), or
             the iterator was superseded by a newer one.
         """
-        it = self._engine.iter()
-        if self._to == "numpy":
-            return it
-        return _converted(it, _converter(self._to, self._pin))
+        return self._batches()
 
     @property
     def batch_size(self) -> int:
         """Samples per batch."""
         return self._batch_size
-
-    def report(self) -> str:
-        """The statistics as a readable table (``print(loader.report())``)."""
-        return self._engine.report()
-
-    def export_trace(self, path: Union[None, str, "os.PathLike[str]"] = None) -> str:
-        """Write the stage spans kept so far as Chrome Trace Event JSON to ``path`` (default: the
-        ``trace`` path); returns the path.
-
-        :raises ConfigError: the loader was made without ``trace``, or no path is known.
-        """
-        target = self._trace if path is None else os.fspath(path)
-        if target is None:
-            raise ConfigError("no trace path: pass one, or make the Loader with trace=PATH")
-        text = self._engine.trace_json()
-        if text is None:
-            raise ConfigError("tracing is off: make the Loader with trace=PATH")
-        with open(target, "w", encoding="utf-8") as f:
-            f.write(text)
-        return target
-
-    def close(self) -> None:
-        """Stop a running iteration and join its worker threads (the position is kept); with
-        ``trace``, write the trace."""
-        super().close()
-        if self._trace is not None:
-            self.export_trace()
 
     def __repr__(self) -> str:
         return (

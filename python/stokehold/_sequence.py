@@ -10,14 +10,15 @@ from ._loader import (
     _TARGETS,
     _U32,
     _cache_budget,
-    _converted,
-    _converter,
+    _dir_limit,
     _Front,
     _int,
     _make_engine,
     _on_error,
     _rank_world,
+    _run_options,
     _seed,
+    _warn_pin,
     _workers,
 )
 from ._native import ConfigError, Dataset
@@ -70,11 +71,21 @@ class SequenceLoader(_Front):
         the memory budget; an int fixes the depth.
     :param include_ids: add ``batch["id"]`` (window or document indices) and ``batch["is_padding"]``.
     :param to: ``"numpy"``, ``"torch"`` or ``"jax"``.
+    :param pin_memory: with ``to="torch"`` and CUDA, put tensors in page-locked memory (a copy)
+        for ``.cuda(non_blocking=True)``; ignored without CUDA.
+    :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared
+        ahead may take with ``prefetch="auto"`` (default: 10% of physical memory, at most 2 GiB).
+    :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
+        saves the clock reads.
+    :param trace: a path: keep the newest 1,000,000 stage spans and write them as Chrome Trace
+        Event JSON there on :meth:`close` (or with :meth:`export_trace`).
     :param on_error: ``"fail"`` (default) or ``"skip"``: a damaged window or document is replaced by
         another of its batch, flagged as padding, counted in ``stats()["skipped"]`` (at most 5% of
         the epoch).
     :param cache_dir: read the shards through a local copy in this directory (for slow or network
         filesystems).
+    :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
+        datasets are evicted, least recently used first, to make room.
     :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
         byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
@@ -105,6 +116,11 @@ class SequenceLoader(_Front):
         on_error: str = "fail",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache: Union[bool, int, str] = False,
+        pin_memory: bool = False,
+        memory_budget: Union[None, int, str] = None,
+        profile: bool = True,
+        trace: Union[None, str, "os.PathLike[str]"] = None,
+        cache_dir_limit: Union[int, str] = "auto",
     ) -> None:
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
@@ -117,6 +133,8 @@ class SequenceLoader(_Front):
         _positive("seq_len", seq_len)
         _positive("batch_size", batch_size)
         workers = _workers(threads, prefetch)
+        run = _run_options(memory_budget, profile, trace)
+        dir_limit = _dir_limit(cache_dir, cache_dir_limit)
         cache_bytes = _cache_budget(cache)
         _positive("bucket", bucket)
         if max_len is not None:
@@ -145,9 +163,17 @@ class SequenceLoader(_Front):
             on_error=on_error,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             cache=cache,
+            pin_memory=pin_memory,
+            memory_budget=memory_budget,
+            profile=profile,
+            trace=trace,
+            cache_dir_limit=cache_dir_limit,
         )
+        _warn_pin(pin_memory, to)
         self._dataset = dataset
         self._to = to
+        self._pin = bool(pin_memory)
+        self._trace = None if trace is None else os.fspath(trace)
         if max_len is None:
             mode: Dict[str, Any] = dict(kind="packed", seq_len=seq_len)
         else:
@@ -161,6 +187,7 @@ class SequenceLoader(_Front):
                 rank=rank,
                 world_size=world_size,
                 **workers,
+                **run,
                 cache_bytes=cache_bytes,
                 on_error=_on_error(on_error),
             ),
@@ -172,6 +199,7 @@ class SequenceLoader(_Front):
                 segment_ids=bool(segment_ids),
             ),
             cache_dir=self._config["cache_dir"],
+            cache_dir_limit=dir_limit,
         )
         self._engine = _make_engine(dataset, spec, [], include_ids)
         self._refuse_empty_epoch(batch_size, drop_last, "documents" if max_len is not None else f"windows of seq_len {seq_len}")
@@ -182,10 +210,7 @@ class SequenceLoader(_Front):
 
         :raises CorruptDataError: a damaged token record (the message names shard and record).
         """
-        it = self._engine.iter()
-        if self._to == "numpy":
-            return it
-        return _converted(it, _converter(self._to, False))
+        return self._batches()
 
     @property
     def total_tokens(self) -> int:

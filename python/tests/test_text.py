@@ -252,3 +252,40 @@ def test_sequence_loader_is_the_one_engine_with_its_stats_and_skip_policy(corpus
     # (the next epoch, started ahead, may have filled a few windows already)
     assert [s["name"] for s in st["stages"]] == ["window"] and st["stages"][0]["items"] >= 4 * n
     assert st["skipped"] == [] and st["bytes_read"] > 0
+
+
+def test_sequence_loader_takes_the_loader_options_that_apply_to_tokens(corpus, tmp_path):
+    """memory_budget, profile, trace (with report() and export_trace()), pin_memory and
+    cache_dir_limit mean what they mean for Loader, and reach the same engine options."""
+    _, _, _, dest = corpus
+    kw = dict(seq_len=32, batch_size=4, threads=2, seed=4)
+    plain = [b["input_ids"].copy() for b in SequenceLoader(dest, **kw)]
+    trace = tmp_path / "trace.json"
+    loader = SequenceLoader(dest, memory_budget="3MiB", profile=False, trace=trace,
+                            cache_dir=tmp_path / "cache", cache_dir_limit="64MiB", **kw)
+    spec = loader.config
+    assert spec["loader"]["memory_budget"] == 3 << 20
+    assert spec["loader"]["profile"] is False and spec["loader"]["trace_capacity"] > 0
+    assert spec["cache_dir_limit"] == 64 << 20
+    got = [b["input_ids"].copy() for b in loader]
+    assert len(got) == len(plain) and all(np.array_equal(a, b) for a, b in zip(got, plain))
+    # profile=False: no stage figures; the report says what it has
+    assert loader.stats()["profiled"] is False
+    assert "batches" in loader.report()
+    loader.close()  # with trace=: the trace is written
+    events = json.loads(trace.read_text())
+    assert isinstance(events, (list, dict)) and trace.stat().st_size > 2
+    other = loader.export_trace(tmp_path / "again.json")
+    assert other == str(tmp_path / "again.json")
+    # without trace=, export_trace() has nothing to write
+    with pytest.raises(ConfigError, match="trace=PATH"):
+        SequenceLoader(dest, **kw).export_trace(tmp_path / "none.json")
+    with pytest.raises(ConfigError, match="memory_budget"):
+        SequenceLoader(dest, memory_budget=0, **kw)
+    with pytest.raises(ConfigError, match="cache_dir_limit"):
+        SequenceLoader(dest, cache_dir=tmp_path / "c2", cache_dir_limit=0, **kw)
+    with pytest.warns(UserWarning, match="pin_memory"):
+        SequenceLoader(dest, pin_memory=True, **kw)
+    # pickled and restored with every option
+    again = pickle.loads(pickle.dumps(SequenceLoader(dest, memory_budget="3MiB", profile=False, **kw)))
+    assert again.config["loader"]["memory_budget"] == 3 << 20 and again.config["loader"]["profile"] is False

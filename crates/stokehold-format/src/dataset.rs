@@ -105,7 +105,7 @@ impl Dataset {
     /// without it.
     pub fn open_with(dir: impl AsRef<Path>, options: OpenOptions) -> Result<Dataset> {
         let dir = dir.as_ref().to_path_buf();
-        let location = crate::location::locate(&dir, &options.storage_options)?;
+        let location = crate::locate::locate(&dir, &options.storage_options)?;
         let manifest = Manifest::read(&*location, &options.limits)?;
         Dataset::open_in(location, dir, manifest, options)
     }
@@ -118,7 +118,7 @@ impl Dataset {
         manifest: Manifest,
         options: OpenOptions,
     ) -> Result<Dataset> {
-        let location = crate::location::locate(&dir, &options.storage_options)?;
+        let location = crate::locate::locate(&dir, &options.storage_options)?;
         Dataset::open_in(location, dir, manifest, options)
     }
 

@@ -39,6 +39,7 @@ mod dataset;
 mod error;
 pub mod fuzzing;
 mod limits;
+mod locate;
 pub mod location;
 mod manifest;
 pub mod parts;
@@ -59,9 +60,9 @@ pub use dataset::{
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
+pub use locate::locate;
 pub use location::{
-    LocalDir, Location, MemoryDir, ObjectMeta, is_object_store_url, locate, require_local,
-    url_scheme,
+    LocalDir, Location, MemoryDir, ObjectMeta, is_object_store_url, require_local, url_scheme,
 };
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};

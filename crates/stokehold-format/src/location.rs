@@ -1,6 +1,7 @@
 //! Where a dataset's bytes live: [`Location`], one trait for a local directory ([`LocalDir`]),
 //! memory ([`MemoryDir`]) and an object-store prefix (`remote::ObjectStoreDir`, with the
-//! `remote` feature), and [`locate`], the one place that tells a local path from a URL.
+//! `remote` feature). [`locate`](crate::locate) (module `locate`, above this one and `remote`)
+//! is the one place that tells a local path from a URL.
 //!
 //! A location is the control plane: the size and version of an object, batches of ranged reads
 //! (which object storage sends concurrently), listing, whole-object, conditional and streamed
@@ -138,29 +139,48 @@ pub trait Location: Send + Sync + fmt::Debug {
     fn delete(&self, name: &str) -> io::Result<()>;
 
     /// The request counts of an object store; `None` where nothing is counted.
-    #[cfg(feature = "remote")]
-    fn remote_stats(&self) -> Option<crate::remote::RemoteStats> {
+    fn remote_stats(&self) -> Option<RemoteStats> {
         None
     }
 }
 
-/// The location of a dataset's path or URL, with `storage_options` for an object store (ignored
-/// for a local path): the one place that tells local storage from remote. A URL of another
-/// scheme, or any URL without the `remote` feature, is [`FormatError::RemoteUnsupported`].
-pub fn locate(
-    path: &Path,
-    storage_options: &BTreeMap<String, String>,
-) -> Result<Arc<dyn Location>> {
-    #[cfg(feature = "remote")]
-    if is_object_store_url(path) {
-        return Ok(Arc::new(crate::remote::ObjectStoreDir::open(
-            path,
-            storage_options,
-        )?));
-    }
-    let _ = storage_options;
-    require_local(path)?;
-    Ok(Arc::new(LocalDir::new(path)))
+/// Counts of one object store's requests (an object-store location's
+/// [`Location::remote_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemoteStats {
+    /// Logical requests made by stokehold (HEADs and ranged GETs; when writing, PUTs, upload
+    /// parts, LISTs and DELETEs), each counted once.
+    pub requests: u64,
+    /// HTTP requests actually sent, retries included.
+    pub http_requests: u64,
+    /// Retries: HTTP requests beyond the logical ones (after a 5xx or 429, a timeout, a
+    /// connection error, a body cut mid-stream, or a short body).
+    pub retries: u64,
+    /// Responses that were server errors or throttling (5xx, 429), and transport errors.
+    pub failures: u64,
+    /// Responses whose body ended early without an error, re-requested from where they stopped.
+    pub short_bodies: u64,
+    /// Body bytes received.
+    pub bytes: u64,
+    /// Order-aware prefetch: GETs issued ahead of the reads, and how the reads fared.
+    pub prefetch: PrefetchStats,
+}
+
+/// Counts of the prefetcher (part of [`RemoteStats`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PrefetchStats {
+    /// GETs issued ahead.
+    pub requests: u64,
+    /// Bytes requested ahead.
+    pub bytes: u64,
+    /// Reads served wholly from ranges fetched ahead.
+    pub hits: u64,
+    /// Reads that needed a request of their own (nothing, or only part, fetched ahead).
+    pub misses: u64,
+    /// Bytes fetched ahead and dropped before they were read (budget, or never needed).
+    pub wasted_bytes: u64,
+    /// Ranges not prefetched because the budget was full of ranges in flight.
+    pub refused: u64,
 }
 
 /// Read all of the small object `name` (a manifest), refusing one of over `max` bytes before

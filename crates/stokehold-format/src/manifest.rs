@@ -59,24 +59,6 @@ fn one() -> u32 {
 }
 
 impl Manifest {
-    /// Read and validate `dir/manifest.json`, reading at most `limits.max_manifest_bytes`. With
-    /// the `remote` feature, `dir` may be a URL (credentials from the environment).
-    pub fn load(dir: &Path, limits: &Limits) -> Result<Manifest> {
-        Self::load_with(dir, limits, &Default::default())
-    }
-
-    /// [`Manifest::load`] with storage options for a URL (see
-    /// [`OpenOptions::storage_options`](crate::OpenOptions::storage_options); ignored for a local
-    /// path).
-    pub fn load_with(
-        dir: &Path,
-        limits: &Limits,
-        storage_options: &std::collections::BTreeMap<String, String>,
-    ) -> Result<Manifest> {
-        let location = crate::location::locate(dir, storage_options)?;
-        Manifest::read(&*location, limits)
-    }
-
     /// Read and validate the manifest of the dataset in `location`, reading at most
     /// `limits.max_manifest_bytes`.
     pub fn read(location: &dyn crate::location::Location, limits: &Limits) -> Result<Manifest> {

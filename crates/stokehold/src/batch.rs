@@ -6,7 +6,30 @@ use std::sync::{Arc, Mutex};
 
 use stokehold_format::{DType, FieldValue};
 
-use crate::stages::Output;
+/// Where a column's values go in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// A tensor of `[batch, shape...]` elements of `dtype`; each sample fills one slot of
+    /// `prod(shape) * dtype.size()` bytes.
+    Fixed {
+        /// Element type.
+        dtype: DType,
+        /// Per-sample shape.
+        shape: Vec<usize>,
+    },
+    /// A list with one owned value per sample (bytes, strings, arrays of varying shape).
+    List,
+}
+
+impl Output {
+    /// Bytes of one slot (0 for lists).
+    pub fn slot_bytes(&self) -> usize {
+        match self {
+            Output::Fixed { dtype, shape } => shape.iter().product::<usize>() * dtype.size(),
+            Output::List => 0,
+        }
+    }
+}
 
 /// A byte buffer with 8-byte alignment (so any element type can be viewed in place), recycled
 /// through a [`BufferPool`].
@@ -276,7 +299,7 @@ impl SharedBatch {
     /// Put a list column's value for `slot`.
     pub(crate) fn set_list(&self, col: usize, slot: usize, v: FieldValue<'static>) {
         if let Some(Some(l)) = self.lists.get(col) {
-            crate::pipeline::lock(l)[slot] = Some(v);
+            crate::sync::lock(l)[slot] = Some(v);
         }
     }
 
@@ -295,7 +318,7 @@ impl SharedBatch {
                 Output::Fixed { dtype, shape } => {
                     let buf = self.fixed[k]
                         .as_ref()
-                        .and_then(|f| crate::pipeline::lock(&f.buffer).take())
+                        .and_then(|f| crate::sync::lock(&f.buffer).take())
                         .unwrap_or_default();
                     let mut full = vec![b];
                     full.extend_from_slice(shape);
@@ -308,7 +331,7 @@ impl SharedBatch {
                 Output::List => {
                     let items = self.lists[k]
                         .as_ref()
-                        .map(|l| std::mem::take(&mut *crate::pipeline::lock(l)))
+                        .map(|l| std::mem::take(&mut *crate::sync::lock(l)))
                         .unwrap_or_default();
                     ColumnData::List(
                         items

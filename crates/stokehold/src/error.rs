@@ -28,7 +28,7 @@ pub enum EngineError {
         column: String,
         /// What went wrong, typed (the kernel's error or a binding's exception).
         #[source]
-        source: crate::stages::StageError,
+        source: StageError,
     },
     /// A transform panicked on sample `id`; the panic was caught at the sample boundary.
     #[error("sample {id}: a transform panicked: {message}")]
@@ -132,3 +132,37 @@ impl std::fmt::Display for RecordPlace {
 
 /// `Result` with [`EngineError`].
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Why a stage failed on one sample: the kernel's typed error, or the error of a stage defined
+/// elsewhere (a Python callable's exception), kept as the source so bindings can re-raise it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StageError {
+    /// An image kernel failed (an over-limit image is [`stokehold_ops::OpsError::TooLarge`]).
+    #[error(transparent)]
+    Ops(#[from] stokehold_ops::OpsError),
+    /// The tokenizer failed.
+    #[error(transparent)]
+    Text(#[from] stokehold_ops::text::TextError),
+    /// A stage defined outside this crate failed; `source` is its own error.
+    #[error("{message}")]
+    External {
+        /// The error as text (with a traceback where there is one).
+        message: String,
+        /// The original error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A value a stage cannot take (a wrong kind, a slot of another size).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<String> for StageError {
+    fn from(m: String) -> StageError {
+        StageError::Invalid(m)
+    }
+}
+
+/// `Result` of a stage.
+pub type StageResult<T> = std::result::Result<T, StageError>;

@@ -45,6 +45,8 @@ pub mod stages;
 mod state;
 mod stats;
 pub mod storage_bench;
+mod sync;
+mod units;
 
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};

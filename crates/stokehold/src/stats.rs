@@ -7,8 +7,6 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cache::CacheStats;
-
 /// One stage's totals.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StageStats {
@@ -584,5 +582,63 @@ impl Stats {
             ));
         }
         out
+    }
+}
+
+/// What a cache did, for statistics and reports.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CacheStats {
+    /// "records" or "decoded".
+    pub kind: String,
+    /// Lookups served from the cache.
+    pub hits: u64,
+    /// Lookups not served (and, for the decoded cache, computed).
+    pub misses: u64,
+    /// Bytes held.
+    pub bytes: u64,
+    /// The byte budget.
+    pub budget: u64,
+    /// Entries held (shards or samples).
+    pub entries: u64,
+    /// Worker time the hits saved (decoded cache: the mean time of the prefix on a miss, times
+    /// the hits). Zero for the record cache.
+    pub saved: Duration,
+}
+
+impl CacheStats {
+    /// One line for reports.
+    pub fn report_line(&self) -> String {
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        if self.kind == "disk" {
+            return format!(
+                "disk cache: {} shards local ({:.1} of {:.1} MiB) · {} found copied · {} copied or bypassed now",
+                self.entries,
+                mib(self.bytes),
+                mib(self.budget),
+                self.hits,
+                self.misses
+            );
+        }
+        let total = (self.hits + self.misses).max(1);
+        let held = if self.budget == u64::MAX {
+            format!("{:.1} MiB, no limit", mib(self.bytes))
+        } else {
+            format!("{:.1} of {:.1} MiB", mib(self.bytes), mib(self.budget))
+        };
+        let mut line = format!(
+            "{} cache: {:.1}% hits ({} of {}) · {} entries · {held}",
+            self.kind,
+            100.0 * self.hits as f64 / total as f64,
+            self.hits,
+            self.hits + self.misses,
+            self.entries,
+        );
+        if self.kind.starts_with("decoded") && self.saved > Duration::ZERO {
+            line.push_str(&format!(
+                " · saved ~{:.2} s of worker time",
+                self.saved.as_secs_f64()
+            ));
+        }
+        line
     }
 }

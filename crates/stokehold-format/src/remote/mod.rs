@@ -45,9 +45,9 @@ mod prefetch;
 pub mod testing;
 mod write;
 
+pub use crate::location::{PrefetchStats, RemoteStats};
 use counting::Counters;
 pub use location::ObjectStoreDir;
-pub use prefetch::PrefetchStats;
 use prefetch::Prefetcher;
 pub use write::{DEFAULT_PART_BYTES, RemoteTarget, Upload};
 
@@ -94,27 +94,6 @@ where
     } else {
         Ok(rt.block_on(f))
     }
-}
-
-/// Counts of one store's requests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RemoteStats {
-    /// Logical requests made by stokehold (HEADs and ranged GETs; when writing, PUTs, upload
-    /// parts, LISTs and DELETEs), each counted once.
-    pub requests: u64,
-    /// HTTP requests actually sent, retries included.
-    pub http_requests: u64,
-    /// Retries: HTTP requests beyond the logical ones (after a 5xx or 429, a timeout, a
-    /// connection error, a body cut mid-stream, or a short body).
-    pub retries: u64,
-    /// Responses that were server errors or throttling (5xx, 429), and transport errors.
-    pub failures: u64,
-    /// Responses whose body ended early without an error, re-requested from where they stopped.
-    pub short_bodies: u64,
-    /// Body bytes received.
-    pub bytes: u64,
-    /// Order-aware prefetch: GETs issued ahead of the reads, and how the reads fared.
-    pub prefetch: PrefetchStats,
 }
 
 /// The parsed pieces of a URL: `s3://bucket/prefix` → the store's root `s3://bucket` and the

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::PrefetchStats;
 use super::RemoteObject;
 
 /// A gap between two hinted records that is always fetched in one GET with them (the gap's
@@ -122,23 +123,6 @@ struct State {
     ranges: BTreeMap<(u64, u64), Range>,
     /// (seq, object id, start) of the ranges held, oldest first (may name dropped ones).
     order: VecDeque<(u64, u64, u64)>,
-}
-
-/// Counts of the prefetcher (part of [`RemoteStats`](super::RemoteStats)).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PrefetchStats {
-    /// GETs issued ahead.
-    pub requests: u64,
-    /// Bytes requested ahead.
-    pub bytes: u64,
-    /// Reads served wholly from ranges fetched ahead.
-    pub hits: u64,
-    /// Reads that needed a request of their own (nothing, or only part, fetched ahead).
-    pub misses: u64,
-    /// Bytes fetched ahead and dropped before they were read (budget, or never needed).
-    pub wasted_bytes: u64,
-    /// Ranges not prefetched because the budget was full of ranges in flight.
-    pub refused: u64,
 }
 
 /// The prefetcher of one store, shared by its objects.

@@ -162,7 +162,7 @@ pub struct DecodedDisk {
 /// does not parse is reported once and the default kept).
 fn keep_free_from_env() -> Option<u64> {
     let text = std::env::var(KEEP_FREE_ENV).ok()?;
-    match crate::pipeline::parse_bytes(&text) {
+    match crate::units::parse_bytes(&text) {
         Ok(n) => Some(n),
         Err(e) => {
             eprintln!("stokehold: {KEEP_FREE_ENV}={text:?} ignored: {e}");
@@ -433,8 +433,8 @@ impl DecodedDisk {
             if free.saturating_sub(self.part_bytes) < floor {
                 return Err(format!(
                     "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} sets the floor)",
-                    crate::pipeline::ByteSize(floor),
-                    crate::pipeline::ByteSize(free),
+                    crate::units::ByteSize(floor),
+                    crate::units::ByteSize(free),
                 ));
             }
         }

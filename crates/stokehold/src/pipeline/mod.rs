@@ -18,7 +18,7 @@
 //! iterator delivers. Run one iterator of a loader at a time.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use stokehold_format::Dataset;
 
@@ -49,12 +49,7 @@ use run::Spawned;
 /// Deepest prefetch window the autotuner uses.
 const MAX_AUTO_PREFETCH: u64 = 32;
 
-/// Lock a mutex, taking over the data of a thread that panicked while holding it (every value
-/// behind the engine's mutexes stays consistent between statements). The one poisoning policy
-/// of the engine.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use crate::sync::lock;
 
 /// Where the loader is: the epoch the next iteration runs and the global position in it, with
 /// the epoch's skip counts so far (they belong to the epoch, not to one iteration: a resumed run

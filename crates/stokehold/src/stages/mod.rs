@@ -15,42 +15,10 @@ use std::sync::Arc;
 
 use stokehold_format::{ArrayValue, DType, FieldType, FieldValue, Schema};
 
+pub use crate::batch::Output;
 use crate::error::{EngineError, Result};
+pub use crate::error::{StageError, StageResult};
 use crate::rng::SampleRng;
-
-/// Why a stage failed on one sample: the kernel's typed error, or the error of a stage defined
-/// elsewhere (a Python callable's exception), kept as the source so bindings can re-raise it.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StageError {
-    /// An image kernel failed (an over-limit image is [`stokehold_ops::OpsError::TooLarge`]).
-    #[error(transparent)]
-    Ops(#[from] stokehold_ops::OpsError),
-    /// The tokenizer failed.
-    #[error(transparent)]
-    Text(#[from] stokehold_ops::text::TextError),
-    /// A stage defined outside this crate failed; `source` is its own error.
-    #[error("{message}")]
-    External {
-        /// The error as text (with a traceback where there is one).
-        message: String,
-        /// The original error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
-    /// A value a stage cannot take (a wrong kind, a slot of another size).
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl From<String> for StageError {
-    fn from(m: String) -> StageError {
-        StageError::Invalid(m)
-    }
-}
-
-/// `Result` of a stage.
-pub type StageResult<T> = std::result::Result<T, StageError>;
 
 /// A value flowing between stages: a field value as stored, or a tensor made by a stage.
 pub type Value<'a> = FieldValue<'a>;
@@ -180,31 +148,6 @@ impl Transform for CopyBytes {
 
     fn apply_into(&self, x: Value<'_>, _: &mut SampleCtx<'_>, slot: &mut [u8]) -> StageResult<()> {
         write_value(&x, slot)
-    }
-}
-
-/// Where a column's values go in a batch.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Output {
-    /// A tensor of `[batch, shape...]` elements of `dtype`; each sample fills one slot of
-    /// `prod(shape) * dtype.size()` bytes.
-    Fixed {
-        /// Element type.
-        dtype: DType,
-        /// Per-sample shape.
-        shape: Vec<usize>,
-    },
-    /// A list with one owned value per sample (bytes, strings, arrays of varying shape).
-    List,
-}
-
-impl Output {
-    /// Bytes of one slot (0 for lists).
-    pub fn slot_bytes(&self) -> usize {
-        match self {
-            Output::Fixed { dtype, shape } => shape.iter().product::<usize>() * dtype.size(),
-            Output::List => 0,
-        }
     }
 }
 
