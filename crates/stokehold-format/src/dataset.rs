@@ -9,16 +9,13 @@ use std::sync::Arc;
 
 use crate::error::{FormatError, Result};
 use crate::limits::Limits;
-use crate::location::{Location, ObjectMeta, RangeRead};
+use crate::location::Location;
 use crate::manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use crate::publish::EXTRA_FILES;
 use crate::publish::{self, DestLock, Found};
 use crate::record::FieldValue;
 use crate::schema::Schema;
-use crate::shard::{
-    OpenStep, ShardOpening, ShardReader, ShardSource, ShardStructure, ShardWriter, WriteError,
-    WriteOptions,
-};
+use crate::shard::{ShardReader, ShardSource, ShardWriter, WriteError, WriteOptions};
 use crate::storage::{Access, Memory};
 
 /// How to open a dataset.
@@ -122,35 +119,37 @@ impl Dataset {
         Dataset::open_in(location, dir, manifest, options)
     }
 
-    /// Open the shards `manifest` lists in `location` (named `dir` in messages): their
-    /// structure read and checked together ([`open_structures`]), then each read through the
-    /// storage the location gives for `options.access` (for local files, `Auto` is resolved for
-    /// the dataset's size and the machine's memory).
+    /// Open the shards `manifest` lists in `location` (named `dir` in messages) with
+    /// [`Location::open_shards`]: each one's structure read and checked, and read from then on
+    /// through the storage the location gives for `options.access` (`Auto` is resolved for the
+    /// dataset's size and the machine's memory).
     pub fn open_in(
         location: Arc<dyn Location>,
         dir: PathBuf,
         manifest: Manifest,
         options: OpenOptions,
     ) -> Result<Dataset> {
-        let opened = open_structures(&*location, &dir, &manifest, &options.limits)?;
         let bytes: u64 = manifest.shards.iter().map(|s| s.bytes).sum();
         let access = options
             .access
             .resolve(bytes, crate::storage::physical_memory());
         let fallback = options.access == Access::Auto;
-        let mut shards = Vec::with_capacity(opened.len());
-        for (i, (meta, structure)) in opened.into_iter().enumerate() {
-            let path = manifest.shard_path(&dir, i);
-            let source = location
-                .open_storage(&manifest.shards[i].file, &meta, access, fallback)
-                .map_err(|e| FormatError::io(&path, None, e))?;
-            shards.push(ShardReader::from_structure(
-                path,
-                source,
-                structure,
-                options.limits,
-            ));
-        }
+        let names: Vec<(&str, PathBuf)> = (0..manifest.shards.len())
+            .map(|i| {
+                (
+                    manifest.shards[i].file.as_str(),
+                    manifest.shard_path(&dir, i),
+                )
+            })
+            .collect();
+        let shards = location
+            .open_shards(&names, &options.limits, access, fallback)?
+            .into_iter()
+            .zip(&names)
+            .map(|((structure, source), (_, path))| {
+                ShardReader::from_structure(path, source, structure, options.limits)
+            })
+            .collect();
         let mut ds = Dataset::from_parts(dir, manifest, shards, options.verify_records)?;
         ds.location = Some(location);
         Ok(ds)
@@ -329,67 +328,6 @@ impl Dataset {
             .sum::<usize>()
             + self.shards.len() * per_shard
     }
-}
-
-/// The structure of every shard `manifest` lists in `location` (named `dir` in messages), read
-/// and checked together: one [`Location::head_many`] for the sizes and versions, then each step
-/// of every shard's [`ShardOpening`] as one [`Location::read_ranges`] batch (object storage sends
-/// each batch concurrently: the heads, then every header and tail, then what a tail missed).
-pub fn open_structures(
-    location: &dyn Location,
-    dir: &Path,
-    manifest: &Manifest,
-    limits: &Limits,
-) -> Result<Vec<(ObjectMeta, ShardStructure)>> {
-    let names: Vec<&str> = manifest.shards.iter().map(|s| s.file.as_str()).collect();
-    let mut metas = Vec::with_capacity(names.len());
-    for (i, head) in location.head_many(&names).into_iter().enumerate() {
-        metas.push(head.map_err(|e| FormatError::io(manifest.shard_path(dir, i), None, e))?);
-    }
-    let mut openings = Vec::with_capacity(names.len());
-    for (i, meta) in metas.iter().enumerate() {
-        openings.push(ShardOpening::new(
-            manifest.shard_path(dir, i),
-            meta.size,
-            *limits,
-            location.opening_tail(),
-        )?);
-    }
-    let mut done: Vec<Option<ShardStructure>> = (0..names.len()).map(|_| None).collect();
-    loop {
-        let mut wanted = Vec::new();
-        for (i, opening) in openings.iter_mut().enumerate() {
-            if done[i].is_some() {
-                continue;
-            }
-            match opening.step()? {
-                OpenStep::Done(s) => done[i] = Some(s),
-                OpenStep::Read(reads) => wanted.extend(reads.into_iter().map(|r| (i, r))),
-            }
-        }
-        if wanted.is_empty() {
-            break;
-        }
-        let batch: Vec<RangeRead<'_>> = wanted
-            .iter()
-            .map(|(i, r)| RangeRead {
-                name: names[*i],
-                meta: &metas[*i],
-                offset: r.offset,
-                len: r.len,
-            })
-            .collect();
-        let got = location.read_ranges(&batch);
-        for ((i, r), bytes) in wanted.iter().zip(got) {
-            let bytes = bytes.map_err(|e| openings[*i].read_error(r, e))?;
-            openings[*i].supply(r.offset, bytes);
-        }
-    }
-    Ok(metas
-        .into_iter()
-        .zip(done)
-        .map(|(m, s)| (m, s.expect("every opening is done")))
-        .collect())
 }
 
 fn check_against_manifest(

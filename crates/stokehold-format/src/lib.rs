@@ -56,7 +56,7 @@ mod verify;
 
 pub use dataset::{
     Dataset, DatasetWriteOptions, DatasetWriter, EXTRA_FILES, OpenOptions, memory_source,
-    open_structures, sweep_stale_staging,
+    sweep_stale_staging,
 };
 pub use error::{FormatError, Result};
 pub use limits::Limits;
@@ -71,6 +71,7 @@ pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{
     Header, IndexEntry, OpenStep, SHARD_VERSION, ShardMeta, ShardOpening, ShardReader, ShardSource,
     ShardStructure, ShardSummary, ShardWriter, Trailer, WriteError, WriteOptions, parse_index,
+    read_structure,
 };
 pub use storage::{Access, Storage};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};

@@ -25,7 +25,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{FormatError, Result};
-use crate::shard::TRAILER_LEN;
+use crate::limits::Limits;
+use crate::shard::{OpenStep, ShardOpening, ShardStructure, TRAILER_LEN, read_structure};
 use crate::storage::{Access, Memory, MmapFile, Storage};
 
 /// What a location knows of one object: its size, and a version that changes when the object is
@@ -111,6 +112,78 @@ pub trait Location: Send + Sync + fmt::Debug {
     /// is cheap, more where each request costs a round trip.
     fn opening_tail(&self) -> u64 {
         TRAILER_LEN
+    }
+
+    /// Open the shards `shards` (each its object's name and its path or URL for messages): each
+    /// one's structure read and checked by a [`ShardOpening`], and the storage it is read
+    /// through from then on ([`Location::open_storage`] with `access` and `fallback`), in order.
+    ///
+    /// The default drives the openings of all shards together: one [`Location::head_many`],
+    /// then one [`Location::read_ranges`] batch per step of every shard's opening (object
+    /// storage sends each batch concurrently: the heads, then every header and tail, then what
+    /// a tail missed), then the storages. A local directory opens each file once and reads its
+    /// structure through it.
+    fn open_shards(
+        &self,
+        shards: &[(&str, PathBuf)],
+        limits: &Limits,
+        access: Access,
+        fallback: bool,
+    ) -> Result<Vec<(ShardStructure, Box<dyn Storage>)>> {
+        let names: Vec<&str> = shards.iter().map(|(n, _)| *n).collect();
+        let mut metas = Vec::with_capacity(names.len());
+        for (head, (_, path)) in self.head_many(&names).into_iter().zip(shards) {
+            metas.push(head.map_err(|e| FormatError::io(path, None, e))?);
+        }
+        let mut openings = Vec::with_capacity(names.len());
+        for (meta, (_, path)) in metas.iter().zip(shards) {
+            openings.push(ShardOpening::new(
+                path,
+                meta.size,
+                *limits,
+                self.opening_tail(),
+            )?);
+        }
+        let mut done: Vec<Option<ShardStructure>> = (0..names.len()).map(|_| None).collect();
+        loop {
+            let mut wanted = Vec::new();
+            for (i, opening) in openings.iter_mut().enumerate() {
+                if done[i].is_some() {
+                    continue;
+                }
+                match opening.step()? {
+                    OpenStep::Done(s) => done[i] = Some(s),
+                    OpenStep::Read(reads) => wanted.extend(reads.into_iter().map(|r| (i, r))),
+                }
+            }
+            if wanted.is_empty() {
+                break;
+            }
+            let batch: Vec<RangeRead<'_>> = wanted
+                .iter()
+                .map(|(i, r)| RangeRead {
+                    name: names[*i],
+                    meta: &metas[*i],
+                    offset: r.offset,
+                    len: r.len,
+                })
+                .collect();
+            let got = self.read_ranges(&batch);
+            for ((i, r), bytes) in wanted.iter().zip(got) {
+                let bytes = bytes.map_err(|e| openings[*i].read_error(r, e))?;
+                openings[*i].supply(r.offset, bytes);
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (((structure, meta), name), (_, path)) in
+            done.into_iter().zip(&metas).zip(&names).zip(shards)
+        {
+            let source = self
+                .open_storage(name, meta, access, fallback)
+                .map_err(|e| FormatError::io(path, None, e))?;
+            out.push((structure.expect("every opening is done"), source));
+        }
+        Ok(out)
     }
 
     /// How many requests are worth keeping in flight at once (threads of a scan): the cores for
@@ -326,12 +399,23 @@ impl Location for LocalDir {
         access.open(&self.path(name), fallback)
     }
 
-    /// 64 KiB: a local read of that size costs about what a read of the trailer alone does, and
-    /// brings the meta block and the index of a shard of up to about 4,000 records with it (one
-    /// step instead of three: measured, opening 2,073 shards took 86 ms with the trailer alone
-    /// and four opens of each file, against 42 ms before the opening was planned).
-    fn opening_tail(&self) -> u64 {
-        64 << 10
+    fn open_shards(
+        &self,
+        shards: &[(&str, PathBuf)],
+        limits: &Limits,
+        access: Access,
+        fallback: bool,
+    ) -> Result<Vec<(ShardStructure, Box<dyn Storage>)>> {
+        // one open per file, the structure read through the storage that reads the records
+        shards
+            .iter()
+            .map(|(name, path)| {
+                let source = access
+                    .open(&self.path(name), fallback)
+                    .map_err(|e| FormatError::io(path, None, e))?;
+                Ok((read_structure(path, &*source, *limits)?, source))
+            })
+            .collect()
     }
 
     fn open_scan(&self, name: &str, meta: &ObjectMeta, map: bool) -> io::Result<Box<dyn Storage>> {

@@ -633,7 +633,8 @@ pub struct ShardStructure {
 /// The opening of one shard as data, sans I/O (`docs/format.md` §5): [`ShardOpening::step`]
 /// says which byte ranges to read; the caller reads them however and from wherever it likes
 /// (one file with `pread`, or many objects at once over the network) and hands them back with
-/// [`ShardOpening::supply`], until `step` says [`OpenStep::Done`]. Each region is checked by its
+/// [`ShardOpening::supply`], until `step` says [`OpenStep::Done`] (at most two steps: the header
+/// and the tail, then what the tail missed). Each region is checked by its
 /// pure parse function ([`Header::parse`], [`Trailer::parse`], [`ShardMeta::parse`],
 /// [`parse_index`]) as soon as its bytes are there, and no range is asked for before the checks
 /// that bound its length.
@@ -742,23 +743,33 @@ impl ShardOpening {
                 t
             }
         };
+        // what the tail missed of the meta block and the index, asked for in one step (both
+        // lengths were checked against the file and the limits by the trailer's parse)
+        let meta_read = PlannedRead {
+            offset: trailer.meta_offset,
+            len: trailer.meta_len,
+            what: "meta block",
+        };
+        let index_read = PlannedRead {
+            offset: trailer.index_offset,
+            len: trailer.index_len(),
+            what: "index",
+        };
+        let missing: Vec<PlannedRead> = [meta_read, index_read]
+            .into_iter()
+            .filter(|r| self.held(r.offset, r.len).is_none())
+            .filter(|r| r.what != "meta block" || self.meta.is_none())
+            .collect();
+        if !missing.is_empty() {
+            return Ok(OpenStep::Read(missing));
+        }
         if self.meta.is_none() {
-            let Some(bytes) = self.held(trailer.meta_offset, trailer.meta_len) else {
-                return Ok(OpenStep::Read(vec![PlannedRead {
-                    offset: trailer.meta_offset,
-                    len: trailer.meta_len,
-                    what: "meta block",
-                }]));
-            };
+            let bytes = self.held(trailer.meta_offset, trailer.meta_len);
+            let bytes = bytes.expect("held: nothing is missing");
             self.meta = Some(ShardMeta::parse(bytes, &trailer, &self.path)?);
         }
-        let Some(bytes) = self.held(trailer.index_offset, trailer.index_len()) else {
-            return Ok(OpenStep::Read(vec![PlannedRead {
-                offset: trailer.index_offset,
-                len: trailer.index_len(),
-                what: "index",
-            }]));
-        };
+        let bytes = self.held(trailer.index_offset, trailer.index_len());
+        let bytes = bytes.expect("held: nothing is missing");
         let align = self.meta.as_ref().map_or(1, |m| m.align);
         let index = parse_index(bytes, &trailer, align, &self.limits, &self.path)?;
         self.held = Vec::new();
@@ -768,6 +779,31 @@ impl ShardOpening {
             meta,
             index,
         }))
+    }
+}
+
+/// Read and check the structure of the shard in `source` (named `path` in messages) by
+/// driving a [`ShardOpening`] with the source's positional reads: the header and the trailer,
+/// then the meta block and the index (`docs/format.md` §5).
+pub fn read_structure(path: &Path, source: &dyn Storage, limits: Limits) -> Result<ShardStructure> {
+    let file_len = source.size().map_err(|e| FormatError::io(path, None, e))?;
+    let mut opening = ShardOpening::new(path, file_len, limits, TRAILER_LEN)?;
+    loop {
+        match opening.step()? {
+            OpenStep::Done(structure) => return Ok(structure),
+            OpenStep::Read(reads) => {
+                for r in reads {
+                    // `r.len` is bounded: the header and the trailer are fixed, and the meta
+                    // block and the index were checked against the file's length and the
+                    // limits before they were asked for.
+                    let mut v = vec![0u8; r.len as usize];
+                    source
+                        .read_at(r.offset, &mut v)
+                        .map_err(|e| opening.read_error(&r, e))?;
+                    opening.supply(r.offset, v);
+                }
+            }
+        }
     }
 }
 
@@ -808,25 +844,7 @@ impl ShardReader {
         limits: Limits,
     ) -> Result<ShardReader> {
         let path = path.into();
-        let file_len = source.size().map_err(|e| FormatError::io(&path, None, e))?;
-        let mut opening = ShardOpening::new(&path, file_len, limits, TRAILER_LEN)?;
-        let structure = loop {
-            match opening.step()? {
-                OpenStep::Done(structure) => break structure,
-                OpenStep::Read(reads) => {
-                    for r in reads {
-                        // `r.len` is bounded: the header and the trailer are fixed, and the
-                        // meta block and the index were checked against the file's length and
-                        // the limits before they were asked for.
-                        let mut v = vec![0u8; r.len as usize];
-                        source
-                            .read_at(r.offset, &mut v)
-                            .map_err(|e| opening.read_error(&r, e))?;
-                        opening.supply(r.offset, v);
-                    }
-                }
-            }
-        };
+        let structure = read_structure(&path, &*source, limits)?;
         Ok(ShardReader::from_structure(path, source, structure, limits))
     }
 

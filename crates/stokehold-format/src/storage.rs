@@ -103,10 +103,14 @@ pub struct PreadFile {
 impl PreadFile {
     /// Open `path` for positional reads.
     pub fn open(path: &Path) -> io::Result<PreadFile> {
-        let file = File::open(path)?;
+        Ok(PreadFile::from_file(File::open(path)?))
+    }
+
+    /// Positional reads of a file already open for reading.
+    pub fn from_file(file: File) -> PreadFile {
         // Advice only: a filesystem that ignores it reads the same bytes.
         let _ = rustix::fs::fadvise(&file, 0, None, rustix::fs::Advice::Random);
-        Ok(PreadFile { file })
+        PreadFile { file }
     }
 }
 

@@ -318,7 +318,7 @@ fn open_in_steps(
             OpenStep::Done(s) => return Ok((s, steps)),
             OpenStep::Read(reads) => {
                 steps += 1;
-                assert!(steps <= 3, "a shard opens in at most three steps");
+                assert!(steps <= 2, "a shard opens in at most two steps");
                 for r in reads {
                     assert!(r.offset + r.len <= claimed, "{r:?} within the file");
                     match b.get(r.offset as usize..(r.offset + r.len) as usize) {
@@ -342,9 +342,9 @@ fn an_opening_in_steps_gives_the_reader_from_any_tail_and_asks_only_for_what_it_
         let r =
             ShardReader::from_source(PATH, memory_source(b.clone()), Limits::default()).unwrap();
         let t = Trailer::parse(trailer_of(&b), len, &Limits::default(), path()).unwrap();
-        // the trailer alone: then the meta block, then the index
+        // the trailer alone: then the meta block and the index, in one step
         let (s, steps) = open_in_steps(&b, len, 64).unwrap();
-        assert_eq!(steps, 3);
+        assert_eq!(steps, 2);
         assert_eq!((&s.meta, &s.index[..]), (r.meta(), r.index()));
         // a tail that holds the index but not all of the meta block
         let (s, steps) = open_in_steps(&b, len, t.start() - t.meta_offset - 1 + 64).unwrap();

@@ -38,9 +38,7 @@ use std::time::Duration;
 
 use rustix::fs::FlockOperation;
 use stokehold_format::storage::{PreadFile, Storage};
-use stokehold_format::{
-    Access, Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc, open_structures,
-};
+use stokehold_format::{Access, Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc};
 
 use crate::error::{EngineError, Result};
 
@@ -524,16 +522,21 @@ pub fn open_dataset(
     );
     // the shards' structure read from the source (for object storage: concurrently), then
     // each shard read from the source until its copy is ready
-    let opened = open_structures(&*location, dir, &manifest, &options.limits)?;
+    let names: Vec<(&str, PathBuf)> = (0..manifest.shards.len())
+        .map(|k| {
+            (
+                manifest.shards[k].file.as_str(),
+                manifest.shard_path(dir, k),
+            )
+        })
+        .collect();
+    let opened = location.open_shards(&names, &options.limits, Access::Pread, false)?;
     let mut shards = Vec::with_capacity(manifest.shards.len());
     let mut jobs = Vec::with_capacity(manifest.shards.len());
-    for (k, (meta, structure)) in opened.into_iter().enumerate() {
+    for (k, (structure, source)) in opened.into_iter().enumerate() {
         let info = &manifest.shards[k];
-        let path = manifest.shard_path(dir, k);
-        let source: Arc<dyn Storage> = location
-            .open_storage(&info.file, &meta, Access::Pread, false)
-            .map_err(|e| FormatError::io(&path, None, e))?
-            .into();
+        let path = names[k].1.clone();
+        let source: Arc<dyn Storage> = source.into();
         let handle = Arc::new(CachedShardHandle::default());
         jobs.push(Job {
             src: path.clone(),
