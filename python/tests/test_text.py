@@ -273,10 +273,15 @@ def test_sequence_loader_takes_the_loader_options_that_apply_to_tokens(corpus, t
     assert loader.stats()["profiled"] is False
     assert "batches" in loader.report()
     loader.close()  # with trace=: the trace is written
-    events = json.loads(trace.read_text())
-    assert isinstance(events, (list, dict)) and trace.stat().st_size > 2
+    assert "traceEvents" in json.loads(trace.read_text())
     other = loader.export_trace(tmp_path / "again.json")
     assert other == str(tmp_path / "again.json")
+    # profiled and traced: the trace holds the windows' spans
+    traced = SequenceLoader(dest, trace=tmp_path / "t2.json", **kw)
+    n = sum(1 for _ in traced)
+    traced.close()
+    events = json.loads((tmp_path / "t2.json").read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("name") == "window") >= 4 * n > 0
     # without trace=, export_trace() has nothing to write
     with pytest.raises(ConfigError, match="trace=PATH"):
         SequenceLoader(dest, **kw).export_trace(tmp_path / "none.json")

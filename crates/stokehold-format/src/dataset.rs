@@ -203,11 +203,6 @@ impl Dataset {
         self.location = Some(location);
     }
 
-    /// Where the shards are read from, when known.
-    pub fn location(&self) -> Option<&Arc<dyn Location>> {
-        self.location.as_ref()
-    }
-
     /// The request counts of the object store the dataset is read from; `None` for a local one.
     #[cfg(feature = "remote")]
     pub fn remote_stats(&self) -> Option<crate::remote::RemoteStats> {

@@ -648,7 +648,6 @@ pub struct ShardOpening {
     /// The ranges supplied: (offset, bytes).
     held: Vec<(u64, Vec<u8>)>,
     trailer: Option<Trailer>,
-    meta: Option<ShardMeta>,
 }
 
 impl ShardOpening {
@@ -672,7 +671,6 @@ impl ShardOpening {
             limits,
             held: Vec::new(),
             trailer: None,
-            meta: None,
         })
     }
 
@@ -755,25 +753,19 @@ impl ShardOpening {
             len: trailer.index_len(),
             what: "index",
         };
-        let missing: Vec<PlannedRead> = [meta_read, index_read]
-            .into_iter()
-            .filter(|r| self.held(r.offset, r.len).is_none())
-            .filter(|r| r.what != "meta block" || self.meta.is_none())
-            .collect();
-        if !missing.is_empty() {
+        let (Some(meta_bytes), Some(index_bytes)) = (
+            self.held(meta_read.offset, meta_read.len),
+            self.held(index_read.offset, index_read.len),
+        ) else {
+            let missing = [meta_read, index_read]
+                .into_iter()
+                .filter(|r| self.held(r.offset, r.len).is_none())
+                .collect();
             return Ok(OpenStep::Read(missing));
-        }
-        if self.meta.is_none() {
-            let bytes = self.held(trailer.meta_offset, trailer.meta_len);
-            let bytes = bytes.expect("held: nothing is missing");
-            self.meta = Some(ShardMeta::parse(bytes, &trailer, &self.path)?);
-        }
-        let bytes = self.held(trailer.index_offset, trailer.index_len());
-        let bytes = bytes.expect("held: nothing is missing");
-        let align = self.meta.as_ref().map_or(1, |m| m.align);
-        let index = parse_index(bytes, &trailer, align, &self.limits, &self.path)?;
+        };
+        let meta = ShardMeta::parse(meta_bytes, &trailer, &self.path)?;
+        let index = parse_index(index_bytes, &trailer, meta.align, &self.limits, &self.path)?;
         self.held = Vec::new();
-        let meta = self.meta.take().expect("parsed above");
         Ok(OpenStep::Done(ShardStructure {
             trailer,
             meta,
