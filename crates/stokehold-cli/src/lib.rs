@@ -53,10 +53,9 @@ pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
 /// the environment, see docs/storage.md). Any other scheme (`file://`, ...) is refused as by
 /// [`local_path`].
 pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
-    if stokehold_format::is_object_store_url(std::path::Path::new(s)) {
-        return Ok(std::path::PathBuf::from(s));
-    }
-    local_path(s)
+    let p = std::path::PathBuf::from(s);
+    stokehold_format::local_path(&p).map_err(|e| e.to_string())?;
+    Ok(p)
 }
 
 /// `--storage-option KEY=VALUE`, repeatable: options of an object store, for datasets at

@@ -53,16 +53,14 @@ pub mod shard;
 pub mod storage;
 pub mod tokens;
 mod verify;
+mod writer;
 
-pub use dataset::{
-    Dataset, DatasetWriteOptions, DatasetWriter, EXTRA_FILES, OpenOptions, memory_source,
-    sweep_stale_staging,
-};
+pub use dataset::{Dataset, OpenOptions, memory_source};
 pub use error::{FormatError, Result};
 pub use limits::Limits;
 pub use locate::locate;
 pub use location::{
-    LocalDir, Location, MemoryDir, ObjectMeta, is_object_store_url, require_local, url_scheme,
+    LocalDir, Location, MemoryDir, ObjectMeta, local_path, require_local, url_scheme,
 };
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
@@ -76,3 +74,4 @@ pub use shard::{
 pub use storage::{Access, Storage};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};
 pub use verify::{VerifyOptions, VerifyReport, verify_dataset};
+pub use writer::{DatasetWriteOptions, DatasetWriter, EXTRA_FILES, sweep_stale_staging};

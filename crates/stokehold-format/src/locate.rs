@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use crate::error::Result;
 use crate::limits::Limits;
-#[cfg(feature = "remote")]
-use crate::location::is_object_store_url;
-use crate::location::{LocalDir, Location, require_local};
+use crate::location::{LocalDir, Location, local_path};
 use crate::manifest::Manifest;
 
 /// The location of a dataset's path or URL, with `storage_options` for an object store (ignored
@@ -21,16 +19,22 @@ pub fn locate(
     path: &Path,
     storage_options: &BTreeMap<String, String>,
 ) -> Result<Arc<dyn Location>> {
-    #[cfg(feature = "remote")]
-    if is_object_store_url(path) {
-        return Ok(Arc::new(crate::remote::ObjectStoreDir::open(
-            path,
-            storage_options,
-        )?));
+    if let Some(dir) = local_path(path)? {
+        return Ok(Arc::new(LocalDir::new(dir)));
     }
-    let _ = storage_options;
-    require_local(path)?;
-    Ok(Arc::new(LocalDir::new(path)))
+    #[cfg(feature = "remote")]
+    return Ok(Arc::new(crate::remote::ObjectStoreDir::open(
+        path,
+        storage_options,
+    )?));
+    #[cfg(not(feature = "remote"))]
+    {
+        let _ = storage_options;
+        Err(crate::FormatError::RemoteUnsupported {
+            url: path.display().to_string(),
+            scheme: crate::location::url_scheme(path).unwrap_or_default().into(),
+        })
+    }
 }
 
 impl Manifest {

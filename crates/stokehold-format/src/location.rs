@@ -73,6 +73,13 @@ pub trait Location: Send + Sync + fmt::Debug {
         self.root().join(name)
     }
 
+    /// The local directory that holds the objects as files, where there is one: a dataset
+    /// written there is staged beside it and published with a rename (`DatasetWriter`); written
+    /// anywhere else, it is written in place and its manifest, written last, commits it.
+    fn directory(&self) -> Option<&Path> {
+        None
+    }
+
     /// Size and version of the object `name` (`NotFound` when it does not exist).
     fn head(&self, name: &str) -> io::Result<ObjectMeta>;
 
@@ -317,6 +324,11 @@ impl LocalDir {
         Ok((path, file))
     }
 
+    /// Make the directory's entries durable (after a rename or a link).
+    fn sync(&self) -> io::Result<()> {
+        std::fs::File::open(&self.root)?.sync_all()
+    }
+
     /// `bytes` in a finished temporary file beside `name`.
     fn temp_with(&self, name: &str, bytes: &[u8]) -> io::Result<PathBuf> {
         let (path, mut file) = self.temp(name)?;
@@ -345,6 +357,10 @@ fn file_meta(m: &std::fs::Metadata) -> ObjectMeta {
 impl Location for LocalDir {
     fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn directory(&self) -> Option<&Path> {
+        Some(&self.root)
     }
 
     fn head(&self, name: &str) -> io::Result<ObjectMeta> {
@@ -449,7 +465,8 @@ impl Location for LocalDir {
         let temp = self.temp_with(name, bytes)?;
         std::fs::rename(&temp, self.path(name)).inspect_err(|_| {
             let _ = std::fs::remove_file(&temp);
-        })
+        })?;
+        self.sync()
     }
 
     fn put_if_absent(&self, name: &str, bytes: &[u8]) -> io::Result<bool> {
@@ -458,7 +475,7 @@ impl Location for LocalDir {
         let linked = std::fs::hard_link(&temp, self.path(name));
         let _ = std::fs::remove_file(&temp);
         match linked {
-            Ok(()) => Ok(true),
+            Ok(()) => self.sync().map(|()| true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
             Err(e) => Err(e),
         }
@@ -706,9 +723,20 @@ pub const OBJECT_STORE_SCHEMES: &[&str] = &[
 ];
 
 /// Whether `path` is a URL of an object store (see [`OBJECT_STORE_SCHEMES`]).
-pub fn is_object_store_url(path: &Path) -> bool {
+pub(crate) fn is_object_store_url(path: &Path) -> bool {
     url_scheme(path)
         .is_some_and(|s| OBJECT_STORE_SCHEMES.contains(&s.to_ascii_lowercase().as_str()))
+}
+
+/// A dataset's path or URL told apart, the one place that does: `Some(path)` for a local path,
+/// `None` for an object-store URL (see [`OBJECT_STORE_SCHEMES`]; [`crate::locate`] opens it), and
+/// [`FormatError::RemoteUnsupported`] for a URL of any other scheme.
+pub fn local_path(path: &Path) -> Result<Option<&Path>> {
+    if is_object_store_url(path) {
+        return Ok(None);
+    }
+    require_local(path)?;
+    Ok(Some(path))
 }
 
 /// Refuse a URL where a local path is needed (see the module documentation).

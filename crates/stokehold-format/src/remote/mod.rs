@@ -33,9 +33,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 
 use crate::error::{FormatError, Result};
-use crate::limits::Limits;
 use crate::location::ObjectMeta;
-use crate::manifest::Manifest;
 use crate::storage::Storage;
 
 mod counting;
@@ -49,7 +47,7 @@ pub use crate::location::{PrefetchStats, RemoteStats};
 use counting::Counters;
 pub use location::ObjectStoreDir;
 use prefetch::Prefetcher;
-pub use write::{DEFAULT_PART_BYTES, RemoteTarget, Upload};
+pub use write::{DEFAULT_PART_BYTES, Upload};
 
 /// Default of the `retries` option: how many times one request is retried.
 pub const DEFAULT_RETRIES: usize = 10;
@@ -562,10 +560,4 @@ fn url_of(path: &Path) -> Result<&str> {
         url: path.display().to_string(),
         detail: "a URL must be valid UTF-8".into(),
     })
-}
-
-/// Read and validate the manifest of the dataset in `store`.
-fn manifest_of(store: &Arc<RemoteStore>, limits: &Limits) -> Result<Manifest> {
-    let dir = ObjectStoreDir::from_store(store.clone());
-    Manifest::read(&dir, limits)
 }

@@ -208,11 +208,7 @@ pub fn put(store: &Arc<RemoteStore>, name: &str, bytes: Vec<u8>) -> io::Result<(
 /// The names of the objects under the dataset URL `url`, sorted.
 pub fn names(url: &str, options: &BTreeMap<String, String>) -> io::Result<Vec<String>> {
     let store = RemoteStore::open(url, options).map_err(io::Error::other)?;
-    Ok(store
-        .list_names()
-        .map_err(io::Error::other)?
-        .into_iter()
-        .collect())
+    Ok(store.list()?.into_keys().collect())
 }
 
 /// Upload every file of the directory `dir` (not recursive) under `url`.

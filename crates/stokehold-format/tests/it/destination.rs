@@ -233,3 +233,84 @@ fn urls_are_refused_not_written_as_local_folders() {
     assert!(!Path::new("s3:").exists() && !Path::new("ftp:").exists());
     drop(tmp);
 }
+
+/// The in-place protocol (the manifest last) is the same code for every location that is not a
+/// local directory: here a memory location, in tests/it/s3.rs the S3 server.
+#[test]
+fn a_dataset_written_in_place_appears_with_its_manifest_and_an_overwrite_keeps_the_old_until_then()
+{
+    use std::sync::Arc;
+    use stokehold_format::{Location, Manifest, MemoryDir, OpenOptions};
+    let small = |overwrite| DatasetWriteOptions {
+        target_shard_bytes: 200,
+        overwrite,
+        ..DatasetWriteOptions::default()
+    };
+    let listed = |m: &MemoryDir| m.list().unwrap().into_keys().collect::<Vec<_>>();
+    let open = |m: &Arc<MemoryDir>| {
+        let manifest = Manifest::read(&**m, &Default::default())?;
+        Dataset::open_in(m.clone(), "mem".into(), manifest, OpenOptions::default())
+    };
+    let mem = Arc::new(MemoryDir::new("mem://ds"));
+    let mut w = DatasetWriter::create_in(mem.clone(), schema(), small(false)).unwrap();
+    for i in 0..30 {
+        w.write(&sample(i)).unwrap();
+    }
+    w.add_file("skipped.txt", b"none\n").unwrap();
+    let before = listed(&mem);
+    assert!(
+        before.len() > 3,
+        "closed shards are written as the writer goes"
+    );
+    assert!(!before.contains(&"manifest.json".to_string()) && open(&mem).is_err());
+    let old = w.finish().unwrap();
+    let ds = open(&mem).unwrap();
+    assert_eq!((ds.len(), ds.get(7).unwrap()), (30, sample(7)));
+
+    // refused without overwrite; with it, the old dataset reads until the new manifest
+    let err = DatasetWriter::create_in(mem.clone(), schema(), small(false)).unwrap_err();
+    assert!(
+        matches!(err, FormatError::DestinationExists { .. }),
+        "{err}"
+    );
+    let mut w = DatasetWriter::create_in(mem.clone(), schema(), small(true)).unwrap();
+    for i in 100..110 {
+        w.write(&sample(i)).unwrap();
+    }
+    assert_eq!(open(&mem).unwrap().len(), 30);
+    let new = w.finish().unwrap();
+    let ds = open(&mem).unwrap();
+    assert_eq!((ds.len(), ds.get(3).unwrap()), (10, sample(103)));
+    let mut expected: Vec<String> = new.shards.iter().map(|s| s.file.clone()).collect();
+    expected.push("manifest.json".into());
+    expected.sort();
+    assert_eq!(
+        listed(&mem),
+        expected,
+        "the old shards and extra file deleted"
+    );
+    assert!(
+        old.shards
+            .iter()
+            .all(|o| expected.iter().all(|n| *n != o.file))
+    );
+
+    // a writer dropped unfinished leaves nothing; foreign objects are refused and kept
+    let fresh = Arc::new(MemoryDir::new("mem://other"));
+    let mut w = DatasetWriter::create_in(fresh.clone(), schema(), small(false)).unwrap();
+    for i in 0..30 {
+        w.write(&sample(i)).unwrap();
+    }
+    drop(w);
+    assert_eq!(listed(&fresh), Vec::<String>::new());
+    fresh.put("notes.txt", b"mine").unwrap();
+    for overwrite in [false, true] {
+        let err = DatasetWriter::create_in(fresh.clone(), schema(), small(overwrite)).unwrap_err();
+        assert!(
+            matches!(err, FormatError::NotReplaceable { .. })
+                && err.to_string().contains("notes.txt"),
+            "{err}"
+        );
+    }
+    assert_eq!(listed(&fresh), ["notes.txt"]);
+}

@@ -809,10 +809,9 @@ pub(crate) fn check_paths(sources: &[PathBuf], dest: &Path) -> Result<(), PackEr
             return Err(PackError::MissingSource { path: p.clone() });
         }
     }
-    if stokehold_format::is_object_store_url(dest) {
-        return Ok(()); // written by the format crate's object-storage writer
-    }
-    stokehold_format::require_local(dest)?;
+    let Some(dest) = stokehold_format::local_path(dest)? else {
+        return Ok(()); // an object store: nothing to overlap with the local sources
+    };
     let d = resolve(dest);
     for s in sources {
         let Ok(src) = s.canonicalize() else {
