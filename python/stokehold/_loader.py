@@ -11,8 +11,9 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 
-from . import _native
+from . import _native, _options
 from ._native import ConfigError, Dataset
+from ._options import LOADER, byte_count as _size, to_int as _int
 
 __all__ = ["Loader", "default_rank_world_size"]
 
@@ -62,18 +63,6 @@ def default_rank_world_size() -> Tuple[int, int]:
     return 0, 1
 
 
-def _int(name: str, value: Any, low: int, high: int, what: str) -> int:
-    """``value`` as a Python int (numpy integers accepted) from ``low`` to ``high``, else a
-    ConfigError naming the option, the value and what to give (``what``)."""
-    try:
-        n = None if isinstance(value, bool) else operator.index(value)
-    except TypeError:
-        n = None
-    if n is None or not low <= n <= high:
-        raise ConfigError(f"{name} must be {what}, got {value!r}")
-    return n
-
-
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 
@@ -96,17 +85,6 @@ def _rank_world(rank: Any, world_size: Any) -> Tuple[int, int]:
     if r >= world:
         raise ConfigError(f"rank must be this process's rank, an int from 0 to world_size - 1 ({world - 1}), got {rank!r}")
     return r, world
-
-
-def _size(value: Any, name: str) -> Any:
-    """A byte count as given (an int, or a string such as ``"16GiB"`` that the engine parses:
-    one parser for Python, the CLI and configuration files), after the checks that only Python
-    can make; ``"auto"`` passes through."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ConfigError(f"{name} must be a byte count (int or a string like '16GiB'), got {value!r}")
-    if isinstance(value, int) and value < 0:
-        raise ConfigError(f"{name} must be a byte count, not negative: {value}")
-    return value
 
 
 def _cache_budget(cache: Any) -> Any:
@@ -174,10 +152,11 @@ def _stage_specs(transforms: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any
     return specs, stages
 
 
-def _make_engine(dataset: Dataset, spec: Dict[str, Any], stages: list, include_ids: bool) -> Any:
-    """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is)."""
+def _make_engine(dataset: Dataset, spec: Any, stages: list, include_ids: bool) -> Any:
+    """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is; a
+    dict, or its JSON)."""
     try:
-        text = json.dumps(spec)
+        text = spec if isinstance(spec, str) else json.dumps(spec)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"the loader configuration is not plain data: {e}") from None
     try:
@@ -186,21 +165,39 @@ def _make_engine(dataset: Dataset, spec: Dict[str, Any], stages: list, include_i
         raise ConfigError(f"an option is out of range: {e}") from None
 
 
-def _run_options(memory_budget: Union[None, int, str], profile: bool, trace: Any) -> Dict[str, Any]:
-    """The loader options every front takes alike: the prefetch memory budget, stage timing and
-    the trace's span capacity (``LoaderConfig`` keys)."""
-    if memory_budget is not None and (_size(memory_budget, "memory_budget") in (0, "0")):
-        raise ConfigError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
-    return dict(
-        memory_budget="auto" if memory_budget is None else memory_budget,
-        profile=bool(profile),
-        trace_capacity=TRACE_CAPACITY if trace is not None else 0,
+def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The engine's configuration from the options every front takes alike (``o``, from
+    :func:`stokehold._options.given`, which gets the resolved rank, world size and seed back):
+    the ``LoaderConfig`` keys, and the spec's own keys (the shard cache on disk). ``shuffle`` is
+    the front's order, already as the engine spells it."""
+    if o["to"] not in _TARGETS:
+        raise ConfigError(f'to must be "numpy", "torch" or "jax", got {o["to"]!r}')
+    if o["memory_budget"] in (0, "0"):
+        raise ConfigError(f"memory_budget must be a positive number of bytes, got {o['memory_budget']!r}")
+    o["seed"] = _seed(o["seed"])
+    o["rank"], o["world_size"] = _rank_world(o["rank"], o["world_size"])
+    _warn_pin(o["pin_memory"], o["to"])
+    loader = dict(
+        batch_size=batch_size,
+        seed=o["seed"],
+        shuffle=shuffle,
+        tail="drop" if o["drop_last"] else "pad",
+        rank=o["rank"],
+        world_size=o["world_size"],
+        **_workers(o["threads"], o["prefetch"]),
+        memory_budget="auto" if o["memory_budget"] is None else o["memory_budget"],
+        profile=o["profile"],
+        trace_capacity=TRACE_CAPACITY if o["trace"] is not None else 0,
+        on_error=_on_error(o["on_error"]),
+        cache_bytes=_cache_budget(o["cache"]),
     )
+    disk = dict(cache_dir=o["cache_dir"], cache_dir_limit=_dir_limit(o["cache_dir"], o["cache_dir_limit"]))
+    return loader, disk
 
 
 def _dir_limit(cache_dir: Any, cache_dir_limit: Union[int, str]) -> Optional[Union[int, str]]:
     """``cache_dir_limit`` as the spec's ``cache_dir_limit`` (None: the dataset's size)."""
-    limit = None if cache_dir_limit == "auto" else _size(cache_dir_limit, "cache_dir_limit")
+    limit = None if cache_dir_limit == "auto" else cache_dir_limit
     if cache_dir is not None and limit in (0, "0"):
         raise ConfigError("cache_dir_limit must be positive")
     return limit
@@ -208,7 +205,7 @@ def _dir_limit(cache_dir: Any, cache_dir_limit: Union[int, str]) -> Optional[Uni
 
 def _warn_pin(pin_memory: bool, to: str) -> None:
     if pin_memory and to != "torch":
-        warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=3)
+        warnings.warn(f"pin_memory only applies to to='torch' (ignored with to={to!r})", stacklevel=4)
 
 
 def _shuffle_mode(shuffle: Union[bool, str]) -> str:
@@ -235,9 +232,29 @@ class _Front:
     _engine: Any
     _config: Dict[str, Any]
     _dataset: Dataset
+    _stages: list
     _to: str = "numpy"
     _pin: bool = False
     _trace: Optional[str] = None
+
+    def _start(self, dataset: Dataset, config: Dict[str, Any], spec: Any, stages: list) -> None:
+        """Make the native engine of ``spec`` (an ``EngineSpec`` as a dict, or its JSON) with the
+        Python stages ``stages``; ``config`` is the options as given (checked)."""
+        self._dataset = dataset
+        self._config = config
+        self._stages = stages
+        self._to = config["to"]
+        self._pin = config["pin_memory"]
+        self._trace = config["trace"]
+        self._engine = _make_engine(dataset, spec, stages, config["include_ids"])
+        _LIVE.add(self)
+
+    def __reduce__(self):
+        """Pickles as its engine's configuration (``config``), its Python stages and its state:
+        unpickling makes a new, idle loader of the same configuration that continues from the same
+        position (for spawn-based worker processes). Python stages must be picklable
+        (module-level functions)."""
+        return (_unpickle, (type(self), self._dataset, self._engine.config_json, self._stages, self._config, self.state_dict()))
 
     def _batches(self) -> Iterator[Dict[str, Any]]:
         """The native iterator, converted to ``to``'s arrays."""
@@ -506,94 +523,36 @@ class Loader(_Front):
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
     ) -> None:
+        o = _options.given(LOADER, locals())
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
-        if to not in _TARGETS:
-            raise ConfigError(f'to must be "numpy", "torch" or "jax", got {to!r}')
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         mode = _shuffle_mode(shuffle)
-        if shuffle_window is not None and mode != "shard_block":
+        if o["shuffle_window"] is not None and mode != "shard_block":
             raise ConfigError('shuffle_window only applies to shuffle="shard_block"')
-        window = 4 if shuffle_window is None else _int("shuffle_window", shuffle_window, 1, _U32, "a number of shards >= 1")
-        seed = _seed(seed)
-        rank, world_size = _rank_world(rank, world_size)
-        workers = _workers(threads, prefetch)
-        run = _run_options(memory_budget, profile, trace)
+        window = 4 if o["shuffle_window"] is None else o["shuffle_window"]
         if transforms is not None and not isinstance(transforms, Mapping):
             raise ConfigError("transforms must be a dict field name -> list of stages")
-        cache_bytes = _cache_budget(cache)
-        if decoded_cache is not None and (
-            isinstance(decoded_cache, bool) or not isinstance(decoded_cache, int) or decoded_cache < 1
-        ):
-            raise ConfigError(f"decoded_cache must be the shorter side in pixels (an int >= 1), got {decoded_cache!r}")
-        decoded_budget = _size(decoded_cache_budget, "decoded_cache_budget")
-        if decoded_cache_dir is not None and decoded_cache is None:
+        o["transforms"] = None if transforms is None else dict(transforms)
+        loader_config, disk = _shared_config(
+            o, batch_size, {"shard_block": {"window": window}} if mode == "shard_block" else mode
+        )
+        if o["decoded_cache_dir"] is not None and decoded_cache is None:
             raise ConfigError("decoded_cache_dir needs decoded_cache (the shorter side of the cached images)")
-        decoded_dir_limit = None if decoded_cache_dir_limit == "auto" else _size(decoded_cache_dir_limit, "decoded_cache_dir_limit")
-        if decoded_dir_limit in (0, "0"):
-            raise ConfigError("decoded_cache_dir_limit must be positive")
-        dir_limit = _dir_limit(cache_dir, cache_dir_limit)
-        self._config: Dict[str, Any] = dict(
-            shuffle=shuffle,
-            shuffle_window=shuffle_window,
-            seed=seed,
-            drop_last=drop_last,
-            transforms=dict(transforms) if transforms is not None else None,
-            threads=threads,
-            prefetch=prefetch,
-            memory_budget=memory_budget,
-            profile=profile,
-            trace=trace,
-            rank=rank,
-            world_size=world_size,
-            on_error=on_error,
-            include_ids=include_ids,
-            to=to,
-            pin_memory=pin_memory,
-            cache=cache,
-            decoded_cache=decoded_cache,
-            decoded_cache_budget=decoded_cache_budget,
-            decoded_cache_dir=None if decoded_cache_dir is None else os.fspath(decoded_cache_dir),
-            decoded_cache_dir_limit=decoded_cache_dir_limit,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache_dir_limit=cache_dir_limit,
-        )
-        _warn_pin(pin_memory, to)
-        self._dataset = dataset
-        self._batch_size = batch_size
-        self._to = to
-        self._pin = bool(pin_memory)
-        self._trace = None if trace is None else os.fspath(trace)
-        loader_config: Dict[str, Any] = dict(
-            batch_size=batch_size,
-            seed=seed,
-            shuffle={"shard_block": {"window": window}} if mode == "shard_block" else mode,
-            tail="drop" if drop_last else "pad",
-            rank=rank,
-            world_size=world_size,
-            **workers,
-            **run,
-            on_error=_on_error(on_error),
-            cache_bytes=cache_bytes,
-        )
         if decoded_cache is not None:
-            decoded: Dict[str, Any] = dict(size=decoded_cache, budget=decoded_budget)
-            if decoded_cache_dir is not None:
-                decoded["dir"] = os.fspath(decoded_cache_dir)
-            if decoded_dir_limit is not None:
-                decoded["dir_limit"] = decoded_dir_limit
+            decoded: Dict[str, Any] = dict(size=o["decoded_cache"], budget=o["decoded_cache_budget"])
+            if o["decoded_cache_dir"] is not None:
+                decoded["dir"] = o["decoded_cache_dir"]
+            if o["decoded_cache_dir_limit"] != "auto":
+                if o["decoded_cache_dir_limit"] in (0, "0"):
+                    raise ConfigError("decoded_cache_dir_limit must be positive")
+                decoded["dir_limit"] = o["decoded_cache_dir_limit"]
             loader_config["decoded_cache"] = decoded
-        specs, stages = _stage_specs(self._config["transforms"])
-        spec: Dict[str, Any] = dict(
-            loader=loader_config,
-            samples=dict(kind="records", transforms=specs),
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache_dir_limit=dir_limit,
-        )
-        self._engine = _make_engine(dataset, spec, stages, include_ids)
-        self._refuse_empty_epoch(batch_size, drop_last, "samples")
-        _LIVE.add(self)
+        specs, stages = _stage_specs(o["transforms"])
+        spec = dict(loader=loader_config, samples=dict(kind="records", transforms=specs), **disk)
+        self._start(dataset, dict(o, batch_size=batch_size), spec, stages)
+        self._refuse_empty_epoch(batch_size, o["drop_last"], "samples")
 
     # --- iteration -------------------------------------------------------------------------
 
@@ -611,26 +570,19 @@ class Loader(_Front):
     @property
     def batch_size(self) -> int:
         """Samples per batch."""
-        return self._batch_size
+        return self._config["batch_size"]
 
     def __repr__(self) -> str:
         return (
-            f"Loader({self._dataset.path!r}, batch_size={self._batch_size}, "
+            f"Loader({self._dataset.path!r}, batch_size={self.batch_size}, "
             f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
             f"config={self._engine.config_json})"
         )
 
-    # --- pickling (spawn-based workers) ----------------------------------------------------
 
-    def __reduce__(self):
-        """Pickles as its configuration and state: unpickling makes a new, idle loader that
-        continues from the same position (for spawn-based worker processes). Transforms must be
-        picklable (module-level functions)."""
-        return (_restore, (self._dataset, self._batch_size, self._config, self.state_dict()))
-
-
-def _restore(dataset: Dataset, batch_size: int, config: Dict[str, Any], state: Dict[str, Any]) -> Loader:
-    loader = Loader(dataset, batch_size, **config)
+def _unpickle(cls: Any, dataset: Dataset, spec: str, stages: list, config: Dict[str, Any], state: Dict[str, Any]) -> Any:
+    loader = cls.__new__(cls)
+    loader._start(dataset, config, spec, stages)
     loader.load_state_dict(state)
     return loader
 

@@ -5,23 +5,10 @@ over a token dataset made by ``stokehold pack --tokenizer``. The same native eng
 import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
-from ._loader import (
-    _LIVE,
-    _TARGETS,
-    _U32,
-    _cache_budget,
-    _dir_limit,
-    _Front,
-    _int,
-    _make_engine,
-    _on_error,
-    _rank_world,
-    _run_options,
-    _seed,
-    _warn_pin,
-    _workers,
-)
+from . import _options
+from ._loader import _U32, _Front, _int, _shared_config
 from ._native import ConfigError, Dataset
+from ._options import SEQUENCE
 
 __all__ = ["SequenceLoader"]
 
@@ -122,88 +109,31 @@ class SequenceLoader(_Front):
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache_dir_limit: Union[int, str] = "auto",
     ) -> None:
+        o = _options.given(SEQUENCE, locals())
         if not isinstance(dataset, Dataset):
             dataset = Dataset(dataset)
-        if to not in _TARGETS:
-            raise ConfigError(f'to must be "numpy", "torch" or "jax", got {to!r}')
         if dtype not in ("int32", "int64"):
             raise ConfigError(f'dtype must be "int32" or "int64", got {dtype!r}')
         if not isinstance(shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, got {shuffle!r}")
         _positive("seq_len", seq_len)
         _positive("batch_size", batch_size)
-        workers = _workers(threads, prefetch)
-        run = _run_options(memory_budget, profile, trace)
-        dir_limit = _dir_limit(cache_dir, cache_dir_limit)
-        cache_bytes = _cache_budget(cache)
-        _positive("bucket", bucket)
-        if max_len is not None:
-            _positive("max_len", max_len)
-        seed = _seed(seed)
-        pad_id = _int("pad_id", pad_id, 0, _U32, "a token id, an int from 0 to 2**32 - 1")
-        rank, world_size = _rank_world(rank, world_size)
-        self._config: Dict[str, Any] = dict(
-            seq_len=seq_len,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=seed,
-            rank=rank,
-            world_size=world_size,
-            dtype=dtype,
-            position_ids=position_ids,
-            segment_ids=segment_ids,
-            drop_last=drop_last,
-            max_len=max_len,
-            pad_id=pad_id,
-            bucket=bucket,
-            threads=threads,
-            prefetch=prefetch,
-            include_ids=include_ids,
-            to=to,
-            on_error=on_error,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
-            cache=cache,
-            pin_memory=pin_memory,
-            memory_budget=memory_budget,
-            profile=profile,
-            trace=trace,
-            cache_dir_limit=cache_dir_limit,
-        )
-        _warn_pin(pin_memory, to)
-        self._dataset = dataset
-        self._to = to
-        self._pin = bool(pin_memory)
-        self._trace = None if trace is None else os.fspath(trace)
-        if max_len is None:
+        o["pad_id"] = _int("pad_id", pad_id, 0, _U32, "a token id, an int from 0 to 2**32 - 1")
+        loader_config, disk = _shared_config(o, batch_size, "global" if shuffle else "sequential")
+        if o["max_len"] is None:
             mode: Dict[str, Any] = dict(kind="packed", seq_len=seq_len)
         else:
-            mode = dict(kind="documents", max_len=max_len, pad_id=pad_id, bucket=bucket)
-        spec: Dict[str, Any] = dict(
-            loader=dict(
-                batch_size=batch_size,
-                seed=seed,
-                shuffle="global" if shuffle else "sequential",
-                tail="drop" if drop_last else "pad",
-                rank=rank,
-                world_size=world_size,
-                **workers,
-                **run,
-                cache_bytes=cache_bytes,
-                on_error=_on_error(on_error),
-            ),
-            samples=dict(
-                kind="tokens",
-                mode=mode,
-                dtype="i32" if dtype == "int32" else "i64",
-                position_ids=bool(position_ids),
-                segment_ids=bool(segment_ids),
-            ),
-            cache_dir=self._config["cache_dir"],
-            cache_dir_limit=dir_limit,
+            mode = dict(kind="documents", max_len=o["max_len"], pad_id=o["pad_id"], bucket=o["bucket"])
+        samples = dict(
+            kind="tokens",
+            mode=mode,
+            dtype="i32" if dtype == "int32" else "i64",
+            position_ids=o["position_ids"],
+            segment_ids=o["segment_ids"],
         )
-        self._engine = _make_engine(dataset, spec, [], include_ids)
-        self._refuse_empty_epoch(batch_size, drop_last, "documents" if max_len is not None else f"windows of seq_len {seq_len}")
-        _LIVE.add(self)
+        spec = dict(loader=loader_config, samples=samples, **disk)
+        self._start(dataset, dict(o, seq_len=seq_len, batch_size=batch_size), spec, [])
+        self._refuse_empty_epoch(batch_size, o["drop_last"], "documents" if max_len is not None else f"windows of seq_len {seq_len}")
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         """Run (the rest of) the current epoch.
@@ -248,13 +178,3 @@ class SequenceLoader(_Front):
         :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
         """
         super().load_state_dict(state)
-
-    def __reduce__(self):
-        """Pickles as its configuration and state."""
-        return (_restore, (self._dataset, self._config, self.state_dict()))
-
-
-def _restore(dataset: Dataset, config: Dict[str, Any], state: Dict[str, Any]) -> SequenceLoader:
-    loader = SequenceLoader(dataset, **config)
-    loader.load_state_dict(state)
-    return loader
