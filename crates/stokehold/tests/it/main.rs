@@ -14,4 +14,5 @@ mod ownership;
 mod resume_anywhere;
 mod s3_readahead;
 mod sampler;
+mod samples_conformance;
 mod sequence;
