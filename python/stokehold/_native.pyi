@@ -35,6 +35,7 @@ __all__ = [
     "PartWriter",
     "Tokenizer",
     "prepare_parts",
+    "_arrow_field_types",
     "commit_parts",
     "abort_parts",
     "run_cli",
@@ -243,6 +244,10 @@ class PartWriter:
         """Remove the shards written. Does nothing on a finished writer."""
     def __len__(self) -> int:
         """Samples written (0 once finished)."""
+
+def _arrow_field_types(schema: Any) -> List[Tuple[str, Optional[str], str]]:
+    """Each column of an Arrow schema (anything with ``__arrow_c_schema__``) as ``(name, type
+    spec or None, Arrow type)``, by the mapping ``stokehold pack`` uses for Parquet."""
 
 def prepare_parts(
     path: Union[str, "os.PathLike[str]"], storage_options: Optional[Dict[str, str]] = None

@@ -39,6 +39,7 @@ from ._native import (
     Dataset,
     PartWriter,
     SchemaError,
+    _arrow_field_types,
     abort_parts,
     commit_parts,
     prepare_parts,
@@ -49,70 +50,34 @@ __all__ = ["Datasink", "Datasource", "read", "schema_from_arrow"]
 
 _PathLike = Union[str, "os.PathLike[str]"]
 
-# Arrow element types → ndarray dtypes of the format.
-_NDARRAY_DTYPES = {
-    "uint8": "u8",
-    "int32": "i32",
-    "int64": "i64",
-    "halffloat": "f16",
-    "float16": "f16",
-    "float": "f32",
-    "float32": "f32",
-    "double": "f64",
-    "float64": "f64",
-}
 _NUMPY_OF = {"u8": "<u1", "i32": "<i4", "i64": "<i8", "f16": "<f2", "f32": "<f4", "f64": "<f8"}
 
 
-def _element_type(t: "pa.DataType") -> Optional["pa.DataType"]:
-    """The element type of a tensor or list column, or None for a scalar column."""
-    if isinstance(t, pa.ExtensionType):
-        scalar = getattr(t, "scalar_type", None)  # Ray's tensor types
-        if scalar is None:
-            scalar = getattr(t, "value_type", None)  # pyarrow's fixed_shape_tensor
-        if scalar is not None:
-            return scalar
-        return None
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        inner = t.value_type
-        # a list of lists of numbers is an array too (its rows must be rectangular)
-        while pa.types.is_list(inner) or pa.types.is_fixed_size_list(inner):
-            inner = inner.value_type
-        return inner
-    return None
-
-
-def _spec_of(name: str, t: "pa.DataType") -> str:
-    """The stokehold type spec of an Arrow column type (no override)."""
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "bytes"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return "int64"
-    if pa.types.is_floating(t):
-        return "float64"
-    element = _element_type(t)
-    if element is not None:
-        dtype = _NDARRAY_DTYPES.get(str(element))
-        if dtype is None and (pa.types.is_integer(element) or pa.types.is_boolean(element)):
-            dtype = "i64"
-        if dtype is not None:
-            return f"ndarray:{dtype}"
-    raise SchemaError(
-        f"column {name!r} has Arrow type {t}, which has no stokehold type: convert it in "
-        "map_batches, or give its type in overrides={...} (bytes, string, int64, float64, "
-        "ndarray:<u8|i32|i64|f16|f32|f64>, image:<jpeg|png|webp|auto>)"
-    )
+def _derived(schema: "pa.Schema") -> Dict[str, str]:
+    """Each column's stokehold type spec, by the mapping ``pack`` uses for Parquet (in Rust:
+    ``stokehold_ingest::arrow``), for an Arrow schema whose every column has one."""
+    out = {}
+    for name, spec, arrow_type in _arrow_field_types(schema):
+        if spec is None:
+            raise SchemaError(
+                f"column {name!r} has Arrow type {arrow_type}, which has no stokehold type: "
+                "convert it in map_batches, or give its type in overrides={...} (bytes, string, "
+                "int64, float64, ndarray:<u8|i32|i64|f16|f32|f64>, image:<jpeg|png|webp|auto>)"
+            )
+        out[name] = spec
+    return out
 
 
 def schema_from_arrow(
     schema: "pa.Schema", overrides: Optional[Mapping[str, str]] = None
 ) -> Dict[str, str]:
-    """The stokehold schema (field name → type spec, in column order) of an Arrow schema:
-    binary → ``bytes``, string → ``string``, integers and booleans → ``int64``, floats →
-    ``float64``, fixed-shape tensors and lists of numbers → ``ndarray:<dtype>``; ``overrides``
-    (e.g. ``{"image": "image:jpeg"}``) replace the derived spec of the columns they name.
+    """The stokehold schema (field name → type spec, in column order) of an Arrow schema, by
+    the mapping ``stokehold pack`` uses for Parquet: binary → ``bytes``, Hugging Face's image
+    struct (``{bytes, path}``) → ``image:auto``, string → ``string``, integers and booleans →
+    ``int64``, floats → ``float64``, fixed-shape tensors and lists of numbers →
+    ``ndarray:<dtype>`` (``u8`` for uint8 and bool, ``i32`` for the other narrow integers,
+    ``i64``, ``f16``, ``f32``, ``f64``); ``overrides`` (e.g. ``{"image": "image:jpeg"}``)
+    replace the derived spec of the columns they name.
 
     :raises SchemaError: a column has a type with no stokehold type and no override, or an
         override names no column.
@@ -124,15 +89,17 @@ def schema_from_arrow(
             f"overrides name column(s) {unknown} that the data does not have "
             f"(its columns are {schema.names})"
         )
-    return {
-        f.name: overrides[f.name] if f.name in overrides else _spec_of(f.name, f.type)
-        for f in schema
-    }
+    rest = [f for f in schema if f.name not in overrides]
+    derived = _derived(pa.schema(rest))
+    return {f.name: overrides[f.name] if f.name in overrides else derived[f.name] for f in schema}
 
 
 def _column_values(block: "pa.Table", name: str, spec: str) -> Sequence[Any]:
     """The values of one column, one per row, as the writer takes them."""
     col = block.column(name)
+    if pa.types.is_struct(col.type) and spec.startswith("image:"):
+        # Hugging Face's image struct: the image is its bytes
+        return col.combine_chunks().field("bytes").to_pylist()
     if spec.startswith("ndarray:"):
         dtype = np.dtype(_NUMPY_OF[spec.split(":", 1)[1].split("+", 1)[0]])
         if isinstance(col.type, pa.ExtensionType):
@@ -319,14 +286,14 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 f"block {block} of write task {task} does not match the dataset's schema "
                 f"{schema}: missing column(s) {missing}, unknown column(s) {extra}"
             )
-        for f in arrow:
-            if f.name in self.overrides or pa.types.is_null(f.type):
-                continue
+        checked = [f for f in arrow if f.name not in self.overrides and not pa.types.is_null(f.type)]
+        try:
+            derived = _derived(pa.schema(checked))
+        except SchemaError as e:
+            raise SchemaError(f"block {block} of write task {task}: {e}") from None
+        for f in checked:
             want = schema[f.name]
-            try:
-                got = _spec_of(f.name, f.type)
-            except SchemaError as e:
-                raise SchemaError(f"block {block} of write task {task}: {e}") from None
+            got = derived[f.name]
             if self.tokenizer is not None and f.name == "tokens":
                 continue
             if got.split("+")[0] != want.split("+")[0] and not (

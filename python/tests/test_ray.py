@@ -346,3 +346,49 @@ def test_stokehold_ray_without_ray_is_an_import_error_naming_the_extra():
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "pip install stokehold[ray]" in p.stdout, p.stdout + p.stderr
+
+
+def test_one_arrow_table_gives_the_same_schema_and_records_through_pack_from_hf_and_the_datasink(tmp_path, cluster):
+    """The ingest contract: one Arrow → stokehold mapping (Rust's, stokehold_ingest::arrow) for
+    every writer that takes Arrow data."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 30
+    table = pa.table({
+        "blob": pa.array([bytes([i]) * (3 + i % 5) for i in range(n)], pa.binary()),
+        "text": pa.array([f"row {i}" for i in range(n)], pa.large_string()),
+        "flag": pa.array([i % 2 == 0 for i in range(n)]),
+        "small": pa.array([i - 20 for i in range(n)], pa.int8()),
+        "big": pa.array([i * 10**12 for i in range(n)], pa.uint64()),
+        "half": pa.array(np.arange(n, dtype=np.float16)),
+        "x": pa.array([i / 3 for i in range(n)], pa.float32()),
+        "ids16": pa.array([[i, -i, 7] for i in range(n)], pa.list_(pa.int16())),
+        "mask": pa.array([[i % 2 == 0, True] for i in range(n)], pa.list_(pa.bool_())),
+        "u32": pa.array([[i, 2**31 + i] for i in range(n)], pa.list_(pa.uint32())),
+        "emb": pa.array([[i / 2, 1.5] for i in range(n)], pa.list_(pa.float32(), 2)),
+        "f64s": pa.array([[float(i)] * (i % 3) for i in range(n)], pa.list_(pa.float64())),
+    })
+    expected = {
+        "blob": "bytes", "text": "string", "flag": "int64", "small": "int64", "big": "int64",
+        "half": "float64", "x": "float64", "ids16": "ndarray:i32", "mask": "ndarray:u8",
+        "u32": "ndarray:i64", "emb": "ndarray:f32", "f64s": "ndarray:f64",
+    }
+    assert sray.schema_from_arrow(table.schema) == expected
+
+    pq.write_table(table, tmp_path / "t.parquet")
+    assert run_cli(["stokehold", "pack", str(tmp_path / "t.parquet"), str(tmp_path / "packed")]) == 0
+    stokehold.from_hf(datasets.Dataset(table), tmp_path / "hf")
+    ray.data.from_arrow(table).write_datasink(sray.Datasink(str(tmp_path / "ray")))
+
+    def plain(v):
+        return (str(v.dtype), v.tolist()) if isinstance(v, np.ndarray) else v
+
+    made = {w: stokehold.Dataset(tmp_path / w) for w in ("packed", "hf", "ray")}
+    for writer, ds in made.items():
+        assert ds.schema == expected, writer
+        assert [{k: plain(v) for k, v in ds[i].items()} for i in range(len(ds))] == [
+            {k: plain(v) for k, v in made["packed"][i].items()} for i in range(n)
+        ], writer
+    assert made["ray"][3]["ids16"].tolist() == [3, -3, 7] and made["ray"][3]["mask"].dtype == np.uint8

@@ -5,6 +5,7 @@
 //! read from the file before that field has been checked against a limit, every error carries
 //! the byte offset it refers to, and no parser panics on any input (see [`fuzzing`]).
 
+pub mod arrow;
 pub mod example;
 pub mod fuzzing;
 pub mod jpeg;

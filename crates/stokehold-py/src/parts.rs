@@ -286,9 +286,43 @@ pub fn abort_parts(
         .map_err(|e| to_py_err(py, e))
 }
 
+/// The stokehold field type of each column of an Arrow schema (anything with
+/// `__arrow_c_schema__`, such as a `pyarrow.Schema`): `(name, type spec or None, Arrow type)` in
+/// column order. The mapping is `stokehold_ingest::arrow::field_type`, the one `pack` uses for
+/// Parquet, so the Ray `Datasink` and `pack` give the same schema for the same columns.
+#[pyfunction]
+fn _arrow_field_types(
+    py: Python<'_>,
+    schema: &Bound<'_, PyAny>,
+) -> PyResult<Vec<(String, Option<String>, String)>> {
+    let capsule = schema
+        .call_method0("__arrow_c_schema__")?
+        .cast_into::<pyo3::types::PyCapsule>()?;
+    let pointer = capsule.pointer_checked(Some(c"arrow_schema"))?;
+    // SAFETY: a capsule named "arrow_schema" holds an `ArrowSchema` of the Arrow C data
+    // interface, valid while the capsule lives (it does, for this function); it is only read
+    // here, never released or moved (the capsule's destructor releases it).
+    let ffi = unsafe {
+        &*pointer
+            .as_ptr()
+            .cast::<arrow_schema::ffi::FFI_ArrowSchema>()
+    };
+    let schema = arrow_schema::Schema::try_from(ffi)
+        .map_err(|e| schema_error(py, format!("not an Arrow schema: {e}")))?;
+    Ok(schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let spec = stokehold_ingest::arrow::field_type(f.data_type()).map(|t| t.to_string());
+            (f.name().clone(), spec, f.data_type().to_string())
+        })
+        .collect())
+}
+
 /// Register the classes and functions.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PartWriter>()?;
+    m.add_function(wrap_pyfunction!(_arrow_field_types, m)?)?;
     m.add_function(wrap_pyfunction!(prepare_parts, m)?)?;
     m.add_function(wrap_pyfunction!(commit_parts, m)?)?;
     m.add_function(wrap_pyfunction!(abort_parts, m)?)?;

@@ -86,63 +86,27 @@ impl Kind {
     }
 }
 
-fn is_binary(t: &DataType) -> bool {
-    matches!(
-        t,
-        DataType::Binary
-            | DataType::LargeBinary
-            | DataType::BinaryView
-            | DataType::FixedSizeBinary(_)
-    )
-}
-
-fn is_string(t: &DataType) -> bool {
-    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
-}
-
-/// The ndarray element type of a list of `t`.
-fn element_dtype(t: &DataType) -> Option<DType> {
-    Some(match t {
-        DataType::UInt8 | DataType::Boolean => DType::U8,
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt16 => DType::I32,
-        DataType::Int64 | DataType::UInt32 | DataType::UInt64 => DType::I64,
-        DataType::Float16 => DType::F16,
-        DataType::Float32 => DType::F32,
-        DataType::Float64 => DType::F64,
-        _ => return None,
-    })
-}
-
-/// The kind of a column of type `t`; `None` for a type pack cannot store. Binary columns come
-/// back as [`Kind::Bytes`] until their values are looked at.
+/// The kind of a column of type `t` ([`crate::arrow::field_type`], the mapping every Arrow
+/// writer shares); `None` for a type pack cannot store. Binary columns come back as
+/// [`Kind::Bytes`] until their values are looked at. Lists of lists map to an ndarray, but pack
+/// reads flat lists only: a nested one, or a variable-shape tensor, is left out, with a note.
 fn kind_of(t: &DataType) -> Option<Kind> {
-    Some(match t {
-        t if is_binary(t) => Kind::Bytes,
-        t if is_string(t) => Kind::Str,
-        DataType::Boolean
-        | DataType::Int8
-        | DataType::Int16
-        | DataType::Int32
-        | DataType::Int64
-        | DataType::UInt8
-        | DataType::UInt16
-        | DataType::UInt32
-        | DataType::UInt64 => Kind::Int,
-        DataType::Float16 | DataType::Float32 | DataType::Float64 => Kind::Float,
+    let nested = match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            Kind::List(element_dtype(f.data_type())?)
+            crate::arrow::list_element(f.data_type()).is_some()
         }
-        DataType::Struct(fields) => {
-            let bytes = fields.iter().find(|f| f.name() == "bytes")?;
-            let rest_ok = fields
-                .iter()
-                .all(|f| f.name() == "bytes" || (f.name() == "path" && is_string(f.data_type())));
-            if !is_binary(bytes.data_type()) || !rest_ok {
-                return None;
-            }
-            Kind::ImageStruct
-        }
-        _ => return None,
+        t => crate::arrow::tensor_struct_element(t).is_some(),
+    };
+    if nested {
+        return None;
+    }
+    Some(match crate::arrow::field_type(t)? {
+        FieldType::Bytes => Kind::Bytes,
+        FieldType::Image { .. } => Kind::ImageStruct,
+        FieldType::String => Kind::Str,
+        FieldType::Int64 => Kind::Int,
+        FieldType::Float64 => Kind::Float,
+        FieldType::Ndarray { dtype } => Kind::List(dtype),
     })
 }
 
