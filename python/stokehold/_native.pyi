@@ -191,10 +191,15 @@ class Tokenizer:
         """The ids of each text (numpy arrays of :attr:`dtype`)."""
     def encode(self, text: str) -> Any:
         """The ids of one text (a numpy array of :attr:`dtype`)."""
-    def meta(self) -> Dict[str, Any]:
-        """What a token dataset's manifest says of this tokenizer (``source.tokens`` without the
-        counts): ``dtype``, ``vocab_size``, ``tokenizer``, ``tokenizer_fingerprint``,
-        ``bos_id``, ``eos_id``."""
+    def meta(self, *, documents: int = 0, total_tokens: int = 0) -> Dict[str, Any]:
+        """What a token dataset's manifest says of this tokenizer and its data (``source.tokens``):
+        ``dtype``, ``vocab_size``, ``tokenizer``, ``tokenizer_fingerprint``, ``bos_id``,
+        ``eos_id``, ``documents``, ``total_tokens`` (the counts 0 unless given)."""
+    def source(
+        self, text_field: str, *, documents: int, total_tokens: int, kind: str = "ray"
+    ) -> Dict[str, Any]:
+        """The manifest's ``source`` of a token dataset made with this tokenizer from the field
+        ``text_field`` by ``kind`` (the keys ``stokehold pack --tokenizer`` writes)."""
     @property
     def path(self) -> str:
         """The ``tokenizer.json`` it was loaded from."""

@@ -339,10 +339,11 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
             source["kept_as_is"] = sum(r.get("kept_as_is", 0) for r in results)
         files: Dict[str, bytes] = {}
         if self.tokenizer is not None:
-            meta = self.tokenizer.meta()
-            meta["documents"] = sum(r["rows"] for r in results)
-            meta["total_tokens"] = sum(r["tokens"] for r in results)
-            source.update({"text_field": self.text_field, "tokens": meta})
+            source = self.tokenizer.source(
+                self.text_field,
+                documents=sum(r["rows"] for r in results),
+                total_tokens=sum(r["tokens"] for r in results),
+            )
             with open(self.tokenizer.path, "rb") as f:
                 files["tokenizer.json"] = f.read()
         commit_parts(

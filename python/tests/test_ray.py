@@ -283,6 +283,8 @@ def test_recipe_tokenized_on_ray_is_byte_identical_to_pack(cluster, tmp_path):
     assert len(a) == len(b) == 300
     assert all(a.record_bytes(i) == b.record_bytes(i) for i in range(300))
     assert a.manifest["source"]["tokens"] == b.manifest["source"]["tokens"]
+    # the whole source as pack writes it (its keys spelled once, in Rust), but for who wrote it
+    assert {**a.manifest["source"], "kind": "ray"} == b.manifest["source"]
     assert (packed / "tokenizer.json").read_bytes() == (on_ray / "tokenizer.json").read_bytes()
     assert len(b.manifest["shards"]) > 1
     kw = dict(seq_len=32, batch_size=4, seed=1, rank=0, world_size=1)

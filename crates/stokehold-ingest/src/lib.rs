@@ -14,7 +14,7 @@ pub mod sample_data;
 pub mod tar;
 pub mod tfrecord;
 
-pub use pack::tokens::{TokenOptions, pack_tokens};
+pub use pack::tokens::{TokenOptions, pack_tokens, token_meta, token_source};
 pub use pack::{
     Applied, DEFAULT_MAX_SKIP_FRACTION, DEFAULT_RESTART_MARKERS, FieldChoice, ImagePolicy,
     NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,

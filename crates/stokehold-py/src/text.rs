@@ -25,6 +25,16 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
+    fn token_meta(&self, documents: u64, total_tokens: u64) -> stokehold::format::TokenMeta {
+        stokehold_ingest::token_meta(
+            &self.inner,
+            self.bos.as_ref().map(|b| b.1),
+            self.eos.as_ref().map(|e| e.1),
+            documents,
+            total_tokens,
+        )
+    }
+
     /// The ids of one text, as `pack` makes them.
     fn ids(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
         out.clear();
@@ -106,20 +116,35 @@ impl Tokenizer {
         self.encode_batch(py, vec![text])?.get_item(0)
     }
 
-    /// What a token dataset's manifest says of this tokenizer (`source.tokens` without the
-    /// counts): `dtype`, `vocab_size`, `tokenizer`, `tokenizer_fingerprint`, `bos_id`, `eos_id`.
-    fn meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item(
-            "dtype",
-            TokenDType::for_vocab(self.inner.vocab_size()).name(),
-        )?;
-        d.set_item("vocab_size", self.inner.vocab_size())?;
-        d.set_item("tokenizer", stokehold_format::tokens::TOKENIZER_FILE)?;
-        d.set_item("tokenizer_fingerprint", self.inner.fingerprint())?;
-        d.set_item("bos_id", self.bos.as_ref().map(|b| b.1))?;
-        d.set_item("eos_id", self.eos.as_ref().map(|e| e.1))?;
-        Ok(d)
+    /// What a token dataset's manifest says of this tokenizer and its data (`source.tokens`):
+    /// `dtype`, `vocab_size`, `tokenizer`, `tokenizer_fingerprint`, `bos_id`, `eos_id`,
+    /// `documents`, `total_tokens` (the counts 0 unless given).
+    #[pyo3(signature = (*, documents = 0, total_tokens = 0))]
+    fn meta<'py>(
+        &self,
+        py: Python<'py>,
+        documents: u64,
+        total_tokens: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let meta = self.token_meta(documents, total_tokens);
+        json_to_py(py, &meta.to_value())
+    }
+
+    /// The manifest's `source` of a token dataset of `documents` documents and `total_tokens`
+    /// tokens made with this tokenizer from the field `text_field` by `kind` (the keys `pack
+    /// --tokenizer` writes, spelled once, in Rust).
+    #[pyo3(signature = (text_field, *, documents, total_tokens, kind = "ray"))]
+    fn source<'py>(
+        &self,
+        py: Python<'py>,
+        text_field: &str,
+        documents: u64,
+        total_tokens: u64,
+        kind: &str,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let meta = self.token_meta(documents, total_tokens);
+        let source = stokehold_ingest::token_source(kind, text_field, 0, &meta);
+        json_to_py(py, &source)
     }
 
     /// The `tokenizer.json` it was loaded from.
@@ -166,4 +191,9 @@ impl Tokenizer {
             self.dtype()
         )
     }
+}
+
+/// A JSON value as the Python object `json.loads` makes of it.
+fn json_to_py<'py>(py: Python<'py>, v: &serde_json::Value) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (v.to_string(),))
 }

@@ -205,13 +205,41 @@ impl Lines<'_> {
 }
 
 /// The manifest's `source` of a token dataset.
-fn source_json(text_field: &str, skipped: usize, meta: &TokenMeta) -> serde_json::Value {
+/// The manifest's `source` of a token dataset (docs/format.md §9) written by `kind` (`jsonl` for
+/// `pack --tokenizer`, `ray` for the Ray Datasink): the one place its keys are spelled.
+pub fn token_source(
+    kind: &str,
+    text_field: &str,
+    skipped: usize,
+    meta: &TokenMeta,
+) -> serde_json::Value {
     serde_json::json!({
-        "kind": SourceKind::Jsonl.name(),
+        "kind": kind,
         "skipped": skipped,
         "text_field": text_field,
         "tokens": meta.to_value(),
     })
+}
+
+/// `source.tokens` of `documents` documents, `total_tokens` tokens in all, tokenized by `tok`
+/// with `bos` / `eos` ids around each document.
+pub fn token_meta(
+    tok: &TextTokenizer,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    documents: u64,
+    total_tokens: u64,
+) -> TokenMeta {
+    TokenMeta {
+        dtype: TokenDType::for_vocab(tok.vocab_size()),
+        vocab_size: Some(tok.vocab_size().into()),
+        tokenizer: Some(TOKENIZER_FILE.into()),
+        tokenizer_fingerprint: Some(tok.fingerprint().into()),
+        bos_id: bos,
+        eos_id: eos,
+        documents: Some(documents),
+        total_tokens: Some(total_tokens),
+    }
 }
 
 /// Tokenize the `text_field` of every line of the JSONL `sources` into a token dataset at `dest`.
@@ -338,17 +366,13 @@ pub fn pack_tokens(
     }
     super::check_skips(&skipped, writer.len(), options.max_skip_fraction)?;
     let documents = writer.len();
-    let meta = TokenMeta {
-        dtype: TokenDType::for_vocab(tok.vocab_size()),
-        vocab_size: Some(tok.vocab_size().into()),
-        tokenizer: Some(TOKENIZER_FILE.into()),
-        tokenizer_fingerprint: Some(tok.fingerprint().into()),
-        bos_id: bos,
-        eos_id: eos,
-        documents: Some(documents),
-        total_tokens: Some(total_tokens),
-    };
-    writer.set_source(source_json(&tokens.text_field, skipped.len(), &meta));
+    let meta = token_meta(&tok, bos, eos, documents, total_tokens);
+    writer.set_source(token_source(
+        SourceKind::Jsonl.name(),
+        &tokens.text_field,
+        skipped.len(),
+        &meta,
+    ));
     writer.add_file(TOKENIZER_FILE, &tokenizer_bytes)?;
     super::add_skipped_file(&mut writer, &skipped)?;
     let manifest = writer.finish()?;
@@ -414,7 +438,7 @@ mod tests {
                 documents: Some(7),
                 total_tokens: Some(99),
             };
-            let new = source_json("text", 3, &meta);
+            let new = token_source(SourceKind::Jsonl.name(), "text", 3, &meta);
             let old = by_hand(bos, eos, vocab, dtype);
             assert_eq!(
                 serde_json::to_string_pretty(&new).unwrap(),
