@@ -543,9 +543,9 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         writeln!(out, "  {line}")?;
     }
     // what the storage gives for this access pattern, briefly (1 s a measurement); local files
-    // only: the measurement of object storage comes with its prefetcher
+    // only (no request counts): the measurement of object storage comes with its prefetcher
     let mut storage_use = None;
-    if !a.no_storage && stokehold_format::url_scheme(&dataset).is_none() {
+    if !a.no_storage && ds.remote_stats().is_none() {
         let report = storage_bench::measure(
             &ds,
             &StorageOptions {

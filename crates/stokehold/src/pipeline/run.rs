@@ -12,14 +12,12 @@ use crossbeam_channel::{Receiver, Sender};
 use crate::batch::SharedBatch;
 use crate::error::{EngineError, Result};
 use crate::pipeline::{Core, lock};
-use crate::sampler::{RankPlan, Shuffle, Slot};
-use crate::samples::{REMOTE_WAVE_BYTES, SlotWriter, TaskCtx, TaskIo};
+use crate::sampler::{RankPlan, Slot};
+use crate::samples::{Readahead, SlotWriter, TaskCtx, TaskIo};
 
 /// Steps between a batch being started and the batch whose samples are then announced to
 /// storage (readahead).
 const READAHEAD: u64 = 2;
-/// Most batches announced at once (a wave; see [`Run::wave`]).
-const MAX_WAVE: u64 = 16;
 
 /// What the workers of one iteration share.
 pub(crate) struct Run {
@@ -30,9 +28,10 @@ pub(crate) struct Run {
     task_size: usize,
     tasks_per_batch: usize,
     pub(crate) steps: u64,
+    /// How storage is told ahead ([`Samples::readahead`](crate::Samples::readahead)).
+    readahead: Readahead,
     /// Batches announced to storage at once: every `wave` steps, the `wave` batches from
-    /// `READAHEAD` steps on (1 in a global shuffle, where batches share no shards worth
-    /// coalescing, and for storage that does not fetch ahead).
+    /// `READAHEAD` steps on ([`Readahead::wave`]).
     wave: u64,
     next_task: AtomicU64,
     /// Steps the consumer has taken; workers stay within the prefetch depth of it.
@@ -110,13 +109,9 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         }
         n => n.min(b),
     };
-    let wave = match core.config.shuffle {
-        Shuffle::Sequential | Shuffle::ShardBlock { .. } if core.samples.hints_fetch() => {
-            let per_batch = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
-            REMOTE_WAVE_BYTES.div_ceil(per_batch).clamp(1, MAX_WAVE)
-        }
-        _ => 1,
-    };
+    let readahead = core.samples.readahead();
+    let batch_bytes = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
+    let wave = readahead.wave(core.config.shuffle, batch_bytes);
     let (tx, rx) = crossbeam_channel::unbounded();
     let run = Arc::new(Run {
         core: Arc::clone(core),
@@ -126,6 +121,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         task_size,
         tasks_per_batch: b.div_ceil(task_size),
         steps,
+        readahead,
         wave,
         next_task: AtomicU64::new(0),
         delivered: Mutex::new(0),
@@ -203,9 +199,7 @@ fn worker(run: &Run, index: usize) {
         let Some((batch, created)) = batch_for(run, step, &mut hints) else {
             return;
         };
-        if created && samples.readahead() && !samples.hints_fetch() {
-            // local readahead: advice to the page cache, outside the lock (a read before it is
-            // only a read without readahead)
+        if created && run.readahead == Readahead::Advise {
             announce(run, step, &mut hints);
         }
         let first = task * run.task_size;
@@ -317,10 +311,8 @@ fn batch_for(
         run.tasks_per_batch,
     ));
     m.insert(step, Arc::clone(&b));
-    if samples.readahead() && samples.hints_fetch() {
-        // fetched ahead: announced before any worker can take a task of this batch (they wait
-        // for the lock), so that no record is read before it was asked for (which would cost a
-        // request of its own, and the range fetched for it later would be wasted)
+    if run.readahead == Readahead::Fetch {
+        // before any worker can take a task of this batch (they wait for the lock)
         announce(run, step, hints);
     }
     Some((b, true))

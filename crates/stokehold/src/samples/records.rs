@@ -17,7 +17,7 @@ use crate::error::{EngineError, RecordPlace, Result};
 use crate::fetch;
 use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
-use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Readahead, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
@@ -222,12 +222,14 @@ impl Samples for Records {
         dataset_mean(&self.dataset)
     }
 
-    fn readahead(&self) -> bool {
-        self.hints_pay && !self.cache.as_ref().is_some_and(|c| c.complete())
-    }
-
-    fn hints_fetch(&self) -> bool {
-        self.remote
+    fn readahead(&self) -> Readahead {
+        if !self.hints_pay || self.cache.as_ref().is_some_and(|c| c.complete()) {
+            Readahead::Off
+        } else if self.remote {
+            Readahead::Fetch
+        } else {
+            Readahead::Advise
+        }
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {

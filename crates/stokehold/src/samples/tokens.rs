@@ -31,7 +31,7 @@ use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 use crate::cache::{CacheStats, RecordCache, dataset_key};
 use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
-use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Readahead, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 use crate::state::fingerprint;
 
@@ -342,7 +342,7 @@ impl TokenDataset {
 
     /// Whether announcing reads ahead pays: the shards are in object storage and not all in
     /// memory (for local files, the page cache's own readahead serves token windows).
-    fn readahead(&self) -> bool {
+    fn fetches_ahead(&self) -> bool {
         self.remote() && !self.cache.get().is_some_and(|c| c.complete())
     }
 
@@ -883,12 +883,13 @@ impl Samples for Tokens {
         true
     }
 
-    fn readahead(&self) -> bool {
-        self.data.readahead()
-    }
-
-    fn hints_fetch(&self) -> bool {
-        self.data.remote()
+    fn readahead(&self) -> Readahead {
+        // local token reads go by the page cache's own readahead; object storage fetches ahead
+        if self.data.fetches_ahead() {
+            Readahead::Fetch
+        } else {
+            Readahead::Off
+        }
     }
 
     fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
