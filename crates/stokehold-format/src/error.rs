@@ -137,7 +137,7 @@ pub enum FormatError {
         sample: u64,
         /// What does not fit.
         #[source]
-        source: crate::record::RecordError,
+        source: RecordError,
     },
     /// The destination of a write already exists.
     #[error("{}: already exists and is not an empty directory: choose another destination, \
@@ -225,4 +225,29 @@ pub type Result<T, E = FormatError> = std::result::Result<T, E>;
 /// Escape bytes for an error message (`b"STK\x00"`-style, printable ASCII kept).
 pub(crate) fn escape(bytes: &[u8]) -> String {
     bytes.escape_ascii().to_string()
+}
+
+/// An error in one record's structure or one field's value. Carries no file name: the reader that
+/// found the record adds it (see [`FormatError`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The field table or a field's bytes are inconsistent.
+    #[error("field {field} at byte {offset} of the record: {detail}")]
+    Corrupt {
+        /// Field position in the schema (or the table itself when equal to the field count).
+        field: usize,
+        /// Byte offset within the record.
+        offset: u64,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A value given to the writer does not match its field's type.
+    #[error("field {field:?}: {detail}")]
+    Mismatch {
+        /// The field's name.
+        field: String,
+        /// What does not match.
+        detail: String,
+    },
 }

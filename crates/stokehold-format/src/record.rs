@@ -73,30 +73,7 @@ impl FieldValue<'_> {
     }
 }
 
-/// An error in one record's structure or one field's value. Carries no file name: the reader that
-/// found the record adds it (see [`crate::FormatError`]).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RecordError {
-    /// The field table or a field's bytes are inconsistent.
-    #[error("field {field} at byte {offset} of the record: {detail}")]
-    Corrupt {
-        /// Field position in the schema (or the table itself when equal to the field count).
-        field: usize,
-        /// Byte offset within the record.
-        offset: u64,
-        /// What is wrong.
-        detail: String,
-    },
-    /// A value given to the writer does not match its field's type.
-    #[error("field {field:?}: {detail}")]
-    Mismatch {
-        /// The field's name.
-        field: String,
-        /// What does not match.
-        detail: String,
-    },
-}
+pub use crate::error::RecordError;
 
 /// Encodes records for one schema, reusing its buffers between records.
 #[derive(Debug)]

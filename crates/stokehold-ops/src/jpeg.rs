@@ -609,20 +609,7 @@ pub fn to_baseline(data: &[u8]) -> Result<Vec<u8>> {
     transform(data, 0)
 }
 
-/// MCUs per restart interval for an image `mcux` MCUs wide: the largest divisor of `mcux` not
-/// above `mcux / 16`, so that each MCU row is a whole number of intervals ("bands", about sixteen
-/// per row; measured best on ImageNet-sized photographs, where eight bands and one interval per
-/// MCU were both slower) and a crop can be cut out of the entropy-coded data (see
-/// [`crate::restart`]). An interval is at least two MCUs (a marker per MCU costs more decode time
-/// than it saves); when `mcux` has no such divisor (a prime, say), one interval per row: crops
-/// then skip rows only.
-pub fn restart_interval(mcux: u32) -> u32 {
-    let target = (mcux / 16).max(2);
-    match (1..=target).rev().find(|k| mcux.is_multiple_of(*k)) {
-        Some(1) | None => mcux.max(1),
-        Some(k) => k,
-    }
-}
+pub use crate::rst_insert::restart_interval;
 
 /// Losslessly rewrite a JPEG as baseline with restart markers aligned to MCU rows (every
 /// [`restart_interval`] MCUs): the same coefficients and pixels, about 4% larger, and a crop

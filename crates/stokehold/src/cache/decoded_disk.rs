@@ -39,8 +39,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use rustix::fs::FlockOperation;
 use stokehold_format::{FormatError, crc};
 
-use crate::cache::{CacheStats, DecodedImage};
+use crate::cache::decoded_image::DecodedImage;
 use crate::error::Result;
+use crate::stats::CacheStats;
 
 /// Bumped whenever the prefix's pixels change (decoder, resizer, colour conversion), so that a
 /// directory written by another version is never read.

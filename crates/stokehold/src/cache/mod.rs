@@ -15,6 +15,7 @@
 //! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
 
 pub mod decoded_disk;
+mod decoded_image;
 pub mod disk;
 
 use std::collections::HashMap;
@@ -26,6 +27,7 @@ use crossbeam_channel::{Sender, unbounded};
 use stokehold_format::Dataset;
 
 use crate::cache::decoded_disk::DecodedDisk;
+pub use crate::cache::decoded_image::DecodedImage;
 pub use crate::stats::CacheStats;
 
 /// Find or make the cache registered under `key`.
@@ -244,19 +246,6 @@ impl RecordCache {
             saved: Duration::ZERO,
         }
     }
-}
-
-/// One decoded image kept by a [`DecodedCache`].
-#[derive(Debug)]
-pub struct DecodedImage {
-    /// Width.
-    pub width: u32,
-    /// Height.
-    pub height: u32,
-    /// Channels (1 or 3).
-    pub channels: u8,
-    /// Packed pixels, row-major.
-    pub data: Box<[u8]>,
 }
 
 const DECODED_SHARDS: usize = 64;

@@ -17,7 +17,7 @@ use stokehold_ops::{
 use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
-use crate::stages::spec::TransformSpec;
+use crate::stages::stage_spec::TransformSpec;
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The image stage names.

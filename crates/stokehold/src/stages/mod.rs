@@ -8,6 +8,7 @@
 
 pub mod image;
 pub mod spec;
+mod stage_spec;
 pub mod text;
 
 use std::borrow::Cow;

@@ -5,22 +5,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use stokehold_format::Schema;
 
 use crate::error::{EngineError, Result};
 use crate::stages::{Column, Output, Transform};
 
-/// One stage, by name, with its parameters.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TransformSpec {
-    /// The stage's name.
-    pub name: String,
-    /// Its parameters (an object; `null` for none).
-    #[serde(default)]
-    pub params: serde_json::Value,
-}
+pub use crate::stages::stage_spec::TransformSpec;
 
 /// Names of the built-in stages this build knows.
 pub const BUILT_IN: &[&str] = crate::stages::image::STAGES;

@@ -15,7 +15,7 @@ use stokehold_format::{DType, FieldValue};
 use stokehold_ops::text::TextTokenizer;
 
 use crate::error::{EngineError, Result};
-use crate::stages::spec::TransformSpec;
+use crate::stages::stage_spec::TransformSpec;
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The stage's name in specs.
