@@ -41,7 +41,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("seed", 0, BOTH, "value", "the order and every random stage"),
     Option("drop_last", True, BOTH, "bool", "False: pad the last step with repeats, flagged in is_padding"),
     Option("transforms", None, (LOADER,), "value", "{\"field\": [stage, ...]}"),
-    Option("threads", "auto", BOTH, "value", "up to one per core, fewer while the training loop is the slower side; or an int"),
+    Option("threads", "auto", BOTH, "value", "up to one per core, fewer while the training loop is the slower side; or an int (at most 4 per core)"),
     Option("prefetch", "auto", BOTH, "value", "batches prepared ahead: starts at 4, deepened when the loop starves; or an int"),
     Option("memory_budget", None, BOTH, "bytes", "bytes batches prepared ahead may take (default 10% of RAM, at most 2 GiB)"),
     Option("rank", None, BOTH, "value", "default: torch.distributed, else RANK/WORLD_SIZE, else 0"),

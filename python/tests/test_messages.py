@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from stokehold import ConfigError, Dataset, IncompatibleStateError, Loader, SchemaError, ShardWriter, StokeholdIOError
+from stokehold import ConfigError, Dataset, IncompatibleStateError, Loader, SchemaError, SequenceLoader, ShardWriter, StokeholdIOError
 from stokehold.image import CenterCrop, RandomResizedCrop, Resize
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -126,3 +126,11 @@ def test_a_state_of_another_shuffle_names_both_in_their_python_words(ds):
         "incompatible resume state: shuffle is shard_block (window 4) in the state but global here; load a state "
         "into a loader made like the one that saved it (same dataset, seed and shuffle), or start without it"
     )
+
+
+def test_a_thread_count_beyond_four_per_core_is_refused_with_the_bound(ds):
+    for threads in (10**6, 100_000):
+        with pytest.raises(ConfigError, match=r"threads must be at most \d+ on this machine \(4 per core"):
+            Loader(ds, 2, rank=0, world_size=1, threads=threads)
+        with pytest.raises(ConfigError, match=r"threads must be at most \d+ on this machine"):
+            SequenceLoader(ds, 8, 2, rank=0, world_size=1, threads=threads)

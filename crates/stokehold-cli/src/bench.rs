@@ -53,7 +53,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 256)]
     batch_size: u32,
     /// Worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = crate::thread_count)]
     threads: usize,
     /// Batches prepared ahead (with --autotune: the starting depth).
     #[arg(long, default_value_t = 4)]
@@ -178,7 +178,7 @@ pub struct StorageArgs {
     #[arg(long, default_value_t = 3.0, value_name = "S")]
     seconds: f64,
     /// Threads issuing the random reads (default: the pipeline's thread count).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = crate::thread_count)]
     io_threads: Option<usize>,
     /// Read with O_DIRECT (bypassing the page cache; falls back with a note where unsupported).
     #[arg(long)]

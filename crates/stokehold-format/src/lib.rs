@@ -57,7 +57,7 @@ mod writer;
 
 pub use dataset::{Dataset, OpenOptions, memory_source};
 pub use error::{FormatError, Result};
-pub use limits::Limits;
+pub use limits::{Limits, check_threads, max_threads};
 pub use locate::locate;
 pub use location::{
     LocalDir, Location, MemoryDir, ObjectMeta, local_path, require_local, url_scheme,

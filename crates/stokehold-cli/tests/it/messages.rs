@@ -163,3 +163,28 @@ fn a_closed_pipe_ends_the_command_quietly_with_status_0() {
         assert!(stderr.is_empty(), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_thread_count_beyond_four_per_core_is_refused_before_anything_starts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ds, _, _) = packed(tmp.path(), 3);
+    let imgs = tmp.path().join("imgs").to_str().unwrap().to_string();
+    let out = tmp.path().join("out").to_str().unwrap().to_string();
+    let max = stokehold_format::max_threads();
+    for args in [
+        vec!["pack", &imgs, &out, "--threads", "100000"],
+        vec!["verify", &ds, "--threads", "100000"],
+        vec!["bench", &ds, "--threads", "100000"],
+    ] {
+        let msg = error_of(&args);
+        assert!(
+            msg.contains(&format!(
+                "the thread count must be at most {max} on this machine"
+            )) && msg.contains("got 100000"),
+            "{args:?}: {msg}"
+        );
+    }
+    assert!(!Path::new(&out).exists(), "nothing packed");
+    // the bound itself is accepted
+    ok(&["verify", &ds, "--threads", &max.to_string()]);
+}

@@ -1010,10 +1010,11 @@ pub(crate) fn thread_pool(
     threads: usize,
     name: &'static str,
 ) -> Result<rayon::ThreadPool, PackError> {
-    let threads = match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    };
+    let threads =
+        match stokehold_format::check_threads("threads", threads).map_err(PackError::Input)? {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(move |i| format!("stokehold-{name}-{i}"))

@@ -187,6 +187,9 @@ impl LoaderConfig {
         if self.prefetch == 0 {
             return bad("prefetch must be at least 1".into());
         }
+        if let Err(m) = stokehold_format::check_threads("threads", self.threads) {
+            return bad(m);
+        }
         if let ErrorPolicy::Skip { max_fraction, .. } = self.on_error
             && !(0.0..=1.0).contains(&max_fraction)
         {
@@ -334,6 +337,20 @@ mod tests {
         );
         let e = spec(r#"{"threads": -2}"#).unwrap_err().to_string();
         assert!(e.contains("expected a non-negative integer"), "{e}");
+        let max = stokehold_format::max_threads();
+        let threads = |threads| {
+            LoaderConfig {
+                threads,
+                ..LoaderConfig::default()
+            }
+            .validate()
+        };
+        threads(max).unwrap();
+        let e = threads(max + 1).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("threads must be at most {max} on this machine")),
+            "{e}"
+        );
         let bad = |world_size, rank| {
             let c = LoaderConfig {
                 world_size,
