@@ -36,8 +36,8 @@ pub struct PackArgs {
     /// image-folder, jsonl, csv, webdataset, tfrecord, parquet.
     #[arg(long = "from", value_name = "KIND")]
     from: Option<String>,
-    /// Target shard size (e.g. 256MiB, 1G).
-    #[arg(long, default_value = "256MiB", value_parser = stokehold::parse_bytes)]
+    /// Target shard size (e.g. 256MiB, 1G; not 0).
+    #[arg(long, default_value = "256MiB", value_parser = shard_size)]
     shard_size: u64,
     /// Align every record to this many bytes (a power of two; 4096 suits direct I/O).
     #[arg(long, default_value_t = 1)]
@@ -156,7 +156,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
                 align: a.align,
                 zstd_level: a.zstd_level,
             },
-            target_shard_bytes: a.shard_size.max(1),
+            target_shard_bytes: a.shard_size,
             overwrite: a.overwrite,
         },
         threads: a.threads,
@@ -574,4 +574,14 @@ pub fn sample_data(a: SampleDataArgs, out: &mut dyn Write) -> anyhow::Result<Exi
         t0.elapsed().as_secs_f64()
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The parser of `--shard-size`: a byte size, not 0 (which once wrote one shard per sample).
+fn shard_size(s: &str) -> Result<u64, String> {
+    match stokehold::parse_bytes(s)? {
+        0 => Err(format!(
+            "a shard size of at least 1 byte (shards of 16-256MiB suit most datasets), got {s:?}"
+        )),
+        n => Ok(n),
+    }
 }

@@ -165,7 +165,7 @@ fn a_closed_pipe_ends_the_command_quietly_with_status_0() {
 }
 
 #[test]
-fn a_thread_count_beyond_four_per_core_is_refused_before_anything_starts() {
+fn a_thread_count_beyond_four_per_core_or_a_shard_size_of_0_is_refused_before_anything_starts() {
     let tmp = tempfile::tempdir().unwrap();
     let (ds, _, _) = packed(tmp.path(), 3);
     let imgs = tmp.path().join("imgs").to_str().unwrap().to_string();
@@ -184,6 +184,11 @@ fn a_thread_count_beyond_four_per_core_is_refused_before_anything_starts() {
             "{args:?}: {msg}"
         );
     }
+    let msg = error_of(&["pack", &imgs, &out, "--shard-size", "0"]);
+    assert!(
+        msg.contains("a shard size of at least 1 byte") && msg.contains("\"0\""),
+        "{msg}"
+    );
     assert!(!Path::new(&out).exists(), "nothing packed");
     // the bound itself is accepted
     ok(&["verify", &ds, "--threads", &max.to_string()]);
