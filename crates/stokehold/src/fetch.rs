@@ -1,22 +1,31 @@
-//! Fetching the record bytes of a task (a few consecutive slots of a batch), order-aware:
+//! The one fetcher: the bytes the samples of a task need, for every kind of sample. A sample
+//! source ([`crate::samples::Samples`]) says which byte ranges of which shards each sample of a
+//! task needs (a [`TaskPlan`]: one range per record, the pieces of a token window, ...); this
+//! module gets them, order-aware:
 //!
-//! - bytes already in memory (a map, memory, the RAM cache) are borrowed, not read;
-//! - the other records of the task are sorted by position in their shard, and neighbours (gaps of
-//!   at most [`MAX_GAP`]) are coalesced into one positional read of at most [`MAX_RUN`] bytes, so
-//!   a sequential or shard-block order reads in large requests;
-//! - [`hint`] tells storage which records a batch a few steps ahead will need (readahead), since
-//!   the sampler knows the order in advance.
+//! - ranges already in memory (a map, a memory backend, the RAM cache) are borrowed, not read;
+//! - the other ranges of the task are sorted by position in their shard, and neighbours (gaps of
+//!   at most [`MAX_GAP`], or overlapping) are coalesced into one positional read of at most
+//!   [`MAX_RUN`] bytes, so a sequential or shard-block order reads in large requests;
+//! - the reads of a task go out together: with direct I/O in parallel lanes ([`IO_DEPTH`]), else
+//!   in one `io_uring` submission where the kernel allows it ([`ReadBatch`]), else one `pread`
+//!   each;
+//! - [`ByteSource::hint`] tells storage which ranges a batch a few steps ahead will need
+//!   (readahead: page-cache advice locally, fetches ahead from object storage), and
+//!   [`ByteSource::readahead`] is the one place that decides which of the two a source gets.
 //!
-//! A failed coalesced read falls back to one read per record, so that an error names the exact
-//! record.
+//! A failed coalesced read falls back to one read per range, so that an error names the exact
+//! record and byte range.
 
 use std::ops::Range;
 
+use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
 use stokehold_format::{Dataset, FormatError};
 
 use crate::cache::RecordCache;
+use crate::samples::Readahead;
 
-/// Largest gap between two records read in one request (the gap's bytes are read and dropped).
+/// Largest gap between two ranges read in one request (the gap's bytes are read and dropped).
 pub const MAX_GAP: u64 = stokehold_format::storage::HINT_GAP;
 /// Largest single coalesced read.
 pub const MAX_RUN: u64 = 8 << 20;
@@ -29,11 +38,172 @@ pub const MAX_DIRECT_RUN: u64 = 1 << 20;
 /// overlap requests): fast devices need many to reach their throughput.
 pub const IO_DEPTH: usize = 8;
 
-/// One coalesced read: records `records` of the sorted pending list, from shard `shard` at
+/// Mean sample size from which readahead advice is sent to local storage: below it, a hint (one
+/// system call per record in a shuffled order) would cost more than the small read it announces.
+/// Object storage always gets hints (it fetches the hinted ranges ahead).
+pub const READAHEAD_MIN_SAMPLE: u64 = 32 << 10;
+
+/// Bytes `[lo, hi)` of shard `shard` of a dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    /// The shard's index in the dataset.
+    pub shard: usize,
+    /// First byte.
+    pub lo: u64,
+    /// One past the last byte.
+    pub hi: u64,
+}
+
+impl ByteRange {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        self.hi.saturating_sub(self.lo)
+    }
+
+    /// True for an empty range.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Where a sample source's bytes are: its dataset and, when on, the RAM cache of its shards.
+#[derive(Debug, Clone, Copy)]
+pub struct ByteSource<'a> {
+    /// The dataset whose shards the ranges are in.
+    pub dataset: &'a Dataset,
+    /// The RAM cache of whole shards, when on.
+    pub cache: Option<&'a RecordCache>,
+}
+
+impl<'a> ByteSource<'a> {
+    /// How storage is told ahead which samples will be read, for samples of `mean_bytes` on
+    /// average: nothing when the shards are in memory (or all in the RAM cache), fetches ahead
+    /// from object storage, page-cache advice for local files when samples are large enough for
+    /// it to pay ([`READAHEAD_MIN_SAMPLE`]).
+    pub fn readahead(&self, mean_bytes: u64) -> Readahead {
+        let shards = self.dataset.shards();
+        let in_memory = shards
+            .first()
+            .is_none_or(|s| s.source().slice(0, 0).is_some());
+        if in_memory || self.cache.is_some_and(|c| c.complete()) {
+            Readahead::Off
+        } else if shards
+            .first()
+            .is_some_and(|s| s.source().kind() == "remote")
+        {
+            // every read is a request with its latency: hints always pay (shards copied to a
+            // disk cache are local files once copied)
+            Readahead::Fetch
+        } else if mean_bytes >= READAHEAD_MIN_SAMPLE {
+            Readahead::Advise
+        } else {
+            Readahead::Off
+        }
+    }
+
+    /// `r`'s bytes when they are in memory (a map, a memory source or the RAM cache). With
+    /// `touch`, a RAM cache miss on the shard queues its load.
+    fn memory(&self, r: &ByteRange, touch: bool) -> Option<&'a [u8]> {
+        let len = usize::try_from(r.len()).ok()?;
+        let shard = self.dataset.shards().get(r.shard)?;
+        if let Some(s) = shard.source().slice(r.lo, len) {
+            return Some(s);
+        }
+        let c = self.cache?;
+        let bytes = if touch {
+            c.shard(self.dataset, r.shard)?
+        } else {
+            c.peek(r.shard)?
+        };
+        let start = usize::try_from(r.lo).ok()?;
+        bytes.get(start..start.checked_add(len)?)
+    }
+
+    /// Readahead: tell storage that `ranges` will be read soon, in this order (ranges in memory
+    /// need no hint): one `Storage::will_read` per shard with its ranges (storage coalesces them,
+    /// or fetches them ahead), the shards in the order of their first range, so that what is
+    /// read first is asked for first.
+    pub fn hint(&self, ranges: &[ByteRange], scratch: &mut Vec<(usize, u64, u64)>) {
+        scratch.clear();
+        scratch.extend(
+            ranges
+                .iter()
+                .filter(|r| self.memory(r, false).is_none())
+                .map(|r| (r.shard, r.lo, r.hi)),
+        );
+        let mut first: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+        for (i, &(k, _, _)) in scratch.iter().enumerate() {
+            first.entry(k).or_insert(i);
+        }
+        scratch.sort_unstable_by_key(|&(k, s, e)| (first[&k], s, e));
+        let mut records: Vec<(u64, u64)> = Vec::new();
+        let mut i = 0;
+        while i < scratch.len() {
+            let k = scratch[i].0;
+            records.clear();
+            while i < scratch.len() && scratch[i].0 == k {
+                records.push((scratch[i].1, scratch[i].2));
+                i += 1;
+            }
+            self.dataset.shards()[k].source().will_read(&records);
+        }
+    }
+}
+
+/// The byte ranges each sample of a task needs, in the task's order (what a sample source's
+/// [`crate::samples::Samples::plan`] writes).
+#[derive(Debug, Default)]
+pub struct TaskPlan {
+    ranges: Vec<ByteRange>,
+    /// `ends[k]`: one past sample `k`'s last range.
+    ends: Vec<usize>,
+}
+
+impl TaskPlan {
+    /// Forget the last task's plan.
+    pub fn clear(&mut self) {
+        self.ranges.clear();
+        self.ends.clear();
+    }
+
+    /// A range of the sample being planned.
+    pub fn push(&mut self, r: ByteRange) {
+        self.ranges.push(r);
+    }
+
+    /// The sample being planned has all its ranges (possibly none: a sample whose location
+    /// failed reports the error when it is filled).
+    pub fn end_sample(&mut self) {
+        self.ends.push(self.ranges.len());
+    }
+
+    /// Every range of the task.
+    pub fn ranges(&self) -> &[ByteRange] {
+        &self.ranges
+    }
+
+    /// Samples planned.
+    pub fn samples(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Indices (into [`TaskPlan::ranges`]) of the `k`-th sample's ranges (empty when it was not
+    /// planned).
+    pub fn sample(&self, k: usize) -> Range<usize> {
+        let end = self.ends.get(k).copied().unwrap_or(0);
+        let start = match k {
+            0 => 0,
+            _ => self.ends.get(k - 1).copied().unwrap_or(end),
+        };
+        start..end.max(start)
+    }
+}
+
+/// One coalesced read: ranges `ranges` of the sorted pending list, from shard `shard` at
 /// `offset`, into `buf[base..base + len]`.
 #[derive(Debug)]
 struct Run {
-    records: Range<usize>,
+    ranges: Range<usize>,
     shard: usize,
     offset: u64,
     base: usize,
@@ -87,6 +257,53 @@ fn read_parallel(ds: &Dataset, runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
     ok
 }
 
+/// Read `runs`: each from the page cache when it is all there (one `preadv2(RWF_NOWAIT)`, which
+/// never waits for the device: the cost of one `pread`), the others together in one batch (one
+/// `io_uring` submission where the kernel allows it), so that a cold task waits for the device
+/// once, not once per run, and a warm one makes no more system calls than plain reads would
+/// (nor sets up a ring). Whether each succeeded.
+fn read_cached_then_batch(
+    ds: &Dataset,
+    runs: &[Run],
+    buf: &mut [u8],
+    batch: &mut ReadBatch,
+) -> Vec<bool> {
+    let mut ok = vec![true; runs.len()];
+    let mut missed = Vec::new();
+    for (j, r) in runs.iter().enumerate() {
+        let source = ds.shards()[r.shard].source();
+        match read_batch::read_if_cached(&**source, r.offset, &mut buf[r.base..r.base + r.len]) {
+            Ok(true) => {}
+            Ok(false) => missed.push(j),
+            Err(_) => ok[j] = false,
+        }
+    }
+    if missed.is_empty() {
+        return ok;
+    }
+    // the missed runs' disjoint slices of the buffer (runs are laid out in order)
+    let mut reqs = Vec::with_capacity(missed.len());
+    let mut rest = buf;
+    let mut at = 0usize;
+    for &j in &missed {
+        let r = &runs[j];
+        let (_, tail) = rest.split_at_mut(r.base - at);
+        let (head, tail) = tail.split_at_mut(r.len);
+        rest = tail;
+        at = r.base + r.len;
+        reqs.push(ReadRequest::new(
+            &**ds.shards()[r.shard].source(),
+            r.offset,
+            head,
+        ));
+    }
+    batch.read_all(&mut reqs);
+    for (&j, q) in missed.iter().zip(&reqs) {
+        ok[j] = q.result.is_ok();
+    }
+    ok
+}
+
 fn max_run(ds: &Dataset, k: usize) -> u64 {
     if ds.shards()[k].source().kind() == "direct" {
         MAX_DIRECT_RUN
@@ -95,9 +312,9 @@ fn max_run(ds: &Dataset, k: usize) -> u64 {
     }
 }
 
-/// Largest gap coalesced in a task's read. Object storage: none (records side by side only): the
-/// bytes come from ranges fetched ahead, which count each hinted record read by the read that
-/// covers it, so a read must not cover another task's record in a gap.
+/// Largest gap coalesced in a task's read. Object storage: none (ranges side by side or
+/// overlapping only): the bytes come from ranges fetched ahead, which count each hinted range read
+/// by the read that covers it, so a read must not cover another task's range in a gap.
 fn max_gap(ds: &Dataset, k: usize) -> u64 {
     if ds.shards()[k].source().kind() == "remote" {
         0
@@ -106,240 +323,197 @@ fn max_gap(ds: &Dataset, k: usize) -> u64 {
     }
 }
 
-/// Where one slot's record bytes are.
+/// Where one range's bytes are.
 #[derive(Debug)]
 enum Src {
-    /// Borrowed from memory (map, memory source or RAM cache): shard, record.
+    /// Borrowed from memory (map, memory source or RAM cache).
     Memory,
     /// In the task buffer.
     Buffer(Range<usize>),
-    /// Failed.
-    Failed(FormatError),
+    /// Its read failed: the error's kind, OS code and text (rebuilt into the range's error when
+    /// asked for, so that asking twice gives the same error).
+    Failed(std::io::ErrorKind, Option<i32>, String),
 }
 
-/// The record bytes of one task.
+/// The fetched bytes of one task's ranges (a worker's, kept across tasks so that steady state
+/// allocates nothing).
 #[derive(Debug, Default)]
-pub struct TaskBytes {
+pub struct Fetched {
     buf: Vec<u8>,
-    slots: Vec<(usize, u64, Src)>,
-    pending: Vec<(usize, usize, u64, u64, u32)>,
-    /// Bytes fetched from storage by the last [`TaskBytes::fetch`] (not from memory).
+    /// Per range of the plan: the range and where its bytes are.
+    slots: Vec<(ByteRange, Src)>,
+    /// Ranges to read (indices into `slots`), sorted by position.
+    pending: Vec<usize>,
+    runs: Vec<Run>,
+    batch: ReadBatch,
+    /// Bytes fetched from storage by the last [`Fetched::fetch`] (not from memory).
     pub read_bytes: u64,
     /// Storage requests made by the last fetch.
     pub requests: u64,
 }
 
-/// The record bytes of shard `k`, record `local`, from memory (a map, memory source or the RAM
-/// cache), checked when `verify` is set.
-fn from_memory<'a>(
-    ds: &'a Dataset,
-    cache: Option<&'a RecordCache>,
-    k: usize,
-    local: u64,
-    touch: bool,
-) -> Option<&'a [u8]> {
-    let shard = &ds.shards()[k];
-    if let Some(s) = shard.record_slice(local) {
-        return Some(s);
-    }
-    let c = cache?;
-    let bytes = if touch { c.shard(ds, k)? } else { c.peek(k)? };
-    let e = shard.entry(local);
-    let start = usize::try_from(e.offset).ok()?;
-    bytes.get(start..start.checked_add(e.len as usize)?)
-}
-
-impl TaskBytes {
-    /// Locate and fetch the records of `ids` (one per slot).
-    pub fn fetch(&mut self, ds: &Dataset, cache: Option<&RecordCache>, ids: &[u64]) {
+impl Fetched {
+    /// Fetch `ranges` from `src` (memory borrowed, the rest read in coalesced requests that go
+    /// out together). Errors are kept per range and given by [`Fetched::get`].
+    pub fn fetch(&mut self, src: ByteSource<'_>, ranges: &[ByteRange]) {
+        let ds = src.dataset;
         self.slots.clear();
         self.pending.clear();
+        self.runs.clear();
         self.read_bytes = 0;
         self.requests = 0;
         let mut hits = 0;
-        for (i, &id) in ids.iter().enumerate() {
-            match ds.locate(id) {
-                Err(e) => self.slots.push((0, 0, Src::Failed(e))),
-                Ok((k, local)) => {
-                    if from_memory(ds, cache, k, local, true).is_some() {
-                        hits += 1;
-                        self.slots.push((k, local, Src::Memory));
-                    } else {
-                        let e = ds.shards()[k].entry(local);
-                        self.pending.push((i, k, local, e.offset, e.len));
-                        self.slots.push((k, local, Src::Buffer(0..0)));
-                    }
-                }
+        for (i, r) in ranges.iter().enumerate() {
+            if r.shard >= ds.shards().len() || r.hi < r.lo {
+                let e = std::io::Error::other("a range outside the dataset's shards");
+                self.slots.push((*r, failed(&e)));
+            } else if src.memory(r, true).is_some() {
+                hits += 1;
+                self.slots.push((*r, Src::Memory));
+            } else {
+                self.pending.push(i);
+                self.slots.push((*r, Src::Buffer(0..0)));
             }
         }
-        if let Some(c) = cache {
+        if let Some(c) = src.cache {
             c.count(hits, self.pending.len() as u64);
         }
         if self.pending.is_empty() {
             return;
         }
-        self.pending.sort_by_key(|&(_, k, _, off, _)| (k, off));
-        // runs: [start, end) of `pending`, same shard, small gaps, bounded size
-        let mut runs: Vec<Run> = Vec::new();
+        let slots = &self.slots;
+        self.pending
+            .sort_unstable_by_key(|&i| (slots[i].0.shard, slots[i].0.lo, slots[i].0.hi));
+        // runs: [start, end) of `pending`, same shard, small gaps (or overlaps), bounded size
+        let mut too_large = Vec::new();
         let mut total = 0usize;
         let mut start = 0;
         while start < self.pending.len() {
-            let (_, k, _, first, len) = self.pending[start];
-            let mut last_end = first + u64::from(len);
+            let first = slots[self.pending[start]].0;
+            let (k, lo) = (first.shard, first.lo);
+            let mut last_end = first.hi;
             let mut end = start + 1;
             while end < self.pending.len() {
-                let (_, k2, _, off, len2) = self.pending[end];
-                let new_end = off + u64::from(len2);
-                if k2 != k
-                    || off < last_end
-                    || off - last_end > max_gap(ds, k)
-                    || new_end - first > max_run(ds, k)
+                let r = slots[self.pending[end]].0;
+                let new_end = last_end.max(r.hi);
+                if r.shard != k || r.lo > last_end + max_gap(ds, k) || new_end - lo > max_run(ds, k)
                 {
                     break;
                 }
                 last_end = new_end;
                 end += 1;
             }
-            let len = (last_end - first) as usize; // within one shard: checked at open
-            runs.push(Run {
-                records: start..end,
+            // ranges come from indexes checked against the shard's length at open: they fit
+            // memory as the shard's own bytes do; one that does not is a failed read, never an
+            // allocation
+            let len = usize::try_from(last_end - lo).unwrap_or(usize::MAX);
+            let Some(next) = total.checked_add(len).filter(|&t| t <= isize::MAX as usize) else {
+                too_large.extend_from_slice(&self.pending[start..end]);
+                start = end;
+                continue;
+            };
+            self.runs.push(Run {
+                ranges: start..end,
                 shard: k,
-                offset: first,
+                offset: lo,
                 base: total,
                 len,
             });
-            total += len;
+            total = next;
             start = end;
+        }
+        for i in too_large {
+            let e = std::io::Error::other("the range does not fit in memory");
+            self.slots[i].1 = failed(&e);
         }
         // not cleared first: the reads overwrite the old bytes, so only what the buffer grows by
         // is zeroed (zeroing a whole batch's records each time was ~1% of a crop pipeline's
         // instructions)
         self.buf.resize(total, 0);
-        self.requests += runs.len() as u64;
-        let parallel = runs.len() > 1
-            && runs
-                .iter()
-                .any(|r| ds.shards()[r.shard].source().kind() == "direct");
-        let ok = if parallel {
-            read_parallel(ds, &runs, &mut self.buf)
+        self.requests += self.runs.len() as u64;
+        let runs = &self.runs;
+        let direct = runs
+            .iter()
+            .any(|r| ds.shards()[r.shard].source().kind() == "direct");
+        let ok = if direct && runs.len() > 1 {
+            read_parallel(ds, runs, &mut self.buf)
         } else {
-            runs.iter()
-                .map(|r| {
-                    ds.shards()[r.shard]
-                        .source()
-                        .read_at(r.offset, &mut self.buf[r.base..r.base + r.len])
-                        .is_ok()
-                })
-                .collect()
+            read_cached_then_batch(ds, runs, &mut self.buf, &mut self.batch)
         };
+        let runs = std::mem::take(&mut self.runs);
         for (r, ok) in runs.iter().zip(ok) {
             if ok {
                 self.read_bytes += r.len as u64;
-                for &(i, _, _, off, l) in &self.pending[r.records.clone()] {
-                    let s = r.base + (off - r.offset) as usize;
-                    self.slots[i].2 = Src::Buffer(s..s + l as usize);
+                for &i in &self.pending[r.ranges.clone()] {
+                    let at = r.base + (self.slots[i].0.lo - r.offset) as usize;
+                    self.slots[i].1 = Src::Buffer(at..at + self.slots[i].0.len() as usize);
                 }
             } else {
                 self.read_each(ds, r);
             }
         }
+        self.runs = runs;
     }
 
-    /// After a failed read of a run: one read per record, so that an error says which one.
+    /// After a failed read of a run: one read per range, so that an error says which one.
     fn read_each(&mut self, ds: &Dataset, r: &Run) {
-        let shard = &ds.shards()[r.shard];
-        let mut one = Vec::new();
-        for &(i, _, local, _, _) in &self.pending[r.records.clone()] {
+        let source = ds.shards()[r.shard].source();
+        for &i in &self.pending[r.ranges.clone()] {
+            let range = self.slots[i].0;
             self.requests += 1;
-            match shard.read_record(local, &mut one, false) {
+            let s = self.buf.len();
+            let len = range.len() as usize;
+            self.buf.resize(s + len, 0);
+            self.slots[i].1 = match source.read_at(range.lo, &mut self.buf[s..]) {
                 Ok(()) => {
-                    let s = self.buf.len();
-                    self.buf.extend_from_slice(&one);
-                    self.read_bytes += one.len() as u64;
-                    self.slots[i].2 = Src::Buffer(s..self.buf.len());
+                    self.read_bytes += len as u64;
+                    Src::Buffer(s..s + len)
                 }
-                Err(e) => self.slots[i].2 = Src::Failed(e),
-            }
+                Err(e) => {
+                    self.buf.truncate(s);
+                    failed(&e)
+                }
+            };
         }
     }
 
-    /// Slot `i`'s record: (shard, record in shard, bytes), checksummed when `verify` is set.
-    pub fn get<'a>(
-        &'a mut self,
-        ds: &'a Dataset,
-        cache: Option<&'a RecordCache>,
-        i: usize,
-        verify: bool,
-    ) -> Result<(usize, u64, &'a [u8]), FormatError> {
-        let (k, local, src) = &mut self.slots[i];
-        let (k, local) = (*k, *local);
-        let bytes = match src {
-            Src::Failed(_) => {
-                let Src::Failed(e) = std::mem::replace(src, Src::Memory) else {
-                    unreachable!("matched above")
+    /// The bytes of range `i` of the last fetch (from `src`, the source it fetched from), or the
+    /// error of its read, naming the shard's file, the record and the byte range.
+    pub fn get<'a>(&'a self, src: ByteSource<'a>, i: usize) -> Result<&'a [u8], FormatError> {
+        let shards = src.dataset.shards();
+        let Some(((r, at), shard)) = self
+            .slots
+            .get(i)
+            .and_then(|s| Some((s, shards.get(s.0.shard)?)))
+        else {
+            return Err(FormatError::Corrupt {
+                path: src.dataset.dir().to_path_buf(),
+                what: format!("range {i} of a task"),
+                offset: 0,
+                detail: "a range outside what the task fetched or the dataset's shards".into(),
+            });
+        };
+        match at {
+            Src::Buffer(b) => Ok(&self.buf[b.clone()]),
+            Src::Memory => src.memory(r, false).ok_or_else(|| FormatError::Corrupt {
+                path: shard.path().to_path_buf(),
+                what: format!("bytes {}..{}", r.lo, r.hi),
+                offset: r.lo,
+                detail: "the bytes vanished from memory".into(),
+            }),
+            Src::Failed(kind, code, text) => {
+                let e = match code {
+                    Some(c) => std::io::Error::from_raw_os_error(*c),
+                    None => std::io::Error::new(*kind, text.clone()),
                 };
-                return Err(e);
+                Err(shard.range_error(r.lo, r.hi, e))
             }
-            Src::Memory => {
-                from_memory(ds, cache, k, local, false).ok_or_else(|| FormatError::Corrupt {
-                    path: ds.shards()[k].path().to_path_buf(),
-                    what: ds.shards()[k].describe(local),
-                    offset: ds.shards()[k].entry(local).offset,
-                    detail: "record bytes vanished from memory".into(),
-                })?
-            }
-            Src::Buffer(r) => &self.buf[r.clone()],
-        };
-        if verify {
-            ds.shards()[k].check_record(local, bytes)?;
         }
-        Ok((k, local, bytes))
     }
 }
 
-/// Readahead: tell storage that the records of `ids` will be read soon (coalescing neighbours
-/// into one hint). Records in memory need no hint.
-pub fn hint(
-    ds: &Dataset,
-    cache: Option<&RecordCache>,
-    ids: &[u64],
-    scratch: &mut Vec<(usize, u64, u64)>,
-) {
-    scratch.clear();
-    for &id in ids {
-        let Ok((k, local)) = ds.locate(id) else {
-            continue;
-        };
-        if from_memory(ds, cache, k, local, false).is_some() {
-            continue;
-        }
-        let e = ds.shards()[k].entry(local);
-        scratch.push((k, e.offset, e.offset + u64::from(e.len)));
-    }
-    hint_ranges(ds, scratch);
-}
-
-/// Readahead of byte ranges `(shard, start, end)`, in the order they will be read: one
-/// `Storage::will_read` per shard with its ranges (storage coalesces them, or fetches them ahead),
-/// the shards in the order of their first range here, so that what is read first is asked for
-/// first.
-pub fn hint_ranges(ds: &Dataset, scratch: &mut [(usize, u64, u64)]) {
-    let mut first: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-    for (i, &(k, _, _)) in scratch.iter().enumerate() {
-        first.entry(k).or_insert(i);
-    }
-    scratch.sort_unstable_by_key(|&(k, s, e)| (first[&k], s, e));
-    let mut records: Vec<(u64, u64)> = Vec::new();
-    let mut i = 0;
-    while i < scratch.len() {
-        let k = scratch[i].0;
-        records.clear();
-        while i < scratch.len() && scratch[i].0 == k {
-            records.push((scratch[i].1, scratch[i].2));
-            i += 1;
-        }
-        ds.shards()[k].source().will_read(&records);
-    }
+fn failed(e: &std::io::Error) -> Src {
+    Src::Failed(e.kind(), e.raw_os_error(), e.to_string())
 }
 
 #[cfg(test)]
@@ -373,8 +547,38 @@ mod tests {
         v
     }
 
+    fn range_of(ds: &Dataset, id: u64) -> ByteRange {
+        let (k, local) = ds.locate(id).unwrap();
+        let e = ds.shards()[k].entry(local);
+        ByteRange {
+            shard: k,
+            lo: e.offset,
+            hi: e.end(),
+        }
+    }
+
+    fn source(ds: &Dataset) -> ByteSource<'_> {
+        ByteSource {
+            dataset: ds,
+            cache: None,
+        }
+    }
+
+    /// Fetch the records `ids` (one range each) and check every one against a plain read.
+    fn fetch_records(ds: &Dataset, f: &mut Fetched, ids: &[u64], what: &str) {
+        let ranges: Vec<ByteRange> = ids.iter().map(|&id| range_of(ds, id)).collect();
+        f.fetch(source(ds), &ranges);
+        for (i, &id) in ids.iter().enumerate() {
+            assert_eq!(
+                f.get(source(ds), i).unwrap(),
+                expect(ds, id),
+                "{what} slot {i}"
+            );
+        }
+    }
+
     #[test]
-    fn neighbours_are_read_in_one_request_and_every_slot_gets_its_record() {
+    fn neighbours_are_read_in_one_request_and_every_range_gets_its_bytes() {
         let tmp = tempfile::tempdir().unwrap();
         for access in [Access::Pread, Access::Direct] {
             let ds = dataset(tmp.path(), Access::Pread);
@@ -383,36 +587,62 @@ mod tests {
                 continue;
             }
             let ds = dataset(tmp.path(), access);
-            let mut tb = TaskBytes::default();
+            let mut f = Fetched::default();
             let ids: Vec<u64> = (10..20).collect();
-            tb.fetch(&ds, None, &ids);
+            fetch_records(&ds, &mut f, &ids, &format!("{access:?}"));
             let (k0, _) = ds.locate(10).unwrap();
             let (k1, _) = ds.locate(19).unwrap();
             assert_eq!(
-                tb.requests,
+                f.requests,
                 1 + (k1 - k0) as u64,
                 "one read per shard touched"
             );
-            for (i, &id) in ids.iter().enumerate() {
-                let (_, _, b) = tb.get(&ds, None, i, true).unwrap();
-                assert_eq!(b, expect(&ds, id), "{access:?} slot {i}");
-            }
             // scattered ids in any order (with direct I/O: read in parallel lanes), right bytes
             let ids = [90u64, 3, 55, 71, 20, 99, 0, 44, 63, 8];
-            tb.fetch(&ds, None, &ids);
+            fetch_records(&ds, &mut f, &ids, &format!("{access:?}"));
             let mut shards: Vec<usize> = ids.iter().map(|&i| ds.locate(i).unwrap().0).collect();
             shards.sort();
             shards.dedup();
             assert!(shards.len() > 1, "reads in several lanes");
             assert_eq!(
-                tb.requests,
+                f.requests,
                 shards.len() as u64,
                 "gaps under 64 KiB are read through"
             );
-            for (i, &id) in ids.iter().enumerate() {
-                let (_, _, b) = tb.get(&ds, None, i, true).unwrap();
-                assert_eq!(b, expect(&ds, id), "{access:?} slot {i}");
-            }
+        }
+    }
+
+    #[test]
+    fn overlapping_and_repeated_ranges_are_read_once_and_sliced_right() {
+        // token windows share their boundary token, and a task may plan one range twice
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Pread);
+        let shard = std::fs::read(ds.shards()[0].path()).unwrap();
+        let r = range_of(&ds, 2);
+        let ranges = [
+            ByteRange {
+                hi: r.lo + 300,
+                ..r
+            },
+            ByteRange {
+                lo: r.lo + 299,
+                hi: r.lo + 700,
+                ..r
+            },
+            r,
+            ByteRange {
+                lo: r.lo + 10,
+                hi: r.lo + 10,
+                ..r
+            },
+            r,
+        ];
+        let mut f = Fetched::default();
+        f.fetch(source(&ds), &ranges);
+        assert_eq!(f.requests, 1, "one read covers them all");
+        for (i, q) in ranges.iter().enumerate() {
+            let want = &shard[q.lo as usize..q.hi as usize];
+            assert_eq!(f.get(source(&ds), i).unwrap(), want, "range {i}");
         }
     }
 
@@ -420,36 +650,85 @@ mod tests {
     fn memory_sources_are_borrowed_not_read() {
         let tmp = tempfile::tempdir().unwrap();
         let ds = dataset(tmp.path(), Access::Memory);
-        let mut tb = TaskBytes::default();
-        tb.fetch(&ds, None, &[1, 2, 3]);
-        assert_eq!((tb.requests, tb.read_bytes), (0, 0));
-        assert_eq!(tb.get(&ds, None, 2, true).unwrap().2, expect(&ds, 3));
+        let mut f = Fetched::default();
+        fetch_records(&ds, &mut f, &[1, 2, 3], "memory");
+        assert_eq!((f.requests, f.read_bytes), (0, 0));
     }
 
     #[test]
-    fn a_corrupt_or_missing_record_fails_alone_with_its_location() {
+    fn a_failed_range_fails_alone_with_its_location() {
         let tmp = tempfile::tempdir().unwrap();
         let ds = dataset(tmp.path(), Access::Pread);
         let (k, local) = ds.locate(12).unwrap();
         let shard = &ds.shards()[k];
         let e = shard.entry(local);
-        let mut bytes = std::fs::read(shard.path()).unwrap();
-        bytes[e.offset as usize + 3] ^= 1;
-        std::fs::write(shard.path(), &bytes).unwrap();
-        let mut tb = TaskBytes::default();
-        tb.fetch(&ds, None, &[11, 12, 13, 1_000_000]);
-        assert!(tb.get(&ds, None, 0, true).is_ok());
-        let err = tb.get(&ds, None, 1, true).unwrap_err().to_string();
-        assert!(
-            err.contains("checksum") && err.contains("global sample 12"),
-            "{err}"
-        );
-        assert!(tb.get(&ds, None, 2, true).is_ok());
-        assert!(tb.get(&ds, None, 3, true).is_err(), "out of range id");
-        // a truncated shard: the coalesced read fails, and per-record reads name the lost ones
+        let bytes = std::fs::read(shard.path()).unwrap();
+        // a truncated shard: the coalesced read fails, and per-range reads name the lost ones
         std::fs::write(shard.path(), &bytes[..e.offset as usize + 10]).unwrap();
-        tb.fetch(&ds, None, &[11, 12, 13]);
-        let err = tb.get(&ds, None, 1, false).unwrap_err().to_string();
-        assert!(err.contains("global sample 12"), "{err}");
+        let ranges: Vec<ByteRange> = [11, 12, 13].iter().map(|&i| range_of(&ds, i)).collect();
+        let mut f = Fetched::default();
+        f.fetch(source(&ds), &ranges);
+        assert_eq!(
+            f.get(source(&ds), 0).unwrap(),
+            expect_prefix(&bytes, &ranges[0])
+        );
+        for i in [1, 2] {
+            let err = f.get(source(&ds), i).unwrap_err().to_string();
+            let what = format!("global sample {}", 11 + i);
+            assert!(err.contains(&what), "{err}");
+            assert!(err.contains(&shard.path().display().to_string()), "{err}");
+            // asked twice, the same error
+            assert_eq!(f.get(source(&ds), i).unwrap_err().to_string(), err);
+        }
+        // a range of no shard, and a range index the task did not plan: errors, not panics
+        let bad = [ByteRange {
+            shard: 999,
+            lo: 0,
+            hi: 10,
+        }];
+        f.fetch(source(&ds), &bad);
+        assert!(f.get(source(&ds), 0).is_err());
+        assert!(f.get(source(&ds), 5).is_err());
+    }
+
+    fn expect_prefix<'a>(bytes: &'a [u8], r: &ByteRange) -> &'a [u8] {
+        &bytes[r.lo as usize..r.hi as usize]
+    }
+
+    #[test]
+    fn the_plan_gives_each_sample_its_ranges() {
+        let mut p = TaskPlan::default();
+        let r = |lo| ByteRange {
+            shard: 0,
+            lo,
+            hi: lo + 1,
+        };
+        p.push(r(0));
+        p.push(r(5));
+        p.end_sample();
+        p.end_sample(); // a sample with no ranges
+        p.push(r(9));
+        p.end_sample();
+        assert_eq!(p.samples(), 3);
+        assert_eq!((p.sample(0), p.sample(1), p.sample(2)), (0..2, 2..2, 2..3));
+        assert_eq!(p.sample(7), 0..0, "an unplanned sample has none");
+        p.clear();
+        assert_eq!((p.samples(), p.ranges().len()), (0, 0));
+    }
+
+    #[test]
+    fn readahead_follows_where_the_bytes_are() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Pread);
+        assert_eq!(
+            source(&ds).readahead(READAHEAD_MIN_SAMPLE),
+            Readahead::Advise
+        );
+        assert_eq!(
+            source(&ds).readahead(READAHEAD_MIN_SAMPLE - 1),
+            Readahead::Off
+        );
+        let mem = dataset(tmp.path(), Access::Memory);
+        assert_eq!(source(&mem).readahead(u64::MAX), Readahead::Off);
     }
 }

@@ -148,7 +148,7 @@ impl Core {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
         s.caches = self.samples.cache_stats();
-        s.storage = self.samples.storage_stats();
+        s.storage = self.samples.source().and_then(|s| s.dataset.remote_stats());
         s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
     }

@@ -19,6 +19,9 @@ use crate::samples::{Readahead, SlotWriter, TaskCtx, TaskIo};
 /// storage (readahead).
 const READAHEAD: u64 = 2;
 
+/// The read stage's index in the statistics of samples that read bytes ([`crate::samples::Samples::source`]).
+const STAGE_READ: usize = 0;
+
 /// What the workers of one iteration share.
 pub(crate) struct Run {
     pub(crate) core: Arc<Core>,
@@ -109,7 +112,10 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         }
         n => n.min(b),
     };
-    let readahead = core.samples.readahead();
+    let readahead = core
+        .samples
+        .source()
+        .map_or(Readahead::Off, |s| s.readahead(core.samples.mean_bytes()));
     let batch_bytes = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
     let wave = readahead.wave(core.config.shuffle, batch_bytes);
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -158,6 +164,8 @@ fn worker(run: &Run, index: usize) {
     let core = &*run.core;
     let samples = &*core.samples;
     let mut io = TaskIo::default();
+    // the plan of the batches announced ahead (apart from the task's own)
+    let mut ahead = TaskIo::default();
     let mut hints = Vec::new();
     let mut ws = core.stats.worker(index);
     let total = run.steps * run.tasks_per_batch as u64;
@@ -196,11 +204,11 @@ fn worker(run: &Run, index: usize) {
         if run.stop.load(Ordering::Acquire) {
             return;
         }
-        let Some((batch, created)) = batch_for(run, step, &mut hints) else {
+        let Some((batch, created)) = batch_for(run, step, &mut ahead, &mut hints) else {
             return;
         };
         if created && run.readahead == Readahead::Advise {
-            announce(run, step, &mut hints);
+            announce(run, step, &mut ahead, &mut hints);
         }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
@@ -209,7 +217,14 @@ fn worker(run: &Run, index: usize) {
             epoch: run.epoch,
             ws: &mut ws,
         };
-        samples.fetch(&batch.ids[first..last], &mut io, &mut cx);
+        let ids = &batch.ids[first..last];
+        if samples.source().is_some() {
+            // the read stage: one fetch per task (coalesced reads), its time shared by the samples
+            cx.ws
+                .shared_stage(STAGE_READ, ids, || io.fetch(samples, ids));
+        } else {
+            io.fetch(samples, ids);
+        }
         for slot in first..last {
             let id = batch.ids[slot];
             let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -244,8 +259,8 @@ fn worker(run: &Run, index: usize) {
 /// announces the batches before those: in the same hint with waves (their shards come first),
 /// else one at a time, so that the first batches' requests go first (in a global shuffle every
 /// batch touches most shards). Every batch is announced once.
-fn announce(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) {
-    let samples = &run.core.samples;
+fn announce(run: &Run, step: u64, io: &mut TaskIo, hints: &mut Vec<(usize, u64, u64)>) {
+    let samples = &*run.core.samples;
     let ids_of = |steps: std::ops::Range<u64>| -> Vec<u64> {
         steps
             .filter_map(|s| run.plan.batch(s).ok())
@@ -255,7 +270,7 @@ fn announce(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) {
     let end = run.steps;
     if step == 0 && run.wave == 1 {
         for s in 0..READAHEAD.min(end) {
-            samples.hint(&ids_of(s..s + 1), hints);
+            io.hint(samples, &ids_of(s..s + 1), hints);
         }
     }
     if step.is_multiple_of(run.wave) {
@@ -266,7 +281,7 @@ fn announce(run: &Run, step: u64, hints: &mut Vec<(usize, u64, u64)>) {
         };
         let ids = ids_of(from.min(end)..(step + READAHEAD + run.wave).min(end));
         if !ids.is_empty() {
-            samples.hint(&ids, hints);
+            io.hint(samples, &ids, hints);
         }
     }
 }
@@ -286,6 +301,7 @@ fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
 fn batch_for(
     run: &Run,
     step: u64,
+    io: &mut TaskIo,
     hints: &mut Vec<(usize, u64, u64)>,
 ) -> Option<(Arc<SharedBatch>, bool)> {
     let mut m = lock(&run.batches);
@@ -313,7 +329,7 @@ fn batch_for(
     m.insert(step, Arc::clone(&b));
     if run.readahead == Readahead::Fetch {
         // before any worker can take a task of this batch (they wait for the lock)
-        announce(run, step, hints);
+        announce(run, step, io, hints);
     }
     Some((b, true))
 }

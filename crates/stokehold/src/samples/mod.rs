@@ -1,7 +1,8 @@
 //! What one sample is. The engine ([`crate::pipeline`]) knows orders, tasks, batches, the prefetch
-//! window, the error policy and statistics; a [`Samples`] implementation knows how many samples
-//! there are, which columns each gives, how to fetch a task's bytes and how to fill one sample's
-//! slot of every column.
+//! window, the error policy and statistics, and reads bytes through the one fetcher
+//! ([`crate::fetch`]); a [`Samples`] implementation knows how many samples there are, which
+//! columns each gives, which byte ranges a task's samples need ([`Samples::plan`]) and how to fill
+//! one sample's slot of every column from those bytes ([`Samples::fill`]).
 //!
 //! - [`Records`]: the records of a packed dataset, each field through its transform stages
 //!   (images, labels, anything packed).
@@ -11,7 +12,7 @@
 use crate::batch::SharedBatch;
 use crate::cache::CacheStats;
 use crate::error::Result;
-use crate::fetch::TaskBytes;
+use crate::fetch::{ByteSource, Fetched, TaskPlan};
 use crate::sampler::{EpochOrder, Shuffle, Slot};
 use crate::stages::Output;
 use crate::stats::WorkerStats;
@@ -20,9 +21,7 @@ pub mod records;
 pub mod tokens;
 
 pub use records::Records;
-pub use tokens::{
-    IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, TokenScratch, Tokens, VERIFY_MAX_RECORD,
-};
+pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
 
 /// Bytes of records announced at once to object storage in an order that keeps to a few shards
 /// at a time ([`Readahead::Fetch`]): a few shards of the usual 16-256 MiB, well within the
@@ -32,8 +31,8 @@ pub const REMOTE_WAVE_BYTES: u64 = 64 << 20;
 /// Most batches announced at once (a wave; see [`Readahead::wave`]).
 pub const MAX_WAVE: u64 = 16;
 
-/// How storage is told ahead which samples will be read ([`Samples::readahead`]; the engine
-/// announces a batch's samples with [`Samples::hint`], a few steps ahead).
+/// How storage is told ahead which samples will be read ([`ByteSource::readahead`] decides; the
+/// engine announces a batch's ranges with [`ByteSource::hint`], a few steps ahead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readahead {
     /// Nothing is announced (samples in memory, or too small for a hint to pay).
@@ -125,21 +124,23 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// Whether and how storage is told a few batches ahead which samples will be read
-    /// ([`Samples::hint`]).
-    fn readahead(&self) -> Readahead {
-        Readahead::Off
+    /// Where the samples' bytes are (their dataset and RAM cache), for the fetcher; `None` for
+    /// samples that read no bytes. When there is one, stage 0 of [`Samples::stage_names`] is the
+    /// read stage ("read"), which the engine times (one fetch per task, its time shared by the
+    /// task's samples).
+    fn source(&self) -> Option<ByteSource<'_>> {
+        None
     }
 
-    /// Tell storage that `ids` will be read soon.
-    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
-        let _ = (ids, scratch);
-    }
-
-    /// Fetch what the samples `ids` of one task need (coalesced reads, caches) into `io`; errors
-    /// are reported per sample by [`Samples::fill`].
-    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
-        let _ = (ids, io, cx);
+    /// Which byte ranges of [`Samples::source`] each of the samples `ids` of one task needs: for
+    /// each in order, its ranges pushed to `io`'s plan, then [`TaskPlan::end_sample`]
+    /// (a sample whose ranges cannot be known gets none and reports why when filled). What
+    /// else the samples need to fill from those bytes may be kept in [`TaskIo::scratch`].
+    fn plan(&self, ids: &[u64], io: &mut TaskIo) {
+        let _ = ids;
+        for _ in ids {
+            io.plan.end_sample();
+        }
     }
 
     /// Write sample `id` (the `k`-th of its task) into its slot of every column.
@@ -159,20 +160,97 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     fn cache_stats(&self) -> Vec<CacheStats> {
         Vec::new()
     }
+}
 
-    /// The request counts of the object store the samples are read from (`None`: local).
-    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
-        None
+/// A worker's scratch space for one task, kept across tasks so steady state allocates nothing:
+/// the task's plan (which ranges each sample needs), their fetched bytes, and what the samples
+/// keep of their own between planning and filling.
+#[derive(Default)]
+pub struct TaskIo {
+    pub(crate) plan: TaskPlan,
+    pub(crate) bytes: Fetched,
+    scratch: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl std::fmt::Debug for TaskIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskIo")
+            .field("plan", &self.plan)
+            .field("bytes", &self.bytes)
+            .finish_non_exhaustive()
     }
 }
 
-/// A worker's scratch space for one task, kept across tasks so steady state allocates nothing.
-#[derive(Debug, Default)]
-pub struct TaskIo {
-    /// Record bytes of the task ([`Records`]).
-    pub(crate) records: TaskBytes,
-    /// Buffers of token reads ([`Tokens`]).
-    pub(crate) tokens: tokens::TokenScratch,
+impl TaskIo {
+    /// The plan being written ([`Samples::plan`]).
+    pub fn plan_mut(&mut self) -> &mut TaskPlan {
+        &mut self.plan
+    }
+
+    /// The samples' own scratch of type `T` (made on first use; a worker serves one kind of
+    /// samples, so it is made once).
+    pub fn scratch<T: Default + Send + 'static>(&mut self) -> &mut T {
+        self.split::<T>().2
+    }
+
+    /// The plan being written and the samples' scratch at once (for planning).
+    pub fn plan_and_scratch<T: Default + Send + 'static>(&mut self) -> (&mut TaskPlan, &mut T) {
+        self.scratch::<T>();
+        let s = self
+            .scratch
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<T>())
+            .expect("the scratch was made of this type just above");
+        (&mut self.plan, s)
+    }
+
+    /// The plan, the fetched bytes and the samples' scratch at once (for filling).
+    pub fn split<T: Default + Send + 'static>(&mut self) -> (&TaskPlan, &Fetched, &mut T) {
+        if !self.scratch.as_ref().is_some_and(|s| s.is::<T>()) {
+            self.scratch = Some(Box::new(T::default()));
+        }
+        let s = self
+            .scratch
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<T>())
+            .expect("the scratch was made of this type just above");
+        (&self.plan, &self.bytes, s)
+    }
+
+    /// The bytes of the `j`-th range of the task's `k`-th sample (see [`Fetched::get`]).
+    pub fn bytes<'a>(
+        &'a self,
+        src: ByteSource<'a>,
+        k: usize,
+        j: usize,
+    ) -> std::result::Result<&'a [u8], stokehold_format::FormatError> {
+        let r = self.plan.sample(k);
+        self.bytes.get(src, r.start + j)
+    }
+
+    /// Plan `ids` with `samples` and fetch what they need (the engine's read of a task).
+    pub(crate) fn fetch(&mut self, samples: &dyn Samples, ids: &[u64]) {
+        self.plan.clear();
+        samples.plan(ids, self);
+        if let Some(src) = samples.source() {
+            self.bytes.fetch(src, self.plan.ranges());
+        }
+    }
+
+    /// Tell storage that `ids` will be read soon (their planned ranges; see
+    /// [`ByteSource::hint`]).
+    pub(crate) fn hint(
+        &mut self,
+        samples: &dyn Samples,
+        ids: &[u64],
+        scratch: &mut Vec<(usize, u64, u64)>,
+    ) {
+        self.plan.clear();
+        samples.plan(ids, self);
+        if let Some(src) = samples.source() {
+            src.hint(self.plan.ranges(), scratch);
+        }
+    }
 }
 
 /// What a task's samples get besides their bytes: the run's seed and epoch, and the worker's

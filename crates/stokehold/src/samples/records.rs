@@ -14,20 +14,14 @@ use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
 use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
 use crate::error::{EngineError, RecordPlace, Result};
-use crate::fetch;
+use crate::fetch::{ByteRange, ByteSource};
 use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
-use crate::samples::{Readahead, Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
-/// Mean record size from which readahead hints are sent to local storage: below it, a hint (one
-/// system call per record in a shuffled order) would cost more than the small read it announces.
-/// Object storage always gets them (it fetches the hinted records ahead).
-const READAHEAD_MIN_RECORD: u64 = 32 << 10;
-
-/// Index of the read stage in the statistics.
-const STAGE_READ: usize = 0;
+// Stage 0 is the read stage, which the engine times (the task's fetch).
 /// Index of the parse stage (record view and field lookup).
 const STAGE_PARSE: usize = 1;
 /// Index of the first column stage.
@@ -46,10 +40,6 @@ pub struct Records {
     decoded: Vec<Arc<DecodedCache>>,
     /// The disk cache the dataset was opened through, when any.
     disk: Option<(Arc<DiskCache>, CacheProgress)>,
-    /// Readahead hints are worth sending: storage not already in memory, records large enough.
-    hints_pay: bool,
-    /// The dataset is in object storage.
-    remote: bool,
 }
 
 impl std::fmt::Debug for Records {
@@ -143,12 +133,6 @@ impl Records {
             .iter()
             .map(|c| (c.name.clone(), c.output.clone()))
             .collect();
-        // object storage: every read is a request with its latency, so hints always pay
-        let remote = dataset
-            .shards()
-            .first()
-            .is_some_and(|s| s.source().kind() == "remote");
-        let hints_pay = !in_memory && (remote || dataset_mean(&dataset) >= READAHEAD_MIN_RECORD);
         Ok(Records {
             dataset,
             columns,
@@ -158,8 +142,6 @@ impl Records {
             cache,
             decoded,
             disk: None,
-            hints_pay,
-            remote,
         })
     }
 
@@ -222,25 +204,27 @@ impl Samples for Records {
         dataset_mean(&self.dataset)
     }
 
-    fn readahead(&self) -> Readahead {
-        if !self.hints_pay || self.cache.as_ref().is_some_and(|c| c.complete()) {
-            Readahead::Off
-        } else if self.remote {
-            Readahead::Fetch
-        } else {
-            Readahead::Advise
+    fn source(&self) -> Option<ByteSource<'_>> {
+        Some(ByteSource {
+            dataset: &self.dataset,
+            cache: self.cache.as_deref(),
+        })
+    }
+
+    fn plan(&self, ids: &[u64], io: &mut TaskIo) {
+        // one range per record (a sample that cannot be located gets none: `fill` says why)
+        let plan = io.plan_mut();
+        for &id in ids {
+            if let Ok((k, local)) = self.dataset.locate(id) {
+                let e = self.dataset.shards()[k].entry(local);
+                plan.push(ByteRange {
+                    shard: k,
+                    lo: e.offset,
+                    hi: e.end(),
+                });
+            }
+            plan.end_sample();
         }
-    }
-
-    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
-        fetch::hint(&self.dataset, self.cache.as_deref(), ids, scratch);
-    }
-
-    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
-        // the read stage: one fetch per task (coalesced reads), its time shared by the samples
-        cx.ws.shared_stage(STAGE_READ, ids, || {
-            io.records.fetch(&self.dataset, self.cache.as_deref(), ids);
-        });
     }
 
     fn fill(
@@ -251,12 +235,15 @@ impl Samples for Records {
         cx: &mut TaskCtx<'_, '_>,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
-        let got = io.records.get(
-            &self.dataset,
-            self.cache.as_deref(),
-            k,
-            self.dataset.verifies_records(),
-        );
+        let ds = &*self.dataset;
+        let got = ds.locate(id).and_then(|(shard, local)| {
+            let src = self.source().expect("records have a source");
+            let bytes = io.bytes(src, k, 0)?;
+            if ds.verifies_records() {
+                ds.shards()[shard].check_record(local, bytes)?;
+            }
+            Ok((shard, local, bytes))
+        });
         match got {
             Ok(record) => self.process(id, record, cx, out),
             Err(e @ FormatError::Checksum { .. }) => match self.repair(id, &e) {
@@ -272,10 +259,6 @@ impl Samples for Records {
         for c in &self.decoded {
             c.flush();
         }
-    }
-
-    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
-        self.dataset().remote_stats()
     }
 
     fn cache_stats(&self) -> Vec<CacheStats> {

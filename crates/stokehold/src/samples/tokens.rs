@@ -24,14 +24,14 @@ use std::sync::{Arc, OnceLock};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
-use stokehold_format::tokens::{ShardRead, TokenIndex, TokenMeta, TokenReads};
+use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
 use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
 use crate::cache::{CacheStats, RecordCache, dataset_key};
 use crate::error::{EngineError, Result};
+use crate::fetch::{ByteRange, ByteSource, Fetched, TaskPlan};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
-use crate::samples::{Readahead, Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 use crate::state::fingerprint;
 
@@ -60,35 +60,18 @@ pub struct TokenDataset {
     cache: OnceLock<Arc<RecordCache>>,
 }
 
-/// A worker's reusable buffers for reading token ranges. A sample's reads are planned and read
-/// when it is filled, into one hot buffer, as long as its bytes are in the page cache; at the
-/// first sample of a task that needs the device, the reads of the task's remaining samples are
-/// planned and submitted together (one `io_uring` submission where the kernel allows it), so a
-/// cold task waits for the device once, not once per sample.
+/// What a task's samples keep between planning and filling ([`TaskIo::scratch`]): per sample,
+/// its planned reads (the byte ranges the fetcher gets, one per shard touched, and how their
+/// bytes split into pieces).
 #[derive(Debug, Default)]
-pub struct TokenScratch {
-    /// The task's samples and their token ranges (set by `fetch`).
-    ids: Vec<u64>,
-    ranges: Vec<Option<(u64, u64)>>,
-    /// Per sample of the task (its index in the task): reads planned and read ahead, when the
-    /// task went to the device.
-    task: Vec<Planned>,
-    /// The sample being filled (and ranges read outside a task).
-    one: Planned,
-    batch: ReadBatch,
+struct TokenTask {
+    planned: Vec<Planned>,
 }
 
-/// One token range's reads, planned by [`TokenIndex::pieces_into`], and their bytes once read.
+/// One token range's reads, planned by [`TokenIndex::pieces_into`].
 #[derive(Debug, Default)]
 struct Planned {
-    /// The sample it was planned for (`None`: nothing planned).
-    id: Option<u64>,
     reads: TokenReads,
-    /// Per read: its bytes (read reads only; slices of maps and memory need none), grown, never
-    /// shrunk.
-    bufs: Vec<Vec<u8>>,
-    /// Per read: the error of its read, if it failed.
-    errors: Vec<Option<std::io::Error>>,
     /// The planning's own error (a range past the stream's end), reported when the sample is
     /// filled.
     error: Option<EngineError>,
@@ -196,67 +179,41 @@ impl TokenDataset {
     /// tokens little-endian.
     ///
     /// The reads are planned by [`TokenIndex::pieces_into`] (one positional read, or one slice of
-    /// a map, per shard touched); every field table in a read is checked against the index, and
-    /// with a dataset opened to verify checksums, records of at most [`VERIFY_MAX_RECORD`] bytes
-    /// not yet checked in this process are read whole and checksummed once.
-    pub fn for_each_piece(
-        &self,
-        start: u64,
-        n: u64,
-        scratch: &mut TokenScratch,
-        f: impl FnMut(usize, &[u8]),
-    ) -> Result<()> {
-        let TokenScratch { one, batch, .. } = scratch;
-        self.plan(None, start, n, one);
-        if !self.read_if_cached(one) {
-            self.read_planned(vec![one], batch);
-        }
-        self.visit(one, f)
+    /// a map, per shard touched) and made by the one fetcher ([`crate::fetch`]); every field
+    /// table in a read is checked against the index, and with a dataset opened to verify
+    /// checksums, records of at most [`VERIFY_MAX_RECORD`] bytes not yet checked in this process
+    /// are read whole and checksummed once.
+    pub fn for_each_piece(&self, start: u64, n: u64, f: impl FnMut(usize, &[u8])) -> Result<()> {
+        let mut p = Planned::default();
+        self.plan(start, n, &mut p);
+        let mut plan = TaskPlan::default();
+        push_reads(&p, &mut plan);
+        plan.end_sample();
+        let mut bytes = Fetched::default();
+        bytes.fetch(self.source(), plan.ranges());
+        self.visit(&mut p, |r| bytes.get(self.source(), r), f)
     }
 
-    /// Call `f` for the pieces of the `k`-th sample of the current task, `id`, tokens
-    /// `[start, start + n)` (see [`TokenDataset::for_each_piece`]): from what was read ahead for
-    /// it, or read now: from the page cache into the hot buffer, or, when the device is needed,
-    /// together with the reads of the task's remaining samples (read ahead for them).
-    fn for_each_task_piece(
-        &self,
-        k: usize,
-        id: u64,
-        (start, n): (u64, u64),
-        scratch: &mut TokenScratch,
-        f: impl FnMut(usize, &[u8]),
-    ) -> Result<()> {
-        let TokenScratch {
-            ids,
-            ranges,
-            task,
-            one,
-            batch,
-        } = scratch;
-        if let Some(p) = task.get_mut(k).filter(|p| p.id == Some(id)) {
-            p.id = None;
-            return self.visit(p, f);
+    /// Call `f` for the pieces of the `k`-th sample of the task `io` planned and fetched (see
+    /// [`TokenDataset::for_each_piece`]).
+    fn visit_task(&self, k: usize, io: &mut TaskIo, f: impl FnMut(usize, &[u8])) -> Result<()> {
+        let src = self.source();
+        let (plan, bytes, task) = io.split::<TokenTask>();
+        let at = plan.sample(k).start;
+        let Some(p) = task.planned.get_mut(k) else {
+            return Err(EngineError::Worker(format!(
+                "sample {k} of the task was not planned"
+            )));
+        };
+        self.visit(p, |r| bytes.get(src, at + r), f)
+    }
+
+    /// Where the shards' bytes are, for the fetcher.
+    fn source(&self) -> ByteSource<'_> {
+        ByteSource {
+            dataset: &self.ds,
+            cache: self.cache.get().map(|c| &**c),
         }
-        self.plan(Some(id), start, n, one);
-        if !self.read_if_cached(one) {
-            // the device is needed: this sample's reads and the rest of the task's, at once
-            let rest = ids.len().min(ranges.len());
-            if task.len() < rest {
-                task.resize_with(rest, Planned::default);
-            }
-            let mut group: Vec<&mut Planned> = vec![&mut *one];
-            for (j, p) in task.iter_mut().enumerate().take(rest).skip(k + 1) {
-                match ranges[j] {
-                    Some((s, m)) => {
-                        self.plan(Some(ids[j]), s, m, p);
-                        group.push(p);
-                    }
-                    None => p.id = None,
-                }
-            }
-            self.read_planned(group, batch);
-        }
-        self.visit(one, f)
     }
 
     /// Use the RAM cache of whole shards with `budget` bytes (shared by the loaders of this
@@ -278,52 +235,6 @@ impl TokenDataset {
         self.cache.get().map(|c| c.stats())
     }
 
-    /// `read`'s bytes when they are in memory (a map, a memory backend, or a shard loaded in the
-    /// RAM cache): the slice, and whether the RAM cache gave it. A first miss on a shard queues
-    /// its load into the RAM cache.
-    fn memory(&self, read: &ShardRead, len: usize) -> Option<(&[u8], bool)> {
-        let source = self.ds.shards()[read.shard].source();
-        if let Some(s) = source.slice(read.lo, len) {
-            return Some((s, false));
-        }
-        let lo = usize::try_from(read.lo).ok()?;
-        let shard = self.cache.get()?.shard(&self.ds, read.shard)?;
-        Some((shard.get(lo..lo.checked_add(len)?)?, true))
-    }
-
-    /// Read `p`'s reads that are in the page cache (slices of maps and memory need none);
-    /// false when one is not (then none of them is to be relied on).
-    fn read_if_cached(&self, p: &mut Planned) -> bool {
-        let shards = self.ds.shards();
-        let n = p.reads.reads().len();
-        p.errors.clear();
-        p.errors.resize_with(n, || None);
-        if p.bufs.len() < n {
-            p.bufs.resize_with(n, Vec::new);
-        }
-        if p.error.is_some() {
-            return true; // nothing to read: the planning's error is reported
-        }
-        for (read, buf) in p.reads.reads().iter().zip(p.bufs.iter_mut()) {
-            let source = shards[read.shard].source();
-            let Ok(len) = usize::try_from(read.len()) else {
-                return false;
-            };
-            if self.memory(read, len).is_some() {
-                continue;
-            }
-            if buf.len() < len {
-                buf.resize(len, 0);
-            }
-            match read_batch::read_if_cached(&**source, read.lo, &mut buf[..len]) {
-                Ok(true) => {}
-                // not cached, or an error: read again (in the batch), which reports the error
-                Ok(false) | Err(_) => return false,
-            }
-        }
-        true
-    }
-
     /// The reads of tokens `[start, start + n)`: see [`TokenIndex::pieces_into`]; records not yet
     /// checked in this process are read whole (see [`VERIFY_MAX_RECORD`]).
     fn pieces(
@@ -340,39 +251,8 @@ impl TokenDataset {
             .pieces_into(self.ds.shards(), start, n, whole, out)
     }
 
-    /// Whether announcing reads ahead pays: the shards are in object storage and not all in
-    /// memory (for local files, the page cache's own readahead serves token windows).
-    fn fetches_ahead(&self) -> bool {
-        self.remote() && !self.cache.get().is_some_and(|c| c.complete())
-    }
-
-    /// Whether the shards are in object storage (which fetches announced reads ahead).
-    fn remote(&self) -> bool {
-        self.ds.remote_stats().is_some()
-    }
-
-    /// Tell storage that the token ranges `ranges` will be read soon (the byte ranges of their
-    /// planned reads, those not in memory).
-    fn hint(&self, ranges: impl Iterator<Item = (u64, u64)>, scratch: &mut Vec<(usize, u64, u64)>) {
-        scratch.clear();
-        let mut reads = TokenReads::default();
-        for (start, n) in ranges {
-            if self.pieces(start, n, &mut reads).is_err() {
-                continue; // the fill reports it
-            }
-            for r in reads.reads() {
-                let len = usize::try_from(r.len()).unwrap_or(usize::MAX);
-                if self.memory(r, len).is_none() {
-                    scratch.push((r.shard, r.lo, r.hi));
-                }
-            }
-        }
-        crate::fetch::hint_ranges(&self.ds, scratch);
-    }
-
-    /// Plan the reads of tokens `[start, start + n)` into `p` (for sample `id`).
-    fn plan(&self, id: Option<u64>, start: u64, n: u64, p: &mut Planned) {
-        p.id = id;
+    /// Plan the reads of tokens `[start, start + n)` into `p`.
+    fn plan(&self, start: u64, n: u64, p: &mut Planned) {
         p.error = self
             .pieces(start, n, &mut p.reads)
             .err()
@@ -382,44 +262,14 @@ impl TokenDataset {
         }
     }
 
-    /// Read every planned read that is not a slice of memory, all of them together.
-    fn read_planned(&self, mut planned: Vec<&mut Planned>, batch: &mut ReadBatch) {
-        let shards = self.ds.shards();
-        let mut reqs = Vec::new();
-        let mut at = Vec::new();
-        for (k, p) in planned.iter_mut().enumerate() {
-            let n = p.reads.reads().len();
-            p.errors.clear();
-            p.errors.resize_with(n, || None);
-            if p.bufs.len() < n {
-                p.bufs.resize_with(n, Vec::new);
-            }
-            for ((r, read), buf) in p.reads.reads().iter().enumerate().zip(p.bufs.iter_mut()) {
-                let source = shards[read.shard].source();
-                // index ranges were checked against the file at open; a length that does not
-                // fit memory is an error of the read below, never an allocation
-                let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
-                if len == usize::MAX || self.memory(read, len).is_some() {
-                    continue;
-                }
-                if buf.len() < len {
-                    buf.resize(len, 0);
-                }
-                reqs.push(ReadRequest::new(&**source, read.lo, &mut buf[..len]));
-                at.push((k, r));
-            }
-        }
-        batch.read_all(&mut reqs);
-        let results: Vec<Option<std::io::Error>> =
-            reqs.into_iter().map(|req| req.result.err()).collect();
-        for (e, (k, r)) in results.into_iter().zip(at) {
-            planned[k].errors[r] = e;
-        }
-    }
-
     /// Call `f(piece, raw)` for the pieces of `p`, in order, after their checks (see
-    /// [`TokenDataset::for_each_piece`]).
-    fn visit(&self, p: &mut Planned, mut f: impl FnMut(usize, &[u8])) -> Result<()> {
+    /// [`TokenDataset::for_each_piece`]); `bytes(r)` gives the bytes of `p`'s `r`-th read.
+    fn visit<'b>(
+        &self,
+        p: &mut Planned,
+        bytes: impl Fn(usize) -> std::result::Result<&'b [u8], stokehold_format::FormatError>,
+        mut f: impl FnMut(usize, &[u8]),
+    ) -> Result<()> {
         if let Some(e) = p.error.take() {
             return Err(e);
         }
@@ -427,27 +277,10 @@ impl TokenDataset {
         let mut piece = 0usize;
         for (r, read) in p.reads.reads().iter().enumerate() {
             let shard = &self.ds.shards()[read.shard];
-            let sample_err = |source| EngineError::Sample {
+            let data = bytes(r).map_err(|source| EngineError::Sample {
                 id: read.first_doc,
                 source,
-            };
-            let len = usize::try_from(read.len()).unwrap_or(usize::MAX);
-            let memory = self.memory(read, len);
-            if let Some(c) = self.cache.get() {
-                let hit = memory.is_some_and(|(_, cached)| cached);
-                c.count(u64::from(hit), u64::from(!hit));
-            }
-            let data = match (memory.map(|(s, _)| s), p.errors[r].take()) {
-                (Some(s), _) => s,
-                (None, Some(e)) => return Err(sample_err(shard.range_error(read.lo, read.hi, e))),
-                (None, None) => match p.bufs[r].get(..len) {
-                    Some(b) => b,
-                    None => {
-                        let e = std::io::Error::other("the range does not fit in memory");
-                        return Err(sample_err(shard.range_error(read.lo, read.hi, e)));
-                    }
-                },
-            };
+            })?;
             for piece_plan in p.reads.pieces(read) {
                 let checked =
                     piece_plan
@@ -466,6 +299,17 @@ impl TokenDataset {
             }
         }
         Ok(())
+    }
+}
+
+/// The byte ranges of `p`'s reads, pushed to the plan of the sample being planned.
+fn push_reads(p: &Planned, plan: &mut TaskPlan) {
+    for r in p.reads.reads() {
+        plan.push(ByteRange {
+            shard: r.shard,
+            lo: r.lo,
+            hi: r.hi,
+        });
     }
 }
 
@@ -594,8 +438,8 @@ impl Default for TokenOptions {
     }
 }
 
-/// The stage index of a sample's reads and assembly (window or document).
-const STAGE_ASSEMBLE: usize = 0;
+/// The stage index of a sample's assembly (window or document; stage 0 is the task's read).
+const STAGE_ASSEMBLE: usize = 1;
 
 /// Column indices of a token batch (fixed order: inputs, labels, then the optional ones).
 const INPUT: usize = 0;
@@ -723,7 +567,7 @@ impl Tokens {
         &self,
         id: u64,
         k: usize,
-        scratch: &mut TokenScratch,
+        io: &mut TaskIo,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let mut slots = out.fixed_columns();
@@ -740,36 +584,29 @@ impl Tokens {
         let dtype = self.data.dtype();
         let w = dtype.size();
         match self.options.mode {
-            TokenMode::Packed { seq_len } => {
-                let start = id * u64::from(seq_len);
+            TokenMode::Packed { .. } => {
                 let mut j = 0usize; // window token index of the piece's first token
                 let mut last = E::from_u32(0);
-                self.data.for_each_task_piece(
-                    k,
-                    id,
-                    (start, t as u64 + 1),
-                    scratch,
-                    |piece, raw| {
-                        let n = raw.len() / w;
-                        // inputs: window tokens j..j+n ∩ 0..t
-                        let in_end = (j + n).min(t);
-                        if j < in_end {
-                            widen(dtype, raw, &mut input[j..in_end]);
-                            if let Some(p) = position.as_deref_mut() {
-                                for (k, v) in p[j..in_end].iter_mut().enumerate() {
-                                    *v = E::from_i64(k as i64);
-                                }
-                            }
-                            if let Some(s) = segment.as_deref_mut() {
-                                s[j..in_end].fill(E::from_i64(piece as i64));
+                self.data.visit_task(k, io, |piece, raw| {
+                    let n = raw.len() / w;
+                    // inputs: window tokens j..j+n ∩ 0..t
+                    let in_end = (j + n).min(t);
+                    if j < in_end {
+                        widen(dtype, raw, &mut input[j..in_end]);
+                        if let Some(p) = position.as_deref_mut() {
+                            for (k, v) in p[j..in_end].iter_mut().enumerate() {
+                                *v = E::from_i64(k as i64);
                             }
                         }
-                        if j + n > t {
-                            last = E::from_u32(dtype.get(raw, t - j));
+                        if let Some(s) = segment.as_deref_mut() {
+                            s[j..in_end].fill(E::from_i64(piece as i64));
                         }
-                        j += n;
-                    },
-                )?;
+                    }
+                    if j + n > t {
+                        last = E::from_u32(dtype.get(raw, t - j));
+                    }
+                    j += n;
+                })?;
                 // labels are the inputs shifted by one, then the window's last token
                 labels[..t - 1].copy_from_slice(&input[1..]);
                 labels[t - 1] = last;
@@ -790,21 +627,19 @@ impl Tokens {
                 if n == 0 {
                     return Ok(());
                 }
-                let start = self.data.doc_start(id);
                 let mut at = 0usize;
                 let mut last = E::from_u32(0);
-                self.data
-                    .for_each_task_piece(k, id, (start, len as u64), scratch, |_, raw| {
-                        let k = raw.len() / w;
-                        let in_end = (at + k).min(n);
-                        if at < in_end {
-                            widen(dtype, raw, &mut input[at..in_end]);
-                        }
-                        if at + k > n {
-                            last = E::from_u32(dtype.get(raw, n - at));
-                        }
-                        at += k;
-                    })?;
+                self.data.visit_task(k, io, |_, raw| {
+                    let k = raw.len() / w;
+                    let in_end = (at + k).min(n);
+                    if at < in_end {
+                        widen(dtype, raw, &mut input[at..in_end]);
+                    }
+                    if at + k > n {
+                        last = E::from_u32(dtype.get(raw, n - at));
+                    }
+                    at += k;
+                })?;
                 labels[..n - 1].copy_from_slice(&input[1..n]);
                 labels[n - 1] = last;
             }
@@ -814,10 +649,6 @@ impl Tokens {
 }
 
 impl Samples for Tokens {
-    fn storage_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
-        self.data.dataset().remote_stats()
-    }
-
     fn cache_stats(&self) -> Vec<CacheStats> {
         self.data.cache_stats().into_iter().collect()
     }
@@ -859,10 +690,11 @@ impl Samples for Tokens {
     }
 
     fn stage_names(&self) -> Vec<String> {
-        vec![match self.options.mode {
-            TokenMode::Packed { .. } => "window".to_string(),
-            TokenMode::Documents { .. } => "document".to_string(),
-        }]
+        let sample = match self.options.mode {
+            TokenMode::Packed { .. } => "window",
+            TokenMode::Documents { .. } => "document",
+        };
+        vec!["read".to_string(), sample.to_string()]
     }
 
     fn fingerprint(&self) -> String {
@@ -883,31 +715,28 @@ impl Samples for Tokens {
         true
     }
 
-    fn readahead(&self) -> Readahead {
-        // local token reads go by the page cache's own readahead; object storage fetches ahead
-        if self.data.fetches_ahead() {
-            Readahead::Fetch
-        } else {
-            Readahead::Off
+    fn source(&self) -> Option<ByteSource<'_>> {
+        Some(self.data.source())
+    }
+
+    fn plan(&self, ids: &[u64], io: &mut TaskIo) {
+        let (plan, task) = io.plan_and_scratch::<TokenTask>();
+        if task.planned.len() < ids.len() {
+            task.planned.resize_with(ids.len(), Planned::default);
         }
-    }
-
-    fn hint(&self, ids: &[u64], scratch: &mut Vec<(usize, u64, u64)>) {
-        self.data
-            .hint(ids.iter().filter_map(|&id| self.range_of(id)), scratch);
-    }
-
-    fn fetch(&self, ids: &[u64], io: &mut TaskIo, cx: &mut TaskCtx<'_, '_>) {
-        // the task's samples and ranges: each is read when filled (from the page cache, in the
-        // sample's stage), or with the rest of the task in one batch when the device is needed
-        let _ = cx;
-        let t = &mut io.tokens;
-        t.ids.clear();
-        t.ids.extend_from_slice(ids);
-        t.ranges.clear();
-        t.ranges.extend(ids.iter().map(|&id| self.range_of(id)));
-        for p in &mut t.task {
-            p.id = None;
+        for (&id, p) in ids.iter().zip(&mut task.planned) {
+            match self.range_of(id) {
+                Some((start, n)) => {
+                    self.data.plan(start, n, p);
+                    push_reads(p, plan);
+                }
+                None => {
+                    // a document too short to give an input: nothing to read
+                    p.reads = TokenReads::default();
+                    p.error = None;
+                }
+            }
+            plan.end_sample();
         }
     }
 
@@ -921,8 +750,8 @@ impl Samples for Tokens {
     ) -> Result<()> {
         let mut clock = cx.ws.clock();
         let r = match self.options.dtype {
-            DType::I64 => self.fill_as::<i64>(id, k, &mut io.tokens, out),
-            _ => self.fill_as::<i32>(id, k, &mut io.tokens, out),
+            DType::I64 => self.fill_as::<i64>(id, k, io, out),
+            _ => self.fill_as::<i32>(id, k, io, out),
         };
         cx.ws
             .read(self.read_len(id) as usize * self.data.dtype().size());
