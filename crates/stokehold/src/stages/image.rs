@@ -7,7 +7,6 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::Value as Json;
 use stokehold_format::{DType, FieldValue};
 use stokehold_ops::{
     Geometry, ImageOps, Jitter, OutDType, OutSpec, Pixels, PixelsRef, Random, Workspace,
@@ -17,7 +16,7 @@ use stokehold_ops::{
 use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
-use crate::stages::stage_spec::TransformSpec;
+use crate::stages::stage_spec::{FloatType, Layout, PerChannel, Size, Stage, TransformSpec};
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The image stage names.
@@ -39,96 +38,17 @@ fn bad(column: &str, msg: impl std::fmt::Display) -> EngineError {
     EngineError::Config(format!("column {column:?}: {msg}"))
 }
 
-fn size_param(column: &str, stage: &str, v: Option<&Json>) -> Result<(u32, u32)> {
-    let as_u32 = |x: &Json| {
-        x.as_u64()
-            .filter(|&n| n > 0 && n <= 65535)
-            .map(|n| n as u32)
-    };
-    match v {
-        Some(Json::Number(_)) => as_u32(v.expect("some")).map(|s| (s, s)),
-        Some(Json::Array(a)) if a.len() == 2 => match (as_u32(&a[0]), as_u32(&a[1])) {
-            (Some(h), Some(w)) => Some((w, h)),
-            _ => None,
-        },
-        _ => None,
-    }
-    .ok_or_else(|| {
+/// A required `size`, or the message of a missing one.
+fn required(column: &str, stage: &str, size: Option<Size>) -> Result<Size> {
+    size.ok_or_else(|| {
         bad(
             column,
             format!(
                 "{stage}: size must be a positive integer (up to 65535) or [height, width] of \
-                 them, got {}",
-                shown(v)
+                 them, got nothing"
             ),
         )
     })
-}
-
-/// A parameter's value as it was written (`0`, `[224, -1]`), or "nothing" when it is missing.
-fn shown(v: Option<&Json>) -> String {
-    v.map_or_else(|| "nothing".to_string(), Json::to_string)
-}
-
-fn pair(column: &str, stage: &str, p: &Json, key: &str, default: (f64, f64)) -> Result<(f64, f64)> {
-    match p.get(key) {
-        None | Some(Json::Null) => Ok(default),
-        Some(Json::Array(a)) if a.len() == 2 => match (a[0].as_f64(), a[1].as_f64()) {
-            (Some(x), Some(y)) if x > 0.0 && x <= y => Ok((x, y)),
-            _ => Err(bad(
-                column,
-                format!("{stage}: {key} must be [low, high] with 0 < low <= high"),
-            )),
-        },
-        Some(v) => Err(bad(
-            column,
-            format!("{stage}: {key} must be [low, high], got {v}"),
-        )),
-    }
-}
-
-fn num(column: &str, stage: &str, p: &Json, key: &str, default: f64) -> Result<f64> {
-    match p.get(key) {
-        None | Some(Json::Null) => Ok(default),
-        Some(v) => v.as_f64().filter(|x| *x >= 0.0).ok_or_else(|| {
-            bad(
-                column,
-                format!("{stage}: {key} must be a non-negative number, got {v}"),
-            )
-        }),
-    }
-}
-
-fn triple(column: &str, p: &Json, key: &str) -> Result<[f32; 3]> {
-    match p.get(key) {
-        Some(Json::Array(a)) if a.len() == 1 || a.len() == 3 => {
-            let v: Option<Vec<f32>> = a.iter().map(|x| x.as_f64().map(|f| f as f32)).collect();
-            let v = v.ok_or_else(|| bad(column, format!("normalize: {key} must hold numbers")))?;
-            Ok(if v.len() == 1 {
-                [v[0]; 3]
-            } else {
-                [v[0], v[1], v[2]]
-            })
-        }
-        other => Err(bad(
-            column,
-            format!(
-                "normalize: {key} must be a list of 1 or 3 numbers, got {}",
-                shown(other)
-            ),
-        )),
-    }
-}
-
-fn layout(column: &str, stage: &str, p: &Json) -> Result<bool> {
-    match p.get("layout").and_then(Json::as_str).unwrap_or("CHW") {
-        "CHW" | "chw" => Ok(true),
-        "HWC" | "hwc" => Ok(false),
-        other => Err(bad(
-            column,
-            format!("{stage}: layout must be \"CHW\" or \"HWC\", got {other:?}"),
-        )),
-    }
 }
 
 /// Plan the fused image transform of a column from its specs.
@@ -140,9 +60,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
     let mut gray = false;
     let mut out = OutSpec::default();
     let mut finished = false;
-    let null = Json::Null;
     for s in specs {
-        let p = if s.params.is_null() { &null } else { &s.params };
         if finished {
             return Err(bad(
                 column,
@@ -152,9 +70,21 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                 ),
             ));
         }
+        let stage = match s.stage() {
+            Some(Ok(stage)) => stage,
+            Some(Err(e)) => return Err(bad(column, format!("{}: {e}", s.name))),
+            None => {
+                return Err(bad(
+                    column,
+                    format!("{:?} is not an image stage ({})", s.name, STAGES.join(", ")),
+                ));
+            }
+        };
         let geometry_set = geometry.is_some();
-        match s.name.as_str() {
-            "random_resized_crop" | "resize" | "center_crop" if geometry_set => {
+        match stage {
+            Stage::RandomResizedCrop(_) | Stage::Resize(_) | Stage::CenterCrop(_)
+                if geometry_set =>
+            {
                 return Err(bad(
                     column,
                     format!(
@@ -163,17 +93,15 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                     ),
                 ));
             }
-            "random_resized_crop" => {
+            Stage::RandomResizedCrop(p) => {
                 if pending_resize.is_some() {
                     return Err(bad(
                         column,
                         "random_resized_crop after resize is not supported; use it on the original image",
                     ));
                 }
-                let (width, height) = size_param(column, &s.name, p.get("size"))?;
-                let scale = pair(column, &s.name, p, "scale", (0.08, 1.0))?;
-                let ratio = pair(column, &s.name, p, "ratio", (3.0 / 4.0, 4.0 / 3.0))?;
-                if scale.1 > 1.0 {
+                let (width, height) = required(column, &s.name, p.size)?.width_height();
+                if p.scale.1 > 1.0 {
                     return Err(bad(
                         column,
                         "random_resized_crop: scale must be within (0, 1]",
@@ -182,19 +110,21 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                 geometry = Some(Geometry::RandomResizedCrop {
                     width,
                     height,
-                    scale,
-                    ratio,
+                    scale: (p.scale.0, p.scale.1),
+                    ratio: (p.ratio.0, p.ratio.1),
                 });
             }
-            "resize" => match p.get("size") {
-                Some(Json::Array(_)) => {
-                    let (width, height) = size_param(column, "resize", p.get("size"))?;
-                    geometry = Some(Geometry::Resize { width, height });
+            Stage::Resize(p) => match required(column, "resize", p.size)? {
+                Size::HeightWidth(h, w) => {
+                    geometry = Some(Geometry::Resize {
+                        width: w,
+                        height: h,
+                    });
                 }
-                v => pending_resize = Some(size_param(column, "resize", v)?.0),
+                Size::Side(n) => pending_resize = Some(n),
             },
-            "center_crop" => {
-                let (width, height) = size_param(column, &s.name, p.get("size"))?;
+            Stage::CenterCrop(p) => {
+                let (width, height) = required(column, &s.name, p.size)?.width_height();
                 let shorter = pending_resize.take().ok_or_else(|| {
                     bad(column, "center_crop needs a resize(shorter_side) before it")
                 })?;
@@ -204,47 +134,46 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                     height,
                 });
             }
-            "random_horizontal_flip" => {
-                flip_p = num(column, &s.name, p, "p", 0.5)?.min(1.0);
+            Stage::RandomHorizontalFlip(p) => flip_p = p.p.0.min(1.0),
+            Stage::ColorJitter(p) => {
+                jitter = Some(Jitter {
+                    brightness: p.brightness.0 as f32,
+                    contrast: p.contrast.0 as f32,
+                    saturation: p.saturation.0 as f32,
+                });
             }
-            "color_jitter" => {
-                let j = Jitter {
-                    brightness: num(column, &s.name, p, "brightness", 0.0)? as f32,
-                    contrast: num(column, &s.name, p, "contrast", 0.0)? as f32,
-                    saturation: num(column, &s.name, p, "saturation", 0.0)? as f32,
-                };
-                jitter = Some(j);
-            }
-            "grayscale" => gray = true,
-            "to_tensor" => {
-                out.chw = layout(column, &s.name, p)?;
+            Stage::Grayscale => gray = true,
+            Stage::ToTensor(p) => {
+                out.chw = p.layout == Layout::Chw;
                 finished = true;
             }
-            "normalize" => {
-                out.chw = layout(column, &s.name, p)?;
-                out.mean = triple(column, p, "mean")?;
-                out.std = triple(column, p, "std")?;
+            Stage::Normalize(p) => {
+                let per_channel = |key: &str, v: Option<PerChannel>| {
+                    v.map(|c| c.0).ok_or_else(|| {
+                        bad(
+                            column,
+                            format!(
+                                "normalize: {key} must be a list of 1 or 3 numbers, got nothing"
+                            ),
+                        )
+                    })
+                };
+                out.chw = p.layout == Layout::Chw;
+                out.mean = per_channel("mean", p.mean)?;
+                out.std = per_channel("std", p.std)?;
                 if out.std.iter().any(|&x| x <= 0.0) {
                     return Err(bad(column, "normalize: std must be positive"));
                 }
-                out.dtype = match p.get("dtype").and_then(Json::as_str).unwrap_or("float32") {
-                    "float32" | "f32" => OutDType::F32,
-                    "float16" | "f16" => OutDType::F16,
-                    other => {
-                        return Err(bad(
-                            column,
-                            format!(
-                                "normalize: dtype {other:?} (use float32 or float16; bfloat16 batches need a bf16 dtype in the engine, not there yet)"
-                            ),
-                        ));
-                    }
+                out.dtype = match p.dtype {
+                    FloatType::F32 => OutDType::F32,
+                    FloatType::F16 => OutDType::F16,
                 };
                 finished = true;
             }
-            other => {
+            Stage::Tokenize(_) => {
                 return Err(bad(
                     column,
-                    format!("{other:?} is not an image stage ({})", STAGES.join(", ")),
+                    format!("{:?} is not an image stage ({})", s.name, STAGES.join(", ")),
                 ));
             }
         }

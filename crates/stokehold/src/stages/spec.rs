@@ -48,6 +48,25 @@ pub fn build_column(
                 other.name
             )));
         }
+        // encoded images are bytes: an image chain on a number, string or array field would
+        // fail at every sample, so it is refused here, before the first batch
+        if let Some(f) = schema.index_of(field).map(|i| &schema.fields[i])
+            && !matches!(
+                f.ty,
+                stokehold_format::FieldType::Bytes | stokehold_format::FieldType::Image { .. }
+            )
+        {
+            return Err(EngineError::Config(format!(
+                "column {field:?}: image stages ({}) need encoded image bytes, and the field is \
+                 of type {}; choose an image or bytes field for them",
+                specs
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                f.ty
+            )));
+        }
         let (t, output) = crate::stages::image::plan(field, specs)?;
         column.transforms = vec![t];
         column.output = output;

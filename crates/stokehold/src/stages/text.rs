@@ -10,12 +10,11 @@
 
 use std::sync::Arc;
 
-use serde_json::Value as Json;
 use stokehold_format::{DType, FieldValue};
 use stokehold_ops::text::TextTokenizer;
 
 use crate::error::{EngineError, Result};
-use crate::stages::stage_spec::TransformSpec;
+use crate::stages::stage_spec::{IdType, Stage, TransformSpec};
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The stage's name in specs.
@@ -48,52 +47,41 @@ fn plan_inner(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transfor
     let [spec] = specs else {
         return Err(bad(column, "must be the only stage of its column"));
     };
-    let p = &spec.params;
+    let p = match spec.stage() {
+        Some(Ok(Stage::Tokenize(p))) => p,
+        Some(Err(e)) => return Err(bad(column, e)),
+        _ => return Err(bad(column, "not a tokenize stage")),
+    };
     let path = p
-        .get("tokenizer")
-        .and_then(Json::as_str)
+        .tokenizer
+        .as_deref()
         .ok_or_else(|| bad(column, "\"tokenizer\" (a tokenizer.json path) is required"))?;
     let tok = TextTokenizer::from_file(path).map_err(|e| bad(column, e))?;
-    let max_length = match p.get("max_length") {
-        None | Some(Json::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(n) if n > 0 && n <= 1 << 24 => Some(n as usize),
-            _ => {
-                return Err(bad(
-                    column,
-                    format!("max_length must be 1 to 2^24, got {v}"),
-                ));
-            }
-        },
-    };
-    let dtype = match p.get("dtype").and_then(Json::as_str).unwrap_or("int32") {
-        "int32" | "i32" => DType::I32,
-        "int64" | "i64" => DType::I64,
-        other => {
+    let max_length = match p.max_length {
+        None => None,
+        Some(n) if n > 0 && n <= 1 << 24 => Some(n as usize),
+        Some(n) => {
             return Err(bad(
                 column,
-                format!("dtype must be int32 or int64, got {other:?}"),
+                format!("max_length must be 1 to 2^24, got {n}"),
             ));
         }
     };
-    let token = |key: &str| -> Result<Option<u32>> {
-        match p.get(key) {
-            None | Some(Json::Null) => Ok(None),
-            Some(Json::String(name)) => tok.token_id(name).map(Some).map_err(|e| bad(column, e)),
-            Some(v) => Err(bad(column, format!("{key} must be a token name, got {v}"))),
-        }
+    let dtype = match p.dtype {
+        IdType::I32 => DType::I32,
+        IdType::I64 => DType::I64,
     };
-    let (bos, eos) = (token("bos")?, token("eos")?);
-    let pad_id = match p.get("pad_id") {
-        None | Some(Json::Null) => ["<pad>", "[PAD]", "<|pad|>"]
+    let token = |name: Option<&str>| -> Result<Option<u32>> {
+        name.map(|n| tok.token_id(n).map_err(|e| bad(column, e)))
+            .transpose()
+    };
+    let (bos, eos) = (token(p.bos.as_deref())?, token(p.eos.as_deref())?);
+    let pad_id = p.pad_id.unwrap_or_else(|| {
+        ["<pad>", "[PAD]", "<|pad|>"]
             .iter()
             .find_map(|n| tok.inner().token_to_id(n))
-            .unwrap_or(0),
-        Some(v) => v
-            .as_u64()
-            .and_then(|v| u32::try_from(v).ok())
-            .ok_or_else(|| bad(column, format!("pad_id must be a token id, got {v}")))?,
-    };
+            .unwrap_or(0)
+    });
     let output = match max_length {
         Some(n) => Output::Fixed {
             dtype,

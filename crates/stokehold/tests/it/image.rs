@@ -224,6 +224,44 @@ fn evaluation_chain_and_planning_errors() {
         ])
         .contains("cannot be mixed")
     );
+    // parameters are typed: a misspelt one is refused, naming it and what is known
+    let e = bad(vec![spec(
+        "random_resized_crop",
+        serde_json::json!({"size": 8, "scal": [0.5, 1.0]}),
+    )]);
+    assert!(
+        e.contains("random_resized_crop: unknown field `scal`") && e.contains("`scale`"),
+        "{e}"
+    );
+    let e = bad(vec![
+        spec("random_resized_crop", serde_json::json!({"size": 8})),
+        spec(
+            "normalize",
+            serde_json::json!({"mean": [0.5], "std": [0.2], "dtype": "bf16"}),
+        ),
+    ]);
+    assert!(
+        e.contains("normalize: dtype must be float32 or float16"),
+        "{e}"
+    );
+    // an image chain on the int64 label is refused when the loader is made, not at a batch
+    let e = build_columns(
+        ds.schema(),
+        &BTreeMap::from([(
+            "label".to_string(),
+            vec![spec("random_resized_crop", serde_json::json!({"size": 8}))],
+        )]),
+        true,
+        &mut |_| None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("column \"label\"")
+            && e.contains("need encoded image bytes")
+            && e.contains("int64"),
+        "{e}"
+    );
 }
 
 /// Replace sample `id`'s JPEG with a truncated copy, keeping the dataset valid (re-packed), so
