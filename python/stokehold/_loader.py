@@ -190,6 +190,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
         trace_capacity=TRACE_CAPACITY if o["trace"] is not None else 0,
         on_error=_on_error(o["on_error"]),
         cache_bytes=_cache_budget(o["cache"]),
+        io_uring=o["io_uring"],
     )
     disk = dict(cache_dir=o["cache_dir"], cache_dir_limit=_dir_limit(o["cache_dir"], o["cache_dir_limit"]))
     return loader, disk
@@ -484,6 +485,12 @@ class Loader(_Front):
     :param decoded_cache_dir_limit: the most bytes the directory may hold for this dataset and
         size (``"auto"``: no limit of its own; writing always stops with 5% of the filesystem
         free). Images beyond it are computed each time.
+    :param decoded_cache_keep_free: the free bytes the directory's filesystem keeps: writing
+        stops below (``"auto"``: 5% of the filesystem, at most 1 GiB). ``STOKEHOLD_KEEP_FREE``
+        in the environment, when set, overrides it (docs/storage.md).
+    :param io_uring: submit a task's reads that need the device together through ``io_uring``
+        where the kernel allows it (reads from the page cache are plain reads either way);
+        ``False``: one ``pread`` each. ``STOKEHOLD_IO_URING=0`` turns it off for the process.
     :param cache_dir: a local directory caching the shard files of a dataset on slow storage (a
         network filesystem): shards are copied there in the background (atomically, checked,
         shared safely by several processes) and read from there once copied.
@@ -517,11 +524,13 @@ class Loader(_Front):
         decoded_cache_budget: Union[int, str] = "auto",
         decoded_cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         decoded_cache_dir_limit: Union[int, str] = "auto",
+        decoded_cache_keep_free: Union[int, str] = "auto",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_dir_limit: Union[int, str] = "auto",
         memory_budget: Union[None, int, str] = None,
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
+        io_uring: bool = True,
     ) -> None:
         o = _options.given(LOADER, locals())
         if not isinstance(dataset, Dataset):
@@ -548,6 +557,8 @@ class Loader(_Front):
                 if o["decoded_cache_dir_limit"] in (0, "0"):
                     raise ConfigError("decoded_cache_dir_limit must be positive")
                 decoded["dir_limit"] = o["decoded_cache_dir_limit"]
+            if o["decoded_cache_keep_free"] != "auto":
+                decoded["keep_free"] = o["decoded_cache_keep_free"]
             loader_config["decoded_cache"] = decoded
         specs, stages = _stage_specs(o["transforms"])
         spec = dict(loader=loader_config, samples=dict(kind="records", transforms=specs), **disk)

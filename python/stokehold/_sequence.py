@@ -75,6 +75,9 @@ class SequenceLoader(_Front):
         datasets are evicted, least recently used first, to make room.
     :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
         byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
+    :param io_uring: submit a task's reads that need the device together through ``io_uring``
+        where the kernel allows it; ``False``: one ``pread`` each (``STOKEHOLD_IO_URING=0`` turns
+        it off for the process).
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
         step larger than the epoch.
     """
@@ -108,6 +111,7 @@ class SequenceLoader(_Front):
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache_dir_limit: Union[int, str] = "auto",
+        io_uring: bool = True,
     ) -> None:
         o = _options.given(SEQUENCE, locals())
         if not isinstance(dataset, Dataset):

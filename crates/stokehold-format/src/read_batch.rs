@@ -121,6 +121,13 @@ impl ReadBatch {
         ReadBatch::default()
     }
 
+    /// A batched reader that never uses `io_uring` (every range read with `pread`).
+    pub fn without_io_uring() -> ReadBatch {
+        ReadBatch {
+            ring: Ring::Unavailable,
+        }
+    }
+
     /// How reads are made: `"io_uring"`, `"pread"`, or `"untried"` before the first batch.
     pub fn mode(&self) -> &'static str {
         match self.ring {

@@ -353,6 +353,25 @@ pub struct Fetched {
 }
 
 impl Fetched {
+    /// A fetcher that submits reads through `io_uring` where the kernel allows it (the default),
+    /// or never (`io_uring` false).
+    pub fn new(io_uring: bool) -> Fetched {
+        Fetched {
+            batch: if io_uring {
+                ReadBatch::new()
+            } else {
+                ReadBatch::without_io_uring()
+            },
+            ..Fetched::default()
+        }
+    }
+
+    /// How reads that need the device are made: `"io_uring"`, `"pread"`, or `"untried"` before
+    /// the first such read.
+    pub fn mode(&self) -> &'static str {
+        self.batch.mode()
+    }
+
     /// Fetch `ranges` from `src` (memory borrowed, the rest read in coalesced requests that go
     /// out together). Errors are kept per range and given by [`Fetched::get`].
     pub fn fetch(&mut self, src: ByteSource<'_>, ranges: &[ByteRange]) {
@@ -609,6 +628,34 @@ mod tests {
                 shards.len() as u64,
                 "gaps under 64 KiB are read through"
             );
+        }
+    }
+
+    /// Drop `ds`'s shards from the page cache (their pages are clean once synced).
+    fn evict(ds: &Dataset) {
+        for s in ds.shards() {
+            let f = std::fs::File::open(s.path()).unwrap();
+            f.sync_all().unwrap();
+            let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
+        }
+    }
+
+    #[test]
+    fn cold_ranges_are_read_together_and_right_with_or_without_io_uring() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = dataset(tmp.path(), Access::Pread);
+        let ids = [90u64, 3, 55, 71, 20, 99, 0, 44, 63, 8];
+        for io_uring in [true, false] {
+            evict(&ds);
+            let mut f = Fetched::new(io_uring);
+            fetch_records(&ds, &mut f, &ids, &format!("io_uring {io_uring}"));
+            // with the ring refused (an old kernel, a seccomp profile) or off: pread each
+            let modes: &[&str] = if io_uring {
+                &["io_uring", "pread", "untried"]
+            } else {
+                &["pread"]
+            };
+            assert!(modes.contains(&f.mode()), "{}", f.mode());
         }
     }
 

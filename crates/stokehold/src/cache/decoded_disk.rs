@@ -239,6 +239,12 @@ impl DecodedDisk {
         self.keep_free = bytes;
     }
 
+    /// The floor of free bytes set (`None`: the default); opened with [`KEEP_FREE_ENV`] set,
+    /// its value.
+    pub fn keep_free(&self) -> Option<u64> {
+        self.keep_free
+    }
+
     /// The key's directory.
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -433,7 +439,7 @@ impl DecodedDisk {
                 .unwrap_or(((total as f64 * KEEP_FREE) as u64).min(KEEP_FREE_MAX));
             if free.saturating_sub(self.part_bytes) < floor {
                 return Err(format!(
-                    "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} sets the floor)",
+                    "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} (or decoded_cache_keep_free=) sets the floor)",
                     crate::units::ByteSize(floor),
                     crate::units::ByteSize(free),
                 ));

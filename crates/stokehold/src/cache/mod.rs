@@ -283,10 +283,15 @@ impl DecodedCache {
         dir: &std::path::Path,
         disk_key: &str,
         limit: u64,
+        keep_free: Option<u64>,
     ) -> crate::error::Result<Arc<DecodedCache>> {
         let registry_key = format!("{key}|{}", dir.display());
         try_shared(&DECODED_CACHES, &registry_key, || {
-            let disk = DecodedDisk::open(dir, disk_key, limit)?;
+            let mut disk = DecodedDisk::open(dir, disk_key, limit)?;
+            // the environment's floor, when set, overrides the option
+            if disk.keep_free().is_none() {
+                disk.set_keep_free(keep_free);
+            }
             Ok(Arc::new(DecodedCache {
                 disk: Some(disk),
                 ..DecodedCache::new(budget)

@@ -100,6 +100,11 @@ pub struct LoaderConfig {
     /// Keep the output of the image columns' deterministic prefix (decode + resize to a shorter
     /// side) in RAM, and optionally in a local directory; the random stages start from it.
     pub decoded_cache: Option<DecodedCacheConfig>,
+    /// Submit a task's reads that need the device together through `io_uring` where the kernel
+    /// allows it (else one `pread` each: the same bytes, more system calls). The environment's
+    /// `STOKEHOLD_IO_URING=0` turns it off for the whole process whatever this says
+    /// (docs/storage.md).
+    pub io_uring: bool,
 }
 
 /// The decoded cache of image columns.
@@ -120,6 +125,11 @@ pub struct DecodedCacheConfig {
     /// own; writing still stops with 5% of the filesystem free).
     #[serde(default)]
     pub dir_limit: Option<ByteSize>,
+    /// Free bytes the directory's filesystem keeps: writing stops below (`None`: 5% of the
+    /// filesystem, at most 1 GiB). The environment's `STOKEHOLD_KEEP_FREE`, when set, overrides
+    /// it (docs/storage.md).
+    #[serde(default)]
+    pub keep_free: Option<ByteSize>,
 }
 
 impl DecodedCacheConfig {
@@ -130,6 +140,7 @@ impl DecodedCacheConfig {
             budget,
             dir: None,
             dir_limit: None,
+            keep_free: None,
         }
     }
 }
@@ -164,6 +175,7 @@ impl Default for LoaderConfig {
             on_error: ErrorPolicy::Fail,
             cache_bytes: Budget::bytes(0),
             decoded_cache: None,
+            io_uring: true,
         }
     }
 }

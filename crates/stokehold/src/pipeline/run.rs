@@ -163,7 +163,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
 fn worker(run: &Run, index: usize) {
     let core = &*run.core;
     let samples = &*core.samples;
-    let mut io = TaskIo::default();
+    let mut io = TaskIo::new(core.config.io_uring);
     // the plan of the batches announced ahead (apart from the task's own)
     let mut ahead = TaskIo::default();
     let mut hints = Vec::new();

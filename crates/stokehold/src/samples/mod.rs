@@ -182,6 +182,14 @@ impl std::fmt::Debug for TaskIo {
 }
 
 impl TaskIo {
+    /// Scratch for a worker whose fetcher uses `io_uring` or not ([`Fetched::new`]).
+    pub fn new(io_uring: bool) -> TaskIo {
+        TaskIo {
+            bytes: Fetched::new(io_uring),
+            ..TaskIo::default()
+        }
+    }
+
     /// The plan being written ([`Samples::plan`]).
     pub fn plan_mut(&mut self) -> &mut TaskPlan {
         &mut self.plan

@@ -111,7 +111,12 @@ impl Records {
                                 // the directory's key names the content, not where it is
                                 let disk_key = format!("{fp}/{}/{prefix}", c.name);
                                 DecodedCache::shared_on_disk(
-                                    &key, budget, dir, &disk_key, dir_limit,
+                                    &key,
+                                    budget,
+                                    dir,
+                                    &disk_key,
+                                    dir_limit,
+                                    dc.keep_free.map(|b| b.0),
                                 )?
                             }
                         };

@@ -490,3 +490,58 @@ fn the_decoded_cache_needs_an_image_column() {
     let err = Loader::new(ds, cols, cfg).unwrap_err().to_string();
     assert!(err.contains("decoded_cache"), "{err}");
 }
+
+#[test]
+fn decoded_cache_keep_free_is_the_directorys_floor() {
+    // a floor no filesystem has: the run is the same, and nothing is written to the directory
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 24);
+    let root = tmp.path().join("decoded-floor");
+    let ram = stokehold::DecodedCacheConfig::in_ram(40, stokehold::Budget::bytes(1 << 30));
+    let reference = pixels(&mut cached_loader(&ds, 2, Some(ram.clone())), 1);
+    let floor = stokehold::DecodedCacheConfig {
+        dir: Some(root.clone()),
+        keep_free: Some(stokehold::ByteSize(u64::MAX / 2)),
+        ..ram
+    };
+    let mut l = cached_loader(&ds, 2, Some(floor));
+    assert_eq!(pixels(&mut l, 1), reference);
+    drop(l);
+    let written: Vec<_> = walk(&root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "skdc"))
+        .collect();
+    assert!(written.is_empty(), "{written:?}");
+}
+
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn reads_without_io_uring_give_the_same_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 24);
+    let batches = |io_uring: bool| {
+        let cols = build_columns(ds.schema(), &train_specs(), true, &mut |_| None).unwrap();
+        let cfg = LoaderConfig {
+            batch_size: 8,
+            threads: 2,
+            seed: 9,
+            io_uring,
+            ..LoaderConfig::default()
+        };
+        pixels(&mut Loader::new(ds.clone(), cols, cfg).unwrap(), 2)
+    };
+    assert_eq!(batches(false), batches(true));
+}
