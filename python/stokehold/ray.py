@@ -376,7 +376,6 @@ class Datasource(_RayDatasource):  # type: ignore[misc]
         ds = self._open()
         manifest = ds.manifest
         self._shards = [(s["records"], s["bytes"]) for s in manifest["shards"]]
-        self._fields = list(ds.schema)
 
     def _open(self) -> Dataset:
         if self.storage_options:
@@ -419,31 +418,68 @@ class Datasource(_RayDatasource):  # type: ignore[misc]
         return tasks
 
     def _reader(self, lo: int, hi: int) -> Any:
-        path, options, fields = self.path, self.storage_options, self._fields
+        path, options = self.path, self.storage_options
 
         def read_fn() -> Iterable[Block]:
             ds = Dataset(path, storage_options=options) if options else Dataset(path)
-            step = 1024
-            for start in range(lo, hi, step):
-                rows = [ds[i] for i in range(start, min(hi, start + step))]
-                batch = {f: _batch_column([r[f] for r in rows]) for f in fields}
-                yield BlockAccessor.batch_to_block(batch)
+            for start in range(lo, hi, _BLOCK_ROWS):
+                yield _block(ds, start, min(hi, start + _BLOCK_ROWS))
 
         return read_fn
 
 
-def _batch_column(values: List[Any]) -> Any:
-    """A column of a batch as numpy: arrays of one shape and dtype stacked into one array,
-    other arrays, bytes and strings as an object array, numbers as a typed array."""
-    if values and isinstance(values[0], np.ndarray):
-        first = values[0]
-        if all(v.shape == first.shape and v.dtype == first.dtype for v in values):
-            return np.stack(values)
-    if values and isinstance(values[0], (np.ndarray, bytes, str)):
-        out = np.empty(len(values), dtype=object)
-        out[:] = values
-        return out
-    return np.asarray(values)
+#: Rows per block of a read task (records read and decoded in Rust, one Arrow batch each).
+_BLOCK_ROWS = 1024
+
+#: The suffix of the column of shapes that Rust puts beside an array column (see
+#: ``crates/stokehold-py/src/arrow_out.rs``).
+_SHAPE = ".__shape__"
+
+
+class _CArray:
+    """The ``__arrow_c_array__`` protocol over a capsule pair made in Rust."""
+
+    def __init__(self, capsules: Any) -> None:
+        self._capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: Any = None) -> Any:
+        return self._capsules
+
+
+def _block(ds: Dataset, lo: int, hi: int) -> Block:
+    """Records ``[lo, hi)`` as a Ray block: the Arrow batch Rust builds (bytes, strings and
+    numbers as Arrow columns, no Python object per value), each array column (with its shapes)
+    turned into Ray's tensor column, so rows hold numpy arrays as ``ds[i]`` does."""
+    from ray.data.extensions import ArrowTensorArray
+
+    batch = pa.record_batch(_CArray(ds._arrow_batch(lo, hi)))
+    names = [n for n in batch.schema.names if not n.endswith(_SHAPE)]
+    columns = []
+    for name in names:
+        col = batch.column(name)
+        if name + _SHAPE in batch.schema.names:
+            col = ArrowTensorArray.from_numpy(_arrays(col, batch.column(name + _SHAPE)))
+        columns.append(col)
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def _arrays(lists: Any, shapes: Any) -> Any:
+    """A list column and its shapes as numpy: one array ``[rows, *shape]`` when every row has
+    the same shape (one copy of the elements), else a list of arrays of their own shapes."""
+    values = lists.values.to_numpy(zero_copy_only=False)
+    offsets = lists.offsets.to_numpy()
+    dims = shapes.values.to_numpy()
+    dim_offsets = shapes.offsets.to_numpy()
+    n = len(lists)
+    rank = np.diff(dim_offsets)
+    if n and (rank == rank[0]).all():
+        per_row = dims.reshape(n, int(rank[0])) if rank[0] else np.zeros((n, 0), dtype=dims.dtype)
+        if (per_row == per_row[0]).all():
+            return values.reshape((n,) + tuple(int(d) for d in per_row[0]))
+    return [
+        values[offsets[i]:offsets[i + 1]].reshape(tuple(int(d) for d in dims[dim_offsets[i]:dim_offsets[i + 1]]))
+        for i in range(n)
+    ]
 
 
 def read(

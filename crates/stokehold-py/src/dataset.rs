@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
 use stokehold_format::tokens::{TokenDType, TokenIndex, TokenMeta, is_token_schema};
 use stokehold_format::{Access, Dataset as FormatDataset, FieldValue, OpenOptions};
 
@@ -261,6 +261,26 @@ impl Dataset {
     fn manifest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let json = self.inner.manifest().to_json();
         py.import("json")?.call_method1("loads", (json,))
+    }
+
+    /// Records `[lo, hi)` as one Arrow record batch built in Rust (`crate::arrow_out`): the
+    /// `(schema, array)` PyCapsules of the Arrow C data interface, what `__arrow_c_array__`
+    /// returns (`pyarrow.record_batch` takes an object that has it). For `stokehold.ray.read`.
+    fn _arrow_batch<'py>(
+        &self,
+        py: Python<'py>,
+        lo: u64,
+        hi: u64,
+    ) -> PyResult<(Bound<'py, PyCapsule>, Bound<'py, PyCapsule>)> {
+        let batch = py
+            .detach(|| crate::arrow_out::record_batch(&self.inner, self.tokens, lo, hi))
+            .map_err(|e| to_py_err(py, e))?;
+        let (array, schema) = arrow_array::ffi::to_ffi(&arrow_array::Array::to_data(&batch))
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        Ok((
+            PyCapsule::new_with_value(py, schema, c"arrow_schema")?,
+            PyCapsule::new_with_value(py, array, c"arrow_array")?,
+        ))
     }
 
     /// Sample `i`'s record bytes, as stored (checksum checked when opened with verify).

@@ -15,6 +15,7 @@
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
 
+pub mod arrow_out;
 pub mod buffer;
 pub mod convert;
 pub mod dataset;
