@@ -119,8 +119,11 @@ test-python: setup install ## pytest against the installed wheel (which the last
 	$(VENV)/bin/python -m mypy.stubtest stokehold
 
 .PHONY: test
-test: setup fmt-check lint test-rust test-python ## install what is needed and run every test
-	@echo "all checks passed"
+test: ## install what is needed and run every test (each step says what it took)
+	@t0=$$(date +%s); for step in setup fmt-check lint test-rust test-python; do \
+	  s=$$(date +%s); echo "make test: $$step ..."; $(MAKE) --no-print-directory $$step; \
+	  echo "make test: $$step done in $$(( $$(date +%s) - s )) s"; \
+	done; echo "all checks passed in $$(( $$(date +%s) - t0 )) s"
 
 .PHONY: build
 build: sysdeps ## release build of the stokehold command

@@ -14,8 +14,8 @@ use stokehold::format::DType;
 use stokehold::{Batch, Buffer, BufferPool, ColumnData};
 
 use crate::convert::value_to_py;
-use crate::engine::FORK_GENERATION;
 use crate::errors::stokehold_error;
+use crate::fork::FORK_GENERATION;
 
 /// The owner of a fixed column's memory: a numpy array's `base`. Dropped (with the last array
 /// viewing it), it gives the buffer back to the loader's pool.

@@ -34,17 +34,9 @@ use stokehold::{BatchIter, EngineError, EngineSpec, Loader, Next, ResumeState, T
 use crate::buffer::batch_to_py;
 use crate::dataset::Dataset;
 use crate::errors::{config_error, engine_err, stokehold_error};
+pub use crate::fork::_after_fork_in_child;
+use crate::fork::FORK_GENERATION;
 use crate::stages::PyStage;
-
-/// Bumped in a forked child (see the module doc).
-pub(crate) static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Called by `os.register_at_fork(after_in_child=...)`: every loader started before the fork is
-/// unusable from now on (its worker threads do not exist here).
-#[pyfunction]
-pub fn _after_fork_in_child() {
-    FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
-}
 
 const FORKED: &str = "this loader was created before fork() and was running at the fork: its \
      worker threads do not exist in this process; create a new Loader in the child (a new \

@@ -21,6 +21,7 @@ pub mod convert;
 pub mod dataset;
 pub mod engine;
 pub mod errors;
+pub mod fork;
 pub mod pack;
 pub mod parts;
 pub mod stages;

@@ -11,9 +11,10 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::batch::SharedBatch;
 use crate::error::{EngineError, Result};
+use crate::fetch::Readahead;
 use crate::pipeline::{Core, lock};
 use crate::sampler::{RankPlan, Slot};
-use crate::samples::{Readahead, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{SlotWriter, TaskCtx, TaskIo};
 
 /// Steps between a batch being started and the batch whose samples are then announced to
 /// storage (readahead).

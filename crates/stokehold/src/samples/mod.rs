@@ -13,7 +13,7 @@ use crate::batch::SharedBatch;
 use crate::cache::CacheStats;
 use crate::error::Result;
 use crate::fetch::{ByteSource, Fetched, TaskPlan};
-use crate::sampler::{EpochOrder, Shuffle, Slot};
+use crate::sampler::{EpochOrder, Slot};
 use crate::stages::Output;
 use crate::stats::WorkerStats;
 
@@ -23,46 +23,7 @@ pub mod tokens;
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
 
-/// Bytes of records announced at once to object storage in an order that keeps to a few shards
-/// at a time ([`Readahead::Fetch`]): a few shards of the usual 16-256 MiB, well within the
-/// prefetch's default budget (512 MiB).
-pub const REMOTE_WAVE_BYTES: u64 = 64 << 20;
-
-/// Most batches announced at once (a wave; see [`Readahead::wave`]).
-pub const MAX_WAVE: u64 = 16;
-
-/// How storage is told ahead which samples will be read ([`ByteSource::readahead`] decides; the
-/// engine announces a batch's ranges with [`ByteSource::hint`], a few steps ahead).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Readahead {
-    /// Nothing is announced (samples in memory, or too small for a hint to pay).
-    Off,
-    /// Advice to the page cache (local files): each batch is announced once it is created, one
-    /// batch at a time, outside any lock (a read before the advice is only a read without it).
-    Advise,
-    /// Storage fetches what is announced (object storage): a batch is announced before any
-    /// worker can read from it (a record read before it was asked for would cost a request of
-    /// its own, and the range fetched for it later would be wasted), and in an order that keeps
-    /// to a few shards at a time several batches at once, about [`REMOTE_WAVE_BYTES`], so that
-    /// records of one shard that several batches share are fetched in GETs of several MiB.
-    Fetch,
-}
-
-impl Readahead {
-    /// Batches announced at once in `shuffle` when a batch holds about `batch_bytes`: 1 but
-    /// where storage fetches ahead in an order that keeps to a few shards (sequential,
-    /// shard-block); in a global shuffle batches share no shards worth coalescing.
-    pub fn wave(self, shuffle: Shuffle, batch_bytes: u64) -> u64 {
-        match (self, shuffle) {
-            (Readahead::Fetch, Shuffle::Sequential | Shuffle::ShardBlock { .. }) => {
-                REMOTE_WAVE_BYTES
-                    .div_ceil(batch_bytes.max(1))
-                    .clamp(1, MAX_WAVE)
-            }
-            _ => 1,
-        }
-    }
-}
+pub use crate::fetch::{MAX_WAVE, REMOTE_WAVE_BYTES, Readahead};
 
 /// What the engine needs to know of the samples it loads. Implementations must be deterministic:
 /// what `fill` writes for a sample depends only on the sample id, the epoch, the seed and the
