@@ -72,12 +72,19 @@ $(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CM
 	  -DENABLE_SHARED=0 -DENABLE_STATIC=1 -DREQUIRE_SIMD=ON >/dev/null
 	cmake --build $(LIBJPEG_GCC) -j$$(nproc) --target turbojpeg-static >/dev/null
 
+# maturin warns on every build that pyproject.toml's build-backend is not maturin's: it is ours on
+# purpose (build_backend/stokehold_build.py names missing build tools at once, then runs maturin's),
+# and the warning reads like a broken build, so that line (only) is left out; cargo's progress
+# (each crate compiled) stays visible, a few minutes of it
+QUIET_BACKEND_WARNING := { grep -v "build-backend is not set to maturin" || true; }
+
 .PHONY: wheel
 wheel: sysdeps $(VENV)/.base $(LIBJPEG_GCC)/libturbojpeg.a ## the portable wheel in dist/: release build, abi3, manylinux_2_17, stripped
 	rm -f dist/stokehold-*.whl
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" TURBOJPEG_SOURCE=explicit TURBOJPEG_STATIC=1 \
 	  TURBOJPEG_LIB_DIR=$(LIBJPEG_GCC) TURBOJPEG_INCLUDE_DIR=$(CURDIR)/$(LIBJPEG_SRC)/src \
-	  $(VENV)/bin/maturin build -q --release --strip --zig --compatibility manylinux_2_17 -o dist
+	  $(VENV)/bin/maturin build --release --strip --zig --compatibility manylinux_2_17 -o dist \
+	  2>&1 | $(QUIET_BACKEND_WARNING)
 
 .PHONY: sdist
 sdist: $(VENV)/.base ## the source distribution in dist/ (builds where Rust, cc, cmake and nasm are present)
@@ -89,11 +96,11 @@ install: wheel ## install the wheel into .venv: the stokehold command and packag
 
 .PHONY: develop
 develop: setup ## build the Python extension (debug) into .venv
-	$(VENV)/bin/maturin develop -q
+	$(VENV)/bin/maturin develop -q 2>&1 | $(QUIET_BACKEND_WARNING)
 
 .PHONY: develop-release
 develop-release: setup ## build the Python extension (release) into .venv
-	$(VENV)/bin/maturin develop -q --release
+	$(VENV)/bin/maturin develop -q --release 2>&1 | $(QUIET_BACKEND_WARNING)
 
 .PHONY: fmt-check
 fmt-check: ## rustfmt check
@@ -115,7 +122,11 @@ test-rust: sysdeps $(VENV)/.s3 ## every Rust test (unit, integration, golden fil
 
 .PHONY: test-python
 test-python: setup install ## pytest against the installed wheel (which the last test also installs without a compiler)
-	STOKEHOLD_WHEEL="$$(ls dist/stokehold-*.whl)" $(VENV)/bin/pytest -q python/tests
+	@# the tests' scratch folders (pytest's and Ray's session folder) in one temporary directory,
+	@# removed afterwards, pass or fail: nothing is left in the system's temp directory
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  STOKEHOLD_WHEEL="$$(ls dist/stokehold-*.whl)" TMPDIR="$$tmp" RAY_TMPDIR="$$tmp/ray" \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider --basetemp="$$tmp/pytest" python/tests
 	$(VENV)/bin/python -m mypy.stubtest stokehold
 
 .PHONY: test

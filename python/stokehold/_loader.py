@@ -172,6 +172,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
     the front's order, already as the engine spells it."""
     if o["to"] not in _TARGETS:
         raise ConfigError(f'to must be "numpy", "torch" or "jax", got {o["to"]!r}')
+    _check_installed(o["to"])
     if o["memory_budget"] in (0, "0"):
         raise ConfigError(f"memory_budget must be a positive number of bytes, got {o['memory_budget']!r}")
     o["seed"] = _seed(o["seed"])
@@ -194,6 +195,30 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
     )
     disk = dict(cache_dir=o["cache_dir"], cache_dir_limit=_dir_limit(o["cache_dir"], o["cache_dir_limit"]))
     return loader, disk
+
+
+# what to= needs, and how to get it: the library is looked up (not imported) when the loader is
+# made, so that a missing one is named there and not at the first batch
+_INSTALL = {
+    "torch": ("torch", "pip install torch (or PyTorch's CPU build, about 0.7 GB instead of 5 GB: "
+              "pip install torch --index-url https://download.pytorch.org/whl/cpu)"),
+    "jax": ("jax", "pip install jax"),
+}
+
+
+def _check_installed(to: str) -> None:
+    """A ConfigError naming what to install when ``to`` needs a library that is missing."""
+    if to not in _INSTALL:
+        return
+    import importlib.util
+
+    module, how = _INSTALL[to]
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ConfigError(f'to="{to}" needs {module}, which is not installed here: {how}; or to="numpy"')
 
 
 def _dir_limit(cache_dir: Any, cache_dir_limit: Union[int, str]) -> Optional[Union[int, str]]:

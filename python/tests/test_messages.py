@@ -134,3 +134,44 @@ def test_a_thread_count_beyond_four_per_core_is_refused_with_the_bound(ds):
             Loader(ds, 2, rank=0, world_size=1, threads=threads)
         with pytest.raises(ConfigError, match=r"threads must be at most \d+ on this machine"):
             SequenceLoader(ds, 8, 2, rank=0, world_size=1, threads=threads)
+
+
+@pytest.mark.parametrize("to,module", [("torch", "torch"), ("jax", "jax")])
+def test_to_a_framework_that_is_not_installed_is_refused_when_the_loader_is_made(ds, monkeypatch, to, module):
+    # None in sys.modules is how Python marks a module that cannot be imported
+    monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(ConfigError, match=f'to="{to}" needs {module}, which is not installed here: pip install {module}'):
+        Loader(ds, 2, to=to)
+    with pytest.raises(ConfigError, match=f'to="{to}" needs {module}'):
+        SequenceLoader(ds, 2, 2, to=to)
+
+
+def test_an_image_stage_on_a_number_field_is_refused_when_the_loader_is_made(ds):
+    with pytest.raises(ConfigError, match=r'column "label": image stages \(random_resized_crop\) need encoded image bytes, and the field is of type int64'):
+        Loader(ds, 2, transforms={"label": [RandomResizedCrop(8)]})
+
+
+def test_a_misspelt_stage_parameter_is_refused_naming_the_known_ones(ds):
+    from stokehold import _native
+    import json
+
+    spec = {"loader": {"batch_size": 2}, "samples": {"kind": "records", "transforms": {
+        "blob": [{"name": "random_resized_crop", "params": {"size": 8, "ratios": [0.5, 2.0]}}]}}}
+    with pytest.raises(ConfigError, match=r"unknown field `ratios`, expected one of `size`, `scale`, `ratio`"):
+        _native._Engine(ds, json.dumps(spec), [], False)
+
+
+def test_a_prefetch_or_budget_that_could_take_the_machine_down_is_refused_with_the_bound(ds):
+    with pytest.raises(ConfigError, match=r"prefetch must be at most 256 batches, got 100000"):
+        Loader(ds, 2, prefetch=100_000)
+    with pytest.raises(ConfigError, match=r"memory_budget .* is more than this machine's memory"):
+        Loader(ds, 2, memory_budget="1000TiB")
+    with pytest.raises(ConfigError, match=r"the RAM cache's budget \(cache=\) .* is more than this machine's memory"):
+        SequenceLoader(ds, 2, 2, cache="1000TiB")
+    # a fixed window of large batches: refused when it would hold more than half the memory
+    with pytest.raises(ConfigError, match=r"prefetch 256 batches of about .* more than half this machine's memory"):
+        Loader(ds, 10, prefetch=256, transforms={"blob": [RandomResizedCrop(4096)]})
+    # one batch too large for the machine, whatever the prefetch (the tail padded, so not refused
+    # as larger than the dataset)
+    with pytest.raises(ConfigError, match=r"one batch of 1000000 samples would take about .* give a smaller batch_size"):
+        Loader(ds, 1_000_000, drop_last=False, transforms={"blob": [RandomResizedCrop(1024)]})

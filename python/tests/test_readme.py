@@ -2,9 +2,9 @@
 
 Every ```console block's ``$ `` commands and every ```python block of README.md are executed in
 order, in one scratch directory laid out as ``make demo`` leaves it (``demo-data/images``, made
-here smaller), with the ``stokehold`` command of the installed package on PATH. The object-storage
-examples run against a real S3-compatible server (moto's, on 127.0.0.1) through the standard
-environment variables, with the bucket the README names; the text example gets the corpus and the
+here smaller), with the ``stokehold`` command of the installed package on PATH. An object-storage
+example would run against a real S3-compatible server (moto's, on 127.0.0.1) through the standard
+environment variables, with the bucket the README names; a text example gets the corpus and the
 tokenizer it names, made here. A README edit that breaks an example fails this test.
 """
 
@@ -81,9 +81,10 @@ def test_every_readme_example_runs_as_written(tmp_path, s3_env):
     env_s3, client = s3_env
     found = blocks()
     kinds = [k for k, _ in found]
-    # the README shows the CLI, the loader, object storage and text: each at least once
-    assert kinds.count("console") >= 2 and kinds.count("python") >= 3, kinds
     text = README.read_text()
+    # the README shows the CLI and the loader (object storage and text have their docs pages)
+    assert kinds.count("console") >= 2 and kinds.count("python") >= 1, kinds
+    assert "stokehold.Loader(" in text and "stokehold pack " in text
     for bucket in sorted(set(re.findall(r"s3://([a-z0-9.-]+)/", text))):
         client.create_bucket(Bucket=bucket)
 
@@ -122,4 +123,4 @@ def test_every_readme_example_runs_as_written(tmp_path, s3_env):
             )
             assert p.returncode == 0, f"README python block {i} failed:\n{code}\n{p.stdout}\n{p.stderr}"
             ran += 1
-    assert ran >= 6, f"only {ran} README examples ran"
+    assert ran >= 3, f"only {ran} README examples ran"

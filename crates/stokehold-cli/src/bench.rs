@@ -53,7 +53,7 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 256)]
     batch_size: u32,
     /// Worker threads (0: one per core).
-    #[arg(long, default_value_t = 0, value_parser = crate::thread_count)]
+    #[arg(long, default_value_t = 0, value_parser = crate::thread_count, allow_negative_numbers = true)]
     threads: usize,
     /// Batches prepared ahead (with --autotune: the starting depth).
     #[arg(long, default_value_t = 4)]
@@ -72,6 +72,10 @@ pub struct PipelineArgs {
     /// Seed of the order.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Pad an epoch's last, partial batch with repeats instead of dropping it (the Loader's
+    /// `drop_last=False`); by default the tail is dropped, as the Loader drops it.
+    #[arg(long)]
+    pad_last: bool,
     /// Read through memory maps instead of positional reads (same as --access mmap).
     #[arg(long)]
     mmap: bool,
@@ -178,7 +182,7 @@ pub struct StorageArgs {
     #[arg(long, default_value_t = 3.0, value_name = "S")]
     seconds: f64,
     /// Threads issuing the random reads (default: the pipeline's thread count).
-    #[arg(long, value_name = "N", value_parser = crate::thread_count)]
+    #[arg(long, value_name = "N", value_parser = crate::thread_count, allow_negative_numbers = true)]
     io_threads: Option<usize>,
     /// Read with O_DIRECT (bypassing the page cache; falls back with a note where unsupported).
     #[arg(long)]
@@ -249,9 +253,20 @@ impl Pipeline {
             loader: config,
             ..self.spec.clone()
         };
-        Ok(spec
+        let batch_size = spec.loader.batch_size;
+        let loader = spec
             .build(Arc::clone(&self.ds), self.options.clone(), &mut |_| None)?
-            .loader)
+            .loader;
+        // what the Loader refuses: an epoch whose every sample the dropped tail would take
+        let samples = loader.samples().len();
+        anyhow::ensure!(
+            loader.steps_per_epoch()? > 0 || samples == 0,
+            "--batch-size {batch_size} is larger than an epoch of this dataset ({}): every \
+             sample would be dropped as the last, partial batch; give a smaller --batch-size, \
+             or --pad-last to pad the last batch with repeats",
+            units::counted(samples, "sample", "samples")
+        );
+        Ok(loader)
     }
 
     /// The spec's loader configuration.
@@ -317,7 +332,7 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
         } else {
             Shuffle::Sequential
         },
-        tail: Tail::Pad,
+        tail: if a.pad_last { Tail::Pad } else { Tail::Drop },
         threads: a.threads,
         prefetch: a.prefetch,
         autotune: a.autotune,
@@ -521,7 +536,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     )?;
     writeln!(
         out,
-        "throughput  {} samples/s, {} ({} samples in {:.3} s; first batch after {:.1} ms)",
+        "throughput  {} samples/s, {} of batches delivered ({} samples in {:.3} s; first batch after {:.1} ms)",
         units::count((samples as f64 / wall) as u64),
         units::rate(bytes, wall),
         units::count(samples),

@@ -46,7 +46,7 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 3)]
     zstd_level: i32,
     /// Threads for reading and encoding (0: one per core).
-    #[arg(long, default_value_t = 0, value_parser = crate::thread_count)]
+    #[arg(long, default_value_t = 0, value_parser = crate::thread_count, allow_negative_numbers = true)]
     threads: usize,
     /// Fail on the first unusable input (unreadable file, non-image, corrupt record) instead of
     /// skipping it and counting it.
@@ -459,7 +459,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     all: bool,
     /// Threads (0: one per core).
-    #[arg(long, default_value_t = 0, value_parser = crate::thread_count)]
+    #[arg(long, default_value_t = 0, value_parser = crate::thread_count, allow_negative_numbers = true)]
     threads: usize,
     /// Read with positional reads instead of memory maps (slower; use it when shards may be
     /// truncated by another process during the check).

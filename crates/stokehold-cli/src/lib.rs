@@ -24,8 +24,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Pack an image folder, a JSONL/CSV table of files, WebDataset tars or TFRecord files into a
-    /// stokehold dataset directory.
+    /// Pack an image folder, a JSONL/CSV table of files, WebDataset tars, TFRecord files or
+    /// Parquet files into a stokehold dataset (a directory or an object-storage URL).
     Pack(Box<commands::PackArgs>),
     /// Show a dataset's schema, counts, sizes, classes, shards and one sample.
     Inspect(commands::InspectArgs),
@@ -62,6 +62,11 @@ pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
 /// [`stokehold_format::max_threads`], refused beyond it with the reason (a huge count once ran
 /// `pack` for 26 minutes on 23,590 threads).
 pub(crate) fn thread_count(s: &str) -> Result<usize, String> {
+    if s.trim().starts_with('-') {
+        return Err(format!(
+            "a thread count cannot be negative, got {s}: give 0 (one per core) or a number of threads"
+        ));
+    }
     let n: usize = s
         .trim()
         .parse()
@@ -97,9 +102,34 @@ fn storage_option(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// clap's parse of `args` (program name first), with the one message it gets wrong put right:
+/// `stokehold pack imgs`, with no destination, fills DEST with the one path given, so clap would
+/// say that the *sources* are missing.
+fn parse<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    Cli::try_parse_from(args).map_err(|e| {
+        let text = e.render().to_string();
+        let one_path = e.kind() == clap::error::ErrorKind::MissingRequiredArgument
+            && text.contains("<SOURCES>")
+            && !text.contains("<DEST>");
+        match <Cli as clap::CommandFactory>::command().find_subcommand_mut("pack") {
+            Some(pack) if one_path => pack.error(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "one path was given: pack needs what to pack and then where to write the \
+                 dataset, `stokehold pack SOURCES... DEST` (DEST: a new directory, or an \
+                 object-storage URL such as s3://bucket/prefix)",
+            ),
+            _ => e,
+        }
+    })
+}
+
 /// Run with `args` (program name first), printing to stdout/stderr; returns the exit status.
 pub fn main_from_args(args: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
+    let cli = match parse(args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -175,6 +205,17 @@ pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>)
             "{d}: give the dataset's directory ({}), not its manifest",
             parent.display()
         )
+    } else if dataset.is_file() && !packable_file(dataset) {
+        let folder = dataset.parent().filter(|p| !p.as_os_str().is_empty());
+        let folder = folder.unwrap_or(std::path::Path::new(".")).display();
+        anyhow::anyhow!(
+            "{d} is a file, not a stokehold dataset (a directory with a {} and shards). `stokehold \
+             pack` reads folders of images (class sub-folders become labels), .jsonl/.csv tables \
+             of files, .tar (WebDataset), .tfrecord and .parquet files: to pack the images of \
+             its folder, `stokehold pack {folder} DATASET_DIR`, then run this command on \
+             DATASET_DIR",
+            stokehold_format::MANIFEST_FILE
+        )
     } else {
         let what = if dataset.is_dir() {
             "directory"
@@ -188,6 +229,18 @@ pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>)
             stokehold_format::MANIFEST_FILE
         )
     }
+}
+
+/// Whether `path` is a file `stokehold pack` reads as a source (by its extension).
+fn packable_file(path: &std::path::Path) -> bool {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase);
+    matches!(
+        ext.as_deref(),
+        Some("jsonl" | "csv" | "tar" | "tfrecord" | "tfrecords" | "parquet")
+    )
 }
 
 /// Run a parsed command line, writing its report to `out`.
@@ -204,7 +257,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 /// Parse and run `args` (without the program name), capturing the report: for tests.
 pub fn run_captured(args: &[&str]) -> (anyhow::Result<ExitCode>, String) {
     let mut out = Vec::new();
-    let r = Cli::try_parse_from(std::iter::once("stokehold").chain(args.iter().copied()))
+    let r = parse(std::iter::once("stokehold").chain(args.iter().copied()))
         .map_err(anyhow::Error::from)
         .and_then(|cli| run(cli, &mut out));
     (r, String::from_utf8_lossy(&out).into_owned())

@@ -225,13 +225,34 @@ fn bench_reads_every_sample_and_reports_stages() {
         out.contains("20 samples x 3 epochs, batch 8, 2 threads, prefetch 4, global shuffle"),
         "{out}"
     );
-    // 20 samples in batches of 8, padded: 3 batches of 8 per epoch
-    assert!(out.contains("(72 samples in "), "{out}");
+    // 20 samples in batches of 8, the last partial batch dropped as the Loader drops it: 2
+    // batches of 8 per epoch; every figure of the throughput line says what it counts
+    assert!(out.contains("(48 samples in "), "{out}");
+    assert!(out.contains("of batches delivered"), "{out}");
     assert!(
         out.contains("read ") && out.contains("parse ") && out.contains("image/collate"),
         "{out}"
     );
-    assert!(out.contains("batches 9 "), "{out}");
+    assert!(out.contains("batches 6 "), "{out}");
+    // padded, as the Loader's drop_last=False: 3 batches of 8 per epoch
+    let padded = ok(&[
+        "bench",
+        ds_s,
+        "--epochs",
+        "3",
+        "--batch-size",
+        "8",
+        "--pad-last",
+        "--no-storage",
+    ]);
+    assert!(padded.contains("(72 samples in "), "{padded}");
+    // a batch larger than the dataset drops every sample: refused, as the Loader refuses it
+    let (r, _) = run_captured(&["bench", ds_s, "--batch-size", "64", "--no-storage"]);
+    let msg = format!("{:#}", r.unwrap_err());
+    assert!(
+        msg.contains("--batch-size 64 is larger than an epoch") && msg.contains("--pad-last"),
+        "{msg}"
+    );
     // a corrupt record stops the bench with the record named
     let shard = ds.join("shard-000000.skh");
     let mut b = fs::read(&shard).unwrap();

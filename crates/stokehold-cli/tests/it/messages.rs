@@ -193,3 +193,83 @@ fn a_thread_count_beyond_four_per_core_or_a_shard_size_of_0_is_refused_before_an
     // the bound itself is accepted
     ok(&["verify", &ds, "--threads", &max.to_string()]);
 }
+
+#[test]
+fn help_names_every_command_and_every_format_pack_reads() {
+    let help = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let top = help(&["--help"]);
+    let first = top.lines().next().unwrap();
+    for cmd in ["pack", "inspect", "verify", "bench", "sample-data"] {
+        assert!(first.contains(cmd), "the summary line omits {cmd}: {first}");
+        assert!(
+            top.lines().any(|l| l.trim_start().starts_with(cmd)),
+            "--help does not list {cmd}"
+        );
+    }
+    let pack = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("pack"))
+        .unwrap();
+    for format in ["image folder", "JSONL", "WebDataset", "TFRecord", "Parquet"] {
+        assert!(
+            pack.contains(format),
+            "pack's summary omits {format}: {pack}"
+        );
+    }
+}
+
+#[test]
+fn pack_with_one_path_asks_for_the_destination_not_the_sources() {
+    let e = error_of(&["pack", "imgs"]);
+    assert!(
+        e.contains("one path was given") && e.contains("stokehold pack SOURCES... DEST"),
+        "{e}"
+    );
+    // with nothing at all, clap's own message names both
+    let e = error_of(&["pack"]);
+    assert!(e.contains("<SOURCES>") && e.contains("<DEST>"), "{e}");
+}
+
+#[test]
+fn a_negative_thread_count_is_refused_with_the_reason_not_a_quoting_tip() {
+    for args in [
+        &["pack", "--threads", "-1", "a", "b"][..],
+        &["bench", "--threads", "-2", "ds"][..],
+    ] {
+        let e = error_of(args);
+        assert!(
+            e.contains("cannot be negative") && !e.contains("'-- -"),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn inspect_on_an_image_file_suggests_packing_its_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (imgs, _, _) = packed(tmp.path(), 2);
+    let jpg = std::fs::read_dir(&imgs)
+        .unwrap()
+        .flatten()
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .map(|f| f.path())
+        .find(|p| p.extension().is_some_and(|x| x == "jpg"))
+        .expect("a JPEG");
+    let e = error_of(&["inspect", jpg.to_str().unwrap()]);
+    let folder = jpg.parent().unwrap().display().to_string();
+    assert!(
+        e.contains("is a file") && e.contains(&format!("stokehold pack {folder} DATASET_DIR")),
+        "{e}"
+    );
+    // and the command it suggests works
+    let dest = tmp.path().join("from-folder");
+    let out = ok(&["pack", &folder, dest.to_str().unwrap()]);
+    assert!(out.contains("packed 2 samples"), "{out}");
+}

@@ -222,3 +222,87 @@ fn pack_writes_a_dataset_to_s3_with_storage_option_flags_and_refuses_an_existing
     let names = testing::names(url, &testing::options(&server.endpoint())).unwrap();
     assert_eq!(names.len(), 2, "one shard and the manifest: {names:?}");
 }
+
+/// `stokehold inspect URL` with exactly the environment `env` (no AWS variable of the caller's):
+/// its stderr.
+fn inspect_with(url: &str, env: &[(&str, &str)], extra: &[&str]) -> String {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stokehold"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    // no retries: each case fails on its first request
+    let out = cmd
+        .arg("inspect")
+        .arg(url)
+        .args(["--storage-option", "retries=0"])
+        .args(extra)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{url} opened");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn each_s3_misconfiguration_is_one_sentence_naming_the_url_and_the_fix() {
+    let server = S3Server::shared();
+    server.create_bucket("msgs").unwrap();
+    let endpoint = server.endpoint();
+    let keys = [
+        ("AWS_ACCESS_KEY_ID", "stokehold-test"),
+        ("AWS_SECRET_ACCESS_KEY", "stokehold-test-secret"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    // a plain-HTTP endpoint without AWS_ALLOW_HTTP: refused before any request
+    let mut env = keys.to_vec();
+    env.push(("AWS_ENDPOINT_URL", &endpoint));
+    let e = inspect_with("s3://msgs/ds", &env, &[]);
+    assert!(
+        e.contains("s3://msgs/ds")
+            && e.contains("is plain HTTP")
+            && e.contains("AWS_ALLOW_HTTP=true"),
+        "{e}"
+    );
+    assert!(!e.contains("builder error"), "{e}");
+    env.push(("AWS_ALLOW_HTTP", "true"));
+    // a bucket that does not exist
+    let e = inspect_with("s3://no-such-bucket-here/ds", &env, &[]);
+    assert!(
+        e.contains("the bucket \"no-such-bucket-here\" does not exist at") && e.contains(&endpoint),
+        "{e}"
+    );
+    // an endpoint nothing listens on (port 9 of the loopback: the discard port, closed here)
+    let mut closed = keys.to_vec();
+    closed.extend([
+        ("AWS_ENDPOINT_URL", "http://127.0.0.1:9"),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]);
+    let e = inspect_with("s3://msgs/ds", &closed, &[]);
+    assert!(
+        e.contains("cannot reach the endpoint http://127.0.0.1:9")
+            && e.contains("AWS_ENDPOINT_URL"),
+        "{e}"
+    );
+    // no credentials at all: the chain's last source, the instance-metadata service, is pointed
+    // at the loopback (where nothing answers), never at 169.254.169.254
+    let e = inspect_with(
+        "s3://msgs/ds",
+        &[
+            ("AWS_ENDPOINT_URL", &endpoint),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_REGION", "us-east-1"),
+        ],
+        &[
+            "--storage-option",
+            "aws_metadata_endpoint=http://127.0.0.1:9",
+        ],
+    );
+    assert!(
+        e.contains("no credentials were found for s3://msgs/ds")
+            && e.contains("AWS_ACCESS_KEY_ID")
+            && e.contains("anon=true"),
+        "{e}"
+    );
+}

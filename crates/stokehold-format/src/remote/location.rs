@@ -10,7 +10,7 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use object_store::{PutMode, PutOptions, PutPayload};
 
-use super::{RemoteObject, RemoteStats, RemoteStore, Upload, block_on, io_error};
+use super::{RemoteObject, RemoteStats, RemoteStore, Upload, block_on};
 use crate::error::Result;
 use crate::location::{Location, ObjectMeta, ObjectWriter, RangeRead};
 use crate::storage::{Access, Memory, Storage};
@@ -182,7 +182,7 @@ impl Location for ObjectStoreDir {
                 Err(e) => Err(e),
             },
             Err(e) => {
-                let e = io_error(&e);
+                let e = self.store.explain(&e);
                 Err(io::Error::new(e.kind(), format!("PUT {url}: {e}")))
             }
         }

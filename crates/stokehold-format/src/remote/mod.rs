@@ -37,6 +37,7 @@ use crate::location::ObjectMeta;
 use crate::storage::Storage;
 
 mod counting;
+mod diagnose;
 mod location;
 mod prefetch;
 #[doc(hidden)]
@@ -154,6 +155,8 @@ fn canonical_key(scheme: &str, key: &str) -> String {
 pub struct RemoteStore {
     /// The URL as given, without a trailing `/` (never holds secrets: user info is refused).
     url: String,
+    /// What the store was set up with, for the sentence of a misconfiguration.
+    setup: diagnose::Setup,
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     retries: usize,
@@ -219,12 +222,18 @@ impl RemoteStore {
         let counters = Arc::new(Counters::default());
         let connector = counting::CountingConnector(counters.clone());
         let unknown = |key: &str| bad(format!("unknown storage option {key:?} for {scheme}://"));
+        let mut setup = diagnose::Setup::other(&url);
         let store: Arc<dyn ObjectStore> = match scheme.as_str() {
             "s3" | "s3a" => {
                 let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(url.as_str());
                 for (k, v) in config {
                     b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
                 }
+                setup = diagnose::Setup {
+                    bucket: parsed.host_str().unwrap_or_default().to_string(),
+                    ..diagnose::Setup::of_s3(&url, &b)
+                };
+                setup.check().map_err(&bad)?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }
@@ -263,6 +272,7 @@ impl RemoteStore {
         };
         Ok(Arc::new(RemoteStore {
             url,
+            setup,
             store,
             prefix,
             retries,
@@ -276,6 +286,18 @@ impl RemoteStore {
     /// The dataset URL this store was opened for.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// A request's error as an `io::Error` ([`io_error`]), led by the sentence of the
+    /// misconfiguration it shows, when it shows one (the backend's error kept after it).
+    fn explain(&self, e: &object_store::Error) -> io::Error {
+        let io = io_error(e);
+        match self.setup.diagnose(e) {
+            Some(sentence) => {
+                io::Error::new(io.kind(), format!("{sentence} (the store said: {io})"))
+            }
+            None => io,
+        }
     }
 
     /// This store's request counts.
@@ -404,7 +426,7 @@ impl RemoteObject {
     }
 
     fn fail(&self, what: &str, e: &object_store::Error) -> io::Error {
-        let e = io_error(e);
+        let e = self.store.explain(e);
         io::Error::new(e.kind(), format!("{what} {}: {e}", self.url))
     }
 

@@ -119,7 +119,7 @@ impl Upload {
     }
 
     fn error(&self, e: &object_store::Error) -> io::Error {
-        let e = fail(e);
+        let e = self.store.explain(e);
         io::Error::new(e.kind(), format!("upload of {}: {e}", self.url))
     }
 

@@ -107,6 +107,9 @@ pub struct LoaderConfig {
     pub io_uring: bool,
 }
 
+/// The deepest fixed prefetch window a loader takes (batches prepared ahead).
+pub const MAX_PREFETCH: usize = 256;
+
 /// The decoded cache of image columns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -199,6 +202,14 @@ impl LoaderConfig {
         if self.prefetch == 0 {
             return bad("prefetch must be at least 1".into());
         }
+        if self.prefetch > MAX_PREFETCH {
+            return bad(format!(
+                "prefetch must be at most {MAX_PREFETCH} batches, got {}: each batch prepared \
+                 ahead holds its memory, and a window that deep never helps (it only needs to \
+                 cover the training step's jitter); or prefetch=\"auto\" within memory_budget",
+                self.prefetch
+            ));
+        }
         if let Err(m) = stokehold_format::check_threads("threads", self.threads) {
             return bad(m);
         }
@@ -209,6 +220,26 @@ impl LoaderConfig {
         }
         if self.memory_budget == Budget::bytes(0) {
             return bad("memory_budget must be at least 1 byte (or \"auto\")".into());
+        }
+        // a budget beyond the machine's memory is a typo (a unit too many), not a plan
+        let ram = stokehold_format::storage::physical_memory();
+        let over = |what: &str, b: &Budget| match b {
+            Budget::Bytes(ByteSize(n)) if ram > 0 && *n > ram => Some(format!(
+                "{what} {} is more than this machine's memory ({}): give at most that (or \"auto\")",
+                ByteSize(*n),
+                ByteSize(ram)
+            )),
+            _ => None,
+        };
+        let decoded = self.decoded_cache.as_ref().map(|d| d.budget);
+        for (what, b) in [
+            ("memory_budget", Some(self.memory_budget)),
+            ("the RAM cache's budget (cache=)", Some(self.cache_bytes)),
+            ("the decoded cache's budget", decoded),
+        ] {
+            if let Some(m) = b.as_ref().and_then(|b| over(what, b)) {
+                return bad(m);
+            }
         }
         if let Some(dc) = &self.decoded_cache {
             if dc.size == 0 {
@@ -325,6 +356,55 @@ fn plain_serde_message(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefetch_and_budgets_beyond_the_machine_are_refused_with_the_bound() {
+        let check = |c: LoaderConfig| c.validate().map_err(|e| e.to_string());
+        let prefetch = |prefetch| LoaderConfig {
+            prefetch,
+            ..LoaderConfig::default()
+        };
+        check(prefetch(MAX_PREFETCH)).unwrap();
+        let e = check(prefetch(MAX_PREFETCH + 1)).unwrap_err();
+        assert!(
+            e.contains("prefetch must be at most 256 batches, got 257"),
+            "{e}"
+        );
+        let ram = stokehold_format::storage::physical_memory();
+        if ram == 0 {
+            return; // unknown here: no bound to check against
+        }
+        let e = check(LoaderConfig {
+            memory_budget: Budget::bytes(ram + 1),
+            ..LoaderConfig::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("memory_budget") && e.contains("more than this machine's memory"),
+            "{e}"
+        );
+        let e = check(LoaderConfig {
+            cache_bytes: Budget::bytes(u64::MAX),
+            ..LoaderConfig::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.contains("cache=") && e.contains("more than this machine's memory"),
+            "{e}"
+        );
+        let e = check(LoaderConfig {
+            decoded_cache: Some(DecodedCacheConfig::in_ram(256, Budget::bytes(ram * 2))),
+            ..LoaderConfig::default()
+        })
+        .unwrap_err();
+        assert!(e.contains("the decoded cache's budget"), "{e}");
+        check(LoaderConfig {
+            memory_budget: Budget::bytes(ram),
+            cache_bytes: Budget::bytes(ram / 2),
+            ..LoaderConfig::default()
+        })
+        .unwrap();
+    }
 
     #[test]
     fn configuration_errors_name_the_key_and_say_the_range_in_plain_words() {

@@ -97,6 +97,9 @@ pub(crate) struct Core {
     /// dropped: the prepared run holds the core, so the loader breaks that cycle, and an iterator
     /// that outlives its loader prepares nothing.
     pub(crate) prepared: Mutex<PreparedSlot>,
+    /// The scratch of workers that ended (an epoch's workers end with it): the next epoch's
+    /// take it back, so that their buffers are not grown (and zeroed) again every epoch.
+    pub(crate) spare_io: Mutex<Vec<crate::samples::TaskIo>>,
 }
 
 /// The run prepared ahead, if any, and whether the loader is gone.
@@ -291,6 +294,30 @@ impl Loader {
         )?;
         let memory_budget = config.memory_budget_bytes();
         let batch_bytes = samples.batch_bytes(config.batch_size);
+        let ram = stokehold_format::storage::physical_memory();
+        if ram > 0 && batch_bytes > ram / 2 {
+            return Err(EngineError::Config(format!(
+                "one batch of {} samples would take about {}, more than half this machine's \
+                 memory ({}): give a smaller batch_size",
+                config.batch_size,
+                ByteSize(batch_bytes),
+                ByteSize(ram)
+            )));
+        }
+        if !config.prefetch_auto
+            && ram > 0
+            && (config.prefetch as u64).saturating_mul(batch_bytes) > ram / 2
+        {
+            return Err(EngineError::Config(format!(
+                "prefetch {} batches of about {} each would hold {}, more than half this \
+                 machine's memory ({}): give a smaller prefetch or batch_size, or \
+                 prefetch=\"auto\" (kept within memory_budget)",
+                config.prefetch,
+                ByteSize(batch_bytes),
+                ByteSize((config.prefetch as u64).saturating_mul(batch_bytes)),
+                ByteSize(ram)
+            )));
+        }
         let mut prefetch = config.prefetch.max(1) as u64;
         // the deepest window: the pool keeps enough free buffers for it
         let mut deepest = prefetch;
@@ -318,6 +345,7 @@ impl Loader {
                 batch_bytes,
                 cursor: Mutex::new(Cursor::default()),
                 prepared: Mutex::new(PreparedSlot::default()),
+                spare_io: Mutex::new(Vec::new()),
                 samples,
                 config,
             }),

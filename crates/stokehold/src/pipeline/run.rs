@@ -164,7 +164,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
 fn worker(run: &Run, index: usize) {
     let core = &*run.core;
     let samples = &*core.samples;
-    let mut io = TaskIo::new(core.config.io_uring);
+    let mut io = Spare::take(core);
     // the plan of the batches announced ahead (apart from the task's own)
     let mut ahead = TaskIo::default();
     let mut hints = Vec::new();
@@ -250,6 +250,44 @@ fn worker(run: &Run, index: usize) {
             if run.tx.send(batch).is_err() {
                 return; // the consumer is gone
             }
+        }
+    }
+}
+
+/// A worker's task scratch, taken from the loader's spares (the scratch of an earlier epoch's
+/// workers, buffers grown already) or made, and given back when the worker ends, however it
+/// ends.
+struct Spare<'c> {
+    core: &'c Core,
+    io: Option<TaskIo>,
+}
+
+impl<'c> Spare<'c> {
+    fn take(core: &'c Core) -> Spare<'c> {
+        let io = lock(&core.spare_io)
+            .pop()
+            .unwrap_or_else(|| TaskIo::new(core.config.io_uring));
+        Spare { core, io: Some(io) }
+    }
+}
+
+impl std::ops::Deref for Spare<'_> {
+    type Target = TaskIo;
+    fn deref(&self) -> &TaskIo {
+        self.io.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Spare<'_> {
+    fn deref_mut(&mut self) -> &mut TaskIo {
+        self.io.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Spare<'_> {
+    fn drop(&mut self) {
+        if let Some(io) = self.io.take() {
+            lock(&self.core.spare_io).push(io);
         }
     }
 }
