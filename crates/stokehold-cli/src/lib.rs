@@ -111,7 +111,9 @@ where
     T: Into<OsString> + Clone,
 {
     Cli::try_parse_from(args).map_err(|e| {
-        let text = e.render().to_string();
+        let rendered = e.render().to_string();
+        // what is missing (the usage line after it names every argument)
+        let text = rendered.split("Usage:").next().unwrap_or_default();
         let one_path = e.kind() == clap::error::ErrorKind::MissingRequiredArgument
             && text.contains("<SOURCES>")
             && !text.contains("<DEST>");

@@ -258,7 +258,7 @@ fn bench_reads_every_sample_and_reports_stages() {
     let mut b = fs::read(&shard).unwrap();
     b[40] ^= 1;
     fs::write(&shard, b).unwrap();
-    let (r, _) = run_captured(&["bench", ds_s]);
+    let (r, _) = run_captured(&["bench", ds_s, "--batch-size", "4"]);
     let msg = format!("{:#}", r.unwrap_err());
     assert!(
         msg.contains("shard-000000.skh") && msg.contains("record 0"),

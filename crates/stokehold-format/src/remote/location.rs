@@ -71,7 +71,13 @@ impl Location for ObjectStoreDir {
     }
 
     fn head(&self, name: &str) -> io::Result<ObjectMeta> {
-        Ok(meta_of(&self.store.object(name)?))
+        match self.store.object(name) {
+            Ok(obj) => Ok(meta_of(&obj)),
+            // a missing object in a missing bucket looks the same to a HEAD (no body): one
+            // listing of the bucket tells which, and names the bucket when it is the bucket
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(self.store.missing(e)),
+            Err(e) => Err(e),
+        }
     }
 
     fn head_many(&self, names: &[&str]) -> Vec<io::Result<ObjectMeta>> {

@@ -288,6 +288,27 @@ impl RemoteStore {
         &self.url
     }
 
+    /// `e`, a "not found" of an object: when the bucket itself does not exist (one listing of
+    /// it says so), the sentence that names the bucket; else `e`. S3 only; outside the I/O
+    /// runtime (it blocks on the listing).
+    fn missing(&self, e: io::Error) -> io::Error {
+        if !self.setup.s3 {
+            return e;
+        }
+        self.counters.request();
+        let listing = block_on(async { self.store.list_with_delimiter(None).await.map(|_| ()) });
+        match listing {
+            Ok(Err(l)) => match self.setup.diagnose(&l) {
+                Some(sentence) if sentence.contains("does not exist") => io::Error::new(
+                    io::ErrorKind::NotFound,
+                    format!("{sentence} (the store said: {})", io_error(&l)),
+                ),
+                _ => e,
+            },
+            _ => e,
+        }
+    }
+
     /// A request's error as an `io::Error` ([`io_error`]), led by the sentence of the
     /// misconfiguration it shows, when it shows one (the backend's error kept after it).
     fn explain(&self, e: &object_store::Error) -> io::Error {
