@@ -278,9 +278,11 @@ fn a_missing_bucket_key_or_bad_option_is_one_clear_error_and_secrets_stay_secret
     let opts = testing::options(&server.endpoint());
     let secret = opts["secret"].clone();
 
+    // a missing bucket is named as such (one listing tells it from a missing key)
     let e = open_err("s3://no-such-bucket/ds", opts.clone()).to_string();
     assert!(
-        e.contains("s3://no-such-bucket/ds/manifest.json") && e.contains("not found"),
+        e.contains("s3://no-such-bucket/ds/manifest.json")
+            && e.contains("the bucket \"no-such-bucket\" does not exist"),
         "{e}"
     );
     let e = open_err(&format!("{url}/missing"), opts.clone()).to_string();
