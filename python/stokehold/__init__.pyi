@@ -110,6 +110,9 @@ class Dataset:
         """The parsed ``manifest.json``: format, version, schema, shards, total_records, ..."""
     def record_bytes(self, i: int) -> bytes:
         """Sample ``i``'s stored record bytes (checksum checked when opened with ``verify``)."""
+    def _arrow_batch(self, lo: int, hi: int) -> Tuple[Any, Any]:
+        """Records ``[lo, hi)`` as one Arrow record batch built in Rust: the ``(schema, array)``
+        PyCapsules of the Arrow C data interface (for ``stokehold.ray.read``)."""
     def __repr__(self) -> str: ...
     def __getnewargs_ex__(self) -> Tuple[Tuple[str], Dict[str, bool]]: ...
     def __reduce__(self) -> Tuple[Any, ...]: ...
