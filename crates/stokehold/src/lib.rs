@@ -35,7 +35,8 @@ pub use stokehold_ops as ops;
 mod batch;
 pub mod cache;
 mod error;
-mod fetch;
+/// The one fetcher of sample bytes (what a [`Samples`] implementation plans, the engine reads).
+pub mod fetch;
 pub mod pipeline;
 mod rng;
 pub mod sampler;

@@ -32,7 +32,7 @@ pub(crate) struct Run {
     task_size: usize,
     tasks_per_batch: usize,
     pub(crate) steps: u64,
-    /// How storage is told ahead ([`Samples::readahead`](crate::Samples::readahead)).
+    /// How storage is told ahead ([`ByteSource::readahead`](crate::fetch::ByteSource::readahead)).
     readahead: Readahead,
     /// Batches announced to storage at once: every `wave` steps, the `wave` batches from
     /// `READAHEAD` steps on ([`Readahead::wave`]).
