@@ -233,16 +233,9 @@ pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>)
     }
 }
 
-/// Whether `path` is a file `stokehold pack` reads as a source (by its extension).
+/// Whether `path` is a file `stokehold pack` reads as a source (the packer's own rule).
 fn packable_file(path: &std::path::Path) -> bool {
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
-    matches!(
-        ext.as_deref(),
-        Some("jsonl" | "csv" | "tar" | "tfrecord" | "tfrecords" | "parquet")
-    )
+    stokehold_ingest::detect(&[path.to_path_buf()]).is_ok()
 }
 
 /// Run a parsed command line, writing its report to `out`.

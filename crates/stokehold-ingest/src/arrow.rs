@@ -12,7 +12,8 @@
 //! | list, large list, fixed-size list (also nested, and fixed-shape tensor extension types, which are lists in storage) of numbers | `ndarray`: `u8` (uint8, bool), `i32` (int8, int16, int32, uint16), `i64` (int64, uint32, uint64), `f16`, `f32`, `f64` |
 //! | `struct<data: list<number>, shape: ...>` (variable-shape tensors: Ray's and Arrow's extension types, in storage) | `ndarray` of the data's numbers |
 //!
-//! Anything else (dates, decimals, maps, other structs) has no field type.
+//! Anything else (dates, decimals, maps, other structs) has no field type. The way back, for
+//! readers that hand out Arrow: [`arrow_element`].
 
 use arrow_schema::DataType;
 use stokehold_format::{DType, FieldType, ImageCodec};
@@ -44,6 +45,19 @@ pub fn element_dtype(t: &DataType) -> Option<DType> {
         DataType::Float64 => DType::F64,
         _ => return None,
     })
+}
+
+/// And back: the Arrow type of ndarray elements of `d`, as readers that hand out Arrow give them
+/// (`stokehold.ray.read`); [`element_dtype`] maps it to `d` again.
+pub fn arrow_element(d: DType) -> DataType {
+    match d {
+        DType::U8 => DataType::UInt8,
+        DType::I32 => DataType::Int32,
+        DType::I64 => DataType::Int64,
+        DType::F16 => DataType::Float16,
+        DType::F32 => DataType::Float32,
+        DType::F64 => DataType::Float64,
+    }
 }
 
 /// The list's element type, through nested lists (a list of lists of numbers is an array too).
@@ -111,6 +125,20 @@ mod tests {
 
     fn list(t: DataType) -> DataType {
         DataType::List(Arc::new(Field::new("item", t, true)))
+    }
+
+    #[test]
+    fn ndarray_elements_go_to_arrow_and_back_to_the_same_dtype() {
+        for d in [
+            DType::U8,
+            DType::I32,
+            DType::I64,
+            DType::F16,
+            DType::F32,
+            DType::F64,
+        ] {
+            assert_eq!(element_dtype(&arrow_element(d)), Some(d), "{d:?}");
+        }
     }
 
     #[test]

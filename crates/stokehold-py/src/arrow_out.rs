@@ -20,7 +20,7 @@ use arrow_array::{
 use arrow_buffer::{MutableBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
 use stokehold_format::tokens::TokenDType;
-use stokehold_format::{DType, Dataset, FieldType, FieldValue, FormatError};
+use stokehold_format::{Dataset, FieldType, FieldValue, FormatError};
 
 /// Largest single read of a shard's records (a span of consecutive records is cut there).
 pub const MAX_SPAN: u64 = 64 << 20;
@@ -47,17 +47,6 @@ enum Column {
     },
 }
 
-fn arrow_dtype(d: DType) -> DataType {
-    match d {
-        DType::U8 => DataType::UInt8,
-        DType::I32 => DataType::Int32,
-        DType::I64 => DataType::Int64,
-        DType::F16 => DataType::Float16,
-        DType::F32 => DataType::Float32,
-        DType::F64 => DataType::Float64,
-    }
-}
-
 fn array_column(dtype: DataType, width: usize) -> Column {
     Column::Array {
         dtype,
@@ -80,7 +69,9 @@ impl Column {
             (FieldType::String, _) => Column::String(LargeStringBuilder::new()),
             (FieldType::Int64, _) => Column::Int64(Vec::new()),
             (FieldType::Float64, _) => Column::Float64(Vec::new()),
-            (FieldType::Ndarray { dtype }, _) => array_column(arrow_dtype(*dtype), dtype.size()),
+            (FieldType::Ndarray { dtype }, _) => {
+                array_column(stokehold_ingest::arrow::arrow_element(*dtype), dtype.size())
+            }
         }
     }
 

@@ -16,7 +16,7 @@ use stokehold_ops::{
 use crate::cache::{DecodedCache, DecodedImage};
 use crate::error::{EngineError, Result};
 use crate::rng::SampleRng;
-use crate::stages::stage_spec::{FloatType, Layout, PerChannel, Size, Stage, TransformSpec};
+use crate::stages::stage_spec::{Layout, PerChannel, Size, Stage, TransformSpec};
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The image stage names.
@@ -164,10 +164,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                 if out.std.iter().any(|&x| x <= 0.0) {
                     return Err(bad(column, "normalize: std must be positive"));
                 }
-                out.dtype = match p.dtype {
-                    FloatType::F32 => OutDType::F32,
-                    FloatType::F16 => OutDType::F16,
-                };
+                out.dtype = p.dtype;
                 finished = true;
             }
             Stage::Tokenize(_) => {

@@ -3,6 +3,8 @@
 //! other).
 
 use serde::{Deserialize, Serialize};
+use stokehold_format::DType;
+use stokehold_ops::OutDType;
 
 /// One stage, by name, with its parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -193,13 +195,54 @@ pub enum Layout {
 
 impl<'de> Deserialize<'de> for Layout {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Layout, D::Error> {
-        let v = serde_json::Value::deserialize(d)?;
-        match v.as_str() {
-            Some("CHW" | "chw") => Ok(Layout::Chw),
-            Some("HWC" | "hwc") => Ok(Layout::Hwc),
-            _ => Err(must("\"CHW\" or \"HWC\"", &v)),
-        }
+        let names = [
+            ("CHW", Layout::Chw),
+            ("chw", Layout::Chw),
+            ("HWC", Layout::Hwc),
+            ("hwc", Layout::Hwc),
+        ];
+        one_of(d, &names, "\"CHW\" or \"HWC\"")
     }
+}
+
+/// A parameter that is one of a few names: the value of the name given, or the message saying
+/// which names there are (`what`) and what was written.
+fn one_of<'de, D: serde::Deserializer<'de>, T: Copy>(
+    d: D,
+    names: &[(&str, T)],
+    what: &str,
+) -> Result<T, D::Error> {
+    let v = serde_json::Value::deserialize(d)?;
+    v.as_str()
+        .and_then(|s| names.iter().find(|(n, _)| *n == s).map(|&(_, t)| t))
+        .ok_or_else(|| must(what, &v))
+}
+
+/// `normalize`'s `dtype`: the output types of the image kernels (`stokehold_ops::OutDType`) that
+/// the engine has a batch dtype for.
+fn float_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<OutDType, D::Error> {
+    let names = [
+        ("float32", OutDType::F32),
+        ("f32", OutDType::F32),
+        ("float16", OutDType::F16),
+        ("f16", OutDType::F16),
+    ];
+    one_of(
+        d,
+        &names,
+        "float32 or float16 (bfloat16 batches need a bf16 dtype in the engine, not there yet)",
+    )
+}
+
+/// `tokenize`'s `dtype`: the integer [`DType`]s of id arrays.
+fn id_type<'de, D: serde::Deserializer<'de>>(d: D) -> Result<DType, D::Error> {
+    let names = [
+        ("int32", DType::I32),
+        ("i32", DType::I32),
+        ("int64", DType::I64),
+        ("i64", DType::I64),
+    ];
+    one_of(d, &names, "int32 or int64")
 }
 
 /// `random_resized_crop`'s parameters (torchvision's defaults).
@@ -268,81 +311,62 @@ pub struct ToTensor {
     pub layout: Layout,
 }
 
-/// The float type `normalize` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FloatType {
-    /// 32-bit floats.
-    #[default]
-    F32,
-    /// 16-bit IEEE floats.
-    F16,
-}
-
-impl<'de> Deserialize<'de> for FloatType {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<FloatType, D::Error> {
-        let v = serde_json::Value::deserialize(d)?;
-        match v.as_str() {
-            Some("float32" | "f32") => Ok(FloatType::F32),
-            Some("float16" | "f16") => Ok(FloatType::F16),
-            _ => Err(must(
-                "float32 or float16 (bfloat16 batches need a bf16 dtype in the engine, not there yet)",
-                &v,
-            )),
-        }
-    }
-}
-
 /// `normalize`'s parameters.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Normalize {
     /// Per-channel mean (required).
     pub mean: Option<PerChannel>,
     /// Per-channel standard deviation (required, positive).
     pub std: Option<PerChannel>,
-    /// The float type written.
-    pub dtype: FloatType,
+    /// The float type written (`F32` or `F16`).
+    #[serde(deserialize_with = "float_type")]
+    pub dtype: OutDType,
     /// Where the channels go.
     pub layout: Layout,
 }
 
-/// The integer type `tokenize` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum IdType {
-    /// 32-bit ids.
-    #[default]
-    I32,
-    /// 64-bit ids.
-    I64,
-}
-
-impl<'de> Deserialize<'de> for IdType {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<IdType, D::Error> {
-        let v = serde_json::Value::deserialize(d)?;
-        match v.as_str() {
-            Some("int32" | "i32") => Ok(IdType::I32),
-            Some("int64" | "i64") => Ok(IdType::I64),
-            _ => Err(must("int32 or int64", &v)),
-        }
-    }
-}
-
 /// `tokenize`'s parameters.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Tokenize {
     /// The `tokenizer.json` path (required).
     pub tokenizer: Option<String>,
     /// Truncate and pad to this many ids (1 to 2^24); `None`: each sample its own length.
     pub max_length: Option<u64>,
-    /// The id type.
-    pub dtype: IdType,
+    /// The id type (`I32` or `I64`).
+    #[serde(deserialize_with = "id_type")]
+    pub dtype: DType,
     /// The padding id (default: the vocabulary's `<pad>` / `[PAD]` / `<|pad|>`, else 0).
     pub pad_id: Option<u32>,
     /// A token put first.
     pub bos: Option<String>,
     /// A token put last.
     pub eos: Option<String>,
+}
+
+impl Default for Normalize {
+    fn default() -> Self {
+        Normalize {
+            mean: None,
+            std: None,
+            dtype: OutDType::F32,
+            layout: Layout::Chw,
+        }
+    }
+}
+
+impl Default for Tokenize {
+    fn default() -> Self {
+        Tokenize {
+            tokenizer: None,
+            max_length: None,
+            dtype: DType::I32,
+            pad_id: None,
+            bos: None,
+            eos: None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use stokehold_format::{DType, FieldValue};
 use stokehold_ops::text::TextTokenizer;
 
 use crate::error::{EngineError, Result};
-use crate::stages::stage_spec::{IdType, Stage, TransformSpec};
+use crate::stages::stage_spec::{Stage, TransformSpec};
 use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
 
 /// The stage's name in specs.
@@ -67,10 +67,7 @@ fn plan_inner(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transfor
             ));
         }
     };
-    let dtype = match p.dtype {
-        IdType::I32 => DType::I32,
-        IdType::I64 => DType::I64,
-    };
+    let dtype = p.dtype;
     let token = |name: Option<&str>| -> Result<Option<u32>> {
         name.map(|n| tok.token_id(n).map_err(|e| bad(column, e)))
             .transpose()
