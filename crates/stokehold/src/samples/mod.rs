@@ -98,7 +98,6 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     /// (a sample whose ranges cannot be known gets none and reports why when filled). What
     /// else the samples need to fill from those bytes may be kept in [`TaskIo::scratch`].
     fn plan(&self, ids: &[u64], io: &mut TaskIo) {
-        let _ = ids;
         for _ in ids {
             io.plan.end_sample();
         }

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use stokehold_format::tokens::{TokenIndex, TokenMeta, TokenReads};
+use stokehold_format::tokens::{DocPiece, TokenIndex, TokenMeta, TokenReads};
 use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 
 use crate::cache::{CacheStats, RecordCache, dataset_key};
@@ -282,9 +282,15 @@ impl TokenDataset {
                 source,
             })?;
             for piece_plan in p.reads.pieces(read) {
+                // a task is planned before any of its samples is filled, so samples sharing a
+                // document all planned its checksum: the first one filled checks it, the others
+                // only its field table
+                let once = DocPiece {
+                    checksum: piece_plan.checksum && !self.checked(piece_plan.doc),
+                    ..*piece_plan
+                };
                 let checked =
-                    piece_plan
-                        .check(shard, dtype, data)
+                    once.check(shard, dtype, data)
                         .map_err(|source| EngineError::Sample {
                             id: piece_plan.doc,
                             source,
