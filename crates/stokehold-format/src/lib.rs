@@ -64,7 +64,9 @@ pub use location::{
 };
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
-pub use record::{ArrayValue, FieldValue, RecordEncoder, RecordError, RecordView};
+pub use record::{
+    ArrayValue, FieldValue, RecordCodec, RecordEncoder, RecordError, RecordFields, RecordView,
+};
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{
     Header, IndexEntry, OpenStep, SHARD_VERSION, ShardMeta, ShardOpening, ShardReader, ShardSource,

@@ -224,6 +224,81 @@ pub fn array_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
         .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d))
 }
 
+/// The decoder of records that are not stokehold records: the records of files read in place
+/// (a TFRecord file's `tf.train.Example`s, a WebDataset tar's samples), which the opener of such
+/// files gives each of their shards ([`crate::ShardReader::with_codec`]). Sans I/O: it decodes
+/// the bytes of one record, as its index entry located them.
+pub trait RecordCodec: Send + Sync + std::fmt::Debug {
+    /// The name of the files' format, for messages ("TFRecord", "WebDataset tar").
+    fn format(&self) -> &'static str;
+
+    /// The checksum of record `record`'s bytes that its index entry stores: CRC-32C of the bytes
+    /// unless the format checks something else (a tar sample: the CRC-32C of its members' data,
+    /// not of the headers between them).
+    fn checksum(&self, record: u64, bytes: &[u8]) -> u32 {
+        let _ = record;
+        crate::crc::crc32c(bytes)
+    }
+
+    /// Decode field `i` of `schema` from the bytes of record `record` of the shard (borrowing
+    /// from them where the value is stored as is). Errors say what is wrong and where in the
+    /// record's bytes ([`RecordError::Corrupt`]).
+    fn field<'a>(
+        &self,
+        record: u64,
+        bytes: &'a [u8],
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'a>, RecordError>;
+}
+
+/// A record's fields, however the record is framed: a stokehold record ([`RecordView`]) or one
+/// of files read in place, decoded by their [`RecordCodec`].
+#[derive(Debug, Clone, Copy)]
+pub enum RecordFields<'a> {
+    /// A stokehold record.
+    Native(RecordView<'a>),
+    /// A record of files read in place.
+    Foreign {
+        /// The decoder of the files' records.
+        codec: &'a dyn RecordCodec,
+        /// The record's index in its shard.
+        record: u64,
+        /// Its bytes.
+        bytes: &'a [u8],
+    },
+}
+
+impl<'a> RecordFields<'a> {
+    /// Decode field `i` of `schema` (see [`RecordView::field`]).
+    pub fn field(
+        &self,
+        schema: &Schema,
+        i: usize,
+        max_decompressed: u64,
+    ) -> Result<FieldValue<'a>, RecordError> {
+        match self {
+            RecordFields::Native(v) => v.field(schema, i, max_decompressed),
+            RecordFields::Foreign {
+                codec,
+                record,
+                bytes,
+            } => codec.field(*record, bytes, schema, i),
+        }
+    }
+
+    /// Decode every field.
+    pub fn fields(
+        &self,
+        schema: &Schema,
+        max_decompressed: u64,
+    ) -> Result<Vec<FieldValue<'a>>, RecordError> {
+        (0..schema.len())
+            .map(|i| self.field(schema, i, max_decompressed))
+            .collect()
+    }
+}
+
 /// A record's bytes, checked and split into fields, without copying.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {

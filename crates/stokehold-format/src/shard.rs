@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::crc;
 use crate::error::{FormatError, Result, escape};
 use crate::limits::Limits;
-use crate::record::{FieldValue, RecordEncoder, RecordView};
+use crate::record::{FieldValue, RecordCodec, RecordEncoder, RecordFields, RecordView};
 use crate::schema::Schema;
 use crate::storage::{PreadFile, Storage};
 
@@ -815,6 +815,8 @@ pub struct ShardReader {
     file_crc: u32,
     first_global: u64,
     limits: Limits,
+    /// The decoder of the records of a file read in place (`None`: stokehold records).
+    codec: Option<std::sync::Arc<dyn RecordCodec>>,
 }
 
 impl ShardReader {
@@ -863,7 +865,55 @@ impl ShardReader {
             file_crc: trailer.file_crc,
             first_global: 0,
             limits,
+            codec: None,
         }
+    }
+
+    /// A file read in place (not a shard): `file_len` bytes whose records `index` locates (each
+    /// entry's CRC-32C is of the record's bytes as located: stored by the file's format, or
+    /// computed when the file was indexed), holding `schema`'s fields as `codec` decodes them.
+    pub fn in_place(
+        path: impl Into<PathBuf>,
+        source: ShardSource,
+        file_len: u64,
+        schema: Schema,
+        index: Vec<IndexEntry>,
+        codec: std::sync::Arc<dyn RecordCodec>,
+        limits: Limits,
+    ) -> ShardReader {
+        let records = index.len() as u64;
+        let trailer = Trailer {
+            meta_offset: file_len,
+            meta_len: 0,
+            index_offset: file_len,
+            records,
+            meta_crc: 0,
+            index_crc: 0,
+            file_crc: 0,
+            file_len,
+        };
+        let meta = ShardMeta {
+            schema,
+            align: 1,
+            records,
+        };
+        let mut r = ShardReader::from_structure(
+            path,
+            source,
+            ShardStructure {
+                trailer,
+                meta,
+                index,
+            },
+            limits,
+        );
+        r.codec = Some(codec);
+        r
+    }
+
+    /// The decoder of the records of a file read in place (`None` for a stokehold shard).
+    pub fn codec(&self) -> Option<&dyn RecordCodec> {
+        self.codec.as_deref()
     }
 
     /// Set the global sample index of this shard's first record (used in messages).
@@ -938,7 +988,10 @@ impl ShardReader {
     }
 
     fn check_crc(&self, i: u64, e: IndexEntry, bytes: &[u8]) -> Result<()> {
-        let c = crc::crc32c(bytes);
+        let c = match &self.codec {
+            None => crc::crc32c(bytes),
+            Some(codec) => codec.checksum(i, bytes),
+        };
         if c != e.crc {
             return Err(FormatError::Checksum {
                 path: self.path.clone(),
@@ -1076,11 +1129,26 @@ impl ShardReader {
         }
     }
 
+    /// Record `i`'s fields from its bytes: a stokehold record's field table checked, or the
+    /// record of a file read in place, for its codec. Errors name the shard, record and offset.
+    pub fn fields<'a>(&'a self, i: u64, bytes: &'a [u8]) -> Result<RecordFields<'a>> {
+        match &self.codec {
+            None => RecordView::parse(bytes, self.meta.schema.len())
+                .map(RecordFields::Native)
+                .map_err(|e| self.record_error(i, e)),
+            Some(codec) => Ok(RecordFields::Foreign {
+                codec: &**codec,
+                record: i,
+                bytes,
+            }),
+        }
+    }
+
     /// Check record `i`'s field table and decode its fields (borrowing from `bytes`).
-    pub fn decode<'a>(&self, i: u64, bytes: &'a [u8]) -> Result<Vec<FieldValue<'a>>> {
+    pub fn decode<'a>(&'a self, i: u64, bytes: &'a [u8]) -> Result<Vec<FieldValue<'a>>> {
         let schema = &self.meta.schema;
-        RecordView::parse(bytes, schema.len())
-            .and_then(|v| v.fields(schema, self.limits.max_decompressed_bytes))
+        self.fields(i, bytes)?
+            .fields(schema, self.limits.max_decompressed_bytes)
             .map_err(|e| self.record_error(i, e))
     }
 

@@ -8,6 +8,7 @@
 pub mod arrow;
 pub mod example;
 pub mod fuzzing;
+pub mod inplace;
 pub mod jpeg;
 pub mod pack;
 pub mod sample_data;

@@ -12,9 +12,9 @@
 mod image_folder;
 mod parquet;
 mod table;
-mod tfrecord;
+pub(crate) mod tfrecord;
 pub mod tokens;
-mod webdataset;
+pub(crate) mod webdataset;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

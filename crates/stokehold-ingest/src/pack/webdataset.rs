@@ -21,7 +21,7 @@ const INT: [&str; 5] = ["cls", "cls2", "class", "index", "label"];
 const TEXT: [&str; 4] = ["txt", "text", "caption", "json"];
 const PICKLE: [&str; 5] = ["pyd", "pickle", "pkl", "pt", "pth"];
 
-fn field_type(ext: &str) -> FieldType {
+pub(crate) fn field_type(ext: &str) -> FieldType {
     let e = ext.to_ascii_lowercase();
     let last = e.rsplit('.').next().unwrap_or(&e);
     if IMAGE.contains(&last) {
@@ -37,14 +37,14 @@ fn field_type(ext: &str) -> FieldType {
     }
 }
 
-fn is_pickle(ext: &str) -> bool {
+pub(crate) fn is_pickle(ext: &str) -> bool {
     let e = ext.to_ascii_lowercase();
     PICKLE.contains(&e.rsplit('.').next().unwrap_or(&e))
 }
 
 /// Split a member name into (sample key, extension) as WebDataset does: the extension starts at
 /// the first '.' of the last path component.
-fn split_name(name: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_name(name: &str) -> Option<(&str, &str)> {
     let base_start = name.rfind('/').map_or(0, |i| i + 1);
     let dot = name[base_start..].find('.')? + base_start;
     let (key, ext) = (&name[..dot], &name[dot + 1..]);

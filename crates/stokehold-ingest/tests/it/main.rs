@@ -3,6 +3,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod inplace;
 mod pack;
 mod parquet;
 mod parsers;

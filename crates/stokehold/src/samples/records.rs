@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stokehold_format::{Dataset, FieldValue, FormatError, RecordView};
+use stokehold_format::{Dataset, FieldValue, FormatError};
 
 use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
@@ -324,8 +324,7 @@ impl Records {
         ws.read(bytes.len());
         let shard = &ds.shards()[k];
         let schema = ds.schema();
-        let view = RecordView::parse(bytes, schema.len())
-            .map_err(|e| sample_err(shard.record_error(local, e)))?;
+        let view = shard.fields(local, bytes).map_err(sample_err)?;
         let mut stage = STAGE_FIRST_COLUMN;
         let mut parse_time = Duration::ZERO;
         for (c, col) in self.columns.iter().enumerate() {

@@ -1,0 +1,366 @@
+//! The index of one file read in place, built once by a scan and kept: where each record is
+//! (with the checksum its bytes must have), which fields it holds (and, in a tar, where each
+//! member's data is), and what the file's records hold of each field (to choose the schema
+//! without reading the records again).
+//!
+//! Kept as one object (`docs/storage.md`, "Files in place"):
+//!
+//! ```text
+//! "SKHIDX\0\x01" | u32 header length | header (JSON: format, file name, size, version,
+//! counts, names, statistics) | records × 16 B (u64 offset, u32 length, u32 checksum) |
+//! (records + 1) × u32 first member | members × 12 B (u32 name, u32 offset in the record,
+//! u32 length) | (records + 1) × u32 first key byte | key bytes | u32 CRC-32C of all before
+//! ```
+//!
+//! Every count in the header is checked against the object's length before anything is
+//! allocated, and every member against its record.
+
+use serde::{Deserialize, Serialize};
+use stokehold_format::IndexEntry;
+use stokehold_format::crc;
+
+const MAGIC: &[u8; 8] = b"SKHIDX\0\x01";
+
+/// A member's name index that marks a record the scan could not read (a bad checksum, not an
+/// Example): it is kept, and reading it is an error naming it.
+pub const DAMAGED: u32 = u32::MAX;
+
+/// One member of a record: a field it holds (an index into [`FileIndex::names`]) and, in a tar,
+/// where the member's data is in the record's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// Index of the feature or extension in [`FileIndex::names`] ([`DAMAGED`]: see there).
+    pub name: u32,
+    /// Offset of the data in the record's bytes.
+    pub offset: u32,
+    /// Bytes of data.
+    pub len: u32,
+}
+
+/// What the header of a kept index says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexHeader {
+    /// "tfrecord" or "webdataset".
+    pub format: String,
+    /// The file's name in its location.
+    pub file: String,
+    /// Its size when indexed.
+    pub size: u64,
+    /// Its version when indexed (inode and modification time, ETag).
+    pub version: Option<String>,
+    /// Records.
+    pub records: u64,
+    /// Members of all records.
+    pub members: u64,
+    /// Bytes of keys.
+    pub key_bytes: u64,
+    /// The features or extensions the records hold.
+    pub names: Vec<String>,
+    /// What the records hold of each (the format's own statistics).
+    pub stats: serde_json::Value,
+    /// Problems met (members refused, records left out), for the notes of the dataset.
+    pub notes: Vec<String>,
+}
+
+/// The index of one file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileIndex {
+    /// The header.
+    pub header: IndexHeader,
+    /// Each record's place and checksum.
+    pub entries: Vec<IndexEntry>,
+    /// `first_member[r]..first_member[r + 1]` are record `r`'s members.
+    pub first_member: Vec<u32>,
+    /// The members.
+    pub members: Vec<Member>,
+    /// `first_key[r]..first_key[r + 1]` are record `r`'s key bytes (a tar sample's key).
+    pub first_key: Vec<u32>,
+    /// The keys' bytes.
+    pub keys: Vec<u8>,
+}
+
+impl FileIndex {
+    /// An empty index of `file` (as `format` files are indexed).
+    pub fn new(format: &str, file: &str, size: u64, version: Option<String>) -> FileIndex {
+        FileIndex {
+            header: IndexHeader {
+                format: format.into(),
+                file: file.into(),
+                size,
+                version,
+                records: 0,
+                members: 0,
+                key_bytes: 0,
+                names: Vec::new(),
+                stats: serde_json::Value::Null,
+                notes: Vec::new(),
+            },
+            entries: Vec::new(),
+            first_member: vec![0],
+            members: Vec::new(),
+            first_key: vec![0],
+            keys: Vec::new(),
+        }
+    }
+
+    /// The index of the name `name` (added when new).
+    pub fn name_id(&mut self, name: &str) -> u32 {
+        match self.header.names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                self.header.names.push(name.to_string());
+                (self.header.names.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Add a record: its entry, members and key.
+    pub fn push(&mut self, entry: IndexEntry, members: &[Member], key: &[u8]) {
+        self.entries.push(entry);
+        self.members.extend_from_slice(members);
+        self.first_member.push(self.members.len() as u32);
+        self.keys.extend_from_slice(key);
+        self.first_key.push(self.keys.len() as u32);
+        self.header.records = self.entries.len() as u64;
+        self.header.members = self.members.len() as u64;
+        self.header.key_bytes = self.keys.len() as u64;
+    }
+
+    /// Record `r`'s members.
+    pub fn members_of(&self, r: usize) -> &[Member] {
+        &self.members[self.first_member[r] as usize..self.first_member[r + 1] as usize]
+    }
+
+    /// Record `r`'s key.
+    pub fn key_of(&self, r: usize) -> &[u8] {
+        &self.keys[self.first_key[r] as usize..self.first_key[r + 1] as usize]
+    }
+
+    /// Whether the scan could not read record `r` (see [`DAMAGED`]).
+    pub fn damaged(&self, r: usize) -> bool {
+        self.members_of(r).iter().any(|m| m.name == DAMAGED)
+    }
+
+    /// The kept form.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let header = serde_json::to_vec(&self.header).expect("the header serializes");
+        let mut out = Vec::with_capacity(
+            16 + header.len() + self.entries.len() * 24 + self.members.len() * 12 + self.keys.len(),
+        );
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        out.extend_from_slice(&header);
+        for e in &self.entries {
+            out.extend_from_slice(&e.offset.to_le_bytes());
+            out.extend_from_slice(&e.len.to_le_bytes());
+            out.extend_from_slice(&e.crc.to_le_bytes());
+        }
+        for v in &self.first_member {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for m in &self.members {
+            out.extend_from_slice(&m.name.to_le_bytes());
+            out.extend_from_slice(&m.offset.to_le_bytes());
+            out.extend_from_slice(&m.len.to_le_bytes());
+        }
+        for v in &self.first_key {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.keys);
+        let c = crc::crc32c(&out);
+        out.extend_from_slice(&c.to_le_bytes());
+        out
+    }
+
+    /// Parse a kept index, checking its checksum, its counts against its length (before any
+    /// allocation) and every member against its record.
+    pub fn parse(bytes: &[u8]) -> Result<FileIndex, String> {
+        let n = bytes.len();
+        if n < MAGIC.len() + 8 || &bytes[..MAGIC.len()] != MAGIC {
+            return Err("not a stokehold index (bad magic)".into());
+        }
+        let (body, tail) = bytes.split_at(n - 4);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        if crc::crc32c(body) != stored {
+            return Err("its checksum does not match (damaged)".into());
+        }
+        let mut r = Reader { b: body, pos: 8 };
+        let hlen = r.u32()? as usize;
+        let header: IndexHeader = serde_json::from_slice(r.take(hlen)?)
+            .map_err(|e| format!("its header is not valid: {e}"))?;
+        let (records, members, key_bytes) = (header.records, header.members, header.key_bytes);
+        let need = records
+            .checked_mul(16 + 4 + 4)
+            .and_then(|v| v.checked_add(8))
+            .and_then(|v| v.checked_add(members.checked_mul(12)?))
+            .and_then(|v| v.checked_add(key_bytes));
+        if need != Some((body.len() - r.pos) as u64) {
+            return Err(format!(
+                "its header counts ({records} records, {members} members, {key_bytes} key bytes) \
+                 do not match its {} bytes",
+                body.len()
+            ));
+        }
+        let records = records as usize;
+        let mut entries = Vec::with_capacity(records);
+        for _ in 0..records {
+            entries.push(IndexEntry {
+                offset: r.u64()?,
+                len: r.u32()?,
+                crc: r.u32()?,
+            });
+        }
+        let first_member = r.u32s(records + 1)?;
+        let mut ms = Vec::with_capacity(members as usize);
+        for _ in 0..members {
+            ms.push(Member {
+                name: r.u32()?,
+                offset: r.u32()?,
+                len: r.u32()?,
+            });
+        }
+        let first_key = r.u32s(records + 1)?;
+        let keys = r.take(key_bytes as usize)?.to_vec();
+        let monotone = |v: &[u32], end: u64| {
+            v.first() == Some(&0)
+                && v.windows(2).all(|w| w[0] <= w[1])
+                && v.last().map(|&l| u64::from(l)) == Some(end)
+        };
+        if !monotone(&first_member, members) || !monotone(&first_key, key_bytes) {
+            return Err("its member or key tables are not in order".into());
+        }
+        let names = header.names.len() as u32;
+        for (i, e) in entries.iter().enumerate() {
+            if e.offset
+                .checked_add(u64::from(e.len))
+                .is_none_or(|end| end > header.size)
+            {
+                return Err(format!("record {i} lies past the file's end"));
+            }
+            for m in &ms[first_member[i] as usize..first_member[i + 1] as usize] {
+                let inside = u64::from(m.offset) + u64::from(m.len) <= u64::from(e.len);
+                if !(m.name == DAMAGED || (m.name < names && inside)) {
+                    return Err(format!("a member of record {i} is outside it"));
+                }
+            }
+        }
+        Ok(FileIndex {
+            header,
+            entries,
+            first_member,
+            members: ms,
+            first_key,
+            keys,
+        })
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or("it ends early")?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    fn u32s(&mut self, n: usize) -> Result<Vec<u32>, String> {
+        let mut v = Vec::with_capacity(n);
+        for _ in 0..n {
+            v.push(self.u32()?);
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> FileIndex {
+        let mut ix = FileIndex::new("webdataset", "a.tar", 4096, Some("v1".into()));
+        let jpg = ix.name_id("jpg");
+        let cls = ix.name_id("cls");
+        ix.push(
+            IndexEntry {
+                offset: 0,
+                len: 2000,
+                crc: 7,
+            },
+            &[
+                Member {
+                    name: jpg,
+                    offset: 512,
+                    len: 900,
+                },
+                Member {
+                    name: cls,
+                    offset: 1536,
+                    len: 1,
+                },
+            ],
+            b"000001",
+        );
+        ix.push(
+            IndexEntry {
+                offset: 2048,
+                len: 1000,
+                crc: 9,
+            },
+            &[Member {
+                name: DAMAGED,
+                offset: 0,
+                len: 0,
+            }],
+            b"000002",
+        );
+        ix
+    }
+
+    #[test]
+    fn round_trips_and_answers() {
+        let ix = sample();
+        let back = FileIndex::parse(&ix.to_bytes()).unwrap();
+        assert_eq!(back, ix);
+        assert_eq!(back.members_of(0).len(), 2);
+        assert_eq!(back.key_of(1), b"000002");
+        assert!(!back.damaged(0) && back.damaged(1));
+    }
+
+    #[test]
+    fn every_damage_is_refused_not_trusted() {
+        let bytes = sample().to_bytes();
+        for n in 0..bytes.len() {
+            assert!(FileIndex::parse(&bytes[..n]).is_err(), "a cut at {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x10;
+            assert!(FileIndex::parse(&b).is_err(), "a flip at {i}");
+        }
+        // consistent checksum, hostile count: refused before allocating
+        let mut ix = sample();
+        ix.header.records = u64::MAX / 2;
+        assert!(FileIndex::parse(&ix.to_bytes()).is_err());
+        // a member outside its record
+        let mut ix = sample();
+        ix.members[0].len = 5000;
+        assert!(FileIndex::parse(&ix.to_bytes()).is_err());
+    }
+}

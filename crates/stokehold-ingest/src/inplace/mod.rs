@@ -1,0 +1,859 @@
+//! Files read where they are: TFRecord files of `tf.train.Example`s and WebDataset tars, on a
+//! local disk or in object storage, opened as a [`Dataset`] whose shards are the files
+//! themselves ([`ShardReader::in_place`]), so the engine loads them as it loads a packed
+//! dataset (shuffle, resume, caches, profile): one sample source over a [`Location`].
+//!
+//! Opening needs each record's place: each file is scanned once ([`FileIndex`]: a TFRecord's
+//! framing and Examples, a tar's headers and members) and its index kept (in an index directory
+//! keyed by the file's place, size and version, or beside the file with
+//! [`InPlaceOptions::beside`]); a file whose size or version changed is scanned again. The
+//! fields are chosen from the indexes' statistics with pack's rules, so the samples are those
+//! `stokehold pack` of the same files gives.
+
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use stokehold_format::{
+    DATASET_VERSION, Dataset, FORMAT_NAME, Field, FieldType, FormatError, Location, MANIFEST_FILE,
+    Manifest, ObjectMeta, OpenOptions, Schema, ShardInfo, ShardReader, Storage, crc,
+};
+
+pub mod example_view;
+pub mod index;
+mod tfrecord;
+mod webdataset;
+
+pub use index::FileIndex;
+
+use crate::pack::FieldChoice;
+
+/// The suffix of an index kept beside its file (`train-00000.tfrecord.skhidx`).
+pub const INDEX_SUFFIX: &str = ".skhidx";
+
+/// Bytes read per request while scanning a file.
+const SCAN_CHUNK: usize = 8 << 20;
+
+/// A format of files read in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InPlaceFormat {
+    /// TFRecord files of `tf.train.Example`s.
+    TfRecord,
+    /// WebDataset tars.
+    WebDataset,
+}
+
+impl InPlaceFormat {
+    /// Its name: "tfrecord", "webdataset".
+    pub fn name(self) -> &'static str {
+        match self {
+            InPlaceFormat::TfRecord => "tfrecord",
+            InPlaceFormat::WebDataset => "webdataset",
+        }
+    }
+
+    /// Parse a name (`tfrecord`, `webdataset` or `tar`).
+    pub fn parse(s: &str) -> Option<InPlaceFormat> {
+        match s.to_ascii_lowercase().as_str() {
+            "tfrecord" | "tfrecords" => Some(InPlaceFormat::TfRecord),
+            "webdataset" | "wds" | "tar" => Some(InPlaceFormat::WebDataset),
+            _ => None,
+        }
+    }
+
+    /// The format a file's name says, if any.
+    fn of_name(name: &str) -> Option<InPlaceFormat> {
+        let n = name.to_ascii_lowercase();
+        if n.ends_with(".tfrecord") || n.ends_with(".tfrecords") {
+            Some(InPlaceFormat::TfRecord)
+        } else if n.ends_with(".tar") {
+            Some(InPlaceFormat::WebDataset)
+        } else {
+            None
+        }
+    }
+}
+
+/// How files in place are opened.
+#[derive(Debug, Clone, Default)]
+pub struct InPlaceOptions {
+    /// The files' format, when their names do not say (`None`: from the extension, or sniffed).
+    pub format: Option<InPlaceFormat>,
+    /// The fields, as `stokehold pack --fields` takes them (`None`: pack's choice).
+    pub fields: Option<Vec<FieldChoice>>,
+    /// Where indexes are kept (`None`: [`default_index_dir`]).
+    pub index_dir: Option<PathBuf>,
+    /// Keep (and look for) each index beside its file, as `FILE.skhidx` (it must be writable).
+    pub beside: bool,
+    /// Scan every file again, whatever is kept.
+    pub rebuild: bool,
+    /// Largest record (or tar member) accepted, in bytes (0: 1 GiB).
+    pub max_record_bytes: u64,
+}
+
+/// Where indexes are kept by default: `$STOKEHOLD_INDEX_DIR`, else
+/// `$XDG_CACHE_HOME/stokehold/index`, else `~/.cache/stokehold/index`; `None` without a home.
+pub fn default_index_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("STOKEHOLD_INDEX_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("stokehold").join("index"))
+}
+
+/// Whether `path` is a stokehold dataset (a directory or prefix holding a manifest), not files
+/// to read in place. A URL counts as a dataset unless its last component names files
+/// (an extension of a format read in place, or a pattern).
+pub fn is_packed(path: &Path) -> bool {
+    if stokehold_format::url_scheme(path).is_some() {
+        let last = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return InPlaceFormat::of_name(&last).is_none() && !is_pattern(&last);
+    }
+    path.join(MANIFEST_FILE).is_file() || !path.exists() && !is_pattern(&path.to_string_lossy())
+}
+
+fn is_pattern(s: &str) -> bool {
+    s.contains(['*', '?'])
+}
+
+/// Open `paths` as a dataset: a stokehold dataset (one path, [`is_packed`]) with
+/// [`Dataset::open_with`], or files read in place ([`open_in_place`]).
+pub fn open(
+    paths: &[PathBuf],
+    options: OpenOptions,
+    inplace: &InPlaceOptions,
+) -> Result<Dataset, FormatError> {
+    match paths {
+        [one] if is_packed(one) => Dataset::open_with(one, options),
+        _ => open_in_place(paths, options, inplace),
+    }
+}
+
+/// One file to read in place: its name in the location, its place (for messages), what the
+/// location says of it, and its index.
+#[derive(Debug)]
+pub(crate) struct Scanned {
+    name: String,
+    place: String,
+    meta: ObjectMeta,
+    index: Arc<FileIndex>,
+    /// Whether the index was scanned now (not kept from before).
+    fresh: bool,
+}
+
+/// A field chosen for the schema.
+#[derive(Debug)]
+pub(crate) struct Chosen {
+    name: String,
+    ty: FieldType,
+    optional: bool,
+}
+
+impl Chosen {
+    /// The fields `pack`'s chooser picked, each with the type `ty` gives its name.
+    fn typed(chosen: Vec<crate::pack::Chosen>, ty: impl Fn(&str) -> FieldType) -> Vec<Chosen> {
+        chosen
+            .into_iter()
+            .map(|c| Chosen {
+                ty: ty(&c.name),
+                name: c.name,
+                optional: c.optional,
+            })
+            .collect()
+    }
+}
+
+/// Which records of a file's index a shard's records are (`None`: all, in order).
+#[derive(Debug)]
+pub(crate) struct Rows(Option<Vec<u32>>);
+
+impl Rows {
+    fn row(&self, record: u64) -> usize {
+        match &self.0 {
+            None => record as usize,
+            Some(v) => v[record as usize] as usize,
+        }
+    }
+}
+
+/// The files to read in place: their location and its root, each file's name and meta (sorted
+/// by name), and their format.
+type Resolved = (
+    Arc<dyn Location>,
+    PathBuf,
+    Vec<(String, ObjectMeta)>,
+    InPlaceFormat,
+);
+
+/// The files `paths` name (files, directories or prefixes, patterns with `*` and `?` in their
+/// last component), in one directory or prefix: its location and root, each file's name and
+/// meta, sorted by name, and their format.
+fn resolve(
+    paths: &[PathBuf],
+    options: &OpenOptions,
+    inplace: &InPlaceOptions,
+) -> Result<Resolved, FormatError> {
+    let input = |p: &Path, detail: String| FormatError::Manifest {
+        path: p.to_path_buf(),
+        detail,
+    };
+    if paths.is_empty() {
+        return Err(input(Path::new(""), "no files were given".into()));
+    }
+    let mut root: Option<(PathBuf, Arc<dyn Location>)> = None;
+    let mut listing: Option<BTreeMap<String, ObjectMeta>> = None;
+    let mut files: BTreeMap<String, ObjectMeta> = BTreeMap::new();
+    for p in paths {
+        let local_dir = stokehold_format::url_scheme(p).is_none() && p.is_dir();
+        let last = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (dir, pattern) = if local_dir || p.to_string_lossy().ends_with('/') {
+            (p.clone(), Some("*".to_string()))
+        } else if is_pattern(&last) {
+            (parent(p), Some(last.clone()))
+        } else {
+            (parent(p), None)
+        };
+        match &root {
+            None => {
+                let loc = stokehold_format::locate(&dir, &options.storage_options)?;
+                root = Some((dir.clone(), loc));
+            }
+            Some((r, _)) if *r != dir => {
+                return Err(input(
+                    p,
+                    format!(
+                        "files read in place must be in one directory or prefix; this one is \
+                         not in {} (open each directory as its own dataset, or move the files)",
+                        r.display()
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        let loc = &root.as_ref().expect("set above").1;
+        match pattern {
+            None => {
+                let meta = loc.head(&last).map_err(|e| FormatError::io(p, None, e))?;
+                files.insert(last, meta);
+            }
+            Some(pat) => {
+                if listing.is_none() {
+                    listing = Some(loc.list().map_err(|e| FormatError::io(&dir, None, e))?);
+                }
+                let mut n = 0;
+                for (name, meta) in listing.as_ref().expect("listed above") {
+                    let wanted = glob(&pat, name)
+                        && !name.starts_with('.')
+                        && !name.ends_with(INDEX_SUFFIX)
+                        && name != MANIFEST_FILE
+                        && (inplace.format.is_some() || InPlaceFormat::of_name(name).is_some());
+                    if wanted {
+                        files.insert(name.clone(), meta.clone());
+                        n += 1;
+                    }
+                }
+                if n == 0 {
+                    let gz = listing
+                        .as_ref()
+                        .expect("listed above")
+                        .keys()
+                        .any(|n| glob(&pat, n) && n.ends_with(".gz"));
+                    return Err(input(
+                        p,
+                        if gz {
+                            "holds only gzip-compressed files: decompress them first (`gunzip`), \
+                             stokehold reads TFRecord files and tars uncompressed"
+                                .into()
+                        } else {
+                            "no .tfrecord, .tfrecords or .tar files here (give format= when the \
+                             names have another extension)"
+                                .into()
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    let (root, location) = root.expect("one path at least");
+    for name in files.keys() {
+        if name.to_ascii_lowercase().ends_with(".gz") {
+            return Err(input(
+                &root.join(name),
+                "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord \
+                 files and tars uncompressed"
+                    .into(),
+            ));
+        }
+    }
+    let mut format = inplace.format;
+    for (name, meta) in &files {
+        let f = match InPlaceFormat::of_name(name).or(inplace.format) {
+            Some(f) => f,
+            None => sniff(&*location, name, meta)
+                .map_err(|e| FormatError::io(root.join(name), None, e))?
+                .ok_or_else(|| {
+                    input(
+                        &root.join(name),
+                        "is neither a TFRecord file nor a tar (by its first bytes); give \
+                         format=\"tfrecord\" or \"webdataset\" if it is one"
+                            .into(),
+                    )
+                })?,
+        };
+        match format {
+            Some(g) if g != f && inplace.format.is_none() => {
+                return Err(input(
+                    &root.join(name),
+                    format!(
+                        "is a {} file, the others are {}: open one format at a time",
+                        f.name(),
+                        g.name()
+                    ),
+                ));
+            }
+            _ => format = Some(f),
+        }
+    }
+    Ok((
+        location,
+        root,
+        files.into_iter().collect(),
+        format.expect("one file at least"),
+    ))
+}
+
+fn parent(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `*` (any run) and `?` (one character) against a whole name.
+fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// The format of a file by its first bytes: a tar's `ustar` magic, or a TFRecord's first
+/// length and its CRC.
+fn sniff(
+    location: &dyn Location,
+    name: &str,
+    meta: &ObjectMeta,
+) -> io::Result<Option<InPlaceFormat>> {
+    let len = meta.size.min(512);
+    let read = stokehold_format::location::RangeRead {
+        name,
+        meta,
+        offset: 0,
+        len,
+    };
+    let head = location
+        .read_ranges(&[read])
+        .pop()
+        .expect("one read, one result")?;
+    if head.len() >= 263 && &head[257..262] == b"ustar" {
+        return Ok(Some(InPlaceFormat::WebDataset));
+    }
+    if head.len() >= 12 {
+        let stored = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if crate::tfrecord::masked_crc32c(&head[..8]) == stored {
+            return Ok(Some(InPlaceFormat::TfRecord));
+        }
+    }
+    Ok(None)
+}
+
+/// Where the kept index of `name` in `root` lives in the index directory `dir`.
+fn kept_path(dir: &Path, root: &Path, name: &str) -> PathBuf {
+    let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let key = crc::crc32c(format!("{}\0{name}", root.display()).as_bytes());
+    let safe: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(80)
+        .collect();
+    dir.join(format!("{key:08x}-{safe}{INDEX_SUFFIX}"))
+}
+
+/// The largest index accepted when reading a kept one (more than any file's records need).
+const MAX_INDEX_BYTES: u64 = 4 << 30;
+
+/// A kept index of `name`, when there is one that describes the file as it is now.
+fn kept(
+    location: &dyn Location,
+    root: &Path,
+    name: &str,
+    meta: &ObjectMeta,
+    format: InPlaceFormat,
+    inplace: &InPlaceOptions,
+    dir: Option<&Path>,
+) -> Option<FileIndex> {
+    let bytes = if inplace.beside {
+        stokehold_format::location::read_small(
+            location,
+            &format!("{name}{INDEX_SUFFIX}"),
+            MAX_INDEX_BYTES,
+            "index",
+        )
+        .ok()?
+    } else {
+        let p = kept_path(dir?, root, name);
+        let f = std::fs::File::open(p).ok()?;
+        let mut v = Vec::new();
+        f.take(MAX_INDEX_BYTES).read_to_end(&mut v).ok()?;
+        v
+    };
+    let ix = FileIndex::parse(&bytes).ok()?;
+    let h = &ix.header;
+    (h.format == format.name()
+        && h.file == name
+        && h.size == meta.size
+        && h.version == meta.version)
+        .then_some(ix)
+}
+
+/// Keep `ix` (the index of `name`): beside the file, or in the index directory (written to a
+/// temporary name, then renamed: a reader sees the old index or the new one). Failing to keep
+/// it in the index directory only costs a scan next time (said once on stderr); beside the
+/// file, which was asked for, it is an error.
+fn keep(
+    location: &dyn Location,
+    root: &Path,
+    name: &str,
+    ix: &FileIndex,
+    inplace: &InPlaceOptions,
+    dir: Option<&Path>,
+) -> Result<(), FormatError> {
+    let bytes = ix.to_bytes();
+    if inplace.beside {
+        let obj = format!("{name}{INDEX_SUFFIX}");
+        return location
+            .put(&obj, &bytes)
+            .map_err(|e| FormatError::io(location.place(&obj), None, e));
+    }
+    let Some(dir) = dir else { return Ok(()) };
+    let path = kept_path(dir, root, name);
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let r = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&tmp, &bytes))
+        .and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            eprintln!(
+                "stokehold: cannot keep indexes in {} ({e}); files read in place will be \
+                 scanned again next time (index_dir= chooses another directory)",
+                dir.display()
+            )
+        });
+    }
+    Ok(())
+}
+
+/// A [`Read`] over a [`Storage`], front to back, in large reads.
+struct StorageReader<'a> {
+    storage: &'a dyn Storage,
+    pos: u64,
+    size: u64,
+    buf: Vec<u8>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Read for StorageReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.lo == self.hi {
+            let n = (self.size - self.pos).min(SCAN_CHUNK as u64) as usize;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.buf.resize(n, 0);
+            self.storage.read_at(self.pos, &mut self.buf[..n])?;
+            self.pos += n as u64;
+            self.lo = 0;
+            self.hi = n;
+        }
+        let k = out.len().min(self.hi - self.lo);
+        out[..k].copy_from_slice(&self.buf[self.lo..self.lo + k]);
+        self.lo += k;
+        Ok(k)
+    }
+}
+
+/// Scan file `name` of `location` (`meta`) into a new index.
+fn scan(
+    location: &dyn Location,
+    root: &Path,
+    name: &str,
+    meta: &ObjectMeta,
+    format: InPlaceFormat,
+    max: u64,
+) -> Result<FileIndex, FormatError> {
+    let path = root.join(name);
+    let storage = location
+        .open_scan(name, meta, true)
+        .map_err(|e| FormatError::io(&path, None, e))?;
+    let mut ix = FileIndex::new(format.name(), name, meta.size, meta.version.clone());
+    let r = match storage.slice(0, meta.size as usize) {
+        Some(all) => scan_with(all, format, max, &mut ix),
+        None => scan_with(
+            StorageReader {
+                storage: &*storage,
+                pos: 0,
+                size: meta.size,
+                buf: Vec::new(),
+                lo: 0,
+                hi: 0,
+            },
+            format,
+            max,
+            &mut ix,
+        ),
+    };
+    r.map_err(|(offset, detail)| FormatError::Corrupt {
+        path,
+        what: format!("{} file", format.name()),
+        offset,
+        detail,
+    })?;
+    Ok(ix)
+}
+
+fn scan_with(
+    r: impl Read,
+    format: InPlaceFormat,
+    max: u64,
+    ix: &mut FileIndex,
+) -> Result<(), (u64, String)> {
+    match format {
+        InPlaceFormat::TfRecord => tfrecord::scan(r, max, ix),
+        InPlaceFormat::WebDataset => webdataset::scan(r, max, ix),
+    }
+}
+
+/// The index of every file: kept ones where they describe the file as it is, the others
+/// scanned (files in parallel, as many at once as the location is worth) and kept.
+fn indexes(
+    location: &Arc<dyn Location>,
+    root: &Path,
+    files: &[(String, ObjectMeta)],
+    format: InPlaceFormat,
+    inplace: &InPlaceOptions,
+) -> Result<Vec<Scanned>, FormatError> {
+    let dir = inplace.index_dir.clone().or_else(default_index_dir);
+    let max = match inplace.max_record_bytes {
+        0 => 1 << 30,
+        m => m,
+    };
+    let next = AtomicUsize::new(0);
+    let threads = location.parallelism().clamp(1, files.len().max(1));
+    let out: std::sync::Mutex<Vec<Option<Result<Scanned, FormatError>>>> =
+        std::sync::Mutex::new((0..files.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((name, meta)) = files.get(k) else {
+                        break;
+                    };
+                    let got = (!inplace.rebuild)
+                        .then(|| {
+                            kept(
+                                &**location,
+                                root,
+                                name,
+                                meta,
+                                format,
+                                inplace,
+                                dir.as_deref(),
+                            )
+                        })
+                        .flatten();
+                    let r = match got {
+                        Some(ix) => Ok((ix, false)),
+                        None => scan(&**location, root, name, meta, format, max).and_then(|ix| {
+                            keep(&**location, root, name, &ix, inplace, dir.as_deref())?;
+                            Ok((ix, true))
+                        }),
+                    };
+                    let r = r.map(|(ix, fresh)| Scanned {
+                        name: name.clone(),
+                        place: root.join(name).display().to_string(),
+                        meta: meta.clone(),
+                        index: Arc::new(ix),
+                        fresh,
+                    });
+                    out.lock().expect("no panics while locked")[k] = Some(r);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("no panics while locked")
+        .into_iter()
+        .map(|r| r.expect("every file was indexed"))
+        .collect()
+}
+
+/// What [`index_files`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IndexReport {
+    /// The files' format.
+    pub format: &'static str,
+    /// Files.
+    pub files: usize,
+    /// Files scanned now (the others had a kept index that still describes them).
+    pub scanned: usize,
+    /// Records of all files.
+    pub records: u64,
+    /// Bytes of all files.
+    pub bytes: u64,
+    /// Records the scan could not read (kept, and an error when read).
+    pub damaged: u64,
+    /// Notes of the scans.
+    pub notes: Vec<String>,
+}
+
+/// Index `paths` ahead of time (`stokehold index`): scan each file whose kept index does not
+/// describe it, and keep the index.
+pub fn index_files(
+    paths: &[PathBuf],
+    options: &OpenOptions,
+    inplace: &InPlaceOptions,
+) -> Result<IndexReport, FormatError> {
+    let (location, root, files, format) = resolve(paths, options, inplace)?;
+    let scanned = indexes(&location, &root, &files, format, inplace)?;
+    let mut r = IndexReport {
+        format: format.name(),
+        files: scanned.len(),
+        ..IndexReport::default()
+    };
+    for s in &scanned {
+        r.scanned += usize::from(s.fresh);
+        r.records += s.index.entries.len() as u64;
+        r.bytes += s.meta.size;
+        r.damaged += (0..s.index.entries.len())
+            .filter(|&k| s.index.damaged(k))
+            .count() as u64;
+        r.notes.extend(s.index.header.notes.iter().cloned());
+    }
+    Ok(r)
+}
+
+/// Open files in place as a dataset: resolve `paths`, index each file (kept indexes reused),
+/// choose the fields from the statistics as pack does, and open each file as a shard through
+/// the storage `options.access` asks for. Records that lack a required field are left out, as
+/// pack leaves them out; records the scan could not read are kept and fail when read, naming
+/// the file and byte offset (the loader's error policy decides).
+pub fn open_in_place(
+    paths: &[PathBuf],
+    options: OpenOptions,
+    inplace: &InPlaceOptions,
+) -> Result<Dataset, FormatError> {
+    let (location, root, files, format) = resolve(paths, &options, inplace)?;
+    let scanned = indexes(&location, &root, &files, format, inplace)?;
+    let mut notes: Vec<String> = Vec::new();
+    for s in &scanned {
+        notes.extend(s.index.header.notes.iter().cloned());
+    }
+    let mut source = serde_json::Map::new();
+    let given = inplace.fields.as_deref();
+    let chosen = match format {
+        InPlaceFormat::TfRecord => tfrecord::choose(&scanned, given, &mut notes, &mut source),
+        InPlaceFormat::WebDataset => webdataset::choose(&scanned, given, &mut notes, &mut source),
+    }
+    .map_err(|detail| FormatError::Manifest {
+        path: root.clone(),
+        detail,
+    })?;
+    let mut fields = Vec::new();
+    if format == InPlaceFormat::WebDataset {
+        fields.push(Field::new("__key__", FieldType::String));
+    }
+    fields.extend(
+        chosen
+            .iter()
+            .map(|c| Field::new(c.name.clone(), c.ty.clone())),
+    );
+    let schema = Schema::new(fields)?;
+    let bytes: u64 = scanned.iter().map(|s| s.meta.size).sum();
+    let access = options
+        .access
+        .resolve(bytes, stokehold_format::storage::physical_memory());
+    let fallback = options.access == stokehold_format::Access::Auto;
+    let mut shards = Vec::with_capacity(scanned.len());
+    let mut infos = Vec::with_capacity(scanned.len());
+    for s in &scanned {
+        let ix = &s.index;
+        let ids: Vec<Option<u32>> = chosen
+            .iter()
+            .map(|c| {
+                ix.header
+                    .names
+                    .iter()
+                    .position(|n| *n == c.name)
+                    .map(|i| i as u32)
+            })
+            .collect();
+        // a record is a sample when it holds every required field (or is damaged: then it fails
+        // when read, named, instead of vanishing)
+        let keep = |r: usize| {
+            ix.damaged(r)
+                || chosen.iter().zip(&ids).all(|(c, id)| {
+                    c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
+                })
+        };
+        let rows: Vec<u32> = (0..ix.entries.len())
+            .filter(|&r| keep(r))
+            .map(|r| r as u32)
+            .collect();
+        let entries = rows
+            .iter()
+            .map(|&r| ix.entries[r as usize])
+            .collect::<Vec<_>>();
+        let rows = Rows((rows.len() < ix.entries.len()).then_some(rows));
+        let codec: Arc<dyn stokehold_format::RecordCodec> = match format {
+            InPlaceFormat::TfRecord => Arc::new(tfrecord::TfCodec {
+                index: Arc::clone(ix),
+                rows,
+                fields: chosen
+                    .iter()
+                    .map(|c| (c.name.clone(), c.optional))
+                    .collect(),
+            }),
+            InPlaceFormat::WebDataset => Arc::new(webdataset::TarCodec {
+                index: Arc::clone(ix),
+                rows,
+                fields: std::iter::once(None)
+                    .chain(
+                        chosen
+                            .iter()
+                            .zip(&ids)
+                            .map(|(c, id)| Some((*id, c.name.clone(), c.optional))),
+                    )
+                    .collect(),
+            }),
+        };
+        let path = root.join(&s.name);
+        let storage = location
+            .open_storage(&s.name, &s.meta, access, fallback)
+            .map_err(|e| FormatError::io(&path, None, e))?;
+        let content = entries
+            .iter()
+            .fold(crc::crc32c(&s.meta.size.to_le_bytes()), |c, e| {
+                crc::append(c, &e.crc.to_le_bytes())
+            });
+        infos.push(ShardInfo {
+            file: s.name.clone(),
+            records: entries.len() as u64,
+            bytes: s.meta.size,
+            crc32c: content,
+        });
+        shards.push(ShardReader::in_place(
+            path,
+            storage,
+            s.meta.size,
+            schema.clone(),
+            entries,
+            codec,
+            options.limits,
+        ));
+    }
+    let total: u64 = infos.iter().map(|i| i.records).sum();
+    if total == 0 {
+        return Err(FormatError::Manifest {
+            path: root,
+            detail: format!("the {} files hold no samples", scanned.len()),
+        });
+    }
+    source.insert("in_place".into(), format.name().into());
+    source.insert("files".into(), scanned.len().into());
+    if !notes.is_empty() {
+        source.insert("notes".into(), notes.into());
+    }
+    let manifest = Manifest {
+        format: FORMAT_NAME.into(),
+        format_version: DATASET_VERSION,
+        schema,
+        total_records: total,
+        shards: infos,
+        classes: None,
+        align: 1,
+        source: serde_json::Value::Object(source),
+    };
+    let mut ds = Dataset::from_parts(root, manifest, shards, options.verify_records)?;
+    ds.set_location(location);
+    Ok(ds)
+}
+
+/// The format of a dataset's files when it was opened in place (`None`: a packed dataset).
+pub fn in_place_format(ds: &Dataset) -> Option<&str> {
+    ds.manifest().source.get("in_place")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_match_whole_names() {
+        assert!(glob("*.tfrecord", "train-0.tfrecord"));
+        assert!(!glob("*.tfrecord", "train-0.tfrecord.skhidx"));
+        assert!(glob("train-?????-of-*", "train-00001-of-01024"));
+        assert!(!glob("train-?-of-*", "train-00001-of-01024"));
+        assert!(glob("*", "x"));
+        assert!(glob("a*b*c", "aXXbYYc") && !glob("a*b*c", "aXXbYY"));
+    }
+
+    #[test]
+    fn formats_by_name() {
+        assert_eq!(
+            InPlaceFormat::of_name("a.TFRecords"),
+            Some(InPlaceFormat::TfRecord)
+        );
+        assert_eq!(
+            InPlaceFormat::of_name("shard-000.tar"),
+            Some(InPlaceFormat::WebDataset)
+        );
+        assert_eq!(InPlaceFormat::of_name("train-00000-of-01024"), None);
+        assert_eq!(InPlaceFormat::parse("tar"), Some(InPlaceFormat::WebDataset));
+    }
+}

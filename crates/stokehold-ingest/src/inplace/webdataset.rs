@@ -1,0 +1,291 @@
+//! WebDataset tars in place: the scan that indexes one (each sample is the byte range from its
+//! first member's header to its last member's data; where each member's data lies in it; the
+//! CRC-32C of the members' data, which a tar does not store; the key) and the codec that gives a
+//! sample's fields from that range, with pack's types. Links and devices are refused as pack
+//! refuses them, pickles left out; no member name is ever used as a path.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::sync::Arc;
+
+use stokehold_format::{FieldType, FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
+
+use super::index::{FileIndex, Member};
+use super::{Rows, Scanned};
+use crate::pack::webdataset::{field_type, is_pickle, split_name};
+use crate::tar::{EntryKind, TarLimits, TarReader};
+
+/// The statistics a tar index keeps (what pack's first pass counts).
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct TarStats {
+    /// Samples holding each extension.
+    pub counts: BTreeMap<String, u64>,
+    /// Samples.
+    pub samples: u64,
+    /// Pickle members left out.
+    pub pickles: u64,
+}
+
+/// The sample being gathered: key, where it starts, its members (extension, data offset, size)
+/// and the CRC of their data.
+struct Gathering {
+    key: String,
+    start: u64,
+    members: Vec<(String, u64, u64)>,
+    crc: u32,
+}
+
+/// Index the tar read by `r` into `ix`. A damaged archive (a bad header checksum, a cut member)
+/// is an error at its byte offset.
+pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+    let limits = TarLimits {
+        max_member_size: max,
+        ..TarLimits::default()
+    };
+    let mut reader = TarReader::new(r, limits);
+    let mut stats = TarStats::default();
+    let mut current: Option<Gathering> = None;
+    let mut refused = 0u64;
+    loop {
+        let entry = match reader.next_entry() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) => return Err((e.offset(), e.to_string())),
+        };
+        match entry.kind {
+            EntryKind::Regular => {}
+            EntryKind::Directory => continue,
+            k => {
+                refused += 1;
+                if refused <= 3 {
+                    ix.header.notes.push(format!(
+                        "{}: member {:?} (byte {}) is a {k:?}: refused (links and devices are \
+                         never followed)",
+                        ix.header.file, entry.name, entry.header_offset
+                    ));
+                }
+                continue;
+            }
+        }
+        let Some((key, ext)) = split_name(&entry.name) else {
+            continue;
+        };
+        if is_pickle(ext) {
+            stats.pickles += 1;
+            continue;
+        }
+        let (key, ext) = (key.to_string(), ext.to_string());
+        if current.as_ref().is_some_and(|c| c.key != key) {
+            finish(current.take(), ix, &mut stats)?;
+        }
+        let data = reader
+            .read_data()
+            .map_err(|e| (e.offset(), e.to_string()))?;
+        let g = current.get_or_insert_with(|| Gathering {
+            key,
+            start: entry.header_offset,
+            members: Vec::new(),
+            crc: 0,
+        });
+        g.crc = crc::append(g.crc, &data);
+        g.members.push((ext, entry.data_offset, entry.size));
+    }
+    finish(current, ix, &mut stats)?;
+    if refused > 3 {
+        ix.header.notes.push(format!(
+            "{}: {refused} link or device members refused in all",
+            ix.header.file
+        ));
+    }
+    if stats.pickles > 0 {
+        ix.header.notes.push(format!(
+            "{}: {} pickle members (.pyd/.pickle/.pt/.pth) were left out: stokehold never \
+             unpickles data",
+            ix.header.file, stats.pickles
+        ));
+    }
+    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
+    Ok(())
+}
+
+fn finish(
+    g: Option<Gathering>,
+    ix: &mut FileIndex,
+    stats: &mut TarStats,
+) -> Result<(), (u64, String)> {
+    let Some(g) = g else { return Ok(()) };
+    let end = g.members.last().map_or(g.start, |(_, o, n)| o + n);
+    let len = u32::try_from(end - g.start).map_err(|_| {
+        (
+            g.start,
+            format!(
+                "sample {:?} spans {} bytes (at most 4 GiB)",
+                g.key,
+                end - g.start
+            ),
+        )
+    })?;
+    let exts: BTreeSet<&str> = g.members.iter().map(|(e, _, _)| e.as_str()).collect();
+    if exts.len() < g.members.len() {
+        // pack skips it too
+        ix.header.notes.push(format!(
+            "{}: sample {:?} (byte {}) has two members with one extension and is left out",
+            ix.header.file, g.key, g.start
+        ));
+        return Ok(());
+    }
+    stats.samples += 1;
+    for e in exts {
+        *stats.counts.entry(e.to_string()).or_default() += 1;
+    }
+    let members: Vec<Member> = g
+        .members
+        .iter()
+        .map(|(ext, o, n)| Member {
+            name: ix.name_id(ext),
+            offset: (o - g.start) as u32,
+            len: *n as u32,
+        })
+        .collect();
+    let entry = IndexEntry {
+        offset: g.start,
+        len,
+        crc: g.crc,
+    };
+    ix.push(entry, &members, g.key.as_bytes());
+    Ok(())
+}
+
+/// The fields of one tar's samples.
+#[derive(Debug)]
+pub(super) struct TarCodec {
+    pub index: Arc<FileIndex>,
+    pub rows: Rows,
+    /// Per schema field: `None` for `__key__`, else the extension's name index in the file
+    /// (`None` inside when the file has no such member at all) and whether a sample may lack it.
+    pub fields: Vec<Option<(Option<u32>, String, bool)>>,
+}
+
+impl TarCodec {
+    fn data<'a>(&self, row: usize, bytes: &'a [u8], m: &Member) -> Option<&'a [u8]> {
+        let _ = row;
+        bytes.get(m.offset as usize..(m.offset as usize).checked_add(m.len as usize)?)
+    }
+}
+
+impl RecordCodec for TarCodec {
+    fn format(&self) -> &'static str {
+        "WebDataset tar"
+    }
+
+    fn checksum(&self, record: u64, bytes: &[u8]) -> u32 {
+        let row = self.rows.row(record);
+        let mut c = 0;
+        for m in self.index.members_of(row) {
+            match self.data(row, bytes, m) {
+                Some(d) => c = crc::append(c, d),
+                // bytes of another length than indexed: a checksum that cannot match
+                None => return !self.index.entries[row].crc,
+            }
+        }
+        c
+    }
+
+    fn field<'a>(
+        &self,
+        record: u64,
+        bytes: &'a [u8],
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'a>, RecordError> {
+        let row = self.rows.row(record);
+        let corrupt = |offset: u32, detail: String| RecordError::Corrupt {
+            field: i,
+            offset: u64::from(offset),
+            detail,
+        };
+        let Some((id, ext, optional)) = &self.fields[i] else {
+            return match std::str::from_utf8(self.index.key_of(row)) {
+                Ok(k) => Ok(FieldValue::String(Cow::Owned(k.to_string()))),
+                Err(_) => Err(corrupt(0, "the sample's key is not UTF-8".into())),
+            };
+        };
+        let member = id.and_then(|id| self.index.members_of(row).iter().find(|m| m.name == id));
+        let Some(m) = member else {
+            return match crate::pack::empty_value(&schema.fields[i].ty).filter(|_| *optional) {
+                Some(v) => Ok(v),
+                None => Err(corrupt(0, format!("no .{ext} member, a required field"))),
+            };
+        };
+        let data = self.data(row, bytes, m).ok_or_else(|| {
+            corrupt(
+                m.offset,
+                format!(
+                    "member .{ext} ({} bytes) passes the end of the sample's {} bytes",
+                    m.len,
+                    bytes.len()
+                ),
+            )
+        })?;
+        Ok(match &schema.fields[i].ty {
+            FieldType::Image { .. } => FieldValue::Image(Cow::Borrowed(data)),
+            FieldType::Int64 => match std::str::from_utf8(data)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                Some(v) => FieldValue::Int64(v),
+                None => {
+                    return Err(corrupt(
+                        m.offset,
+                        format!("member .{ext} is not a decimal integer"),
+                    ));
+                }
+            },
+            FieldType::String => match std::str::from_utf8(data) {
+                Ok(s) => FieldValue::String(Cow::Borrowed(s)),
+                Err(_) => {
+                    return Err(corrupt(
+                        m.offset,
+                        format!("member .{ext} is not UTF-8 text"),
+                    ));
+                }
+            },
+            _ => FieldValue::Bytes(Cow::Borrowed(data)),
+        })
+    }
+}
+
+/// The schema's fields of tars (after `__key__`), from their indexes' statistics, as pack
+/// chooses them.
+pub(super) fn choose(
+    files: &[Scanned],
+    fields: Option<&[crate::pack::FieldChoice]>,
+    notes: &mut Vec<String>,
+    source: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<super::Chosen>, String> {
+    let mut all = TarStats::default();
+    for f in files {
+        let s: TarStats = serde_json::from_value(f.index.header.stats.clone())
+            .map_err(|e| format!("{}: its index's statistics are not valid: {e}", f.place))?;
+        all.samples += s.samples;
+        all.pickles += s.pickles;
+        for (e, n) in s.counts {
+            *all.counts.entry(e).or_default() += n;
+        }
+    }
+    if all.counts.is_empty() {
+        return Err(format!("no KEY.EXT members in {} tar files", files.len()));
+    }
+    let chosen = crate::pack::choose_fields(
+        &all.counts,
+        all.samples,
+        fields,
+        |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| format!("member .{ext}"),
+        notes,
+        source,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(super::Chosen::typed(chosen, field_type))
+}

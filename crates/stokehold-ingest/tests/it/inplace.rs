@@ -1,0 +1,396 @@
+//! Files read in place (TFRecord, WebDataset tar): the samples are pack's samples of the same
+//! files, the index is kept and checked, and damaged files are errors that name them.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use stokehold_format::{Dataset, FieldValue, OpenOptions};
+use stokehold_ingest::example::{Example, Feature, encode_example};
+use stokehold_ingest::inplace::{
+    INDEX_SUFFIX, InPlaceFormat, InPlaceOptions, in_place_format, index_files, open, open_in_place,
+};
+use stokehold_ingest::tfrecord::write_record;
+use stokehold_ingest::{FieldChoice, ImagePolicy, NoProgress, PackOptions, pack};
+
+use crate::common::jpeg;
+
+fn tfrecord_file(path: &Path, examples: &[Example]) -> Vec<u64> {
+    let mut f = fs::File::create(path).unwrap();
+    let mut offsets = Vec::new();
+    let mut pos = 0u64;
+    for e in examples {
+        offsets.push(pos);
+        let bytes = encode_example(e);
+        write_record(&mut f, &bytes).unwrap();
+        pos += 16 + bytes.len() as u64;
+    }
+    offsets
+}
+
+fn example(i: u64) -> Example {
+    let mut f = vec![
+        ("image/encoded", Feature::bytes([jpeg(i)])),
+        ("image/class/label", Feature::int64s(vec![i as i64 % 3])),
+        (
+            "caption",
+            Feature::bytes([format!("image {i}").into_bytes()]),
+        ),
+        ("weight", Feature::floats(vec![i as f32 * 0.5])),
+    ];
+    // ragged: an array, empty where missing (as pack makes it)
+    if !i.is_multiple_of(4) {
+        f.push(("bbox", Feature::floats(vec![0.25; 1 + i as usize % 3])));
+    }
+    Example::from_features(f)
+}
+
+/// Pack `inputs` as given (no restart markers: in place the bytes are the files' own).
+fn pack_plain(inputs: &[PathBuf], out: &Path, fields: Option<&str>) -> Dataset {
+    let o = PackOptions {
+        threads: 2,
+        max_skip_fraction: 1.0,
+        images: ImagePolicy {
+            restart_markers: false,
+            ..ImagePolicy::default()
+        },
+        fields: fields.map(|f| FieldChoice::parse_list(f).unwrap()),
+        ..PackOptions::default()
+    };
+    pack(inputs, out, None, &o, &NoProgress).unwrap();
+    Dataset::open(out).unwrap()
+}
+
+fn in_place(index_dir: &Path) -> InPlaceOptions {
+    InPlaceOptions {
+        index_dir: Some(index_dir.to_path_buf()),
+        ..InPlaceOptions::default()
+    }
+}
+
+fn samples(ds: &Dataset) -> Vec<Vec<FieldValue<'static>>> {
+    (0..ds.len()).map(|i| ds.get(i).unwrap()).collect()
+}
+
+#[test]
+fn tfrecords_in_place_are_the_samples_pack_makes_of_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tfr");
+    fs::create_dir(&dir).unwrap();
+    let all: Vec<Example> = (0..9).map(example).collect();
+    tfrecord_file(&dir.join("train-00000-of-00002.tfrecord"), &all[..4]);
+    tfrecord_file(&dir.join("train-00001-of-00002.tfrecord"), &all[4..]);
+    let packed = pack_plain(std::slice::from_ref(&dir), &tmp.path().join("p"), None);
+    let idx = tmp.path().join("idx");
+
+    // a directory, a pattern and a list of files open the same dataset
+    let by_dir = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(in_place_format(&by_dir), Some("tfrecord"));
+    assert_eq!(in_place_format(&packed), None);
+    assert_eq!(by_dir.schema(), packed.schema());
+    assert_eq!(
+        by_dir.schema().to_string(),
+        "bbox: ndarray:f32, caption: string, image/class/label: int64, image/encoded: image:auto, weight: float64"
+    );
+    assert_eq!(samples(&by_dir), samples(&packed));
+    let pattern = dir.join("train-*-of-00002.tfrecord");
+    let by_glob = open(&[pattern], OpenOptions::default(), &in_place(&idx)).unwrap();
+    assert_eq!(samples(&by_glob), samples(&packed));
+    let listed = [
+        dir.join("train-00000-of-00002.tfrecord"),
+        dir.join("train-00001-of-00002.tfrecord"),
+    ];
+    let by_list = open(&listed, OpenOptions::default(), &in_place(&idx)).unwrap();
+    assert_eq!(samples(&by_list), samples(&packed));
+    // fields chosen as pack chooses them
+    let some = pack_plain(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("q"),
+        Some("image/encoded,image/class/label"),
+    );
+    let o = InPlaceOptions {
+        fields: Some(FieldChoice::parse_list("image/encoded,image/class/label").unwrap()),
+        ..in_place(&idx)
+    };
+    let chosen = open_in_place(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
+    assert_eq!(
+        chosen.schema().to_string(),
+        "image/encoded: image:auto, image/class/label: int64"
+    );
+    assert_eq!(samples(&chosen), samples(&some));
+
+    // the indexes were kept: a second open scans nothing; a changed file is scanned again
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!((r.files, r.scanned, r.records, r.damaged), (2, 0, 9, 0));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    tfrecord_file(&dir.join("train-00001-of-00002.tfrecord"), &all[4..6]);
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!((r.scanned, r.records), (1, 6));
+    let again = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(again.len(), 6);
+    assert_eq!(samples(&again)[..], samples(&packed)[..6]);
+    let r = InPlaceOptions {
+        rebuild: true,
+        ..in_place(&idx)
+    };
+    assert_eq!(
+        index_files(std::slice::from_ref(&dir), &OpenOptions::default(), &r)
+            .unwrap()
+            .scanned,
+        2
+    );
+}
+
+#[test]
+fn tfrecord_damage_is_named_and_never_silent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("tfr");
+    fs::create_dir(&dir).unwrap();
+    let all: Vec<Example> = (0..4).map(example).collect();
+    let file = dir.join("a.tfrecord");
+    let offsets = tfrecord_file(&file, &all);
+    let idx = tmp.path().join("idx");
+
+    // a bad data CRC: the record stays a sample and reading it fails, naming file and offset
+    let mut b = fs::read(&file).unwrap();
+    b[offsets[2] as usize + 12 + 7] ^= 0x55;
+    fs::write(&file, &b).unwrap();
+    let ds = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(ds.len(), 4);
+    assert!(ds.get(1).is_ok() && ds.get(3).is_ok());
+    let e = ds.get(2).unwrap_err().to_string();
+    assert!(e.contains("a.tfrecord"), "{e}");
+    assert!(e.contains(&format!("{}", offsets[2] + 12)), "{e}");
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(r.damaged, 1);
+
+    // a file changed under an open dataset (same size, so its index still matches by size):
+    // the record's checksum fails, naming the file
+    let mut b2 = b.clone();
+    b2[offsets[1] as usize + 12 + 9] ^= 0x11;
+    fs::write(&file, &b2).unwrap();
+    let e = ds.get(1).unwrap_err().to_string();
+    assert!(e.contains("a.tfrecord") && e.contains("checksum"), "{e}");
+
+    // a cut file: opening fails, naming the file and where its last record breaks off
+    fs::write(&file, &b[..b.len() - 10]).unwrap();
+    let e = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("a.tfrecord"), "{e}");
+    assert!(e.contains(&format!("{}", offsets[3])), "{e}");
+
+    // a hostile kept index (garbage, or a valid one of other bytes) is never trusted
+    fs::write(&file, &b).unwrap();
+    for f in fs::read_dir(&idx).unwrap() {
+        let p = f.unwrap().path();
+        let mut junk = fs::read(&p).unwrap();
+        let n = junk.len();
+        junk[n / 2] ^= 0xFF;
+        fs::write(&p, &junk).unwrap();
+    }
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!((r.scanned, r.records), (1, 4));
+
+    // gzip files and unknown ones are refused with a message that says what to do
+    fs::write(dir.join("b.tfrecord.gz"), b"\x1f\x8b").unwrap();
+    let e = open(
+        &[dir.join("b.tfrecord.gz")],
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("gzip"), "{e}");
+    fs::write(dir.join("c.bin"), b"neither tar nor tfrecord").unwrap();
+    let e = open(
+        &[dir.join("c.bin")],
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("c.bin") && e.contains("format="), "{e}");
+    let named = InPlaceOptions {
+        format: Some(InPlaceFormat::TfRecord),
+        ..in_place(&idx)
+    };
+    fs::copy(&file, dir.join("d.records")).unwrap();
+    let ds = open(&[dir.join("d.records")], OpenOptions::default(), &named).unwrap();
+    assert_eq!(ds.len(), 4);
+}
+
+fn add(b: &mut tar::Builder<fs::File>, name: &str, data: &[u8]) {
+    let mut h = tar::Header::new_ustar();
+    h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append(&h, data).unwrap();
+}
+
+fn tar_with(path: &Path, build: impl FnOnce(&mut tar::Builder<fs::File>)) {
+    let mut b = tar::Builder::new(fs::File::create(path).unwrap());
+    build(&mut b);
+    b.finish().unwrap();
+}
+
+#[test]
+fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("wds");
+    fs::create_dir(&dir).unwrap();
+    tar_with(&dir.join("shard-000.tar"), |b| {
+        for i in 0..4u64 {
+            add(b, &format!("s/{i:03}.jpg"), &jpeg(i));
+            add(
+                b,
+                &format!("s/{i:03}.cls"),
+                format!("{}\n", i % 2).as_bytes(),
+            );
+            if i != 2 {
+                add(
+                    b,
+                    &format!("s/{i:03}.txt"),
+                    format!("caption {i}").as_bytes(),
+                );
+            }
+            add(
+                b,
+                &format!("s/{i:03}.pyd"),
+                b"cos\nsystem\n(S'touch /tmp/pwned'\ntR.",
+            );
+        }
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_cksum();
+        b.append_link(&mut h, "s/009.jpg", "/etc/passwd").unwrap();
+    });
+    tar_with(&dir.join("shard-001.tar"), |b| {
+        for i in 4..7u64 {
+            add(b, &format!("t/{i:03}.jpg"), &jpeg(i));
+            add(b, &format!("t/{i:03}.cls"), format!("{}", i % 2).as_bytes());
+            add(
+                b,
+                &format!("t/{i:03}.txt"),
+                format!("caption {i}").as_bytes(),
+            );
+        }
+        // no label: left out as pack leaves it out
+        add(b, "t/007.jpg", &jpeg(7));
+    });
+    let fields = "jpg,cls,txt?";
+    let packed = pack_plain(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("p"),
+        Some(fields),
+    );
+    let idx = tmp.path().join("idx");
+    let o = InPlaceOptions {
+        fields: Some(FieldChoice::parse_list(fields).unwrap()),
+        ..in_place(&idx)
+    };
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
+    assert_eq!(in_place_format(&ds), Some("webdataset"));
+    assert_eq!(ds.schema(), packed.schema());
+    assert_eq!(
+        ds.schema().to_string(),
+        "__key__: string, jpg: image:auto, cls: int64, txt: string"
+    );
+    assert_eq!(ds.len(), 7);
+    assert_eq!(samples(&ds), samples(&packed));
+    assert_eq!(ds.get(2).unwrap()[3], FieldValue::String("".into()));
+    let notes = ds.manifest().source["notes"].to_string();
+    assert!(
+        notes.contains("Symlink") && notes.contains("refused"),
+        "{notes}"
+    );
+    assert!(notes.contains("pickle"), "{notes}");
+
+    // pack's own choice of fields without fields=
+    let all = pack_plain(std::slice::from_ref(&dir), &tmp.path().join("a"), None);
+    let ds = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(ds.schema(), all.schema());
+    assert_eq!(samples(&ds), samples(&all));
+
+    // kept beside the files when asked
+    let beside = InPlaceOptions {
+        beside: true,
+        ..InPlaceOptions::default()
+    };
+    let r = index_files(std::slice::from_ref(&dir), &OpenOptions::default(), &beside).unwrap();
+    assert_eq!((r.files, r.scanned), (2, 2));
+    assert!(dir.join(format!("shard-000.tar{INDEX_SUFFIX}")).is_file());
+    let r = index_files(std::slice::from_ref(&dir), &OpenOptions::default(), &beside).unwrap();
+    assert_eq!(r.scanned, 0);
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &beside).unwrap();
+    assert_eq!(ds.len(), 7, "the kept .skhidx files are not taken for data");
+
+    // a member's bytes changed after indexing: its sample fails its checksum, named
+    let f = dir.join("shard-001.tar");
+    let mut b = fs::read(&f).unwrap();
+    let at = b.windows(9).position(|w| w == b"caption 5").unwrap();
+    b[at] = b'C';
+    fs::write(&f, &b).unwrap();
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &beside).unwrap();
+    assert_eq!(ds.len(), 7, "rescanned: the file changed");
+    assert_eq!(
+        ds.get(5).unwrap()[3],
+        FieldValue::String("Caption 5".into())
+    );
+    b[at] = b'D';
+    fs::write(&f, &b).unwrap();
+    let e = ds.get(5).unwrap_err().to_string();
+    assert!(e.contains("shard-001.tar") && e.contains("checksum"), "{e}");
+
+    // a cut tar: an error naming it
+    fs::write(&f, &b[..b.len() / 2 + 100]).unwrap();
+    let e = open(std::slice::from_ref(&dir), OpenOptions::default(), &beside)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("shard-001.tar"), "{e}");
+}
