@@ -45,6 +45,8 @@ pub struct PipelineArgs {
     config: Option<PathBuf>,
     #[command(flatten)]
     storage: crate::StorageArgs,
+    #[command(flatten)]
+    inplace: crate::InPlaceArgs,
     /// A token dataset: stream packed windows of N tokens (inputs and labels), as
     /// `SequenceLoader(seq_len=N)` does.
     #[arg(long, value_name = "N", conflicts_with_all = ["random_resized_crop", "resize"])]
@@ -115,7 +117,8 @@ pub struct PipelineArgs {
 pub struct BenchArgs {
     #[command(subcommand)]
     command: Option<BenchCommand>,
-    /// The dataset directory, or its URL (`s3://bucket/prefix`).
+    /// The dataset directory, or its URL (`s3://bucket/prefix`); or TFRecord files or
+    /// WebDataset tars to read in place (a file, a directory of them, a glob in quotes).
     #[arg(required = true, value_parser = crate::dataset_location)]
     dataset: Option<PathBuf>,
     #[command(flatten)]
@@ -321,9 +324,7 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
         storage_options: a.storage.map(),
         ..OpenOptions::with_access(access)
     };
-    let ds = Arc::new(
-        Dataset::open_with(dataset, options.clone()).map_err(|e| crate::open_error(dataset, e))?,
-    );
+    let ds = Arc::new(crate::open_dataset(dataset, options.clone(), &a.inplace)?);
     let config = LoaderConfig {
         batch_size: a.batch_size,
         seed: a.seed,

@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 use stokehold_format::{
-    Dataset, DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest,
-    VerifyOptions, WriteOptions, verify_dataset,
+    DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest, VerifyOptions,
+    WriteOptions, verify_dataset,
 };
 use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions, Skipped, SourceKind};
 
@@ -295,7 +295,8 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The dataset directory.
+    /// The dataset directory (or URL), or TFRecord files or WebDataset tars to read in place: a
+    /// file, a directory of them, or a glob in quotes ('data/train-*.tfrecord').
     #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,
     /// Which sample to show.
@@ -306,17 +307,19 @@ pub struct InspectArgs {
     json: bool,
     #[command(flatten)]
     storage: crate::StorageArgs,
+    #[command(flatten)]
+    inplace: crate::InPlaceArgs,
 }
 
 pub fn inspect(a: InspectArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let ds = Dataset::open_with(
+    let ds = crate::open_dataset(
         &a.dataset,
         stokehold::format::OpenOptions {
             storage_options: a.storage.map(),
             ..Default::default()
         },
-    )
-    .map_err(|e| crate::open_error(&a.dataset, e))?;
+        &a.inplace,
+    )?;
     let m = ds.manifest();
     if a.json {
         write!(out, "{}", m.to_json())?;
@@ -467,9 +470,14 @@ pub struct VerifyArgs {
     no_mmap: bool,
     #[command(flatten)]
     storage: crate::StorageArgs,
+    #[command(flatten)]
+    inplace: crate::InPlaceArgs,
 }
 
 pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    if !stokehold_ingest::inplace::is_packed(&a.dataset) {
+        return verify_in_place(a, out);
+    }
     let options = VerifyOptions {
         all: a.all,
         threads: a.threads,
@@ -506,14 +514,23 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         )?;
         return Ok(ExitCode::SUCCESS);
     }
-    for f in &report.faults {
+    failed(&report.faults, &a, out)
+}
+
+/// The end of a `verify` that found faults: each one, then the verdict (exit status 1).
+fn failed(
+    faults: &[impl std::fmt::Display],
+    a: &VerifyArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    for f in faults {
         writeln!(out, "error: {f}")?;
     }
     if a.all {
         writeln!(
             out,
             "FAILED: {} in {}",
-            units::counted(report.faults.len() as u64, "fault", "faults"),
+            units::counted(faults.len() as u64, "fault", "faults"),
             a.dataset.display()
         )?;
     } else {
@@ -523,6 +540,123 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::from(1))
+}
+
+/// `verify` of files read in place: open them (their kept indexes checked against the files,
+/// or each scanned again), then read and decode every sample, checking each record's
+/// checksum (a TFRecord's CRC-32C of its data; for a tar member, the one its scan recorded).
+fn verify_in_place(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let options = stokehold_format::OpenOptions {
+        access: if a.no_mmap {
+            stokehold_format::Access::Pread
+        } else {
+            stokehold_format::Access::Auto
+        },
+        verify_records: true,
+        storage_options: a.storage.map(),
+        ..Default::default()
+    };
+    let ds = crate::open_dataset(&a.dataset, options, &a.inplace)?;
+    let bar = indicatif::ProgressBar::new(ds.len());
+    let t0 = Instant::now();
+    let mut faults = Vec::new();
+    for i in 0..ds.len() {
+        if let Err(e) = ds.get(i) {
+            faults.push(format!("sample {i}: {e}"));
+            if !a.all {
+                break;
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let bytes: u64 = ds.manifest().shards.iter().map(|s| s.bytes).sum();
+    let format = stokehold_ingest::inplace::in_place_format(&ds).unwrap_or("in place");
+    if faults.is_empty() {
+        writeln!(
+            out,
+            "ok: {} {format} files, {}, {}: every record reads and its checksum matches ({})",
+            ds.shards().len(),
+            units::counted(ds.len(), "sample", "samples"),
+            units::bytes(bytes),
+            units::rate(bytes, t0.elapsed().as_secs_f64())
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    failed(&faults, &a, out)
+}
+
+#[derive(Debug, Args)]
+pub struct IndexArgs {
+    /// TFRecord files or WebDataset tars (files, directories of them, globs), at paths or URLs.
+    #[arg(required = true, value_parser = crate::dataset_location)]
+    paths: Vec<PathBuf>,
+    /// Keep each index beside its file, as FILE.skhidx (the directory must be writable; the
+    /// index then travels with the files, to every machine that reads them).
+    #[arg(long)]
+    beside: bool,
+    /// Scan every file again, whatever index is kept.
+    #[arg(long)]
+    rebuild: bool,
+    #[command(flatten)]
+    inplace: crate::InPlaceArgs,
+    #[command(flatten)]
+    storage: crate::StorageArgs,
+}
+
+/// `stokehold index`: build (or check) the record indexes of files read in place ahead of
+/// time, so that the first open by a training job does not scan.
+pub fn index(a: IndexArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let mut inplace = a.inplace.options()?;
+    inplace.beside = a.beside;
+    inplace.rebuild = a.rebuild;
+    let options = stokehold_format::OpenOptions {
+        storage_options: a.storage.map(),
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let r = stokehold_ingest::inplace::index_files(&a.paths, &options, &inplace)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let kept = r.files - r.scanned;
+    let place = if a.beside {
+        "beside each file (.skhidx)".to_string()
+    } else {
+        match inplace
+            .index_dir
+            .clone()
+            .or_else(stokehold_ingest::inplace::default_index_dir)
+        {
+            Some(d) => format!("in {}", d.display()),
+            None => "nowhere (no index directory: give --index-dir or --beside)".to_string(),
+        }
+    };
+    writeln!(
+        out,
+        "indexed {} {} files, {}: {}, {} ({})",
+        r.files,
+        r.format,
+        units::counted(r.records, "record", "records"),
+        units::bytes(r.bytes),
+        if kept == 0 {
+            format!("all scanned in {secs:.1} s")
+        } else {
+            format!("{} scanned, {kept} kept from before", r.scanned)
+        },
+        units::rate(r.bytes, secs)
+    )?;
+    writeln!(out, "indexes kept {place}")?;
+    for n in &r.notes {
+        writeln!(out, "note: {n}")?;
+    }
+    if r.damaged > 0 {
+        writeln!(
+            out,
+            "warning: {} could not be read (each fails when loaded, naming file and offset; \
+             `stokehold verify` lists them)",
+            units::counted(r.damaged, "record", "records")
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Args)]

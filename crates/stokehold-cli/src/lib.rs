@@ -1,4 +1,4 @@
-//! The `stokehold` command line: `pack`, `inspect`, `verify`, `bench`, `sample-data`.
+//! The `stokehold` command line: `pack`, `inspect`, `verify`, `bench`, `index`, `sample-data`.
 //!
 //! The same code runs as the `stokehold` binary built by cargo and as the `stokehold` command that
 //! `pip install stokehold` puts on the PATH (through the Python extension module).
@@ -34,6 +34,9 @@ enum Command {
     /// Stream a dataset through the reading pipeline on several threads and report throughput
     /// and where the time goes.
     Bench(Box<bench::BenchArgs>),
+    /// Index TFRecord files or WebDataset tars read in place ahead of time (a job that opens
+    /// them then starts without a scan).
+    Index(commands::IndexArgs),
     /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
     /// out; nothing is downloaded).
     SampleData(commands::SampleDataArgs),
@@ -93,6 +96,59 @@ impl StorageArgs {
     pub(crate) fn map(&self) -> std::collections::BTreeMap<String, String> {
         self.storage_option.iter().cloned().collect()
     }
+}
+
+/// How files read in place (TFRecord files, WebDataset tars) are opened: `--format`,
+/// `--fields`, `--index-dir`.
+#[derive(Debug, Clone, Default, clap::Args)]
+#[group(skip)]
+pub(crate) struct InPlaceArgs {
+    /// Files read in place whose names do not say their format: tfrecord or webdataset.
+    #[arg(long = "format", value_name = "FORMAT", value_parser = in_place_format)]
+    format: Option<stokehold_ingest::inplace::InPlaceFormat>,
+    /// Files read in place: the member extensions or feature names to load, as `pack --fields`
+    /// takes them (jpg,cls,txt?). Default: pack's choice (every one at least half the samples
+    /// have).
+    #[arg(long = "fields", value_name = "LIST")]
+    fields: Option<String>,
+    /// Files read in place: where their record indexes are kept (default
+    /// $STOKEHOLD_INDEX_DIR, else ~/.cache/stokehold/index).
+    #[arg(long = "index-dir", value_name = "DIR", value_parser = local_path)]
+    index_dir: Option<std::path::PathBuf>,
+}
+
+impl InPlaceArgs {
+    pub(crate) fn options(&self) -> anyhow::Result<stokehold_ingest::inplace::InPlaceOptions> {
+        let fields = self
+            .fields
+            .as_deref()
+            .map(stokehold_ingest::FieldChoice::parse_list)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("--fields: {e}"))?;
+        Ok(stokehold_ingest::inplace::InPlaceOptions {
+            format: self.format,
+            fields,
+            index_dir: self.index_dir.clone(),
+            ..Default::default()
+        })
+    }
+}
+
+fn in_place_format(s: &str) -> Result<stokehold_ingest::inplace::InPlaceFormat, String> {
+    stokehold_ingest::inplace::InPlaceFormat::parse(s)
+        .ok_or_else(|| format!("tfrecord or webdataset, got {s:?}"))
+}
+
+/// Open `dataset` for reading (`inspect`, `verify`, `bench`): a stokehold dataset, or files read
+/// in place (a TFRecord file, a tar, a directory or glob of them, at a path or URL).
+pub(crate) fn open_dataset(
+    dataset: &std::path::Path,
+    options: stokehold_format::OpenOptions,
+    inplace: &InPlaceArgs,
+) -> anyhow::Result<stokehold_format::Dataset> {
+    let o = inplace.options()?;
+    stokehold_ingest::inplace::open(&[dataset.to_path_buf()], options, &o)
+        .map_err(|e| open_error(dataset, e))
 }
 
 fn storage_option(s: &str) -> Result<(String, String), String> {
@@ -187,19 +243,26 @@ pub fn error_message(e: &anyhow::Error) -> String {
 
 /// The error of opening `dataset` for reading (`inspect`, `verify`, `bench`), with what to do
 /// when it is a local path that is not a dataset: the raw error would only say that
-/// `manifest.json` is missing.
-pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>) -> anyhow::Error {
-    let e = e.into();
-    if stokehold_format::url_scheme(dataset).is_some()
-        || dataset.join(stokehold_format::MANIFEST_FILE).exists()
-    {
-        return e;
+/// `manifest.json` is missing (or, under a file, that the file is not a directory).
+pub(crate) fn open_error(
+    dataset: &std::path::Path,
+    e: stokehold_format::FormatError,
+) -> anyhow::Error {
+    let missing_manifest = matches!(
+        &e,
+        stokehold_format::FormatError::Io { path: p, source, .. }
+            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
+                && p.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE))
+    );
+    if !missing_manifest || stokehold_format::url_scheme(dataset).is_some() {
+        return e.into();
     }
     let d = dataset.display();
     if !dataset.exists() {
         anyhow::anyhow!(
             "{d}: no such directory; give the directory of a stokehold dataset (one that \
-             `stokehold pack SOURCE {d}` made)"
+             `stokehold pack SOURCE {d}` made), or TFRecord files or WebDataset tars to read \
+             in place"
         )
     } else if dataset.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE)) {
         let parent = dataset.parent().unwrap_or(std::path::Path::new("."));
@@ -226,8 +289,9 @@ pub(crate) fn open_error(dataset: &std::path::Path, e: impl Into<anyhow::Error>)
         };
         anyhow::anyhow!(
             "{d} is not a stokehold dataset (a dataset is a directory with a {} and shards): \
-             if this {what} holds data to load (images, JSONL/CSV, tars, TFRecords), pack it \
-             first with `stokehold pack {d} DATASET_DIR`, then run this command on DATASET_DIR",
+             if this {what} holds data to load (images, JSONL/CSV, Parquet), pack it first with \
+             `stokehold pack {d} DATASET_DIR`, then run this command on DATASET_DIR \
+             (TFRecord files and WebDataset tars are also read in place, unpacked)",
             stokehold_format::MANIFEST_FILE
         )
     }
@@ -246,6 +310,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => commands::verify(a, out),
         Command::SampleData(a) => commands::sample_data(a, out),
         Command::Bench(a) => bench::bench(*a, out),
+        Command::Index(a) => commands::index(a, out),
     }
 }
 

@@ -45,7 +45,7 @@ pub fn fuzz_tfrecord(data: &[u8]) {
                 assert_eq!(buf, &data[start..start + buf.len()]);
                 last = Some(offset);
             }
-            Err(TfRecordError::DataCrc { offset }) => {
+            Err(TfRecordError::DataCrc { offset, .. }) => {
                 assert!(last.is_none_or(|l| offset > l));
                 last = Some(offset);
             }

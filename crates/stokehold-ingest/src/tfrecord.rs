@@ -29,6 +29,11 @@ pub fn mask_crc(crc: u32) -> u32 {
     crc.rotate_right(15).wrapping_add(MASK_DELTA)
 }
 
+/// The inverse of [`mask_crc`]: the plain CRC-32C a masked one stands for.
+pub fn unmask_crc(masked: u32) -> u32 {
+    masked.wrapping_sub(MASK_DELTA).rotate_left(15)
+}
+
 /// The masked CRC32C of `data`, as stored in TFRecord framing.
 pub fn masked_crc32c(data: &[u8]) -> u32 {
     mask_crc(crc32c::crc32c(data))
@@ -51,6 +56,8 @@ pub enum TfRecordError {
     DataCrc {
         /// Offset of the record header.
         offset: u64,
+        /// The data's CRC-32C as the file states it (unmasked), which the data does not match.
+        stored: u32,
     },
     /// The record's length exceeds the reader's cap.
     #[error("TFRecord at byte {offset}: record length {len} exceeds the limit of {max} bytes")]
@@ -92,7 +99,7 @@ impl TfRecordError {
     pub fn offset(&self) -> u64 {
         match self {
             Self::LengthCrc { offset }
-            | Self::DataCrc { offset }
+            | Self::DataCrc { offset, .. }
             | Self::TooLarge { offset, .. }
             | Self::Truncated { offset }
             | Self::Compressed { offset }
@@ -197,8 +204,12 @@ impl<R: Read> TfRecordReader<R> {
         if self.read_full(&mut crc, offset)? < crc.len() {
             return Err(TfRecordError::Truncated { offset });
         }
-        if masked_crc32c(buf) != u32::from_le_bytes(crc) {
-            return Err(TfRecordError::DataCrc { offset });
+        let stored = u32::from_le_bytes(crc);
+        if masked_crc32c(buf) != stored {
+            return Err(TfRecordError::DataCrc {
+                offset,
+                stored: unmask_crc(stored),
+            });
         }
         Ok(Some(offset))
     }
@@ -242,6 +253,9 @@ mod tests {
         assert_eq!(masked_crc32c(&[0u8; 8]), 0x0798_0329);
         assert_eq!(masked_crc32c(&5u64.to_le_bytes()), 0x3e04_b2ea);
         assert_eq!(mask_crc(0), MASK_DELTA);
+        for crc in [0, 1, 0xe306_9283, u32::MAX] {
+            assert_eq!(unmask_crc(mask_crc(crc)), crc);
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `stokehold.Dataset`: random access to a dataset directory.
+//! `stokehold.Dataset`: random access to a dataset directory, or to TFRecord files and
+//! WebDataset tars read in place (`stokehold_ingest::inplace`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +10,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
 use stokehold_format::tokens::{TokenDType, TokenIndex, TokenMeta, is_token_schema};
 use stokehold_format::{Access, Dataset as FormatDataset, FieldValue, OpenOptions};
+use stokehold_ingest::FieldChoice;
+use stokehold_ingest::inplace::{InPlaceFormat, InPlaceOptions};
 
 use crate::convert::sample_to_py;
 use crate::errors::to_py_err;
@@ -20,8 +23,12 @@ use crate::errors::to_py_err;
 pub struct Dataset {
     /// Shared with the loaders made from this dataset (no reopening).
     inner: Arc<FormatDataset>,
-    /// The path as given (made a string), for `.path`, `repr` and pickling.
+    /// The path as given (made a string), for `.path` and `repr`: the first of several.
     path: PathBuf,
+    /// Every path given (a list when more than one was), for pickling.
+    paths: Vec<PathBuf>,
+    /// How files in place are opened (unused for a packed dataset), for pickling.
+    inplace: InPlaceOptions,
     /// The access asked for (before the automatic choice), for pickling.
     access: Access,
     verify: bool,
@@ -89,11 +96,18 @@ impl Dataset {
 
     fn open(
         py: Python<'_>,
-        path: PathBuf,
+        paths: Vec<PathBuf>,
         access: Access,
         verify: bool,
         storage_options: BTreeMap<String, String>,
+        inplace: InPlaceOptions,
     ) -> PyResult<Dataset> {
+        let Some(path) = paths.first().cloned() else {
+            return Err(crate::errors::config_error(
+                py,
+                "Dataset: an empty list of paths".to_string(),
+            ));
+        };
         let options = OpenOptions {
             access,
             verify_records: verify,
@@ -102,7 +116,7 @@ impl Dataset {
         };
         let (inner, tokens) = py
             .detach(|| {
-                let ds = FormatDataset::open_with(&path, options)?;
+                let ds = stokehold_ingest::inplace::open(&paths, options, &inplace)?;
                 // A token dataset (its schema and `source.tokens`): every record is checked to
                 // hold whole tokens, so `ds[i]` can view them as an array.
                 let tokens = if is_token_schema(ds.schema())
@@ -120,6 +134,8 @@ impl Dataset {
         Ok(Dataset {
             inner: Arc::new(inner),
             path,
+            paths,
+            inplace,
             access,
             verify,
             storage_options,
@@ -161,10 +177,43 @@ fn open_error(py: Python<'_>, path: &std::path::Path, e: stokehold_format::Forma
         py,
         format!(
             "{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or \
-             TFRecords) or stokehold.ShardWriter, then open DIR"
+             TFRecords) or stokehold.ShardWriter, then open DIR; TFRecord files and WebDataset \
+             tars can also be opened in place (a file, a directory of them, a glob or a list)"
         ),
         Some(ENOENT),
     )
+}
+
+/// A path, or a list of them (several files read in place).
+#[derive(FromPyObject)]
+enum Paths {
+    One(PathBuf),
+    Many(Vec<PathBuf>),
+}
+
+impl Paths {
+    fn into_vec(self) -> Vec<PathBuf> {
+        match self {
+            Paths::One(p) => vec![p],
+            Paths::Many(v) => v,
+        }
+    }
+}
+
+/// Field names: `"jpg,cls,txt?"` or `["jpg", "cls", "txt?"]`.
+#[derive(FromPyObject)]
+enum Names {
+    Joined(String),
+    List(Vec<String>),
+}
+
+impl Names {
+    fn joined(self) -> String {
+        match self {
+            Names::Joined(s) => s,
+            Names::List(v) => v.join(","),
+        }
+    }
 }
 
 /// `ENOENT`, the same number on Linux, macOS and the BSDs.
@@ -173,16 +222,47 @@ const ENOENT: i32 = 2;
 #[pymethods]
 impl Dataset {
     #[new]
-    #[pyo3(signature = (path, *, access = None, mmap = false, in_memory = false, verify = true, storage_options = None))]
+    #[pyo3(signature = (path, *, access = None, mmap = false, in_memory = false, verify = true, storage_options = None, format = None, fields = None, index_dir = None, index_beside = false, rebuild_index = false))]
+    #[allow(clippy::too_many_arguments)] // the Python signature: keyword options
     fn new(
         py: Python<'_>,
-        path: PathBuf,
+        path: Paths,
         access: Option<&str>,
         mmap: bool,
         in_memory: bool,
         verify: bool,
         storage_options: Option<BTreeMap<String, String>>,
+        format: Option<&str>,
+        fields: Option<Names>,
+        index_dir: Option<PathBuf>,
+        index_beside: bool,
+        rebuild_index: bool,
     ) -> PyResult<Dataset> {
+        let format = format
+            .map(|f| {
+                InPlaceFormat::parse(f).ok_or_else(|| {
+                    crate::errors::config_error(
+                        py,
+                        format!(
+                            "format must be \"tfrecord\" or \"webdataset\" (files read in \
+                             place); got {f:?}"
+                        ),
+                    )
+                })
+            })
+            .transpose()?;
+        let fields = fields
+            .map(|f| FieldChoice::parse_list(&f.joined()))
+            .transpose()
+            .map_err(|e| crate::errors::config_error(py, format!("fields: {e}")))?;
+        let inplace = InPlaceOptions {
+            format,
+            fields,
+            index_dir,
+            beside: index_beside,
+            rebuild: rebuild_index,
+            ..InPlaceOptions::default()
+        };
         let access = match access {
             Some(a) => Access::parse(a).ok_or_else(|| {
                 crate::errors::config_error(
@@ -198,11 +278,19 @@ impl Dataset {
         };
         Dataset::open(
             py,
-            path,
+            path.into_vec(),
             access,
             verify,
             storage_options.unwrap_or_default(),
+            inplace,
         )
+    }
+
+    /// The format of files read in place (`"tfrecord"`, `"webdataset"`), or None for a packed
+    /// dataset.
+    #[getter]
+    fn in_place(&self) -> Option<&str> {
+        stokehold_ingest::inplace::in_place_format(&self.inner)
     }
 
     /// How the shards are read: "pread", "mmap", "direct" or "memory" (after the automatic
@@ -309,8 +397,31 @@ impl Dataset {
         &self,
         py: Python<'py>,
     ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
-        let args = PyTuple::new(py, [self.path.as_os_str()])?;
         let kwargs = PyDict::new(py);
+        let args = match self.paths.as_slice() {
+            [one] => PyTuple::new(py, [one.as_os_str().into_pyobject(py)?.into_any()])?,
+            many => PyTuple::new(
+                py,
+                [PyList::new(py, many.iter().map(|p| p.as_os_str()))?.into_any()],
+            )?,
+        };
+        let o = &self.inplace;
+        if let Some(f) = o.format {
+            kwargs.set_item("format", f.name())?;
+        }
+        if let Some(f) = &o.fields {
+            let names: Vec<String> = f
+                .iter()
+                .map(|c| format!("{}{}", c.name, if c.optional { "?" } else { "" }))
+                .collect();
+            kwargs.set_item("fields", names)?;
+        }
+        if let Some(d) = &o.index_dir {
+            kwargs.set_item("index_dir", d.as_os_str())?;
+        }
+        if o.beside {
+            kwargs.set_item("index_beside", true)?;
+        }
         kwargs.set_item("access", self.access.name())?;
         kwargs.set_item("verify", self.verify)?;
         if !self.storage_options.is_empty() {

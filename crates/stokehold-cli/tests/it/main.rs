@@ -4,6 +4,7 @@
 
 mod bench_config;
 mod cli;
+mod inplace;
 mod messages;
 mod pack_matrix;
 mod s3;

@@ -12,13 +12,13 @@ use stokehold_ingest::sample_data::{SampleSpec, with_declared_size, write_image_
 
 /// What one run of the binary did.
 #[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
-fn stokehold(cwd: &Path, args: &[&str]) -> Run {
+pub(crate) fn stokehold(cwd: &Path, args: &[&str]) -> Run {
     let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
         .args(args)
         .current_dir(cwd)
@@ -32,7 +32,7 @@ fn stokehold(cwd: &Path, args: &[&str]) -> Run {
 }
 
 /// `n` small JPEGs.
-fn jpegs(n: usize) -> Vec<Vec<u8>> {
+pub(crate) fn jpegs(n: usize) -> Vec<Vec<u8>> {
     let tmp = tempfile::tempdir().unwrap();
     let spec = SampleSpec {
         images: n,
@@ -55,7 +55,7 @@ fn huge(jpeg: &[u8]) -> Vec<u8> {
 }
 
 /// A tar of `samples`, each a list of (extension, data).
-fn tar(path: &Path, samples: &[Vec<(&str, Vec<u8>)>]) {
+pub(crate) fn tar(path: &Path, samples: &[Vec<(&str, Vec<u8>)>]) {
     let mut b = tar::Builder::new(fs::File::create(path).unwrap());
     for (i, members) in samples.iter().enumerate() {
         for (ext, data) in members {

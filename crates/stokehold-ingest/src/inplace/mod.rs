@@ -125,7 +125,9 @@ fn is_pattern(s: &str) -> bool {
 }
 
 /// Open `paths` as a dataset: a stokehold dataset (one path, [`is_packed`]) with
-/// [`Dataset::open_with`], or files read in place ([`open_in_place`]).
+/// [`Dataset::open_with`], or files read in place ([`open_in_place`]). One local path that is
+/// neither (a folder of images, a file of another kind) is opened as a dataset, so that its
+/// error says it is not one (and the front ends say how to make one).
 pub fn open(
     paths: &[PathBuf],
     options: OpenOptions,
@@ -133,7 +135,75 @@ pub fn open(
 ) -> Result<Dataset, FormatError> {
     match paths {
         [one] if is_packed(one) => Dataset::open_with(one, options),
+        [one] if inplace.format.is_none() && stokehold_format::url_scheme(one).is_none() => {
+            match local_kind(one) {
+                Local::Named => open_in_place(paths, options, inplace),
+                Local::Sniffed(f) => {
+                    let inplace = InPlaceOptions {
+                        format: Some(f),
+                        ..inplace.clone()
+                    };
+                    open_in_place(paths, options, &inplace)
+                }
+                Local::Neither => Dataset::open_with(one, options),
+            }
+        }
         _ => open_in_place(paths, options, inplace),
+    }
+}
+
+/// What one local path that is not a stokehold dataset holds.
+enum Local {
+    /// Files a format read in place names (or a pattern: resolved by [`open_in_place`]).
+    Named,
+    /// Files whose names say nothing (ImageNet's `train-00000-of-01024`) but whose first bytes
+    /// are a TFRecord's or a tar's.
+    Sniffed(InPlaceFormat),
+    /// Neither.
+    Neither,
+}
+
+fn local_kind(path: &Path) -> Local {
+    let named = |n: &str| InPlaceFormat::of_name(n.strip_suffix(".gz").unwrap_or(n)).is_some();
+    let sniffed = |p: &Path| {
+        let mut head = Vec::with_capacity(512);
+        let read = std::fs::File::open(p)
+            .and_then(|f| io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head));
+        match read.ok().and_then(|_| sniff_head(&head)) {
+            Some(f) => Local::Sniffed(f),
+            None => Local::Neither,
+        }
+    };
+    let text = path.to_string_lossy();
+    if is_pattern(&text) || named(&text) {
+        return Local::Named;
+    }
+    if path.is_file() {
+        // a file is never a packed dataset (that is a directory). One named like a shard of
+        // records (`train-00000-of-01024`) whose bytes say nothing is named by the in-place
+        // path, which asks for `format=`; one with another extension (an image, a manifest)
+        // gets the packed path's advice on what to give instead
+        return match sniffed(path) {
+            Local::Neither if path.extension().is_none() => Local::Named,
+            known => known,
+        };
+    }
+    let Ok(dir) = std::fs::read_dir(path) else {
+        return Local::Neither;
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with('.') && !n.ends_with(INDEX_SUFFIX))
+        .collect();
+    if names.iter().any(|n| named(n)) {
+        return Local::Named;
+    }
+    names.sort();
+    match names.iter().find(|n| !n.contains('.')) {
+        Some(first) => sniffed(&path.join(first)),
+        None => Local::Neither,
     }
 }
 
@@ -381,16 +451,22 @@ fn sniff(
         .read_ranges(&[read])
         .pop()
         .expect("one read, one result")?;
+    Ok(sniff_head(&head))
+}
+
+/// The format of a file by its first bytes (up to 512): a tar's `ustar` magic, or a TFRecord's
+/// length whose masked CRC-32C matches.
+fn sniff_head(head: &[u8]) -> Option<InPlaceFormat> {
     if head.len() >= 263 && &head[257..262] == b"ustar" {
-        return Ok(Some(InPlaceFormat::WebDataset));
+        return Some(InPlaceFormat::WebDataset);
     }
     if head.len() >= 12 {
         let stored = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
         if crate::tfrecord::masked_crc32c(&head[..8]) == stored {
-            return Ok(Some(InPlaceFormat::TfRecord));
+            return Some(InPlaceFormat::TfRecord);
         }
     }
-    Ok(None)
+    None
 }
 
 /// Where the kept index of `name` in `root` lives in the index directory `dir`.

@@ -66,13 +66,14 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
                 ix.push(entry, &members, b"");
             }
             Ok(None) => break,
-            Err(TfRecordError::DataCrc { offset }) => {
+            Err(TfRecordError::DataCrc { offset, stored }) => {
                 // the whole record was consumed: its payload length is what lies between
                 let len = reader.position() - before - HEADER - 4;
                 let entry = IndexEntry {
                     offset: offset + HEADER,
                     len: len as u32,
-                    crc: 0,
+                    // the file's own checksum: a read then reports it against the data's
+                    crc: stored,
                 };
                 ix.push(entry, &[damaged()], b"");
             }

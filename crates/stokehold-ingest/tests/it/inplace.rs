@@ -240,15 +240,18 @@ fn tfrecord_damage_is_named_and_never_silent() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("gzip"), "{e}");
-    fs::write(dir.join("c.bin"), b"neither tar nor tfrecord").unwrap();
+    fs::write(dir.join("c-00000-of-00001"), b"neither tar nor tfrecord").unwrap();
     let e = open(
-        &[dir.join("c.bin")],
+        &[dir.join("c-00000-of-00001")],
         OpenOptions::default(),
         &in_place(&idx),
     )
     .unwrap_err()
     .to_string();
-    assert!(e.contains("c.bin") && e.contains("format="), "{e}");
+    assert!(
+        e.contains("c-00000-of-00001") && e.contains("format="),
+        "{e}"
+    );
     let named = InPlaceOptions {
         format: Some(InPlaceFormat::TfRecord),
         ..in_place(&idx)

@@ -887,7 +887,7 @@ fn tfrecord_bad_data_crc_then_next_record_reads() {
     assert_eq!(r.next_record(&mut buf).unwrap(), Some(0));
     let err = r.next_record(&mut buf).unwrap_err();
     assert!(
-        matches!(err, TfRecordError::DataCrc { offset: 16 }),
+        matches!(err, TfRecordError::DataCrc { offset: 16, .. }),
         "{err:?}"
     );
     assert_eq!(r.next_record(&mut buf).unwrap(), Some(37));
@@ -901,7 +901,7 @@ fn tfrecord_bad_data_crc_then_next_record_reads() {
     let (ok, err) = read_records(&bytes);
     assert_eq!(ok.len(), 2);
     assert!(
-        matches!(err, Some(TfRecordError::DataCrc { offset: 37 })),
+        matches!(err, Some(TfRecordError::DataCrc { offset: 37, .. })),
         "{err:?}"
     );
 }
@@ -1255,7 +1255,7 @@ fn seed_corpora_hit_the_intended_paths() {
     ));
     assert!(matches!(
         tfr("bad_data_crc.tfrecord").1,
-        Some(TfRecordError::DataCrc { offset: 16 })
+        Some(TfRecordError::DataCrc { offset: 16, .. })
     ));
     assert!(matches!(
         tfr("truncated.tfrecord").1,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use stokehold_format::{Dataset, OpenOptions};
 
 use crate::cache::disk::{self, DiskCache};
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::pipeline::{EngineSpec, Loader, SamplesSpec};
 use crate::samples::{Records, Samples, TokenDataset, Tokens};
 use crate::stages::Transform;
@@ -37,6 +37,19 @@ impl EngineSpec {
         let mut ds = dataset;
         let mut disk = None;
         if let Some(dir) = &self.cache_dir {
+            if let Some(format) = ds
+                .manifest()
+                .source
+                .get("in_place")
+                .and_then(|f| f.as_str())
+            {
+                return Err(EngineError::Config(format!(
+                    "cache_dir copies a packed dataset's shards to local disk; {} holds {format} \
+                     files read in place: pack them (`stokehold pack`) to cache them, or leave \
+                     cache_dir out (the in-memory cache_budget and decoded_cache work in place)",
+                    ds.dir().display()
+                )));
+            }
             let limit = self.cache_dir_limit.map_or_else(|| ds.bytes(), |b| b.0);
             let cache = DiskCache::open(dir.clone(), limit)?;
             let (opened, progress) = disk::open_dataset(ds.dir(), &cache, options)?;
