@@ -2,7 +2,7 @@
 
 import os
 from types import TracebackType
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Type, Union, final
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Type, Union, final
 
 import numpy as np
 
@@ -40,14 +40,21 @@ _SchemaSpec = Union[Mapping[str, str], Iterable[Tuple[str, str]]]
 
 @final
 class Dataset:
-    """A dataset directory opened for reading.
+    """A dataset opened for reading: a directory ``stokehold pack`` made, or TFRecord files or
+    WebDataset tars read in place.
 
     ``len(ds)`` samples; ``ds[i]`` (negative ``i`` counts from the end) is a dict field name ->
     value; iterating yields every sample in order. File reads and decoding release the GIL.
     Pickles as "reopen the same path with the same options", so it can be sent to spawn-based
     worker processes.
 
-    :param path: the dataset directory (holding ``manifest.json`` and the shards).
+    :param path: the dataset directory (holding ``manifest.json`` and the shards); or, to read
+        in place without packing, a TFRecord file (``*.tfrecord``, ``*.tfrecords`` or an
+        extension-less ``train-00000-of-01024``), a WebDataset tar, a directory of them, a glob
+        (``"data/train-*"``) or a list of paths. Each file is indexed once (its records' offsets, kept in
+        ``index_dir`` and reused while the file is unchanged); samples
+        are those ``stokehold pack --no-restart-markers`` of the same files would hold, in the
+        same order. See docs/storage.md, "Files in place".
     :param access: how shards are read: ``"auto"`` (default: positional reads through the page
         cache, or direct I/O when the dataset is larger than half the RAM), ``"pread"``,
         ``"mmap"`` (the files must not change while open), ``"direct"`` (``O_DIRECT``, bypassing
@@ -61,6 +68,15 @@ class Dataset:
         ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
         override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
         docs/storage.md, "Remote storage".
+    :param format: for files read in place, ``"tfrecord"`` or ``"webdataset"`` when neither
+        the names nor the first bytes say which.
+    :param fields: for files read in place, the fields to load, as ``stokehold pack --fields``
+        takes them: TFRecord feature names or tar member extensions, ``"txt?"`` for one a sample
+        may lack (a string or a list). Default: every field the first files' records share.
+    :param index_dir: where the record indexes of files read in place are kept (default:
+        ``$STOKEHOLD_INDEX_DIR``, else ``~/.cache/stokehold/index``).
+    :param index_beside: keep each index next to its file instead (``FILE.skhidx``).
+    :param rebuild_index: scan every file again, ignoring the indexes kept before.
     :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
     :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
         disagrees with a shard.
@@ -69,14 +85,23 @@ class Dataset:
 
     def __new__(
         cls,
-        path: Union[str, "os.PathLike[str]"],
+        path: Union[str, "os.PathLike[str]", Sequence[Union[str, "os.PathLike[str]"]]],
         *,
         access: Optional[str] = None,
         mmap: bool = False,
         in_memory: bool = False,
         verify: bool = True,
         storage_options: Optional[Dict[str, str]] = None,
+        format: Optional[str] = None,
+        fields: Optional[Union[str, Sequence[str]]] = None,
+        index_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        index_beside: bool = False,
+        rebuild_index: bool = False,
     ) -> "Dataset": ...
+    @property
+    def in_place(self) -> Optional[str]:
+        """The format of files read in place (``"tfrecord"``, ``"webdataset"``), or None for a
+        packed dataset."""
     @property
     def access(self) -> str:
         """How the shards are read (after the automatic choice): ``"pread"``, ``"mmap"``,

@@ -114,7 +114,10 @@ def test_opening_a_folder_that_is_not_a_dataset_says_how_to_make_one(tmp_path):
         with pytest.raises(StokeholdIOError) as e:
             Dataset(path)
         assert e.value.errno == errno.ENOENT
-        assert str(e.value) == f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR"
+        assert str(e.value) == (
+            f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR; "
+            "TFRecord files and WebDataset tars can also be opened in place (a file, a directory of them, a glob or a list)"
+        )
 
 
 def test_a_state_of_another_shuffle_names_both_in_their_python_words(ds):

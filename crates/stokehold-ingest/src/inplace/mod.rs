@@ -121,7 +121,7 @@ pub fn is_packed(path: &Path) -> bool {
 }
 
 fn is_pattern(s: &str) -> bool {
-    s.contains(['*', '?'])
+    s.contains(['*', '?', '['])
 }
 
 /// Open `paths` as a dataset: a stokehold dataset (one path, [`is_packed`]) with
@@ -165,14 +165,9 @@ enum Local {
 
 fn local_kind(path: &Path) -> Local {
     let named = |n: &str| InPlaceFormat::of_name(n.strip_suffix(".gz").unwrap_or(n)).is_some();
-    let sniffed = |p: &Path| {
-        let mut head = Vec::with_capacity(512);
-        let read = std::fs::File::open(p)
-            .and_then(|f| io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head));
-        match read.ok().and_then(|_| sniff_head(&head)) {
-            Some(f) => Local::Sniffed(f),
-            None => Local::Neither,
-        }
+    let sniffed = |p: &Path| match sniff_file(p) {
+        Some(f) => Local::Sniffed(f),
+        None => Local::Neither,
     };
     let text = path.to_string_lossy();
     if is_pattern(&text) || named(&text) {
@@ -318,12 +313,14 @@ fn resolve(
                 files.insert(last, meta);
             }
             Some(pat) => {
+                let pat = glob::Pattern::new(&pat)
+                    .map_err(|e| input(p, format!("{pat:?} is not a valid file pattern: {e}")))?;
                 if listing.is_none() {
                     listing = Some(loc.list().map_err(|e| FormatError::io(&dir, None, e))?);
                 }
                 let mut n = 0;
                 for (name, meta) in listing.as_ref().expect("listed above") {
-                    let wanted = glob(&pat, name)
+                    let wanted = pat.matches(name)
                         && !name.starts_with('.')
                         && !name.ends_with(INDEX_SUFFIX)
                         && name != MANIFEST_FILE
@@ -338,7 +335,7 @@ fn resolve(
                         .as_ref()
                         .expect("listed above")
                         .keys()
-                        .any(|n| glob(&pat, n) && n.ends_with(".gz"));
+                        .any(|n| pat.matches(n) && n.ends_with(".gz"));
                     return Err(input(
                         p,
                         if gz {
@@ -411,28 +408,6 @@ fn parent(p: &Path) -> PathBuf {
 }
 
 /// `*` (any run) and `?` (one character) against a whole name.
-fn glob(pattern: &str, name: &str) -> bool {
-    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
-    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
-    while j < n.len() {
-        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '*' {
-            star = Some(i);
-            mark = j;
-            i += 1;
-        } else if let Some(s) = star {
-            i = s + 1;
-            mark += 1;
-            j = mark;
-        } else {
-            return false;
-        }
-    }
-    p[i..].iter().all(|&c| c == '*')
-}
-
 /// The format of a file by its first bytes: a tar's `ustar` magic, or a TFRecord's first
 /// length and its CRC.
 fn sniff(
@@ -456,6 +431,14 @@ fn sniff(
 
 /// The format of a file by its first bytes (up to 512): a tar's `ustar` magic, or a TFRecord's
 /// length whose masked CRC-32C matches.
+/// The format a local file's first bytes show (`None`: neither, or unreadable).
+pub(crate) fn sniff_file(path: &Path) -> Option<InPlaceFormat> {
+    let mut head = Vec::with_capacity(512);
+    let f = std::fs::File::open(path).ok()?;
+    io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head).ok()?;
+    sniff_head(&head)
+}
+
 fn sniff_head(head: &[u8]) -> Option<InPlaceFormat> {
     if head.len() >= 263 && &head[257..262] == b"ustar" {
         return Some(InPlaceFormat::WebDataset);
@@ -908,16 +891,6 @@ pub fn in_place_format(ds: &Dataset) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn patterns_match_whole_names() {
-        assert!(glob("*.tfrecord", "train-0.tfrecord"));
-        assert!(!glob("*.tfrecord", "train-0.tfrecord.skhidx"));
-        assert!(glob("train-?????-of-*", "train-00001-of-01024"));
-        assert!(!glob("train-?-of-*", "train-00001-of-01024"));
-        assert!(glob("*", "x"));
-        assert!(glob("a*b*c", "aXXbYYc") && !glob("a*b*c", "aXXbYY"));
-    }
 
     #[test]
     fn formats_by_name() {

@@ -651,6 +651,9 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
                 kinds.insert(k.name());
             }
         }
+        if kinds.is_empty() && shard_named_tfrecords(first)? {
+            kinds.insert(SourceKind::TfRecord.name());
+        }
         return match kinds.len() {
             0 => Ok(SourceKind::ImageFolder),
             1 => Ok(SourceKind::parse(kinds.first().expect("one")).expect("a known name")),
@@ -670,6 +673,26 @@ pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
             sources
         ))),
     }
+}
+
+/// Whether directory `dir` holds TFRecord files without an extension, named as ImageNet's are
+/// (`train-00000-of-01024`): its first such file (by name) starts with a TFRecord header.
+fn shard_named_tfrecords(dir: &Path) -> Result<bool, PackError> {
+    let mut bare: Vec<PathBuf> = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
+        let p = e.map_err(|e| PackError::io(dir, e))?.path();
+        let hidden = p
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+        if p.is_file() && p.extension().is_none() && !hidden {
+            bare.push(p);
+        }
+    }
+    Ok(bare
+        .iter()
+        .min()
+        .and_then(|p| crate::inplace::sniff_file(p))
+        == Some(crate::inplace::InPlaceFormat::TfRecord))
 }
 
 /// Pack `sources` into a new dataset at `dest`. `kind` None means [`detect`].

@@ -581,6 +581,18 @@ fn detection_by_name_and_clear_errors_for_mixtures() {
         stokehold_ingest::detect(&[tmp.path().to_path_buf()]).unwrap(),
         SourceKind::WebDataset
     );
+    // TFRecord files named as ImageNet's are (no extension) are told by their first bytes; a
+    // folder of other extension-less files stays an image folder
+    let bare = p("bare");
+    fs::create_dir_all(&bare).unwrap();
+    fs::write(bare.join("README"), b"some notes, not records").unwrap();
+    let detect = || stokehold_ingest::detect(std::slice::from_ref(&bare)).unwrap();
+    assert_eq!(detect(), SourceKind::ImageFolder);
+    fs::remove_file(bare.join("README")).unwrap();
+    let mut f = fs::File::create(bare.join("train-00000-of-00001")).unwrap();
+    write_record(&mut f, b"an example").unwrap();
+    drop(f);
+    assert_eq!(detect(), SourceKind::TfRecord);
 }
 
 #[test]

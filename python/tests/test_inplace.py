@@ -1,0 +1,289 @@
+"""TFRecord files and WebDataset tars read in place (issue #36): written here by Python's own code
+(a TFRecord writer with its CRC-32C and a hand-encoded ``tf.train.Example``, ``tarfile`` for the
+tars), opened by ``stokehold.Dataset`` without ``pack``, and checked against ``stokehold pack
+--no-restart-markers`` of the same files: the same samples, the same batches through a real image
+pipeline, pickling, and the damage named."""
+
+import glob
+import io
+import os
+import pickle
+import struct
+import tarfile
+
+import numpy as np
+import pytest
+
+import stokehold
+from stokehold.image import RandomResizedCrop
+
+from test_cli import run  # the installed `stokehold` command
+
+N = 24
+PER_FILE = 8
+
+
+# --- a TFRecord writer of our own (CRC-32C, Castagnoli, reflected 0x82F63B78) -----------------
+
+
+def _crc_table():
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc_table()
+
+
+def crc32c(data: bytes) -> int:
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def masked(data: bytes) -> int:
+    c = crc32c(data)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def varint(n: int) -> bytes:
+    n &= (1 << 64) - 1  # int64 as protobuf writes it: two's complement, 10 bytes when negative
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def example(features: dict) -> bytes:
+    """A ``tf.train.Example``: ``bytes`` values become a BytesList, ``int`` an Int64List (packed)."""
+    entries = b""
+    for name, value in features.items():
+        if isinstance(value, bytes):
+            feature = field(1, field(1, value))
+        else:
+            feature = field(3, field(1, b"".join(varint(v) for v in value)))
+        entries += field(1, field(1, name.encode()) + field(2, feature))
+    return field(1, entries)
+
+
+def write_tfrecord(path, records):
+    """Returns each record's byte offset in the file."""
+    offsets = []
+    with open(path, "wb") as f:
+        for data in records:
+            offsets.append(f.tell())
+            length = struct.pack("<Q", len(data))
+            f.write(length + struct.pack("<I", masked(length)) + data + struct.pack("<I", masked(data)))
+    return offsets
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("imgs")
+    run("sample-data", out, "--images", N, "--classes", 1, "--size", "48x40")
+    return [open(p, "rb").read() for p in sorted(glob.glob(f"{out}/**/*.jpg", recursive=True))]
+
+
+@pytest.fixture(scope="module")
+def tfrecords(tmp_path_factory, jpegs):
+    """Three TFRecord files in ImageNet's naming; a caption that some records lack."""
+    d = tmp_path_factory.mktemp("tfr")
+    offsets = []
+    for part in range(N // PER_FILE):
+        records = []
+        for k in range(PER_FILE):
+            i = part * PER_FILE + k
+            features = {"image/encoded": jpegs[i], "image/class/label": [i % 3]}
+            if i % 4:
+                features["caption"] = f"photo {i}".encode()
+            records.append(example(features))
+        offsets.append(write_tfrecord(d / f"train-{part:05d}-of-{N // PER_FILE:05d}", records))
+    return d, offsets
+
+
+@pytest.fixture(scope="module")
+def tars(tmp_path_factory, jpegs):
+    d = tmp_path_factory.mktemp("wds")
+    for part in range(N // PER_FILE):
+        with tarfile.open(d / f"shard-{part:04d}.tar", "w") as t:
+            for k in range(PER_FILE):
+                i = part * PER_FILE + k
+                for ext, data in [("jpg", jpegs[i]), ("cls", str(i % 3).encode())]:
+                    info = tarfile.TarInfo(f"s{i:05d}.{ext}")
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+    return d
+
+
+def packed(src, tmp_path, *args):
+    out = tmp_path / "packed"
+    run("pack", src, out, "--no-restart-markers", *args)
+    return stokehold.Dataset(out)
+
+
+def same_samples(a, b):
+    assert len(a) == len(b)
+    for i in range(len(a)):
+        x, y = a[i], b[i]
+        assert x.keys() == y.keys(), i
+        for k in x:
+            if isinstance(x[k], np.ndarray):
+                np.testing.assert_array_equal(x[k], y[k])
+            else:
+                assert x[k] == y[k], (i, k)
+
+
+def same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], np.ndarray):
+                np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+            else:
+                assert x[k] == y[k], k
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+def test_tfrecords_in_place_are_the_samples_pack_stores(tfrecords, jpegs, tmp_path):
+    d, _ = tfrecords
+    ds = stokehold.Dataset(d, index_dir=tmp_path / "ix")
+    assert ds.in_place == "tfrecord"
+    assert len(ds) == N
+    # the types pack chooses: an image, an int, a string (valid UTF-8) that records may lack
+    assert ds.schema == {"image/encoded": "image:auto", "image/class/label": "int64", "caption": "string"}
+    # the JPEGs are the files' own bytes, the labels the ints written, a missing caption empty
+    for i in range(N):
+        s = ds[i]
+        assert s["image/encoded"] == jpegs[i]
+        assert s["image/class/label"] == i % 3
+        assert s["caption"] == (f"photo {i}" if i % 4 else "")
+    same_samples(ds, packed(d, tmp_path))
+    assert stokehold.Dataset(packed(d, tmp_path / "again").path).in_place is None
+
+
+def test_a_loader_over_files_in_place_gives_the_batches_of_their_pack(tfrecords, tars, tmp_path):
+    d, _ = tfrecords
+    for src, fields in [(d, "image/encoded,image/class/label"), (tars, "jpg,cls")]:
+        names = fields.split(",")
+        in_place = stokehold.Dataset(src, fields=names, index_dir=tmp_path / "ix")
+        out = tmp_path / f"p-{in_place.in_place}"
+        run("pack", src, out, "--no-restart-markers", "--fields", fields)
+        image = names[0]
+        for ds in (in_place, stokehold.Dataset(out)):
+            assert ds.schema[image] == "image:auto"
+        go = lambda ds, threads: list(  # noqa: E731
+            stokehold.Loader(ds, 5, shuffle=True, seed=11, threads=threads, include_ids=True, drop_last=False, transforms={image: [RandomResizedCrop(16)]})
+        )
+        a = go(in_place, 2)
+        same_batches(a, go(stokehold.Dataset(out), 2))
+        same_batches(a, go(in_place, 1))  # whatever the thread count
+        assert a[0][image].shape == (5, 3, 16, 16)  # CHW, as torchvision gives
+        assert sorted(np.concatenate([b["id"][~b["is_padding"]] for b in a]).tolist()) == list(range(N))
+
+
+def test_tars_globs_lists_and_pickling(tars, tfrecords, tmp_path):
+    ix = tmp_path / "ix"
+    ds = stokehold.Dataset(tars, index_dir=ix)
+    assert ds.in_place == "webdataset" and len(ds) == N
+    assert ds.schema == {"__key__": "string", "jpg": "image:auto", "cls": "int64"}
+    assert [(ds[i]["__key__"], ds[i]["cls"]) for i in range(N)] == [(f"s{i:05d}", i % 3) for i in range(N)]
+    same_samples(ds, packed(tars, tmp_path))
+    files = sorted(str(p) for p in tars.glob("*.tar"))
+    two = stokehold.Dataset(files[1:], index_dir=ix)
+    assert len(two) == 2 * PER_FILE and two[0] == ds[PER_FILE]
+    g = stokehold.Dataset(str(tars / "shard-000[02].tar"), index_dir=ix)
+    assert len(g) == 2 * PER_FILE and g[PER_FILE] == ds[2 * PER_FILE]
+    # pickles as "open the same files with the same options" (spawned workers)
+    d, _ = tfrecords
+    tf = stokehold.Dataset(d, fields="image/class/label", index_dir=ix)
+    back = pickle.loads(pickle.dumps(tf))
+    assert back.in_place == "tfrecord" and back.schema == {"image/class/label": "int64"}
+    assert [back[i] for i in range(N)] == [tf[i] for i in range(N)]
+    back = pickle.loads(pickle.dumps(two))
+    assert len(back) == len(two) and back[3] == two[3]
+
+
+def test_the_index_is_kept_beside_or_in_the_index_dir_and_rebuilt_when_a_file_changes(tfrecords, tmp_path):
+    d, _ = tfrecords
+    ix = tmp_path / "ix"
+    stokehold.Dataset(d, index_dir=ix)
+    kept = [p for p in ix.rglob("*") if p.is_file()]
+    assert len(kept) == N // PER_FILE
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for p in sorted(d.iterdir()):
+        (copy / p.name).write_bytes(p.read_bytes())
+    ds = stokehold.Dataset(copy, index_beside=True)
+    assert sorted(p.name for p in copy.iterdir() if p.name.endswith(".skhidx")) == [f"train-{k:05d}-of-00003.skhidx" for k in range(3)]
+    # a file that grows by one record: its kept index no longer describes it and is rebuilt
+    first = sorted(p for p in copy.iterdir() if "skhidx" not in p.name)[0]
+    extra = example({"image/encoded": ds[0]["image/encoded"], "image/class/label": [7], "caption": b"new"})
+    with open(first, "ab") as f:
+        length = struct.pack("<Q", len(extra))
+        f.write(length + struct.pack("<I", masked(length)) + extra + struct.pack("<I", masked(extra)))
+    grown = stokehold.Dataset(copy, index_beside=True)
+    assert len(grown) == N + 1
+    assert grown[PER_FILE]["image/class/label"] == 7 and grown[PER_FILE]["caption"] == "new"
+
+
+def test_damage_in_place_names_the_file_the_sample_and_the_bytes(tfrecords, tmp_path):
+    d, offsets = tfrecords
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for p in sorted(d.iterdir()):
+        (bad / p.name).write_bytes(p.read_bytes())
+    victim = sorted(bad.iterdir())[1]
+    data = bytearray(victim.read_bytes())
+    start = offsets[1][3] + 12  # record 3 of the second file: its data begins after the header
+    data[start + 40] ^= 0x10
+    victim.write_bytes(bytes(data))
+    ds = stokehold.Dataset(bad, index_dir=tmp_path / "ix")
+    assert len(ds) == N  # the file is indexed whole: the damage is met when the record is read
+    assert ds[PER_FILE + 2]["image/class/label"] == (PER_FILE + 2) % 3
+    with pytest.raises(stokehold.CorruptDataError) as e:
+        ds[PER_FILE + 3]
+    msg = str(e.value)
+    assert victim.name in msg and f"sample {PER_FILE + 3}" in msg and f"bytes {start}.." in msg, msg
+    # a loader fails on it by default, and skips and counts it when asked
+    with pytest.raises(stokehold.CorruptDataError, match=victim.name):
+        list(stokehold.Loader(ds, 4, shuffle=False, threads=1))
+    loader = stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip", include_ids=True)
+    ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
+    assert PER_FILE + 3 not in ids and len(ids) == N - 1
+    assert loader.stats()["skipped"] == [PER_FILE + 3]
+
+
+def test_what_in_place_cannot_do_is_said(tfrecords, tmp_path):
+    d, _ = tfrecords
+    ds = stokehold.Dataset(d, index_dir=tmp_path / "ix")
+    with pytest.raises(stokehold.ConfigError, match="cache_dir"):
+        stokehold.Loader(ds, 4, cache_dir=tmp_path / "c")
+    with pytest.raises(stokehold.StokeholdError, match="format="):
+        (tmp_path / "x-00000-of-00001").write_bytes(b"neither")
+        stokehold.Dataset(tmp_path / "x-00000-of-00001", index_dir=tmp_path / "ix")
+    gz = tmp_path / "a.tfrecord.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00")
+    with pytest.raises(stokehold.StokeholdError, match="gzip"):
+        stokehold.Dataset(gz, index_dir=tmp_path / "ix")
+    with pytest.raises(stokehold.StokeholdError, match="nope"):
+        stokehold.Dataset(d, fields=["nope"], index_dir=tmp_path / "ix")
+    assert sorted(os.listdir(d)) == [f"train-{k:05d}-of-00003" for k in range(3)]  # nothing written beside
