@@ -199,7 +199,7 @@ bench: build install bench-setup bench-data ## the benchmarks (each a ratio agai
 PEERS_VENV := .venv-peers
 $(PEERS_VENV)/.ready: $(VENV)/.bench-ready
 	$(PYTHON) -m venv $(PEERS_VENV)
-	$(PEERS_VENV)/bin/python -m pip install -q tensorflow-cpu nvidia-dali-cuda120
+	$(PEERS_VENV)/bin/python -m pip install -q tensorflow-cpu nvidia-dali-cuda120 webdataset
 	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
 	  "$$($(PEERS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_venv.pth"
 	touch $@

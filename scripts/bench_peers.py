@@ -16,6 +16,14 @@ median of its rounds. Peers that are not installed are left out with a line sayi
 - ``stokehold``: ``stokehold.Loader`` over ``stokehold pack DIR`` (native threads; the JPEGs
   rewritten losslessly with restart markers, pack's default);
 - ``stokehold-plain``: the same over ``stokehold pack --no-restart-markers DIR`` (bytes as given);
+- ``stokehold-tfrecord``: the same over the TFRecord file tf.data reads, opened in place
+  (``stokehold.Dataset(file)``, no pack: its record index built once by ``stokehold index``, timed
+  against reading the file once); needs TensorFlow, whose writer makes the file;
+- ``stokehold-wds``: the same over WebDataset tars of the same files (written here by
+  ``tarfile``, 8 tars), opened in place;
+- ``webdataset``: the ``webdataset`` package over those tars, its shards split over
+  ``--threads`` DataLoader workers, a 1,000-sample shuffle buffer, ``torchvision.io.decode_jpeg``
+  and ``transforms.v2`` as in ``torchvision``, batched in the workers (``pip install webdataset``);
 - ``tfdata``: ``tf.data`` over TFRecords of the same files written here (``tf.io.TFRecordWriter``;
   the conversion is timed beside ``stokehold pack``), ``decode_and_crop_jpeg`` with
   ``sample_distorted_bounding_box`` for the random crop (tf.data's fastest form, decoding only the
@@ -37,6 +45,8 @@ process tree over its whole life: what the loader costs the machine); peak PSS o
 of one core, since one sample of a process that has imported torch or TensorFlow costs tens of
 ms; each trial prints the sampler's CPU and any "foreign" CPU, the machine's other busy time);
 time to the first batch from process start.
+Under the table, the in-place pairs: each stokehold loader over files in place against
+stokehold over their pack and against the peer that reads the same files.
 The table ends with each loader's ratio to the best peer (the best non-stokehold loader by
 median); a line under it gives each stokehold loader's median against the fastest single round of
 any peer, and its own spread, since a peer whose rounds differ a lot makes the ratio of medians
@@ -56,8 +66,10 @@ import time
 from bench_vs_torch_dataloader import busy_seconds, cpu, sample_peak_pss
 
 T0_ENV = "STOKEHOLD_BENCH_T0"
-PEERS = ["stokehold", "stokehold-plain", "tfdata", "dali", "torchvision", "pil"]
-MODULE = {"tfdata": "tensorflow", "dali": "nvidia.dali", "torchvision": "torchvision", "pil": "torchvision"}
+PEERS = ["stokehold", "stokehold-plain", "stokehold-tfrecord", "tfdata", "stokehold-wds", "webdataset", "dali", "torchvision", "pil"]
+MODULE = {"tfdata": "tensorflow", "stokehold-tfrecord": "tensorflow", "webdataset": "webdataset", "dali": "nvidia.dali",
+          "torchvision": "torchvision", "pil": "torchvision"}
+TARS = 8
 
 
 # --- children: one epoch of one loader -------------------------------------------------------
@@ -72,14 +84,39 @@ def files_and_labels(root):
     return out
 
 
-def loader_stokehold(a, shards):
+def loader_stokehold(a, shards, image="image", label="label"):
+    """``shards``: a packed dataset's directory, or files to read in place (``image`` and
+    ``label`` then name their fields)."""
     import stokehold
     from stokehold.image import CenterCrop, RandomHorizontalFlip, RandomResizedCrop, Resize
 
+    if image != "image" or not os.path.isdir(shards):
+        shards = stokehold.Dataset(shards, fields=[image, label], index_dir=a.index_dir)
     stages = [RandomResizedCrop(224), RandomHorizontalFlip()] if a.pipeline == "train" else [Resize(256), CenterCrop(224)]
     loader = stokehold.Loader(shards, a.batch, threads=a.threads, shuffle=True, seed=0, drop_last=False,
-                              transforms={"image": stages})
-    return ((b["image"], b["label"]) for b in loader)
+                              transforms={image: stages})
+    return ((b[image], b[label]) for b in loader)
+
+
+def loader_webdataset(a, _):
+    import torch
+    import webdataset as wds
+    from torchvision.io import ImageReadMode, decode_jpeg
+    from torchvision.transforms import v2
+
+    if a.pipeline == "train":
+        tf = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()])
+    else:
+        tf = v2.Compose([v2.Resize(256, antialias=True), v2.CenterCrop(224)])
+
+    def sample(s):
+        data = torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8)
+        return tf(decode_jpeg(data, mode=ImageReadMode.RGB)), int(s["cls"])
+
+    urls = sorted(os.path.join(a.tars, f) for f in os.listdir(a.tars) if f.endswith(".tar"))
+    ds = (wds.WebDataset(urls, shardshuffle=len(urls), seed=0, workersplitter=wds.split_by_worker, empty_check=False)
+          .shuffle(1000).map(sample).batched(a.batch, partial=True))
+    return iter(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=a.threads))
 
 
 def loader_tfdata(a, _):
@@ -185,8 +222,14 @@ def child(a):
     import numpy  # noqa: F401  (every loader's process has it)
 
     t_create = time.time()
-    if a.child.startswith("stokehold"):
+    if a.child == "stokehold-tfrecord":
+        it = loader_stokehold(a, a.tfrecords)
+    elif a.child == "stokehold-wds":
+        it = loader_stokehold(a, a.tars, "jpg", "cls")
+    elif a.child.startswith("stokehold"):
         it = loader_stokehold(a, a.shards_plain if a.child == "stokehold-plain" else a.shards)
+    elif a.child == "webdataset":
+        it = loader_webdataset(a, None)
     elif a.child == "tfdata":
         it = loader_tfdata(a, None)
     elif a.child == "dali":
@@ -211,7 +254,7 @@ def trial(name, a, interval=0.05):
     """One fresh process of loader ``name``; its peak PSS sampled by ``sample_peak_pss`` (at most
     every ``interval`` s, within 2% of one core)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", name]
-    for k in ("images", "shards", "shards_plain", "tfrecords", "pipeline"):
+    for k in ("images", "shards", "shards_plain", "tfrecords", "tars", "index_dir", "pipeline"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
     cmd += ["--batch", str(a.batch), "--threads", str(a.threads)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **{T0_ENV: repr(time.time())})
@@ -260,14 +303,60 @@ def prepare(a, work, peers):
             subprocess.run([*exe, "pack", a.images, os.path.join(work, dest), "--overwrite", *extra],
                            check=True, capture_output=True)
             times[name] = min(times.get(name, 1e9), time.time() - t)
-        if "tfdata" in peers:
+        if {"tfdata", "stokehold-tfrecord"} & set(peers):
             t = time.time()
             p = subprocess.run([sys.executable, "-c", code, a.images, a.tfrecords, os.path.dirname(os.path.abspath(__file__))],
                                check=True, capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
             whole = time.time() - t
             times[TF_CONVERSION] = min(times.get(TF_CONVERSION, 1e9), float(p.stdout.split()[-1]))
             times[TF_CONVERSION_IMPORTS] = min(times.get(TF_CONVERSION_IMPORTS, 1e9), whole)
+    a.tars, a.index_dir = os.path.join(work, "tars"), os.path.join(work, "index")
+    if {"stokehold-wds", "webdataset"} & set(peers):
+        write_tars(a.images, a.tars)
+    in_place = [(f, k) for f, k, p in ((a.tfrecords, "tfrecord", "stokehold-tfrecord"), (a.tars, "tar", "stokehold-wds")) if p in peers]
+    a.index_report = [index_vs_read(exe, path, kind, a.index_dir) for path, kind in in_place]
     return times
+
+
+def write_tars(images, out):
+    """The images as WebDataset tars (``KEY.jpg``, ``KEY.cls``), ``TARS`` of them, in file order."""
+    import tarfile
+    from io import BytesIO
+
+    os.makedirs(out, exist_ok=True)
+    items = files_and_labels(images)
+    per = -(-len(items) // TARS)
+    for t in range(TARS):
+        with tarfile.open(os.path.join(out, f"train-{t:04d}.tar"), "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i, (path, label) in enumerate(items[t * per:(t + 1) * per], t * per):
+                for ext, data in (("jpg", open(path, "rb").read()), ("cls", str(label).encode())):
+                    info = tarfile.TarInfo(f"{i:07d}.{ext}")
+                    info.size = len(data)
+                    tar.addfile(info, BytesIO(data))
+
+
+def index_vs_read(exe, path, kind, index_dir, rounds=3):
+    """``stokehold index`` of ``path`` (every file scanned: ``--rebuild``) against reading its
+    files once, warm page cache, best of ``rounds`` each; the index is left in ``index_dir`` for
+    the trials."""
+    files = [path] if os.path.isfile(path) else [os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".tar")]
+    size = sum(os.path.getsize(f) for f in files)
+    buf = bytearray(16 << 20)
+    read = scan = whole = 1e9
+    for _ in range(rounds):
+        t = time.time()
+        for f in files:
+            with open(f, "rb", buffering=0) as h:
+                while h.readinto(buf):
+                    pass
+        read = min(read, time.time() - t)
+        t = time.time()
+        p = subprocess.run([*exe, "index", path, "--index-dir", index_dir, "--rebuild"], check=True, capture_output=True, text=True)
+        whole = min(whole, time.time() - t)
+        scan = min(scan, float(p.stdout.split(" scanned in ")[1].split(" s")[0]) if " scanned in " in p.stdout else whole)
+    return (f"index build ({kind}, {size / 2**20:,.0f} MiB, best of {rounds}, warm page cache): stokehold index {scan:.3f} s "
+            f"({whole:.3f} s with the command's start), reading the files once {read:.3f} s: "
+            f"{read / scan:.2f}x the speed of reading them ({read / whole:.2f}x with the start)")
 
 
 CONVERSION_ROUNDS = 2
@@ -294,7 +383,7 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--work", help="where the packed copies go (default: a temporary directory)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    for k in ("shards", "shards-plain", "tfrecords"):
+    for k in ("shards", "shards-plain", "tfrecords", "tars", "index-dir"):
         ap.add_argument(f"--{k}", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -321,6 +410,8 @@ def main():
                   f"({times[TF_CONVERSION_IMPORTS] / times['stokehold pack']:.2f}x with TensorFlow's start)")
         print(f"  stokehold pack vs pack --no-restart-markers: "
               f"{times['stokehold pack --no-restart-markers'] / times['stokehold pack']:.2f}x its speed")
+        for line in a.index_report:
+            print(line)
         for pipeline in (["train", "val"] if a.pipeline == "both" else [a.pipeline]):
             a.pipeline = pipeline
             res = {p: [] for p in peers}
@@ -349,6 +440,11 @@ def table(pipeline, res, a):
         rb = f"{m['rate'] / med[best]['rate']:.2f}" if best else "-"
         cb = f"{m['per_cpu'] / med[best]['per_cpu']:.2f}" if best else "-"
         print(f"| {p} | {m['rate']:,.0f} | {rb} | {m['per_cpu']:,.0f} | {cb} | {m['pss_mib']:,.0f} | {m['first']:.2f} |")
+    pairs = (("stokehold-tfrecord", ("stokehold-plain", "tfdata")), ("stokehold-wds", ("stokehold-plain", "webdataset")))
+    for p, against in pairs:
+        for q in (q for q in against if p in med and q in med):
+            print(f"in place: {p} vs {q}: {med[p]['rate'] / med[q]['rate']:.2f}x images/s, "
+                  f"{med[p]['per_cpu'] / med[q]['per_cpu']:.2f}x images per CPU-s, {med[p]['pss_mib'] / med[q]['pss_mib']:.2f}x peak PSS")
     if others:
         # a peer whose rounds differ a lot (tf.data runs at one of two speeds from one process to
         # the next) makes the ratio of medians fragile: say also what it is against any peer's

@@ -287,3 +287,160 @@ def test_what_in_place_cannot_do_is_said(tfrecords, tmp_path):
     with pytest.raises(stokehold.StokeholdError, match="nope"):
         stokehold.Dataset(d, fields=["nope"], index_dir=tmp_path / "ix")
     assert sorted(os.listdir(d)) == [f"train-{k:05d}-of-00003" for k in range(3)]  # nothing written beside
+
+
+def test_files_in_object_storage_are_read_in_place_like_local_ones(tfrecords, tars, parquets, tmp_path):
+    """TFRecord files, tars and Parquet files in a real S3-compatible server (moto, on 127.0.0.1): the same
+    samples and batches as the local files, the index kept (keyed by the ETag) and reused, a
+    replaced object scanned again, and the loader's reads announced ahead (prefetch)."""
+    from conftest import moto_s3
+
+    d, _ = tfrecords
+    key, secret = "stokehold-test", "stokehold-test-secret"
+    with moto_s3(key, secret, bucket="inplace") as (endpoint, client):
+        options = {"key": key, "secret": secret, "region_name": "us-east-1", "endpoint_url": endpoint, "allow_http": "true"}
+        for src, prefix in [(d, "tfr"), (tars, "wds"), (parquets, "pq")]:
+            for p in sorted(src.iterdir()):
+                client.upload_file(str(p), "inplace", f"{prefix}/{p.name}")
+        ix = tmp_path / "ix"
+        cases = [
+            ("s3://inplace/tfr/train-*", d, dict(format="tfrecord")),
+            ("s3://inplace/wds/*.tar", tars, {}),
+            ("s3://inplace/wds/", tars, {}),
+            ("s3://inplace/pq", parquets, {}),
+        ]
+        for url, local_dir, extra in cases:
+            remote = stokehold.Dataset(url, storage_options=options, index_dir=ix, **extra)
+            local = stokehold.Dataset(local_dir, index_dir=tmp_path / "local-ix", **extra)
+            assert remote.access == "remote" and remote.in_place == local.in_place
+            assert remote.schema == local.schema
+            same_samples(remote, local)
+            go = lambda ds: list(stokehold.Loader(ds, 5, shuffle=True, seed=3, threads=2, drop_last=False))  # noqa: E731
+            fresh = stokehold.Dataset(url, storage_options=options, index_dir=ix, **extra)
+            loader = stokehold.Loader(fresh, 5, shuffle=True, seed=3, threads=2, drop_last=False)
+            same_batches(list(loader), go(local))
+            st = loader.stats()["storage"]
+            assert st["prefetch"]["requests"] > 0 and st["prefetch"]["hits"] > 0, st
+        # the remote indexes are kept, one per object (the two tar cases share theirs)
+        kept = sorted(p.name for p in ix.iterdir() if p.name.endswith(".skhidx"))
+        assert len(kept) == 3 * (N // PER_FILE), kept
+        stamp = {p: p.stat().st_mtime_ns for p in ix.iterdir()}
+        stokehold.Dataset("s3://inplace/wds/*.tar", storage_options=options, index_dir=ix)
+        assert {p: p.stat().st_mtime_ns for p in ix.iterdir()} == stamp, "kept indexes are reused"
+        # an object replaced by another (new ETag): its index is rebuilt and its samples are new
+        first = sorted(tars.glob("*.tar"))[0]
+        swapped = tmp_path / "swapped.tar"
+        with tarfile.open(swapped, "w") as t:
+            for ext, data in [("jpg", stokehold.Dataset(tars, index_dir=ix)[0]["jpg"]), ("cls", b"2")]:
+                info = tarfile.TarInfo(f"new.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+        client.upload_file(str(swapped), "inplace", f"wds/{first.name}")
+        ds = stokehold.Dataset("s3://inplace/wds/*.tar", storage_options=options, index_dir=ix)
+        assert len(ds) == N - PER_FILE + 1
+        assert ds[0]["__key__"] == "new" and ds[0]["cls"] == 2
+        # a prefix without a trailing slash: a dataset when it holds a manifest, else its files
+        # in place, else the manifest's error
+        assert len(stokehold.Dataset("s3://inplace/wds", storage_options=options, index_dir=ix)) == len(ds)
+        with pytest.raises(stokehold.StokeholdIOError, match="s3://inplace/nothing/manifest.json.*not found"):
+            stokehold.Dataset("s3://inplace/nothing", storage_options=options, index_dir=ix)
+
+
+# --- Parquet -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def parquets(tmp_path_factory, jpegs):
+    """Three Parquet files written by pyarrow in three ways (snappy with dictionary pages and
+    their fallback to plain pages, v2 pages in gzip, uncompressed plain pages), in small pages
+    and row groups: a Hugging Face ``Image`` struct, a label, a caption null in every 5th row, a
+    list of floats."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("pq")
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table(
+        {
+            "image": pa.array([{"bytes": jpegs[i], "path": f"{i}.jpg"} for i in range(N)], type=image_type),
+            "label": pa.array([i % 3 for i in range(N)], type=pa.int64()),
+            "caption": [None if i % 5 == 0 else f"photo {i}" for i in range(N)],
+            "emb": pa.array([[i + k / 4 for k in range(i % 3 + 1)] for i in range(N)], type=pa.list_(pa.float32())),
+        }
+    )
+    ways = [
+        dict(compression="snappy", use_dictionary=True, dictionary_pagesize_limit=3000),
+        dict(compression="gzip", data_page_version="2.0"),
+        dict(compression="none", use_dictionary=False),
+    ]
+    for k, way in enumerate(ways):
+        part = table.slice(k * PER_FILE, PER_FILE)
+        pq.write_table(part, d / f"train-{k:05d}-of-00003.parquet", row_group_size=5, data_page_size=1500, write_batch_size=2, **way)
+    return d
+
+
+def test_parquet_files_in_place_are_the_samples_and_batches_pack_makes_of_them(parquets, jpegs, tmp_path):
+    ds = stokehold.Dataset(parquets, index_dir=tmp_path / "ix")
+    assert ds.in_place == "parquet" and len(ds) == N
+    assert ds.schema == {"caption": "string", "emb": "ndarray:f32", "image": "image:auto", "label": "int64"}
+    assert [ds[i]["image"] for i in range(N)] == jpegs  # the files' own bytes
+    assert [ds[i]["caption"] for i in range(N)] == ["" if i % 5 == 0 else f"photo {i}" for i in range(N)]
+    same_samples(ds, packed(parquets, tmp_path))
+    # a real image pipeline over them gives the batches of their pack, whatever the thread count
+    go = lambda ds, threads: list(  # noqa: E731
+        stokehold.Loader(ds, 5, shuffle=True, seed=4, threads=threads, drop_last=False, transforms={"image": [RandomResizedCrop(16)]})
+    )
+    a = go(ds, 2)
+    same_batches(a, go(stokehold.Dataset(tmp_path / "packed"), 2))
+    same_batches(a, go(ds, 1))
+    # fields as pack takes them: the caption required leaves the rows without one out
+    some = stokehold.Dataset(str(parquets / "*.parquet"), fields=["image", "caption"], index_dir=tmp_path / "ix")
+    assert len(some) == N - N // 5 and some.schema == {"image": "image:auto", "caption": "string"}
+    back = pickle.loads(pickle.dumps(some))
+    assert [back[i] for i in range(len(some))] == [some[i] for i in range(len(some))]
+
+
+def test_a_hugging_face_dataset_in_parquet_is_read_in_place(jpegs, tmp_path):
+    """A dataset made with ``datasets`` (an ``Image`` and a ``ClassLabel`` feature) and written
+    with its own ``to_parquet``: read in place with its class names, as ``pack`` stores it."""
+    datasets = pytest.importorskip("datasets") if not os.environ.get("CI") else __import__("datasets")
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    paths = []
+    for i, b in enumerate(jpegs):
+        p = folder / f"{i:03d}.jpg"
+        p.write_bytes(b)
+        paths.append(str(p))
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog", "cow"])})
+    hf = datasets.Dataset.from_dict({"image": paths, "label": [i % 3 for i in range(N)]}, features=features)
+    out = tmp_path / "hf"
+    out.mkdir()
+    hf.to_parquet(str(out / "train-00000-of-00001.parquet"))
+    ds = stokehold.Dataset(out, index_dir=tmp_path / "ix")
+    assert ds.in_place == "parquet" and len(ds) == N
+    assert ds.schema == {"image": "image:auto", "label": "int64"}
+    assert ds.classes == ["cat", "dog", "cow"]
+    assert [ds[i]["label"] for i in range(N)] == [i % 3 for i in range(N)]
+    assert ds[7]["image"] == jpegs[7]
+    same_samples(ds, packed(out, tmp_path))
+
+
+def test_a_damaged_parquet_page_is_named_and_skipped_by_policy(parquets, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for p in sorted(parquets.iterdir()):
+        (bad / p.name).write_bytes(p.read_bytes())
+    ds = stokehold.Dataset(bad, index_dir=tmp_path / "ix")
+    victim = sorted(bad.iterdir())[2]  # uncompressed plain pages: the JPEG bytes as they are
+    data = bytearray(victim.read_bytes())
+    # the middle of the first image's bytes (the file's first copy of them)
+    at = bytes(data).index(ds[2 * PER_FILE]["image"][200:240]) + 10
+    data[at] ^= 0x40
+    victim.write_bytes(bytes(data))
+    with pytest.raises(stokehold.CorruptDataError) as e:
+        ds[2 * PER_FILE]
+    assert victim.name in str(e.value) and "checksum" in str(e.value), str(e.value)
+    loader = stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip", include_ids=True)
+    ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
+    assert 2 * PER_FILE not in ids and len(ids) >= N - 2
+    assert 2 * PER_FILE in loader.stats()["skipped"]

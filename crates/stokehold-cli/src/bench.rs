@@ -25,6 +25,7 @@ use crate::local_path;
 use crate::units;
 
 mod overhead;
+mod packing;
 mod storage;
 mod sweep;
 
@@ -605,6 +606,9 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             path.display(),
             json.matches("\"ph\":\"X\"").count()
         )?;
+    }
+    if let Some(line) = packing::report(&ds, &pl.spec.samples, c.seed) {
+        writeln!(out, "packing     {line}")?;
     }
     writeln!(
         out,

@@ -638,7 +638,7 @@ pub fn index(a: IndexArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         units::counted(r.records, "record", "records"),
         units::bytes(r.bytes),
         if kept == 0 {
-            format!("all scanned in {secs:.1} s")
+            format!("all scanned in {secs:.3} s")
         } else {
             format!("{} scanned, {kept} kept from before", r.scanned)
         },

@@ -85,6 +85,19 @@ fn tfrecords_are_indexed_inspected_verified_and_benched_in_place() {
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("10 samples x 1 epoch,"), "{r:?}");
     assert!(r.stdout.contains("decode"), "{r:?}");
+    // what pack would gain, measured on these images (the ratio is the machine's; the line
+    // says what was measured on how many images, and that TFRecords are checksummed already)
+    let packing = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("packing "))
+        .unwrap_or_else(|| panic!("no packing line: {r:?}"));
+    assert!(
+        packing.contains("pack would run these image stages")
+            && packing.contains("(measured on 10 images:")
+            && packing.contains("TFRecord records carry a CRC-32C already"),
+        "{packing}"
+    );
     // a flipped byte in the third record's data: verify names the sample, file and offset
     let file = data.join("train-00000-of-00002.tfrecord");
     let mut bytes = fs::read(&file).unwrap();
@@ -133,6 +146,14 @@ fn webdataset_tars_are_read_in_place_and_bad_paths_say_what_they_are() {
     let r = stokehold(root, &["verify", d, "--index-dir", ix]);
     assert!(
         r.stdout.starts_with("ok: 2 webdataset files, 6 samples"),
+        "{r:?}"
+    );
+    // a bench with no image stage has no crop to measure, and says what pack adds to tars
+    let r = stokehold(root, &["bench", d, "--index-dir", ix, "--batch-size", "2"]);
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("packing     no image stage to measure")
+            && r.stdout.contains("tar members carry no checksum"),
         "{r:?}"
     );
     // --beside keeps the index next to each tar

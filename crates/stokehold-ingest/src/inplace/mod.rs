@@ -23,6 +23,7 @@ use stokehold_format::{
 
 pub mod example_view;
 pub mod index;
+mod parquet;
 mod tfrecord;
 mod webdataset;
 
@@ -43,6 +44,8 @@ pub enum InPlaceFormat {
     TfRecord,
     /// WebDataset tars.
     WebDataset,
+    /// Parquet files (Hugging Face datasets, LAION-style metadata).
+    Parquet,
 }
 
 impl InPlaceFormat {
@@ -51,6 +54,7 @@ impl InPlaceFormat {
         match self {
             InPlaceFormat::TfRecord => "tfrecord",
             InPlaceFormat::WebDataset => "webdataset",
+            InPlaceFormat::Parquet => "parquet",
         }
     }
 
@@ -59,6 +63,7 @@ impl InPlaceFormat {
         match s.to_ascii_lowercase().as_str() {
             "tfrecord" | "tfrecords" => Some(InPlaceFormat::TfRecord),
             "webdataset" | "wds" | "tar" => Some(InPlaceFormat::WebDataset),
+            "parquet" | "pq" => Some(InPlaceFormat::Parquet),
             _ => None,
         }
     }
@@ -70,6 +75,8 @@ impl InPlaceFormat {
             Some(InPlaceFormat::TfRecord)
         } else if n.ends_with(".tar") {
             Some(InPlaceFormat::WebDataset)
+        } else if n.ends_with(".parquet") {
+            Some(InPlaceFormat::Parquet)
         } else {
             None
         }
@@ -134,6 +141,23 @@ pub fn open(
     inplace: &InPlaceOptions,
 ) -> Result<Dataset, FormatError> {
     match paths {
+        [one] if is_packed(one) && stokehold_format::url_scheme(one).is_some() => {
+            // a prefix in object storage: a dataset when it holds a manifest, else the files
+            // under it read in place when there are any (`s3://b/tfrecords`), else the
+            // manifest's error
+            match Dataset::open_with(one, options.clone()) {
+                Err(e @ FormatError::Io { .. }) if is_not_found(&e) => {
+                    let mut dir = one.as_os_str().to_owned();
+                    dir.push("/");
+                    let dir = [PathBuf::from(dir)];
+                    match resolve(&dir, &options, inplace) {
+                        Ok(_) => open_in_place(&dir, options, inplace),
+                        Err(_) => Err(e),
+                    }
+                }
+                r => r,
+            }
+        }
         [one] if is_packed(one) => Dataset::open_with(one, options),
         [one] if inplace.format.is_none() && stokehold_format::url_scheme(one).is_none() => {
             match local_kind(one) {
@@ -150,6 +174,10 @@ pub fn open(
         }
         _ => open_in_place(paths, options, inplace),
     }
+}
+
+fn is_not_found(e: &FormatError) -> bool {
+    matches!(e, FormatError::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
 }
 
 /// What one local path that is not a stokehold dataset holds.
@@ -343,8 +371,8 @@ fn resolve(
                              stokehold reads TFRecord files and tars uncompressed"
                                 .into()
                         } else {
-                            "no .tfrecord, .tfrecords or .tar files here (give format= when the \
-                             names have another extension)"
+                            "no .tfrecord, .tfrecords, .tar or .parquet files here (give format= \
+                             when the names have another extension)"
                                 .into()
                         },
                     ));
@@ -372,8 +400,9 @@ fn resolve(
                 .ok_or_else(|| {
                     input(
                         &root.join(name),
-                        "is neither a TFRecord file nor a tar (by its first bytes); give \
-                         format=\"tfrecord\" or \"webdataset\" if it is one"
+                        "is neither a TFRecord file, a tar nor a Parquet file (by its first \
+                         bytes); give format=\"tfrecord\", \"webdataset\" or \"parquet\" if it \
+                         is one"
                             .into(),
                     )
                 })?,
@@ -442,6 +471,9 @@ pub(crate) fn sniff_file(path: &Path) -> Option<InPlaceFormat> {
 fn sniff_head(head: &[u8]) -> Option<InPlaceFormat> {
     if head.len() >= 263 && &head[257..262] == b"ustar" {
         return Some(InPlaceFormat::WebDataset);
+    }
+    if head.starts_with(b"PAR1") {
+        return Some(InPlaceFormat::Parquet);
     }
     if head.len() >= 12 {
         let stored = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
@@ -591,6 +623,7 @@ fn scan(
         .map_err(|e| FormatError::io(&path, None, e))?;
     let mut ix = FileIndex::new(format.name(), name, meta.size, meta.version.clone());
     let r = match storage.slice(0, meta.size as usize) {
+        _ if format == InPlaceFormat::Parquet => parquet::scan(storage, meta.size, max, &mut ix),
         Some(all) => scan_with(all, format, max, &mut ix),
         None => scan_with(
             StorageReader {
@@ -624,6 +657,8 @@ fn scan_with(
     match format {
         InPlaceFormat::TfRecord => tfrecord::scan(r, max, ix),
         InPlaceFormat::WebDataset => webdataset::scan(r, max, ix),
+        // read by random access from its footer ([`scan`]), never front to back
+        InPlaceFormat::Parquet => Err((0, "a Parquet file is not read front to back".into())),
     }
 }
 
@@ -755,9 +790,16 @@ pub fn open_in_place(
     }
     let mut source = serde_json::Map::new();
     let given = inplace.fields.as_deref();
+    let mut classes = None;
     let chosen = match format {
         InPlaceFormat::TfRecord => tfrecord::choose(&scanned, given, &mut notes, &mut source),
         InPlaceFormat::WebDataset => webdataset::choose(&scanned, given, &mut notes, &mut source),
+        InPlaceFormat::Parquet => {
+            parquet::choose(&scanned, given, &mut notes, &mut source).map(|(chosen, names)| {
+                classes = names;
+                chosen
+            })
+        }
     }
     .map_err(|detail| FormatError::Manifest {
         path: root.clone(),
@@ -800,16 +842,30 @@ pub fn open_in_place(
                     c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
                 })
         };
-        let rows: Vec<u32> = (0..ix.entries.len())
-            .filter(|&r| keep(r))
-            .map(|r| r as u32)
-            .collect();
+        let (rows, parquet_codec) = match format {
+            InPlaceFormat::Parquet => {
+                let (rows, codec) =
+                    parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
+                        path: root.join(&s.name),
+                        detail,
+                    })?;
+                (rows, Some(codec))
+            }
+            _ => (
+                (0..ix.entries.len())
+                    .filter(|&r| keep(r))
+                    .map(|r| r as u32)
+                    .collect(),
+                None,
+            ),
+        };
         let entries = rows
             .iter()
             .map(|&r| ix.entries[r as usize])
             .collect::<Vec<_>>();
         let rows = Rows((rows.len() < ix.entries.len()).then_some(rows));
         let codec: Arc<dyn stokehold_format::RecordCodec> = match format {
+            InPlaceFormat::Parquet => Arc::new(parquet_codec.expect("made above")),
             InPlaceFormat::TfRecord => Arc::new(tfrecord::TfCodec {
                 index: Arc::clone(ix),
                 rows,
@@ -874,7 +930,7 @@ pub fn open_in_place(
         schema,
         total_records: total,
         shards: infos,
-        classes: None,
+        classes,
         align: 1,
         source: serde_json::Value::Object(source),
     };

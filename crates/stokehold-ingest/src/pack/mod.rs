@@ -10,7 +10,7 @@
 //! one is fatal.
 
 mod image_folder;
-mod parquet;
+pub(crate) mod parquet;
 mod table;
 pub(crate) mod tfrecord;
 pub mod tokens;

@@ -56,8 +56,9 @@ const MAX_READERS: usize = 4;
 const SNIFF: usize = 32;
 
 /// How a column becomes a field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Kind {
     /// Binary values that are images.
     Image,
     /// `struct<bytes: binary, path: string>` (Hugging Face's `Image`): the bytes, or when they
@@ -72,7 +73,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn field_type(self) -> FieldType {
+    pub(crate) fn field_type(self) -> FieldType {
         match self {
             Kind::Image | Kind::ImageStruct => FieldType::Image {
                 codec: ImageCodec::Auto,
@@ -90,7 +91,7 @@ impl Kind {
 /// writer shares); `None` for a type pack cannot store. Binary columns come back as
 /// [`Kind::Bytes`] until their values are looked at. Lists of lists map to an ndarray, but pack
 /// reads flat lists only: a nested one, or a variable-shape tensor, is left out, with a note.
-fn kind_of(t: &DataType) -> Option<Kind> {
+pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
     let nested = match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             crate::arrow::list_element(f.data_type()).is_some()
@@ -173,8 +174,10 @@ fn parquet_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
 
 /// The Hugging Face features of a file, by column, from the `huggingface` key of its metadata
 /// (`{"info": {"features": {"label": {"_type": "ClassLabel", "names": [...]}, ...}}}`).
-fn hf_features(file: &SourceFile) -> serde_json::Map<String, serde_json::Value> {
-    let kv = file.meta.metadata().file_metadata().key_value_metadata();
+pub(crate) fn hf_features(
+    meta: &ArrowReaderMetadata,
+) -> serde_json::Map<String, serde_json::Value> {
+    let kv = meta.metadata().file_metadata().key_value_metadata();
     kv.into_iter()
         .flatten()
         .find(|k| k.key == "huggingface")
@@ -188,7 +191,7 @@ fn hf_features(file: &SourceFile) -> serde_json::Map<String, serde_json::Value> 
 }
 
 /// The class names of a `ClassLabel` feature.
-fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
+pub(crate) fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
     if feature.get("_type")?.as_str()? != "ClassLabel" {
         return None;
     }
@@ -241,7 +244,18 @@ fn present_counts(file: &SourceFile) -> Vec<u64> {
 /// Whether most of the first values of binary column `name` are images (the first row group's
 /// first [`SNIFF`] non-null values; a column with none is an image column when its name says so).
 fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool, PackError> {
-    let md = file.meta.metadata();
+    let f = File::open(&file.path).map_err(|e| PackError::io(&file.path, e))?;
+    sniff_images(f, &file.meta, root, name).map_err(|(rg, e)| parquet_error(&file.path, rg, e))
+}
+
+/// [`looks_like_images`] over any reader of the file; an error names the row group.
+pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
+    reader: R,
+    meta: &ArrowReaderMetadata,
+    root: usize,
+    name: &str,
+) -> Result<bool, (Option<usize>, parquet::errors::ParquetError)> {
+    let md = meta.metadata();
     let by_name = {
         let n = name.to_ascii_lowercase();
         n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
@@ -249,17 +263,16 @@ fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool,
     let Some(rg) = (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0) else {
         return Ok(by_name);
     };
-    let f = File::open(&file.path).map_err(|e| PackError::io(&file.path, e))?;
-    let mask = ProjectionMask::roots(file.meta.parquet_schema(), [root]);
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
+    let mask = ProjectionMask::roots(meta.parquet_schema(), [root]);
+    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, meta.clone())
         .with_row_groups(vec![rg])
         .with_projection(mask)
         .with_batch_size(SNIFF)
         .build()
-        .map_err(|e| parquet_error(&file.path, Some(rg), e))?;
+        .map_err(|e| (Some(rg), e))?;
     let (mut seen, mut images) = (0usize, 0usize);
     for batch in reader.take(1) {
-        let batch = batch.map_err(|e| parquet_error(&file.path, Some(rg), e.into()))?;
+        let batch = batch.map_err(|e| (Some(rg), e.into()))?;
         let col = batch.column(0);
         for i in 0..col.len() {
             if let Some(b) = binary_at(col.as_ref(), i) {
@@ -301,7 +314,7 @@ pub(super) fn plan<'a>(
     // The first file's columns decide the kinds; every other file must agree.
     let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
     let mut unsupported: BTreeMap<String, String> = BTreeMap::new();
-    let features = hf_features(first);
+    let features = hf_features(&first.meta);
     let hf_type = |name: &str| features.get(name)?.get("_type")?.as_str();
     for (root, f) in first.meta.schema().fields().iter().enumerate() {
         let name = f.name();
@@ -634,7 +647,7 @@ fn read_row_group(
 }
 
 /// The bytes of binary value `i` (`None`: null, or not a binary array).
-fn binary_at(a: &dyn Array, i: usize) -> Option<&[u8]> {
+pub(crate) fn binary_at(a: &dyn Array, i: usize) -> Option<&[u8]> {
     if a.is_null(i) {
         return None;
     }
@@ -650,7 +663,7 @@ fn binary_at(a: &dyn Array, i: usize) -> Option<&[u8]> {
 }
 
 /// The text of string value `i` (`None`: null, or not a string array).
-fn string_at(a: &dyn Array, i: usize) -> Option<&str> {
+pub(crate) fn string_at(a: &dyn Array, i: usize) -> Option<&str> {
     if a.is_null(i) {
         return None;
     }
@@ -801,6 +814,47 @@ fn image_at(
     }
 }
 
+/// Value `i` of column `a` of kind `kind` (`Ok(None)`: null), as pack stores it; an image is
+/// its bytes as given (a `{bytes, path}` struct's bytes: a null when it has only a path).
+pub(crate) fn value_at(
+    a: &dyn Array,
+    i: usize,
+    kind: Kind,
+    max: u64,
+) -> Result<Option<FieldValue<'static>>, String> {
+    match kind {
+        Kind::Image | Kind::ImageStruct => {
+            let bytes = match kind {
+                Kind::Image => binary_at(a, i),
+                _ => a
+                    .as_struct_opt()
+                    .filter(|s| !s.is_null(i))
+                    .and_then(|s| s.column_by_name("bytes"))
+                    .and_then(|b| binary_at(b.as_ref(), i)),
+            };
+            match bytes {
+                Some(v) if v.len() as u64 > max => {
+                    Err(format!("{} bytes, over the limit of {max}", v.len()))
+                }
+                v => Ok(v.map(|v| FieldValue::Image(v.to_vec().into()))),
+            }
+        }
+        Kind::Bytes => match binary_at(a, i) {
+            Some(v) if v.len() as u64 > max => {
+                Err(format!("{} bytes, over the limit of {max}", v.len()))
+            }
+            v => Ok(v.map(|v| FieldValue::Bytes(v.to_vec().into()))),
+        },
+        Kind::Str => Ok(string_at(a, i).map(|s| FieldValue::String(s.to_string().into()))),
+        _ if a.is_null(i) => Ok(None),
+        Kind::Int => int_at(a, i).map(|v| Some(FieldValue::Int64(v))),
+        Kind::Float => float_at(a, i).map(|v| Some(FieldValue::Float64(v))),
+        Kind::List(dtype) => list_at(a, i)
+            .and_then(|l| list_value(l.as_ref(), dtype))
+            .map(|v| Some(FieldValue::Array(v))),
+    }
+}
+
 fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
     let input = format!("{} row {}", b.file, b.first_row + i as u64);
     let skip = |reason: String| {
@@ -815,7 +869,7 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
     for (c, a) in columns.iter().zip(&b.columns) {
         let a = a.as_ref();
         let name = &c.name;
-        let v: Result<Option<FieldValue<'static>>, String> = match c.kind {
+        let v = match c.kind {
             Kind::Image | Kind::ImageStruct => match image_at(a, i, c.kind, &b.dir, max) {
                 Ok(Some(img)) if img.len() as u64 > max => {
                     Err(format!("{} bytes, over the limit of {max}", img.len()))
@@ -830,19 +884,7 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
                 Ok(None) => Ok(None),
                 Err(e) => Err(e),
             },
-            Kind::Bytes => match binary_at(a, i) {
-                Some(v) if v.len() as u64 > max => {
-                    Err(format!("{} bytes, over the limit of {max}", v.len()))
-                }
-                v => Ok(v.map(|v| FieldValue::Bytes(v.to_vec().into()))),
-            },
-            Kind::Str => Ok(string_at(a, i).map(|s| FieldValue::String(s.to_string().into()))),
-            _ if a.is_null(i) => Ok(None),
-            Kind::Int => int_at(a, i).map(|v| Some(FieldValue::Int64(v))),
-            Kind::Float => float_at(a, i).map(|v| Some(FieldValue::Float64(v))),
-            Kind::List(dtype) => list_at(a, i)
-                .and_then(|l| list_value(l.as_ref(), dtype))
-                .map(|v| Some(FieldValue::Array(v))),
+            kind => value_at(a, i, kind, max),
         };
         match v {
             Ok(Some(v)) => {

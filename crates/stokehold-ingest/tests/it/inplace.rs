@@ -230,6 +230,33 @@ fn tfrecord_damage_is_named_and_never_silent() {
     .unwrap();
     assert_eq!((r.scanned, r.records), (1, 4));
 
+    // an index directory that cannot be made (a file is in its way): the files still open, and
+    // the next open scans again
+    let blocked = tmp.path().join("blocked");
+    fs::write(&blocked, b"a file, not a directory").unwrap();
+    for _ in 0..2 {
+        let r = index_files(
+            std::slice::from_ref(&dir),
+            &OpenOptions::default(),
+            &in_place(&blocked),
+        )
+        .unwrap();
+        assert_eq!((r.scanned, r.records), (1, 4));
+    }
+    let opened = |ix: &Path| {
+        open(
+            std::slice::from_ref(&dir),
+            OpenOptions::default(),
+            &in_place(ix),
+        )
+        .unwrap()
+    };
+    let (a, b) = (opened(&blocked), opened(&idx));
+    for i in [0, 1, 3] {
+        assert_eq!(a.get(i).unwrap(), b.get(i).unwrap());
+    }
+    assert!(a.get(2).is_err(), "the damaged record is still named");
+
     // gzip files and unknown ones are refused with a message that says what to do
     fs::write(dir.join("b.tfrecord.gz"), b"\x1f\x8b").unwrap();
     let e = open(
@@ -396,4 +423,274 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("shard-001.tar"), "{e}");
+}
+
+/// A JPEG of about 2 KB (larger than the index keeps: read from the file's pages).
+fn photo(seed: u64) -> Vec<u8> {
+    use stokehold_ingest::sample_data::{SampleSpec, write_image_folder};
+    let tmp = tempfile::tempdir().unwrap();
+    let spec = SampleSpec {
+        images: 1,
+        classes: 1,
+        width: 64,
+        height: 40,
+        quality: 85,
+        seed,
+    };
+    write_image_folder(tmp.path(), spec).unwrap();
+    fs::read(tmp.path().join("class_000/000000.jpg")).unwrap()
+}
+
+/// A Parquet file of `rows` rows from `first`: a Hugging Face `Image` struct (`image`), a
+/// `ClassLabel` (`label`), a caption that is null in every 5th row, an embedding list; written
+/// with `props` (pages, dictionary, compression, page version).
+fn parquet_file(
+    path: &Path,
+    first: u64,
+    rows: u64,
+    props: parquet::file::properties::WriterProperties,
+) {
+    use arrow_array::builder::{Float32Builder, ListBuilder, StringBuilder};
+    use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, StructArray};
+    use arrow_schema::{DataType, Field, Fields};
+    use std::sync::Arc;
+    let ids: Vec<u64> = (first..first + rows).collect();
+    let bytes: BinaryArray = ids.iter().map(|&i| Some(photo(i))).collect();
+    let paths: StringArray = ids.iter().map(|&i| Some(format!("{i}.jpg"))).collect();
+    let image = StructArray::new(
+        Fields::from(vec![
+            Field::new("bytes", DataType::Binary, true),
+            Field::new("path", DataType::Utf8, true),
+        ]),
+        vec![Arc::new(bytes), Arc::new(paths)],
+        None,
+    );
+    let mut caption = StringBuilder::new();
+    let mut emb = ListBuilder::new(Float32Builder::new());
+    for &i in &ids {
+        if i % 5 == 0 {
+            caption.append_null();
+        } else {
+            caption.append_value(format!("photo {i}"));
+        }
+        for k in 0..1 + i % 3 {
+            emb.values().append_value(i as f32 + k as f32);
+        }
+        emb.append(true);
+    }
+    let cols: Vec<(&str, ArrayRef)> = vec![
+        ("image", Arc::new(image)),
+        (
+            "label",
+            Arc::new(Int64Array::from_iter_values(
+                ids.iter().map(|&i| i as i64 % 3),
+            )),
+        ),
+        ("caption", Arc::new(caption.finish())),
+        ("emb", Arc::new(emb.finish())),
+    ];
+    let batch = RecordBatch::try_from_iter(cols).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        fs::File::create(path).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn parquet_props(
+    v2: bool,
+    compression: parquet::basic::Compression,
+    dictionary: bool,
+) -> parquet::file::properties::WriterProperties {
+    use parquet::file::metadata::KeyValue;
+    use parquet::file::properties::{WriterProperties, WriterVersion};
+    let hf = r#"{"info": {"features": {"image": {"_type": "Image"},
+        "label": {"names": ["cat", "dog", "cow"], "_type": "ClassLabel"}}}}"#;
+    WriterProperties::builder()
+        .set_writer_version(if v2 {
+            WriterVersion::PARQUET_2_0
+        } else {
+            WriterVersion::PARQUET_1_0
+        })
+        .set_compression(compression)
+        .set_dictionary_enabled(dictionary)
+        // a few images per dictionary, then the writer falls back to plain pages; small pages
+        .set_dictionary_page_size_limit(6 << 10)
+        .set_data_page_size_limit(5 << 10)
+        .set_data_page_row_count_limit(2)
+        .set_write_batch_size(2)
+        .set_max_row_group_size(9)
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            "huggingface".to_string(),
+            hf.to_string(),
+        )]))
+        .build()
+}
+
+#[test]
+fn parquet_files_in_place_are_the_samples_pack_makes_of_them() {
+    use parquet::basic::{Compression, ZstdLevel};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    fs::create_dir(&dir).unwrap();
+    // three files, each written differently: v1 pages with dictionaries (and their fallback)
+    // snappy-compressed, v2 pages zstd-compressed, plain pages uncompressed
+    parquet_file(
+        &dir.join("train-00000-of-00003.parquet"),
+        0,
+        20,
+        parquet_props(false, Compression::SNAPPY, true),
+    );
+    parquet_file(
+        &dir.join("train-00001-of-00003.parquet"),
+        20,
+        13,
+        parquet_props(
+            true,
+            Compression::ZSTD(ZstdLevel::try_new(3).unwrap()),
+            true,
+        ),
+    );
+    parquet_file(
+        &dir.join("train-00002-of-00003.parquet"),
+        33,
+        7,
+        parquet_props(false, Compression::UNCOMPRESSED, false),
+    );
+    let packed = pack_plain(std::slice::from_ref(&dir), &tmp.path().join("p"), None);
+    let idx = tmp.path().join("idx");
+    let ds = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!(in_place_format(&ds), Some("parquet"));
+    assert_eq!(ds.schema(), packed.schema());
+    assert_eq!(
+        ds.schema().to_string(),
+        "caption: string, emb: ndarray:f32, image: image:auto, label: int64"
+    );
+    assert_eq!(ds.len(), 40);
+    assert_eq!(samples(&ds), samples(&packed));
+    assert_eq!(ds.manifest().classes, packed.manifest().classes);
+    assert!(ds.manifest().classes.is_some());
+    assert_eq!(ds.get(7).unwrap()[2], FieldValue::Image(photo(7).into()));
+    // the images are read from the files (a range per row: a page or a few), the rest from
+    // the index: a row's range is far smaller than its file
+    for k in 0..3 {
+        let longest = ds.shards()[k]
+            .index()
+            .iter()
+            .map(|e| u64::from(e.len))
+            .max()
+            .unwrap();
+        let file = fs::metadata(dir.join(format!("train-0000{k}-of-00003.parquet"))).unwrap();
+        assert!(
+            longest < file.len() / 2,
+            "file {k}: a row's range is {longest} of {} bytes",
+            file.len()
+        );
+    }
+    // dictionary-coded pages are read with their chunk's dictionary page: ranges that start at
+    // the same byte (the dictionary's) and end at different pages; plain pages stand alone
+    let shares_dictionary = |k: usize| {
+        let ix = ds.shards()[k].index();
+        ix.iter()
+            .any(|a| ix.iter().any(|b| a.offset == b.offset && a.len != b.len))
+    };
+    assert!(shares_dictionary(0) && shares_dictionary(1) && !shares_dictionary(2));
+    // a chosen subset, with the caption optional (empty where null), as pack makes it
+    let fields = "image,caption?";
+    let some = pack_plain(
+        std::slice::from_ref(&dir),
+        &tmp.path().join("q"),
+        Some(fields),
+    );
+    let o = InPlaceOptions {
+        fields: Some(FieldChoice::parse_list(fields).unwrap()),
+        ..in_place(&idx)
+    };
+    let chosen = open(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
+    assert_eq!(samples(&chosen), samples(&some));
+    assert_eq!(
+        chosen.schema().to_string(),
+        "image: image:auto, caption: string"
+    );
+    assert_eq!(chosen.get(5).unwrap()[1], FieldValue::String("".into()));
+    // a required caption leaves the rows without one out, as pack does
+    let o = InPlaceOptions {
+        fields: Some(FieldChoice::parse_list("image,caption").unwrap()),
+        ..in_place(&idx)
+    };
+    let required = open(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
+    assert_eq!(required.len(), 32);
+    // the kept index is used the second time
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
+    assert_eq!((r.files, r.scanned, r.records), (3, 0, 40));
+}
+
+#[test]
+fn parquet_damage_is_named_and_never_silent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pq");
+    fs::create_dir(&dir).unwrap();
+    let file = dir.join("a.parquet");
+    parquet_file(
+        &file,
+        0,
+        12,
+        parquet_props(false, parquet::basic::Compression::SNAPPY, false),
+    );
+    let ds = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&tmp.path().join("idx")),
+    )
+    .unwrap();
+    let good = samples(&ds);
+    // a flipped byte inside row 6's page, under the open dataset: that page fails its
+    // checksum, named by file and bytes; the rows of other pages read as before
+    let e = ds.shards()[0].index()[6];
+    let mut bytes = fs::read(&file).unwrap();
+    bytes[(e.offset + u64::from(e.len) / 2) as usize] ^= 0x20;
+    fs::write(&file, &bytes).unwrap();
+    let err = ds.get(6).unwrap_err().to_string();
+    assert!(err.contains("a.parquet"), "{err}");
+    assert!(err.contains(&format!("bytes {}..", e.offset)), "{err}");
+    let other = (0..12u64).filter(|&i| ds.shards()[0].index()[i as usize].offset != e.offset);
+    for i in other {
+        assert_eq!(ds.get(i).unwrap(), good[i as usize], "row {i}");
+    }
+    // a file cut short is refused when opened, naming it
+    fs::write(&file, &bytes[..bytes.len() - 100]).unwrap();
+    let err = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&tmp.path().join("idx3")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("a.parquet"), "{err}");
+    // not Parquet at all
+    fs::write(&file, b"PAR1 but nothing else").unwrap();
+    let err = open(
+        std::slice::from_ref(&dir),
+        OpenOptions::default(),
+        &in_place(&tmp.path().join("idx4")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("a.parquet") && err.contains("Parquet"),
+        "{err}"
+    );
 }

@@ -1,0 +1,1166 @@
+//! Parquet files in place: the scan that indexes one, and the codec that gives a row's fields.
+//!
+//! A row's values are not one byte range of a Parquet file: each column is stored in its own
+//! chunk of pages, compressed. The index makes one range per row all the same:
+//! - the file's **large column** (the binary or string column with the most bytes, at least
+//!   [`LARGE_ROW_BYTES`] a row: the images of a Hugging Face dataset) is read from the file, a
+//!   page at a time: a row's range is the page that holds its value (with the column chunk's
+//!   dictionary page and the pages before it, when its page is dictionary-encoded: those come
+//!   first in a chunk, before any writer's fallback to plain pages), checked by the CRC-32C the
+//!   scan took of it, and decoded by the `parquet` crate's page and column readers;
+//! - every **other column** (labels, short strings, small lists) is decoded once by the scan and
+//!   its values kept in the index, beside the row's place (a stokehold record of those fields).
+//!
+//! The columns map to fields as `stokehold pack` maps them ([`crate::pack::parquet`]): an image
+//! is its bytes as stored (a Hugging Face `{bytes, path}` image with only a path is a null),
+//! labels from a `ClassLabel` column give the class names.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::sync::Arc;
+
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::basic::{Compression, Repetition, Type as PhysicalType};
+use parquet::column::reader::ColumnReaderImpl;
+use parquet::data_type::ByteArrayType;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::ColumnChunkMetaData;
+use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::serialized_reader::SerializedPageReader;
+use parquet::schema::types::{ColumnDescriptor, ColumnPath};
+use stokehold_format::{
+    Field, FieldType, FieldValue, IndexEntry, RecordCodec, RecordEncoder, RecordError, RecordView,
+    Schema, Storage, crc,
+};
+
+use super::index::{DAMAGED, FileIndex, Member};
+use super::{Rows, Scanned};
+use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images, value_at};
+
+/// A column whose values average at least this many bytes a row is read from the file; the
+/// others are kept in the index.
+pub(super) const LARGE_ROW_BYTES: u64 = 256;
+/// Rows decoded at once by the scan.
+const SCAN_BATCH: usize = 1024;
+/// The largest page header read (statistics included); a header that does not fit is an error.
+const MAX_PAGE_HEADER: usize = 1 << 20;
+
+/// What a Parquet index keeps of its file besides the rows' places.
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct PqStats {
+    /// The file's columns that can be fields, in file order: name, kind, rows holding a value.
+    pub columns: Vec<PqColumn>,
+    /// The large column, read from the file (an index into `columns`).
+    pub large: Option<LargeColumn>,
+    /// Class names of Hugging Face `ClassLabel` columns.
+    pub classes: BTreeMap<String, Vec<String>>,
+    /// Columns left out, with why.
+    pub unsupported: Vec<String>,
+    /// Rows in the file.
+    pub rows: u64,
+}
+
+/// A column that can be a field.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct PqColumn {
+    pub name: String,
+    pub kind: Kind,
+    pub present: u64,
+}
+
+/// How the large column's pages are decoded.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(super) struct LargeColumn {
+    /// Index into [`PqStats::columns`].
+    pub column: usize,
+    /// Its leaf's maximum definition level (a value is present at this level).
+    pub max_def: i16,
+    /// Each row group's compression of the leaf's chunk (`SNAPPY`, `ZSTD(1)`, ...).
+    pub compression: Vec<String>,
+}
+
+/// The bytes of a row's key in the index: `u32 k` (the row's place among the rows its range
+/// holds), `u32` row group, `u8` flags ([`LARGE_NULL`]), a bitmap of the kept columns' nulls,
+/// then a stokehold record of the kept columns (nulls as empty values).
+const KEY_HEAD: usize = 9;
+const LARGE_NULL: u8 = 1;
+
+/// A [`ChunkReader`] over a file's [`Storage`]: every length the footer gives is checked
+/// against the file's size before anything is allocated.
+#[derive(Clone)]
+struct StorageChunks {
+    storage: Arc<dyn Storage>,
+    size: u64,
+}
+
+fn external(e: io::Error) -> ParquetError {
+    ParquetError::External(Box::new(e))
+}
+
+impl StorageChunks {
+    fn check(&self, start: u64, len: u64) -> Result<(), ParquetError> {
+        match start.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(ParquetError::EOF(format!(
+                "bytes {start}..{} lie past the file's end ({} bytes)",
+                start.saturating_add(len),
+                self.size
+            ))),
+        }
+    }
+
+    fn read(&self, start: u64, len: usize) -> Result<Vec<u8>, ParquetError> {
+        self.check(start, len as u64)?;
+        let mut v = vec![0u8; len];
+        self.storage.read_at(start, &mut v).map_err(external)?;
+        Ok(v)
+    }
+}
+
+impl Length for StorageChunks {
+    fn len(&self) -> u64 {
+        self.size
+    }
+}
+
+/// A [`Read`] from an offset of a [`Storage`] to its end, in reads of up to 1 MiB.
+struct StorageRead {
+    chunks: StorageChunks,
+    pos: u64,
+}
+
+impl Read for StorageRead {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let n = (self.chunks.size.saturating_sub(self.pos)).min(out.len().min(1 << 20) as u64);
+        if n == 0 {
+            return Ok(0);
+        }
+        self.chunks
+            .storage
+            .read_at(self.pos, &mut out[..n as usize])?;
+        self.pos += n;
+        Ok(n as usize)
+    }
+}
+
+impl ChunkReader for StorageChunks {
+    type T = StorageRead;
+
+    fn get_read(&self, start: u64) -> Result<StorageRead, ParquetError> {
+        self.check(start, 0)?;
+        Ok(StorageRead {
+            chunks: self.clone(),
+            pos: start,
+        })
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> Result<bytes::Bytes, ParquetError> {
+        Ok(self.read(start, length)?.into())
+    }
+}
+
+/// A record's bytes as the part of its file they are: reads at file offsets inside them.
+struct RecordBytes {
+    base: u64,
+    bytes: bytes::Bytes,
+}
+
+impl RecordBytes {
+    fn range(&self, start: u64, len: usize) -> Result<std::ops::Range<usize>, ParquetError> {
+        let lo = start
+            .checked_sub(self.base)
+            .map(|v| v as usize)
+            .filter(|&lo| lo.checked_add(len).is_some_and(|e| e <= self.bytes.len()));
+        match lo {
+            Some(lo) => Ok(lo..lo + len),
+            None => Err(ParquetError::EOF(format!(
+                "bytes {start}..{} are outside the row's pages ({}..{})",
+                start.saturating_add(len as u64),
+                self.base,
+                self.base + self.bytes.len() as u64
+            ))),
+        }
+    }
+}
+
+impl Length for RecordBytes {
+    fn len(&self) -> u64 {
+        self.base + self.bytes.len() as u64
+    }
+}
+
+impl ChunkReader for RecordBytes {
+    type T = bytes::buf::Reader<bytes::Bytes>;
+
+    fn get_read(&self, start: u64) -> Result<Self::T, ParquetError> {
+        let r = self.range(start, 0)?;
+        Ok(bytes::Buf::reader(self.bytes.slice(r.start..)))
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> Result<bytes::Bytes, ParquetError> {
+        Ok(self.bytes.slice(self.range(start, length)?))
+    }
+}
+
+/// The message of a panic in the Parquet decoder.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default();
+    format!(
+        "the Parquet decoder failed ({what}): the file is damaged or uses what it does not support"
+    )
+}
+
+/// Index the Parquet file in `storage` (`size` bytes; values of at most `max` bytes) into `ix`.
+/// Errors give a byte offset (the footer's, or the page's) and what is wrong.
+pub(super) fn scan(
+    storage: Box<dyn Storage>,
+    size: u64,
+    max: u64,
+    ix: &mut FileIndex,
+) -> Result<(), (u64, String)> {
+    let chunks = StorageChunks {
+        storage: Arc::from(storage),
+        size,
+    };
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan_file(&chunks, max, ix)))
+        .unwrap_or_else(|p| Err((0, panic_text(p.as_ref()))))
+}
+
+fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+    let footer = size_of_footer(chunks);
+    let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
+    let meta = ArrowReaderMetadata::load(chunks, options)
+        .map_err(|e| (footer, format!("not a readable Parquet file: {e}")))?;
+    let md = meta.metadata();
+    let descr = md.file_metadata().schema_descr();
+    let features = hf_features(&meta);
+    let mut stats = PqStats {
+        rows: md.file_metadata().num_rows().max(0) as u64,
+        ..PqStats::default()
+    };
+    // the columns that can be fields, and each one's root in the file
+    let mut roots = Vec::new();
+    for (root, f) in meta.schema().fields().iter().enumerate() {
+        let name = f.name();
+        let hf_type = features
+            .get(name)
+            .and_then(|v| v.get("_type"))
+            .and_then(|t| t.as_str());
+        let kind = match kind_of(f.data_type()) {
+            _ if name.starts_with("__index_level_") => Err("a pandas index".to_string()),
+            Some(Kind::Bytes) => match sniff_images(chunks.clone(), &meta, root, name) {
+                Ok(true) => Ok(Kind::Image),
+                Ok(false) => Ok(Kind::Bytes),
+                Err((_, e)) => return Err((footer, format!("column {name:?}: {e}"))),
+            },
+            Some(Kind::ImageStruct) if hf_type.is_some_and(|t| t != "Image") => Err(format!(
+                "a Hugging Face {} feature",
+                hf_type.unwrap_or_default()
+            )),
+            Some(k) => Ok(k),
+            None => Err(format!("type {}", f.data_type())),
+        };
+        match kind {
+            Ok(kind) => {
+                if let Some(names) = features.get(name).and_then(class_names) {
+                    stats.classes.insert(name.clone(), names);
+                }
+                stats.columns.push(PqColumn {
+                    name: name.clone(),
+                    kind,
+                    present: 0,
+                });
+                roots.push(root);
+            }
+            Err(why) => stats.unsupported.push(format!("column {name:?} ({why})")),
+        }
+    }
+    // the large column: a byte-array leaf of an image, bytes or string column, with the most
+    // bytes, if it has enough a row
+    let leaf_of = |root: usize, kind: Kind| {
+        (0..descr.num_columns()).find(|&l| {
+            descr.get_column_root_idx(l) == root
+                && descr.column(l).physical_type() == PhysicalType::BYTE_ARRAY
+                && descr.column(l).max_rep_level() == 0
+                && (kind != Kind::ImageStruct
+                    || descr.column(l).path().parts().last().map(String::as_str) == Some("bytes"))
+        })
+    };
+    let large = stats
+        .columns
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            matches!(
+                c.kind,
+                Kind::Image | Kind::ImageStruct | Kind::Bytes | Kind::Str
+            )
+        })
+        .filter_map(|(j, c)| {
+            let leaf = leaf_of(roots[j], c.kind)?;
+            let bytes: i64 = md
+                .row_groups()
+                .iter()
+                .map(|rg| rg.column(leaf).compressed_size())
+                .sum();
+            Some((bytes.max(0) as u64, j, leaf))
+        })
+        .max()
+        .filter(|&(bytes, _, _)| bytes >= LARGE_ROW_BYTES * stats.rows.max(1));
+    if let Some((_, j, leaf)) = large {
+        stats.large = Some(LargeColumn {
+            column: j,
+            max_def: descr.column(leaf).max_def_level(),
+            compression: md
+                .row_groups()
+                .iter()
+                .map(|rg| compression_name(rg.column(leaf).compression()))
+                .collect(),
+        });
+    }
+    for c in &stats.columns {
+        ix.name_id(&c.name);
+    }
+    // the kept columns' record
+    let kept: Vec<usize> = (0..stats.columns.len())
+        .filter(|&j| large.is_none_or(|(_, l, _)| l != j))
+        .collect();
+    let kept_schema = kept_schema(&stats, &kept).map_err(|e| (footer, e))?;
+    let mut encoder = RecordEncoder::new(3);
+    let mut record = Vec::new();
+    let mut key = Vec::new();
+    for (g, rg) in md.row_groups().iter().enumerate() {
+        let rows = rg.num_rows().max(0) as usize;
+        if rows == 0 {
+            continue;
+        }
+        // where each row of the large column is
+        let places = match large {
+            Some((_, _, leaf)) => pages(chunks, rg.column(leaf), rows)?,
+            None => vec![
+                (
+                    IndexEntry {
+                        offset: 0,
+                        len: 0,
+                        crc: crc::crc32c(&[])
+                    },
+                    0
+                );
+                rows
+            ],
+        };
+        // the kept columns' values (and the large column's nulls, when it may have some)
+        let large_nulls = large.is_some_and(|(_, _, leaf)| {
+            rg.column(leaf)
+                .statistics()
+                .and_then(|s| s.null_count_opt())
+                .is_none_or(|n| n > 0)
+        });
+        let mut wanted: Vec<usize> = kept.iter().map(|&j| roots[j]).collect();
+        if large_nulls && let Some((_, j, _)) = large {
+            wanted.push(roots[j]);
+        }
+        let rg_offset = rg.column(0).byte_range().0;
+        let reader =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.clone(), meta.clone())
+                .with_row_groups(vec![g])
+                .with_projection(ProjectionMask::roots(meta.parquet_schema(), wanted))
+                .with_batch_size(SCAN_BATCH)
+                .build()
+                .map_err(|e| (rg_offset, format!("row group {g}: {e}")))?;
+        let mut row = 0usize;
+        for batch in reader {
+            let batch = batch.map_err(|e| (rg_offset, format!("row group {g}: {e}")))?;
+            for i in 0..batch.num_rows() {
+                if row >= rows {
+                    return Err((
+                        rg_offset,
+                        format!("row group {g}: more rows than its {rows}"),
+                    ));
+                }
+                let (entry, k) = places[row];
+                key.clear();
+                key.extend_from_slice(&k.to_le_bytes());
+                key.extend_from_slice(&(g as u32).to_le_bytes());
+                let mut flags = 0u8;
+                if let Some((_, j, _)) = large {
+                    let c = &stats.columns[j];
+                    let null = large_nulls
+                        && batch.column_by_name(&c.name).is_some_and(|a| {
+                            value_at(a.as_ref(), i, c.kind, u64::MAX).is_ok_and(|v| v.is_none())
+                        });
+                    if null {
+                        flags |= LARGE_NULL;
+                    } else {
+                        stats.columns[j].present += 1;
+                    }
+                }
+                key.push(flags);
+                let mut bitmap = vec![0u8; kept.len().div_ceil(8)];
+                let mut values = Vec::with_capacity(kept.len());
+                let mut bad = None;
+                for (n, &j) in kept.iter().enumerate() {
+                    let c = &stats.columns[j];
+                    let v = match batch.column_by_name(&c.name) {
+                        Some(a) => value_at(a.as_ref(), i, c.kind, max),
+                        None => Err("missing from the decoded row group".into()),
+                    };
+                    match v {
+                        Ok(Some(v)) => {
+                            stats.columns[j].present += 1;
+                            values.push(v);
+                        }
+                        Ok(None) => {
+                            bitmap[n / 8] |= 1 << (n % 8);
+                            values.push(
+                                crate::pack::empty_value(&kept_schema.fields[n].ty)
+                                    .unwrap_or(FieldValue::Int64(0)),
+                            );
+                        }
+                        Err(e) => {
+                            bad.get_or_insert(format!("column {:?}: {e}", c.name));
+                            values.push(FieldValue::Int64(0));
+                        }
+                    }
+                }
+                let members: &[Member] = match bad {
+                    None => {
+                        encoder
+                            .encode(&kept_schema, &values, &mut record)
+                            .map_err(|e| (rg_offset, format!("row group {g}, row {row}: {e}")))?;
+                        key.extend_from_slice(&bitmap);
+                        key.extend_from_slice(&record);
+                        &[]
+                    }
+                    Some(why) => {
+                        ix.header.notes.push(format!(
+                            "{}: row {} of row group {g}: {why}",
+                            ix.header.file, row
+                        ));
+                        &[Member {
+                            name: DAMAGED,
+                            offset: 0,
+                            len: 0,
+                        }]
+                    }
+                };
+                ix.push(entry, members, &key);
+                row += 1;
+            }
+        }
+        if row != rows {
+            return Err((
+                rg_offset,
+                format!("row group {g}: {row} rows decoded, the footer says {rows}"),
+            ));
+        }
+    }
+    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
+    Ok(())
+}
+
+/// Where the footer starts (for messages about it).
+fn size_of_footer(chunks: &StorageChunks) -> u64 {
+    let n = chunks.size;
+    if n < 8 {
+        return 0;
+    }
+    chunks
+        .read(n - 8, 4)
+        .ok()
+        .map(|b| u32::from_le_bytes(b[..4].try_into().expect("4 bytes")))
+        .map_or(0, |len| n.saturating_sub(8 + u64::from(len)))
+}
+
+/// The schema of the kept columns' record.
+fn kept_schema(stats: &PqStats, kept: &[usize]) -> Result<Schema, String> {
+    Schema::new(
+        kept.iter()
+            .map(|&j| {
+                Field::new(
+                    stats.columns[j].name.clone(),
+                    stats.columns[j].kind.field_type(),
+                )
+            })
+            .collect(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn compression_name(c: Compression) -> String {
+    // the codec's name with a level its parser takes (levels do not matter for decoding)
+    match c {
+        Compression::UNCOMPRESSED => "UNCOMPRESSED".into(),
+        Compression::SNAPPY => "SNAPPY".into(),
+        Compression::GZIP(_) => "GZIP(6)".into(),
+        Compression::LZO => "LZO".into(),
+        Compression::BROTLI(_) => "BROTLI(1)".into(),
+        Compression::LZ4 => "LZ4".into(),
+        Compression::ZSTD(_) => "ZSTD(1)".into(),
+        Compression::LZ4_RAW => "LZ4_RAW".into(),
+    }
+}
+
+/// One page of a column chunk: its bytes and rows.
+#[derive(Debug, Clone, Copy)]
+struct Page {
+    start: u64,
+    end: u64,
+    rows: u64,
+    /// A data page of dictionary indices (it needs the chunk's dictionary page).
+    dictionary_coded: bool,
+}
+
+/// Each row of a column chunk (`rows` rows): the range it is read from (its page, with the
+/// chunk's start when the page is dictionary-coded), with its CRC-32C, and the row's place among
+/// the rows of that range.
+fn pages(
+    chunks: &StorageChunks,
+    chunk: &ColumnChunkMetaData,
+    rows: usize,
+) -> Result<Vec<(IndexEntry, u32)>, (u64, String)> {
+    let (start, len) = chunk.byte_range();
+    let end = start
+        .checked_add(len)
+        .filter(|&e| e <= chunks.size)
+        .ok_or((
+            start,
+            format!("the column chunk's {len} bytes lie past the file's end"),
+        ))?;
+    let mut r = Sequential::new(chunks, start, end);
+    let mut found = Vec::new();
+    let mut dictionary: Option<u64> = None;
+    while r.pos < end {
+        let at = r.pos;
+        let head = r.header().map_err(|e| (at, e))?;
+        let body = u64::try_from(head.compressed_size)
+            .ok()
+            .filter(|&b| r.pos.checked_add(b).is_some_and(|e| e <= end))
+            .ok_or((
+                at,
+                format!(
+                    "a page of {} bytes does not fit its column chunk",
+                    head.compressed_size
+                ),
+            ))?;
+        r.skip(body).map_err(|e| (at, e))?;
+        match head.kind {
+            PageKind::Dictionary => dictionary = Some(at),
+            PageKind::Data {
+                rows,
+                dictionary_coded,
+            } => found.push(Page {
+                start: at,
+                end: r.pos,
+                rows,
+                dictionary_coded,
+            }),
+            PageKind::Other => {}
+        }
+    }
+    let total: u64 = found.iter().map(|p| p.rows).sum();
+    if total != rows as u64 {
+        return Err((
+            start,
+            format!("the column chunk's pages hold {total} rows, its row group {rows}"),
+        ));
+    }
+    // CRCs: the dictionary-coded pages' ranges all start at the chunk's start, so one running
+    // CRC gives each; a plain page's range is itself
+    let mut out = Vec::with_capacity(rows);
+    let mut first_row = 0u64;
+    for p in &found {
+        let (lo, k0) = match (p.dictionary_coded, dictionary) {
+            (true, Some(d)) => (d, 0),
+            (true, None) => {
+                return Err((
+                    p.start,
+                    "a dictionary-coded page without a dictionary page".into(),
+                ));
+            }
+            _ => (p.start, first_row),
+        };
+        let len = u32::try_from(p.end - lo)
+            .map_err(|_| (lo, "a page range of 4 GiB or more".to_string()))?;
+        let crc = r.crc(lo, p.end).map_err(|e| (lo, e))?;
+        let entry = IndexEntry {
+            offset: lo,
+            len,
+            crc,
+        };
+        for row in first_row..first_row + p.rows {
+            out.push((entry, (row - k0) as u32));
+        }
+        first_row += p.rows;
+    }
+    Ok(out)
+}
+
+/// What a page header says.
+struct PageHead {
+    compressed_size: i64,
+    kind: PageKind,
+}
+
+enum PageKind {
+    Dictionary,
+    Data { rows: u64, dictionary_coded: bool },
+    Other,
+}
+
+/// A column chunk read front to back in large reads, keeping what was read so that ranges of it
+/// can be checksummed (a chunk is held in memory while it is indexed: at most its size).
+struct Sequential<'a> {
+    chunks: &'a StorageChunks,
+    base: u64,
+    end: u64,
+    buf: Vec<u8>,
+    pos: u64,
+}
+
+impl<'a> Sequential<'a> {
+    fn new(chunks: &'a StorageChunks, base: u64, end: u64) -> Sequential<'a> {
+        Sequential {
+            chunks,
+            base,
+            end,
+            buf: Vec::new(),
+            pos: base,
+        }
+    }
+
+    /// Make bytes `..upto` of the file (at most the chunk's end) available.
+    fn fill(&mut self, upto: u64) -> Result<(), String> {
+        let upto = upto.min(self.end);
+        let have = self.base + self.buf.len() as u64;
+        if upto <= have {
+            return Ok(());
+        }
+        // read ahead in steps of 8 MiB at least
+        let want = (upto.max(have + (8 << 20))).min(self.end);
+        let n = (want - have) as usize;
+        let old = self.buf.len();
+        self.buf.resize(old + n, 0);
+        self.chunks
+            .storage
+            .read_at(have, &mut self.buf[old..])
+            .map_err(|e| format!("reading the column chunk: {e}"))
+    }
+
+    fn header(&mut self) -> Result<PageHead, String> {
+        self.fill(self.pos + MAX_PAGE_HEADER as u64)?;
+        let lo = (self.pos - self.base) as usize;
+        let mut t = Thrift {
+            b: &self.buf[lo..],
+            pos: 0,
+            depth: 0,
+        };
+        let head = t.page_header()?;
+        self.pos += t.pos as u64;
+        Ok(head)
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), String> {
+        self.fill(self.pos + n)?;
+        self.pos += n;
+        Ok(())
+    }
+
+    fn crc(&self, lo: u64, hi: u64) -> Result<u32, String> {
+        let (a, b) = ((lo - self.base) as usize, (hi - self.base) as usize);
+        self.buf
+            .get(a..b)
+            .map(crc::crc32c)
+            .ok_or_else(|| "a page outside the bytes read".to_string())
+    }
+}
+
+/// Just enough of Thrift's compact protocol to read a Parquet page header (and skip what it
+/// does not need); every length is checked against the bytes at hand.
+struct Thrift<'a> {
+    b: &'a [u8],
+    pos: usize,
+    depth: u32,
+}
+
+impl Thrift<'_> {
+    fn byte(&mut self) -> Result<u8, String> {
+        let v = *self.b.get(self.pos).ok_or("a page header is cut short")?;
+        self.pos += 1;
+        Ok(v)
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err("a page header has an over-long integer".into())
+    }
+
+    fn zigzag(&mut self) -> Result<i64, String> {
+        let v = self.varint()?;
+        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    fn skip_bytes(&mut self, n: u64) -> Result<(), String> {
+        let end = (self.pos as u64)
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len() as u64)
+            .ok_or("a page header is cut short")?;
+        self.pos = end as usize;
+        Ok(())
+    }
+
+    /// Skip a value of compact type `t`.
+    fn skip(&mut self, t: u8) -> Result<(), String> {
+        match t {
+            1 | 2 => Ok(()),
+            3 => self.skip_bytes(1),
+            4..=6 => self.varint().map(|_| ()),
+            7 => self.skip_bytes(8),
+            8 => {
+                let n = self.varint()?;
+                self.skip_bytes(n)
+            }
+            9 | 10 => {
+                let h = self.byte()?;
+                let n = match h >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                let et = h & 0x0f;
+                for _ in 0..n {
+                    if et == 1 || et == 2 {
+                        self.skip_bytes(1)?;
+                    } else {
+                        self.skip(et)?;
+                    }
+                }
+                Ok(())
+            }
+            11 => {
+                let n = self.varint()?;
+                if n > 0 {
+                    let kv = self.byte()?;
+                    for _ in 0..n {
+                        self.skip(kv >> 4)?;
+                        self.skip(kv & 0x0f)?;
+                    }
+                }
+                Ok(())
+            }
+            12 => self.strukt(|t, _, ty| t.skip(ty)),
+            _ => Err(format!("a page header holds an unknown Thrift type {t}")),
+        }
+    }
+
+    /// Read a struct, calling `field(self, id, type)` for each field (which reads or skips it).
+    fn strukt(
+        &mut self,
+        mut field: impl FnMut(&mut Self, i16, u8) -> Result<(), String>,
+    ) -> Result<(), String> {
+        self.depth += 1;
+        if self.depth > 32 {
+            return Err("a page header nests too deep".into());
+        }
+        let mut last = 0i16;
+        loop {
+            let h = self.byte()?;
+            if h == 0 {
+                break;
+            }
+            let ty = h & 0x0f;
+            let id = match h >> 4 {
+                0 => i16::try_from(self.zigzag()?).map_err(|_| "a bad field id")?,
+                d => last.checked_add(i16::from(d)).ok_or("a bad field id")?,
+            };
+            last = id;
+            field(self, id, ty)?;
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn i32(&mut self, ty: u8) -> Result<i64, String> {
+        if ty != 5 {
+            return Err(format!("a page header field of Thrift type {ty}, not i32"));
+        }
+        self.zigzag()
+    }
+
+    fn page_header(&mut self) -> Result<PageHead, String> {
+        let (mut kind, mut size) = (None, None);
+        let (mut rows, mut encoding) = (None, None);
+        self.strukt(|t, id, ty| {
+            match id {
+                1 => kind = Some(t.i32(ty)?),
+                3 => size = Some(t.i32(ty)?),
+                // DataPageHeader: num_values (the rows of a column without repetition), encoding
+                5 => t.strukt(|t, id, ty| match id {
+                    1 => t.i32(ty).map(|v| rows = Some(v)),
+                    2 => t.i32(ty).map(|v| encoding = Some(v)),
+                    _ => t.skip(ty),
+                })?,
+                // DataPageHeaderV2: num_rows, encoding
+                8 => t.strukt(|t, id, ty| match id {
+                    3 => t.i32(ty).map(|v| rows = Some(v)),
+                    4 => t.i32(ty).map(|v| encoding = Some(v)),
+                    _ => t.skip(ty),
+                })?,
+                _ => t.skip(ty)?,
+            }
+            Ok(())
+        })?;
+        let compressed_size = size.ok_or("a page header without its size")?;
+        let kind = match kind.ok_or("a page header without its type")? {
+            0 | 3 => PageKind::Data {
+                rows: rows
+                    .and_then(|r| u64::try_from(r).ok())
+                    .ok_or("a data page header without its rows")?,
+                // PLAIN_DICTIONARY (2), RLE_DICTIONARY (8)
+                dictionary_coded: matches!(encoding, Some(2 | 8)),
+            },
+            2 => PageKind::Dictionary,
+            _ => PageKind::Other,
+        };
+        Ok(PageHead {
+            compressed_size,
+            kind,
+        })
+    }
+}
+
+/// Where a schema field's values come from.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Source {
+    /// The large column, from the row's pages.
+    Large,
+    /// Field `n` of the kept columns' record.
+    Kept(usize),
+}
+
+/// The fields of one Parquet file's rows.
+#[derive(Debug)]
+pub(super) struct PqCodec {
+    pub index: Arc<FileIndex>,
+    pub rows: Rows,
+    /// Per schema field: where it comes from, and whether a row may lack it.
+    pub fields: Vec<(Source, bool)>,
+    /// The kept columns' record schema.
+    pub kept: Schema,
+    /// The large column's decoder.
+    pub large: Option<LargeDecoder>,
+}
+
+/// What decoding the large column's pages needs.
+#[derive(Debug)]
+pub(super) struct LargeDecoder {
+    descr: Arc<ColumnDescriptor>,
+    compression: Vec<Compression>,
+}
+
+impl LargeDecoder {
+    pub(super) fn new(l: &LargeColumn) -> Result<LargeDecoder, String> {
+        let repetition = if l.max_def > 0 {
+            Repetition::OPTIONAL
+        } else {
+            Repetition::REQUIRED
+        };
+        let ty =
+            parquet::schema::types::Type::primitive_type_builder("v", PhysicalType::BYTE_ARRAY)
+                .with_repetition(repetition)
+                .build()
+                .map_err(|e| e.to_string())?;
+        let compression = l
+            .compression
+            .iter()
+            .map(|c| c.parse::<Compression>().map_err(|e| e.to_string()))
+            .collect::<Result<_, _>>()?;
+        Ok(LargeDecoder {
+            descr: Arc::new(ColumnDescriptor::new(
+                Arc::new(ty),
+                l.max_def,
+                0,
+                ColumnPath::new(vec!["v".into()]),
+            )),
+            compression,
+        })
+    }
+
+    /// Value `k` of the rows in `bytes` (the pages at file offset `offset`, of row group `g`);
+    /// `None`: a null.
+    fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
+        let compression = *self
+            .compression
+            .get(g as usize)
+            .ok_or_else(|| format!("row group {g} is not in the index"))?;
+        let chunk = ColumnChunkMetaData::builder(Arc::clone(&self.descr))
+            .set_compression(compression)
+            .set_data_page_offset(offset as i64)
+            .set_total_compressed_size(bytes.len() as i64)
+            .build()
+            .map_err(|e| e.to_string())?;
+        let reader = Arc::new(RecordBytes {
+            base: offset,
+            bytes: bytes::Bytes::copy_from_slice(bytes),
+        });
+        let run = || -> Result<Option<Vec<u8>>, ParquetError> {
+            let pages = SerializedPageReader::new(reader, &chunk, k as usize + 1, None)?;
+            let mut col =
+                ColumnReaderImpl::<ByteArrayType>::new(Arc::clone(&self.descr), Box::new(pages));
+            let skipped = col.skip_records(k as usize)?;
+            if skipped != k as usize {
+                return Err(ParquetError::General(format!(
+                    "the pages hold {skipped} rows, not the {} the index says",
+                    k + 1
+                )));
+            }
+            let (mut defs, mut values) = (Vec::new(), Vec::new());
+            let (records, nvalues, _) = col.read_records(1, Some(&mut defs), None, &mut values)?;
+            if records != 1 {
+                return Err(ParquetError::General(format!(
+                    "the pages hold {k} rows, not the {} the index says",
+                    k + 1
+                )));
+            }
+            Ok((nvalues == 1).then(|| values[0].data().to_vec()))
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+            .unwrap_or_else(|p| Err(ParquetError::General(panic_text(p.as_ref()))))
+            .map_err(|e| format!("its pages do not decode: {e}"))
+    }
+}
+
+impl RecordCodec for PqCodec {
+    fn format(&self) -> &'static str {
+        "Parquet"
+    }
+
+    fn field<'a>(
+        &self,
+        record: u64,
+        bytes: &'a [u8],
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'a>, RecordError> {
+        let corrupt = |detail: String| RecordError::Corrupt {
+            field: i,
+            offset: 0,
+            detail,
+        };
+        let row = self.rows.row(record);
+        if self.index.damaged(row) {
+            return Err(corrupt(
+                "a column of this row could not be decoded when the file was indexed".into(),
+            ));
+        }
+        let key = self.index.key_of(row);
+        if key.len() < KEY_HEAD {
+            return Err(corrupt("its index entry is short".into()));
+        }
+        let (source, optional) = self.fields[i];
+        let ty = &schema.fields[i].ty;
+        let empty = || match crate::pack::empty_value(ty).filter(|_| optional) {
+            Some(v) => Ok(v),
+            None => Err(corrupt(format!(
+                "column {:?} is null",
+                schema.fields[i].name
+            ))),
+        };
+        let value: FieldValue<'static> = match source {
+            Source::Large => {
+                if key[8] & LARGE_NULL != 0 {
+                    return empty();
+                }
+                let k = u32::from_le_bytes(key[0..4].try_into().expect("4 bytes"));
+                let g = u32::from_le_bytes(key[4..8].try_into().expect("4 bytes"));
+                let offset = self.index.entries[row].offset;
+                let decoder = self
+                    .large
+                    .as_ref()
+                    .ok_or_else(|| corrupt("no large column".into()))?;
+                match decoder.value(bytes, offset, k, g).map_err(corrupt)? {
+                    None => return empty(),
+                    Some(v) => match ty {
+                        FieldType::String => FieldValue::String(Cow::Owned(
+                            String::from_utf8(v)
+                                .map_err(|_| corrupt("a string that is not UTF-8".into()))?,
+                        )),
+                        FieldType::Bytes => FieldValue::Bytes(v.into()),
+                        _ => FieldValue::Image(v.into()),
+                    },
+                }
+            }
+            Source::Kept(n) => {
+                let nulls = self.kept.len().div_ceil(8);
+                let (bitmap, rec) = key[KEY_HEAD..]
+                    .split_at_checked(nulls)
+                    .ok_or_else(|| corrupt("its index entry is short".into()))?;
+                if bitmap[n / 8] & (1 << (n % 8)) != 0 {
+                    return empty();
+                }
+                let view = RecordView::parse(rec, self.kept.len())?;
+                match view.field(&self.kept, n, u64::MAX)?.into_owned() {
+                    FieldValue::Bytes(b) if matches!(ty, FieldType::Image { .. }) => {
+                        FieldValue::Image(b)
+                    }
+                    v => v,
+                }
+            }
+        };
+        Ok(value)
+    }
+}
+
+/// The schema's fields of Parquet files, from their indexes, as pack chooses them: the first
+/// file's columns decide the kinds and every other file must agree.
+pub(super) fn choose(
+    files: &[Scanned],
+    fields: Option<&[crate::pack::FieldChoice]>,
+    notes: &mut Vec<String>,
+    source: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<(Vec<super::Chosen>, Option<Vec<String>>), String> {
+    let stats: Vec<PqStats> = files
+        .iter()
+        .map(|f| {
+            serde_json::from_value(f.index.header.stats.clone())
+                .map_err(|e| format!("{}: its index's statistics are not valid: {e}", f.place))
+        })
+        .collect::<Result<_, _>>()?;
+    let first = &stats[0];
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rows = 0u64;
+    for (f, s) in files.iter().zip(&stats) {
+        for c in &first.columns {
+            let Some(other) = s.columns.iter().find(|o| o.name == c.name) else {
+                return Err(format!(
+                    "{}: no column {:?}, which {} has: every file must have the same columns",
+                    f.place, c.name, files[0].place
+                ));
+            };
+            let same = matches!(
+                (c.kind, other.kind),
+                (Kind::Image | Kind::Bytes, Kind::Image | Kind::Bytes)
+            ) || c.kind == other.kind;
+            if !same {
+                return Err(format!(
+                    "{}: column {:?} is {:?} here but {:?} in {}: every file must have the same column types",
+                    f.place, c.name, other.kind, c.kind, files[0].place
+                ));
+            }
+            *counts.entry(c.name.clone()).or_default() += other.present;
+        }
+        rows += (0..f.index.entries.len())
+            .filter(|&r| !f.index.damaged(r))
+            .count() as u64;
+    }
+    if let Some(given) = fields {
+        for g in given {
+            if let Some(why) = first
+                .unsupported
+                .iter()
+                .find(|u| u.starts_with(&format!("column {:?} ", g.name)))
+            {
+                return Err(format!(
+                    "fields: {why} cannot be read; columns of binary, string, integer, float and \
+                     list-of-number types can"
+                ));
+            }
+        }
+    }
+    if !first.unsupported.is_empty() {
+        notes.push(format!(
+            "left out (no field type for them): {}",
+            first.unsupported.join(", ")
+        ));
+    }
+    let kind = |n: &str| first.columns.iter().find(|c| c.name == n).map(|c| c.kind);
+    let chosen = crate::pack::choose_fields(
+        &counts,
+        rows,
+        fields,
+        |n| matches!(kind(n), Some(Kind::Str | Kind::Bytes | Kind::List(_))),
+        |n| format!("column {n:?}"),
+        notes,
+        source,
+    )
+    .map_err(|e| e.to_string())?;
+    let labelled: Vec<(&String, &Vec<String>)> = chosen
+        .iter()
+        .filter(|c| kind(&c.name) == Some(Kind::Int))
+        .filter_map(|c| first.classes.get_key_value(&c.name))
+        .collect();
+    let classes = match <[_; 1]>::try_from(labelled) {
+        Ok([(name, names)]) => {
+            source.insert("class_column".into(), name.clone().into());
+            Some(names.clone())
+        }
+        Err(_) => None,
+    };
+    let chosen = super::Chosen::typed(chosen, |n| {
+        kind(n).map_or(FieldType::Bytes, Kind::field_type)
+    });
+    Ok((chosen, classes))
+}
+
+/// The codec of one file for the chosen fields, and which of its rows are samples (those that
+/// hold every required field, or are damaged: then they fail when read, named).
+pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<(Vec<u32>, PqCodec), String> {
+    let ix = &s.index;
+    let stats: PqStats = serde_json::from_value(ix.header.stats.clone())
+        .map_err(|e| format!("{}: its index's statistics are not valid: {e}", s.place))?;
+    let large = stats.large.as_ref().map(|l| l.column);
+    let kept: Vec<usize> = (0..stats.columns.len())
+        .filter(|&j| Some(j) != large)
+        .collect();
+    let kept_schema = kept_schema(&stats, &kept)?;
+    let mut fields = Vec::with_capacity(chosen.len());
+    for c in chosen {
+        let j = stats
+            .columns
+            .iter()
+            .position(|col| col.name == c.name)
+            .ok_or_else(|| format!("{}: no column {:?}", s.place, c.name))?;
+        let src = match kept.iter().position(|&k| k == j) {
+            Some(n) => Source::Kept(n),
+            None => Source::Large,
+        };
+        fields.push((src, c.optional));
+    }
+    let present = |r: usize, src: Source| {
+        let key = ix.key_of(r);
+        match src {
+            Source::Large => key.get(8).is_some_and(|f| f & LARGE_NULL == 0),
+            Source::Kept(n) => key
+                .get(KEY_HEAD + n / 8)
+                .is_some_and(|b| b & (1 << (n % 8)) == 0),
+        }
+    };
+    let rows: Vec<u32> = (0..ix.entries.len())
+        .filter(|&r| ix.damaged(r) || fields.iter().all(|&(src, opt)| opt || present(r, src)))
+        .map(|r| r as u32)
+        .collect();
+    let decoder = stats.large.as_ref().map(LargeDecoder::new).transpose()?;
+    let n = rows.len();
+    let codec = PqCodec {
+        index: Arc::clone(ix),
+        rows: Rows((n < ix.entries.len()).then(|| rows.clone())),
+        fields,
+        kept: kept_schema,
+        large: decoder,
+    };
+    Ok((rows, codec))
+}
