@@ -156,6 +156,10 @@ def same_batches(a, b):
         for k in x:
             if isinstance(x[k], np.ndarray):
                 np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+            elif isinstance(x[k], list):  # a column of values of varying shape
+                assert len(x[k]) == len(y[k]), k
+                for u, v in zip(x[k], y[k]):
+                    np.testing.assert_array_equal(u, v, err_msg=k)
             else:
                 assert x[k] == y[k], k
 
@@ -375,7 +379,8 @@ def parquets(tmp_path_factory, jpegs):
     ]
     for k, way in enumerate(ways):
         part = table.slice(k * PER_FILE, PER_FILE)
-        pq.write_table(part, d / f"train-{k:05d}-of-00003.parquet", row_group_size=5, data_page_size=1500, write_batch_size=2, **way)
+        # pages of one row (each write batch of one row closes a page): a damaged page is one sample
+        pq.write_table(part, d / f"train-{k:05d}-of-00003.parquet", row_group_size=5, data_page_size=100, write_batch_size=1, **way)
     return d
 
 
@@ -395,7 +400,7 @@ def test_parquet_files_in_place_are_the_samples_and_batches_pack_makes_of_them(p
     same_batches(a, go(ds, 1))
     # fields as pack takes them: the caption required leaves the rows without one out
     some = stokehold.Dataset(str(parquets / "*.parquet"), fields=["image", "caption"], index_dir=tmp_path / "ix")
-    assert len(some) == N - N // 5 and some.schema == {"image": "image:auto", "caption": "string"}
+    assert len(some) == sum(1 for i in range(N) if i % 5) and some.schema == {"image": "image:auto", "caption": "string"}
     back = pickle.loads(pickle.dumps(some))
     assert [back[i] for i in range(len(some))] == [some[i] for i in range(len(some))]
 
@@ -404,15 +409,10 @@ def test_a_hugging_face_dataset_in_parquet_is_read_in_place(jpegs, tmp_path):
     """A dataset made with ``datasets`` (an ``Image`` and a ``ClassLabel`` feature) and written
     with its own ``to_parquet``: read in place with its class names, as ``pack`` stores it."""
     datasets = pytest.importorskip("datasets") if not os.environ.get("CI") else __import__("datasets")
-    folder = tmp_path / "imgs"
-    folder.mkdir()
-    paths = []
-    for i, b in enumerate(jpegs):
-        p = folder / f"{i:03d}.jpg"
-        p.write_bytes(b)
-        paths.append(str(p))
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["cat", "dog", "cow"])})
-    hf = datasets.Dataset.from_dict({"image": paths, "label": [i % 3 for i in range(N)]}, features=features)
+    # the images embedded (as a dataset pushed to the Hub stores them), not only their paths
+    images = [{"bytes": b, "path": f"{i:03d}.jpg"} for i, b in enumerate(jpegs)]
+    hf = datasets.Dataset.from_dict({"image": images, "label": [i % 3 for i in range(N)]}, features=features)
     out = tmp_path / "hf"
     out.mkdir()
     hf.to_parquet(str(out / "train-00000-of-00001.parquet"))
@@ -431,7 +431,7 @@ def test_a_damaged_parquet_page_is_named_and_skipped_by_policy(parquets, tmp_pat
     for p in sorted(parquets.iterdir()):
         (bad / p.name).write_bytes(p.read_bytes())
     ds = stokehold.Dataset(bad, index_dir=tmp_path / "ix")
-    victim = sorted(bad.iterdir())[2]  # uncompressed plain pages: the JPEG bytes as they are
+    victim = sorted(bad.iterdir())[2]  # uncompressed plain pages of one row: the JPEGs as they are
     data = bytearray(victim.read_bytes())
     # the middle of the first image's bytes (the file's first copy of them)
     at = bytes(data).index(ds[2 * PER_FILE]["image"][200:240]) + 10
@@ -442,5 +442,5 @@ def test_a_damaged_parquet_page_is_named_and_skipped_by_policy(parquets, tmp_pat
     assert victim.name in str(e.value) and "checksum" in str(e.value), str(e.value)
     loader = stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip", include_ids=True)
     ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
-    assert 2 * PER_FILE not in ids and len(ids) >= N - 2
-    assert 2 * PER_FILE in loader.stats()["skipped"]
+    assert 2 * PER_FILE not in ids and len(ids) == N - 1
+    assert loader.stats()["skipped"] == [2 * PER_FILE]

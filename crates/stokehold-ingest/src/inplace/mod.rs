@@ -487,7 +487,9 @@ fn sniff_head(head: &[u8]) -> Option<InPlaceFormat> {
 /// Where the kept index of `name` in `root` lives in the index directory `dir`.
 fn kept_path(dir: &Path, root: &Path, name: &str) -> PathBuf {
     let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let key = crc::crc32c(format!("{}\0{name}", root.display()).as_bytes());
+    // `s3://b/dir/` and `s3://b/dir` are one place
+    let root = root.display().to_string();
+    let key = crc::crc32c(format!("{}\0{name}", root.trim_end_matches('/')).as_bytes());
     let safe: String = name
         .chars()
         .map(|c| {

@@ -335,6 +335,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
         .collect();
     let kept_schema = kept_schema(&stats, &kept).map_err(|e| (footer, e))?;
     let mut encoder = RecordEncoder::new(3);
+    let mut path_only_rows = 0u64;
     let mut record = Vec::new();
     let mut key = Vec::new();
     for (g, rg) in md.row_groups().iter().enumerate() {
@@ -420,14 +421,14 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                         }
                         Ok(None) => {
                             bitmap[n / 8] |= 1 << (n % 8);
-                            values.push(
-                                crate::pack::empty_value(&kept_schema.fields[n].ty)
-                                    .unwrap_or(FieldValue::Int64(0)),
-                            );
+                            values.push(placeholder(&kept_schema.fields[n].ty));
+                            if c.kind == Kind::ImageStruct && path_only(&batch, &c.name, i) {
+                                path_only_rows += 1;
+                            }
                         }
                         Err(e) => {
                             bad.get_or_insert(format!("column {:?}: {e}", c.name));
-                            values.push(FieldValue::Int64(0));
+                            values.push(placeholder(&kept_schema.fields[n].ty));
                         }
                     }
                 }
@@ -463,8 +464,38 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             ));
         }
     }
+    if path_only_rows > 0 {
+        ix.header.notes.push(format!(
+            "{}: {path_only_rows} images are given only by their path (a Hugging Face Image \
+             without its bytes): read in place they are nulls; `stokehold pack` reads the files",
+            ix.header.file
+        ));
+    }
     ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
     Ok(())
+}
+
+/// A value of type `ty` standing for a null in the kept record (the null bitmap says it is one).
+fn placeholder(ty: &FieldType) -> FieldValue<'static> {
+    crate::pack::empty_value(ty).unwrap_or(match ty {
+        FieldType::Int64 => FieldValue::Int64(0),
+        FieldType::Float64 => FieldValue::Float64(0.0),
+        _ => FieldValue::Image(Cow::Borrowed(&[])),
+    })
+}
+
+/// Whether row `i` of `{bytes, path}` column `name` has a path but no bytes.
+fn path_only(batch: &arrow_array::RecordBatch, name: &str, i: usize) -> bool {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+    let Some(s) = batch.column_by_name(name).and_then(|a| a.as_struct_opt()) else {
+        return false;
+    };
+    let has = |field: &str| {
+        s.column_by_name(field)
+            .is_some_and(|c| !s.is_null(i) && !c.is_null(i))
+    };
+    has("path") && !has("bytes")
 }
 
 /// Where the footer starts (for messages about it).
