@@ -398,6 +398,7 @@ impl Engine {
             e.set_item("budget", c.budget)?;
             e.set_item("entries", c.entries)?;
             e.set_item("saved", c.saved.as_secs_f64())?;
+            e.set_item("shared", c.shared)?;
             caches.set_item(&c.kind, e)?;
         }
         d.set_item("caches", caches)?;

@@ -603,6 +603,9 @@ pub struct CacheStats {
     /// Worker time the hits saved (decoded cache: the mean time of the prefix on a miss, times
     /// the hits). Zero for the record cache.
     pub saved: Duration,
+    /// Hits served by what other processes wrote (the decoded cache's directory: the other ranks
+    /// of the node, in this run or before); 0 for the other caches.
+    pub shared: u64,
 }
 
 impl CacheStats {
@@ -633,6 +636,9 @@ impl CacheStats {
             self.hits + self.misses,
             self.entries,
         );
+        if self.kind == "decoded-disk" && self.shared > 0 {
+            line.push_str(&format!(" · {} written by other processes", self.shared));
+        }
         if self.kind.starts_with("decoded") && self.saved > Duration::ZERO {
             line.push_str(&format!(
                 " · saved ~{:.2} s of worker time",

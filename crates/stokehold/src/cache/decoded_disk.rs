@@ -10,9 +10,19 @@
 //!
 //! Rules:
 //! - **Publication.** A part is written as `part-PID-STAMP-N.tmp` under an exclusive `flock` and
-//!   renamed to `part-PID-STAMP-N.skdc` once its index and footer are written: when it reaches its size, when an
-//!   epoch ends ([`DecodedDisk::flush`]) and when the cache is dropped. Only published parts are
-//!   read by other processes (and by later runs); a process reads its own unpublished images too.
+//!   renamed to `part-PID-STAMP-N.skdc` once its index and footer are written: when it reaches
+//!   its size, when it has held images for [`PUBLISH_AFTER`], when an epoch ends
+//!   ([`DecodedDisk::flush`]) and when the cache is dropped. Only published parts are read by
+//!   other processes (and by later runs); a process reads its own unpublished images too.
+//! - **Shared by the node within a run.** Parts other processes publish are picked up as they
+//!   appear: at every epoch's end, and on a miss when the directory changed (at most every
+//!   [`REFRESH_EVERY`]). So the ranks of a node, started together, decode each image once: what
+//!   one rank decoded in an epoch, the others read in the next.
+//! - **One copy per node.** Publication holds the directory's lock (`publish.lock`): under it
+//!   the publisher first picks up the parts published before, then leaves out of its own part
+//!   every image another part already holds (rewriting the part without them), so two processes
+//!   that decoded the same image at the same time store it once. An image is never written when
+//!   a known part has it.
 //! - **Orphans swept.** At open, `*.tmp` parts whose lock no live process holds are removed.
 //! - **Nothing unchecked is served.** A part whose footer, index or index checksum does not add
 //!   up is ignored (reported once, by file); an image whose pixels fail their checksum is computed
@@ -20,7 +30,8 @@
 //!   only after they are checked against the file's length, so no allocation follows an unchecked
 //!   field. Parts are published without `fsync`: after a power loss the checksums catch a damaged
 //!   part, and its images are computed again.
-//! - **Limits.** Writing stops (reported once) when the directory would pass `limit` bytes or the
+//! - **Limits.** Writing stops (reported once) when the directory (every process's parts, published
+//!   or being written, as last seen) would pass `limit` bytes or the
 //!   filesystem would keep less than its floor free: 5% of the filesystem, at most 1 GiB
 //!   (`STOKEHOLD_KEEP_FREE`, a byte size such as `20G` or `0`, sets another); images beyond that
 //!   are computed each time. Nothing is
@@ -60,6 +71,14 @@ const KEEP_FREE_MAX: u64 = 1 << 30;
 pub const KEEP_FREE_ENV: &str = "STOKEHOLD_KEEP_FREE";
 /// Parts started by this process (unique names, whatever the number of caches).
 static NEXT_PART: AtomicU64 = AtomicU64::new(0);
+/// A part that has held images this long is published at the next image (other processes see
+/// them sooner than at the epoch's end).
+pub const PUBLISH_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+/// A miss looks for parts published since the last look at most this often (and only when the
+/// directory changed).
+pub const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+/// The directory's lock, held while a part is published.
+const PUBLISH_LOCK: &str = "publish.lock";
 
 /// Where one image is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +141,25 @@ struct Writer {
     part: u32,
     at: u64,
     entries: Vec<(u64, Loc)>,
+    /// When it got its first image.
+    since: Option<std::time::Instant>,
+}
+
+/// A part file known to this process.
+#[derive(Debug)]
+struct PartFile {
+    file: Arc<File>,
+    /// Its name (a part this process writes: its tmp name until published).
+    name: PathBuf,
+    /// Written by this process.
+    own: bool,
+}
+
+/// When the directory was last looked at for new parts, and its modification time then.
+#[derive(Debug)]
+struct Looked {
+    at: std::time::Instant,
+    mtime: Option<std::time::SystemTime>,
 }
 
 /// What the on-disk decoded cache did.
@@ -133,6 +171,10 @@ struct Counters {
     corrupt: AtomicU64,
     swept: AtomicU64,
     ignored: AtomicU64,
+    /// Hits on images other processes wrote.
+    shared: AtomicU64,
+    /// Images left out of a part at publication: another part held them.
+    deduplicated: AtomicU64,
 }
 
 /// One cache key's directory of parts. See the module documentation.
@@ -141,11 +183,14 @@ pub struct DecodedDisk {
     dir: PathBuf,
     limit: u64,
     part_bytes: u64,
-    /// Bytes of the parts in the directory (published ones at open, plus what this process wrote).
+    /// Bytes of the parts in the directory: every file there when it was last looked at, plus
+    /// what this process wrote since.
     used: AtomicU64,
-    /// The parts' files (`Loc::part` indexes them) and names, for messages (a part this process
-    /// writes: its tmp name until published).
-    parts: RwLock<Vec<(Arc<File>, PathBuf)>>,
+    /// The parts' files (`Loc::part` indexes them).
+    parts: RwLock<Vec<PartFile>>,
+    /// The published parts read (by name), so that a look at the directory reads only new ones.
+    loaded: Mutex<std::collections::HashSet<PathBuf>>,
+    looked: Mutex<Looked>,
     index: RwLock<HashMap<u64, Loc>>,
     writer: Mutex<Option<Writer>>,
     /// Set when writing stopped (limit, free space, an error).
@@ -218,6 +263,11 @@ impl DecodedDisk {
             part_bytes: part_bytes.max(1),
             used: AtomicU64::new(0),
             parts: RwLock::new(Vec::new()),
+            loaded: Mutex::new(std::collections::HashSet::new()),
+            looked: Mutex::new(Looked {
+                at: std::time::Instant::now(),
+                mtime: None,
+            }),
             index: RwLock::new(HashMap::new()),
             writer: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -229,7 +279,8 @@ impl DecodedDisk {
             counters: Counters::default(),
         };
         disk.sweep();
-        disk.load_parts()?;
+        fs::read_dir(&disk.dir).map_err(|e| FormatError::io(&disk.dir, None, e))?;
+        disk.refresh();
         Ok(disk)
     }
 
@@ -272,27 +323,51 @@ impl DecodedDisk {
         n
     }
 
-    /// Read the index of every published part.
-    fn load_parts(&self) -> Result<()> {
-        let rd = fs::read_dir(&self.dir).map_err(|e| FormatError::io(&self.dir, None, e))?;
-        let mut paths: Vec<PathBuf> = rd
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "skdc"))
-            .collect();
-        paths.sort();
-        let mut parts = Vec::new();
-        let mut index = HashMap::new();
-        let mut used = 0u64;
-        for path in paths {
+    /// Read the index of every part published since the last look (another process's image
+    /// replaces this process's unpublished copy of it in the index: that copy is left out when
+    /// its part is published), and count the directory's bytes again.
+    fn refresh(&self) {
+        let mtime = fs::metadata(&self.dir).and_then(|m| m.modified()).ok();
+        let Ok(rd) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut bytes = 0u64;
+        let mut new: Vec<PathBuf> = Vec::new();
+        {
+            let loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+            for e in rd.flatten() {
+                let p = e.path();
+                let ext = p.extension().and_then(|x| x.to_str()).unwrap_or("");
+                if ext == "skdc" || ext == "tmp" {
+                    bytes += e.metadata().map_or(0, |m| m.len());
+                }
+                if ext == "skdc" && !loaded.contains(&p) {
+                    new.push(p);
+                }
+            }
+        }
+        new.sort();
+        for path in new {
+            let mut parts = self.parts.write().unwrap_or_else(|p| p.into_inner());
             let part = u32::try_from(parts.len()).unwrap_or(u32::MAX);
             match read_part(&path, part) {
                 Ok(p) => {
-                    used += p.size;
+                    let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
                     for (id, loc) in p.entries {
-                        index.entry(id).or_insert(loc);
+                        let replace = index.get(&id).is_none_or(|old| {
+                            parts.get(old.part as usize).is_some_and(|f| {
+                                f.own && f.name.extension().is_some_and(|x| x == "tmp")
+                            })
+                        });
+                        if replace {
+                            index.insert(id, loc);
+                        }
                     }
-                    parts.push((Arc::new(p.file), path));
+                    parts.push(PartFile {
+                        file: Arc::new(p.file),
+                        name: path.clone(),
+                        own: false,
+                    });
                 }
                 Err(why) => {
                     self.counters.ignored.fetch_add(1, Ordering::Relaxed);
@@ -302,25 +377,49 @@ impl DecodedDisk {
                     );
                 }
             }
+            self.loaded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(path);
         }
-        self.used.store(used, Ordering::Relaxed);
-        *self.parts.write().unwrap_or_else(|p| p.into_inner()) = parts;
-        *self.index.write().unwrap_or_else(|p| p.into_inner()) = index;
-        Ok(())
+        self.used.store(bytes, Ordering::Relaxed);
+        *self.looked.lock().unwrap_or_else(|p| p.into_inner()) = Looked {
+            at: std::time::Instant::now(),
+            mtime,
+        };
+    }
+
+    /// [`refresh`](Self::refresh) when the last look is [`REFRESH_EVERY`] old and the directory
+    /// changed since (a part was published or started); whether it looked.
+    fn refresh_if_changed(&self) -> bool {
+        {
+            let mut looked = self.looked.lock().unwrap_or_else(|p| p.into_inner());
+            if looked.at.elapsed() < REFRESH_EVERY {
+                return false;
+            }
+            let mtime = fs::metadata(&self.dir).and_then(|m| m.modified()).ok();
+            if mtime.is_some() && mtime == looked.mtime {
+                looked.at = std::time::Instant::now();
+                return false;
+            }
+        }
+        self.refresh();
+        true
     }
 
     /// Sample `id`'s image, when the directory has it and its pixels pass their checksum.
     pub fn get(&self, id: u64) -> Option<DecodedImage> {
-        let loc = self.index.read().ok().and_then(|m| m.get(&id).copied());
+        let find = || self.index.read().ok().and_then(|m| m.get(&id).copied());
+        // a miss looks for what other processes published since
+        let loc = find().or_else(|| self.refresh_if_changed().then(find).flatten());
         let Some(loc) = loc else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             return None;
         };
-        let file = self
-            .parts
-            .read()
-            .ok()
-            .and_then(|p| p.get(loc.part as usize).map(|(f, _)| Arc::clone(f)))?;
+        let (file, own) = self.parts.read().ok().and_then(|p| {
+            p.get(loc.part as usize)
+                .map(|f| (Arc::clone(&f.file), f.own))
+        })?;
         // the length was checked against the part's size when the index was read
         let mut data = vec![0u8; loc.len() as usize].into_boxed_slice();
         let ok = file.read_exact_at(&mut data, loc.offset).is_ok() && crc::crc32c(&data) == loc.crc;
@@ -335,7 +434,7 @@ impl DecodedDisk {
                     .parts
                     .read()
                     .ok()
-                    .and_then(|p| p.get(loc.part as usize).map(|(_, n)| n.clone()))
+                    .and_then(|p| p.get(loc.part as usize).map(|f| f.name.clone()))
                     .unwrap_or_default();
                 eprintln!(
                     "stokehold: decoded cache {}: the image of sample {id} at byte {} fails its checksum (or cannot be read); it is computed again (further such images are counted, not reported)",
@@ -346,6 +445,9 @@ impl DecodedDisk {
             return None;
         }
         self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        if !own {
+            self.counters.shared.fetch_add(1, Ordering::Relaxed);
+        }
         Some(DecodedImage {
             width: loc.width,
             height: loc.height,
@@ -408,16 +510,20 @@ impl DecodedDisk {
         if let Ok(mut m) = self.index.write() {
             m.insert(id, loc);
         }
-        if part.at >= self.part_bytes {
+        let since = *part.since.get_or_insert_with(std::time::Instant::now);
+        if part.at >= self.part_bytes || since.elapsed() >= PUBLISH_AFTER {
             self.publish(&mut w);
         }
     }
 
-    /// Publish the part being written, if it holds any image (at the end of an epoch).
+    /// Publish the part being written, if it holds any image, and pick up the parts other
+    /// processes published (at the end of an epoch).
     pub fn flush(&self) {
         if let Ok(mut w) = self.writer.lock() {
             self.publish(&mut w);
         }
+        self.sweep();
+        self.refresh();
     }
 
     fn stop(&self, why: &str) {
@@ -476,20 +582,66 @@ impl DecodedDisk {
             let file = Arc::new(file);
             let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
             let part = u32::try_from(parts.len()).map_err(|_| "too many parts".to_string())?;
-            parts.push((Arc::clone(&file), tmp.clone()));
+            parts.push(PartFile {
+                file: Arc::clone(&file),
+                name: tmp.clone(),
+                own: true,
+            });
             return Ok(Writer {
                 file,
                 tmp,
                 part,
                 at: 0,
                 entries: Vec::new(),
+                since: None,
             });
         }
     }
 
-    /// Write the index and footer of the part in `w` and rename it to its published name.
+    /// Publish the part in `w`: under the directory's lock, pick up the parts published before,
+    /// leave out the images they hold (rewriting the part without them), write the index and
+    /// footer and rename it to its published name.
     fn publish(&self, w: &mut Option<Writer>) {
-        let Some(part) = w.take() else { return };
+        let Some(mut part) = w.take() else { return };
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(PUBLISH_LOCK));
+        // without the lock (an unwritable directory) the part is still published: at worst an
+        // image is stored twice
+        let _guard = lock
+            .ok()
+            .filter(|f| rustix::fs::flock(f, FlockOperation::LockExclusive).is_ok());
+        self.refresh();
+        let theirs: Vec<bool> = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            part.entries
+                .iter()
+                .map(|(id, _)| index.get(id).is_some_and(|l| l.part != part.part))
+                .collect()
+        };
+        let dropped = theirs.iter().filter(|&&t| t).count();
+        if dropped > 0 {
+            self.counters
+                .deduplicated
+                .fetch_add(dropped as u64, Ordering::Relaxed);
+            let keep: Vec<(u64, Loc)> = part
+                .entries
+                .iter()
+                .zip(&theirs)
+                .filter(|(_, t)| !**t)
+                .map(|(e, _)| *e)
+                .collect();
+            match self.compact(&part, &keep) {
+                Ok(new) => part = new,
+                Err(e) => {
+                    let _ = fs::remove_file(&part.tmp);
+                    self.stop(&format!("rewriting {}: {e}", part.tmp.display()));
+                    return;
+                }
+            }
+        }
         if part.entries.is_empty() {
             let _ = fs::remove_file(&part.tmp);
             return;
@@ -511,18 +663,68 @@ impl DecodedDisk {
             .and_then(|()| fs::rename(&part.tmp, &done));
         match r {
             Ok(()) => {
-                self.used.fetch_add(FOOTER, Ordering::Relaxed);
+                self.used.fetch_add(tail.len() as u64, Ordering::Relaxed);
                 if let Ok(mut parts) = self.parts.write()
-                    && let Some((_, name)) = parts.get_mut(part.part as usize)
+                    && let Some(f) = parts.get_mut(part.part as usize)
                 {
-                    *name = done;
+                    f.name = done.clone();
                 }
+                self.loaded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(done);
             }
             Err(e) => {
                 let _ = fs::remove_file(&part.tmp);
                 self.stop(&format!("publishing {}: {e}", part.tmp.display()));
             }
         }
+    }
+
+    /// The part `part` rewritten with the images `keep` only (the others are in other parts):
+    /// a new tmp file, locked, taking the old one's place as part `part.part`; the index points
+    /// the kept images at it and the others at the parts that hold them.
+    fn compact(&self, part: &Writer, keep: &[(u64, Loc)]) -> std::result::Result<Writer, String> {
+        let mut new = self.start_part()?;
+        for (id, loc) in keep {
+            let mut data = vec![0u8; loc.len() as usize];
+            part.file
+                .read_exact_at(&mut data, loc.offset)
+                .and_then(|()| new.file.write_all_at(&data, new.at))
+                .map_err(|e| e.to_string())?;
+            new.entries.push((
+                *id,
+                Loc {
+                    part: part.part,
+                    offset: new.at,
+                    ..*loc
+                },
+            ));
+            new.at += loc.len();
+        }
+        let _ = fs::remove_file(&part.tmp);
+        let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
+        // the new file takes the old part's number; its own slot is left unused
+        if let Some(slot) = parts.get_mut(new.part as usize) {
+            slot.name = PathBuf::new();
+        }
+        if let Some(f) = parts.get_mut(part.part as usize) {
+            f.file = Arc::clone(&new.file);
+            f.name = new.tmp.clone();
+        }
+        drop(parts);
+        let mut index = self.index.write().map_err(|_| "poisoned".to_string())?;
+        for (id, loc) in &new.entries {
+            index.insert(*id, *loc);
+        }
+        let old_bytes = part.at;
+        self.used.fetch_sub(
+            old_bytes.min(self.used.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
+        self.used.fetch_add(new.at, Ordering::Relaxed);
+        new.part = part.part;
+        Ok(new)
     }
 
     /// What it did, as a cache report line's figures (`kind` "decoded-disk"): hits, misses,
@@ -536,7 +738,13 @@ impl DecodedDisk {
             budget: self.limit,
             entries: self.index.read().map_or(0, |m| m.len() as u64),
             saved: std::time::Duration::ZERO,
+            shared: self.counters.shared.load(Ordering::Relaxed),
         }
+    }
+
+    /// Images left out of this process's parts at publication because another part held them.
+    pub fn deduplicated(&self) -> u64 {
+        self.counters.deduplicated.load(Ordering::Relaxed)
     }
 
     /// Images written by this process, images whose pixels failed their checksum, orphaned parts
@@ -562,7 +770,6 @@ impl Drop for DecodedDisk {
 #[derive(Debug)]
 struct Part {
     file: File,
-    size: u64,
     entries: Vec<(u64, Loc)>,
 }
 
@@ -608,11 +815,7 @@ fn read_part(path: &Path, part: u32) -> std::result::Result<Part, String> {
                 .ok_or_else(|| format!("index entry {i} points outside the pixels"))
         })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    Ok(Part {
-        file,
-        size,
-        entries,
-    })
+    Ok(Part { file, entries })
 }
 
 #[cfg(test)]
@@ -761,6 +964,122 @@ mod tests {
             assert!(same(&d.get(i as u64).unwrap(), img), "image {i}");
         }
         assert!(parts(d.dir(), "tmp").is_empty());
+        // one copy of each image, however the writers met
+        assert_eq!(pixel_bytes(d.dir()), 40 * 12 * 8 * 3);
+    }
+
+    /// The pixels the published parts of `dir` hold, by their footers.
+    fn pixel_bytes(dir: &Path) -> u64 {
+        parts(dir, "skdc")
+            .iter()
+            .map(|p| {
+                let b = fs::read(p).unwrap();
+                let n = b.len();
+                u64::from_le_bytes(b[n - 8..].try_into().unwrap())
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_process_reads_what_another_published_while_both_run() {
+        let tmp = tempfile::tempdir().unwrap();
+        let imgs: Vec<DecodedImage> = (0..10).map(|i| image(i + 1, 10, 6)).collect();
+        // two ranks of a node, opened together: neither sees anything at open
+        let (a, b) = (
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+        );
+        for (i, img) in imgs.iter().enumerate().take(5) {
+            a.put(i as u64, img);
+        }
+        a.flush(); // a's epoch ends: its part is published
+        // b picks it up at a miss once the directory changed (at most every REFRESH_EVERY)...
+        std::thread::sleep(REFRESH_EVERY + std::time::Duration::from_millis(20));
+        assert!(same(&b.get(3).unwrap(), &imgs[3]));
+        // ... and at its own epoch's end
+        for (i, img) in imgs.iter().enumerate().skip(5) {
+            b.put(i as u64, img);
+        }
+        b.flush();
+        a.flush();
+        for (i, img) in imgs.iter().enumerate() {
+            assert!(same(&a.get(i as u64).unwrap(), img), "a, image {i}");
+            assert!(same(&b.get(i as u64).unwrap(), img), "b, image {i}");
+        }
+        // every read of the other's parts is counted (b read image 3 twice)
+        assert_eq!(a.stats().shared, 5);
+        assert_eq!(b.stats().shared, 6);
+        assert!(
+            b.stats()
+                .report_line()
+                .contains("6 written by other processes")
+        );
+        // b never writes what a published
+        b.put(0, &imgs[0]);
+        b.flush();
+        assert_eq!(b.counts().0, 5);
+        assert_eq!(pixel_bytes(&b.dir), 10 * 10 * 6 * 3);
+    }
+
+    #[test]
+    fn images_decoded_by_two_processes_at_once_are_stored_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let imgs: Vec<DecodedImage> = (0..30).map(|i| image(i + 1, 8, 8)).collect();
+        let (a, b) = (
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+        );
+        // both decode 0..20 before either publishes; b also 20..30
+        for (i, img) in imgs.iter().enumerate() {
+            if i < 20 {
+                a.put(i as u64, img);
+            }
+            b.put(i as u64, img);
+        }
+        a.flush();
+        b.flush(); // b's part is rewritten without the 20 images a's part holds
+        assert_eq!((a.deduplicated(), b.deduplicated()), (0, 20));
+        assert_eq!(pixel_bytes(&a.dir), 30 * 8 * 8 * 3);
+        assert!(parts(&a.dir, "tmp").is_empty());
+        for (i, img) in imgs.iter().enumerate() {
+            assert!(same(&b.get(i as u64).unwrap(), img), "b, image {i}");
+        }
+        drop((a, b));
+        let c = open(tmp.path(), "k", u64::MAX).unwrap();
+        for (i, img) in imgs.iter().enumerate() {
+            assert!(same(&c.get(i as u64).unwrap(), img), "later run, image {i}");
+        }
+        // all of a part left out: no part at all
+        let d = open(tmp.path(), "k", u64::MAX).unwrap();
+        let before = parts(&d.dir, "skdc").len();
+        let (e, f) = (
+            open(tmp.path(), "k2", u64::MAX).unwrap(),
+            open(tmp.path(), "k2", u64::MAX).unwrap(),
+        );
+        e.put(1, &imgs[1]);
+        f.put(1, &imgs[1]);
+        e.flush();
+        f.flush();
+        assert_eq!((f.deduplicated(), parts(&f.dir, "skdc").len()), (1, 1));
+        assert!(same(&f.get(1).unwrap(), &imgs[1]));
+        assert_eq!(parts(&d.dir, "skdc").len(), before);
+    }
+
+    #[test]
+    fn the_limit_holds_for_the_node() {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = image(4, 10, 10); // 300 bytes
+        let (a, b) = (
+            open(tmp.path(), "k", 1000).unwrap(),
+            open(tmp.path(), "k", 1000).unwrap(),
+        );
+        a.put(0, &img);
+        a.put(1, &img);
+        a.flush(); // 2 × (300 + 32) + 32 = 696 bytes in the directory
+        b.flush(); // b sees them: one more image would pass the limit
+        b.put(2, &img);
+        assert_eq!(b.counts().0, 0);
+        assert!(b.get(0).is_some() && b.get(2).is_none());
     }
 
     #[test]

@@ -454,6 +454,7 @@ impl CacheProgress {
             budget: cache.limit,
             entries: self.ready() as u64,
             saved: Duration::ZERO,
+            shared: 0,
         }
     }
 

@@ -244,6 +244,7 @@ impl RecordCache {
                 .filter(|s| s.load(Ordering::Relaxed) == READY)
                 .count() as u64,
             saved: Duration::ZERO,
+            shared: 0,
         }
     }
 }
@@ -398,6 +399,7 @@ impl DecodedCache {
                 .map(|m| m.lock().map_or(0, |m| m.len() as u64))
                 .sum(),
             saved: Duration::from_nanos(mean.saturating_mul(hits)),
+            shared: 0,
         }];
         if let Some(disk) = &self.disk {
             let mut d = disk.stats();
