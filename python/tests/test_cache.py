@@ -282,3 +282,98 @@ def test_damage_at_every_layer_is_detected_repaired_from_a_clean_copy_and_report
         same(epoch(again), ref)
     err = capfd.readouterr().err
     assert err.count("is damaged") == 1 and str(copy) in err and str(src) in err, err
+
+
+RANK = """
+import hashlib, json, os, sys, time
+import numpy as np
+import stokehold
+from stokehold.image import RandomHorizontalFlip, RandomResizedCrop
+
+images, root, rank, world, epochs, sync, pause = sys.argv[1:8]
+rank, world, epochs, pause = int(rank), int(world), int(epochs), float(pause)
+kw = dict(seed=4, threads=2, rank=rank, world_size=world, decoded_cache=64, include_ids=True,
+          transforms={"image": [RandomResizedCrop(32), RandomHorizontalFlip()]})
+if root != "-":
+    kw["decoded_cache_dir"] = root
+loader = stokehold.Loader(images, 8, **kw)
+# the ranks of a node start together
+open(os.path.join(sync, f"ready-{rank}-{os.getpid()}"), "w").close()
+while len([f for f in os.listdir(sync) if f.startswith("ready-")]) < world:
+    time.sleep(0.005)
+digests = []
+for e in range(epochs):
+    loader.set_epoch(e)
+    for b in loader:
+        digests.append(hashlib.sha256(np.ascontiguousarray(b["image"]).tobytes() + np.asarray(b["id"]).tobytes()).hexdigest())
+        time.sleep(pause)
+st = loader.stats()["caches"]
+disk = st.get("decoded-disk", {"misses": st["decoded"]["misses"], "shared": 0})
+print(json.dumps({"digests": digests, "decoded": disk["misses"], "shared": disk["shared"]}))
+"""
+
+
+@pytest.fixture(scope="module")
+def more_images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("img120")
+    cli = [sys.executable, "-m", "stokehold._cli"]
+    subprocess.run([*cli, "sample-data", root / "imgs", "--images", "120", "--classes", "2", "--size", "64x48"], check=True, capture_output=True)
+    subprocess.run([*cli, "pack", root / "imgs", root / "ds", "--shard-size", "64KiB"], check=True, capture_output=True)
+    return str(root / "ds")
+
+
+def ranks(images, root, world, tmp, epochs=3, pause=0.02):
+    """``world`` ranks of one node started together, each taking ``pause`` s a step (a training step:
+    the ranks overlap as a job's do); each one's batch digests and counts."""
+    sync = tmp / f"sync-{time.monotonic_ns()}"
+    sync.mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RANK, images, str(root), str(r), str(world), str(epochs), str(sync), str(pause)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in range(world)
+    ]
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=300)
+        assert p.returncode == 0, stderr
+        out.append(__import__("json").loads(stdout))
+    return out
+
+
+def part_bytes(root):
+    return sum(p.stat().st_size for p in root.rglob("part-*.skdc"))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_the_ranks_of_a_node_share_the_decoded_directory_within_a_run(more_images, tmp_path, world):
+    """Ranks started together, 3 epochs, one directory: every batch is the batch without the
+    directory, each image is decoded about once per node (the other ranks read what one decoded
+    in an earlier epoch), the directory holds one copy, and a process killed while writing its
+    part leaves nothing half-written."""
+    n = 120
+    reference = ranks(more_images, "-", world, tmp_path)
+    root = tmp_path / "decoded"
+    # a process killed while its part is being written (its images are not yet published)
+    sync = tmp_path / "killed"
+    sync.mkdir()
+    victim = subprocess.Popen([sys.executable, "-c", RANK, more_images, str(root), "0", "1", "1", str(sync), "0.2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not list(root.rglob("part-*.tmp")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    victim.kill()
+    victim.wait()
+    assert list(root.rglob("part-*.tmp")), "the victim was writing"
+    got = ranks(more_images, root, world, tmp_path)
+    for r in range(world):
+        assert got[r]["digests"] == reference[r]["digests"], f"rank {r}"
+    decoded = sum(g["decoded"] for g in got)
+    assert decoded <= 1.05 * n, (decoded, [g["decoded"] for g in got])
+    assert sum(g["shared"] for g in got) > 0
+    assert not list(root.rglob("part-*.tmp")), "the killed part was swept"
+    # one copy: what one process alone leaves for the same images
+    alone = tmp_path / "alone"
+    p = subprocess.run([sys.executable, "-c", FILL_DECODED_DIR, more_images, str(alone)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert part_bytes(root) <= 1.05 * part_bytes(alone), (part_bytes(root), part_bytes(alone))

@@ -77,6 +77,9 @@ pub const PUBLISH_AFTER: std::time::Duration = std::time::Duration::from_secs(5)
 /// A miss looks for parts published since the last look at most this often (and only when the
 /// directory changed).
 pub const REFRESH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+/// The first miss after an epoch's end waits at most this long for the parts other processes
+/// are writing to be published (the ranks of a node end their epochs at about the same time).
+pub const WAIT_FOR_PEERS: std::time::Duration = std::time::Duration::from_secs(1);
 /// The directory's lock, held while a part is published.
 const PUBLISH_LOCK: &str = "publish.lock";
 
@@ -191,6 +194,9 @@ pub struct DecodedDisk {
     /// The published parts read (by name), so that a look at the directory reads only new ones.
     loaded: Mutex<std::collections::HashSet<PathBuf>>,
     looked: Mutex<Looked>,
+    /// Set at an epoch's end: the next miss waits for the other processes' parts first (and
+    /// every other miss meanwhile waits for it, holding this lock).
+    epoch_ended: Mutex<bool>,
     index: RwLock<HashMap<u64, Loc>>,
     writer: Mutex<Option<Writer>>,
     /// Set when writing stopped (limit, free space, an error).
@@ -268,6 +274,7 @@ impl DecodedDisk {
                 at: std::time::Instant::now(),
                 mtime: None,
             }),
+            epoch_ended: Mutex::new(false),
             index: RwLock::new(HashMap::new()),
             writer: Mutex::new(None),
             stopped: AtomicBool::new(false),
@@ -389,6 +396,30 @@ impl DecodedDisk {
         };
     }
 
+    /// Wait (at most [`WAIT_FOR_PEERS`]) until no other process has a part being written here,
+    /// then look at what was published: at an epoch's end the other ranks publish what they
+    /// decoded in it, and this process reads it instead of decoding it again.
+    fn wait_for_peers(&self) {
+        let t0 = std::time::Instant::now();
+        let own = self
+            .writer
+            .lock()
+            .ok()
+            .and_then(|w| w.as_ref().map(|w| w.tmp.clone()));
+        let writing = || {
+            fs::read_dir(&self.dir).is_ok_and(|rd| {
+                rd.flatten().any(|e| {
+                    let p = e.path();
+                    p.extension().is_some_and(|x| x == "tmp") && Some(&p) != own.as_ref()
+                })
+            })
+        };
+        while writing() && t0.elapsed() < WAIT_FOR_PEERS {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        self.refresh();
+    }
+
     /// [`refresh`](Self::refresh) when the last look is [`REFRESH_EVERY`] old and the directory
     /// changed since (a part was published or started); whether it looked.
     fn refresh_if_changed(&self) -> bool {
@@ -410,8 +441,18 @@ impl DecodedDisk {
     /// Sample `id`'s image, when the directory has it and its pixels pass their checksum.
     pub fn get(&self, id: u64) -> Option<DecodedImage> {
         let find = || self.index.read().ok().and_then(|m| m.get(&id).copied());
-        // a miss looks for what other processes published since
-        let loc = find().or_else(|| self.refresh_if_changed().then(find).flatten());
+        // a miss looks for what other processes published since; the first one after an
+        // epoch's end waits for the parts they are still writing
+        let loc = find()
+            .or_else(|| {
+                let mut ended = self.epoch_ended.lock().unwrap_or_else(|p| p.into_inner());
+                if std::mem::take(&mut *ended) {
+                    self.wait_for_peers();
+                }
+                drop(ended);
+                find()
+            })
+            .or_else(|| self.refresh_if_changed().then(find).flatten());
         let Some(loc) = loc else {
             self.counters.misses.fetch_add(1, Ordering::Relaxed);
             return None;
@@ -524,6 +565,7 @@ impl DecodedDisk {
         }
         self.sweep();
         self.refresh();
+        *self.epoch_ended.lock().unwrap_or_else(|p| p.into_inner()) = true;
     }
 
     fn stop(&self, why: &str) {
@@ -1063,6 +1105,32 @@ mod tests {
         assert_eq!((f.deduplicated(), parts(&f.dir, "skdc").len()), (1, 1));
         assert!(same(&f.get(1).unwrap(), &imgs[1]));
         assert_eq!(parts(&d.dir, "skdc").len(), before);
+    }
+
+    #[test]
+    fn the_first_miss_of_an_epoch_waits_for_the_parts_others_are_writing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let img = image(9, 10, 6);
+        let (a, b) = (
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+            open(tmp.path(), "k", u64::MAX).unwrap(),
+        );
+        a.put(7, &img); // a is still in its epoch: its part is being written
+        b.flush(); // b's epoch ended
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                a.flush(); // a's epoch ends a moment later
+            });
+            // b's first miss waits for a's part instead of computing the image again
+            let t = std::time::Instant::now();
+            assert!(same(&b.get(7).unwrap(), &img));
+            assert!(t.elapsed() < WAIT_FOR_PEERS);
+        });
+        // later misses do not wait
+        let t = std::time::Instant::now();
+        assert!(b.get(8).is_none());
+        assert!(t.elapsed() < WAIT_FOR_PEERS / 2);
     }
 
     #[test]
