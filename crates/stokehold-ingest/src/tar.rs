@@ -306,6 +306,50 @@ impl<R: Read> TarReader<R> {
         Ok(data)
     }
 
+    /// Pass all of the current member's data to `f`, a piece at a time, without holding it
+    /// (what [`read_data`](Self::read_data) returns, for a reader that only looks at it: a
+    /// checksum). The same errors as `read_data`.
+    pub fn read_data_with(&mut self, mut f: impl FnMut(&[u8])) -> Result<(), TarError> {
+        let pending = match self.pending {
+            Some(p) if p.readable && !self.done => p,
+            _ => return Err(TarError::NoCurrentEntry { offset: self.pos }),
+        };
+        let mut left = pending.data;
+        let mut scratch = vec![0u8; (64 << 10).min(left as usize)];
+        while left > 0 {
+            let want = scratch
+                .len()
+                .min(usize::try_from(left).unwrap_or(usize::MAX));
+            match self.inner.read(&mut scratch[..want]) {
+                Ok(0) => {
+                    self.done = true;
+                    return Err(TarError::Truncated {
+                        offset: pending.header_offset,
+                    });
+                }
+                Ok(got) => {
+                    f(&scratch[..got]);
+                    left -= got as u64;
+                    self.pos += got as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    self.done = true;
+                    return Err(TarError::Io {
+                        offset: self.pos,
+                        source,
+                    });
+                }
+            }
+        }
+        self.pending = Some(Pending {
+            data: 0,
+            readable: false,
+            ..pending
+        });
+        Ok(())
+    }
+
     fn next_entry_inner(&mut self) -> Result<Option<TarEntry>, TarError> {
         if let Some(p) = self.pending.take() {
             self.skip(p.data, p.header_offset)?;
@@ -644,6 +688,47 @@ fn parse_pax(payload: &[u8], offset: u64) -> Result<PaxRecords, TarError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn data_streamed_in_pieces_is_the_data_read_whole() {
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let mut b = ::tar::Builder::new(Vec::new());
+        for (name, data) in [("a.bin", &big[..]), ("b.txt", &b"hello"[..])] {
+            let mut h = ::tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        }
+        let archive = b.into_inner().unwrap();
+        let mut whole = TarReader::new(&archive[..], TarLimits::default());
+        let mut pieces = TarReader::new(&archive[..], TarLimits::default());
+        while let Some(e) = whole.next_entry().unwrap() {
+            assert_eq!(pieces.next_entry().unwrap().unwrap().name, e.name);
+            let mut got = Vec::new();
+            let mut calls = 0;
+            pieces
+                .read_data_with(|c| {
+                    calls += 1;
+                    got.extend_from_slice(c)
+                })
+                .unwrap();
+            assert_eq!(got, whole.read_data().unwrap());
+            assert!(calls >= (got.len() >> 16), "{calls} pieces");
+            // read once only
+            assert!(matches!(
+                pieces.read_data_with(|_| {}),
+                Err(TarError::NoCurrentEntry { .. })
+            ));
+        }
+        assert!(pieces.next_entry().unwrap().is_none());
+        // cut inside the big member: truncated, naming its header
+        let mut cut = TarReader::new(&archive[..100_000], TarLimits::default());
+        cut.next_entry().unwrap().unwrap();
+        assert!(matches!(
+            cut.read_data_with(|_| {}),
+            Err(TarError::Truncated { offset: 0 })
+        ));
+    }
 
     #[test]
     fn octal_fields() {

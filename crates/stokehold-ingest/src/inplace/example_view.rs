@@ -118,6 +118,58 @@ impl<'a> Wire<'a> {
     }
 }
 
+/// Every feature of the Example in `record` that has a list set, with its name (the last entry
+/// of a name, as protobuf reads maps), in the order of their last entries.
+pub fn features<'a>(record: &'a [u8]) -> Result<Vec<(&'a [u8], FeatureView<'a>)>, WireError> {
+    let mut out: Vec<(&'a [u8], FeatureView<'a>)> = Vec::new();
+    let mut ex = Wire::new(record, 0);
+    while let Some((num, wire)) = ex.key()? {
+        if num != 1 || wire != LEN {
+            ex.skip(wire)?;
+            continue;
+        }
+        let (features, at) = ex.len_delimited()?;
+        let mut fs = Wire::new(features, at);
+        while let Some((num, wire)) = fs.key()? {
+            if num != 1 || wire != LEN {
+                fs.skip(wire)?;
+                continue;
+            }
+            let (entry, at) = fs.len_delimited()?;
+            let mut e = Wire::new(entry, at);
+            let (mut key, mut value): (&[u8], Option<(&[u8], usize)>) = (&[], None);
+            while let Some((num, wire)) = e.key()? {
+                match (num, wire) {
+                    (1, LEN) => key = e.len_delimited()?.0,
+                    (2, LEN) => value = Some(e.len_delimited()?),
+                    (_, w) => e.skip(w)?,
+                }
+            }
+            out.retain(|(k, _)| *k != key);
+            let (feat, at) = value.unwrap_or((&[], at));
+            if let Some(list) = list_of(feat, at)? {
+                out.push((key, list));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The list a `Feature` message holds (the last one set), if any.
+fn list_of(feat: &[u8], at: usize) -> Result<Option<FeatureView<'_>>, WireError> {
+    let mut f = Wire::new(feat, at);
+    let mut out = None;
+    while let Some((num, wire)) = f.key()? {
+        if !(1..=3).contains(&num) || wire != LEN {
+            f.skip(wire)?;
+            continue;
+        }
+        let (list, at) = f.len_delimited()?;
+        out = Some(read_list(num, list, at)?);
+    }
+    Ok(out)
+}
+
 /// The feature `name` of the Example in `record`, or `None` when it has none (or a feature with
 /// no list set).
 pub fn feature<'a>(record: &'a [u8], name: &str) -> Result<Option<FeatureView<'a>>, WireError> {
@@ -153,17 +205,7 @@ pub fn feature<'a>(record: &'a [u8], name: &str) -> Result<Option<FeatureView<'a
     let Some((feat, at)) = found else {
         return Ok(None);
     };
-    let mut f = Wire::new(feat, at);
-    let mut out = None;
-    while let Some((num, wire)) = f.key()? {
-        if !(1..=3).contains(&num) || wire != LEN {
-            f.skip(wire)?;
-            continue;
-        }
-        let (list, at) = f.len_delimited()?;
-        out = Some(read_list(num, list, at)?);
-    }
-    Ok(out)
+    list_of(feat, at)
 }
 
 fn read_list(kind: u64, list: &[u8], at: usize) -> Result<FeatureView<'_>, WireError> {

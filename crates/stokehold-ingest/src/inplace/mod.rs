@@ -626,6 +626,8 @@ fn scan(
     let mut ix = FileIndex::new(format.name(), name, meta.size, meta.version.clone());
     let r = match storage.slice(0, meta.size as usize) {
         _ if format == InPlaceFormat::Parquet => parquet::scan(storage, meta.size, max, &mut ix),
+        // a mapped TFRecord file is scanned where it lies, no record copied
+        Some(all) if format == InPlaceFormat::TfRecord => tfrecord::scan_slice(all, max, &mut ix),
         Some(all) => scan_with(all, format, max, &mut ix),
         None => scan_with(
             StorageReader {

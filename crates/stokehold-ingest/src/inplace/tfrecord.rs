@@ -11,11 +11,13 @@ use stokehold_format::{
     ArrayValue, DType, FieldType, FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc,
 };
 
+use stokehold_format::ImageCodec;
+
 use super::example_view::{FeatureView, feature};
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{Rows, Scanned};
 use crate::example::decode_example;
-use crate::pack::tfrecord::{Stats, observe};
+use crate::pack::tfrecord::{ListKind, Stats, observe, observe_one};
 use crate::tfrecord::{TfRecordError, TfRecordReader};
 
 /// Bytes of a record's framing before its payload (length and its CRC).
@@ -26,6 +28,123 @@ const HEADER: u64 = 12;
 pub(super) struct TfStats {
     pub features: BTreeMap<String, Stats>,
     pub conflicts: Vec<String>,
+}
+
+/// Record `data`'s features into `stats` and its members; `false` when it is not a valid
+/// Example (then it is kept marked damaged).
+fn observe_record(
+    data: &[u8],
+    stats: &mut TfStats,
+    ix: &mut FileIndex,
+    members: &mut Vec<Member>,
+) -> bool {
+    members.clear();
+    let Ok(mut features) = super::example_view::features(data) else {
+        return false;
+    };
+    // by name, as the decoded Example's map gives them (the same index whichever scan made it)
+    features.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, view) in &features {
+        // a feature name is a protobuf string: UTF-8, or the Example is not one
+        let Ok(name) = std::str::from_utf8(name) else {
+            members.clear();
+            return false;
+        };
+        let (kind, len, img, utf8) = match view {
+            FeatureView::Bytes(b) => (
+                ListKind::Bytes,
+                b.len(),
+                b.iter().all(|v| ImageCodec::sniff(v).is_some()),
+                b.iter().all(|v| std::str::from_utf8(v).is_ok()),
+            ),
+            FeatureView::Float(f) => (ListKind::Float, f.len(), false, false),
+            FeatureView::Int(i) => (ListKind::Int, i.len(), false, false),
+        };
+        observe_one(
+            &mut stats.features,
+            name,
+            kind,
+            len,
+            img,
+            utf8,
+            &mut stats.conflicts,
+        );
+        let name = ix.name_id(name);
+        members.push(Member {
+            name,
+            offset: 0,
+            len: 0,
+        });
+    }
+    true
+}
+
+/// Index a TFRecord file whose bytes are all in memory (a mapped file) into `ix`, as [`scan`]
+/// does, without copying a record: one CRC-32C pass over each record's data (its masked form
+/// checked against the file's, its plain form kept in the index) and a walk of its Example.
+pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+    let mut stats = TfStats::default();
+    let mut members = Vec::new();
+    let mut pos = 0usize;
+    let n = all.len();
+    let err = |e: TfRecordError| (e.offset(), e.to_string());
+    while pos < n {
+        let offset = pos as u64;
+        let gzip = pos == 0 && all.starts_with(&[0x1f, 0x8b]);
+        let Some(header) = all.get(pos..pos + 12) else {
+            return Err(err(if gzip {
+                TfRecordError::Compressed { offset }
+            } else {
+                TfRecordError::Truncated { offset }
+            }));
+        };
+        let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
+        let len_crc = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
+        if crate::tfrecord::masked_crc32c(&len_bytes) != len_crc {
+            return Err(err(if gzip {
+                TfRecordError::Compressed { offset }
+            } else {
+                TfRecordError::LengthCrc { offset }
+            }));
+        }
+        let len = u64::from_le_bytes(len_bytes);
+        let cap = max.min(u64::from(u32::MAX));
+        if len > cap {
+            return Err(err(TfRecordError::TooLarge {
+                offset,
+                len,
+                max: cap,
+            }));
+        }
+        let start = pos + 12;
+        let end = start + len as usize; // len <= u32::MAX: no overflow on 64-bit
+        let Some(tail) = all.get(end..end + 4) else {
+            return Err(err(TfRecordError::Truncated { offset }));
+        };
+        let data = &all[start..end];
+        let crc = crc::crc32c(data);
+        let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+        let entry = |crc| IndexEntry {
+            offset: offset + HEADER,
+            len: len as u32,
+            crc,
+        };
+        if crate::tfrecord::mask_crc(crc) != stored {
+            // the file's own checksum (unmasked): a read then reports it against the data's
+            ix.push(
+                entry(crate::tfrecord::unmask_crc(stored)),
+                &[damaged()],
+                b"",
+            );
+        } else if observe_record(data, &mut stats, ix, &mut members) {
+            ix.push(entry(crc), &members, b"");
+        } else {
+            ix.push(entry(crc), &[damaged()], b"");
+        }
+        pos = end + 4;
+    }
+    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
+    Ok(())
 }
 
 /// Index the TFRecord file read by `r` (records of at most `max` bytes) into `ix`. A record
@@ -229,4 +348,62 @@ pub(super) fn choose(
     )
     .map_err(|e| e.to_string())?;
     Ok(super::Chosen::typed(chosen, |n| types[n].clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::{Example, Feature, encode_example};
+
+    /// The scan of a mapped file and the streaming scan index the same file alike: records,
+    /// checksums, members, damage and statistics.
+    #[test]
+    fn the_mapped_scan_is_the_streaming_scan() {
+        let mut file = Vec::new();
+        let records: Vec<Vec<u8>> = vec![
+            encode_example(&Example::from_features(vec![
+                (
+                    "image/encoded",
+                    Feature::bytes([b"\xff\xd8\xff\xe0 jpeg-ish".to_vec()]),
+                ),
+                ("label", Feature::int64s(vec![3])),
+            ])),
+            encode_example(&Example::from_features(vec![
+                ("label", Feature::int64s(vec![1, 2])),
+                ("w", Feature::floats(vec![0.5])),
+                ("text", Feature::bytes([b"hello".to_vec()])),
+            ])),
+            b"\x0a\x05not an Example".to_vec(),
+            encode_example(&Example::from_features(vec![(
+                "label",
+                Feature::int64s(vec![7]),
+            )])),
+        ];
+        for r in &records {
+            crate::tfrecord::write_record(&mut file, r).unwrap();
+        }
+        // the last record's data damaged: its CRC fails
+        let n = file.len();
+        file[n - 6] ^= 0x01;
+        let index = |slice: bool| {
+            let mut ix = FileIndex::new("tfrecord", "f", file.len() as u64, None);
+            if slice {
+                scan_slice(&file, 1 << 20, &mut ix).unwrap();
+            } else {
+                scan(&file[..], 1 << 20, &mut ix).unwrap();
+            }
+            ix
+        };
+        let (a, b) = (index(true), index(false));
+        assert_eq!(a, b);
+        assert_eq!(a.entries.len(), 4);
+        assert!(!a.damaged(0) && !a.damaged(1) && a.damaged(2) && a.damaged(3));
+        // cut inside the last record: both refuse it at the same byte
+        let cut = &file[..n - 2];
+        let mut ix = FileIndex::new("tfrecord", "f", cut.len() as u64, None);
+        let e1 = scan_slice(cut, 1 << 20, &mut ix).unwrap_err();
+        let mut ix = FileIndex::new("tfrecord", "f", cut.len() as u64, None);
+        let e2 = scan(cut, 1 << 20, &mut ix).unwrap_err();
+        assert_eq!(e1, e2);
+    }
 }

@@ -79,16 +79,16 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
         if current.as_ref().is_some_and(|c| c.key != key) {
             finish(current.take(), ix, &mut stats)?;
         }
-        let data = reader
-            .read_data()
-            .map_err(|e| (e.offset(), e.to_string()))?;
         let g = current.get_or_insert_with(|| Gathering {
             key,
             start: entry.header_offset,
             members: Vec::new(),
             crc: 0,
         });
-        g.crc = crc::append(g.crc, &data);
+        // the data is only checksummed: streamed through, never held
+        reader
+            .read_data_with(|chunk| g.crc = crc::append(g.crc, chunk))
+            .map_err(|e| (e.offset(), e.to_string()))?;
         g.members.push((ext, entry.data_offset, entry.size));
     }
     finish(current, ix, &mut stats)?;

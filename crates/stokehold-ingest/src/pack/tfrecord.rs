@@ -69,16 +69,33 @@ pub(crate) fn observe(
             ),
             _ => (false, false),
         };
-        let s = stats.entry(name.clone()).or_insert(Stats {
+        observe_one(stats, name, kind, len, img, utf8, conflicts);
+    }
+}
+
+/// Count one feature of one record (a list of `kind` and `len` values; all images, all UTF-8)
+/// into `stats`.
+pub(crate) fn observe_one(
+    stats: &mut BTreeMap<String, Stats>,
+    name: &str,
+    kind: ListKind,
+    len: usize,
+    img: bool,
+    utf8: bool,
+    conflicts: &mut Vec<String>,
+) {
+    let s = match stats.get_mut(name) {
+        Some(s) => s,
+        None => stats.entry(name.to_string()).or_insert(Stats {
             kind,
             min_len: len,
             max_len: len,
             all_images: true,
             all_utf8: true,
             count: 0,
-        });
-        merge_one(s, name, kind, len, len, img, utf8, 1, conflicts);
-    }
+        }),
+    };
+    merge_one(s, name, kind, len, len, img, utf8, 1, conflicts);
 }
 
 /// Merge the statistics of other files into `into`.
