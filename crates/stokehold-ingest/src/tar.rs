@@ -229,6 +229,35 @@ pub struct TarReader<R> {
     pos: u64,
     pending: Option<Pending>,
     done: bool,
+    /// The buffer [`read_data_with`](Self::read_data_with) streams through (made once).
+    scratch: Vec<u8>,
+}
+
+impl<'a> TarReader<&'a [u8]> {
+    /// The current member's data, borrowed from the archive in memory (a mapped file): what
+    /// [`read_data`](Self::read_data) returns, without copying it. The same errors.
+    pub fn read_data_slice(&mut self) -> Result<&'a [u8], TarError> {
+        let pending = match self.pending {
+            Some(p) if p.readable && !self.done => p,
+            _ => return Err(TarError::NoCurrentEntry { offset: self.pos }),
+        };
+        let n = usize::try_from(pending.data).unwrap_or(usize::MAX);
+        if n > self.inner.len() {
+            self.done = true;
+            return Err(TarError::Truncated {
+                offset: pending.header_offset,
+            });
+        }
+        let (data, rest) = self.inner.split_at(n);
+        self.inner = rest;
+        self.pos += n as u64;
+        self.pending = Some(Pending {
+            data: 0,
+            readable: false,
+            ..pending
+        });
+        Ok(data)
+    }
 }
 
 impl<R: Read> TarReader<R> {
@@ -240,6 +269,7 @@ impl<R: Read> TarReader<R> {
             pos: 0,
             pending: None,
             done: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -315,7 +345,10 @@ impl<R: Read> TarReader<R> {
             _ => return Err(TarError::NoCurrentEntry { offset: self.pos }),
         };
         let mut left = pending.data;
-        let mut scratch = vec![0u8; (64 << 10).min(left as usize)];
+        if left > 0 && self.scratch.is_empty() {
+            self.scratch = vec![0u8; 64 << 10];
+        }
+        let scratch = &mut self.scratch;
         while left > 0 {
             let want = scratch
                 .len()
@@ -702,6 +735,7 @@ mod tests {
         let archive = b.into_inner().unwrap();
         let mut whole = TarReader::new(&archive[..], TarLimits::default());
         let mut pieces = TarReader::new(&archive[..], TarLimits::default());
+        let mut sliced = TarReader::new(&archive[..], TarLimits::default());
         while let Some(e) = whole.next_entry().unwrap() {
             assert_eq!(pieces.next_entry().unwrap().unwrap().name, e.name);
             let mut got = Vec::new();
@@ -712,7 +746,10 @@ mod tests {
                     got.extend_from_slice(c)
                 })
                 .unwrap();
-            assert_eq!(got, whole.read_data().unwrap());
+            let expected = whole.read_data().unwrap();
+            assert_eq!(got, expected);
+            assert_eq!(sliced.next_entry().unwrap().unwrap().name, e.name);
+            assert_eq!(sliced.read_data_slice().unwrap(), &expected[..]);
             assert!(calls >= (got.len() >> 16), "{calls} pieces");
             // read once only
             assert!(matches!(
@@ -726,6 +763,12 @@ mod tests {
         cut.next_entry().unwrap().unwrap();
         assert!(matches!(
             cut.read_data_with(|_| {}),
+            Err(TarError::Truncated { offset: 0 })
+        ));
+        let mut cut = TarReader::new(&archive[..100_000], TarLimits::default());
+        cut.next_entry().unwrap().unwrap();
+        assert!(matches!(
+            cut.read_data_slice(),
             Err(TarError::Truncated { offset: 0 })
         ));
     }

@@ -628,7 +628,7 @@ fn scan(
         _ if format == InPlaceFormat::Parquet => parquet::scan(storage, meta.size, max, &mut ix),
         // a mapped TFRecord file is scanned where it lies, no record copied
         Some(all) if format == InPlaceFormat::TfRecord => tfrecord::scan_slice(all, max, &mut ix),
-        Some(all) => scan_with(all, format, max, &mut ix),
+        Some(all) => webdataset::scan_slice(all, max, &mut ix),
         None => scan_with(
             StorageReader {
                 storage: &*storage,

@@ -39,11 +39,36 @@ struct Gathering {
 /// Index the tar read by `r` into `ix`. A damaged archive (a bad header checksum, a cut member)
 /// is an error at its byte offset.
 pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
-    let limits = TarLimits {
+    let reader = TarReader::new(r, limits(max));
+    scan_with(reader, ix, |reader, crc| {
+        reader.read_data_with(|chunk| *crc = crc::append(*crc, chunk))
+    })
+}
+
+/// [`scan`] of a tar whose bytes are all in memory (a mapped file): each member's data is
+/// checksummed where it lies.
+pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+    let reader = TarReader::new(all, limits(max));
+    scan_with(reader, ix, |reader, crc| {
+        reader
+            .read_data_slice()
+            .map(|data| *crc = crc::append(*crc, data))
+    })
+}
+
+fn limits(max: u64) -> TarLimits {
+    TarLimits {
         max_member_size: max,
         ..TarLimits::default()
-    };
-    let mut reader = TarReader::new(r, limits);
+    }
+}
+
+/// The scan, with `data` folding the current member's data into a CRC-32C.
+fn scan_with<R: Read>(
+    mut reader: TarReader<R>,
+    ix: &mut FileIndex,
+    mut data: impl FnMut(&mut TarReader<R>, &mut u32) -> Result<(), crate::tar::TarError>,
+) -> Result<(), (u64, String)> {
     let mut stats = TarStats::default();
     let mut current: Option<Gathering> = None;
     let mut refused = 0u64;
@@ -85,10 +110,8 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
             members: Vec::new(),
             crc: 0,
         });
-        // the data is only checksummed: streamed through, never held
-        reader
-            .read_data_with(|chunk| g.crc = crc::append(g.crc, chunk))
-            .map_err(|e| (e.offset(), e.to_string()))?;
+        // the data is only checksummed, never held
+        data(&mut reader, &mut g.crc).map_err(|e| (e.offset(), e.to_string()))?;
         g.members.push((ext, entry.data_offset, entry.size));
     }
     finish(current, ix, &mut stats)?;
@@ -288,4 +311,54 @@ pub(super) fn choose(
     )
     .map_err(|e| e.to_string())?;
     Ok(super::Chosen::typed(chosen, field_type))
+}
+
+#[cfg(test)]
+mod scan_tests {
+    use super::*;
+
+    /// The scan of a mapped tar and the streaming scan index it alike (members, checksums,
+    /// keys, refused links, pickles left out), and refuse a cut one at the same byte.
+    #[test]
+    fn the_mapped_scan_is_the_streaming_scan() {
+        let mut b = ::tar::Builder::new(Vec::new());
+        let mut add = |name: &str, data: &[u8]| {
+            let mut h = ::tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_cksum();
+            b.append_data(&mut h, name, data).unwrap();
+        };
+        let big: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
+        add("s1.jpg", &big);
+        add("s1.cls", b"3");
+        add("s1.pyd", b"not unpickled");
+        add("s2.jpg", b"\xff\xd8 small");
+        add("s2.txt", b"caption");
+        let mut link = ::tar::Header::new_ustar();
+        link.set_entry_type(::tar::EntryType::Symlink);
+        link.set_size(0);
+        b.append_link(&mut link, "s3.jpg", "/etc/passwd").unwrap();
+        let archive = b.into_inner().unwrap();
+        let index = |a: &[u8], slice: bool| {
+            let mut ix = FileIndex::new("webdataset", "t.tar", a.len() as u64, None);
+            let r = if slice {
+                scan_slice(a, 1 << 30, &mut ix)
+            } else {
+                scan(a, 1 << 30, &mut ix)
+            };
+            r.map(|()| ix)
+        };
+        let (m, s) = (
+            index(&archive, true).unwrap(),
+            index(&archive, false).unwrap(),
+        );
+        assert_eq!(m, s);
+        assert_eq!(m.entries.len(), 2);
+        assert!(m.header.notes.iter().any(|n| n.contains("refused")));
+        let cut = &archive[..100_000];
+        assert_eq!(
+            index(cut, true).unwrap_err(),
+            index(cut, false).unwrap_err()
+        );
+    }
 }
