@@ -98,7 +98,16 @@ fn main() {
             .unwrap();
         stokehold_ingest::tfrecord::write_record(&mut f, &encode_example(&e)).unwrap();
     }
-    let server = S3Server::shared();
+    // moto (a Python server, about 190 requests/s here) or, when `STOKEHOLD_S3S_FS` names the
+    // `s3s-fs` binary (a Rust S3 server; `make bench` installs it), that one
+    let fs_server = std::env::var_os("STOKEHOLD_S3S_FS").map(|bin| {
+        S3Server::start_s3s_fs(Path::new(&bin), &tmp.path().join("s3"))
+            .unwrap_or_else(|e| panic!("cannot start s3s-fs ({bin:?}): {e}"))
+    });
+    let server = match &fs_server {
+        Some(s) => s,
+        None => S3Server::shared(),
+    };
     server.create_bucket("bench").unwrap();
     let direct = testing::options(&server.endpoint());
     testing::upload_dir(&tfr, "s3://bench/tfr", &direct).unwrap();

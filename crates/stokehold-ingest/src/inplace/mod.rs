@@ -151,7 +151,7 @@ pub fn open(
                     dir.push("/");
                     let dir = [PathBuf::from(dir)];
                     match resolve(&dir, &options, inplace) {
-                        Ok(_) => open_in_place(&dir, options, inplace),
+                        Ok(resolved) => open_resolved(resolved, options, inplace),
                         Err(_) => Err(e),
                     }
                 }
@@ -786,7 +786,16 @@ pub fn open_in_place(
     options: OpenOptions,
     inplace: &InPlaceOptions,
 ) -> Result<Dataset, FormatError> {
-    let (location, root, files, format) = resolve(paths, &options, inplace)?;
+    let resolved = resolve(paths, &options, inplace)?;
+    open_resolved(resolved, options, inplace)
+}
+
+/// [`open_in_place`] of files already resolved.
+fn open_resolved(
+    (location, root, files, format): Resolved,
+    options: OpenOptions,
+    inplace: &InPlaceOptions,
+) -> Result<Dataset, FormatError> {
     let scanned = indexes(&location, &root, &files, format, inplace)?;
     let mut notes: Vec<String> = Vec::new();
     for s in &scanned {
