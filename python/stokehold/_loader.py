@@ -377,7 +377,8 @@ class _Front:
         ``prefetch`` (the depth now), ``bytes_read`` and ``records_read`` (what the pipeline took
         from storage), ``profiled`` (whether stages were timed) and ``caches`` (``"records"``,
         ``"decoded"``, ``"decoded-disk"``, ``"disk"`` -> ``hits``, ``misses``, ``bytes``, ``budget``, ``entries``,
-        ``saved`` seconds of worker time) and ``storage`` (``None`` for a local dataset; from object
+        ``saved`` seconds of worker time; ``"decoded-disk"`` also ``shared``, its hits on images other
+        processes wrote) and ``storage`` (``None`` for a local dataset; from object
         storage: ``requests``, ``http_requests``, ``retries``, ``failures``, ``short_bodies``,
         ``bytes``, and ``prefetch`` -> ``requests``, ``bytes``, ``hits``, ``misses``,
         ``wasted_bytes``, ``refused``: the ranges fetched ahead of the reads)."""
