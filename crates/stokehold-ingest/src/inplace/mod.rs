@@ -610,14 +610,14 @@ impl Read for StorageReader<'_> {
     }
 }
 
-/// Scan file `name` of `location` (`meta`) into a new index.
+/// Scan file `name` of `location` (`meta`) into a new index, with up to `threads` threads.
 fn scan(
     location: &dyn Location,
     root: &Path,
     name: &str,
     meta: &ObjectMeta,
     format: InPlaceFormat,
-    max: u64,
+    (max, threads): (u64, usize),
 ) -> Result<FileIndex, FormatError> {
     let path = root.join(name);
     let storage = location
@@ -627,7 +627,11 @@ fn scan(
     let r = match storage.slice(0, meta.size as usize) {
         _ if format == InPlaceFormat::Parquet => parquet::scan(storage, meta.size, max, &mut ix),
         // a mapped TFRecord file is scanned where it lies, no record copied
-        Some(all) if format == InPlaceFormat::TfRecord => tfrecord::scan_slice(all, max, &mut ix),
+        // split among threads when the file is large (at least 16 MiB a thread)
+        Some(all) if format == InPlaceFormat::TfRecord => {
+            let threads = (all.len() >> 24).clamp(1, threads);
+            tfrecord::scan_slice(all, max, &mut ix, threads)
+        }
         Some(all) => webdataset::scan_slice(all, max, &mut ix),
         None => scan_with(
             StorageReader {
@@ -682,6 +686,9 @@ fn indexes(
     };
     let next = AtomicUsize::new(0);
     let threads = location.parallelism().clamp(1, files.len().max(1));
+    // a file's own scan may split it among the threads the files leave (one large file: all)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let inner = (cores / files.len().max(1)).max(1);
     let out: std::sync::Mutex<Vec<Option<Result<Scanned, FormatError>>>> =
         std::sync::Mutex::new((0..files.len()).map(|_| None).collect());
     std::thread::scope(|s| {
@@ -707,10 +714,12 @@ fn indexes(
                         .flatten();
                     let r = match got {
                         Some(ix) => Ok((ix, false)),
-                        None => scan(&**location, root, name, meta, format, max).and_then(|ix| {
-                            keep(&**location, root, name, &ix, inplace, dir.as_deref())?;
-                            Ok((ix, true))
-                        }),
+                        None => scan(&**location, root, name, meta, format, (max, inner)).and_then(
+                            |ix| {
+                                keep(&**location, root, name, &ix, inplace, dir.as_deref())?;
+                                Ok((ix, true))
+                            },
+                        ),
                     };
                     let r = r.map(|(ix, fresh)| Scanned {
                         name: name.clone(),

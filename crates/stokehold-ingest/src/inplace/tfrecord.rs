@@ -80,71 +80,128 @@ fn observe_record(
 }
 
 /// Index a TFRecord file whose bytes are all in memory (a mapped file) into `ix`, as [`scan`]
-/// does, without copying a record: one CRC-32C pass over each record's data (its masked form
-/// checked against the file's, its plain form kept in the index) and a walk of its Example.
-pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+/// does, without copying a record: the framing walked first (each record's length and its CRC),
+/// then the records, split among `threads` threads, each checksummed once (its masked CRC-32C
+/// checked against the file's, its plain one kept in the index) and its Example walked.
+pub(super) fn scan_slice(
+    all: &[u8],
+    max: u64,
+    ix: &mut FileIndex,
+    threads: usize,
+) -> Result<(), (u64, String)> {
+    let records = framing(all, max).map_err(|e| (e.offset(), e.to_string()))?;
+    let threads = threads.clamp(1, records.len().max(1));
+    let per = records.len().div_ceil(threads.max(1)).max(1);
+    let parts: Vec<(FileIndex, TfStats)> = std::thread::scope(|s| {
+        let handles: Vec<_> = records
+            .chunks(per)
+            .map(|chunk| s.spawn(move || index_records(all, chunk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .expect("indexing a chunk of records does not panic")
+            })
+            .collect()
+    });
     let mut stats = TfStats::default();
     let mut members = Vec::new();
+    for (part, st) in parts {
+        for r in 0..part.entries.len() {
+            members.clear();
+            for m in part.members_of(r) {
+                let name = match m.name {
+                    DAMAGED => DAMAGED,
+                    id => ix.name_id(&part.header.names[id as usize]),
+                };
+                members.push(Member { name, ..*m });
+            }
+            ix.push(part.entries[r], &members, b"");
+        }
+        crate::pack::tfrecord::merge(&mut stats.features, &st.features, &mut stats.conflicts);
+        for c in st.conflicts {
+            if !stats.conflicts.contains(&c) {
+                stats.conflicts.push(c);
+            }
+        }
+    }
+    stats.conflicts.sort();
+    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
+    Ok(())
+}
+
+/// Each record of a TFRecord file in memory: the offset of its header and its data's length;
+/// an error at the first framing that cannot be trusted (as [`TfRecordReader`] reports it).
+fn framing(all: &[u8], max: u64) -> Result<Vec<(usize, usize)>, TfRecordError> {
+    let mut out = Vec::new();
     let mut pos = 0usize;
-    let n = all.len();
-    let err = |e: TfRecordError| (e.offset(), e.to_string());
-    while pos < n {
+    let cap = max.min(u64::from(u32::MAX));
+    while pos < all.len() {
         let offset = pos as u64;
         let gzip = pos == 0 && all.starts_with(&[0x1f, 0x8b]);
         let Some(header) = all.get(pos..pos + 12) else {
-            return Err(err(if gzip {
+            return Err(if gzip {
                 TfRecordError::Compressed { offset }
             } else {
                 TfRecordError::Truncated { offset }
-            }));
+            });
         };
         let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
         let len_crc = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
         if crate::tfrecord::masked_crc32c(&len_bytes) != len_crc {
-            return Err(err(if gzip {
+            return Err(if gzip {
                 TfRecordError::Compressed { offset }
             } else {
                 TfRecordError::LengthCrc { offset }
-            }));
+            });
         }
         let len = u64::from_le_bytes(len_bytes);
-        let cap = max.min(u64::from(u32::MAX));
         if len > cap {
-            return Err(err(TfRecordError::TooLarge {
+            return Err(TfRecordError::TooLarge {
                 offset,
                 len,
                 max: cap,
-            }));
+            });
         }
-        let start = pos + 12;
-        let end = start + len as usize; // len <= u32::MAX: no overflow on 64-bit
-        let Some(tail) = all.get(end..end + 4) else {
-            return Err(err(TfRecordError::Truncated { offset }));
-        };
-        let data = &all[start..end];
+        // len <= u32::MAX: no overflow on 64-bit
+        let end = pos + 12 + len as usize;
+        if all.len() < end + 4 {
+            return Err(TfRecordError::Truncated { offset });
+        }
+        out.push((pos, len as usize));
+        pos = end + 4;
+    }
+    Ok(out)
+}
+
+/// Index `records` (header offset, data length) of the file `all` into an index of their own
+/// (names numbered in it) and their statistics.
+fn index_records(all: &[u8], records: &[(usize, usize)]) -> (FileIndex, TfStats) {
+    let mut ix = FileIndex::new("tfrecord", "", 0, None);
+    let mut stats = TfStats::default();
+    let mut members = Vec::new();
+    for &(pos, len) in records {
+        let data = &all[pos + 12..pos + 12 + len];
         let crc = crc::crc32c(data);
+        let tail = &all[pos + 12 + len..pos + 16 + len];
         let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
         let entry = |crc| IndexEntry {
-            offset: offset + HEADER,
+            offset: pos as u64 + HEADER,
             len: len as u32,
             crc,
         };
         if crate::tfrecord::mask_crc(crc) != stored {
             // the file's own checksum (unmasked): a read then reports it against the data's
-            ix.push(
-                entry(crate::tfrecord::unmask_crc(stored)),
-                &[damaged()],
-                b"",
-            );
-        } else if observe_record(data, &mut stats, ix, &mut members) {
+            let stored = crate::tfrecord::unmask_crc(stored);
+            ix.push(entry(stored), &[damaged()], b"");
+        } else if observe_record(data, &mut stats, &mut ix, &mut members) {
             ix.push(entry(crc), &members, b"");
         } else {
             ix.push(entry(crc), &[damaged()], b"");
         }
-        pos = end + 4;
     }
-    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
-    Ok(())
+    (ix, stats)
 }
 
 /// Index the TFRecord file read by `r` (records of at most `max` bytes) into `ix`. A record
@@ -199,6 +256,7 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
             Err(e) => return Err((e.offset(), e.to_string())),
         }
     }
+    stats.conflicts.sort();
     ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
     Ok(())
 }
@@ -388,7 +446,7 @@ mod tests {
         let index = |slice: bool| {
             let mut ix = FileIndex::new("tfrecord", "f", file.len() as u64, None);
             if slice {
-                scan_slice(&file, 1 << 20, &mut ix).unwrap();
+                scan_slice(&file, 1 << 20, &mut ix, 1).unwrap();
             } else {
                 scan(&file[..], 1 << 20, &mut ix).unwrap();
             }
@@ -396,12 +454,18 @@ mod tests {
         };
         let (a, b) = (index(true), index(false));
         assert_eq!(a, b);
+        // split among threads, the records indexed apart and merged: the same index
+        for threads in [2, 3, 8] {
+            let mut ix = FileIndex::new("tfrecord", "f", file.len() as u64, None);
+            scan_slice(&file, 1 << 20, &mut ix, threads).unwrap();
+            assert_eq!(ix, a, "{threads} threads");
+        }
         assert_eq!(a.entries.len(), 4);
         assert!(!a.damaged(0) && !a.damaged(1) && a.damaged(2) && a.damaged(3));
         // cut inside the last record: both refuse it at the same byte
         let cut = &file[..n - 2];
         let mut ix = FileIndex::new("tfrecord", "f", cut.len() as u64, None);
-        let e1 = scan_slice(cut, 1 << 20, &mut ix).unwrap_err();
+        let e1 = scan_slice(cut, 1 << 20, &mut ix, 2).unwrap_err();
         let mut ix = FileIndex::new("tfrecord", "f", cut.len() as u64, None);
         let e2 = scan(cut, 1 << 20, &mut ix).unwrap_err();
         assert_eq!(e1, e2);
