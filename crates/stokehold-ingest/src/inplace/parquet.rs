@@ -899,6 +899,7 @@ pub(super) struct PqCodec {
 /// What decoding the large column's pages needs.
 #[derive(Debug)]
 pub(super) struct LargeDecoder {
+    id: u64,
     descr: Arc<ColumnDescriptor>,
     compression: Vec<Compression>,
 }
@@ -921,6 +922,7 @@ impl LargeDecoder {
             .map(|c| c.parse::<Compression>().map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
         Ok(LargeDecoder {
+            id: DECODERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             descr: Arc::new(ColumnDescriptor::new(
                 Arc::new(ty),
                 l.max_def,
@@ -934,6 +936,45 @@ impl LargeDecoder {
     /// Value `k` of the rows in `bytes` (the pages at file offset `offset`, of row group `g`);
     /// `None`: a null.
     fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
+        // a thread reading rows in order (a validation pass, verify) meets the rows of one page
+        // one after another: their page is decoded once
+        let key = (self.id, offset, bytes.len());
+        let cached = LAST_PAGE.with(|last| {
+            let last = last.borrow();
+            let page = last.as_ref().filter(|p| p.key == key)?;
+            Some(page.rows.get(k as usize).cloned().ok_or_else(|| {
+                format!(
+                    "the pages hold {} rows, not the {} the index says",
+                    page.rows.len(),
+                    k + 1
+                )
+            }))
+        });
+        let value = match cached {
+            Some(v) => v?,
+            None => {
+                let rows = self.rows(bytes, offset, g)?;
+                let v = rows.get(k as usize).cloned().ok_or_else(|| {
+                    format!(
+                        "the pages hold {} rows, not the {} the index says",
+                        rows.len(),
+                        k + 1
+                    )
+                });
+                LAST_PAGE.with(|last| *last.borrow_mut() = Some(DecodedPage { key, rows }));
+                v?
+            }
+        };
+        Ok(value.map(|v| v.data().to_vec()))
+    }
+
+    /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
+    fn rows(
+        &self,
+        bytes: &[u8],
+        offset: u64,
+        g: u32,
+    ) -> Result<Vec<Option<parquet::data_type::ByteArray>>, String> {
         let compression = *self
             .compression
             .get(g as usize)
@@ -948,32 +989,48 @@ impl LargeDecoder {
             base: offset,
             bytes: bytes::Bytes::copy_from_slice(bytes),
         });
-        let run = || -> Result<Option<Vec<u8>>, ParquetError> {
-            let pages = SerializedPageReader::new(reader, &chunk, k as usize + 1, None)?;
+        let max_def = self.descr.max_def_level();
+        let run = || -> Result<Vec<Option<parquet::data_type::ByteArray>>, ParquetError> {
+            let pages = SerializedPageReader::new(reader, &chunk, usize::MAX, None)?;
             let mut col =
                 ColumnReaderImpl::<ByteArrayType>::new(Arc::clone(&self.descr), Box::new(pages));
-            let skipped = col.skip_records(k as usize)?;
-            if skipped != k as usize {
-                return Err(ParquetError::General(format!(
-                    "the pages hold {skipped} rows, not the {} the index says",
-                    k + 1
-                )));
+            let mut rows = Vec::new();
+            loop {
+                let (mut defs, mut values) = (Vec::new(), Vec::new());
+                let defs_out = (max_def > 0).then_some(&mut defs);
+                let (records, nvalues, _) = col.read_records(1024, defs_out, None, &mut values)?;
+                if records == 0 {
+                    return Ok(rows);
+                }
+                let mut values = values.into_iter();
+                if max_def == 0 {
+                    rows.extend(values.by_ref().take(nvalues).map(Some));
+                } else {
+                    for d in defs.iter().take(records) {
+                        rows.push(if *d == max_def { values.next() } else { None });
+                    }
+                }
             }
-            let (mut defs, mut values) = (Vec::new(), Vec::new());
-            let (records, nvalues, _) = col.read_records(1, Some(&mut defs), None, &mut values)?;
-            if records != 1 {
-                return Err(ParquetError::General(format!(
-                    "the pages hold {k} rows, not the {} the index says",
-                    k + 1
-                )));
-            }
-            Ok((nvalues == 1).then(|| values[0].data().to_vec()))
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
             .unwrap_or_else(|p| Err(ParquetError::General(panic_text(p.as_ref()))))
             .map_err(|e| format!("its pages do not decode: {e}"))
     }
 }
+
+/// The rows of the pages a thread decoded last.
+struct DecodedPage {
+    /// The decoder (its id), the pages' offset and length.
+    key: (u64, u64, usize),
+    rows: Vec<Option<parquet::data_type::ByteArray>>,
+}
+
+thread_local! {
+    static LAST_PAGE: std::cell::RefCell<Option<DecodedPage>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Decoders made (each its own id, so that a page cached for one is never served to another).
+static DECODERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl RecordCodec for PqCodec {
     fn format(&self) -> &'static str {
