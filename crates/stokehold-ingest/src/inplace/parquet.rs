@@ -1032,32 +1032,9 @@ thread_local! {
 /// Decoders made (each its own id, so that a page cached for one is never served to another).
 static DECODERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-impl LargeDecoder {
-    /// Whether this thread holds the rows of the pages at `offset` (`len` bytes), decoded from
-    /// bytes that were checked when they were read: a row of them is then served from there.
-    fn holds(&self, offset: u64, len: usize) -> bool {
-        LAST_PAGE.with(|last| {
-            last.borrow()
-                .as_ref()
-                .is_some_and(|p| p.key == (self.id, offset, len))
-        })
-    }
-}
-
 impl RecordCodec for PqCodec {
     fn format(&self) -> &'static str {
         "Parquet"
-    }
-
-    /// A row's pages are checked once per thread that reads them in turn: when this thread
-    /// decoded them last (from bytes that passed this check), the rows it serves come from that
-    /// decode, not from these bytes, and they are not checked again.
-    fn checksum(&self, record: u64, bytes: &[u8]) -> u32 {
-        let e = self.index.entries[self.rows.row(record)];
-        match &self.large {
-            Some(d) if e.offset != 0 && d.holds(e.offset, bytes.len()) => e.crc,
-            _ => crc::crc32c(bytes),
-        }
     }
 
     fn field<'a>(
