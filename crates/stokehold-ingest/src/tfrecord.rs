@@ -108,6 +108,35 @@ impl TfRecordError {
     }
 }
 
+/// The data length a record's header (`header`: the bytes there are of its 12, at file offset
+/// `offset`) announces, its CRC checked and the length at most `max`.
+pub fn record_len(header: &[u8], offset: u64, max: u64) -> Result<u64, TfRecordError> {
+    let gzip = offset == 0 && header.starts_with(&[0x1f, 0x8b]);
+    let Some(header) = header.get(..HEADER_LEN) else {
+        return Err(if gzip {
+            TfRecordError::Compressed { offset }
+        } else {
+            TfRecordError::Truncated { offset }
+        });
+    };
+    let len_bytes: [u8; 8] = header[..8].try_into().expect("8-byte slice");
+    let len_crc = u32::from_le_bytes(header[8..].try_into().expect("4-byte slice"));
+    if masked_crc32c(&len_bytes) != len_crc {
+        // A gzip file fails the length CRC (unless astronomically unlucky): report it as
+        // such rather than as corruption.
+        return Err(if gzip {
+            TfRecordError::Compressed { offset }
+        } else {
+            TfRecordError::LengthCrc { offset }
+        });
+    }
+    let len = u64::from_le_bytes(len_bytes);
+    if len > max {
+        return Err(TfRecordError::TooLarge { offset, len, max });
+    }
+    Ok(len)
+}
+
 /// A streaming TFRecord reader.
 ///
 /// After [`TfRecordError::DataCrc`] the reader is positioned at the next record and
@@ -164,33 +193,7 @@ impl<R: Read> TfRecordReader<R> {
         if n == 0 {
             return Ok(None);
         }
-        let gzip = offset == 0 && n >= 2 && header[..2] == [0x1f, 0x8b];
-        if n < HEADER_LEN {
-            return Err(if gzip {
-                TfRecordError::Compressed { offset }
-            } else {
-                TfRecordError::Truncated { offset }
-            });
-        }
-        let len_bytes: [u8; 8] = header[..8].try_into().expect("8-byte slice");
-        let len_crc = u32::from_le_bytes(header[8..].try_into().expect("4-byte slice"));
-        if masked_crc32c(&len_bytes) != len_crc {
-            // A gzip file fails the length CRC (unless astronomically unlucky): report it as
-            // such rather than as corruption.
-            return Err(if gzip {
-                TfRecordError::Compressed { offset }
-            } else {
-                TfRecordError::LengthCrc { offset }
-            });
-        }
-        let len = u64::from_le_bytes(len_bytes);
-        if len > self.max_record_len {
-            return Err(TfRecordError::TooLarge {
-                offset,
-                len,
-                max: self.max_record_len,
-            });
-        }
+        let len = record_len(&header[..n], offset, self.max_record_len)?;
         buf.clear();
         let got = (&mut self.inner)
             .take(len)

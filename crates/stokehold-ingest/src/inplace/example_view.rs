@@ -118,10 +118,15 @@ impl<'a> Wire<'a> {
     }
 }
 
-/// Every feature of the Example in `record` that has a list set, with its name (the last entry
-/// of a name, as protobuf reads maps), in the order of their last entries.
-pub fn features<'a>(record: &'a [u8]) -> Result<Vec<(&'a [u8], FeatureView<'a>)>, WireError> {
-    let mut out: Vec<(&'a [u8], FeatureView<'a>)> = Vec::new();
+/// A `Feature` message's bytes and their offset in the record.
+type FeatureBytes<'a> = (&'a [u8], usize);
+
+/// Call `f` with the key and the `Feature` message of every entry of the Example in
+/// `record`'s feature map, in the order they are stored.
+fn entries<'a>(
+    record: &'a [u8],
+    mut f: impl FnMut(&'a [u8], FeatureBytes<'a>),
+) -> Result<(), WireError> {
     let mut ex = Wire::new(record, 0);
     while let Some((num, wire)) = ex.key()? {
         if num != 1 || wire != LEN {
@@ -137,7 +142,7 @@ pub fn features<'a>(record: &'a [u8]) -> Result<Vec<(&'a [u8], FeatureView<'a>)>
             }
             let (entry, at) = fs.len_delimited()?;
             let mut e = Wire::new(entry, at);
-            let (mut key, mut value): (&[u8], Option<(&[u8], usize)>) = (&[], None);
+            let (mut key, mut value): (&[u8], Option<FeatureBytes<'a>>) = (&[], None);
             while let Some((num, wire)) = e.key()? {
                 match (num, wire) {
                     (1, LEN) => key = e.len_delimited()?.0,
@@ -145,11 +150,24 @@ pub fn features<'a>(record: &'a [u8]) -> Result<Vec<(&'a [u8], FeatureView<'a>)>
                     (_, w) => e.skip(w)?,
                 }
             }
-            out.retain(|(k, _)| *k != key);
-            let (feat, at) = value.unwrap_or((&[], at));
-            if let Some(list) = list_of(feat, at)? {
-                out.push((key, list));
-            }
+            f(key, value.unwrap_or((&[], at)));
+        }
+    }
+    Ok(())
+}
+
+/// Every feature of the Example in `record` that has a list set, with its name (the last entry
+/// of a name, as protobuf reads maps), in the order of their last entries.
+pub fn features<'a>(record: &'a [u8]) -> Result<Vec<(&'a [u8], FeatureView<'a>)>, WireError> {
+    let mut found: Vec<(&'a [u8], FeatureBytes<'a>)> = Vec::new();
+    entries(record, |key, value| {
+        found.retain(|(k, _)| *k != key);
+        found.push((key, value));
+    })?;
+    let mut out = Vec::with_capacity(found.len());
+    for (key, (feat, at)) in found {
+        if let Some(list) = list_of(feat, at)? {
+            out.push((key, list));
         }
     }
     Ok(out)
@@ -173,35 +191,12 @@ fn list_of(feat: &[u8], at: usize) -> Result<Option<FeatureView<'_>>, WireError>
 /// The feature `name` of the Example in `record`, or `None` when it has none (or a feature with
 /// no list set).
 pub fn feature<'a>(record: &'a [u8], name: &str) -> Result<Option<FeatureView<'a>>, WireError> {
-    let mut found: Option<(&'a [u8], usize)> = None;
-    let mut ex = Wire::new(record, 0);
-    while let Some((num, wire)) = ex.key()? {
-        if num != 1 || wire != LEN {
-            ex.skip(wire)?;
-            continue;
+    let mut found: Option<FeatureBytes<'a>> = None;
+    entries(record, |key, value| {
+        if key == name.as_bytes() {
+            found = Some(value);
         }
-        let (features, at) = ex.len_delimited()?;
-        let mut fs = Wire::new(features, at);
-        while let Some((num, wire)) = fs.key()? {
-            if num != 1 || wire != LEN {
-                fs.skip(wire)?;
-                continue;
-            }
-            let (entry, at) = fs.len_delimited()?;
-            let mut e = Wire::new(entry, at);
-            let (mut key, mut value) = (None, None);
-            while let Some((num, wire)) = e.key()? {
-                match (num, wire) {
-                    (1, LEN) => key = Some(e.len_delimited()?.0),
-                    (2, LEN) => value = Some(e.len_delimited()?),
-                    (_, w) => e.skip(w)?,
-                }
-            }
-            if key == Some(name.as_bytes()) {
-                found = Some(value.unwrap_or((&[], at)));
-            }
-        }
-    }
+    })?;
     let Some((feat, at)) = found else {
         return Ok(None);
     };

@@ -139,31 +139,7 @@ fn framing(all: &[u8], max: u64) -> Result<Vec<(usize, usize)>, TfRecordError> {
     let cap = max.min(u64::from(u32::MAX));
     while pos < all.len() {
         let offset = pos as u64;
-        let gzip = pos == 0 && all.starts_with(&[0x1f, 0x8b]);
-        let Some(header) = all.get(pos..pos + 12) else {
-            return Err(if gzip {
-                TfRecordError::Compressed { offset }
-            } else {
-                TfRecordError::Truncated { offset }
-            });
-        };
-        let len_bytes: [u8; 8] = header[..8].try_into().expect("8 bytes");
-        let len_crc = u32::from_le_bytes(header[8..].try_into().expect("4 bytes"));
-        if crate::tfrecord::masked_crc32c(&len_bytes) != len_crc {
-            return Err(if gzip {
-                TfRecordError::Compressed { offset }
-            } else {
-                TfRecordError::LengthCrc { offset }
-            });
-        }
-        let len = u64::from_le_bytes(len_bytes);
-        if len > cap {
-            return Err(TfRecordError::TooLarge {
-                offset,
-                len,
-                max: cap,
-            });
-        }
+        let len = crate::tfrecord::record_len(&all[pos..all.len().min(pos + 12)], offset, cap)?;
         // len <= u32::MAX: no overflow on 64-bit
         let end = pos + 12 + len as usize;
         if all.len() < end + 4 {
