@@ -68,11 +68,12 @@ class Dataset:
         ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
         override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
         docs/storage.md, "Remote storage".
-    :param format: for files read in place, ``"tfrecord"`` or ``"webdataset"`` when neither
-        the names nor the first bytes say which.
+    :param format: for files read in place, ``"tfrecord"``, ``"webdataset"`` or ``"parquet"``
+        when neither the names nor the first bytes say which.
     :param fields: for files read in place, the fields to load, as ``stokehold pack --fields``
-        takes them: TFRecord feature names or tar member extensions, ``"txt?"`` for one a sample
-        may lack (a string or a list). Default: every field the first files' records share.
+        takes them: TFRecord feature names, tar member extensions or Parquet columns, ``"txt?"``
+        for one a sample may lack (a string or a list). Default: every field the first files'
+        records share.
     :param index_dir: where the record indexes of files read in place are kept (default:
         ``$STOKEHOLD_INDEX_DIR``, else ``~/.cache/stokehold/index``).
     :param index_beside: keep each index next to its file instead (``FILE.skhidx``).
@@ -100,7 +101,7 @@ class Dataset:
     ) -> "Dataset": ...
     @property
     def in_place(self) -> Optional[str]:
-        """The format of files read in place (``"tfrecord"``, ``"webdataset"``), or None for a
+        """The format of files read in place (``"tfrecord"``, ``"webdataset"``, ``"parquet"``), or None for a
         packed dataset."""
     @property
     def access(self) -> str:

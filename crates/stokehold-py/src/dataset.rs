@@ -1,5 +1,5 @@
-//! `stokehold.Dataset`: random access to a dataset directory, or to TFRecord files and
-//! WebDataset tars read in place (`stokehold_ingest::inplace`).
+//! `stokehold.Dataset`: random access to a dataset directory, or to TFRecord files, WebDataset
+//! tars and Parquet files read in place (`stokehold_ingest::inplace`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -177,8 +177,9 @@ fn open_error(py: Python<'_>, path: &std::path::Path, e: stokehold_format::Forma
         py,
         format!(
             "{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or \
-             TFRecords) or stokehold.ShardWriter, then open DIR; TFRecord files and WebDataset \
-             tars can also be opened in place (a file, a directory of them, a glob or a list)"
+             TFRecords) or stokehold.ShardWriter, then open DIR; TFRecord files, WebDataset \
+             tars and Parquet files can also be opened in place (a file, a directory of them, a \
+             glob or a list)"
         ),
         Some(ENOENT),
     )
@@ -286,7 +287,7 @@ impl Dataset {
         )
     }
 
-    /// The format of files read in place (`"tfrecord"`, `"webdataset"`), or None for a packed
+    /// The format of files read in place (`"tfrecord"`, `"webdataset"`, `"parquet"`), or None for a packed
     /// dataset.
     #[getter]
     fn in_place(&self) -> Option<&str> {
