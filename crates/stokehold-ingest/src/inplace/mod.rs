@@ -580,20 +580,37 @@ fn keep(
     Ok(())
 }
 
-/// A [`Read`] over a [`Storage`], front to back, in large reads.
-struct StorageReader<'a> {
-    storage: &'a dyn Storage,
+/// A buffered [`Read`] over a [`Storage`] from an offset to the end, in reads of `chunk` bytes:
+/// the streaming scan's (large reads, front to back) and the Parquet reader's (page headers and
+/// footers: small reads that must not each be a request).
+pub(crate) struct StorageReader {
+    storage: Arc<dyn Storage>,
     pos: u64,
     size: u64,
+    chunk: usize,
     buf: Vec<u8>,
     lo: usize,
     hi: usize,
 }
 
-impl Read for StorageReader<'_> {
+impl StorageReader {
+    pub(crate) fn new(storage: Arc<dyn Storage>, pos: u64, size: u64, chunk: usize) -> Self {
+        StorageReader {
+            storage,
+            pos,
+            size,
+            chunk: chunk.max(1),
+            buf: Vec::new(),
+            lo: 0,
+            hi: 0,
+        }
+    }
+}
+
+impl Read for StorageReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.lo == self.hi {
-            let n = (self.size - self.pos).min(SCAN_CHUNK as u64) as usize;
+            let n = self.size.saturating_sub(self.pos).min(self.chunk as u64) as usize;
             if n == 0 {
                 return Ok(0);
             }
@@ -620,12 +637,15 @@ fn scan(
     (max, threads): (u64, usize),
 ) -> Result<FileIndex, FormatError> {
     let path = root.join(name);
-    let storage = location
+    let storage: Arc<dyn Storage> = location
         .open_scan(name, meta, true)
-        .map_err(|e| FormatError::io(&path, None, e))?;
+        .map_err(|e| FormatError::io(&path, None, e))?
+        .into();
     let mut ix = FileIndex::new(format.name(), name, meta.size, meta.version.clone());
     let r = match storage.slice(0, meta.size as usize) {
-        _ if format == InPlaceFormat::Parquet => parquet::scan(storage, meta.size, max, &mut ix),
+        _ if format == InPlaceFormat::Parquet => {
+            parquet::scan(Arc::clone(&storage), meta.size, max, &mut ix)
+        }
         // a mapped TFRecord file is scanned where it lies, no record copied
         // split among threads when the file is large (at least 16 MiB a thread)
         Some(all) if format == InPlaceFormat::TfRecord => {
@@ -634,14 +654,7 @@ fn scan(
         }
         Some(all) => webdataset::scan_slice(all, max, &mut ix),
         None => scan_with(
-            StorageReader {
-                storage: &*storage,
-                pos: 0,
-                size: meta.size,
-                buf: Vec::new(),
-                lo: 0,
-                hi: 0,
-            },
+            StorageReader::new(Arc::clone(&storage), 0, meta.size, SCAN_CHUNK),
             format,
             max,
             &mut ix,

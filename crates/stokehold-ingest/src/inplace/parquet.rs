@@ -17,7 +17,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::io::{self, Read};
+use std::io;
 use std::sync::Arc;
 
 use parquet::arrow::ProjectionMask;
@@ -38,7 +38,7 @@ use stokehold_format::{
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
-use super::{Rows, Scanned};
+use super::{Rows, Scanned, StorageReader};
 use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images, value_at};
 
 /// A column whose values average at least this many bytes a row is read from the file; the
@@ -46,6 +46,8 @@ use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images
 pub(super) const LARGE_ROW_BYTES: u64 = 256;
 /// Rows decoded at once by the scan.
 const SCAN_BATCH: usize = 1024;
+/// Bytes read at once by the Parquet reader's streamed reads (page headers, a footer).
+const READ_CHUNK: usize = 64 << 10;
 /// The largest page header read (statistics included); a header that does not fit is an error.
 const MAX_PAGE_HEADER: usize = 1 << 20;
 
@@ -127,35 +129,17 @@ impl Length for StorageChunks {
     }
 }
 
-/// A [`Read`] from an offset of a [`Storage`] to its end, in reads of up to 1 MiB.
-struct StorageRead {
-    chunks: StorageChunks,
-    pos: u64,
-}
-
-impl Read for StorageRead {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        let n = (self.chunks.size.saturating_sub(self.pos)).min(out.len().min(1 << 20) as u64);
-        if n == 0 {
-            return Ok(0);
-        }
-        self.chunks
-            .storage
-            .read_at(self.pos, &mut out[..n as usize])?;
-        self.pos += n;
-        Ok(n as usize)
-    }
-}
-
 impl ChunkReader for StorageChunks {
-    type T = StorageRead;
+    type T = StorageReader;
 
-    fn get_read(&self, start: u64) -> Result<StorageRead, ParquetError> {
+    fn get_read(&self, start: u64) -> Result<StorageReader, ParquetError> {
         self.check(start, 0)?;
-        Ok(StorageRead {
-            chunks: self.clone(),
-            pos: start,
-        })
+        Ok(StorageReader::new(
+            Arc::clone(&self.storage),
+            start,
+            self.size,
+            READ_CHUNK,
+        ))
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> Result<bytes::Bytes, ParquetError> {
@@ -208,28 +192,21 @@ impl ChunkReader for RecordBytes {
 
 /// The message of a panic in the Parquet decoder.
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    let what = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
     format!(
-        "the Parquet decoder failed ({what}): the file is damaged or uses what it does not support"
+        "the Parquet decoder failed ({}): the file is damaged or uses what it does not support",
+        crate::pack::parquet::panic_payload(p)
     )
 }
 
 /// Index the Parquet file in `storage` (`size` bytes; values of at most `max` bytes) into `ix`.
 /// Errors give a byte offset (the footer's, or the page's) and what is wrong.
 pub(super) fn scan(
-    storage: Box<dyn Storage>,
+    storage: Arc<dyn Storage>,
     size: u64,
     max: u64,
     ix: &mut FileIndex,
 ) -> Result<(), (u64, String)> {
-    let chunks = StorageChunks {
-        storage: Arc::from(storage),
-        size,
-    };
+    let chunks = StorageChunks { storage, size };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan_file(&chunks, max, ix)))
         .unwrap_or_else(|p| Err((0, panic_text(p.as_ref()))))
 }

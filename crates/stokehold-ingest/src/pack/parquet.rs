@@ -131,16 +131,20 @@ fn parquet_error(
 
 /// The error of a panic in the Parquet decoder (a malformed file it did not expect).
 fn panicked(path: &Path, p: &(dyn std::any::Any + Send)) -> PackError {
-    let what = p
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let what = panic_payload(p);
     PackError::Input(format!(
         "{}: the Parquet decoder failed on this file ({what}); it is damaged or uses something \
          the decoder does not support",
         path.display()
     ))
+}
+
+/// What a panic said (its `&str` or `String` payload).
+pub(crate) fn panic_payload(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
 }
 
 fn open(path: &Path) -> Result<SourceFile, PackError> {
@@ -776,6 +780,15 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
     })
 }
 
+/// The bytes of value `i` of a `{bytes, path}` struct column (`None`: a null struct, null
+/// bytes, or not such a struct).
+fn struct_bytes(a: &dyn Array, i: usize) -> Option<&[u8]> {
+    a.as_struct_opt()
+        .filter(|s| !s.is_null(i))
+        .and_then(|s| s.column_by_name("bytes"))
+        .and_then(|b| binary_at(b.as_ref(), i))
+}
+
 /// An image's bytes: a binary value, or a `{bytes, path}` struct's bytes or file. `Ok(None)`:
 /// null.
 fn image_at(
@@ -794,10 +807,7 @@ fn image_at(
     if s.is_null(i) {
         return Ok(None);
     }
-    if let Some(b) = s
-        .column_by_name("bytes")
-        .and_then(|b| binary_at(b.as_ref(), i))
-    {
+    if let Some(b) = struct_bytes(a, i) {
         return Ok(Some(b.to_vec()));
     }
     match s
@@ -826,11 +836,7 @@ pub(crate) fn value_at(
         Kind::Image | Kind::ImageStruct => {
             let bytes = match kind {
                 Kind::Image => binary_at(a, i),
-                _ => a
-                    .as_struct_opt()
-                    .filter(|s| !s.is_null(i))
-                    .and_then(|s| s.column_by_name("bytes"))
-                    .and_then(|b| binary_at(b.as_ref(), i)),
+                _ => struct_bytes(a, i),
             };
             match bytes {
                 Some(v) if v.len() as u64 > max => {

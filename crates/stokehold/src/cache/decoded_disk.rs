@@ -1122,15 +1122,12 @@ mod tests {
                 std::thread::sleep(std::time::Duration::from_millis(100));
                 a.flush(); // a's epoch ends a moment later
             });
-            // b's first miss waits for a's part instead of computing the image again
-            let t = std::time::Instant::now();
+            // b's first miss waits for a's part instead of computing the image again (without
+            // the wait, a's part is not yet published when b looks: a miss)
             assert!(same(&b.get(7).unwrap(), &img));
-            assert!(t.elapsed() < WAIT_FOR_PEERS);
         });
-        // later misses do not wait
-        let t = std::time::Instant::now();
         assert!(b.get(8).is_none());
-        assert!(t.elapsed() < WAIT_FOR_PEERS / 2);
+        assert_eq!(b.stats().shared, 1);
     }
 
     #[test]
