@@ -418,6 +418,12 @@ impl Fetched {
         }
     }
 
+    /// Whether reads that need the device may go through `io_uring` (as made by
+    /// [`Fetched::new`]).
+    pub fn may_use_io_uring(&self) -> bool {
+        self.batch.mode() != "pread"
+    }
+
     /// How reads that need the device are made: `"io_uring"`, `"pread"`, or `"untried"` before
     /// the first such read.
     pub fn mode(&self) -> &'static str {

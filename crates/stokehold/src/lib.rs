@@ -33,6 +33,8 @@ pub use stokehold_format as format;
 pub use stokehold_ops as ops;
 
 mod batch;
+/// The order of a mixture of datasets (blending, each source's passes).
+pub mod blend;
 pub mod cache;
 mod error;
 /// The one fetcher of sample bytes (what a [`Samples`] implementation plans, the engine reads).
@@ -59,10 +61,12 @@ pub use pipeline::{
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};
-pub use samples::{Records, Samples, TokenDataset, TokenMode, TokenOptions, Tokens};
+pub use samples::{
+    Mixture, MixtureSource, Records, Samples, TokenDataset, TokenMode, TokenOptions, Tokens,
+};
 pub use sequence::{SequenceConfig, SequenceIter, SequenceLoader, SequenceMode};
 pub use stages::{
     Column, CopyBytes, Output, SampleCtx, StageError, StageResult, Transform, Value, from_fn,
 };
 pub use state::{ResumeState, STATE_VERSION, fingerprint};
-pub use stats::{StageStats, Stats};
+pub use stats::{SourceStats, StageStats, Stats};

@@ -290,6 +290,14 @@ enum OrderKind {
     Sequential,
     Global(FeistelPerm),
     ShardBlock(Arc<BlockTables>),
+    Custom(Arc<dyn PositionMap>),
+}
+
+/// An order that a kind of samples brings itself (a mixture's blend, [`crate::blend`]): the ids
+/// at positions of an epoch, a pure function of the epoch and the positions.
+pub trait PositionMap: Send + Sync + std::fmt::Debug {
+    /// Push the ids at `positions` of epoch `epoch` (each `< len`) to `out`, in order.
+    fn ids(&self, epoch: u64, positions: Range<u64>, out: &mut Vec<u64>);
 }
 
 /// The global order of one epoch: a permutation of the sample ids `0..len`, looked up by position.
@@ -348,6 +356,34 @@ impl EpochOrder {
             epoch,
             kind,
         })
+    }
+
+    /// The order of epoch `epoch` of `len` positions that `map` gives (a mixture's). `shuffle`
+    /// and `seed` are the loader's, kept for what reads them (readahead waves, resume checks).
+    pub fn custom(
+        len: u64,
+        shuffle: &Shuffle,
+        seed: u64,
+        epoch: u64,
+        map: Arc<dyn PositionMap>,
+    ) -> Self {
+        Self {
+            len,
+            shuffle: *shuffle,
+            seed,
+            epoch,
+            kind: OrderKind::Custom(map),
+        }
+    }
+
+    /// Push the ids at `positions` (each `< len`) to `out`: one call of a custom order's map
+    /// for the whole run, else [`EpochOrder::id_at`] each.
+    pub fn ids_into(&self, positions: Range<u64>, out: &mut Vec<u64>) {
+        let positions = positions.start.min(self.len)..positions.end.min(self.len);
+        match &self.kind {
+            OrderKind::Custom(map) => map.ids(self.epoch, positions, out),
+            _ => out.extend(positions.filter_map(|p| self.id_at(p))),
+        }
     }
 
     fn block_tables(blocks: &[u64], window: u32, seed: u64, epoch: u64) -> BlockTables {
@@ -422,6 +458,11 @@ impl EpochOrder {
                 let q = first + FeistelPerm::new(size, key).apply(position - first);
                 let s = t.slot_of(q);
                 t.block_first_id[t.order[s]] + (q - t.slot_start[s])
+            }
+            OrderKind::Custom(map) => {
+                let mut one = Vec::with_capacity(1);
+                map.ids(self.epoch, position..position + 1, &mut one);
+                return one.first().copied();
             }
         })
     }
@@ -617,7 +658,23 @@ impl RankPlan {
     /// On error `out` is left empty.
     pub fn fill_batch(&self, step: u64, out: &mut Vec<Slot>) -> Result<(), SamplerError> {
         out.clear();
-        out.extend(self.batch(step)?);
+        let batch = self.batch(step)?;
+        if let OrderKind::Custom(_) = &self.order.kind {
+            // one lookup for the run of real positions (a blend walks its state once), then
+            // the padding, each the repeat of its position
+            let len = self.order.len();
+            let (first, end) = (batch.next, batch.end);
+            let mut ids = Vec::with_capacity((end - first) as usize);
+            self.order.ids_into(first..end.min(len), &mut ids);
+            out.extend(ids.into_iter().zip(first..).map(|(id, position)| Slot {
+                id,
+                position,
+                padding: false,
+            }));
+            out.extend(batch.skip(out.len()));
+            return Ok(());
+        }
+        out.extend(batch);
         Ok(())
     }
 

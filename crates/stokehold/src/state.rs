@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use stokehold_format::{Dataset, crc};
 
+use crate::blend::BlendState;
 use crate::error::{EngineError, Result};
 use crate::sampler::Shuffle;
 
@@ -34,6 +35,10 @@ pub struct ResumeState {
     /// Failures in a row at `position` (counted against `max_consecutive`). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures_in_a_row: u64,
+    /// A mixture's blend: its sources, and the weights up to `position` (absent for one
+    /// dataset).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<BlendState>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -41,7 +46,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// Every key of a state.
-const KEYS: [&str; 8] = [
+const KEYS: [&str; 9] = [
     "version",
     "dataset",
     "seed",
@@ -50,6 +55,7 @@ const KEYS: [&str; 8] = [
     "position",
     "skipped",
     "failures_in_a_row",
+    "mixture",
 ];
 /// The keys a state must have.
 const REQUIRED: [&str; 6] = ["version", "dataset", "seed", "shuffle", "epoch", "position"];
@@ -157,7 +163,13 @@ impl ResumeState {
     }
 
     /// Check that this state belongs to a loader with these parameters.
-    pub fn check(&self, dataset: &str, seed: u64, shuffle: &Shuffle, len: u64) -> Result<()> {
+    pub fn check(
+        &self,
+        dataset: Option<&str>,
+        seed: u64,
+        shuffle: &Shuffle,
+        len: u64,
+    ) -> Result<()> {
         let differ = |field, expected: String, found: String| {
             Err(EngineError::IncompatibleResume {
                 field,
@@ -172,7 +184,9 @@ impl ResumeState {
                 self.version.to_string(),
             );
         }
-        if self.dataset != dataset {
+        if let Some(dataset) = dataset
+            && self.dataset != dataset
+        {
             return differ("dataset", dataset.to_string(), self.dataset.clone());
         }
         if self.seed != seed {

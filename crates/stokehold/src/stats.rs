@@ -94,6 +94,28 @@ pub struct Stats {
     /// Requests to the object store the dataset is read from (since it was opened; `None` for a
     /// local dataset): retries, failures, bytes, and how the order-aware prefetch fared.
     pub storage: Option<stokehold_format::remote::RemoteStats>,
+    /// A mixture's sources, in the order given (empty for one dataset).
+    pub sources: Vec<SourceStats>,
+}
+
+/// What one source of a mixture gave.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceStats {
+    /// The source's name.
+    pub name: String,
+    /// Its weight at the loader's position (a fraction of 1).
+    pub weight: f64,
+    /// Samples filled from it (padding included, as the loader's `samples`).
+    pub samples: u64,
+    /// Bytes its samples read from storage (or the RAM cache).
+    pub bytes: u64,
+    /// Its samples that failed (skipped under `on_error = skip`).
+    pub failed: u64,
+    /// Worker time its samples took (reads and stages; timed when profiling).
+    pub busy: Duration,
+    /// Passes over it at the loader's position: its samples in the stream so far over its
+    /// length (2.5: two whole passes and half of a third).
+    pub passes: f64,
 }
 
 #[cfg(test)]
@@ -262,6 +284,7 @@ impl Collector {
             threads: self.threads,
             active_threads: self.threads,
             caches: Vec::new(),
+            sources: Vec::new(),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             records_read: self.records_read.load(Ordering::Relaxed),
             prefetch: 0,
@@ -461,6 +484,12 @@ impl WorkerStats<'_> {
         self.on
     }
 
+    /// Bytes of records read since the last flush (a mixture's per-source count takes the
+    /// difference around one sample).
+    pub(crate) fn bytes_since_flush(&self) -> u64 {
+        self.bytes
+    }
+
     /// A record of `n` bytes was read.
     #[inline]
     pub(crate) fn read(&mut self, n: usize) {
@@ -563,6 +592,24 @@ impl Stats {
         for c in &self.caches {
             out.push_str(&c.report_line());
             out.push('\n');
+        }
+        if !self.sources.is_empty() {
+            out.push_str(&format!(
+                "{:<26} {:>7} {:>9} {:>10} {:>8} {:>10} {:>8}\n",
+                "source", "weight", "samples", "MB read", "failed", "busy s", "passes"
+            ));
+            for s in &self.sources {
+                out.push_str(&format!(
+                    "{:<26} {:>7.3} {:>9} {:>10.1} {:>8} {:>10.3} {:>8.2}\n",
+                    s.name,
+                    s.weight,
+                    s.samples,
+                    s.bytes as f64 / 1e6,
+                    s.failed,
+                    s.busy.as_secs_f64(),
+                    s.passes
+                ));
+            }
         }
         if let Some(r) = &self.storage {
             let p = &r.prefetch;

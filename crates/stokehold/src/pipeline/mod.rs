@@ -143,6 +143,7 @@ impl Core {
             position: c.position,
             skipped: c.skipped,
             failures_in_a_row: c.in_a_row,
+            mixture: self.samples.order_state(c.epoch, c.position),
         }
     }
 
@@ -151,17 +152,18 @@ impl Core {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
         s.caches = self.samples.cache_stats();
-        s.storage = self.samples.source().and_then(|s| s.dataset.remote_stats());
+        s.storage = self.samples.remote_stats();
+        let c = self.cursor();
+        s.sources = self.samples.source_stats(c.epoch, c.position);
         s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
     }
 
     pub(crate) fn plan(&self, c: Cursor) -> Result<RankPlan> {
-        let order = EpochOrder::new(
-            self.samples.len(),
+        let order = epoch_order(
+            &*self.samples,
             self.blocks.as_deref(),
-            &self.config.shuffle,
-            self.config.seed,
+            &self.config,
             c.epoch,
         )?;
         Ok(RankPlan::new(
@@ -173,6 +175,25 @@ impl Core {
             self.config.tail,
         )?)
     }
+}
+
+/// The order of epoch `epoch`: the samples' own (a mixture's), else the loader's shuffle.
+fn epoch_order(
+    samples: &dyn Samples,
+    blocks: Option<&[u64]>,
+    config: &LoaderConfig,
+    epoch: u64,
+) -> Result<EpochOrder> {
+    if let Some(order) = samples.order(&config.shuffle, config.seed, epoch) {
+        return Ok(order);
+    }
+    Ok(EpochOrder::new(
+        samples.len(),
+        blocks,
+        &config.shuffle,
+        config.seed,
+        epoch,
+    )?)
 }
 
 /// A run started ahead (see [`BatchIter`]'s end of epoch). Dropping it stops and joins its
@@ -271,19 +292,20 @@ impl Loader {
             n => n,
         };
         let blocks = samples.blocks();
-        if blocks.is_none() && matches!(config.shuffle, Shuffle::ShardBlock { .. }) {
+        let own_order = samples.order(&config.shuffle, config.seed, 0);
+        if own_order.is_none()
+            && blocks.is_none()
+            && matches!(config.shuffle, Shuffle::ShardBlock { .. })
+        {
             return Err(EngineError::Config(
                 "these samples shuffle globally or not at all (no shard-block order)".into(),
             ));
         }
         // Build one epoch's order now, so that a bad configuration fails here rather than later.
-        let order = EpochOrder::new(
-            samples.len(),
-            blocks.as_deref(),
-            &config.shuffle,
-            config.seed,
-            0,
-        )?;
+        let order = match own_order {
+            Some(o) => o,
+            None => epoch_order(&*samples, blocks.as_deref(), &config, 0)?,
+        };
         RankPlan::new(
             order,
             0,
@@ -399,8 +421,13 @@ impl Loader {
 
     /// Continue from a saved state (of the same samples, seed and order; any world size).
     pub fn load_state(&mut self, state: &ResumeState) -> Result<()> {
+        let own = self.core.samples.resume_order(
+            state.mixture.as_ref(),
+            state.epoch,
+            state.position.min(self.core.samples.len()),
+        )?;
         state.check(
-            &self.core.fingerprint,
+            (!own).then_some(self.core.fingerprint.as_str()),
             self.core.config.seed,
             &self.core.config.shuffle,
             self.core.samples.len(),

@@ -113,10 +113,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         }
         n => n.min(b),
     };
-    let readahead = core
-        .samples
-        .source()
-        .map_or(Readahead::Off, |s| s.readahead(core.samples.mean_bytes()));
+    let readahead = core.samples.readahead();
     let batch_bytes = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
     let wave = readahead.wave(core.config.shuffle, batch_bytes);
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -219,7 +216,7 @@ fn worker(run: &Run, index: usize) {
             ws: &mut ws,
         };
         let ids = &batch.ids[first..last];
-        if samples.source().is_some() {
+        if samples.reads() {
             // the read stage: one fetch per task (coalesced reads), its time shared by the samples
             cx.ws
                 .shared_stage(STAGE_READ, ids, || io.fetch(samples, ids));

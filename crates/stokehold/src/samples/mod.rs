@@ -10,16 +10,19 @@
 //!   documents (`stokehold pack --tokenizer`).
 
 use crate::batch::SharedBatch;
+use crate::blend::BlendState;
 use crate::cache::CacheStats;
 use crate::error::Result;
 use crate::fetch::{ByteSource, Fetched, TaskPlan};
-use crate::sampler::{EpochOrder, Slot};
+use crate::sampler::{EpochOrder, Shuffle, Slot};
 use crate::stages::Output;
-use crate::stats::WorkerStats;
+use crate::stats::{SourceStats, WorkerStats};
 
+pub mod mixture;
 pub mod records;
 pub mod tokens;
 
+pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
 
@@ -120,6 +123,78 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     fn cache_stats(&self) -> Vec<CacheStats> {
         Vec::new()
     }
+
+    /// The order of epoch `epoch` when these samples bring their own (a mixture's blend);
+    /// `None`: the loader's `shuffle` over `0..len`.
+    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<EpochOrder> {
+        let _ = (shuffle, seed, epoch);
+        None
+    }
+
+    /// Whether a task's samples read bytes: the engine then times each task's fetch as stage 0
+    /// ("read").
+    fn reads(&self) -> bool {
+        self.source().is_some()
+    }
+
+    /// How storage is told ahead which samples will be read.
+    fn readahead(&self) -> Readahead {
+        self.source()
+            .map_or(Readahead::Off, |s| s.readahead(self.mean_bytes()))
+    }
+
+    /// Plan the samples `ids` of one task and fetch what they need into `io` (the engine's read
+    /// of a task): [`Samples::plan`], then the one fetcher over [`Samples::source`].
+    fn fetch(&self, ids: &[u64], io: &mut TaskIo) {
+        io.plan.clear();
+        self.plan(ids, io);
+        if let Some(src) = self.source() {
+            io.bytes.fetch(src, io.plan.ranges());
+        }
+    }
+
+    /// Tell storage that `ids` will be read soon (their planned ranges; see
+    /// [`ByteSource::hint`]).
+    fn hint(&self, ids: &[u64], io: &mut TaskIo, scratch: &mut Vec<(usize, u64, u64)>) {
+        io.plan.clear();
+        self.plan(ids, io);
+        if let Some(src) = self.source() {
+            src.hint(io.plan.ranges(), scratch);
+        }
+    }
+
+    /// The requests made to the object store the samples are read from (`None`: local).
+    fn remote_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
+        self.source().and_then(|s| s.dataset.remote_stats())
+    }
+
+    /// Per-source figures of a mixture, with each source's passes at the loader's position
+    /// (`epoch`, `position`); empty for one dataset.
+    fn source_stats(&self, epoch: u64, position: u64) -> Vec<SourceStats> {
+        let _ = (epoch, position);
+        Vec::new()
+    }
+
+    /// What a resume state keeps of the order at (`epoch`, `position`): a mixture's blend.
+    fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {
+        let _ = (epoch, position);
+        None
+    }
+
+    /// Continue from a resume state's order state (a mixture checks that it continues the same
+    /// blend, or starts a new one when told to). `Ok(true)`: these samples checked the state's
+    /// sources themselves, so its `dataset` fingerprint is not compared.
+    fn resume_order(&self, state: Option<&BlendState>, epoch: u64, position: u64) -> Result<bool> {
+        let _ = (epoch, position);
+        if state.is_some() {
+            return Err(crate::error::EngineError::IncompatibleResume {
+                field: "mixture",
+                expected: "the state of a loader of one dataset".into(),
+                found: "the state of a mixture".into(),
+            });
+        }
+        Ok(false)
+    }
 }
 
 /// A worker's scratch space for one task, kept across tasks so steady state allocates nothing:
@@ -198,26 +273,22 @@ impl TaskIo {
 
     /// Plan `ids` with `samples` and fetch what they need (the engine's read of a task).
     pub(crate) fn fetch(&mut self, samples: &dyn Samples, ids: &[u64]) {
-        self.plan.clear();
-        samples.plan(ids, self);
-        if let Some(src) = samples.source() {
-            self.bytes.fetch(src, self.plan.ranges());
-        }
+        samples.fetch(ids, self);
     }
 
-    /// Tell storage that `ids` will be read soon (their planned ranges; see
-    /// [`ByteSource::hint`]).
+    /// Tell storage that `ids` will be read soon ([`Samples::hint`]).
     pub(crate) fn hint(
         &mut self,
         samples: &dyn Samples,
         ids: &[u64],
         scratch: &mut Vec<(usize, u64, u64)>,
     ) {
-        self.plan.clear();
-        samples.plan(ids, self);
-        if let Some(src) = samples.source() {
-            src.hint(self.plan.ranges(), scratch);
-        }
+        samples.hint(ids, self, scratch);
+    }
+
+    /// A scratch of the same kind (its fetcher uses `io_uring` when this one may).
+    pub fn sibling(&self) -> TaskIo {
+        TaskIo::new(self.bytes.may_use_io_uring())
     }
 }
 

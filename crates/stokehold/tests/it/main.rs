@@ -10,6 +10,7 @@ mod disk_cache;
 mod golden_batches;
 mod image;
 mod loader;
+mod mixture;
 mod ownership;
 mod resume_anywhere;
 mod s3_readahead;

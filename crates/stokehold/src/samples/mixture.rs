@@ -1,0 +1,851 @@
+//! [`Mixture`]: several sets of samples (datasets of images, token windows, ...) loaded as one,
+//! in the order of a [`Blend`] (docs/mixtures.md).
+//!
+//! A mixture's ids are its sources' ids, concatenated (source `s`'s id `i` is
+//! `offsets[s] + i`); its epoch is a slice of the endless blended stream, so `len` is the
+//! epoch's length, not the sum of the sources'. Each source keeps its own `Samples` (its
+//! transforms, caches, storage): a task's ids are grouped by source, each group planned and
+//! fetched by its source into a scratch of its own, and each sample filled by its source into
+//! the same columns, then tagged with its source's index (the `source` column).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use stokehold_format::DType;
+use stokehold_format::remote::RemoteStats;
+
+use crate::blend::{Blend, BlendDef, BlendSource, BlendState, Phase, UNIT, quantize};
+use crate::cache::CacheStats;
+use crate::error::{EngineError, Result};
+use crate::fetch::Readahead;
+use crate::sampler::{EpochOrder, PositionMap, Shuffle};
+use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::stages::Output;
+use crate::stats::SourceStats;
+use crate::sync::lock;
+
+/// The name of the column that says each sample's source.
+pub const SOURCE_COLUMN: &str = "source";
+
+/// One source of a mixture.
+#[derive(Debug, Clone)]
+pub struct MixtureSource {
+    /// Its name (unique in the mixture; it keys the source's shuffle and names it in errors,
+    /// statistics and resume states).
+    pub name: String,
+    /// Its samples.
+    pub samples: Arc<dyn Samples>,
+}
+
+/// When a schedule's entries count: in samples of the blended stream, or in steps (batches of
+/// the loader over all ranks: `batch_size * world_size` samples each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleUnit {
+    /// Steps of `samples_per_step` samples (the global batch of the run that started the blend).
+    Steps,
+    /// Samples of the blended stream.
+    Samples,
+}
+
+/// What to do when a resume state's blend differs from this mixture's before the state's
+/// position (a source added or removed, weights changed in the past).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnChange {
+    /// Refuse the state with an error that says what differs (the default).
+    #[default]
+    Refuse,
+    /// Start a new blend at the state's position: every source continues from the samples it
+    /// gave before (none repeated early), with this mixture's weights from there on.
+    Reblend,
+}
+
+/// How a mixture blends its sources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MixtureOptions {
+    /// The weights from each entry's point on (the first at 0), one per source, in the sources'
+    /// order (any non-negative numbers; normalised).
+    pub schedule: Vec<(u64, Vec<f64>)>,
+    /// What the schedule's points count.
+    pub unit: ScheduleUnit,
+    /// Samples per step (for [`ScheduleUnit::Steps`]): the loader's `batch_size * world_size`.
+    pub samples_per_step: u64,
+    /// Samples per epoch (`None`: the sources' lengths summed).
+    pub epoch_samples: Option<u64>,
+    /// Add the `source` column (int64: the source's index).
+    pub source_column: bool,
+    /// What a changed blend in a resume state does.
+    pub on_change: OnChange,
+}
+
+/// The blend's plan now: where it starts, each source's count before that, the phases (in
+/// stream samples) and the samples per step the schedule was converted with.
+#[derive(Debug, Clone, PartialEq)]
+struct Plan {
+    origin: u64,
+    base: Vec<u64>,
+    phases: Vec<Phase>,
+    samples_per_step: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    samples: AtomicU64,
+    bytes: AtomicU64,
+    failed: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+/// Several sets of samples as one, blended ([`crate::blend`]).
+pub struct Mixture {
+    sources: Vec<MixtureSource>,
+    counters: Vec<Counters>,
+    /// The schedule as given, quantised, in its unit.
+    schedule: Vec<(u64, Vec<u64>)>,
+    unit: ScheduleUnit,
+    samples_per_step: u64,
+    epoch_len: u64,
+    on_change: OnChange,
+    plan: Mutex<Plan>,
+    /// The blend of the plan for the last (shuffle, seed) asked for.
+    blend: Mutex<Option<(Shuffle, u64, Arc<Blend>)>>,
+    offsets: Vec<u64>,
+    columns: Vec<(String, Output)>,
+    stage_names: Vec<String>,
+    source_column: bool,
+    fingerprint: String,
+}
+
+impl std::fmt::Debug for Mixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mixture")
+            .field(
+                "sources",
+                &self.sources.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
+            .field("schedule", &self.schedule)
+            .field("epoch_len", &self.epoch_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A scratch per source, and which of them holds each sample of the task.
+#[derive(Default)]
+struct MixScratch {
+    subs: Vec<TaskIo>,
+    groups: Vec<Vec<u64>>,
+    /// Per sample of the task: (source, index in its group).
+    slot: Vec<(u32, u32)>,
+}
+
+impl MixScratch {
+    fn group(&mut self, mix: &Mixture, ids: &[u64], io_uring: bool) {
+        let n = mix.sources.len();
+        while self.subs.len() < n {
+            self.subs.push(TaskIo::new(io_uring));
+        }
+        self.groups.resize_with(n, Vec::new);
+        for g in &mut self.groups {
+            g.clear();
+        }
+        self.slot.clear();
+        for &id in ids {
+            let (s, local) = mix.source_of(id);
+            self.slot.push((s as u32, self.groups[s].len() as u32));
+            self.groups[s].push(local);
+        }
+    }
+}
+
+fn describe(o: &Output) -> String {
+    match o {
+        Output::Fixed { dtype, shape } => format!("{dtype:?} {shape:?}"),
+        Output::List => "a list".into(),
+    }
+}
+
+impl Mixture {
+    /// A mixture of `sources` (at least one, names unique, the same columns) blended as
+    /// `options` say.
+    pub fn new(sources: Vec<MixtureSource>, options: MixtureOptions) -> Result<Mixture> {
+        let bad = |m: String| Err(EngineError::Config(m));
+        if sources.is_empty() {
+            return bad("a mixture needs at least one source".into());
+        }
+        for (i, s) in sources.iter().enumerate() {
+            if s.name.is_empty() {
+                return bad(format!("source {i} of the mixture has an empty name"));
+            }
+            if sources[..i].iter().any(|t| t.name == s.name) {
+                return bad(format!("two sources of the mixture are named '{}'", s.name));
+            }
+        }
+        // the columns: the first source's; every other must give the same, in the same order
+        let first = &sources[0];
+        let columns: Vec<(String, Output)> = first.samples.columns().to_vec();
+        for s in &sources[1..] {
+            let theirs = s.samples.columns();
+            for (name, out) in &columns {
+                match theirs.iter().find(|(n, _)| n == name) {
+                    None => {
+                        return bad(format!(
+                            "source '{}' has no field '{name}', which source '{}' gives: the \
+                             sources of a mixture must agree on the fields the loader reads",
+                            s.name, first.name
+                        ));
+                    }
+                    Some((_, o)) if o != out => {
+                        return bad(format!(
+                            "source '{}' gives '{name}' as {}, source '{}' as {}: the sources \
+                             of a mixture must give each field the same shape and type (give \
+                             a source transforms of its own that make them agree)",
+                            s.name,
+                            describe(o),
+                            first.name,
+                            describe(out)
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if theirs.len() != columns.len() || theirs.iter().zip(&columns).any(|(a, b)| a.0 != b.0)
+            {
+                let extra = theirs
+                    .iter()
+                    .find(|(n, _)| !columns.iter().any(|(c, _)| c == n))
+                    .map_or_else(String::new, |(n, _)| n.clone());
+                return bad(format!(
+                    "source '{}' gives the field '{extra}', which source '{}' does not (or \
+                     in another order): the sources of a mixture must agree on the fields the \
+                     loader reads",
+                    s.name, first.name
+                ));
+            }
+        }
+        let mut columns = columns;
+        if options.source_column {
+            if columns.iter().any(|(n, _)| n == SOURCE_COLUMN) {
+                return bad(format!(
+                    "the sources have a field '{SOURCE_COLUMN}', which the mixture's own column \
+                     would hide: switch the mixture's source column off"
+                ));
+            }
+            columns.push((
+                SOURCE_COLUMN.to_string(),
+                Output::Fixed {
+                    dtype: DType::I64,
+                    shape: vec![],
+                },
+            ));
+        }
+        // stage names: index by index, the sources' names (joined where they differ)
+        let lists: Vec<Vec<String>> = sources.iter().map(|s| s.samples.stage_names()).collect();
+        let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let stage_names = (0..longest)
+            .map(|i| {
+                let mut names: Vec<&str> = Vec::new();
+                for l in &lists {
+                    if let Some(n) = l.get(i)
+                        && !names.contains(&n.as_str())
+                    {
+                        names.push(n);
+                    }
+                }
+                names.join(" | ")
+            })
+            .collect();
+        let mut offsets = Vec::with_capacity(sources.len());
+        let mut total = 0u64;
+        for s in &sources {
+            offsets.push(total);
+            total = total.checked_add(s.samples.len()).ok_or_else(|| {
+                EngineError::Config("the sources hold more than 2^64 samples together".into())
+            })?;
+        }
+        let epoch_len = options.epoch_samples.unwrap_or(total);
+        if epoch_len == 0 {
+            return bad("a mixture's epoch must hold at least one sample".into());
+        }
+        if options.schedule.is_empty() {
+            return bad("a mixture needs weights".into());
+        }
+        let mut schedule = Vec::with_capacity(options.schedule.len());
+        for (at, w) in &options.schedule {
+            if w.len() != sources.len() {
+                return bad(format!(
+                    "weights at {at} give {} values for {} sources",
+                    w.len(),
+                    sources.len()
+                ));
+            }
+            let q = quantize(w)?;
+            for (s, &qw) in q.iter().enumerate() {
+                if qw > 0 && sources[s].samples.is_empty() {
+                    return bad(format!(
+                        "source '{}' has no samples but a weight above 0",
+                        sources[s].name
+                    ));
+                }
+            }
+            schedule.push((*at, q));
+        }
+        if schedule[0].0 != 0 {
+            return bad(format!(
+                "a mixture's schedule must start at 0 (its first weights), not at {}",
+                schedule[0].0
+            ));
+        }
+        if schedule.windows(2).any(|w| w[1].0 <= w[0].0) {
+            return bad("a mixture's schedule must be in increasing order of its steps".into());
+        }
+        if options.unit == ScheduleUnit::Steps && options.samples_per_step == 0 {
+            return bad("a schedule in steps needs the samples per step".into());
+        }
+        let mut fp = 0u32;
+        for s in &sources {
+            fp = stokehold_format::crc::append(fp, s.name.as_bytes());
+            fp = stokehold_format::crc::append(fp, s.samples.fingerprint().as_bytes());
+        }
+        fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
+        let mut mix = Mixture {
+            counters: sources.iter().map(|_| Counters::default()).collect(),
+            sources,
+            schedule,
+            unit: options.unit,
+            samples_per_step: options.samples_per_step,
+            epoch_len,
+            on_change: options.on_change,
+            plan: Mutex::new(Plan {
+                origin: 0,
+                base: Vec::new(),
+                phases: Vec::new(),
+                samples_per_step: None,
+            }),
+            blend: Mutex::new(None),
+            offsets,
+            columns,
+            stage_names,
+            source_column: options.source_column,
+            fingerprint: format!("mixture:{fp:08x}"),
+        };
+        let sps = (mix.unit == ScheduleUnit::Steps).then_some(mix.samples_per_step);
+        let plan = Plan {
+            origin: 0,
+            base: vec![0; mix.sources.len()],
+            phases: mix.phases(sps)?,
+            samples_per_step: sps,
+        };
+        *mix.plan.get_mut().unwrap_or_else(|p| p.into_inner()) = plan;
+        // a blend now, so that a bad definition fails here
+        mix.blend_for(&Shuffle::Global, 0)?;
+        Ok(mix)
+    }
+
+    /// The sources, in order.
+    pub fn sources(&self) -> &[MixtureSource] {
+        &self.sources
+    }
+
+    /// The source of mixture id `id` and the id within it.
+    pub fn source_of(&self, id: u64) -> (usize, u64) {
+        let s = self.offsets.partition_point(|&o| o <= id).saturating_sub(1);
+        (s, id - self.offsets[s])
+    }
+
+    /// The schedule in stream samples (steps converted with `samples_per_step`).
+    fn phases(&self, samples_per_step: Option<u64>) -> Result<Vec<Phase>> {
+        self.schedule
+            .iter()
+            .map(|(at, w)| {
+                let start = match samples_per_step {
+                    Some(sps) => at.checked_mul(sps).ok_or_else(|| {
+                        EngineError::Config(format!(
+                            "step {at} of the schedule is past 2^64 samples"
+                        ))
+                    })?,
+                    None => *at,
+                };
+                Ok(Phase {
+                    start,
+                    weights: w.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// The blend of the current plan for `shuffle` and `seed` (made once, then shared).
+    fn blend_for(&self, shuffle: &Shuffle, seed: u64) -> Result<Arc<Blend>> {
+        let mut b = lock(&self.blend);
+        if let Some((sh, sd, blend)) = &*b
+            && sh == shuffle
+            && *sd == seed
+        {
+            return Ok(Arc::clone(blend));
+        }
+        let plan = lock(&self.plan).clone();
+        let blend = Arc::new(Blend::new(self.def(&plan, shuffle, seed))?);
+        *b = Some((*shuffle, seed, Arc::clone(&blend)));
+        Ok(blend)
+    }
+
+    fn def(&self, plan: &Plan, shuffle: &Shuffle, seed: u64) -> BlendDef {
+        BlendDef {
+            sources: self
+                .sources
+                .iter()
+                .map(|s| BlendSource {
+                    name: s.name.clone(),
+                    len: s.samples.len(),
+                    blocks: s.samples.blocks(),
+                })
+                .collect(),
+            phases: plan.phases.clone(),
+            origin: plan.origin,
+            base: plan.base.clone(),
+            epoch_len: self.epoch_len,
+            shuffle: *shuffle,
+            seed,
+        }
+    }
+
+    /// The blend last used (any shuffle: counts do not depend on it).
+    fn current_blend(&self) -> Option<Arc<Blend>> {
+        if let Some((_, _, b)) = &*lock(&self.blend) {
+            return Some(Arc::clone(b));
+        }
+        self.blend_for(&Shuffle::Global, 0).ok()
+    }
+
+    fn stream_index(&self, epoch: u64, position: u64) -> u64 {
+        epoch
+            .saturating_mul(self.epoch_len)
+            .saturating_add(position.min(self.epoch_len))
+    }
+
+    /// Install `plan` (a resumed or new blend).
+    fn set_plan(&self, plan: Plan) {
+        *lock(&self.plan) = plan;
+        *lock(&self.blend) = None;
+    }
+
+    fn refuse(&self, what: String) -> EngineError {
+        EngineError::IncompatibleResume {
+            field: "mixture",
+            expected: "the same blend up to the state's position".into(),
+            found: format!(
+                "{what}; to start a new blend from the state's position instead (each source \
+                 continuing where it was), make the mixture with on_change=\"reblend\""
+            ),
+        }
+    }
+}
+
+impl Samples for Mixture {
+    fn len(&self) -> u64 {
+        self.epoch_len
+    }
+
+    fn blocks(&self) -> Option<Vec<u64>> {
+        None
+    }
+
+    fn columns(&self) -> &[(String, Output)] {
+        &self.columns
+    }
+
+    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        let mut groups: Vec<Vec<u64>> = vec![Vec::new(); self.sources.len()];
+        for &id in ids {
+            let (s, local) = self.source_of(id);
+            groups[s].push(local);
+        }
+        let mut merged: Option<Vec<Output>> = None;
+        for (s, g) in self.sources.iter().zip(&groups) {
+            if g.is_empty() {
+                continue;
+            }
+            let Some(outs) = s.samples.batch_outputs(g) else {
+                continue;
+            };
+            merged = Some(match merged {
+                None => outs,
+                Some(m) => {
+                    m.into_iter()
+                        .zip(outs)
+                        .map(|(a, b)| match (a, b) {
+                            (
+                                Output::Fixed { dtype, shape: sa },
+                                Output::Fixed { shape: sb, .. },
+                            ) if sa.len() == sb.len() => Output::Fixed {
+                                dtype,
+                                shape: sa.iter().zip(&sb).map(|(x, y)| *x.max(y)).collect(),
+                            },
+                            (a, _) => a,
+                        })
+                        .collect()
+                }
+            });
+        }
+        let mut merged = merged?;
+        if self.source_column {
+            merged.push(self.columns.last().map(|c| c.1.clone())?);
+        }
+        Some(merged)
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        self.stage_names.clone()
+    }
+
+    fn fingerprint(&self) -> String {
+        self.fingerprint.clone()
+    }
+
+    fn mean_bytes(&self) -> u64 {
+        let plan = lock(&self.plan);
+        let w = &plan.phases[0].weights;
+        let sum: u128 = self
+            .sources
+            .iter()
+            .zip(w)
+            .map(|(s, &w)| u128::from(s.samples.mean_bytes()) * u128::from(w))
+            .sum();
+        (sum / u128::from(UNIT)) as u64
+    }
+
+    fn batch_bytes(&self, batch_size: u32) -> u64 {
+        self.sources
+            .iter()
+            .map(|s| s.samples.batch_bytes(batch_size))
+            .max()
+            .unwrap_or(1)
+            .saturating_add(8 * u64::from(batch_size))
+    }
+
+    fn whole_batch_tasks(&self) -> bool {
+        self.sources.iter().all(|s| s.samples.whole_batch_tasks())
+    }
+
+    fn reads(&self) -> bool {
+        self.sources.iter().any(|s| s.samples.reads())
+    }
+
+    fn readahead(&self) -> Readahead {
+        let rank = |r: Readahead| match r {
+            Readahead::Off => 0,
+            Readahead::Advise => 1,
+            Readahead::Fetch => 2,
+        };
+        self.sources
+            .iter()
+            .map(|s| s.samples.readahead())
+            .max_by_key(|r| rank(*r))
+            .unwrap_or(Readahead::Off)
+    }
+
+    fn fetch(&self, ids: &[u64], io: &mut TaskIo) {
+        let io_uring = io.bytes.may_use_io_uring();
+        let sc = io.scratch::<MixScratch>();
+        sc.group(self, ids, io_uring);
+        for (s, src) in self.sources.iter().enumerate() {
+            if !sc.groups[s].is_empty() {
+                src.samples.fetch(&sc.groups[s], &mut sc.subs[s]);
+            }
+        }
+    }
+
+    fn hint(&self, ids: &[u64], io: &mut TaskIo, scratch: &mut Vec<(usize, u64, u64)>) {
+        let io_uring = io.bytes.may_use_io_uring();
+        let sc = io.scratch::<MixScratch>();
+        sc.group(self, ids, io_uring);
+        for (s, src) in self.sources.iter().enumerate() {
+            if !sc.groups[s].is_empty() {
+                src.samples.hint(&sc.groups[s], &mut sc.subs[s], scratch);
+            }
+        }
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        k: usize,
+        io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let sc = io.scratch::<MixScratch>();
+        let Some(&(s, kk)) = sc.slot.get(k) else {
+            return Err(EngineError::Worker(format!(
+                "sample {k} of a mixture's task was not planned"
+            )));
+        };
+        let s = s as usize;
+        let (_, local) = self.source_of(id);
+        let before = cx.ws.bytes_since_flush();
+        let t0 = cx.ws.profiling().then(Instant::now);
+        let r = self.sources[s]
+            .samples
+            .fill(local, kk as usize, &mut sc.subs[s], cx, out);
+        let c = &self.counters[s];
+        if let Some(t0) = t0 {
+            c.busy_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        c.samples.fetch_add(1, Ordering::Relaxed);
+        c.bytes.fetch_add(
+            cx.ws.bytes_since_flush().saturating_sub(before),
+            Ordering::Relaxed,
+        );
+        if self.source_column {
+            let col = self.columns.len() - 1;
+            out.fixed(col).copy_from_slice(&(s as i64).to_le_bytes());
+        }
+        if let Err(e) = r {
+            c.failed.fetch_add(1, Ordering::Relaxed);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn epoch_done(&self) {
+        for s in &self.sources {
+            s.samples.epoch_done();
+        }
+    }
+
+    fn cache_stats(&self) -> Vec<CacheStats> {
+        let mut out: Vec<CacheStats> = Vec::new();
+        for s in &self.sources {
+            for c in s.samples.cache_stats() {
+                match out.iter_mut().find(|o| o.kind == c.kind) {
+                    Some(o) => {
+                        o.hits += c.hits;
+                        o.misses += c.misses;
+                        o.bytes += c.bytes;
+                        o.budget = o.budget.max(c.budget);
+                        o.entries += c.entries;
+                        o.saved += c.saved;
+                        o.shared += c.shared;
+                    }
+                    None => out.push(c),
+                }
+            }
+        }
+        out
+    }
+
+    fn remote_stats(&self) -> Option<RemoteStats> {
+        let mut total: Option<RemoteStats> = None;
+        for r in self.sources.iter().filter_map(|s| s.samples.remote_stats()) {
+            let t = total.get_or_insert_with(RemoteStats::default);
+            t.requests += r.requests;
+            t.http_requests += r.http_requests;
+            t.retries += r.retries;
+            t.failures += r.failures;
+            t.short_bodies += r.short_bodies;
+            t.bytes += r.bytes;
+            t.prefetch.requests += r.prefetch.requests;
+            t.prefetch.bytes += r.prefetch.bytes;
+            t.prefetch.hits += r.prefetch.hits;
+            t.prefetch.misses += r.prefetch.misses;
+            t.prefetch.wasted_bytes += r.prefetch.wasted_bytes;
+            t.prefetch.refused += r.prefetch.refused;
+        }
+        total
+    }
+
+    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<EpochOrder> {
+        let blend = self.blend_for(shuffle, seed).ok()?;
+        let map: Arc<dyn PositionMap> = blend;
+        Some(EpochOrder::custom(
+            self.epoch_len,
+            shuffle,
+            seed,
+            epoch,
+            map,
+        ))
+    }
+
+    fn source_stats(&self, epoch: u64, position: u64) -> Vec<SourceStats> {
+        let g = self.stream_index(epoch, position);
+        let blend = self.current_blend();
+        let counts = blend.as_ref().map(|b| b.counts_at(g));
+        let weights = blend.as_ref().map(|b| b.weights_at(g).to_vec());
+        self.sources
+            .iter()
+            .zip(&self.counters)
+            .enumerate()
+            .map(|(i, (s, c))| SourceStats {
+                name: s.name.clone(),
+                weight: weights.as_ref().map_or(0.0, |w| w[i] as f64 / UNIT as f64),
+                samples: c.samples.load(Ordering::Relaxed),
+                bytes: c.bytes.load(Ordering::Relaxed),
+                failed: c.failed.load(Ordering::Relaxed),
+                busy: Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
+                passes: counts
+                    .as_ref()
+                    .map_or(0.0, |k| k[i] as f64 / s.samples.len().max(1) as f64),
+            })
+            .collect()
+    }
+
+    fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {
+        let g = self.stream_index(epoch, position);
+        let plan = lock(&self.plan).clone();
+        Some(BlendState {
+            sources: self.sources.iter().map(|s| s.name.clone()).collect(),
+            fingerprints: self
+                .sources
+                .iter()
+                .map(|s| s.samples.fingerprint())
+                .collect(),
+            epoch_len: self.epoch_len,
+            origin: plan.origin,
+            base: plan.base,
+            phases: plan.phases.into_iter().filter(|p| p.start <= g).collect(),
+            samples_per_step: plan.samples_per_step,
+        })
+    }
+
+    fn resume_order(&self, state: Option<&BlendState>, epoch: u64, position: u64) -> Result<bool> {
+        let Some(st) = state else {
+            return Err(EngineError::IncompatibleResume {
+                field: "mixture",
+                expected: "the state of a mixture".into(),
+                found: "the state of a loader of one dataset".into(),
+            });
+        };
+        if st.epoch_len != self.epoch_len {
+            return Err(EngineError::IncompatibleResume {
+                field: "mixture",
+                expected: format!("epochs of {} samples", self.epoch_len),
+                found: format!(
+                    "epochs of {} samples: epoch_samples must stay the same across a resume \
+                     (by default it is the sources' lengths summed: give it explicitly to add or \
+                     remove a source)",
+                    st.epoch_len
+                ),
+            });
+        }
+        let n = st.sources.len();
+        if st.fingerprints.len() != n || st.base.len() != n || st.phases.is_empty() {
+            return Err(EngineError::InvalidState {
+                field: Some("mixture".into()),
+                detail: "its sources, fingerprints, base counts and phases do not agree".into(),
+            });
+        }
+        if st.phases.iter().any(|p| p.weights.len() != n) {
+            return Err(EngineError::InvalidState {
+                field: Some("mixture".into()),
+                detail: "a phase's weights do not match its sources".into(),
+            });
+        }
+        let g = self.stream_index(epoch, position);
+        let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+        let same_sources = st
+            .sources
+            .iter()
+            .map(String::as_str)
+            .eq(names.iter().copied())
+            && st
+                .fingerprints
+                .iter()
+                .zip(&self.sources)
+                .all(|(f, s)| *f == s.samples.fingerprint());
+        // the schedule as this mixture gives it, converted as the state's blend was
+        let sps = match self.unit {
+            ScheduleUnit::Steps => Some(st.samples_per_step.unwrap_or(self.samples_per_step)),
+            ScheduleUnit::Samples => None,
+        };
+        let ours = self.phases(sps)?;
+        // what this mixture says happened up to g: the phase in effect at the state's origin
+        // (from the origin), then the later ones up to g
+        let at_origin = ours.iter().rposition(|p| p.start <= st.origin).unwrap_or(0);
+        let history: Vec<&Vec<u64>> = std::iter::once(&ours[at_origin].weights)
+            .chain(
+                ours.iter()
+                    .filter(|p| p.start > st.origin && p.start <= g)
+                    .map(|p| &p.weights),
+            )
+            .collect();
+        let theirs: Vec<&Vec<u64>> = st.phases.iter().map(|p| &p.weights).collect();
+        let same_history = same_sources && history == theirs;
+        if same_history {
+            let mut phases = st.phases.clone();
+            phases.extend(ours.into_iter().filter(|p| p.start > g));
+            self.set_plan(Plan {
+                origin: st.origin,
+                base: st.base.clone(),
+                phases,
+                samples_per_step: sps,
+            });
+            return Ok(true);
+        }
+        if self.on_change == OnChange::Refuse {
+            return Err(if !same_sources {
+                self.refuse(format!(
+                    "the state's mixture has the sources [{}], this one [{}] (or a source's \
+                     data changed)",
+                    st.sources.join(", "),
+                    names.join(", ")
+                ))
+            } else {
+                self.refuse(format!(
+                    "the weights before the state's position (sample {g} of the blend) differ: \
+                     the state's blend changed weights {} times up to there, this mixture {} \
+                     times, or to other values",
+                    theirs.len() - 1,
+                    history.len() - 1
+                ))
+            });
+        }
+        // a new blend from g: the old one's counts there, by source name
+        let old = Blend::new(BlendDef {
+            sources: st
+                .sources
+                .iter()
+                .map(|name| BlendSource {
+                    name: name.clone(),
+                    len: 1,
+                    blocks: None,
+                })
+                .collect(),
+            phases: st.phases.clone(),
+            origin: st.origin,
+            base: st.base.clone(),
+            epoch_len: st.epoch_len,
+            shuffle: Shuffle::Sequential,
+            seed: 0,
+        })
+        .map_err(|e| EngineError::InvalidState {
+            field: Some("mixture".into()),
+            detail: e.to_string(),
+        })?;
+        let counts = old.counts_at(g);
+        let base: Vec<u64> = self
+            .sources
+            .iter()
+            .map(|s| {
+                st.sources
+                    .iter()
+                    .position(|n| *n == s.name)
+                    .map_or(0, |i| counts[i])
+            })
+            .collect();
+        let now = ours.iter().rposition(|p| p.start <= g).unwrap_or(0);
+        let mut phases = vec![Phase {
+            start: g,
+            weights: ours[now].weights.clone(),
+        }];
+        phases.extend(ours.into_iter().filter(|p| p.start > g));
+        self.set_plan(Plan {
+            origin: g,
+            base,
+            phases,
+            samples_per_step: sps,
+        });
+        Ok(true)
+    }
+}

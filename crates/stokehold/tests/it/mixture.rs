@@ -1,0 +1,568 @@
+//! Mixtures ([`Mixture`], docs/mixtures.md): the blended order is the same whatever the threads,
+//! each source has its share in every prefix, a resumed run (on the same or another number of
+//! ranks, after a schedule's change or with a schedule extended past its position) continues
+//! exactly, a blend changed before the state's position is refused or, when asked, restarted
+//! without repeating a sample early, and sources that disagree on their fields are named.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use stokehold::format::{DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+use stokehold::samples::mixture::{MixtureOptions, OnChange, ScheduleUnit};
+use stokehold::{
+    Column, ColumnData, EngineError, Loader, LoaderConfig, Mixture, MixtureSource, Records,
+    ResumeState, Samples, Shuffle, Tail, TokenDataset, TokenMode, TokenOptions, Tokens,
+};
+
+/// A dataset of `n` records whose `x` is `tag * 1000 + i` (so a value names its source and
+/// record) with a blob of a few bytes.
+fn write(dir: &Path, tag: i64, n: u64) -> PathBuf {
+    let path = dir.join(format!("src{tag}"));
+    if path.exists() {
+        return path;
+    }
+    let schema = Schema::from_specs([("x", "int64"), ("blob", "bytes")]).unwrap();
+    let opts = DatasetWriteOptions {
+        target_shard_bytes: 1024,
+        ..DatasetWriteOptions::default()
+    };
+    let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
+    for i in 0..n {
+        let blob: Vec<u8> = (0..4 + i % 7).map(|k| (i + k) as u8).collect();
+        w.write(&[
+            FieldValue::Int64(tag * 1000 + i as i64),
+            FieldValue::Bytes(Cow::Owned(blob)),
+        ])
+        .unwrap();
+    }
+    w.finish().unwrap();
+    path
+}
+
+fn records(path: &Path) -> Arc<dyn Samples> {
+    let ds = Arc::new(Dataset::open(path).unwrap());
+    let cols = Column::all(ds.schema()).unwrap();
+    Arc::new(Records::new(ds, cols, 0, None).unwrap())
+}
+
+fn options(schedule: Vec<(u64, Vec<f64>)>, unit: ScheduleUnit, sps: u64) -> MixtureOptions {
+    MixtureOptions {
+        schedule,
+        unit,
+        samples_per_step: sps,
+        epoch_samples: None,
+        source_column: true,
+        on_change: OnChange::Refuse,
+    }
+}
+
+fn mixture(paths: &[PathBuf], opts: MixtureOptions) -> Arc<Mixture> {
+    let sources = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| MixtureSource {
+            name: format!("s{i}"),
+            samples: records(p),
+        })
+        .collect();
+    Arc::new(Mixture::new(sources, opts).unwrap())
+}
+
+fn config(threads: usize, prefetch: usize, tail: Tail) -> LoaderConfig {
+    LoaderConfig {
+        batch_size: 4,
+        seed: 5,
+        shuffle: Shuffle::Global,
+        tail,
+        threads,
+        prefetch,
+        prepare_next_epoch: false,
+        ..LoaderConfig::default()
+    }
+}
+
+/// A batch as plain data: ids, padding, x values, source column.
+type Plain = (Vec<u64>, Vec<bool>, Vec<i64>, Vec<i64>);
+
+fn ints(c: &ColumnData) -> Vec<i64> {
+    match c {
+        ColumnData::Fixed { data, .. } => data
+            .as_bytes()
+            .chunks(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        ColumnData::List(_) => panic!("not a fixed column"),
+    }
+}
+
+fn run(l: &mut Loader, steps: Option<usize>) -> Vec<Plain> {
+    let mut out = Vec::new();
+    let mut it = l.iter().unwrap();
+    while steps.is_none_or(|s| out.len() < s) {
+        let Some(b) = it.next() else { break };
+        let b = b.unwrap();
+        let col = |name: &str| {
+            let c = &b.columns.iter().find(|(n, _)| n == name).unwrap().1;
+            ints(c)
+        };
+        out.push((b.ids.clone(), b.padding.clone(), col("x"), col("source")));
+    }
+    out
+}
+
+#[test]
+fn a_mixture_gives_the_same_batches_on_any_thread_count_and_its_source_column_is_right() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [
+        write(tmp.path(), 1, 37),
+        write(tmp.path(), 2, 120),
+        write(tmp.path(), 3, 5),
+    ];
+    let opts = || options(vec![(0, vec![0.5, 0.3, 0.2])], ScheduleUnit::Samples, 0);
+    let mut reference =
+        Loader::from_samples(mixture(&paths, opts()), config(1, 1, Tail::Pad)).unwrap();
+    let e0 = run(&mut reference, None);
+    let e1 = run(&mut reference, None);
+    assert_ne!(e0, e1);
+    for (threads, prefetch) in [(2, 5), (3, 2)] {
+        let mut l = Loader::from_samples(
+            mixture(&paths, opts()),
+            config(threads, prefetch, Tail::Pad),
+        )
+        .unwrap();
+        assert_eq!(run(&mut l, None), e0, "{threads} threads");
+        assert_eq!(run(&mut l, None), e1, "{threads} threads, epoch 1");
+    }
+    // the source column names the source of the record, and the shares hold in every prefix
+    let mut counts = [0u64; 3];
+    let mut g = 0u64;
+    for (_, pad, xs, srcs) in &e0 {
+        for ((x, s), p) in xs.iter().zip(srcs).zip(pad) {
+            assert_eq!(x / 1000 - 1, *s, "x {x} from source {s}");
+            if *p {
+                continue;
+            }
+            counts[*s as usize] += 1;
+            g += 1;
+            for (c, w) in counts.iter().zip([0.5, 0.3, 0.2]) {
+                assert!(
+                    (*c as f64 - w * g as f64).abs() < 1.0 + 1e-6,
+                    "{counts:?} at {g}"
+                );
+            }
+        }
+    }
+    // 162 samples an epoch: the 5-record source gives 32 of them, over 6 passes, each a
+    // permutation of its records
+    let small: Vec<i64> = e0
+        .iter()
+        .flat_map(|(_, pad, xs, _)| xs.iter().zip(pad).filter(|(_, p)| !**p).map(|(x, _)| *x))
+        .filter(|x| x / 1000 == 3)
+        .collect();
+    for pass in small.chunks(5).filter(|c| c.len() == 5) {
+        let mut p = pass.to_vec();
+        p.sort_unstable();
+        assert_eq!(p, vec![3000, 3001, 3002, 3003, 3004]);
+    }
+    let stats = reference.stats();
+    assert_eq!(stats.sources.len(), 3);
+    assert!(stats.sources[2].passes > 12.0, "{:?}", stats.sources[2]);
+    assert_eq!(
+        stats.sources.iter().map(|s| s.samples).sum::<u64>(),
+        stats.samples
+    );
+}
+
+#[test]
+fn a_schedule_in_steps_changes_the_weights_at_its_step_and_resumes_after_the_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [write(tmp.path(), 1, 50), write(tmp.path(), 2, 50)];
+    let sched = vec![
+        (0, vec![1.0, 0.0]),
+        (6, vec![0.0, 1.0]),
+        (12, vec![1.0, 1.0]),
+    ];
+    let make = || mixture(&paths, options(sched.clone(), ScheduleUnit::Steps, 4));
+    let full = run(
+        &mut Loader::from_samples(make(), config(2, 2, Tail::Drop)).unwrap(),
+        None,
+    );
+    assert!(full[..6].iter().all(|b| b.3.iter().all(|s| *s == 0)));
+    assert!(full[6..12].iter().all(|b| b.3.iter().all(|s| *s == 1)));
+    assert_eq!(
+        full[12..]
+            .iter()
+            .map(|b| b.3.iter().sum::<i64>())
+            .sum::<i64>(),
+        2 * (full.len() as i64 - 12)
+    );
+    for k in [3, 6, 7, 13] {
+        let mut a = Loader::from_samples(make(), config(2, 2, Tail::Drop)).unwrap();
+        assert_eq!(run(&mut a, Some(k))[..], full[..k]);
+        let state = ResumeState::from_json(&a.state().to_json()).unwrap();
+        let mut b = Loader::from_samples(make(), config(1, 3, Tail::Drop)).unwrap();
+        b.load_state(&state).unwrap();
+        assert_eq!(run(&mut b, None)[..], full[k..], "resumed after {k}");
+    }
+}
+
+#[test]
+fn a_schedule_extended_past_the_position_continues_as_an_uninterrupted_run_and_a_changed_past_is_refused()
+ {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [
+        write(tmp.path(), 1, 30),
+        write(tmp.path(), 2, 40),
+        write(tmp.path(), 3, 9),
+    ];
+    let first = vec![(0, vec![0.5, 0.25, 0.25])];
+    let extended = vec![(0, vec![0.5, 0.25, 0.25]), (8, vec![0.1, 0.1, 0.8])];
+    let mk = |s: &Vec<(u64, Vec<f64>)>, on_change| {
+        let mut o = options(s.clone(), ScheduleUnit::Steps, 4);
+        o.on_change = on_change;
+        o.epoch_samples = Some(79);
+        mixture(&paths, o)
+    };
+    let uninterrupted = run(
+        &mut Loader::from_samples(mk(&extended, OnChange::Refuse), config(2, 2, Tail::Drop))
+            .unwrap(),
+        None,
+    );
+    let mut a =
+        Loader::from_samples(mk(&first, OnChange::Refuse), config(2, 2, Tail::Drop)).unwrap();
+    let head = run(&mut a, Some(5));
+    assert_eq!(head[..], uninterrupted[..5]);
+    let state = a.state();
+    let mut b =
+        Loader::from_samples(mk(&extended, OnChange::Refuse), config(2, 2, Tail::Drop)).unwrap();
+    b.load_state(&state).unwrap();
+    assert_eq!(run(&mut b, None)[..], uninterrupted[5..]);
+
+    // a change at step 3, before the state's step 5: refused, naming the mixture
+    let past = vec![(0, vec![0.5, 0.25, 0.25]), (3, vec![0.0, 0.0, 1.0])];
+    let mut c =
+        Loader::from_samples(mk(&past, OnChange::Refuse), config(2, 2, Tail::Drop)).unwrap();
+    let err = c.load_state(&state).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EngineError::IncompatibleResume {
+                field: "mixture",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("reblend"), "{err}");
+    // a source added: refused too
+    let four = [paths.to_vec(), vec![write(tmp.path(), 4, 10)]].concat();
+    let mut o = options(vec![(0, vec![1.0, 1.0, 1.0, 1.0])], ScheduleUnit::Steps, 4);
+    o.epoch_samples = Some(79);
+    let added = mixture(&four, o.clone());
+    let mut d = Loader::from_samples(added, config(2, 2, Tail::Drop)).unwrap();
+    assert!(d.load_state(&state).unwrap_err().to_string().contains("s3"));
+
+    // with on_change = reblend: a new blend from the state's position, each source continuing
+    // its passes (no record of a pass repeated before the pass ends)
+    o.on_change = OnChange::Reblend;
+    let mut e = Loader::from_samples(mixture(&four, o), config(2, 2, Tail::Drop)).unwrap();
+    e.load_state(&state).unwrap();
+    let rest = run(&mut e, None);
+    let mut seen: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (_, pad, xs, _) in head.iter().chain(&rest) {
+        for (x, p) in xs.iter().zip(pad) {
+            if !p {
+                seen.entry(x / 1000).or_default().push(*x);
+            }
+        }
+    }
+    let lens = [(1, 30usize), (2, 40), (3, 9), (4, 10)];
+    for (tag, len) in lens {
+        let xs = seen.get(&tag).cloned().unwrap_or_default();
+        for pass in xs.chunks(len) {
+            let mut p = pass.to_vec();
+            p.sort_unstable();
+            p.dedup();
+            assert_eq!(
+                p.len(),
+                pass.len(),
+                "source {tag}: a record repeated within a pass"
+            );
+        }
+    }
+    assert!(seen.contains_key(&4), "the added source is read");
+    // the new state carries the new blend: it resumes itself exactly
+    let state2 = e.state();
+    assert_eq!(state2.mixture.as_ref().unwrap().origin, 5 * 4);
+}
+
+#[test]
+fn sources_that_disagree_on_their_fields_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = write(tmp.path(), 1, 10);
+    let other = tmp.path().join("other");
+    let schema = Schema::from_specs([("x", "float64"), ("blob", "bytes")]).unwrap();
+    let mut w = DatasetWriter::create(&other, schema, DatasetWriteOptions::default()).unwrap();
+    w.write(&[
+        FieldValue::Float64(1.0),
+        FieldValue::Bytes(Cow::Borrowed(b"z")),
+    ])
+    .unwrap();
+    w.finish().unwrap();
+    let sources = vec![
+        MixtureSource {
+            name: "images".into(),
+            samples: records(&a),
+        },
+        MixtureSource {
+            name: "extra".into(),
+            samples: records(&other),
+        },
+    ];
+    let err = Mixture::new(
+        sources,
+        options(vec![(0, vec![1.0, 1.0])], ScheduleUnit::Samples, 0),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("'extra'") && err.contains("'x'") && err.contains("'images'"),
+        "{err}"
+    );
+    // a missing field
+    let ds = Arc::new(Dataset::open(&a).unwrap());
+    let only_x = Column::all(ds.schema())
+        .unwrap()
+        .into_iter()
+        .filter(|c| c.name == "x")
+        .collect();
+    let sources = vec![
+        MixtureSource {
+            name: "full".into(),
+            samples: records(&a),
+        },
+        MixtureSource {
+            name: "thin".into(),
+            samples: Arc::new(Records::new(ds, only_x, 0, None).unwrap()),
+        },
+    ];
+    let err = Mixture::new(
+        sources,
+        options(vec![(0, vec![1.0, 1.0])], ScheduleUnit::Samples, 0),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("'thin' has no field 'blob'"), "{err}");
+}
+
+fn write_tokens(path: &Path, first: u64, docs: u64) {
+    let schema = Schema::from_specs([("tokens", "bytes")]).unwrap();
+    let opts = DatasetWriteOptions {
+        target_shard_bytes: 2048,
+        ..DatasetWriteOptions::default()
+    };
+    let mut w = DatasetWriter::create(path, schema, opts).unwrap();
+    let mut g = 0u64;
+    for d in 0..docs {
+        let mut b = Vec::new();
+        for _ in 0..(d * 7) % 31 + 5 {
+            b.extend_from_slice(&((first + g % 1000) as u16).to_le_bytes());
+            g += 1;
+        }
+        w.write(&[FieldValue::Bytes(b.into())]).unwrap();
+    }
+    w.set_source(serde_json::json!({"kind": "test", "tokens": {
+        "dtype": "u16", "vocab_size": 60_000, "total_tokens": g,
+    }}));
+    w.finish().unwrap();
+}
+
+#[test]
+fn token_windows_of_two_datasets_mix_and_resume_exactly_on_another_number_of_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("web"), tmp.path().join("code"));
+    write_tokens(&a, 10_000, 120);
+    write_tokens(&b, 20_000, 40);
+    let windows = |p: &Path| -> Arc<dyn Samples> {
+        let data = Arc::new(TokenDataset::open(Arc::new(Dataset::open(p).unwrap())).unwrap());
+        let o = TokenOptions {
+            mode: TokenMode::Packed { seq_len: 16 },
+            dtype: DType::I32,
+            position_ids: false,
+            segment_ids: false,
+        };
+        Arc::new(Tokens::new(data, o).unwrap())
+    };
+    let mix = || -> Arc<Mixture> {
+        let sources = vec![
+            MixtureSource {
+                name: "web".into(),
+                samples: windows(&a),
+            },
+            MixtureSource {
+                name: "code".into(),
+                samples: windows(&b),
+            },
+        ];
+        let o = options(vec![(0, vec![0.7, 0.3])], ScheduleUnit::Samples, 0);
+        Arc::new(Mixture::new(sources, o).unwrap())
+    };
+    let ranked = |rank, world| LoaderConfig {
+        rank,
+        world_size: world,
+        ..config(2, 2, Tail::Pad)
+    };
+    // the whole epoch on one rank: the reference multiset of ids
+    let mut one = Loader::from_samples(mix(), ranked(0, 1)).unwrap();
+    let mut reference = Vec::new();
+    let mut it = one.iter().unwrap();
+    while let Some(batch) = it.next() {
+        let batch = batch.unwrap();
+        // tokens of the code source are 20_000.., of web 10_000..
+        let tokens = ints_i32(&batch.columns[0].1);
+        let src = ints(&batch.columns.last().unwrap().1);
+        for (row, s) in tokens.chunks(16).zip(&src) {
+            assert_eq!((row[0] / 10_000 - 1) as i64, *s, "{row:?}");
+        }
+        reference.extend(
+            batch
+                .ids
+                .iter()
+                .zip(&batch.padding)
+                .filter(|(_, p)| !**p)
+                .map(|(i, _)| *i),
+        );
+    }
+    drop(it);
+    reference.sort_unstable();
+    // 2 ranks, 3 steps; rank 1's state resumes 3 ranks
+    let mut got = Vec::new();
+    let mut state = None;
+    for rank in 0..2 {
+        let mut l = Loader::from_samples(mix(), ranked(rank, 2)).unwrap();
+        let mut it = l.iter().unwrap();
+        for _ in 0..3 {
+            let b = it.next().unwrap().unwrap();
+            got.extend(
+                b.ids
+                    .iter()
+                    .zip(&b.padding)
+                    .filter(|(_, p)| !**p)
+                    .map(|(i, _)| *i),
+            );
+        }
+        drop(it);
+        if rank == 1 {
+            state = Some(l.state());
+        }
+    }
+    for rank in 0..3 {
+        let mut l = Loader::from_samples(mix(), ranked(rank, 3)).unwrap();
+        l.load_state(state.as_ref().unwrap()).unwrap();
+        let mut it = l.iter().unwrap();
+        while let Some(b) = it.next() {
+            let b = b.unwrap();
+            got.extend(
+                b.ids
+                    .iter()
+                    .zip(&b.padding)
+                    .filter(|(_, p)| !**p)
+                    .map(|(i, _)| *i),
+            );
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, reference);
+}
+
+fn ints_i32(c: &ColumnData) -> Vec<i32> {
+    match c {
+        ColumnData::Fixed { data, .. } => data
+            .as_bytes()
+            .chunks(4)
+            .map(|b| i32::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        ColumnData::List(_) => panic!("not a fixed column"),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// 1–5 sources of random sizes and weights, an optional change of weights, either tail:
+    /// `w1` ranks stop after `k` steps, `w2` ranks resume from rank 0's state, and together they
+    /// deliver exactly the ids at the positions of the epoch they covered, each once.
+    #[test]
+    fn mixtures_resume_exactly_on_any_number_of_ranks(
+        sizes in prop::collection::vec(1u64..40, 1..=5),
+        weights in prop::collection::vec(0.05f64..1.0, 5),
+        change in prop::option::of((1u64..6, prop::collection::vec(0.0f64..1.0, 5))),
+        pad in any::<bool>(),
+        w1 in 1u32..4,
+        w2 in 1u32..4,
+        k in 0usize..5,
+        seed in 0u64..1000,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let paths: Vec<PathBuf> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| write(tmp.path(), i as i64 + 1, n))
+            .collect();
+        let n = sizes.len();
+        let mut sched = vec![(0, weights[..n].to_vec())];
+        if let Some((at, w)) = &change {
+            let mut w = w[..n].to_vec();
+            w[0] += 0.01; // never all zero
+            sched.push((*at, w));
+        }
+        let tail = if pad { Tail::Pad } else { Tail::Drop };
+        let cfg = |rank, world| LoaderConfig {
+            rank,
+            world_size: world,
+            seed,
+            ..config(2, 2, tail)
+        };
+        let mix = || mixture(&paths, options(sched.clone(), ScheduleUnit::Samples, 0));
+        let mut got = Vec::new();
+        let mut state = None;
+        for rank in 0..w1 {
+            let mut l = Loader::from_samples(mix(), cfg(rank, w1)).unwrap();
+            for (ids, padding, _, _) in run(&mut l, Some(k)) {
+                got.extend(ids.iter().zip(&padding).filter(|(_, p)| !**p).map(|(i, _)| *i));
+            }
+            if rank == 0 {
+                state = Some(ResumeState::from_json(&l.state().to_json()).unwrap());
+            }
+        }
+        let state = state.unwrap();
+        let m = mix();
+        let epoch = m.len();
+        // what the w1 ranks covered of epoch 0
+        let first = Loader::from_samples(mix(), cfg(0, w1)).unwrap();
+        let steps1 = first.steps().unwrap().min(k as u64);
+        let mut covered = vec![(0, 0..(steps1 * u64::from(w1) * 4).min(epoch))];
+        for rank in 0..w2 {
+            let mut l = Loader::from_samples(mix(), cfg(rank, w2)).unwrap();
+            l.load_state(&state).unwrap();
+            if rank == 0 {
+                let end = state.position + l.steps().unwrap() * u64::from(w2) * 4;
+                covered.push((state.epoch, state.position..end.min(epoch)));
+            }
+            for (ids, padding, _, _) in run(&mut l, None) {
+                got.extend(ids.iter().zip(&padding).filter(|(_, p)| !**p).map(|(i, _)| *i));
+            }
+        }
+        let mut expected = Vec::new();
+        for (e, r) in covered {
+            let order = m.order(&Shuffle::Global, seed, e).unwrap();
+            expected.extend(r.map(|p| order.id_at(p).unwrap()));
+        }
+        expected.sort_unstable();
+        got.sort_unstable();
+        prop_assert_eq!(got, expected);
+    }
+}
