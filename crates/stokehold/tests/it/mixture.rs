@@ -419,7 +419,7 @@ fn token_windows_of_two_datasets_mix_and_resume_exactly_on_another_number_of_ran
     let mut one = Loader::from_samples(mix(), ranked(0, 1)).unwrap();
     let mut reference = Vec::new();
     let mut it = one.iter().unwrap();
-    while let Some(batch) = it.next() {
+    for batch in it.by_ref() {
         let batch = batch.unwrap();
         // tokens of the code source are 20_000.., of web 10_000..
         let tokens = ints_i32(&batch.columns[0].1);
@@ -462,8 +462,7 @@ fn token_windows_of_two_datasets_mix_and_resume_exactly_on_another_number_of_ran
     for rank in 0..3 {
         let mut l = Loader::from_samples(mix(), ranked(rank, 3)).unwrap();
         l.load_state(state.as_ref().unwrap()).unwrap();
-        let mut it = l.iter().unwrap();
-        while let Some(b) = it.next() {
+        for b in l.iter().unwrap() {
             let b = b.unwrap();
             got.extend(
                 b.ids
