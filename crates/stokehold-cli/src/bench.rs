@@ -24,6 +24,7 @@ use stokehold::{
 use crate::local_path;
 use crate::units;
 
+mod mixture;
 mod overhead;
 mod packing;
 mod storage;
@@ -245,7 +246,10 @@ fn image_specs(a: &PipelineArgs) -> anyhow::Result<Vec<TransformSpec>> {
 
 /// The dataset and the loader the flags (or `--config`) describe.
 pub(crate) struct Pipeline {
+    /// The dataset (a mixture's first source).
     pub ds: Arc<Dataset>,
+    /// A mixture's sources, in order (empty for one dataset).
+    pub sources: Vec<Arc<Dataset>>,
     options: OpenOptions,
     pub spec: EngineSpec,
 }
@@ -258,9 +262,12 @@ impl Pipeline {
             ..self.spec.clone()
         };
         let batch_size = spec.loader.batch_size;
-        let loader = spec
-            .build(Arc::clone(&self.ds), self.options.clone(), &mut |_| None)?
-            .loader;
+        let loader = if spec.mixture.is_some() {
+            spec.build_mixture(self.sources.clone(), self.options.clone(), &mut |_| None)?
+        } else {
+            spec.build(Arc::clone(&self.ds), self.options.clone(), &mut |_| None)?
+        }
+        .loader;
         // what the Loader refuses: an epoch whose every sample the dropped tail would take
         let samples = loader.samples().len();
         anyhow::ensure!(
@@ -325,7 +332,24 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
         storage_options: a.storage.map(),
         ..OpenOptions::with_access(access)
     };
-    let ds = Arc::new(crate::open_dataset(dataset, options.clone(), &a.inplace)?);
+    let mixture = mixture::read(dataset)?;
+    let sources = match &mixture {
+        Some(m) => m
+            .sources
+            .iter()
+            .map(|s| {
+                let path = PathBuf::from(s.path.as_deref().unwrap_or_default());
+                crate::open_dataset(&path, options.clone(), &a.inplace)
+                    .map(Arc::new)
+                    .with_context(|| format!("source '{}' of {}", s.name, dataset.display()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+        None => Vec::new(),
+    };
+    let ds = match sources.first() {
+        Some(first) => Arc::clone(first),
+        None => Arc::new(crate::open_dataset(dataset, options.clone(), &a.inplace)?),
+    };
     let config = LoaderConfig {
         batch_size: a.batch_size,
         seed: a.seed,
@@ -361,10 +385,20 @@ fn pipeline(dataset: &std::path::Path, a: &PipelineArgs, epochs: u64) -> anyhow:
             samples: samples_spec(&ds, a)?,
             cache_dir: None,
             cache_dir_limit: None,
+            mixture,
         },
     };
     spec.loader.validate()?;
-    Ok(Pipeline { ds, options, spec })
+    anyhow::ensure!(
+        spec.mixture.is_none() || !sources.is_empty(),
+        "--config describes a mixture: give its sources as the dataset (a mixture file)"
+    );
+    Ok(Pipeline {
+        ds,
+        sources,
+        options,
+        spec,
+    })
 }
 
 /// An [`EngineSpec`] from JSON whose `loader` keys not given come from `flags` (so
@@ -516,7 +550,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         out,
         "bench       {}: {} x {}, batch {}, {}{}, prefetch {}, {}",
         dataset.display(),
-        units::counted(ds.len(), "sample", "samples"),
+        units::counted(loader.samples().len(), "sample", "samples"),
         units::counted(a.epochs, "epoch", "epochs"),
         c.batch_size,
         units::counted(stats.threads as u64, "thread", "threads"),

@@ -234,7 +234,7 @@ impl Engine {
     #[pyo3(signature = (dataset, config, python_stages = None, include_ids = false))]
     fn new(
         py: Python<'_>,
-        dataset: PyRef<'_, Dataset>,
+        dataset: &Bound<'_, PyAny>,
         config: &str,
         python_stages: Option<Bound<'_, PyList>>,
         include_ids: bool,
@@ -250,14 +250,38 @@ impl Engine {
         if !stages.is_empty() {
             spec.loader.prepare_next_epoch = false;
         }
-        let (ds, options) = (dataset.shared(), dataset.options());
+        // one dataset, or a mixture's sources (a list, in the mixture's order)
+        let datasets: Vec<PyRef<'_, Dataset>> = match dataset.cast::<PyList>() {
+            Ok(list) => list
+                .iter()
+                .map(|d| d.extract::<PyRef<'_, Dataset>>().map_err(PyErr::from))
+                .collect::<PyResult<_>>()?,
+            Err(_) => vec![
+                dataset
+                    .extract::<PyRef<'_, Dataset>>()
+                    .map_err(PyErr::from)?,
+            ],
+        };
+        let Some(options) = datasets.first().map(|d| d.options()) else {
+            return Err(config_error(py, "a mixture needs at least one source"));
+        };
+        let shared: Vec<_> = datasets.iter().map(|d| d.shared()).collect();
         let built = py
-            .detach(|| spec.build(ds, options, &mut |s| python_stage(s, &stages)))
+            .detach(|| {
+                let mut ext = |s: &TransformSpec| python_stage(s, &stages);
+                if spec.mixture.is_some() {
+                    spec.build_mixture(shared, options, &mut ext)
+                } else {
+                    let ds = shared.into_iter().next().expect("one dataset at least");
+                    spec.build(ds, options, &mut ext)
+                }
+            })
             .map_err(|e| engine_err(py, e))?;
-        let tokens = built
-            .tokens
-            .as_ref()
-            .map(|t| (t.total_tokens(), t.documents()));
+        let tokens = (!built.tokens.is_empty()).then(|| {
+            built.tokens.iter().fold((0u64, 0u64), |(t, d), x| {
+                (t + x.total_tokens(), d + x.documents())
+            })
+        });
         let loader = built.loader;
         let steps_per_epoch = loader.steps_per_epoch().map_err(|e| engine_err(py, e))?;
         Ok(Engine {

@@ -56,8 +56,8 @@ pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, RecordPlace, Result};
 pub use pipeline::{
     BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
-    LoaderConfig, Next, PreparedRun, SamplesSpec, default_memory_budget, half_of_memory,
-    parse_bytes,
+    LoaderConfig, MixtureSourceSpec, MixtureSpec, Next, PreparedRun, SamplesSpec, ScheduleEntry,
+    default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};

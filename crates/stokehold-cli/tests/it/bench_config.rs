@@ -110,3 +110,56 @@ fn bench_runs_a_loader_config_file_and_flags_fill_in_the_rest() {
     let e = format!("{:#}", r.unwrap_err());
     assert!(e.contains("unknown field") && e.contains("extra"), "{e}");
 }
+
+#[test]
+fn bench_streams_a_mixture_file_in_toml_or_json_and_reports_each_source() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = token_dataset(tmp.path());
+    let b = tmp.path().join("tok2");
+    // the same tokens again under another name: a second source with the same vocabulary
+    fs::create_dir(&b).unwrap();
+    for e in fs::read_dir(&a).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), b.join(e.file_name())).unwrap();
+    }
+    let toml = tmp.path().join("mix.toml");
+    fs::write(
+        &toml,
+        "[sources]\nweb = \"tok\"\ncode = \"tok2\"\n[weights]\nweb = 0.75\ncode = 0.25\n",
+    )
+    .unwrap();
+    let out = ok(&[
+        "bench",
+        toml.to_str().unwrap(),
+        "--seq-len",
+        "8",
+        "--batch-size",
+        "4",
+        "--threads",
+        "2",
+        "--no-storage",
+    ]);
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {out}"))
+            .to_string()
+    };
+    assert!(line("web").contains("0.750"), "{out}");
+    assert!(line("code").contains("0.250"), "{out}");
+    // in the file's order (a source's index is its place there)
+    assert!(
+        out.find("  web").unwrap() < out.find("  code").unwrap(),
+        "{out}"
+    );
+    // JSON, with a source that is not in the list: named
+    let json = tmp.path().join("mix.json");
+    fs::write(
+        &json,
+        r#"{"sources": {"web": "tok", "code": "tok2"}, "weights": {"web": 1, "books": 1}}"#,
+    )
+    .unwrap();
+    let (r, out) = run_captured(&["bench", json.to_str().unwrap(), "--seq-len", "8"]);
+    let e = format!("{:#}", r.unwrap_err());
+    assert!(e.contains("'books' is not a source"), "{e}\n{out}");
+}

@@ -8,7 +8,8 @@ use stokehold_format::{Dataset, OpenOptions};
 use crate::cache::disk::{self, DiskCache};
 use crate::error::{EngineError, Result};
 use crate::pipeline::{EngineSpec, Loader, SamplesSpec};
-use crate::samples::{Records, Samples, TokenDataset, Tokens};
+use crate::samples::mixture::MixtureOptions;
+use crate::samples::{Mixture, MixtureSource, Records, Samples, TokenDataset, Tokens};
 use crate::stages::Transform;
 use crate::stages::spec::{TransformSpec, build_columns};
 
@@ -17,8 +18,9 @@ use crate::stages::spec::{TransformSpec, build_columns};
 pub struct Built {
     /// The loader.
     pub loader: Loader,
-    /// For token samples: the token dataset (its totals, documents, dtype).
-    pub tokens: Option<Arc<TokenDataset>>,
+    /// For token samples: the token datasets (one, or a mixture's sources; their totals,
+    /// documents, dtype).
+    pub tokens: Vec<Arc<TokenDataset>>,
 }
 
 impl EngineSpec {
@@ -32,8 +34,86 @@ impl EngineSpec {
         options: OpenOptions,
         external: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
     ) -> Result<Built> {
+        if self.mixture.is_some() {
+            return self.build_mixture(vec![dataset], options, external);
+        }
         self.loader.validate()?;
-        let config = self.loader.clone();
+        let (samples, tokens) = self.samples_over(dataset, None, options, external)?;
+        Ok(Built {
+            loader: Loader::from_samples(samples, self.loader.clone())?,
+            tokens: tokens.into_iter().collect(),
+        })
+    }
+
+    /// Build the loader of this spec's mixture over `datasets` (one per source, in order).
+    pub fn build_mixture(
+        &self,
+        datasets: Vec<Arc<Dataset>>,
+        options: OpenOptions,
+        external: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+    ) -> Result<Built> {
+        self.loader.validate()?;
+        let Some(mix) = &self.mixture else {
+            return Err(EngineError::Config(
+                "this loader configuration has no mixture".into(),
+            ));
+        };
+        if datasets.len() != mix.sources.len() {
+            return Err(EngineError::Config(format!(
+                "the mixture has {} sources, but {} datasets were given",
+                mix.sources.len(),
+                datasets.len()
+            )));
+        }
+        let mut sources = Vec::with_capacity(datasets.len());
+        let mut tokens: Vec<Arc<TokenDataset>> = Vec::new();
+        for (ds, src) in datasets.into_iter().zip(&mix.sources) {
+            let (samples, t) = self
+                .samples_over(ds, src.transforms.as_ref(), options.clone(), external)
+                .map_err(|e| EngineError::Config(format!("source '{}': {e}", src.name)))?;
+            if let Some(t) = t {
+                if let Some(first) = tokens.first() {
+                    check_tokens_agree(&mix.sources[0].name, first, &src.name, &t)?;
+                }
+                tokens.push(t);
+            }
+            sources.push(MixtureSource {
+                name: src.name.clone(),
+                samples,
+            });
+        }
+        let steps = u64::from(self.loader.batch_size) * u64::from(self.loader.world_size);
+        let mixture = Mixture::new(
+            sources,
+            MixtureOptions {
+                schedule: mix
+                    .schedule
+                    .iter()
+                    .map(|e| (e.at, e.weights.clone()))
+                    .collect(),
+                unit: mix.unit,
+                samples_per_step: steps,
+                epoch_samples: mix.epoch_samples,
+                source_column: mix.source_column,
+                on_change: mix.on_change,
+            },
+        )?;
+        Ok(Built {
+            loader: Loader::from_samples(Arc::new(mixture), self.loader.clone())?,
+            tokens,
+        })
+    }
+
+    /// The samples of this spec over `dataset` (records with `transforms` instead of the
+    /// spec's when given), and the token dataset for token samples.
+    fn samples_over(
+        &self,
+        dataset: Arc<Dataset>,
+        transforms: Option<&std::collections::BTreeMap<String, Vec<TransformSpec>>>,
+        options: OpenOptions,
+        external: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+    ) -> Result<SamplesOver> {
+        let config = &self.loader;
         let mut ds = dataset;
         let mut disk = None;
         if let Some(dir) = &self.cache_dir {
@@ -56,9 +136,11 @@ impl EngineSpec {
             ds = Arc::new(opened);
             disk = Some((cache, progress));
         }
-        let mut tokens = None;
-        let samples: Arc<dyn Samples> = match &self.samples {
-            SamplesSpec::Records { transforms } => {
+        Ok(match &self.samples {
+            SamplesSpec::Records {
+                transforms: default,
+            } => {
+                let transforms = transforms.unwrap_or(default);
                 let columns = build_columns(ds.schema(), transforms, true, external)?;
                 let mut records = Records::new(
                     ds,
@@ -69,18 +151,51 @@ impl EngineSpec {
                 if let Some((cache, progress)) = disk {
                     records = records.with_disk_cache(cache, progress);
                 }
-                Arc::new(records)
+                (Arc::new(records), None)
             }
             SamplesSpec::Tokens(options) => {
+                if transforms.is_some() {
+                    return Err(EngineError::Config(
+                        "token samples take no transforms".into(),
+                    ));
+                }
                 let data = Arc::new(TokenDataset::open(ds)?);
                 data.use_cache(config.cache_budget_bytes());
-                tokens = Some(Arc::clone(&data));
-                Arc::new(Tokens::new(data, *options)?)
+                let t = Arc::clone(&data);
+                (Arc::new(Tokens::new(data, *options)?), Some(t))
             }
-        };
-        Ok(Built {
-            loader: Loader::from_samples(samples, config)?,
-            tokens,
         })
     }
+}
+
+/// A spec's samples over one dataset, and its token dataset for token samples.
+type SamplesOver = (Arc<dyn Samples>, Option<Arc<TokenDataset>>);
+
+/// Two token sources of a mixture must store the same kind of ids: the same width and, where
+/// both manifests say, the same vocabulary size (their tokenizers may differ only then).
+fn check_tokens_agree(
+    first_name: &str,
+    first: &TokenDataset,
+    name: &str,
+    other: &TokenDataset,
+) -> Result<()> {
+    if first.dtype() != other.dtype() {
+        return Err(EngineError::Config(format!(
+            "source '{name}' stores token ids as {:?}, source '{first_name}' as {:?}: the token \
+             sources of a mixture must agree on the token dtype",
+            other.dtype(),
+            first.dtype()
+        )));
+    }
+    let (a, b) = (first.meta().vocab_size, other.meta().vocab_size);
+    if let (Some(a), Some(b)) = (a, b)
+        && a != b
+    {
+        return Err(EngineError::Config(format!(
+            "source '{name}' has a vocabulary of {b} tokens, source '{first_name}' of {a}: the \
+             token sources of a mixture must agree on the vocabulary (a different tokenizer is \
+             only allowed with the same vocabulary size and dtype)"
+        )));
+    }
+    Ok(())
 }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{EngineError, Result};
 use crate::sampler::{Shuffle, Tail};
 use crate::samples::TokenOptions;
+use crate::samples::mixture::{OnChange, ScheduleUnit};
 use crate::stages::spec::TransformSpec;
 pub use crate::units::{Budget, ByteSize, parse_bytes};
 
@@ -309,6 +310,66 @@ pub struct EngineSpec {
     /// The most bytes `cache_dir` may hold for the dataset (`None`: the dataset's size).
     #[serde(default)]
     pub cache_dir_limit: Option<ByteSize>,
+    /// A mixture of datasets (each source's samples as `samples` says, with its own
+    /// transforms when it gives them), blended as this says; `None`: one dataset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<MixtureSpec>,
+}
+
+/// A mixture, declaratively (docs/mixtures.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureSpec {
+    /// The sources, in order (their index is the `source` column's value).
+    pub sources: Vec<MixtureSourceSpec>,
+    /// The weights (one per source) from each entry's point on; the first entry is at 0.
+    pub schedule: Vec<ScheduleEntry>,
+    /// What the schedule's points count: `steps` (batches of all ranks together, the default)
+    /// or `samples` of the blended stream.
+    #[serde(default = "steps")]
+    pub unit: ScheduleUnit,
+    /// Samples per epoch (`None`: the sources' samples summed).
+    #[serde(default)]
+    pub epoch_samples: Option<u64>,
+    /// Add the `source` column (int64, the source's index).
+    #[serde(default = "yes")]
+    pub source_column: bool,
+    /// What a resume state whose blend differs before its position does: `refuse` (the
+    /// default) or `reblend`.
+    #[serde(default)]
+    pub on_change: OnChange,
+}
+
+fn steps() -> ScheduleUnit {
+    ScheduleUnit::Steps
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One source of a [`MixtureSpec`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixtureSourceSpec {
+    /// Its name.
+    pub name: String,
+    /// Where it is (a directory or URL; what the CLI opens, and what the Python front shows).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Its own stages per field (records), instead of the spec's `samples` transforms.
+    #[serde(default)]
+    pub transforms: Option<BTreeMap<String, Vec<TransformSpec>>>,
+}
+
+/// One entry of a mixture's schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleEntry {
+    /// The step (or sample) from which the weights hold.
+    pub at: u64,
+    /// One weight per source (normalised).
+    pub weights: Vec<f64>,
 }
 
 impl EngineSpec {

@@ -39,8 +39,8 @@ mod tune;
 pub use build::Built;
 
 pub use config::{
-    Budget, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, SamplesSpec,
-    default_memory_budget, half_of_memory, parse_bytes,
+    Budget, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, MixtureSourceSpec,
+    MixtureSpec, SamplesSpec, ScheduleEntry, default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use deliver::{BatchIter, Next};
 

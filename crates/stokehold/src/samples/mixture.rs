@@ -66,7 +66,8 @@ pub enum OnChange {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MixtureOptions {
     /// The weights from each entry's point on (the first at 0), one per source, in the sources'
-    /// order (any non-negative numbers; normalised).
+    /// order (any non-negative numbers; normalised); empty: in proportion to the sources'
+    /// samples.
     pub schedule: Vec<(u64, Vec<f64>)>,
     /// What the schedule's points count.
     pub unit: ScheduleUnit,
@@ -272,7 +273,10 @@ impl Mixture {
             return bad("a mixture needs weights".into());
         }
         let mut schedule = Vec::with_capacity(options.schedule.len());
+        let lengths: Vec<f64> = sources.iter().map(|s| s.samples.len() as f64).collect();
         for (at, w) in &options.schedule {
+            // no weights: each source in proportion to its samples
+            let w = if w.is_empty() { &lengths } else { w };
             if w.len() != sources.len() {
                 return bad(format!(
                     "weights at {at} give {} values for {} sources",

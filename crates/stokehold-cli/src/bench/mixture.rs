@@ -1,0 +1,202 @@
+//! A mixture given to `stokehold bench` as a small JSON or TOML file (docs/mixtures.md):
+//!
+//! ```toml
+//! epoch_samples = 100000          # optional: the sources' samples summed
+//! [sources]
+//! web = "s3://bucket/web"
+//! code = "data/code"
+//! [weights]
+//! web = 0.7
+//! code = 0.3
+//! [[schedule]]                    # optional: weights from a step on
+//! at = 5000
+//! weights = { web = 0.5, code = 0.5 }
+//! ```
+//!
+//! Relative source paths are relative to the file's directory. `unit = "samples"` counts the
+//! schedule in samples instead of steps; `source_column = false` leaves the column out.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Deserialize;
+use stokehold::samples::mixture::{OnChange, ScheduleUnit};
+use stokehold::{MixtureSourceSpec, MixtureSpec, ScheduleEntry};
+
+/// Weights by source name, or a list in the sources' order.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Weights {
+    Named(BTreeMap<String, f64>),
+    Listed(Vec<f64>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    at: u64,
+    weights: Weights,
+}
+
+/// Sources by name (kept in the file's order: a source's index is its place there), or a list
+/// of `{name, path}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Sources {
+    Named(Ordered),
+    Listed(Vec<MixtureSourceSpec>),
+}
+
+/// A table of name = path, in the file's order (serde_json's and toml's maps sort their keys).
+#[derive(Debug)]
+struct Ordered(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Ordered {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Ordered;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table of source name = path")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Ordered, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, String>()? {
+                    out.push((k, v));
+                }
+                Ok(Ordered(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    sources: Sources,
+    #[serde(default)]
+    weights: Option<Weights>,
+    #[serde(default)]
+    schedule: Vec<Entry>,
+    #[serde(default)]
+    unit: Option<ScheduleUnit>,
+    #[serde(default)]
+    epoch_samples: Option<u64>,
+    #[serde(default)]
+    source_column: Option<bool>,
+    #[serde(default)]
+    on_change: Option<OnChange>,
+}
+
+/// The mixture `path` describes, when it is a mixture file (a `.json` or `.toml` file with
+/// `sources`); `None` for anything else (a dataset).
+pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if !path.is_file() || !matches!(ext.as_str(), "json" | "toml") {
+        return Ok(None);
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let has_sources = if ext == "toml" {
+        let t: toml::Table =
+            toml::from_str(&text).with_context(|| format!("{} is not TOML", path.display()))?;
+        t.contains_key("sources")
+    } else {
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        v.get("sources").is_some()
+    };
+    if !has_sources {
+        return Ok(None);
+    }
+    let what = || format!("{} is not a mixture file", path.display());
+    let file: File = if ext == "toml" {
+        toml::from_str(&text).with_context(what)?
+    } else {
+        serde_json::from_str(&text).with_context(what)?
+    };
+    let base = path.parent().unwrap_or(Path::new("."));
+    let mut sources = match file.sources {
+        Sources::Listed(l) => l,
+        Sources::Named(m) => {
+            m.0.into_iter()
+                .map(|(name, p)| MixtureSourceSpec {
+                    name,
+                    path: Some(p),
+                    transforms: None,
+                })
+                .collect()
+        }
+    };
+    for s in &mut sources {
+        let p = s
+            .path
+            .clone()
+            .with_context(|| format!("source '{}' has no path", s.name))?;
+        if !p.contains("://") && Path::new(&p).is_relative() {
+            s.path = Some(base.join(&p).to_string_lossy().into_owned());
+        }
+    }
+    let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
+    let listed = |w: Weights, what: &str| -> anyhow::Result<Vec<f64>> {
+        match w {
+            Weights::Listed(l) => {
+                anyhow::ensure!(
+                    l.len() == names.len(),
+                    "{what}: {} weights for {} sources",
+                    l.len(),
+                    names.len()
+                );
+                Ok(l)
+            }
+            Weights::Named(m) => {
+                if let Some(k) = m.keys().find(|k| !names.contains(&k.as_str())) {
+                    anyhow::bail!(
+                        "{what}: '{k}' is not a source (they are {})",
+                        names.join(", ")
+                    );
+                }
+                Ok(names
+                    .iter()
+                    .map(|n| m.get(*n).copied().unwrap_or(0.0))
+                    .collect())
+            }
+        }
+    };
+    let mut schedule = Vec::new();
+    match file.weights {
+        Some(w) => schedule.push(ScheduleEntry {
+            at: 0,
+            weights: listed(w, "weights")?,
+        }),
+        None if file.schedule.first().is_some_and(|e| e.at == 0) => {}
+        // no weights: each source in proportion to its samples (as one dataset of them all)
+        None => schedule.push(ScheduleEntry {
+            at: 0,
+            weights: Vec::new(),
+        }),
+    }
+    for e in file.schedule {
+        schedule.push(ScheduleEntry {
+            at: e.at,
+            weights: listed(e.weights, &format!("schedule at {}", e.at))?,
+        });
+    }
+    Ok(Some(MixtureSpec {
+        sources,
+        schedule,
+        unit: file.unit.unwrap_or(ScheduleUnit::Steps),
+        epoch_samples: file.epoch_samples,
+        source_column: file.source_column.unwrap_or(true),
+        on_change: file.on_change.unwrap_or_default(),
+    }))
+}
