@@ -777,6 +777,7 @@ mod tests {
             prefetch: 2,
             profiled: true,
             storage: None,
+            sources: Vec::new(),
         }
     }
 
