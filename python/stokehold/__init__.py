@@ -57,6 +57,7 @@ from ._native import (
 from . import image, text, transforms
 from ._hf import from_hf
 from ._loader import Loader, default_rank_world_size
+from ._mixture import Mixture
 from ._sequence import SequenceLoader
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "IncompatibleStateError",
     "LimitExceededError",
     "Loader",
+    "Mixture",
     "SampleError",
     "SchemaError",
     "SequenceLoader",

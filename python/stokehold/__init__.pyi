@@ -14,6 +14,7 @@ __all__ = [
     "IncompatibleStateError",
     "LimitExceededError",
     "Loader",
+    "Mixture",
     "SampleError",
     "SchemaError",
     "SequenceLoader",
@@ -270,4 +271,5 @@ _Batch = Dict[str, Any]
 # documentation, which help() shows at run time too).
 from ._hf import from_hf as from_hf
 from ._loader import Loader as Loader, default_rank_world_size as default_rank_world_size
+from ._mixture import Mixture as Mixture
 from ._sequence import SequenceLoader as SequenceLoader

@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Type
 import numpy as np
 
 from . import _native, _options
+from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import LOADER, byte_count as _size, to_int as _int
 
@@ -124,11 +125,12 @@ def _on_error(on_error: str) -> Any:
     raise ConfigError(f'on_error must be "fail" or "skip", got {on_error!r}')
 
 
-def _stage_specs(transforms: Optional[Mapping[str, Any]]) -> Tuple[Dict[str, Any], list]:
+def _stage_specs(transforms: Optional[Mapping[str, Any]], stages: Optional[list] = None) -> Tuple[Dict[str, Any], list]:
     """Each field's stages as specs (``{"name", "params"}``), and the Python callables among them
-    as ``(callable, rng, name)`` tuples, referred to by index from ``{"name": "python"}`` specs."""
+    as ``(callable, rng, name)`` tuples, referred to by index from ``{"name": "python"}`` specs
+    (appended to ``stages`` when given: a mixture's sources share one list)."""
     specs: Dict[str, Any] = {}
-    stages: list = []
+    stages = [] if stages is None else stages
     for field, value in (transforms or {}).items():
         if not isinstance(field, str):
             raise TypeError(f"transforms must map field names (str) to lists of stages, got key {field!r}")
@@ -159,8 +161,9 @@ def _make_engine(dataset: Dataset, spec: Any, stages: list, include_ids: bool) -
         text = spec if isinstance(spec, str) else json.dumps(spec)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"the loader configuration is not plain data: {e}") from None
+    target = list(dataset.datasets) if isinstance(dataset, Mixture) else dataset
     try:
-        return _native._Engine(dataset, text, stages, include_ids)
+        return _native._Engine(target, text, stages, include_ids)
     except OverflowError as e:  # pragma: no cover - JSON carries big ints; serde says out of range
         raise ConfigError(f"an option is out of range: {e}") from None
 
@@ -455,7 +458,7 @@ class Loader(_Front):
     to the loader's pool when Python drops the array). Blocking waits release the GIL; Ctrl-C
     raises ``KeyboardInterrupt`` within about 100 ms and stops the worker threads.
 
-    :param dataset: a :class:`Dataset` or a dataset path.
+    :param dataset: a :class:`Dataset`, a dataset path, or a :class:`Mixture` of datasets.
     :param batch_size: samples per batch, per rank.
     :param shuffle: ``True`` (a new global permutation each epoch), ``False`` (stored order), or
         ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
@@ -529,7 +532,7 @@ class Loader(_Front):
 
     def __init__(
         self,
-        dataset: Union[Dataset, str, "os.PathLike[str]"],
+        dataset: Union[Dataset, Mixture, str, "os.PathLike[str]"],
         batch_size: int,
         *,
         shuffle: Union[bool, str] = True,
@@ -559,7 +562,7 @@ class Loader(_Front):
         io_uring: bool = True,
     ) -> None:
         o = _options.given(LOADER, locals())
-        if not isinstance(dataset, Dataset):
+        if not isinstance(dataset, (Dataset, Mixture)):
             dataset = Dataset(dataset)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -588,6 +591,8 @@ class Loader(_Front):
             loader_config["decoded_cache"] = decoded
         specs, stages = _stage_specs(o["transforms"])
         spec = dict(loader=loader_config, samples=dict(kind="records", transforms=specs), **disk)
+        if isinstance(dataset, Mixture):
+            spec["mixture"] = dataset._spec(stages)
         self._start(dataset, dict(o, batch_size=batch_size), spec, stages)
         self._refuse_empty_epoch(batch_size, o["drop_last"], "samples")
 

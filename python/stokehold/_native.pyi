@@ -113,7 +113,7 @@ class _Engine:
 
     def __new__(
         cls,
-        dataset: Dataset,
+        dataset: Union[Dataset, List[Dataset]],
         config: str,
         python_stages: Optional[List[Tuple[Any, Optional[str], str]]] = ...,
         include_ids: bool = ...,

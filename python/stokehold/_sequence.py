@@ -7,6 +7,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 from . import _options
 from ._loader import _U32, _Front, _int, _shared_config
+from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import SEQUENCE
 
@@ -31,7 +32,7 @@ class SequenceLoader(_Front):
     tokens and padded to the longest in the batch: ``input_ids`` (``pad_id``), ``labels`` (-100
     where padded) and ``attention_mask`` (1/0).
 
-    :param dataset: a token :class:`Dataset` or its path.
+    :param dataset: a token :class:`Dataset`, its path, or a :class:`Mixture` of token datasets.
     :param seq_len: tokens per packed sample.
     :param batch_size: samples per batch, per rank.
     :param shuffle: shuffle the windows (or documents) every epoch.
@@ -84,7 +85,7 @@ class SequenceLoader(_Front):
 
     def __init__(
         self,
-        dataset: Union[Dataset, str, "os.PathLike[str]"],
+        dataset: Union[Dataset, Mixture, str, "os.PathLike[str]"],
         seq_len: int = 2048,
         batch_size: int = 32,
         *,
@@ -114,7 +115,7 @@ class SequenceLoader(_Front):
         io_uring: bool = True,
     ) -> None:
         o = _options.given(SEQUENCE, locals())
-        if not isinstance(dataset, Dataset):
+        if not isinstance(dataset, (Dataset, Mixture)):
             dataset = Dataset(dataset)
         if dtype not in ("int32", "int64"):
             raise ConfigError(f'dtype must be "int32" or "int64", got {dtype!r}')
@@ -136,6 +137,10 @@ class SequenceLoader(_Front):
             segment_ids=o["segment_ids"],
         )
         spec = dict(loader=loader_config, samples=samples, **disk)
+        if isinstance(dataset, Mixture):
+            if o["max_len"] is not None and o["bucket"] > 1:
+                raise ConfigError("bucket > 1 (length bucketing) is not available for a Mixture: use bucket=1")
+            spec["mixture"] = dataset._spec(None)
         self._start(dataset, dict(o, seq_len=seq_len, batch_size=batch_size), spec, [])
         self._refuse_empty_epoch(batch_size, o["drop_last"], "documents" if max_len is not None else f"windows of seq_len {seq_len}")
 

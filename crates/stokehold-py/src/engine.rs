@@ -446,6 +446,19 @@ impl Engine {
         } else {
             d.set_item("storage", py.None())?;
         }
+        let sources = PyDict::new(py);
+        for (i, s) in st.sources.iter().enumerate() {
+            let e = PyDict::new(py);
+            e.set_item("index", i)?;
+            e.set_item("weight", s.weight)?;
+            e.set_item("samples", s.samples)?;
+            e.set_item("bytes", s.bytes)?;
+            e.set_item("failed", s.failed)?;
+            e.set_item("busy", s.busy.as_secs_f64())?;
+            e.set_item("passes", s.passes)?;
+            sources.set_item(&s.name, e)?;
+        }
+        d.set_item("sources", sources)?;
         d.set_item("prefetch", st.prefetch)?;
         d.set_item("bytes_read", st.bytes_read)?;
         d.set_item("records_read", st.records_read)?;

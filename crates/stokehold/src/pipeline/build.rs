@@ -70,7 +70,12 @@ impl EngineSpec {
         for (ds, src) in datasets.into_iter().zip(&mix.sources) {
             let (samples, t) = self
                 .samples_over(ds, src.transforms.as_ref(), options.clone(), external)
-                .map_err(|e| EngineError::Config(format!("source '{}': {e}", src.name)))?;
+                .map_err(|e| match e {
+                    EngineError::Config(m) => {
+                        EngineError::Config(format!("source '{}': {m}", src.name))
+                    }
+                    other => other,
+                })?;
             if let Some(t) = t {
                 if let Some(first) = tokens.first() {
                     check_tokens_agree(&mix.sources[0].name, first, &src.name, &t)?;

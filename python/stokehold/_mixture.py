@@ -1,0 +1,191 @@
+"""``stokehold.Mixture``: several datasets loaded as one, blended by weights that may change
+during the run (docs/mixtures.md)."""
+
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from ._native import ConfigError, Dataset
+
+_Source = Union[Dataset, str, "os.PathLike[str]"]
+_Weights = Union[Mapping[str, float], Sequence[float]]
+
+_UNITS = ("steps", "samples")
+_ON_CHANGE = ("refuse", "reblend")
+
+
+class Mixture:
+    """Several datasets (images, token datasets, files read in place, from local disk or object
+    storage) loaded as one: pass it to :class:`stokehold.Loader` or
+    :class:`stokehold.SequenceLoader` where a dataset goes.
+
+    The order is a function of the seed, the weights and the position only: each sample of the
+    blended stream goes to the source furthest behind its share (error diffusion, exact in
+    integers), so every prefix of the stream holds each source's share to within one sample.
+    Each source is shuffled on its own, a new permutation every pass: a small source repeats, a
+    large one need never finish. An epoch is a slice of ``epoch_samples`` of the endless stream.
+    Batches carry a ``source`` column (int64: the source's index in the order given);
+    ``stats()["sources"]`` gives each source's samples, bytes, failures, time and passes.
+    ``state_dict()`` resumes exactly, on any number of ranks, and remembers the weights up to
+    its position.
+
+    :param sources: ``{"name": dataset, ...}`` (a :class:`Dataset`, a path or a URL each); or a
+        list of them, named ``"0"``, ``"1"``, ... The sources must give the same fields (those the
+        loader reads) with the same shapes after their transforms.
+    :param weights: one weight per source (``{"name": w}``, missing names are 0, or a list in
+        the sources' order), any numbers >= 0, normalised; ``None``: in proportion to the
+        sources' samples.
+    :param schedule: weights that change: ``[(step, weights), ...]`` in increasing steps; the
+        weights hold from that step on (a step is one batch of all ranks together:
+        ``batch_size * world_size`` samples, counted from the start of the run, across epochs).
+        An entry at step 0 gives the first weights (then leave ``weights`` out).
+    :param schedule_unit: ``"steps"`` (default) or ``"samples"`` (the schedule counts samples
+        of the blended stream).
+    :param epoch_samples: samples per epoch (``None``: the sources' samples summed). It must
+        stay the same across a resume.
+    :param source_column: add the ``source`` column.
+    :param transforms: a source's own stages (``{"name": {field: [stages]}}``), instead of the
+        loader's ``transforms`` for that source (a different crop for a second image set, say).
+    :param on_change: what :meth:`~stokehold.Loader.load_state_dict` does with a state whose
+        blend differs before its position (a source added or removed, or weights changed in the
+        past): ``"refuse"`` (default: an :class:`IncompatibleStateError` that says what
+        differs) or ``"reblend"`` (a new blend from the state's position, each source continuing
+        its passes where it was).
+    :raises ConfigError: an invalid source, weight, schedule or option.
+    """
+
+    def __init__(
+        self,
+        sources: Union[Mapping[str, _Source], Sequence[_Source]],
+        weights: Optional[_Weights] = None,
+        *,
+        schedule: Optional[Sequence[Tuple[int, _Weights]]] = None,
+        schedule_unit: str = "steps",
+        epoch_samples: Optional[int] = None,
+        source_column: bool = True,
+        transforms: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        on_change: str = "refuse",
+    ) -> None:
+        if isinstance(sources, Mapping):
+            items = list(sources.items())
+        elif isinstance(sources, (list, tuple)):
+            items = [(str(i), s) for i, s in enumerate(sources)]
+        else:
+            raise ConfigError(
+                f"a Mixture's sources are a dict name -> dataset (or path), or a list of them; got {type(sources).__name__}"
+            )
+        if not items:
+            raise ConfigError("a Mixture needs at least one source")
+        names: List[str] = []
+        for name, _ in items:
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"a Mixture's source names must be non-empty strings, got {name!r}")
+            if name in names:
+                raise ConfigError(f"two sources of the Mixture are named {name!r}")
+            names.append(name)
+        self._names = names
+        self._datasets = [d if isinstance(d, Dataset) else Dataset(d) for _, d in items]
+        if schedule_unit not in _UNITS:
+            raise ConfigError(f'schedule_unit must be "steps" or "samples", got {schedule_unit!r}')
+        if on_change not in _ON_CHANGE:
+            raise ConfigError(f'on_change must be "refuse" or "reblend", got {on_change!r}')
+        if epoch_samples is not None and (
+            isinstance(epoch_samples, bool) or not isinstance(epoch_samples, int) or epoch_samples < 1
+        ):
+            raise ConfigError(f"epoch_samples must be a positive int (or None), got {epoch_samples!r}")
+        if not isinstance(source_column, bool):
+            raise ConfigError(f"source_column must be True or False, got {source_column!r}")
+        entries: List[Tuple[int, List[float]]] = []
+        for entry in schedule or []:
+            if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+                raise ConfigError(f"a schedule entry is a (step, weights) pair, got {entry!r}")
+            at, w = entry
+            if isinstance(at, bool) or not isinstance(at, int) or at < 0:
+                raise ConfigError(f"a schedule's step must be an int >= 0, got {at!r}")
+            entries.append((at, self._weights(w, f"schedule at {at}")))
+        if entries and entries[0][0] == 0:
+            if weights is not None:
+                raise ConfigError("give the first weights either as weights= or as the schedule's entry at step 0, not both")
+            first = entries.pop(0)[1]
+        else:
+            first = [] if weights is None else self._weights(weights, "weights")
+        steps = [at for at, _ in entries]
+        if steps != sorted(set(steps)):
+            raise ConfigError(f"a schedule's steps must increase, got {steps}")
+        self._schedule = [(0, first)] + entries
+        self._unit = schedule_unit
+        self._epoch_samples = epoch_samples
+        self._source_column = source_column
+        self._on_change = on_change
+        self._transforms: Dict[str, Mapping[str, Any]] = {}
+        for name, t in (transforms or {}).items():
+            if name not in names:
+                raise ConfigError(f"transforms for {name!r}, which is not a source (they are {', '.join(names)})")
+            if not isinstance(t, Mapping):
+                raise ConfigError(f"source {name!r}: transforms must be a dict field name -> list of stages")
+            self._transforms[name] = dict(t)
+
+    def _weights(self, w: Any, what: str) -> List[float]:
+        if isinstance(w, Mapping):
+            unknown = [k for k in w if k not in self._names]
+            if unknown:
+                raise ConfigError(f"{what}: {unknown[0]!r} is not a source (they are {', '.join(self._names)})")
+            values = [w.get(n, 0.0) for n in self._names]
+        elif isinstance(w, (list, tuple)):
+            if len(w) != len(self._names):
+                raise ConfigError(f"{what}: {len(w)} weights for {len(self._names)} sources")
+            values = list(w)
+        else:
+            raise ConfigError(f"{what}: weights are a dict name -> weight or a list, got {type(w).__name__}")
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"{what}: a weight must be a finite number >= 0, got {v!r}")
+        if not any(values):
+            raise ConfigError(f"{what}: the weights must not all be 0")
+        return [float(v) for v in values]
+
+    def _spec(self, stages: Optional[list]) -> Dict[str, Any]:
+        """The engine's ``mixture`` spec; a source's own Python stages are appended to
+        ``stages`` (the loader's list)."""
+        from ._loader import _stage_specs
+
+        sources = []
+        for name, ds in zip(self._names, self._datasets):
+            src: Dict[str, Any] = dict(name=name, path=str(ds.path))
+            if name in self._transforms:
+                if stages is None:
+                    raise ConfigError(f"source {name!r}: token sources take no transforms")
+                src["transforms"] = _stage_specs(self._transforms[name], stages)[0]
+            sources.append(src)
+        return dict(
+            sources=sources,
+            schedule=[dict(at=at, weights=w) for at, w in self._schedule],
+            unit=self._unit,
+            epoch_samples=self._epoch_samples,
+            source_column=self._source_column,
+            on_change=self._on_change,
+        )
+
+    @property
+    def names(self) -> List[str]:
+        """The sources' names, in order (a name's index is the ``source`` column's value)."""
+        return list(self._names)
+
+    @property
+    def datasets(self) -> List[Dataset]:
+        """The sources' datasets, in order."""
+        return list(self._datasets)
+
+    @property
+    def schedule(self) -> List[Tuple[int, List[float]]]:
+        """The weights from each step (or sample) on, as given (empty weights: in proportion to
+        the sources' samples)."""
+        return [(at, list(w)) for at, w in self._schedule]
+
+    @property
+    def path(self) -> str:
+        """The sources, for ``repr`` (``web=s3://b/web, code=code-ds``)."""
+        return ", ".join(f"{n}={d.path}" for n, d in zip(self._names, self._datasets))
+
+    def __repr__(self) -> str:
+        return f"Mixture({self.path}; schedule={self._schedule!r}, unit={self._unit!r})"
