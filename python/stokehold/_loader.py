@@ -154,7 +154,7 @@ def _stage_specs(transforms: Optional[Mapping[str, Any]], stages: Optional[list]
     return specs, stages
 
 
-def _make_engine(dataset: Dataset, spec: Any, stages: list, include_ids: bool) -> Any:
+def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, include_ids: bool) -> Any:
     """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is; a
     dict, or its JSON)."""
     try:
@@ -260,13 +260,13 @@ class _Front:
 
     _engine: Any
     _config: Dict[str, Any]
-    _dataset: Dataset
+    _dataset: Union[Dataset, Mixture]
     _stages: list
     _to: str = "numpy"
     _pin: bool = False
     _trace: Optional[str] = None
 
-    def _start(self, dataset: Dataset, config: Dict[str, Any], spec: Any, stages: list) -> None:
+    def _start(self, dataset: Union[Dataset, Mixture], config: Dict[str, Any], spec: Any, stages: list) -> None:
         """Make the native engine of ``spec`` (an ``EngineSpec`` as a dict, or its JSON) with the
         Python stages ``stages``; ``config`` is the options as given (checked)."""
         self._dataset = dataset
@@ -325,8 +325,8 @@ class _Front:
         return self._engine.epoch
 
     @property
-    def dataset(self) -> Dataset:
-        """The dataset."""
+    def dataset(self) -> Union[Dataset, Mixture]:
+        """The dataset (or the :class:`Mixture`)."""
         return self._dataset
 
     @property
@@ -622,7 +622,7 @@ class Loader(_Front):
         )
 
 
-def _unpickle(cls: Any, dataset: Dataset, spec: str, stages: list, config: Dict[str, Any], state: Dict[str, Any]) -> Any:
+def _unpickle(cls: Any, dataset: Union[Dataset, Mixture], spec: str, stages: list, config: Dict[str, Any], state: Dict[str, Any]) -> Any:
     loader = cls.__new__(cls)
     loader._start(dataset, config, spec, stages)
     loader.load_state_dict(state)
