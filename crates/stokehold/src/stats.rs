@@ -111,7 +111,8 @@ pub struct SourceStats {
     pub bytes: u64,
     /// Its samples that failed (skipped under `on_error = skip`).
     pub failed: u64,
-    /// Worker time its samples took (reads and stages; timed when profiling).
+    /// Worker time its samples took to fill (their stages; with profiling on, one sample in 8
+    /// timed and scaled to all, as the stages are).
     pub busy: Duration,
     /// Passes over it at the loader's position: its samples in the stream so far over its
     /// length (2.5: two whole passes and half of a third).
@@ -392,6 +393,20 @@ impl WorkerStats<'_> {
         self.samples = self.samples.wrapping_add(1);
         if self.tracing || (self.on && timed) {
             Some(Instant::now())
+        } else {
+            None
+        }
+    }
+
+    /// Whether the next sample ([`WorkerStats::clock`]) is timed, and how many samples its time
+    /// stands for (1 when tracing, else [`TIME_EVERY`]): a wrapper around a sample (a mixture's
+    /// per-source time) times the same samples the stages do.
+    #[inline]
+    pub(crate) fn next_timed(&self) -> Option<u32> {
+        if self.tracing {
+            Some(1)
+        } else if self.on && self.samples.is_multiple_of(TIME_EVERY) {
+            Some(TIME_EVERY)
         } else {
             None
         }

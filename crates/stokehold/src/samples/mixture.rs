@@ -139,11 +139,29 @@ struct MixScratch {
     groups: Vec<Vec<u64>>,
     /// Per sample of the task: (source, index in its group).
     slot: Vec<(u32, u32)>,
+    /// Per source, this worker's (samples, bytes, busy ns) not yet added to the shared counters
+    /// (added once per task: atomics shared by the workers, touched per sample, cost more than
+    /// a cheap sample's own work).
+    pending: Vec<(u64, u64, u64)>,
 }
 
 impl MixScratch {
+    /// Add this worker's counts into the mixture's.
+    fn flush(&mut self, mix: &Mixture) {
+        for (p, c) in self.pending.iter_mut().zip(&mix.counters) {
+            if p.0 > 0 {
+                c.samples.fetch_add(p.0, Ordering::Relaxed);
+                c.bytes.fetch_add(p.1, Ordering::Relaxed);
+                c.busy_ns.fetch_add(p.2, Ordering::Relaxed);
+                *p = (0, 0, 0);
+            }
+        }
+    }
+
     fn group(&mut self, mix: &Mixture, ids: &[u64], io_uring: bool) {
         let n = mix.sources.len();
+        self.flush(mix);
+        self.pending.resize(n, (0, 0, 0));
         while self.subs.len() < n {
             self.subs.push(TaskIo::new(io_uring));
         }
@@ -588,26 +606,27 @@ impl Samples for Mixture {
         let s = s as usize;
         let (_, local) = self.source_of(id);
         let before = cx.ws.bytes_since_flush();
-        let t0 = cx.ws.profiling().then(Instant::now);
+        // timed with the samples the stages time (one in 8), scaled to all
+        let t0 = cx.ws.next_timed().map(|scale| (scale, Instant::now()));
         let r = self.sources[s]
             .samples
             .fill(local, kk as usize, &mut sc.subs[s], cx, out);
-        let c = &self.counters[s];
-        if let Some(t0) = t0 {
-            c.busy_ns
-                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        let p = &mut sc.pending[s];
+        p.0 += 1;
+        p.1 += cx.ws.bytes_since_flush().saturating_sub(before);
+        if let Some((scale, t0)) = t0 {
+            p.2 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
         }
-        c.samples.fetch_add(1, Ordering::Relaxed);
-        c.bytes.fetch_add(
-            cx.ws.bytes_since_flush().saturating_sub(before),
-            Ordering::Relaxed,
-        );
+        if k + 1 == sc.slot.len() {
+            // the task's last sample: its counts go to the mixture's
+            sc.flush(self);
+        }
         if self.source_column {
             let col = self.columns.len() - 1;
             out.fixed(col).copy_from_slice(&(s as i64).to_le_bytes());
         }
         if let Err(e) = r {
-            c.failed.fetch_add(1, Ordering::Relaxed);
+            self.counters[s].failed.fetch_add(1, Ordering::Relaxed);
             return Err(e);
         }
         Ok(())
