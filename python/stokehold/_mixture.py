@@ -46,6 +46,10 @@ class Mixture:
     :param source_column: add the ``source`` column.
     :param transforms: a source's own stages (``{"name": {field: [stages]}}``), instead of the
         loader's ``transforms`` for that source (a different crop for a second image set, say).
+    :param max_skip_fraction: under the loader's ``on_error="skip"``, a source's own budget:
+        ``{"name": fraction}``, the largest fraction of its share of an epoch (its weight times
+        the rank's samples) that may be skipped; more fails the loader with an error naming the
+        source (the loader's own 5% of the epoch holds too).
     :param on_change: what :meth:`~stokehold.Loader.load_state_dict` does with a state whose
         blend differs before its position (a source added or removed, or weights changed in the
         past): ``"refuse"`` (default: an :class:`IncompatibleStateError` that says what
@@ -64,6 +68,7 @@ class Mixture:
         epoch_samples: Optional[int] = None,
         source_column: bool = True,
         transforms: Optional[Mapping[str, Mapping[str, Any]]] = None,
+        max_skip_fraction: Optional[Mapping[str, float]] = None,
         on_change: str = "refuse",
     ) -> None:
         if isinstance(sources, Mapping):
@@ -124,6 +129,13 @@ class Mixture:
             if not isinstance(t, Mapping):
                 raise ConfigError(f"source {name!r}: transforms must be a dict field name -> list of stages")
             self._transforms[name] = dict(t)
+        self._skip: Dict[str, float] = {}
+        for name, f in (max_skip_fraction or {}).items():
+            if name not in names:
+                raise ConfigError(f"max_skip_fraction for {name!r}, which is not a source (they are {', '.join(names)})")
+            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
+                raise ConfigError(f"source {name!r}: max_skip_fraction must be a number from 0 to 1, got {f!r}")
+            self._skip[name] = float(f)
 
     def _weights(self, w: Any, what: str) -> List[float]:
         if isinstance(w, Mapping):
@@ -156,6 +168,8 @@ class Mixture:
                 if stages is None:
                     raise ConfigError(f"source {name!r}: token sources take no transforms")
                 src["transforms"] = _stage_specs(self._transforms[name], stages)[0]
+            if name in self._skip:
+                src["max_skip_fraction"] = self._skip[name]
             sources.append(src)
         return dict(
             sources=sources,

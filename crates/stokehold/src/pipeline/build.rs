@@ -85,6 +85,7 @@ impl EngineSpec {
             sources.push(MixtureSource {
                 name: src.name.clone(),
                 samples,
+                max_skip_fraction: src.max_skip_fraction,
             });
         }
         let steps = u64::from(self.loader.batch_size) * u64::from(self.loader.world_size);

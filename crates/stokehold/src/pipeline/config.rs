@@ -360,6 +360,10 @@ pub struct MixtureSourceSpec {
     /// Its own stages per field (records), instead of the spec's `samples` transforms.
     #[serde(default)]
     pub transforms: Option<BTreeMap<String, Vec<TransformSpec>>>,
+    /// Under `on_error = skip`, the largest fraction of its share of an epoch that may be
+    /// skipped (`None`: only the loader's budget).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_skip_fraction: Option<f64>,
 }
 
 /// One entry of a mixture's schedule.

@@ -266,6 +266,20 @@ impl BatchIter {
         // the budget is of the whole epoch on this rank, wherever this iteration started
         let epoch_samples = self.run.plan.epoch_steps() * self.run.batch_size as u64;
         let too_many = self.skipped_in_epoch as f64 > max_fraction * epoch_samples as f64;
+        // a kind of samples may hold parts of the epoch to budgets of their own (a mixture's
+        // sources), checked here, in the order of delivery
+        let failed_ids: Vec<u64> = failed.iter().map(|&slot| batch.ids[slot]).collect();
+        if let Err(detail) =
+            self.core
+                .samples
+                .check_skips(self.run.epoch, &failed_ids, epoch_samples)
+        {
+            let (_, first) = failures.into_iter().next().expect("not empty");
+            return Err(EngineError::TooManyFailures {
+                detail,
+                first: Box::new(first),
+            });
+        }
         if longest > max_consecutive || too_many || failed.len() == batch.len() {
             let (_, first) = failures.into_iter().next().expect("not empty");
             return Err(EngineError::TooManyFailures {

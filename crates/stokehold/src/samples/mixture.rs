@@ -36,6 +36,21 @@ pub struct MixtureSource {
     pub name: String,
     /// Its samples.
     pub samples: Arc<dyn Samples>,
+    /// Under `on_error = skip`, the largest fraction of this source's share of an epoch that
+    /// may be skipped (its weight at the epoch's start times the rank's samples in the epoch);
+    /// `None`: only the loader's budget.
+    pub max_skip_fraction: Option<f64>,
+}
+
+impl MixtureSource {
+    /// A source named `name` of `samples`, without a skip budget of its own.
+    pub fn new(name: impl Into<String>, samples: Arc<dyn Samples>) -> MixtureSource {
+        MixtureSource {
+            name: name.into(),
+            samples,
+            max_skip_fraction: None,
+        }
+    }
 }
 
 /// When a schedule's entries count: in samples of the blended stream, or in steps (batches of
@@ -117,6 +132,8 @@ pub struct Mixture {
     stage_names: Vec<String>,
     source_column: bool,
     fingerprint: String,
+    /// Skips per source in the epoch being delivered: (epoch, counts).
+    skips: Mutex<(u64, Vec<u64>)>,
 }
 
 impl std::fmt::Debug for Mixture {
@@ -199,6 +216,14 @@ impl Mixture {
             }
             if sources[..i].iter().any(|t| t.name == s.name) {
                 return bad(format!("two sources of the mixture are named '{}'", s.name));
+            }
+            if let Some(f) = s.max_skip_fraction
+                && !(0.0..=1.0).contains(&f)
+            {
+                return bad(format!(
+                    "source '{}': max_skip_fraction {f} is not in 0..=1",
+                    s.name
+                ));
             }
         }
         // the columns: the first source's; every other must give the same, in the same order
@@ -351,6 +376,7 @@ impl Mixture {
             stage_names,
             source_column: options.source_column,
             fingerprint: format!("mixture:{fp:08x}"),
+            skips: Mutex::new((u64::MAX, Vec::new())),
         };
         let sps = (mix.unit == ScheduleUnit::Steps).then_some(mix.samples_per_step);
         let plan = Plan {
@@ -712,6 +738,44 @@ impl Samples for Mixture {
                     .map_or(0.0, |k| k[i] as f64 / s.samples.len().max(1) as f64),
             })
             .collect()
+    }
+
+    fn check_skips(
+        &self,
+        epoch: u64,
+        ids: &[u64],
+        epoch_samples: u64,
+    ) -> std::result::Result<(), String> {
+        if self.sources.iter().all(|s| s.max_skip_fraction.is_none()) {
+            return Ok(());
+        }
+        let mut skips = lock(&self.skips);
+        if skips.0 != epoch {
+            *skips = (epoch, vec![0; self.sources.len()]);
+        }
+        let weights = self
+            .current_blend()
+            .map(|b| b.weights_at(self.stream_index(epoch, 0)).to_vec());
+        for &id in ids {
+            let (s, _) = self.source_of(id);
+            skips.1[s] += 1;
+            let Some(f) = self.sources[s].max_skip_fraction else {
+                continue;
+            };
+            let share = weights.as_ref().map_or(1.0, |w| w[s] as f64 / UNIT as f64);
+            let budget = f * share * epoch_samples as f64;
+            if skips.1[s] as f64 > budget {
+                return Err(format!(
+                    "{} samples of source '{}' skipped this epoch, more than its budget \
+                     ({:.1}% of its share, about {:.0} of this rank's {epoch_samples} samples)",
+                    skips.1[s],
+                    self.sources[s].name,
+                    f * 100.0,
+                    share * epoch_samples as f64
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {

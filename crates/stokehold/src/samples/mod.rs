@@ -175,6 +175,20 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
+    /// Samples `ids` of epoch `epoch` were skipped (under `on_error = skip`, in the order of
+    /// delivery; `epoch_samples`: this rank's samples in the epoch): `Err` with what was
+    /// exceeded when these samples hold parts of the epoch to budgets of their own (a
+    /// mixture's per-source `max_skip_fraction`).
+    fn check_skips(
+        &self,
+        epoch: u64,
+        ids: &[u64],
+        epoch_samples: u64,
+    ) -> std::result::Result<(), String> {
+        let _ = (epoch, ids, epoch_samples);
+        Ok(())
+    }
+
     /// What a resume state keeps of the order at (`epoch`, `position`): a mixture's blend.
     fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {
         let _ = (epoch, position);

@@ -63,10 +63,7 @@ fn mixture(paths: &[PathBuf], opts: MixtureOptions) -> Arc<Mixture> {
     let sources = paths
         .iter()
         .enumerate()
-        .map(|(i, p)| MixtureSource {
-            name: format!("s{i}"),
-            samples: records(p),
-        })
+        .map(|(i, p)| MixtureSource::new(format!("s{i}"), records(p)))
         .collect();
     Arc::new(Mixture::new(sources, opts).unwrap())
 }
@@ -313,14 +310,8 @@ fn sources_that_disagree_on_their_fields_are_named() {
     .unwrap();
     w.finish().unwrap();
     let sources = vec![
-        MixtureSource {
-            name: "images".into(),
-            samples: records(&a),
-        },
-        MixtureSource {
-            name: "extra".into(),
-            samples: records(&other),
-        },
+        MixtureSource::new("images", records(&a)),
+        MixtureSource::new("extra", records(&other)),
     ];
     let err = Mixture::new(
         sources,
@@ -340,14 +331,8 @@ fn sources_that_disagree_on_their_fields_are_named() {
         .filter(|c| c.name == "x")
         .collect();
     let sources = vec![
-        MixtureSource {
-            name: "full".into(),
-            samples: records(&a),
-        },
-        MixtureSource {
-            name: "thin".into(),
-            samples: Arc::new(Records::new(ds, only_x, 0, None).unwrap()),
-        },
+        MixtureSource::new("full", records(&a)),
+        MixtureSource::new("thin", Arc::new(Records::new(ds, only_x, 0, None).unwrap())),
     ];
     let err = Mixture::new(
         sources,
@@ -398,14 +383,8 @@ fn token_windows_of_two_datasets_mix_and_resume_exactly_on_another_number_of_ran
     };
     let mix = || -> Arc<Mixture> {
         let sources = vec![
-            MixtureSource {
-                name: "web".into(),
-                samples: windows(&a),
-            },
-            MixtureSource {
-                name: "code".into(),
-                samples: windows(&b),
-            },
+            MixtureSource::new("web", windows(&a)),
+            MixtureSource::new("code", windows(&b)),
         ];
         let o = options(vec![(0, vec![0.7, 0.3])], ScheduleUnit::Samples, 0);
         Arc::new(Mixture::new(sources, o).unwrap())
@@ -564,4 +543,62 @@ proptest! {
         got.sort_unstable();
         prop_assert_eq!(got, expected);
     }
+}
+
+/// Flip a byte in the middle of record `index` of the dataset at `dir`, in its shard file.
+fn damage(dir: &Path, index: u64) {
+    let ds = Dataset::open(dir).unwrap();
+    let mut record = Vec::new();
+    ds.read_record(index, &mut record).unwrap();
+    for shard in &ds.manifest().shards {
+        let path = dir.join(&shard.file);
+        let mut bytes = std::fs::read(&path).unwrap();
+        if let Some(at) = bytes.windows(record.len()).position(|w| w == &record[..]) {
+            bytes[at + record.len() / 2] ^= 0x20;
+            std::fs::write(&path, bytes).unwrap();
+            return;
+        }
+    }
+    panic!("record {index} not found");
+}
+
+#[test]
+fn a_damaged_record_of_one_source_is_skipped_the_same_way_on_any_thread_count_within_its_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [write(tmp.path(), 1, 60), write(tmp.path(), 2, 10)];
+    damage(&paths[1], 3);
+    let mk = |budget: Option<f64>| {
+        let mut sources: Vec<MixtureSource> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| MixtureSource::new(format!("s{i}"), records(p)))
+            .collect();
+        sources[1].max_skip_fraction = budget;
+        let o = options(vec![(0, vec![0.5, 0.5])], ScheduleUnit::Samples, 0);
+        Arc::new(Mixture::new(sources, o).unwrap())
+    };
+    let skip = |threads| LoaderConfig {
+        on_error: stokehold::ErrorPolicy::skip(),
+        ..config(threads, 2, Tail::Drop)
+    };
+    // the loader's budget only: the damaged record (read 3 or 4 times over the epoch's passes of
+    // the small source) is skipped each time, the same way on 1 and 3 threads
+    let mut one = Loader::from_samples(mk(None), skip(1)).unwrap();
+    let a = run(&mut one, None);
+    let skipped = one.stats().skipped.len();
+    assert!(skipped >= 3, "{skipped}");
+    assert_eq!(one.stats().sources[1].failed, skipped as u64);
+    let mut three = Loader::from_samples(mk(None), skip(3)).unwrap();
+    assert_eq!(run(&mut three, None), a);
+    // no x of the damaged record is delivered
+    assert!(a.iter().all(|b| !b.2.contains(&2003)));
+    // a budget of 5% of the small source's share (35 of 70 samples: 1.75): the second skip fails,
+    // naming the source
+    let mut strict = Loader::from_samples(mk(Some(0.05)), skip(2)).unwrap();
+    let err = strict
+        .iter()
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("the budget is exceeded");
+    assert!(err.to_string().contains("source 's1'"), "{err}");
 }
