@@ -133,6 +133,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
                     name,
                     path: Some(p),
                     transforms: None,
+                    max_skip_fraction: None,
                 })
                 .collect()
         }
