@@ -235,3 +235,16 @@ def test_a_mixture_from_object_storage_gives_what_the_local_sources_give(tmp_pat
     local = run(Loader(Mixture({"a": paths[0], "b": paths[1]}, [3, 1]), 4, seed=5))
     same(got, local)
     assert stats_storage is not None and stats_storage["requests"] > 0
+
+
+def test_a_source_budget_and_the_schedule_show_in_the_loader_config(tmp_path):
+    paths = records(tmp_path, [10, 10])
+    mix = Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 0]), (3, {"b": 1})], max_skip_fraction={"b": 0.01})
+    cfg = Loader(mix, 2, on_error="skip").config["mixture"]
+    assert [s["name"] for s in cfg["sources"]] == ["a", "b"]
+    assert cfg["sources"][1]["max_skip_fraction"] == 0.01 and "max_skip_fraction" not in cfg["sources"][0]
+    assert cfg["schedule"] == [{"at": 0, "weights": [1.0, 0.0]}, {"at": 3, "weights": [0.0, 1.0]}]
+    with pytest.raises(ConfigError, match="max_skip_fraction"):
+        Mixture({"a": paths[0]}, max_skip_fraction={"a": 2})
+    with pytest.raises(ConfigError, match="steps must increase"):
+        Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 1]), (5, [1, 0]), (5, [0, 1])])
