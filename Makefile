@@ -175,6 +175,7 @@ bench: build install bench-setup bench-data ## the benchmarks (each a ratio agai
 	BENCH_WORK=$(BENCH_DIR)/work/parquet $(PY) scripts/bench_parquet.py target/release/stokehold
 	$(CARGO) bench -q -p stokehold --bench engine
 	$(CARGO) bench -q -p stokehold --bench sequence
+	STOKEHOLD_BENCH_SHARDS=$(BENCH_DIR)/inet-shards $(CARGO) bench -q -p stokehold --bench mixture
 	STOKEHOLD_BENCH_JPEGS=$(BENCH_DIR)/inet-shards STOKEHOLD_BENCH_DIR=$(BENCH_DIR)/work \
 	  $(CARGO) bench -q -p stokehold --bench storage
 	STOKEHOLD_BENCH_IMAGES=$(BENCH_DIR)/inet/train STOKEHOLD_BENCH_LARGE=$(BENCH_DIR)/inet/large \

@@ -2,7 +2,9 @@
 //! source trait"): records (through a stage that draws from the sample's generator), packed token
 //! windows and padded documents, each a [`Samples`] run by the one engine
 //! ([`Loader::from_samples`]). A new kind of sample (TFRecord, WebDataset and Parquet read in
-//! place, mixtures) joins by adding a [`Kind`] here.
+//! place) joins by adding a [`Kind`] here. Mixtures have checks of their own
+//! (`tests/it/mixture.rs`): their epoch is a slice of a blended stream in which a small source
+//! repeats, so "every sample once per epoch" becomes "every position of the stream once".
 //!
 //! The checks, the same for each kind:
 //! - the batches (ids, padding flags, every column's bytes) are the same whatever the thread count
