@@ -16,6 +16,8 @@ DEMO_IMAGES ?= 2000
 # the benchmarks' data (`make bench-data`): ImageNet-like JPEGs cut from real photographs and their pack
 BENCH_DATA ?= bench-data
 BENCH_INET_IMAGES ?= 5000
+# the second, larger set the peers are also measured on: another seed, more classes (issue #38)
+BENCH_INET20K_IMAGES ?= 20000
 BENCH_DIR := $(abspath $(BENCH_DATA))
 
 .PHONY: help
@@ -167,6 +169,16 @@ bench-data: $(if $(wildcard $(BENCH_DIR)/inet-shards/manifest.json),,bench-setup
 	  target/release/stokehold pack $(BENCH_DIR)/inet/train $(BENCH_DIR)/inet-shards --overwrite; \
 	fi
 
+.PHONY: bench-data-20k
+bench-data-20k: $(if $(wildcard $(BENCH_DIR)/inet20k/train),,bench-setup build) ## a second ImageNet-like set for the peers bench: 20,000 JPEGs, 100 classes, another seed (made once)
+	@if [ -d $(BENCH_DIR)/inet20k/train ]; then \
+	  echo "$(BENCH_DATA)/inet20k is there (rm -rf $(BENCH_DATA)/inet20k makes it again)"; \
+	else \
+	  set -x; \
+	  $(PY) scripts/make_imagenet_like.py $(BENCH_DIR)/inet20k --images $(BENCH_INET20K_IMAGES) --classes 100 \
+	    --seed 20 --cache $(BENCH_DIR)/cache --cli target/release/stokehold; \
+	fi
+
 .PHONY: bench
 bench: build install bench-setup bench-data ## the benchmarks (each a ratio against a baseline measured in the same run)
 	mkdir -p $(BENCH_DIR)/work
@@ -206,8 +218,9 @@ $(PEERS_VENV)/.ready: $(VENV)/.bench-ready
 	touch $@
 
 .PHONY: bench-peers
-bench-peers: install bench-data $(PEERS_VENV)/.ready ## stokehold beside tf.data, DALI (CPU), torchvision and PIL loaders on the same images
+bench-peers: install bench-data bench-data-20k $(PEERS_VENV)/.ready ## stokehold beside tf.data, DALI (CPU), torchvision and PIL loaders on the same images, at 5,000 and 20,000 images
 	$(PEERS_VENV)/bin/python scripts/bench_peers.py --images $(BENCH_DIR)/inet/train --pipeline both
+	$(PEERS_VENV)/bin/python scripts/bench_peers.py --images $(BENCH_DIR)/inet20k/train --pipeline both
 
 .PHONY: clean
 clean: ## remove build outputs and demo data

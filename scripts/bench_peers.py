@@ -237,14 +237,17 @@ def child(a):
     else:
         it = loader_torch(a, a.child)
     t_iter = time.time()
-    images, t_first, shape = 0, None, None
+    images, t_first, shape, first_n = 0, None, None, 0
     for img, label in it:
         if t_first is None:
-            t_first, shape = time.time(), tuple(img.shape)
+            t_first, shape, first_n = time.time(), tuple(img.shape), len(label)
         images += len(label)
     t_end = time.time()
+    # the rate after the first batch: the loader's steady state, without its warm-up (imports
+    # are before t_iter; graph building, autotuning and the first decodes are in the first batch)
+    steady = (images - first_n) / max(t_end - t_first, 1e-9)
     print(json.dumps(dict(images=images, rate=images / (t_end - t_iter), first=t_first - t0,
-                          create=t_iter - t_create, shape=shape)), flush=True)
+                          create=t_iter - t_create, shape=shape, steady=steady)), flush=True)
 
 
 # --- parent ----------------------------------------------------------------------------------
@@ -425,7 +428,7 @@ def main():
 
 
 def table(pipeline, res, a):
-    med = {p: {k: statistics.median(x[k] for x in xs) for k in ("rate", "first", "pss_mib")}
+    med = {p: {k: statistics.median(x[k] for x in xs) for k in ("rate", "first", "pss_mib", "steady")}
            for p, xs in res.items()}
     for p, xs in res.items():
         med[p]["per_cpu"] = statistics.median(x["images"] / x["cpu"] for x in xs)
@@ -434,12 +437,17 @@ def table(pipeline, res, a):
     what = "RandomResizedCrop(224) + flip" if pipeline == "train" else "Resize(256) + CenterCrop(224)"
     print(f"\n{pipeline}: decode + {what}, medians of {a.rounds} rounds"
           + (f"; best peer: {best}" if best else ""))
-    print(f"| loader ({a.threads} threads/workers) | images/s | x best peer | images per CPU-s | x best peer | peak PSS MiB | first batch s |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"| loader ({a.threads} threads/workers) | images/s | x best peer | images per CPU-s | x best peer | peak PSS MiB | first batch s | after the first batch, images/s |")
+    print("|---|---|---|---|---|---|---|---|")
     for p, m in sorted(med.items(), key=lambda kv: -kv[1]["rate"]):
         rb = f"{m['rate'] / med[best]['rate']:.2f}" if best else "-"
         cb = f"{m['per_cpu'] / med[best]['per_cpu']:.2f}" if best else "-"
-        print(f"| {p} | {m['rate']:,.0f} | {rb} | {m['per_cpu']:,.0f} | {cb} | {m['pss_mib']:,.0f} | {m['first']:.2f} |")
+        print(f"| {p} | {m['rate']:,.0f} | {rb} | {m['per_cpu']:,.0f} | {cb} | {m['pss_mib']:,.0f} | {m['first']:.2f} | {m['steady']:,.0f} |")
+    if best:
+        # what a peer gains on a longer epoch: its rate once the first batch is out, against its
+        # rate over the whole epoch (a short epoch is dominated by a slow start)
+        print(f"{best}: {med[best]['steady'] / med[best]['rate']:.2f}x its whole-epoch rate after its first batch "
+              f"({med[best]['first']:.1f} s to it)")
     pairs = (("stokehold-tfrecord", ("stokehold-plain", "tfdata")), ("stokehold-wds", ("stokehold-plain", "webdataset")))
     for p, against in pairs:
         for q in (q for q in against if p in med and q in med):

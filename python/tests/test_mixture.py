@@ -219,12 +219,12 @@ def test_token_windows_mix_and_resume_exactly(token_sets):
         SequenceLoader(mix(), max_len=64, bucket=4)
 
 
-def test_a_mixture_from_object_storage_gives_what_the_local_sources_give(tmp_path):
+def test_a_mixture_from_object_storage_gives_what_the_local_sources_give(tmp_path, images, token_sets):
     from conftest import moto_s3
 
     paths = records(tmp_path, [25, 6])
     with moto_s3("k", "s", bucket="mix") as (endpoint, client):
-        for i, p in enumerate(paths):
+        for i, p in enumerate(paths + images + token_sets):
             for f in sorted(os.listdir(p)):
                 client.upload_file(os.path.join(p, f), "mix", f"r{i}/{f}")
         opts = {"key": "k", "secret": "s", "region_name": "us-east-1", "endpoint_url": endpoint, "allow_http": "true"}
@@ -232,6 +232,14 @@ def test_a_mixture_from_object_storage_gives_what_the_local_sources_give(tmp_pat
         loader = Loader(Mixture({"a": remote[0], "b": remote[1]}, [3, 1]), 4, seed=5, threads=2)
         got = run(loader)
         stats_storage = loader.stats()["storage"]
+        # images and token windows from the same server
+        ds = lambda i: stokehold.Dataset(f"s3://mix/r{i}", storage_options=opts)  # noqa: E731
+        t = [RandomResizedCrop(24)]
+        got_images = run(Loader(Mixture([ds(2), ds(3)], [2, 1]), 4, seed=6, transforms={"image": t}, threads=2))
+        got_tokens = run(SequenceLoader(Mixture([ds(4), ds(5)], [1, 1]), seq_len=16, batch_size=4, seed=7, threads=2))
+    same(got_images, run(Loader(Mixture(images, [2, 1]), 4, seed=6, transforms={"image": t}, threads=1)))
+    same(got_tokens, run(SequenceLoader(Mixture(token_sets, [1, 1]), seq_len=16, batch_size=4, seed=7)))
+    assert any(1 in b["source"] for b in got_images) and any(1 in b["source"] for b in got_tokens)
     local = run(Loader(Mixture({"a": paths[0], "b": paths[1]}, [3, 1]), 4, seed=5))
     same(got, local)
     assert stats_storage is not None and stats_storage["requests"] > 0

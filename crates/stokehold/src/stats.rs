@@ -105,9 +105,9 @@ pub struct SourceStats {
     pub name: String,
     /// Its weight at the loader's position (a fraction of 1).
     pub weight: f64,
-    /// Samples filled from it (padding included, as the loader's `samples`).
+    /// Its samples delivered (padding included, as the loader's `samples`).
     pub samples: u64,
-    /// Bytes its samples read from storage (or the RAM cache).
+    /// Bytes its samples read from storage (or the RAM cache), batches prepared ahead included.
     pub bytes: u64,
     /// Its samples that failed (skipped under `on_error = skip`).
     pub failed: u64,

@@ -167,6 +167,7 @@ impl BatchIter {
         stats
             .samples
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        self.core.samples.delivered(&batch.ids);
         if self.next_step >= self.run.steps {
             self.finish_epoch();
         }

@@ -156,21 +156,20 @@ struct MixScratch {
     groups: Vec<Vec<u64>>,
     /// Per sample of the task: (source, index in its group).
     slot: Vec<(u32, u32)>,
-    /// Per source, this worker's (samples, bytes, busy ns) not yet added to the shared counters
+    /// Per source, this worker's (bytes, busy ns) not yet added to the shared counters
     /// (added once per task: atomics shared by the workers, touched per sample, cost more than
     /// a cheap sample's own work).
-    pending: Vec<(u64, u64, u64)>,
+    pending: Vec<(u64, u64)>,
 }
 
 impl MixScratch {
     /// Add this worker's counts into the mixture's.
     fn flush(&mut self, mix: &Mixture) {
         for (p, c) in self.pending.iter_mut().zip(&mix.counters) {
-            if p.0 > 0 {
-                c.samples.fetch_add(p.0, Ordering::Relaxed);
-                c.bytes.fetch_add(p.1, Ordering::Relaxed);
-                c.busy_ns.fetch_add(p.2, Ordering::Relaxed);
-                *p = (0, 0, 0);
+            if p.0 > 0 || p.1 > 0 {
+                c.bytes.fetch_add(p.0, Ordering::Relaxed);
+                c.busy_ns.fetch_add(p.1, Ordering::Relaxed);
+                *p = (0, 0);
             }
         }
     }
@@ -178,7 +177,7 @@ impl MixScratch {
     fn group(&mut self, mix: &Mixture, ids: &[u64], io_uring: bool) {
         let n = mix.sources.len();
         self.flush(mix);
-        self.pending.resize(n, (0, 0, 0));
+        self.pending.resize(n, (0, 0));
         while self.subs.len() < n {
             self.subs.push(TaskIo::new(io_uring));
         }
@@ -638,10 +637,9 @@ impl Samples for Mixture {
             .samples
             .fill(local, kk as usize, &mut sc.subs[s], cx, out);
         let p = &mut sc.pending[s];
-        p.0 += 1;
-        p.1 += cx.ws.bytes_since_flush().saturating_sub(before);
+        p.0 += cx.ws.bytes_since_flush().saturating_sub(before);
         if let Some((scale, t0)) = t0 {
-            p.2 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
+            p.1 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
         }
         if k + 1 == sc.slot.len() {
             // the task's last sample: its counts go to the mixture's
@@ -738,6 +736,26 @@ impl Samples for Mixture {
                     .map_or(0.0, |k| k[i] as f64 / s.samples.len().max(1) as f64),
             })
             .collect()
+    }
+
+    fn delivered(&self, ids: &[u64]) {
+        let mut per = [0u64; 8];
+        if self.sources.len() <= per.len() {
+            for &id in ids {
+                per[self.source_of(id).0] += 1;
+            }
+            for (c, n) in self.counters.iter().zip(per) {
+                if n > 0 {
+                    c.samples.fetch_add(n, Ordering::Relaxed);
+                }
+            }
+        } else {
+            for &id in ids {
+                self.counters[self.source_of(id).0]
+                    .samples
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     fn check_skips(

@@ -175,6 +175,11 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         Vec::new()
     }
 
+    /// A batch of `ids` was delivered (a mixture counts its sources' samples).
+    fn delivered(&self, ids: &[u64]) {
+        let _ = ids;
+    }
+
     /// Samples `ids` of epoch `epoch` were skipped (under `on_error = skip`, in the order of
     /// delivery; `epoch_samples`: this rank's samples in the epoch): `Err` with what was
     /// exceeded when these samples hold parts of the epoch to budgets of their own (a

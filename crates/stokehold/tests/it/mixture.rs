@@ -344,6 +344,10 @@ fn sources_that_disagree_on_their_fields_are_named() {
 }
 
 fn write_tokens(path: &Path, first: u64, docs: u64) {
+    write_tokens_of(path, first, docs, 60_000);
+}
+
+fn write_tokens_of(path: &Path, first: u64, docs: u64, vocab: u64) {
     let schema = Schema::from_specs([("tokens", "bytes")]).unwrap();
     let opts = DatasetWriteOptions {
         target_shard_bytes: 2048,
@@ -360,9 +364,43 @@ fn write_tokens(path: &Path, first: u64, docs: u64) {
         w.write(&[FieldValue::Bytes(b.into())]).unwrap();
     }
     w.set_source(serde_json::json!({"kind": "test", "tokens": {
-        "dtype": "u16", "vocab_size": 60_000, "total_tokens": g,
+        "dtype": "u16", "vocab_size": vocab, "total_tokens": g,
     }}));
     w.finish().unwrap();
+}
+
+#[test]
+fn token_sources_must_agree_on_the_vocabulary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    write_tokens_of(&a, 10, 20, 60_000);
+    write_tokens_of(&b, 10, 20, 32_000);
+    let spec = stokehold::EngineSpec::from_json(
+        &serde_json::json!({
+            "samples": {"kind": "tokens", "mode": {"kind": "packed", "seq_len": 8},
+                        "dtype": "i32", "position_ids": false, "segment_ids": false},
+            "mixture": {"sources": [{"name": "web"}, {"name": "books"}],
+                        "schedule": [{"at": 0, "weights": [1.0, 1.0]}]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let open = |p: &Path| Arc::new(Dataset::open(p).unwrap());
+    let err = spec
+        .build_mixture(vec![open(&a), open(&b)], Default::default(), &mut |_| None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("'books'") && err.contains("32000") && err.contains("vocabulary"),
+        "{err}"
+    );
+    // the same vocabulary: accepted
+    let c = tmp.path().join("c");
+    write_tokens_of(&c, 20, 20, 60_000);
+    assert!(
+        spec.build_mixture(vec![open(&a), open(&c)], Default::default(), &mut |_| None)
+            .is_ok()
+    );
 }
 
 #[test]
