@@ -7,7 +7,9 @@ use stokehold_format::{Dataset, OpenOptions};
 
 use crate::cache::disk::{self, DiskCache};
 use crate::error::{EngineError, Result};
-use crate::pipeline::{EngineSpec, Loader, SamplesSpec};
+use crate::pipeline::{
+    Budget, DecodedCacheConfig, EngineSpec, Loader, SamplesSpec, half_of_memory,
+};
 use crate::samples::mixture::MixtureOptions;
 use crate::samples::{Mixture, MixtureSource, Records, Samples, TokenDataset, Tokens};
 use crate::stages::Transform;
@@ -38,7 +40,8 @@ impl EngineSpec {
             return self.build_mixture(vec![dataset], options, external);
         }
         self.loader.validate()?;
-        let (samples, tokens) = self.samples_over(dataset, None, options, external)?;
+        let whole = Share::default();
+        let (samples, tokens) = self.samples_over(dataset, None, options, external, whole)?;
         Ok(Built {
             loader: Loader::from_samples(samples, self.loader.clone())?,
             tokens: tokens.into_iter().collect(),
@@ -67,9 +70,22 @@ impl EngineSpec {
         }
         let mut sources = Vec::with_capacity(datasets.len());
         let mut tokens: Vec<Arc<TokenDataset>> = Vec::new();
+        // the caches' budgets are the loader's, shared by the sources in proportion to their
+        // bytes (each source's caches are its own); one directory limit for all of them
+        let total: u64 = datasets.iter().map(|d| d.bytes()).sum::<u64>().max(1);
         for (ds, src) in datasets.into_iter().zip(&mix.sources) {
+            let share = Share {
+                fraction: ds.bytes() as f64 / total as f64,
+                dir_limit: Some(self.cache_dir_limit.map_or(total, |b| b.0)),
+            };
             let (samples, t) = self
-                .samples_over(ds, src.transforms.as_ref(), options.clone(), external)
+                .samples_over(
+                    ds,
+                    src.transforms.as_ref(),
+                    options.clone(),
+                    external,
+                    share,
+                )
                 .map_err(|e| match e {
                     EngineError::Config(m) => {
                         EngineError::Config(format!("source '{}': {m}", src.name))
@@ -118,8 +134,22 @@ impl EngineSpec {
         transforms: Option<&std::collections::BTreeMap<String, Vec<TransformSpec>>>,
         options: OpenOptions,
         external: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+        share: Share,
     ) -> Result<SamplesOver> {
         let config = &self.loader;
+        let whole = share.fraction >= 1.0;
+        let part = |bytes: u64| ((bytes as f64 * share.fraction) as u64).max(u64::from(bytes > 0));
+        let cache_bytes = match whole {
+            true => config.cache_budget_bytes(),
+            false => part(config.cache_budget_bytes()),
+        };
+        let decoded = config.decoded_cache.as_ref().map(|d| match whole {
+            true => d.clone(),
+            false => DecodedCacheConfig {
+                budget: Budget::bytes(part(d.budget.resolve(half_of_memory))),
+                ..d.clone()
+            },
+        });
         let mut ds = dataset;
         let mut disk = None;
         if let Some(dir) = &self.cache_dir {
@@ -136,7 +166,9 @@ impl EngineSpec {
                     ds.dir().display()
                 )));
             }
-            let limit = self.cache_dir_limit.map_or_else(|| ds.bytes(), |b| b.0);
+            let limit = share
+                .dir_limit
+                .unwrap_or_else(|| self.cache_dir_limit.map_or_else(|| ds.bytes(), |b| b.0));
             let cache = DiskCache::open(dir.clone(), limit)?;
             let (opened, progress) = disk::open_dataset(ds.dir(), &cache, options)?;
             ds = Arc::new(opened);
@@ -148,12 +180,7 @@ impl EngineSpec {
             } => {
                 let transforms = transforms.unwrap_or(default);
                 let columns = build_columns(ds.schema(), transforms, true, external)?;
-                let mut records = Records::new(
-                    ds,
-                    columns,
-                    config.cache_budget_bytes(),
-                    config.decoded_cache.as_ref(),
-                )?;
+                let mut records = Records::new(ds, columns, cache_bytes, decoded.as_ref())?;
                 if let Some((cache, progress)) = disk {
                     records = records.with_disk_cache(cache, progress);
                 }
@@ -166,11 +193,29 @@ impl EngineSpec {
                     ));
                 }
                 let data = Arc::new(TokenDataset::open(ds)?);
-                data.use_cache(config.cache_budget_bytes());
+                data.use_cache(cache_bytes);
                 let t = Arc::clone(&data);
                 (Arc::new(Tokens::new(data, *options)?), Some(t))
             }
         })
+    }
+}
+
+/// What part of the loader's caches one dataset gets: all of them alone, a share in a mixture.
+#[derive(Debug, Clone, Copy)]
+struct Share {
+    /// Of the RAM and decoded caches' budgets.
+    fraction: f64,
+    /// The local copy's directory limit (a mixture's: one for all its sources).
+    dir_limit: Option<u64>,
+}
+
+impl Default for Share {
+    fn default() -> Share {
+        Share {
+            fraction: 1.0,
+            dir_limit: None,
+        }
     }
 }
 

@@ -671,7 +671,7 @@ impl Samples for Mixture {
                         o.hits += c.hits;
                         o.misses += c.misses;
                         o.bytes += c.bytes;
-                        o.budget = o.budget.max(c.budget);
+                        o.budget += c.budget;
                         o.entries += c.entries;
                         o.saved += c.saved;
                         o.shared += c.shared;

@@ -640,3 +640,41 @@ fn a_damaged_record_of_one_source_is_skipped_the_same_way_on_any_thread_count_wi
         .expect("the budget is exceeded");
     assert!(err.to_string().contains("source 's1'"), "{err}");
 }
+
+#[test]
+fn the_sources_share_the_loaders_cache_budgets_in_proportion_to_their_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (write(tmp.path(), 1, 90), write(tmp.path(), 2, 30));
+    let spec = stokehold::EngineSpec::from_json(
+        &serde_json::json!({
+            "loader": {"batch_size": 4, "cache_bytes": 1_000_000, "threads": 2},
+            "samples": {"kind": "records"},
+            "mixture": {"sources": [{"name": "a"}, {"name": "b"}],
+                        "schedule": [{"at": 0, "weights": []}]},
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let open = |p: &Path| Arc::new(Dataset::open(p).unwrap());
+    let (da, db) = (open(&a), open(&b));
+    let share = da.bytes() as f64 / (da.bytes() + db.bytes()) as f64;
+    let mut l = spec
+        .build_mixture(vec![da, db], Default::default(), &mut |_| None)
+        .unwrap()
+        .loader;
+    run(&mut l, None);
+    let records = l
+        .stats()
+        .caches
+        .into_iter()
+        .find(|c| c.kind == "records")
+        .expect("the RAM cache's figures");
+    // one budget for the mixture, not one per source
+    assert!(
+        (999_990..=1_000_000).contains(&records.budget),
+        "{}",
+        records.budget
+    );
+    assert!(share > 0.6 && share < 0.9, "{share}");
+    assert!(records.hits + records.misses > 0);
+}
