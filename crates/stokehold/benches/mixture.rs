@@ -16,7 +16,9 @@
 //! all), `STOKEHOLD_BENCH_ROUNDS` (default 5), `STOKEHOLD_BENCH_IMAGES` (records copied,
 //! default 3000), `STOKEHOLD_BENCH_TOKENS` (millions of tokens, default 24),
 //! `STOKEHOLD_BENCH_CONTROL` (tokens: `1` mixes the whole dataset as one source, `3` as three
-//! copies: the mixture's own cost without the split).
+//! copies: the mixture's own cost without the split), `STOKEHOLD_BENCH_NO_SOURCE=1` (no source
+//! column). `STOKEHOLD_BENCH_ONLY=fetch` (alone): a task's fetch of 32 windows in one call against
+//! three calls for the same windows (what three sources cost a batch).
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -146,6 +148,7 @@ fn loaders(base: serde_json::Value, one: &Path, parts: &[PathBuf]) -> (Loader, L
             "name": format!("part{i}"), "path": p.to_string_lossy(),
         })).collect::<Vec<_>>(),
         "schedule": [{"at": 0, "weights": []}],
+        "source_column": std::env::var("STOKEHOLD_BENCH_NO_SOURCE").is_err(),
     });
     let datasets = parts
         .iter()
@@ -225,6 +228,79 @@ fn tokens(tmp: &Path, rounds: usize) {
     );
 }
 
+/// Diagnostic (`STOKEHOLD_BENCH_ONLY=fetch`): the cost of a task's fetch as one call for 32
+/// windows against three calls for the same windows split in three (what a mixture of three
+/// sources does per batch).
+fn fetch_calls(tmp: &Path) {
+    use stokehold::samples::TaskIo;
+    let path = tmp.join("fetch-tokens");
+    let schema = Schema::from_specs([("tokens", "bytes")]).unwrap();
+    let mut w = DatasetWriter::create(&path, schema, DatasetWriteOptions::default()).unwrap();
+    let doc: Vec<u8> = (0..4000u32)
+        .flat_map(|i| ((i % 50_000) as u16).to_le_bytes())
+        .collect();
+    for _ in 0..6000 {
+        w.write(&[FieldValue::Bytes(Cow::Borrowed(&doc))]).unwrap();
+    }
+    w.set_source(serde_json::json!({"kind": "bench", "tokens": {
+        "dtype": "u16", "vocab_size": 50_000, "total_tokens": 6000u64 * 4000,
+    }}));
+    w.finish().unwrap();
+    let spec = spec(serde_json::json!({
+        "loader": {"batch_size": 32},
+        "samples": {"kind": "tokens", "mode": {"kind": "packed", "seq_len": 2048}, "dtype": "i32",
+                    "position_ids": false, "segment_ids": false},
+    }));
+    let l = spec
+        .build(
+            Arc::new(Dataset::open(&path).unwrap()),
+            Default::default(),
+            &mut |_| None,
+        )
+        .unwrap()
+        .loader;
+    let samples = l.samples();
+    let n = samples.len();
+    let mut io = TaskIo::new(true);
+    let mut ios = [TaskIo::new(true), TaskIo::new(true), TaskIo::new(true)];
+    let mut x = 12345u64;
+    let mut ids = vec![0u64; 32];
+    let iters = 20_000;
+    for round in 0..3 {
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            for id in &mut ids {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *id = (x >> 33) % n;
+            }
+            samples.fetch(&ids, &mut io);
+        }
+        let one = t0.elapsed();
+        let t0 = Instant::now();
+        for _ in 0..iters {
+            for id in &mut ids {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                *id = (x >> 33) % n;
+            }
+            samples.fetch(&ids[..16], &mut ios[0]);
+            samples.fetch(&ids[16..26], &mut ios[1]);
+            samples.fetch(&ids[26..], &mut ios[2]);
+        }
+        let three = t0.elapsed();
+        println!(
+            "fetch       round {round}: 32 windows in one call {:.2} us, in three calls {:.2} us \
+             a batch ({:.2} us more)",
+            one.as_secs_f64() * 1e6 / iters as f64,
+            three.as_secs_f64() * 1e6 / iters as f64,
+            (three.as_secs_f64() - one.as_secs_f64()) * 1e6 / iters as f64
+        );
+    }
+}
+
 fn images(tmp: &Path, rounds: usize) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let src = std::env::var("STOKEHOLD_BENCH_SHARDS")
@@ -297,6 +373,9 @@ fn main() {
     }
     if run("tokens") {
         tokens(tmp.path(), rounds);
+    }
+    if only == "fetch" {
+        fetch_calls(tmp.path());
     }
     if run("images") {
         images(tmp.path(), rounds);
