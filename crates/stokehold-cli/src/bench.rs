@@ -120,7 +120,8 @@ pub struct BenchArgs {
     #[command(subcommand)]
     command: Option<BenchCommand>,
     /// The dataset directory, or its URL (`s3://bucket/prefix`); or TFRecord files or
-    /// WebDataset tars to read in place (a file, a directory of them, a glob in quotes).
+    /// WebDataset tars to read in place (a file, a directory of them, a glob in quotes); or a
+    /// mixture of datasets described in a `.toml` or `.json` file (docs/mixtures.md).
     #[arg(required = true, value_parser = crate::dataset_location)]
     dataset: Option<PathBuf>,
     #[command(flatten)]
