@@ -256,3 +256,15 @@ def test_a_source_budget_and_the_schedule_show_in_the_loader_config(tmp_path):
         Mixture({"a": paths[0]}, max_skip_fraction={"a": 2})
     with pytest.raises(ConfigError, match="steps must increase"):
         Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 1]), (5, [1, 0]), (5, [0, 1])])
+
+
+def test_each_source_is_read_in_the_loaders_order_shard_block_included(tmp_path):
+    paths = records(tmp_path, [40, 7])
+    for shuffle in ("shard_block", False):
+        loader = Loader(Mixture({"a": paths[0], "b": paths[1]}, [1, 1]), 4, shuffle=shuffle, seed=2, include_ids=True)
+        xs = [x for b in run(loader) for x, s in zip(b["x"], b["source"]) if s == 1]
+        # the small source's passes are each a permutation of its 7 records
+        for k in range(0, len(xs) - 6, 7):
+            assert sorted(xs[k:k + 7]) == sorted(float(i) * 0.5 for i in range(7))
+        if shuffle is False:
+            assert xs[:7] == [float(i) * 0.5 for i in range(7)]  # in stored order, pass after pass

@@ -185,7 +185,7 @@ fn epoch_order(
     epoch: u64,
 ) -> Result<EpochOrder> {
     if let Some(order) = samples.order(&config.shuffle, config.seed, epoch) {
-        return Ok(order);
+        return order;
     }
     Ok(EpochOrder::new(
         samples.len(),
@@ -303,7 +303,7 @@ impl Loader {
         }
         // Build one epoch's order now, so that a bad configuration fails here rather than later.
         let order = match own_order {
-            Some(o) => o,
+            Some(o) => o?,
             None => epoch_order(&*samples, blocks.as_deref(), &config, 0)?,
         };
         RankPlan::new(

@@ -703,16 +703,11 @@ impl Samples for Mixture {
         total
     }
 
-    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<EpochOrder> {
-        let blend = self.blend_for(shuffle, seed).ok()?;
-        let map: Arc<dyn PositionMap> = blend;
-        Some(EpochOrder::custom(
-            self.epoch_len,
-            shuffle,
-            seed,
-            epoch,
-            map,
-        ))
+    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<Result<EpochOrder>> {
+        Some(self.blend_for(shuffle, seed).map(|blend| {
+            let map: Arc<dyn PositionMap> = blend;
+            EpochOrder::custom(self.epoch_len, shuffle, seed, epoch, map)
+        }))
     }
 
     fn source_stats(&self, epoch: u64, position: u64) -> Vec<SourceStats> {

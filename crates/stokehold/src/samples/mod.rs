@@ -126,7 +126,7 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
 
     /// The order of epoch `epoch` when these samples bring their own (a mixture's blend);
     /// `None`: the loader's `shuffle` over `0..len`.
-    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<EpochOrder> {
+    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<Result<EpochOrder>> {
         let _ = (shuffle, seed, epoch);
         None
     }
