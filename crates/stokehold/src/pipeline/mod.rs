@@ -421,17 +421,25 @@ impl Loader {
 
     /// Continue from a saved state (of the same samples, seed and order; any world size).
     pub fn load_state(&mut self, state: &ResumeState) -> Result<()> {
+        let check = |dataset| {
+            state.check(
+                dataset,
+                self.core.config.seed,
+                &self.core.config.shuffle,
+                self.core.samples.len(),
+            )
+        };
+        // everything but the dataset first: a mixture's samples take the state's blend only
+        // when the rest of it fits
+        check(None)?;
         let own = self.core.samples.resume_order(
             state.mixture.as_ref(),
             state.epoch,
             state.position.min(self.core.samples.len()),
         )?;
-        state.check(
-            (!own).then_some(self.core.fingerprint.as_str()),
-            self.core.config.seed,
-            &self.core.config.shuffle,
-            self.core.samples.len(),
-        )?;
+        if !own {
+            check(Some(self.core.fingerprint.as_str()))?;
+        }
         self.core.set_cursor(Cursor {
             epoch: state.epoch,
             position: state.position,

@@ -28,6 +28,11 @@ use crate::sync::lock;
 /// The name of the column that says each sample's source.
 pub const SOURCE_COLUMN: &str = "source";
 
+/// The furthest stream sample a resume state may name (2^50, about 10^15 samples: 30 years at a
+/// million samples a second). The blend walks to a position from its nearest known state, so a
+/// state beyond this (damaged or forged) is refused instead of walked.
+pub const MAX_STREAM: u64 = 1 << 50;
+
 /// One source of a mixture.
 #[derive(Debug, Clone)]
 pub struct MixtureSource {
@@ -826,6 +831,23 @@ impl Samples for Mixture {
                      (by default it is the sources' lengths summed: give it explicitly to add or \
                      remove a source)",
                     st.epoch_len
+                ),
+            });
+        }
+        // a stream position the blend could not walk to in any run's lifetime (a damaged or
+        // forged state), or counts that would overflow: refused, never walked
+        let g = u128::from(epoch) * u128::from(self.epoch_len) + u128::from(position);
+        let far = |x: u128| x > u128::from(MAX_STREAM);
+        if far(g)
+            || far(u128::from(st.origin))
+            || st.base.iter().any(|&b| far(u128::from(b)))
+            || st.phases.iter().any(|p| far(u128::from(p.start)))
+        {
+            return Err(EngineError::InvalidState {
+                field: Some("mixture".into()),
+                detail: format!(
+                    "its position or counts are past {MAX_STREAM} samples of the blend, more \
+                     than any run reads"
                 ),
             });
         }

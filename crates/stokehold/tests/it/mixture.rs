@@ -678,3 +678,60 @@ fn the_sources_share_the_loaders_cache_budgets_in_proportion_to_their_bytes() {
     assert!(share > 0.6 && share < 0.9, "{share}");
     assert!(records.hits + records.misses > 0);
 }
+
+#[test]
+fn a_mixture_state_far_past_any_run_or_with_broken_counts_is_refused_not_walked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [write(tmp.path(), 1, 20), write(tmp.path(), 2, 20)];
+    let mk = || {
+        mixture(
+            &paths,
+            options(vec![(0, vec![1.0, 1.0])], ScheduleUnit::Samples, 0),
+        )
+    };
+    let mut a = Loader::from_samples(mk(), config(1, 1, Tail::Drop)).unwrap();
+    run(&mut a, Some(2));
+    let good = a.state();
+    let mut bad = good.clone();
+    bad.epoch = 1 << 60;
+    let mut b = Loader::from_samples(mk(), config(1, 1, Tail::Drop)).unwrap();
+    let err = b.load_state(&bad).unwrap_err();
+    assert!(matches!(err, EngineError::InvalidState { .. }), "{err}");
+    let mut bad = good.clone();
+    bad.mixture.as_mut().unwrap().base = vec![u64::MAX, 0];
+    assert!(b.load_state(&bad).is_err());
+    // phases that do not sum to the unit: an error when the blend is made, not garbage
+    let mut bad = good.clone();
+    bad.mixture.as_mut().unwrap().phases[0].weights = vec![1, 1];
+    let loaded = b.load_state(&bad);
+    assert!(loaded.is_err() || b.iter().is_err() || b.iter().unwrap().next().unwrap().is_err());
+    // and the good state still resumes
+    b.load_state(&good).unwrap();
+    assert!(!run(&mut b, None).is_empty());
+}
+
+#[test]
+fn a_refused_state_leaves_the_mixtures_blend_as_it_was() {
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [write(tmp.path(), 1, 20), write(tmp.path(), 2, 20)];
+    let mk = |w: Vec<f64>| {
+        let mut o = options(vec![(0, w)], ScheduleUnit::Samples, 0);
+        o.on_change = OnChange::Reblend;
+        mixture(&paths, o)
+    };
+    let mut a = Loader::from_samples(mk(vec![1.0, 0.0]), config(1, 1, Tail::Drop)).unwrap();
+    run(&mut a, Some(3));
+    let mut state = a.state();
+    state.seed += 1; // another seed: refused, before the blend is looked at
+    let mut b = Loader::from_samples(mk(vec![0.0, 1.0]), config(1, 1, Tail::Drop)).unwrap();
+    let fresh = run(
+        &mut Loader::from_samples(mk(vec![0.0, 1.0]), config(1, 1, Tail::Drop)).unwrap(),
+        None,
+    );
+    assert!(b.load_state(&state).is_err());
+    assert_eq!(
+        run(&mut b, None),
+        fresh,
+        "the refused state's blend was not taken"
+    );
+}
