@@ -379,17 +379,6 @@ impl Blend {
         &self.def
     }
 
-    /// The first mixture id of each source.
-    pub fn offsets(&self) -> &[u64] {
-        &self.offsets
-    }
-
-    /// The source of mixture id `id` and the id within it.
-    pub fn source_of(&self, id: u64) -> (usize, u64) {
-        let s = self.offsets.partition_point(|&o| o <= id).saturating_sub(1);
-        (s, id - self.offsets[s])
-    }
-
     /// The weights in effect at stream sample `g`.
     pub fn weights_at(&self, g: u64) -> &[u64] {
         let i = self

@@ -136,6 +136,9 @@ pub struct Mixture {
     columns: Vec<(String, Output)>,
     stage_names: Vec<String>,
     source_column: bool,
+    /// Whether any source shapes its outputs per batch (padded documents): otherwise
+    /// `batch_outputs` costs nothing per batch.
+    shaped: bool,
     fingerprint: String,
     /// Skips per source in the epoch being delivered: (epoch, counts).
     skips: Mutex<(u64, Vec<u64>)>,
@@ -379,9 +382,14 @@ impl Mixture {
             columns,
             stage_names,
             source_column: options.source_column,
+            shaped: false,
             fingerprint: format!("mixture:{fp:08x}"),
             skips: Mutex::new((u64::MAX, Vec::new())),
         };
+        mix.shaped = mix
+            .sources
+            .iter()
+            .any(|s| s.samples.batch_outputs(&[]).is_some());
         let sps = (mix.unit == ScheduleUnit::Steps).then_some(mix.samples_per_step);
         let plan = Plan {
             origin: 0,
@@ -508,6 +516,9 @@ impl Samples for Mixture {
     }
 
     fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        if !self.shaped {
+            return None;
+        }
         let mut groups: Vec<Vec<u64>> = vec![Vec::new(); self.sources.len()];
         for &id in ids {
             let (s, local) = self.source_of(id);

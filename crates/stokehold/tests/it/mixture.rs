@@ -735,3 +735,53 @@ fn a_refused_state_leaves_the_mixtures_blend_as_it_was() {
         "the refused state's blend was not taken"
     );
 }
+
+#[test]
+fn padded_documents_of_two_sources_are_padded_to_the_longest_of_the_batch() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    write_tokens(&a, 10_000, 30);
+    write_tokens(&b, 20_000, 30);
+    let docs = |p: &Path| -> Arc<dyn Samples> {
+        let data = Arc::new(TokenDataset::open(Arc::new(Dataset::open(p).unwrap())).unwrap());
+        let o = TokenOptions {
+            mode: TokenMode::Documents {
+                max_len: 64,
+                pad_id: 0,
+                bucket: 1,
+            },
+            dtype: DType::I32,
+            position_ids: false,
+            segment_ids: false,
+        };
+        Arc::new(Tokens::new(data, o).unwrap())
+    };
+    let sources = vec![
+        MixtureSource::new("a", docs(&a)),
+        MixtureSource::new("b", docs(&b)),
+    ];
+    let o = options(vec![(0, vec![1.0, 1.0])], ScheduleUnit::Samples, 0);
+    let mut l = Loader::from_samples(
+        Arc::new(Mixture::new(sources, o).unwrap()),
+        config(2, 2, Tail::Drop),
+    )
+    .unwrap();
+    let mut widths = std::collections::BTreeSet::new();
+    for batch in l.iter().unwrap() {
+        let batch = batch.unwrap();
+        let ColumnData::Fixed { shape, .. } = &batch.columns[0].1 else {
+            panic!("fixed")
+        };
+        // every row of the batch has the batch's width, whichever source it came from
+        widths.insert(shape[1]);
+        let tokens = ints_i32(&batch.columns[0].1);
+        let src = ints(&batch.columns.last().unwrap().1);
+        for (row, s) in tokens.chunks(shape[1]).zip(&src) {
+            assert_eq!(i64::from(row[0] / 10_000 - 1), *s, "{row:?}");
+        }
+    }
+    assert!(
+        widths.len() > 1,
+        "the width follows each batch's longest document: {widths:?}"
+    );
+}
