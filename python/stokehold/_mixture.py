@@ -1,7 +1,6 @@
 """``stokehold.Mixture``: several datasets loaded as one, blended by weights that may change
 during the run (docs/mixtures.md)."""
 
-import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -55,7 +54,9 @@ class Mixture:
         past): ``"refuse"`` (default: an :class:`IncompatibleStateError` that says what
         differs) or ``"reblend"`` (a new blend from the state's position, each source continuing
         its passes where it was).
-    :raises ConfigError: an invalid source, weight, schedule or option.
+    :raises ConfigError: an invalid source or option here; an unknown source in the weights,
+        a weight that is negative or not finite, weights all 0 or steps out of order when the
+        loader is made (the engine checks them for every front).
     """
 
     def __init__(
@@ -100,7 +101,7 @@ class Mixture:
             raise ConfigError(f"epoch_samples must be a positive int (or None), got {epoch_samples!r}")
         if not isinstance(source_column, bool):
             raise ConfigError(f"source_column must be True or False, got {source_column!r}")
-        entries: List[Tuple[int, List[float]]] = []
+        entries: List[Tuple[int, Any]] = []
         for entry in schedule or []:
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
                 raise ConfigError(f"a schedule entry is a (step, weights) pair, got {entry!r}")
@@ -114,9 +115,6 @@ class Mixture:
             first = entries.pop(0)[1]
         else:
             first = [] if weights is None else self._weights(weights, "weights")
-        steps = [at for at, _ in entries]
-        if steps != sorted(set(steps)):
-            raise ConfigError(f"a schedule's steps must increase, got {steps}")
         self._schedule = [(0, first)] + entries
         self._unit = schedule_unit
         self._epoch_samples = epoch_samples
@@ -133,28 +131,19 @@ class Mixture:
         for name, f in (max_skip_fraction or {}).items():
             if name not in names:
                 raise ConfigError(f"max_skip_fraction for {name!r}, which is not a source (they are {', '.join(names)})")
-            if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:
-                raise ConfigError(f"source {name!r}: max_skip_fraction must be a number from 0 to 1, got {f!r}")
+            if isinstance(f, bool) or not isinstance(f, (int, float)):
+                raise ConfigError(f"source {name!r}: max_skip_fraction must be a number, got {f!r}")
             self._skip[name] = float(f)
 
-    def _weights(self, w: Any, what: str) -> List[float]:
+    @staticmethod
+    def _weights(w: Any, what: str) -> Any:
+        """``w`` as the engine takes it (a list, or a dict by source name): the engine checks the
+        names and values, for every front alike, when the loader is made."""
         if isinstance(w, Mapping):
-            unknown = [k for k in w if k not in self._names]
-            if unknown:
-                raise ConfigError(f"{what}: {unknown[0]!r} is not a source (they are {', '.join(self._names)})")
-            values = [w.get(n, 0.0) for n in self._names]
-        elif isinstance(w, (list, tuple)):
-            if len(w) != len(self._names):
-                raise ConfigError(f"{what}: {len(w)} weights for {len(self._names)} sources")
-            values = list(w)
-        else:
-            raise ConfigError(f"{what}: weights are a dict name -> weight or a list, got {type(w).__name__}")
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise ConfigError(f"{what}: a weight must be a finite number >= 0, got {v!r}")
-        if not any(values):
-            raise ConfigError(f"{what}: the weights must not all be 0")
-        return [float(v) for v in values]
+            return dict(w)
+        if isinstance(w, (list, tuple)):
+            return list(w)
+        raise ConfigError(f"{what}: weights are a dict name -> weight or a list, got {type(w).__name__}")
 
     def _spec(self, stages: Optional[list]) -> Dict[str, Any]:
         """The engine's ``mixture`` spec; a source's own Python stages are appended to
@@ -191,10 +180,10 @@ class Mixture:
         return list(self._datasets)
 
     @property
-    def schedule(self) -> List[Tuple[int, List[float]]]:
-        """The weights from each step (or sample) on, as given (empty weights: in proportion to
-        the sources' samples)."""
-        return [(at, list(w)) for at, w in self._schedule]
+    def schedule(self) -> List[Tuple[int, Any]]:
+        """The weights from each step (or sample) on, as given (a list or a dict by name; an empty
+        list: in proportion to the sources' samples)."""
+        return [(at, w.copy()) for at, w in self._schedule]
 
     @property
     def path(self) -> str:

@@ -98,9 +98,9 @@ def test_each_source_may_bring_its_own_transforms_and_disagreeing_fields_are_nam
     with pytest.raises(ConfigError, match="'other' has no field 'image'|'other'.*image"):
         Loader(Mixture({"imgs": images[0], "other": other}), 4)
     with pytest.raises(ConfigError, match="'c' is not a source"):
-        Mixture({"a": images[0], "b": images[1]}, {"a": 1, "c": 1})
+        Loader(Mixture({"a": images[0], "b": images[1]}, {"a": 1, "c": 1}), 4)
     with pytest.raises(ConfigError, match="must not all be 0"):
-        Mixture({"a": images[0], "b": images[1]}, [0, 0])
+        Loader(Mixture({"a": images[0], "b": images[1]}, [0, 0]), 4)
 
 
 def test_resume_is_exact_on_another_number_of_ranks_and_after_a_schedule_change(tmp_path):
@@ -251,11 +251,11 @@ def test_a_source_budget_and_the_schedule_show_in_the_loader_config(tmp_path):
     cfg = Loader(mix, 2, on_error="skip").config["mixture"]
     assert [s["name"] for s in cfg["sources"]] == ["a", "b"]
     assert cfg["sources"][1]["max_skip_fraction"] == 0.01 and "max_skip_fraction" not in cfg["sources"][0]
-    assert cfg["schedule"] == [{"at": 0, "weights": [1.0, 0.0]}, {"at": 3, "weights": [0.0, 1.0]}]
+    assert cfg["schedule"] == [{"at": 0, "weights": [1, 0]}, {"at": 3, "weights": {"b": 1}}]
     with pytest.raises(ConfigError, match="max_skip_fraction"):
-        Mixture({"a": paths[0]}, max_skip_fraction={"a": 2})
+        Loader(Mixture({"a": paths[0]}, max_skip_fraction={"a": 2}), 2)
     with pytest.raises(ConfigError, match="steps must increase"):
-        Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 1]), (5, [1, 0]), (5, [0, 1])])
+        Loader(Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 1]), (5, [1, 0]), (5, [0, 1])]), 2)
 
 
 def test_each_source_is_read_in_the_loaders_order_shard_block_included(tmp_path):

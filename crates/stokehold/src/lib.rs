@@ -57,7 +57,7 @@ pub use error::{EngineError, RecordPlace, Result};
 pub use pipeline::{
     BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
     LoaderConfig, MixtureSourceSpec, MixtureSpec, Next, PreparedRun, SamplesSpec, ScheduleEntry,
-    default_memory_budget, half_of_memory, parse_bytes,
+    Weights, default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use rng::{SampleRng, mix64};
 pub use sampler::{Shuffle, Tail};

@@ -16,21 +16,12 @@
 //! Relative source paths are relative to the file's directory. `unit = "samples"` counts the
 //! schedule in samples instead of steps; `source_column = false` leaves the column out.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
 use serde::Deserialize;
 use stokehold::samples::mixture::{OnChange, ScheduleUnit};
-use stokehold::{MixtureSourceSpec, MixtureSpec, ScheduleEntry};
-
-/// Weights by source name, or a list in the sources' order.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum Weights {
-    Named(BTreeMap<String, f64>),
-    Listed(Vec<f64>),
-}
+use stokehold::{MixtureSourceSpec, MixtureSpec, ScheduleEntry, Weights};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -147,51 +138,21 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
             s.path = Some(base.join(&p).to_string_lossy().into_owned());
         }
     }
-    let names: Vec<&str> = sources.iter().map(|s| s.name.as_str()).collect();
-    let listed = |w: Weights, what: &str| -> anyhow::Result<Vec<f64>> {
-        match w {
-            Weights::Listed(l) => {
-                anyhow::ensure!(
-                    l.len() == names.len(),
-                    "{what}: {} weights for {} sources",
-                    l.len(),
-                    names.len()
-                );
-                Ok(l)
-            }
-            Weights::Named(m) => {
-                if let Some(k) = m.keys().find(|k| !names.contains(&k.as_str())) {
-                    anyhow::bail!(
-                        "{what}: '{k}' is not a source (they are {})",
-                        names.join(", ")
-                    );
-                }
-                Ok(names
-                    .iter()
-                    .map(|n| m.get(*n).copied().unwrap_or(0.0))
-                    .collect())
-            }
-        }
-    };
+    // weights by name or by list go to the engine as given: it resolves them for every front
     let mut schedule = Vec::new();
     match file.weights {
-        Some(w) => schedule.push(ScheduleEntry {
-            at: 0,
-            weights: listed(w, "weights")?,
-        }),
+        Some(weights) => schedule.push(ScheduleEntry { at: 0, weights }),
         None if file.schedule.first().is_some_and(|e| e.at == 0) => {}
         // no weights: each source in proportion to its samples (as one dataset of them all)
         None => schedule.push(ScheduleEntry {
             at: 0,
-            weights: Vec::new(),
+            weights: Weights::Listed(Vec::new()),
         }),
     }
-    for e in file.schedule {
-        schedule.push(ScheduleEntry {
-            at: e.at,
-            weights: listed(e.weights, &format!("schedule at {}", e.at))?,
-        });
-    }
+    schedule.extend(file.schedule.into_iter().map(|e| ScheduleEntry {
+        at: e.at,
+        weights: e.weights,
+    }));
     Ok(Some(MixtureSpec {
         sources,
         schedule,

@@ -105,14 +105,22 @@ impl EngineSpec {
             });
         }
         let steps = u64::from(self.loader.batch_size) * u64::from(self.loader.world_size);
+        let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
+        let schedule = mix
+            .schedule
+            .iter()
+            .map(|e| {
+                let what = match e.at {
+                    0 => "weights".to_string(),
+                    at => format!("the schedule's weights at {at}"),
+                };
+                Ok((e.at, e.weights.resolve(&names, &what)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mixture = Mixture::new(
             sources,
             MixtureOptions {
-                schedule: mix
-                    .schedule
-                    .iter()
-                    .map(|e| (e.at, e.weights.clone()))
-                    .collect(),
+                schedule,
                 unit: mix.unit,
                 samples_per_step: steps,
                 epoch_samples: mix.epoch_samples,

@@ -372,8 +372,41 @@ pub struct MixtureSourceSpec {
 pub struct ScheduleEntry {
     /// The step (or sample) from which the weights hold.
     pub at: u64,
-    /// One weight per source (normalised).
-    pub weights: Vec<f64>,
+    /// The weights (normalised): one per source, or by source name.
+    pub weights: Weights,
+}
+
+/// A mixture's weights as the fronts give them: a list in the sources' order (empty: in
+/// proportion to the sources' samples), or a map from source name to weight (names left out
+/// weigh 0). Resolved once, here, for every front.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Weights {
+    /// One weight per source, in order.
+    Listed(Vec<f64>),
+    /// Weight by source name.
+    Named(BTreeMap<String, f64>),
+}
+
+impl Weights {
+    /// One weight per source of `names`, in order; `what` names the entry in errors.
+    pub fn resolve(&self, names: &[&str], what: &str) -> Result<Vec<f64>> {
+        match self {
+            Weights::Listed(l) => Ok(l.clone()),
+            Weights::Named(m) => {
+                if let Some(k) = m.keys().find(|k| !names.contains(&k.as_str())) {
+                    return Err(EngineError::Config(format!(
+                        "{what}: '{k}' is not a source (they are {})",
+                        names.join(", ")
+                    )));
+                }
+                Ok(names
+                    .iter()
+                    .map(|n| m.get(*n).copied().unwrap_or(0.0))
+                    .collect())
+            }
+        }
+    }
 }
 
 impl EngineSpec {

@@ -40,7 +40,8 @@ pub use build::Built;
 
 pub use config::{
     Budget, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, LoaderConfig, MixtureSourceSpec,
-    MixtureSpec, SamplesSpec, ScheduleEntry, default_memory_budget, half_of_memory, parse_bytes,
+    MixtureSpec, SamplesSpec, ScheduleEntry, Weights, default_memory_budget, half_of_memory,
+    parse_bytes,
 };
 pub use deliver::{BatchIter, Next};
 

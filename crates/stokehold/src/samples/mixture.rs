@@ -351,8 +351,11 @@ impl Mixture {
                 schedule[0].0
             ));
         }
-        if schedule.windows(2).any(|w| w[1].0 <= w[0].0) {
-            return bad("a mixture's schedule must be in increasing order of its steps".into());
+        if let Some(w) = schedule.windows(2).find(|w| w[1].0 <= w[0].0) {
+            return bad(format!(
+                "a schedule's steps must increase: {} comes after {}",
+                w[1].0, w[0].0
+            ));
         }
         if options.unit == ScheduleUnit::Steps && options.samples_per_step == 0 {
             return bad("a schedule in steps needs the samples per step".into());
