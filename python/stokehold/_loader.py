@@ -117,11 +117,13 @@ def _workers(threads: Any, prefetch: Any) -> Dict[str, Any]:
     )
 
 
-def _on_error(on_error: str) -> Any:
+def _on_error(on_error: str, max_skip_fraction: Any) -> Any:
+    if isinstance(max_skip_fraction, bool) or not isinstance(max_skip_fraction, (int, float)) or not 0 <= max_skip_fraction <= 1:
+        raise ConfigError(f"max_skip_fraction must be a number from 0 to 1 (0.05: 5% of an epoch), got {max_skip_fraction!r}")
     if on_error == "fail":
         return "fail"
     if on_error == "skip":
-        return {"skip": {"max_fraction": 0.05, "max_consecutive": 64}}
+        return {"skip": {"max_fraction": float(max_skip_fraction), "max_consecutive": 64}}
     raise ConfigError(f'on_error must be "fail" or "skip", got {on_error!r}')
 
 
@@ -192,7 +194,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
         memory_budget="auto" if o["memory_budget"] is None else o["memory_budget"],
         profile=o["profile"],
         trace_capacity=TRACE_CAPACITY if o["trace"] is not None else 0,
-        on_error=_on_error(o["on_error"]),
+        on_error=_on_error(o["on_error"], o["max_skip_fraction"]),
         cache_bytes=_cache_budget(o["cache"]),
         io_uring=o["io_uring"],
     )
@@ -483,7 +485,10 @@ class Loader(_Front):
     :param world_size: number of ranks.
     :param on_error: ``"fail"`` (raise at the first failed sample) or ``"skip"`` (replace it with
         a copy of another sample of the batch, flagged as padding, and report its id in
-        ``stats()["skipped"]``; fails past 5% of the epoch or 64 in a row).
+        ``stats()["skipped"]``; fails past ``max_skip_fraction`` of the epoch or 64 in a row).
+        Samples of files read in place that lack a required field are such failed samples.
+    :param max_skip_fraction: with ``on_error="skip"``, the largest fraction of an epoch's
+        samples (on this rank) that may be skipped before the loader fails (default 0.05).
     :param include_ids: add ``batch["id"]`` (int64 global sample ids) and ``batch["is_padding"]``.
     :param to: ``"numpy"``, ``"torch"`` (``torch.from_numpy``, no copy) or ``"jax"`` (DLPack
         where jax accepts the buffer, else a copy).
@@ -545,6 +550,7 @@ class Loader(_Front):
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         on_error: str = "fail",
+        max_skip_fraction: float = 0.05,
         include_ids: bool = False,
         to: str = "numpy",
         pin_memory: bool = False,

@@ -47,6 +47,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("rank", None, BOTH, "value", "default: torch.distributed, else RANK/WORLD_SIZE, else 0"),
     Option("world_size", None, BOTH, "value", "number of ranks (given with rank)"),
     Option("on_error", "fail", BOTH, "value", "or \"skip\": replace a failed sample, count its id"),
+    Option("max_skip_fraction", 0.05, BOTH, "value", "on_error=\"skip\" fails past this fraction of an epoch's samples (this rank)"),
     Option("include_ids", False, BOTH, "bool", "adds batch[\"id\"] (int64) and batch[\"is_padding\"] (bool)"),
     Option("to", "numpy", BOTH, "value", "or \"torch\", \"jax\""),
     Option("pin_memory", False, BOTH, "bool", "to=\"torch\" with CUDA: page-locked tensors"),

@@ -68,8 +68,10 @@ class SequenceLoader(_Front):
     :param trace: a path: keep the newest 1,000,000 stage spans and write them as Chrome Trace
         Event JSON there on :meth:`close` (or with :meth:`export_trace`).
     :param on_error: ``"fail"`` (default) or ``"skip"``: a damaged window or document is replaced by
-        another of its batch, flagged as padding, counted in ``stats()["skipped"]`` (at most 5% of
-        the epoch).
+        another of its batch, flagged as padding, counted in ``stats()["skipped"]`` (at most
+        ``max_skip_fraction`` of the epoch).
+    :param max_skip_fraction: with ``on_error="skip"``, the largest fraction of an epoch's
+        samples (on this rank) that may be skipped before the loader fails (default 0.05).
     :param cache_dir: read the shards through a local copy in this directory (for slow or network
         filesystems).
     :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
@@ -105,6 +107,7 @@ class SequenceLoader(_Front):
         include_ids: bool = False,
         to: str = "numpy",
         on_error: str = "fail",
+        max_skip_fraction: float = 0.05,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache: Union[bool, int, str] = False,
         pin_memory: bool = False,

@@ -444,3 +444,75 @@ def test_a_damaged_parquet_page_is_named_and_skipped_by_policy(parquets, tmp_pat
     ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
     assert 2 * PER_FILE not in ids and len(ids) == N - 1
     assert loader.stats()["skipped"] == [2 * PER_FILE]
+
+
+# --- issue #50: samples that lack a required field are corrupt samples, never gone unseen --------
+
+
+def _lacking_sets(tmp_path, jpegs):
+    """A TFRecord file whose records 4, 9, 15 lack their label (3 of 20); a tar whose samples
+    1, 3, 5, 7, 11, 13, 17 lack their .cls (7 of 20); a Parquet file whose image is null in rows
+    6 and 30 (2 of 40)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tfr, tar, par = (tmp_path / n for n in ("tfr", "wds", "pq"))
+    for d in (tfr, tar, par):
+        d.mkdir()
+    no_label = {4, 9, 15}
+    records = []
+    for i in range(20):
+        features = {"image/encoded": jpegs[i]}
+        if i not in no_label:
+            features["label"] = [i % 3]
+        records.append(example(features))
+    write_tfrecord(tfr / "train.tfrecord", records)
+    no_cls = {1, 3, 5, 7, 11, 13, 17}
+    with tarfile.open(tar / "shard-0000.tar", "w") as t:
+        for i in range(20):
+            members = [("jpg", jpegs[i])] + ([] if i in no_cls else [("cls", str(i % 3).encode())])
+            for ext, data in members:
+                info = tarfile.TarInfo(f"s{i:05d}.{ext}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    null_image = {6, 30}
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    images = [None if i in null_image else {"bytes": jpegs[i % N], "path": f"{i}.jpg"} for i in range(40)]
+    table = pa.table({"image": pa.array(images, type=image_type), "label": pa.array([i % 3 for i in range(40)], type=pa.int64())})
+    pq.write_table(table, par / "train.parquet", row_group_size=10)
+    return [
+        (tfr, ["image/encoded", "label"], 20, no_label, "train.tfrecord", 'feature "label" is missing'),
+        (tar, ["jpg", "cls"], 20, no_cls, "shard-0000.tar", "no .cls member"),
+        (par, ["image", "label"], 40, null_image, "train.parquet", 'column "image" is null'),
+    ]
+
+
+def test_samples_lacking_a_required_field_are_counted_skipped_by_policy_and_named_by_verify(jpegs, tmp_path, capfd):
+    for d, fields, total, lacking, name, why in _lacking_sets(tmp_path, jpegs):
+        for given in (fields, None):  # with fields= and with pack's own choice of fields
+            capfd.readouterr()
+            ds = stokehold.Dataset(d, fields=given, index_dir=tmp_path / "ix")
+            assert len(ds) == total, (name, given)
+            assert ds.manifest["source"]["lacking_required"] == len(lacking), (name, given)
+            err = capfd.readouterr().err
+            assert f"{len(lacking)} of {total}" in err and "lack a required field" in err, err
+            for i in lacking:
+                with pytest.raises(stokehold.CorruptDataError, match=why) as e:
+                    ds[i]
+                assert name in str(e.value) and f"sample {i}" in str(e.value), str(e.value)
+        # the loader fails on the first one by default, naming it
+        with pytest.raises(stokehold.CorruptDataError, match=why):
+            list(stokehold.Loader(ds, 4, shuffle=False, threads=1))
+        # skipped and counted within a budget that allows them; over the default 5%, an error
+        loader = stokehold.Loader(ds, 4, shuffle=True, threads=2, on_error="skip", max_skip_fraction=0.4, include_ids=True)
+        ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
+        assert sorted(ids) == sorted(set(range(total)) - lacking), name
+        assert sorted(loader.stats()["skipped"]) == sorted(lacking), name
+        with pytest.raises(stokehold.StokeholdError, match="skip"):
+            list(stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip"))
+        # verify --all names each of them and exits 1
+        r = run("verify", d, "--all", "--index-dir", tmp_path / "ix", "--fields", ",".join(fields), check=False)
+        assert r.returncode == 1, r.stdout
+        assert r.stdout.count(why) == len(lacking) and f"FAILED: {len(lacking)} faults" in r.stdout, r.stdout
+    with pytest.raises(stokehold.ConfigError, match="max_skip_fraction"):
+        stokehold.Loader(ds, 4, on_error="skip", max_skip_fraction=2)

@@ -295,8 +295,8 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The dataset directory (or URL), or TFRecord files or WebDataset tars to read in place: a
-    /// file, a directory of them, or a glob in quotes ('data/train-*.tfrecord').
+    /// The dataset directory (or URL), or TFRecord, WebDataset or Parquet files to read in
+    /// place: a file, a directory of them, or a glob in quotes ('data/train-*.tfrecord').
     #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,
     /// Which sample to show.
@@ -588,7 +588,8 @@ fn verify_in_place(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCod
 
 #[derive(Debug, Args)]
 pub struct IndexArgs {
-    /// TFRecord files or WebDataset tars (files, directories of them, globs), at paths or URLs.
+    /// TFRecord files, WebDataset tars or Parquet files (files, directories of them, globs), at
+    /// paths or URLs.
     #[arg(required = true, value_parser = crate::dataset_location)]
     paths: Vec<PathBuf>,
     /// Keep each index beside its file, as FILE.skhidx (the directory must be writable; the

@@ -34,7 +34,7 @@ enum Command {
     /// Stream a dataset through the reading pipeline on several threads and report throughput
     /// and where the time goes.
     Bench(Box<bench::BenchArgs>),
-    /// Index TFRecord files or WebDataset tars read in place ahead of time (a job that opens
+    /// Index TFRecord, WebDataset or Parquet files read in place ahead of time (a job that opens
     /// them then starts without a scan).
     Index(commands::IndexArgs),
     /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
@@ -103,7 +103,7 @@ impl StorageArgs {
 #[derive(Debug, Clone, Default, clap::Args)]
 #[group(skip)]
 pub(crate) struct InPlaceArgs {
-    /// Files read in place whose names do not say their format: tfrecord or webdataset.
+    /// Files read in place whose names do not say their format: tfrecord, webdataset or parquet.
     #[arg(long = "format", value_name = "FORMAT", value_parser = in_place_format)]
     format: Option<stokehold_ingest::inplace::InPlaceFormat>,
     /// Files read in place: the member extensions or feature names to load, as `pack --fields`
@@ -136,7 +136,7 @@ impl InPlaceArgs {
 
 fn in_place_format(s: &str) -> Result<stokehold_ingest::inplace::InPlaceFormat, String> {
     stokehold_ingest::inplace::InPlaceFormat::parse(s)
-        .ok_or_else(|| format!("tfrecord or webdataset, got {s:?}"))
+        .ok_or_else(|| format!("tfrecord, webdataset or parquet, got {s:?}"))
 }
 
 /// Open `dataset` for reading (`inspect`, `verify`, `bench`): a stokehold dataset, or files read
@@ -261,7 +261,7 @@ pub(crate) fn open_error(
     if !dataset.exists() {
         anyhow::anyhow!(
             "{d}: no such directory; give the directory of a stokehold dataset (one that \
-             `stokehold pack SOURCE {d}` made), or TFRecord files or WebDataset tars to read \
+             `stokehold pack SOURCE {d}` made), or TFRecord, WebDataset or Parquet files to read \
              in place"
         )
     } else if dataset.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE)) {

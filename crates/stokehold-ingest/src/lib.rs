@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod inplace;
 pub mod jpeg;
 pub mod pack;
+mod parquet_pages;
 pub mod sample_data;
 pub mod tar;
 pub mod tfrecord;

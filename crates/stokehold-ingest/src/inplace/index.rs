@@ -40,7 +40,7 @@ pub struct Member {
 /// What the header of a kept index says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IndexHeader {
-    /// "tfrecord" or "webdataset".
+    /// "tfrecord", "webdataset" or "parquet".
     pub format: String,
     /// The file's name in its location.
     pub file: String,

@@ -857,6 +857,7 @@ fn open_resolved(
     let fallback = options.access == stokehold_format::Access::Auto;
     let mut shards = Vec::with_capacity(scanned.len());
     let mut infos = Vec::with_capacity(scanned.len());
+    let mut lacks = Lacking::default();
     for s in &scanned {
         let ix = &s.index;
         let ids: Vec<Option<u32>> = chosen
@@ -869,30 +870,32 @@ fn open_resolved(
                     .map(|i| i as u32)
             })
             .collect();
-        // a record is a sample when it holds every required field (or is damaged: then it fails
-        // when read, named, instead of vanishing)
-        let keep = |r: usize| {
-            ix.damaged(r)
-                || chosen.iter().zip(&ids).all(|(c, id)| {
-                    c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
-                })
+        // every record is a sample: one that lacks a required field is a corrupt sample, as a
+        // damaged one is (it fails when read, naming the file, the record and the field, and
+        // the loader's error policy skips and counts it or stops), never left out unseen
+        let holds = |r: usize| {
+            chosen.iter().zip(&ids).all(|(c, id)| {
+                c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
+            })
         };
         let (rows, parquet_codec) = match format {
             InPlaceFormat::Parquet => {
-                let (rows, codec) =
+                let (rows, codec, lacking) =
                     parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
                         path: root.join(&s.name),
                         detail,
                     })?;
+                lacks.add(&s.place, lacking);
                 (rows, Some(codec))
             }
-            _ => (
-                (0..ix.entries.len())
-                    .filter(|&r| keep(r))
-                    .map(|r| r as u32)
-                    .collect(),
-                None,
-            ),
+            _ => {
+                let lacking = (0..ix.entries.len())
+                    .filter(|&r| !ix.damaged(r) && !holds(r))
+                    .map(|r| r as u64)
+                    .collect();
+                lacks.add(&s.place, lacking);
+                ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None)
+            }
         };
         let entries = rows
             .iter()
@@ -954,6 +957,11 @@ fn open_resolved(
             detail: format!("the {} files hold no samples", scanned.len()),
         });
     }
+    if let Some(note) = lacks.note(total, &chosen, format) {
+        eprintln!("stokehold: {}: {note}", root.display());
+        notes.push(note);
+        source.insert("lacking_required".into(), lacks.total.into());
+    }
     source.insert("in_place".into(), format.name().into());
     source.insert("files".into(), scanned.len().into());
     if !notes.is_empty() {
@@ -972,6 +980,54 @@ fn open_resolved(
     let mut ds = Dataset::from_parts(root, manifest, shards, options.verify_records)?;
     ds.set_location(location);
     Ok(ds)
+}
+
+/// The records that lack a required field, over all files: how many, and the first few by file
+/// and record (for the note that says so).
+#[derive(Debug, Default)]
+struct Lacking {
+    total: u64,
+    first: Vec<String>,
+}
+
+impl Lacking {
+    /// Records `records` of the file at `place` lack a required field.
+    fn add(&mut self, place: &str, records: Vec<u64>) {
+        self.total += records.len() as u64;
+        for r in records
+            .into_iter()
+            .take(3usize.saturating_sub(self.first.len()))
+        {
+            self.first.push(format!("{place} record {r}"));
+        }
+    }
+
+    /// What is said at open (on stderr, and in the manifest's notes) when records lack a
+    /// required field.
+    fn note(&self, samples: u64, chosen: &[Chosen], format: InPlaceFormat) -> Option<String> {
+        if self.total == 0 {
+            return None;
+        }
+        let required: Vec<&str> = chosen
+            .iter()
+            .filter(|c| !c.optional)
+            .map(|c| c.name.as_str())
+            .collect();
+        let what = match format {
+            InPlaceFormat::TfRecord => "records",
+            InPlaceFormat::WebDataset => "samples",
+            InPlaceFormat::Parquet => "rows",
+        };
+        Some(format!(
+            "{} of {samples} {what} lack a required field ({}; first: {}): each is a corrupt \
+             sample, skipped and counted by the loader within max_skip_fraction (on_error=\"skip\") \
+             or an error (on_error=\"fail\"); `stokehold verify --all` lists them; fields= with \
+             a field marked optional (\"name?\") stores an empty value instead where its type has one",
+            self.total,
+            required.join(", "),
+            self.first.join(", ")
+        ))
+    }
 }
 
 /// The format of a dataset's files when it was opened in place (`None`: a packed dataset).

@@ -40,6 +40,9 @@ use stokehold_format::{
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{Rows, Scanned, StorageReader};
 use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images, value_at};
+use crate::parquet_pages::{
+    MAX_PAGE_BYTES, MAX_PAGE_HEADER, PageHead, PageKind, Thrift, check_chunk, check_page,
+};
 
 /// A column whose values average at least this many bytes a row is read from the file; the
 /// others are kept in the index.
@@ -48,8 +51,6 @@ pub(super) const LARGE_ROW_BYTES: u64 = 256;
 const SCAN_BATCH: usize = 1024;
 /// Bytes read at once by the Parquet reader's streamed reads (page headers, a footer).
 const READ_CHUNK: usize = 64 << 10;
-/// The largest page header read (statistics included); a header that does not fit is an error.
-const MAX_PAGE_HEADER: usize = 1 << 20;
 
 /// What a Parquet index keeps of its file besides the rows' places.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
@@ -120,6 +121,46 @@ impl StorageChunks {
         let mut v = vec![0u8; len];
         self.storage.read_at(start, &mut v).map_err(external)?;
         Ok(v)
+    }
+}
+
+impl StorageChunks {
+    /// Check the page headers of the column chunks of `roots` in row group `g` (all their
+    /// leaves but `except`), before the `parquet` crate decodes any of their pages.
+    fn check_pages(
+        &self,
+        md: &parquet::file::metadata::ParquetMetaData,
+        g: usize,
+        roots: &[usize],
+        except: Option<usize>,
+        max: u64,
+    ) -> Result<(), (u64, String)> {
+        let descr = md.file_metadata().schema_descr();
+        let rg = md.row_group(g);
+        for leaf in (0..descr.num_columns())
+            .filter(|&l| roots.contains(&descr.get_column_root_idx(l)) && Some(l) != except)
+        {
+            let chunk = rg.column(leaf);
+            let (start, len) = chunk.byte_range();
+            let end = start.checked_add(len).filter(|&e| e <= self.size).ok_or((
+                start,
+                format!("row group {g}: a column chunk's {len} bytes lie past the file's end"),
+            ))?;
+            let read = |at: u64, n: usize| {
+                self.read(at, n.min((end - at) as usize))
+                    .map_err(|e| e.to_string())
+            };
+            check_chunk(read, (start, end), chunk.compression(), max).map_err(|(at, e)| {
+                (
+                    at,
+                    format!(
+                        "row group {g}, column {:?}: {e}",
+                        descr.column(leaf).path().string()
+                    ),
+                )
+            })?;
+        }
+        Ok(())
     }
 }
 
@@ -233,10 +274,16 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             .and_then(|t| t.as_str());
         let kind = match kind_of(f.data_type()) {
             _ if name.starts_with("__index_level_") => Err("a pandas index".to_string()),
-            Some(Kind::Bytes) => match sniff_images(chunks.clone(), &meta, root, name) {
+            Some(Kind::Bytes) => match first_rows(md)
+                .map_or(Ok(()), |g| chunks.check_pages(md, g, &[root], None, max))
+                .map_err(|(at, e)| (at, format!("column {name:?}: {e}")))
+                .and_then(|()| {
+                    sniff_images(chunks.clone(), &meta, root, name)
+                        .map_err(|(_, e)| (footer, format!("column {name:?}: {e}")))
+                }) {
                 Ok(true) => Ok(Kind::Image),
                 Ok(false) => Ok(Kind::Bytes),
-                Err((_, e)) => return Err((footer, format!("column {name:?}: {e}"))),
+                Err(e) => return Err(e),
             },
             Some(Kind::ImageStruct) if hf_type.is_some_and(|t| t != "Image") => Err(format!(
                 "a Hugging Face {} feature",
@@ -322,7 +369,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
         }
         // where each row of the large column is
         let places = match large {
-            Some((_, _, leaf)) => pages(chunks, rg.column(leaf), rows)?,
+            Some((_, _, leaf)) => pages(chunks, rg.column(leaf), rows, max)?,
             None => vec![
                 (
                     IndexEntry {
@@ -347,6 +394,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             wanted.push(roots[j]);
         }
         let rg_offset = rg.column(0).byte_range().0;
+        chunks.check_pages(md, g, &wanted, large.map(|(_, _, leaf)| leaf), max)?;
         let reader =
             ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.clone(), meta.clone())
                 .with_row_groups(vec![g])
@@ -475,6 +523,11 @@ fn path_only(batch: &arrow_array::RecordBatch, name: &str, i: usize) -> bool {
     has("path") && !has("bytes")
 }
 
+/// The first row group that holds rows (the one [`sniff_images`] reads).
+fn first_rows(md: &parquet::file::metadata::ParquetMetaData) -> Option<usize> {
+    (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0)
+}
+
 /// Where the footer starts (for messages about it).
 fn size_of_footer(chunks: &StorageChunks) -> u64 {
     let n = chunks.size;
@@ -534,6 +587,7 @@ fn pages(
     chunks: &StorageChunks,
     chunk: &ColumnChunkMetaData,
     rows: usize,
+    max: u64,
 ) -> Result<Vec<(IndexEntry, u32)>, (u64, String)> {
     let (start, len) = chunk.byte_range();
     let end = start
@@ -548,18 +602,9 @@ fn pages(
     let mut dictionary: Option<u64> = None;
     while r.pos < end {
         let at = r.pos;
-        let head = r.header().map_err(|e| (at, e))?;
-        let body = u64::try_from(head.compressed_size)
-            .ok()
-            .filter(|&b| r.pos.checked_add(b).is_some_and(|e| e <= end))
-            .ok_or((
-                at,
-                format!(
-                    "a page of {} bytes does not fit its column chunk",
-                    head.compressed_size
-                ),
-            ))?;
-        r.skip(body).map_err(|e| (at, e))?;
+        let head: PageHead = r.header().map_err(|e| (at, e))?;
+        check_page(&head, chunk.compression(), end - r.pos, max).map_err(|e| (at, e))?;
+        r.skip(head.compressed_size as u64).map_err(|e| (at, e))?;
         match head.kind {
             PageKind::Dictionary => dictionary = Some(at),
             PageKind::Data {
@@ -612,18 +657,6 @@ fn pages(
     Ok(out)
 }
 
-/// What a page header says.
-struct PageHead {
-    compressed_size: i64,
-    kind: PageKind,
-}
-
-enum PageKind {
-    Dictionary,
-    Data { rows: u64, dictionary_coded: bool },
-    Other,
-}
-
 /// A column chunk read front to back in large reads, keeping what was read so that ranges of it
 /// can be checksummed (a chunk is held in memory while it is indexed: at most its size).
 struct Sequential<'a> {
@@ -666,13 +699,8 @@ impl<'a> Sequential<'a> {
     fn header(&mut self) -> Result<PageHead, String> {
         self.fill(self.pos + MAX_PAGE_HEADER as u64)?;
         let lo = (self.pos - self.base) as usize;
-        let mut t = Thrift {
-            b: &self.buf[lo..],
-            pos: 0,
-            depth: 0,
-        };
-        let head = t.page_header()?;
-        self.pos += t.pos as u64;
+        let head = Thrift::new(&self.buf[lo..]).page_header()?;
+        self.pos += head.len as u64;
         Ok(head)
     }
 
@@ -688,166 +716,6 @@ impl<'a> Sequential<'a> {
             .get(a..b)
             .map(crc::crc32c)
             .ok_or_else(|| "a page outside the bytes read".to_string())
-    }
-}
-
-/// Just enough of Thrift's compact protocol to read a Parquet page header (and skip what it
-/// does not need); every length is checked against the bytes at hand.
-struct Thrift<'a> {
-    b: &'a [u8],
-    pos: usize,
-    depth: u32,
-}
-
-impl Thrift<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let v = *self.b.get(self.pos).ok_or("a page header is cut short")?;
-        self.pos += 1;
-        Ok(v)
-    }
-
-    fn varint(&mut self) -> Result<u64, String> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err("a page header has an over-long integer".into())
-    }
-
-    fn zigzag(&mut self) -> Result<i64, String> {
-        let v = self.varint()?;
-        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
-    }
-
-    fn skip_bytes(&mut self, n: u64) -> Result<(), String> {
-        let end = (self.pos as u64)
-            .checked_add(n)
-            .filter(|&e| e <= self.b.len() as u64)
-            .ok_or("a page header is cut short")?;
-        self.pos = end as usize;
-        Ok(())
-    }
-
-    /// Skip a value of compact type `t`.
-    fn skip(&mut self, t: u8) -> Result<(), String> {
-        match t {
-            1 | 2 => Ok(()),
-            3 => self.skip_bytes(1),
-            4..=6 => self.varint().map(|_| ()),
-            7 => self.skip_bytes(8),
-            8 => {
-                let n = self.varint()?;
-                self.skip_bytes(n)
-            }
-            9 | 10 => {
-                let h = self.byte()?;
-                let n = match h >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                let et = h & 0x0f;
-                for _ in 0..n {
-                    if et == 1 || et == 2 {
-                        self.skip_bytes(1)?;
-                    } else {
-                        self.skip(et)?;
-                    }
-                }
-                Ok(())
-            }
-            11 => {
-                let n = self.varint()?;
-                if n > 0 {
-                    let kv = self.byte()?;
-                    for _ in 0..n {
-                        self.skip(kv >> 4)?;
-                        self.skip(kv & 0x0f)?;
-                    }
-                }
-                Ok(())
-            }
-            12 => self.strukt(|t, _, ty| t.skip(ty)),
-            _ => Err(format!("a page header holds an unknown Thrift type {t}")),
-        }
-    }
-
-    /// Read a struct, calling `field(self, id, type)` for each field (which reads or skips it).
-    fn strukt(
-        &mut self,
-        mut field: impl FnMut(&mut Self, i16, u8) -> Result<(), String>,
-    ) -> Result<(), String> {
-        self.depth += 1;
-        if self.depth > 32 {
-            return Err("a page header nests too deep".into());
-        }
-        let mut last = 0i16;
-        loop {
-            let h = self.byte()?;
-            if h == 0 {
-                break;
-            }
-            let ty = h & 0x0f;
-            let id = match h >> 4 {
-                0 => i16::try_from(self.zigzag()?).map_err(|_| "a bad field id")?,
-                d => last.checked_add(i16::from(d)).ok_or("a bad field id")?,
-            };
-            last = id;
-            field(self, id, ty)?;
-        }
-        self.depth -= 1;
-        Ok(())
-    }
-
-    fn i32(&mut self, ty: u8) -> Result<i64, String> {
-        if ty != 5 {
-            return Err(format!("a page header field of Thrift type {ty}, not i32"));
-        }
-        self.zigzag()
-    }
-
-    fn page_header(&mut self) -> Result<PageHead, String> {
-        let (mut kind, mut size) = (None, None);
-        let (mut rows, mut encoding) = (None, None);
-        self.strukt(|t, id, ty| {
-            match id {
-                1 => kind = Some(t.i32(ty)?),
-                3 => size = Some(t.i32(ty)?),
-                // DataPageHeader: num_values (the rows of a column without repetition), encoding
-                5 => t.strukt(|t, id, ty| match id {
-                    1 => t.i32(ty).map(|v| rows = Some(v)),
-                    2 => t.i32(ty).map(|v| encoding = Some(v)),
-                    _ => t.skip(ty),
-                })?,
-                // DataPageHeaderV2: num_rows, encoding
-                8 => t.strukt(|t, id, ty| match id {
-                    3 => t.i32(ty).map(|v| rows = Some(v)),
-                    4 => t.i32(ty).map(|v| encoding = Some(v)),
-                    _ => t.skip(ty),
-                })?,
-                _ => t.skip(ty)?,
-            }
-            Ok(())
-        })?;
-        let compressed_size = size.ok_or("a page header without its size")?;
-        let kind = match kind.ok_or("a page header without its type")? {
-            0 | 3 => PageKind::Data {
-                rows: rows
-                    .and_then(|r| u64::try_from(r).ok())
-                    .ok_or("a data page header without its rows")?,
-                // PLAIN_DICTIONARY (2), RLE_DICTIONARY (8)
-                dictionary_coded: matches!(encoding, Some(2 | 8)),
-            },
-            2 => PageKind::Dictionary,
-            _ => PageKind::Other,
-        };
-        Ok(PageHead {
-            compressed_size,
-            kind,
-        })
     }
 }
 
@@ -962,6 +830,14 @@ impl LargeDecoder {
             .set_total_compressed_size(bytes.len() as i64)
             .build()
             .map_err(|e| e.to_string())?;
+        // the pages' headers checked before the decoder sizes anything by them
+        let read = |at: u64, n: usize| {
+            let lo = (at - offset) as usize;
+            Ok(bytes[lo..(lo + n).min(bytes.len())].to_vec())
+        };
+        let end = offset + bytes.len() as u64;
+        check_chunk(read, (offset, end), compression, MAX_PAGE_BYTES)
+            .map_err(|(at, e)| format!("at byte {at}: {e}"))?;
         let reader = Arc::new(RecordBytes {
             base: offset,
             bytes: bytes::Bytes::copy_from_slice(bytes),
@@ -1181,9 +1057,13 @@ pub(super) fn choose(
     Ok((chosen, classes))
 }
 
-/// The codec of one file for the chosen fields, and which of its rows are samples (those that
-/// hold every required field, or are damaged: then they fail when read, named).
-pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<(Vec<u32>, PqCodec), String> {
+/// The codec of one file for the chosen fields, its rows (every one is a sample: one that lacks
+/// a required field, or is damaged, fails when read, named), and the rows that lack a required
+/// field (not damaged ones).
+pub(super) fn codec(
+    s: &Scanned,
+    chosen: &[super::Chosen],
+) -> Result<(Vec<u32>, PqCodec, Vec<u64>), String> {
     let ix = &s.index;
     let stats: PqStats = serde_json::from_value(ix.header.stats.clone())
         .map_err(|e| format!("{}: its index's statistics are not valid: {e}", s.place))?;
@@ -1214,10 +1094,11 @@ pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<(Vec<u32>, 
                 .is_some_and(|b| b & (1 << (n % 8)) == 0),
         }
     };
-    let rows: Vec<u32> = (0..ix.entries.len())
-        .filter(|&r| ix.damaged(r) || fields.iter().all(|&(src, opt)| opt || present(r, src)))
-        .map(|r| r as u32)
+    let lacking: Vec<u64> = (0..ix.entries.len())
+        .filter(|&r| !ix.damaged(r) && !fields.iter().all(|&(src, opt)| opt || present(r, src)))
+        .map(|r| r as u64)
         .collect();
+    let rows: Vec<u32> = (0..ix.entries.len() as u32).collect();
     let decoder = stats.large.as_ref().map(LargeDecoder::new).transpose()?;
     let n = rows.len();
     let codec = PqCodec {
@@ -1227,5 +1108,5 @@ pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<(Vec<u32>, 
         kept: kept_schema,
         large: decoder,
     };
-    Ok((rows, codec))
+    Ok((rows, codec, lacking))
 }

@@ -249,7 +249,62 @@ fn present_counts(file: &SourceFile) -> Vec<u64> {
 /// first [`SNIFF`] non-null values; a column with none is an image column when its name says so).
 fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool, PackError> {
     let f = File::open(&file.path).map_err(|e| PackError::io(&file.path, e))?;
+    let md = file.meta.metadata();
+    if let Some(g) = (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0) {
+        check_pages(file, &f, g, &[root])?;
+    }
     sniff_images(f, &file.meta, root, name).map_err(|(rg, e)| parquet_error(&file.path, rg, e))
+}
+
+/// Check the page headers of the column chunks of `roots` in row group `g` of `file` (open as
+/// `f`) before the decoder sizes anything by them ([`crate::parquet_pages`]).
+fn check_pages(file: &SourceFile, f: &File, g: usize, roots: &[usize]) -> Result<(), PackError> {
+    use std::os::unix::fs::FileExt;
+    let md = file.meta.metadata();
+    let descr = md.file_metadata().schema_descr();
+    let size = f
+        .metadata()
+        .map_err(|e| PackError::io(&file.path, e))?
+        .len();
+    let bad = |e: String| {
+        parquet_error(
+            &file.path,
+            Some(g),
+            parquet::errors::ParquetError::General(e),
+        )
+    };
+    for leaf in (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l)))
+    {
+        let chunk = md.row_group(g).column(leaf);
+        let (start, len) = chunk.byte_range();
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or_else(|| {
+                bad(format!(
+                    "a column chunk's {len} bytes at byte {start} lie past the file's end"
+                ))
+            })?;
+        let read = |at: u64, n: usize| {
+            let mut v = vec![0u8; n.min((end - at) as usize)];
+            f.read_exact_at(&mut v, at)
+                .map(|()| v)
+                .map_err(|e| e.to_string())
+        };
+        crate::parquet_pages::check_chunk(
+            read,
+            (start, end),
+            chunk.compression(),
+            crate::parquet_pages::MAX_PAGE_BYTES,
+        )
+        .map_err(|(at, e)| {
+            bad(format!(
+                "column {:?}, at byte {at}: {e}",
+                descr.column(leaf).path().string()
+            ))
+        })?;
+    }
+    Ok(())
 }
 
 /// [`looks_like_images`] over any reader of the file; an error names the row group.
@@ -612,6 +667,8 @@ fn read_row_group(
     let per_row = (rg.total_byte_size().max(0) as u64 / rg_rows.max(1)).max(1);
     let batch_rows = (BATCH_BYTES / per_row).clamp(1, BATCH_ROWS as u64) as usize;
     let f = File::open(path).map_err(|e| PackError::io(path, e))?;
+    let roots: Vec<usize> = roots.collect();
+    check_pages(file, &f, g, &roots)?;
     let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(f, file.meta.clone())
         .with_row_groups(vec![g])
         .with_projection(ProjectionMask::roots(file.meta.parquet_schema(), roots))

@@ -71,6 +71,19 @@ fn samples(ds: &Dataset) -> Vec<Vec<FieldValue<'static>>> {
     (0..ds.len()).map(|i| ds.get(i).unwrap()).collect()
 }
 
+/// The samples that read (a corrupt one left out, as pack leaves it out), and the errors of the
+/// others.
+fn readable(ds: &Dataset) -> (Vec<Vec<FieldValue<'static>>>, Vec<String>) {
+    let (mut ok, mut bad) = (Vec::new(), Vec::new());
+    for i in 0..ds.len() {
+        match ds.get(i) {
+            Ok(s) => ok.push(s),
+            Err(e) => bad.push(e.to_string()),
+        }
+    }
+    (ok, bad)
+}
+
 #[test]
 fn tfrecords_in_place_are_the_samples_pack_makes_of_them() {
     let tmp = tempfile::tempdir().unwrap();
@@ -345,7 +358,8 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
                 format!("caption {i}").as_bytes(),
             );
         }
-        // no label: left out as pack leaves it out
+        // no label: a corrupt sample (pack skips and counts it; read in place, the loader's
+        // error policy does), never one that vanishes at open
         add(b, "t/007.jpg", &jpeg(7));
     });
     let fields = "jpg,cls,txt?";
@@ -366,10 +380,22 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
         ds.schema().to_string(),
         "__key__: string, jpg: image:auto, cls: int64, txt: string"
     );
-    assert_eq!(ds.len(), 7);
-    assert_eq!(samples(&ds), samples(&packed));
+    assert_eq!(ds.len(), 8);
+    let (ok, bad) = readable(&ds);
+    assert_eq!(ok, samples(&packed));
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].contains("shard-001.tar") && bad[0].contains("no .cls member"),
+        "{bad:?}"
+    );
+    assert_eq!(ds.manifest().source["lacking_required"], 1);
     assert_eq!(ds.get(2).unwrap()[3], FieldValue::String("".into()));
     let notes = ds.manifest().source["notes"].to_string();
+    assert!(
+        notes.contains("1 of 8 samples lack a required field")
+            && notes.contains("shard-001.tar record 3"),
+        "{notes}"
+    );
     assert!(
         notes.contains("Symlink") && notes.contains("refused"),
         "{notes}"
@@ -385,7 +411,7 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
     )
     .unwrap();
     assert_eq!(ds.schema(), all.schema());
-    assert_eq!(samples(&ds), samples(&all));
+    assert_eq!(readable(&ds).0, samples(&all));
 
     // kept beside the files when asked
     let beside = InPlaceOptions {
@@ -398,7 +424,7 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
     let r = index_files(std::slice::from_ref(&dir), &OpenOptions::default(), &beside).unwrap();
     assert_eq!(r.scanned, 0);
     let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &beside).unwrap();
-    assert_eq!(ds.len(), 7, "the kept .skhidx files are not taken for data");
+    assert_eq!(ds.len(), 8, "the kept .skhidx files are not taken for data");
 
     // a member's bytes changed after indexing: its sample fails its checksum, named
     let f = dir.join("shard-001.tar");
@@ -407,7 +433,7 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
     b[at] = b'C';
     fs::write(&f, &b).unwrap();
     let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &beside).unwrap();
-    assert_eq!(ds.len(), 7, "rescanned: the file changed");
+    assert_eq!(ds.len(), 8, "rescanned: the file changed");
     assert_eq!(
         ds.get(5).unwrap()[3],
         FieldValue::String("Caption 5".into())
@@ -577,12 +603,23 @@ fn parquet_files_in_place_are_the_samples_pack_makes_of_them() {
         ds.schema().to_string(),
         "caption: string, emb: ndarray:f32, image: image:auto, label: int64"
     );
-    assert_eq!(ds.len(), 38);
-    assert_eq!(samples(&ds), samples(&packed));
+    // every row is a sample; the two whose image is null are corrupt ones, named (pack skips
+    // and counts them), never rows that vanish at open
+    assert_eq!(ds.len(), 40);
+    let (ok, bad) = readable(&ds);
+    assert_eq!(ok, samples(&packed));
+    assert_eq!(bad.len(), 2, "{bad:?}");
+    assert!(
+        bad.iter()
+            .all(|e| e.contains("train-0000") && e.contains("column \"image\" is null")),
+        "{bad:?}"
+    );
+    assert_eq!(ds.manifest().source["lacking_required"], 2);
     assert_eq!(ds.manifest().classes, packed.manifest().classes);
     assert!(ds.manifest().classes.is_some());
     assert_eq!(ds.get(7).unwrap()[2], FieldValue::Image(photo(7).into()));
-    assert_eq!(ds.get(8).unwrap()[2], FieldValue::Image(photo(9).into()));
+    assert!(ds.get(8).is_err());
+    assert_eq!(ds.get(9).unwrap()[2], FieldValue::Image(photo(9).into()));
     // the images are read from the files (a range per row: a page or a few), the rest from
     // the index: a row's range is far smaller than its file
     for k in 0..3 {
@@ -619,20 +656,24 @@ fn parquet_files_in_place_are_the_samples_pack_makes_of_them() {
         ..in_place(&idx)
     };
     let chosen = open(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
-    assert_eq!(samples(&chosen), samples(&some));
+    assert_eq!(readable(&chosen).0, samples(&some));
     assert_eq!(
         chosen.schema().to_string(),
         "image: image:auto, caption: string"
     );
     assert_eq!(chosen.get(5).unwrap()[1], FieldValue::String("".into()));
-    assert_eq!(chosen.len(), 38);
-    // a required caption leaves the rows without one out, as pack does
+    assert_eq!(chosen.len(), 40);
+    // a required caption: the rows without one are corrupt samples (pack skips them)
     let o = InPlaceOptions {
         fields: Some(FieldChoice::parse_list("image,caption").unwrap()),
         ..in_place(&idx)
     };
     let required = open(std::slice::from_ref(&dir), OpenOptions::default(), &o).unwrap();
-    assert_eq!(required.len(), 31);
+    assert_eq!(required.len(), 40);
+    let (ok, bad) = readable(&required);
+    assert_eq!(ok.len(), 31);
+    assert_eq!(bad.len(), 9, "{bad:?}");
+    assert_eq!(required.manifest().source["lacking_required"], 9);
     // the kept index is used the second time
     let r = index_files(
         std::slice::from_ref(&dir),
@@ -661,7 +702,11 @@ fn parquet_damage_is_named_and_never_silent() {
         &in_place(&tmp.path().join("idx")),
     )
     .unwrap();
-    let good = samples(&ds);
+    // row 8's image is null: a corrupt sample, read as an error each time
+    let good: Vec<_> = (0..ds.len())
+        .map(|i| ds.get(i).map_err(|e| e.to_string()))
+        .collect();
+    assert!(good[8].is_err() && good.iter().filter(|g| g.is_err()).count() == 1);
     // a flipped byte inside row 6's page, under the open dataset: that page fails its
     // checksum, named by file and bytes; the rows of other pages read as before
     let e = ds.shards()[0].index()[6];
@@ -673,7 +718,11 @@ fn parquet_damage_is_named_and_never_silent() {
     assert!(err.contains(&format!("bytes {}..", e.offset)), "{err}");
     let other = (0..ds.len()).filter(|&i| ds.shards()[0].index()[i as usize].offset != e.offset);
     for i in other {
-        assert_eq!(ds.get(i).unwrap(), good[i as usize], "row {i}");
+        assert_eq!(
+            ds.get(i).map_err(|e| e.to_string()),
+            good[i as usize],
+            "row {i}"
+        );
     }
     // a file cut short is refused when opened, naming it
     fs::write(&file, &bytes[..bytes.len() - 100]).unwrap();
@@ -698,4 +747,123 @@ fn parquet_damage_is_named_and_never_silent() {
         err.contains("a.parquet") && err.contains("Parquet"),
         "{err}"
     );
+}
+
+/// A varint of `v` (zigzag-coded, as Thrift's compact protocol writes an i32).
+fn zigzag_varint(v: i64) -> Vec<u8> {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut out = Vec::new();
+    loop {
+        let b = (z & 0x7f) as u8;
+        z >>= 7;
+        if z == 0 {
+            out.push(b);
+            return out;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+/// The zigzag varint at `at`: its value and length.
+fn read_zigzag(b: &[u8], at: usize) -> (i64, usize) {
+    let (mut v, mut n) = (0u64, 0);
+    loop {
+        let byte = b[at + n];
+        v |= u64::from(byte & 0x7f) << (7 * n);
+        n += 1;
+        if byte & 0x80 == 0 {
+            return ((v >> 1) as i64 ^ -((v & 1) as i64), n);
+        }
+    }
+}
+
+/// Make the page header at `at` of a Parquet file declare `declared` bytes uncompressed,
+/// keeping every other offset of the file: the header grows by some bytes and the page's body
+/// gives them up (its compressed size that much less, its last bytes cut).
+fn declare_uncompressed(b: &mut Vec<u8>, at: usize, declared: i64) {
+    // fields 1 (type), 2 (uncompressed size), 3 (compressed size), each a compact i32
+    assert_eq!(b[at], 0x15, "field 1, an i32");
+    let (_, n1) = read_zigzag(b, at + 1);
+    let p = at + 1 + n1;
+    assert_eq!(b[p], 0x15, "field 2, an i32");
+    let (_, n2) = read_zigzag(b, p + 1);
+    let q = p + 1 + n2;
+    assert_eq!(b[q], 0x15, "field 3, an i32");
+    let (comp, n3) = read_zigzag(b, q + 1);
+    let rest = q + 1 + n3;
+    // the header's other fields, then the body: find the body's end from the old header's end
+    let mut t = rest;
+    // the remaining fields are parsed by skipping to the header's stop byte of its outer struct:
+    // the writer's data page header ends with two stop bytes (inner struct, outer struct)
+    while !(b[t] == 0 && b[t + 1] == 0) {
+        t += 1;
+    }
+    let body = t + 2;
+    let body_end = body + comp as usize;
+    let new_unc = zigzag_varint(declared);
+    let grow = new_unc.len() - n2;
+    let new_comp = zigzag_varint(comp - grow as i64);
+    assert_eq!(new_comp.len(), n3, "the compressed size keeps its length");
+    let mut out = b[..p + 1].to_vec();
+    out.extend_from_slice(&new_unc);
+    out.push(0x15);
+    out.extend_from_slice(&new_comp);
+    out.extend_from_slice(&b[rest..body_end - grow]);
+    out.extend_from_slice(&b[body_end..]);
+    assert_eq!(out.len(), b.len());
+    *b = out;
+}
+
+/// Issue #50: a page header that declares 2 GiB uncompressed is refused, naming the file and
+/// the page's byte offset, before anything is sized by it: opened in place, indexed, packed.
+#[test]
+fn a_parquet_page_declaring_gigabytes_is_refused_before_anything_is_allocated() {
+    use parquet::basic::Compression;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    for compression in [Compression::SNAPPY, Compression::UNCOMPRESSED] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pq");
+        fs::create_dir(&dir).unwrap();
+        let file = dir.join("bomb.parquet");
+        parquet_file(&file, 0, 12, parquet_props(false, compression, false));
+        let meta = SerializedFileReader::new(fs::File::open(&file).unwrap())
+            .unwrap()
+            .metadata()
+            .clone();
+        // the first data page of the images' bytes (leaf 0), and of the label (a kept column)
+        for leaf in [0, 2] {
+            let at = meta.row_group(0).column(leaf).data_page_offset() as usize;
+            let mut bytes = fs::read(&file).unwrap();
+            declare_uncompressed(&mut bytes, at, i64::from(i32::MAX));
+            let bad = dir.join("bad.parquet");
+            fs::write(&bad, &bytes).unwrap();
+            let one = [bad.clone()];
+            let check = |e: String| {
+                assert!(
+                    e.contains("bad.parquet")
+                        && e.contains("declares 2147483647 bytes uncompressed")
+                        && e.contains(&at.to_string()),
+                    "{compression:?}, leaf {leaf}: {e}"
+                );
+            };
+            let idx = tmp.path().join(format!("idx{leaf}"));
+            check(
+                open(&one, OpenOptions::default(), &in_place(&idx))
+                    .unwrap_err()
+                    .to_string(),
+            );
+            check(
+                index_files(&one, &OpenOptions::default(), &in_place(&idx))
+                    .unwrap_err()
+                    .to_string(),
+            );
+            let o = PackOptions {
+                threads: 1,
+                ..PackOptions::default()
+            };
+            let out = tmp.path().join(format!("out{leaf}"));
+            check(pack(&one, &out, None, &o, &NoProgress).unwrap_err().to_string());
+            fs::remove_file(&bad).unwrap();
+        }
+    }
 }
