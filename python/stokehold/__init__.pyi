@@ -41,8 +41,8 @@ _SchemaSpec = Union[Mapping[str, str], Iterable[Tuple[str, str]]]
 
 @final
 class Dataset:
-    """A dataset opened for reading: a directory ``stokehold pack`` made, or TFRecord files or
-    WebDataset tars read in place.
+    """A dataset opened for reading: a directory ``stokehold pack`` made, or TFRecord files,
+    WebDataset tars or Parquet files read in place.
 
     ``len(ds)`` samples; ``ds[i]`` (negative ``i`` counts from the end) is a dict field name ->
     value; iterating yields every sample in order. File reads and decoding release the GIL.

@@ -692,7 +692,7 @@ fn bottleneck(
         if restart_marked {
             "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and packing with --baseline (progressive JPEGs) or --max-side (large images) cuts the decode"
         } else {
-            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and repacking with restart markers (lossless; `stokehold pack` adds them unless told --no-restart-markers, and this dataset has none) makes random crops decode only what they need, about 35% faster; --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
+            "decoding is CPU-bound and scales with cores: a decoded cache (--decoded-cache 256; Loader(decoded_cache=256)) would make it 3-8x faster, more threads (or cores) scale it, and repacking with restart markers (lossless; `stokehold pack` adds them unless told --no-restart-markers, and this dataset has none) makes random crops decode only what they need (about 1.3x as fast as without them); --baseline (progressive JPEGs) or --max-side (large images) cuts the decode too"
         }
     } else if top.name == "read" {
         "storage is the limit: use faster storage, a RAM-resident dataset (in_memory) or memory maps (--mmap)"

@@ -109,6 +109,15 @@ pub enum FormatError {
         /// Both values, named.
         detail: String,
     },
+    /// A path or pattern that names no file (a glob matching nothing, a directory without any
+    /// file of a format read in place).
+    #[error("{}: {detail}", path.display())]
+    NotFound {
+        /// The path or pattern as given.
+        path: PathBuf,
+        /// What was looked for, and what to give instead.
+        detail: String,
+    },
     /// A schema is invalid, or a value does not fit its field.
     #[error("schema error: {0}")]
     Schema(String),

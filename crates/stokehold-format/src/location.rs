@@ -453,7 +453,12 @@ impl Location for LocalDir {
         let mut out = BTreeMap::new();
         for entry in entries {
             let entry = entry?;
-            let m = entry.metadata()?;
+            // a symbolic link to a file is that file (as `pack` reads it); a broken one is none
+            let m = match std::fs::metadata(entry.path()) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if let (true, Some(name)) = (m.is_file(), entry.file_name().to_str()) {
                 out.insert(name.to_string(), file_meta(&m));
             }

@@ -20,6 +20,8 @@ pub(crate) struct PageHead {
     pub uncompressed_size: i64,
     /// The header's own length in bytes.
     pub len: usize,
+    /// The CRC-32 of the page's body, when its writer stored one.
+    pub crc: Option<u32>,
     pub kind: PageKind,
 }
 
@@ -157,13 +159,14 @@ impl<'a> Thrift<'a> {
     }
 
     pub(crate) fn page_header(&mut self) -> Result<PageHead, String> {
-        let (mut kind, mut size, mut uncompressed) = (None, None, None);
+        let (mut kind, mut size, mut uncompressed, mut crc) = (None, None, None, None);
         let (mut rows, mut encoding) = (None, None);
         self.strukt(|t, id, ty| {
             match id {
                 1 => kind = Some(t.i32(ty)?),
                 2 => uncompressed = Some(t.i32(ty)?),
                 3 => size = Some(t.i32(ty)?),
+                4 => crc = Some(t.i32(ty)? as u32),
                 // DataPageHeader: num_values (the rows of a column without repetition), encoding
                 5 => t.strukt(|t, id, ty| match id {
                     1 => t.i32(ty).map(|v| rows = Some(v)),
@@ -198,6 +201,7 @@ impl<'a> Thrift<'a> {
             compressed_size,
             uncompressed_size,
             len: self.pos,
+            crc,
             kind,
         })
     }

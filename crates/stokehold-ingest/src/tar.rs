@@ -220,6 +220,10 @@ struct Overrides {
     pax_size: Option<u64>,
 }
 
+/// What a tar that ends without its end-of-archive blocks is ([`TarReader::cut_at`]).
+pub const CUT: &str = "the file ends here, at a member boundary, without tar's end-of-archive \
+     blocks: it was cut (the members after this byte are lost); copy it again";
+
 /// A streaming tar reader over any [`Read`]; see the [module documentation](self).
 #[derive(Debug)]
 pub struct TarReader<R> {
@@ -231,6 +235,8 @@ pub struct TarReader<R> {
     done: bool,
     /// The buffer [`read_data_with`](Self::read_data_with) streams through (made once).
     scratch: Vec<u8>,
+    /// Where input ended at a member boundary without the end-of-archive zero blocks.
+    cut: Option<u64>,
 }
 
 impl<'a> TarReader<&'a [u8]> {
@@ -270,7 +276,15 @@ impl<R: Read> TarReader<R> {
             pending: None,
             done: false,
             scratch: Vec::new(),
+            cut: None,
         }
+    }
+
+    /// Where the archive ended without tar's end-of-archive blocks, at a member boundary after
+    /// one member at least (`None`: it ended with them, or has not ended yet): a file cut
+    /// there, whose later members are lost. Every tar writer ends an archive with those blocks.
+    pub fn cut_at(&self) -> Option<u64> {
+        self.cut
     }
 
     /// The number of bytes consumed from the underlying reader so far.
@@ -398,7 +412,10 @@ impl<R: Read> TarReader<R> {
                 // header announced a member that never came.
                 return match ov.last_ext_offset {
                     Some(ext) => Err(TarError::Truncated { offset: ext }),
-                    None => Ok(None),
+                    None => {
+                        self.cut = (offset > 0).then_some(offset);
+                        Ok(None)
+                    }
                 };
             }
             if n < BLOCK {

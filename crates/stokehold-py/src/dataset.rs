@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+use crate::errors::ENOENT;
 use std::sync::Arc;
 
 use pyo3::exceptions::PyIndexError;
@@ -16,8 +18,48 @@ use stokehold_ingest::inplace::{InPlaceFormat, InPlaceOptions};
 use crate::convert::sample_to_py;
 use crate::errors::to_py_err;
 
-/// A dataset directory opened for reading: `len(ds)`, `ds[i]` (a dict field name → value),
-/// iteration, and the schema, classes and manifest.
+/// A dataset opened for reading: a directory ``stokehold pack`` made, or TFRecord files,
+/// WebDataset tars or Parquet files read in place.
+///
+/// ``len(ds)`` samples; ``ds[i]`` (negative ``i`` counts from the end) is a dict field name ->
+/// value; iterating yields every sample in order. File reads and decoding release the GIL.
+/// Pickles as "reopen the same path with the same options", so it can be sent to spawn-based
+/// worker processes.
+///
+/// :param path: the dataset directory (holding ``manifest.json`` and the shards); or, to read
+///     in place without packing, a TFRecord file (``*.tfrecord``, ``*.tfrecords`` or an
+///     extension-less ``train-00000-of-01024``), a WebDataset tar, a directory of them, a glob
+///     (``"data/train-*"``) or a list of paths. Each file is indexed once (its records' offsets, kept in
+///     ``index_dir`` and reused while the file is unchanged); samples
+///     are those ``stokehold pack --no-restart-markers`` of the same files would hold, in the
+///     same order. See docs/storage.md, "Files in place".
+/// :param access: how shards are read: ``"auto"`` (default: positional reads through the page
+///     cache, or direct I/O when the dataset is larger than half the RAM), ``"pread"``,
+///     ``"mmap"`` (the files must not change while open), ``"direct"`` (``O_DIRECT``, bypassing
+///     the page cache) or ``"memory"`` (every shard read into memory at open).
+/// :param mmap: shorthand for ``access="mmap"``.
+/// :param in_memory: shorthand for ``access="memory"``; takes precedence over ``mmap``.
+/// :param verify: check each record's CRC-32C when it is read.
+/// :param storage_options: for a dataset in object storage (``path`` a URL such as
+///     ``"s3://bucket/prefix"``): credentials, endpoint, region, ``retries``, named as fsspec
+///     users know them (``key``, ``secret``, ``token``, ``endpoint_url``, ``region_name``,
+///     ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
+///     override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
+///     docs/storage.md, "Remote storage".
+/// :param format: for files read in place, ``"tfrecord"``, ``"webdataset"`` or ``"parquet"``
+///     when neither the names nor the first bytes say which.
+/// :param fields: for files read in place, the fields to load, as ``stokehold pack --fields``
+///     takes them: TFRecord feature names, tar member extensions or Parquet columns, ``"txt?"``
+///     for one a sample may lack (a string or a list). Default: every field the first files'
+///     records share.
+/// :param index_dir: where the record indexes of files read in place are kept (default:
+///     ``$STOKEHOLD_INDEX_DIR``, else ``~/.cache/stokehold/index``).
+/// :param index_beside: keep each index next to its file instead (``FILE.skhidx``).
+/// :param rebuild_index: scan every file again, ignoring the indexes kept before.
+/// :raises StokeholdIOError: the directory or a file cannot be read (``errno`` set).
+/// :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
+///     disagrees with a shard.
+/// :raises UnsupportedVersionError: written by a newer format version.
 #[derive(Debug)]
 #[pyclass(module = "stokehold", name = "Dataset", frozen)]
 pub struct Dataset {
@@ -217,9 +259,6 @@ impl Names {
     }
 }
 
-/// `ENOENT`, the same number on Linux, macOS and the BSDs.
-const ENOENT: i32 = 2;
-
 #[pymethods]
 impl Dataset {
     #[new]
@@ -245,8 +284,8 @@ impl Dataset {
                     crate::errors::config_error(
                         py,
                         format!(
-                            "format must be \"tfrecord\" or \"webdataset\" (files read in \
-                             place); got {f:?}"
+                            "format must be \"tfrecord\", \"webdataset\" or \"parquet\" \
+                             (files read in place); got {f:?}"
                         ),
                     )
                 })

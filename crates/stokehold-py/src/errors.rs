@@ -262,6 +262,7 @@ pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
             build(io_error_type(py), msg, Some(EEXIST))
         }
         FormatError::DestinationBusy { .. } => build(io_error_type(py), msg, Some(EBUSY)),
+        FormatError::NotFound { .. } => build(io_error_type(py), msg, Some(ENOENT)),
         FormatError::RemoteUnsupported { .. } | FormatError::Remote { .. } => config_error(py, msg),
         _ => StokeholdError::new_err(msg),
     }
@@ -271,6 +272,8 @@ pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
 const EEXIST: i32 = 17;
 /// `EBUSY`, likewise.
 const EBUSY: i32 = 16;
+/// `ENOENT`, likewise.
+pub(crate) const ENOENT: i32 = 2;
 
 /// Add every exception class to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

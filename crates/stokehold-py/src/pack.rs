@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use crate::errors::ENOENT;
+
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use stokehold_format::{DatasetWriteOptions, WriteOptions};
@@ -26,9 +28,6 @@ fn pack_err(py: Python<'_>, e: PackError) -> PyErr {
 
 /// The default target shard size, as `stokehold pack --shard-size`'s.
 const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
-
-/// `ENOENT`, the same number on Linux, macOS and the BSDs.
-const ENOENT: i32 = 2;
 
 /// Pack `sources` (of `kind`, or told from their names) into a new dataset at `dest`; returns
 /// the report: `samples`, `shards`, `input_bytes`, `skipped` ((input, reason) pairs), `notes`,

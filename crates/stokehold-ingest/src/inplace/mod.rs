@@ -98,6 +98,9 @@ pub struct InPlaceOptions {
     pub rebuild: bool,
     /// Largest record (or tar member) accepted, in bytes (0: 1 GiB).
     pub max_record_bytes: u64,
+    /// Failing to keep an index in the index directory is an error, not a note (`stokehold
+    /// index`, whose whole point is to keep them).
+    pub must_keep: bool,
 }
 
 /// Where indexes are kept by default: `$STOKEHOLD_INDEX_DIR`, else
@@ -125,6 +128,24 @@ pub fn is_packed(path: &Path) -> bool {
         return InPlaceFormat::of_name(&last).is_none() && !is_pattern(&last);
     }
     path.join(MANIFEST_FILE).is_file() || !path.exists() && !is_pattern(&path.to_string_lossy())
+}
+
+/// `path` with a `/` added when it is an object-store URL whose last component names no file of
+/// a format read in place and no pattern (`s3://b/tfrecords` is the prefix `s3://b/tfrecords/`).
+fn as_prefix(path: &Path) -> PathBuf {
+    let text = path.to_string_lossy();
+    if stokehold_format::url_scheme(path).is_none() || text.ends_with('/') {
+        return path.to_path_buf();
+    }
+    let last = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let named = InPlaceFormat::of_name(last.strip_suffix(".gz").unwrap_or(&last)).is_some();
+    if named || is_pattern(&last) {
+        return path.to_path_buf();
+    }
+    PathBuf::from(format!("{text}/"))
 }
 
 fn is_pattern(s: &str) -> bool {
@@ -161,14 +182,9 @@ pub fn open(
         [one] if is_packed(one) => Dataset::open_with(one, options),
         [one] if inplace.format.is_none() && stokehold_format::url_scheme(one).is_none() => {
             match local_kind(one) {
-                Local::Named => open_in_place(paths, options, inplace),
-                Local::Sniffed(f) => {
-                    let inplace = InPlaceOptions {
-                        format: Some(f),
-                        ..inplace.clone()
-                    };
-                    open_in_place(paths, options, &inplace)
-                }
+                // files found by their first bytes are found so again by `resolve`, one by one
+                // (a README among them is left out)
+                Local::Named | Local::Sniffed => open_in_place(paths, options, inplace),
                 Local::Neither => Dataset::open_with(one, options),
             }
         }
@@ -185,8 +201,8 @@ enum Local {
     /// Files a format read in place names (or a pattern: resolved by [`open_in_place`]).
     Named,
     /// Files whose names say nothing (ImageNet's `train-00000-of-01024`) but whose first bytes
-    /// are a TFRecord's or a tar's.
-    Sniffed(InPlaceFormat),
+    /// are a TFRecord's, a tar's or Parquet's.
+    Sniffed,
     /// Neither.
     Neither,
 }
@@ -194,8 +210,10 @@ enum Local {
 fn local_kind(path: &Path) -> Local {
     let named = |n: &str| InPlaceFormat::of_name(n.strip_suffix(".gz").unwrap_or(n)).is_some();
     let sniffed = |p: &Path| match sniff_file(p) {
-        Some(f) => Local::Sniffed(f),
-        None => Local::Neither,
+        Sniff::Format(_) => Local::Sniffed,
+        // the in-place path says what it is
+        Sniff::Gzip => Local::Named,
+        Sniff::Unknown => Local::Neither,
     };
     let text = path.to_string_lossy();
     if is_pattern(&text) || named(&text) {
@@ -216,7 +234,8 @@ fn local_kind(path: &Path) -> Local {
     };
     let mut names: Vec<String> = dir
         .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        // a symbolic link to a file is that file
+        .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| m.is_file()))
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| !n.starts_with('.') && !n.ends_with(INDEX_SUFFIX))
         .collect();
@@ -224,10 +243,13 @@ fn local_kind(path: &Path) -> Local {
         return Local::Named;
     }
     names.sort();
-    match names.iter().find(|n| !n.contains('.')) {
-        Some(first) => sniffed(&path.join(first)),
-        None => Local::Neither,
-    }
+    // the first extension-less file whose first bytes say something (a README says nothing)
+    names
+        .iter()
+        .filter(|n| !n.contains('.'))
+        .map(|n| sniffed(&path.join(n)))
+        .find(|k| !matches!(k, Local::Neither))
+        .unwrap_or(Local::Neither)
 }
 
 /// One file to read in place: its name in the location, its place (for messages), what the
@@ -303,6 +325,8 @@ fn resolve(
     }
     let mut root: Option<(PathBuf, Arc<dyn Location>)> = None;
     let mut listing: Option<BTreeMap<String, ObjectMeta>> = None;
+    // formats known from files' first bytes
+    let mut sniffed: BTreeMap<String, InPlaceFormat> = BTreeMap::new();
     let mut files: BTreeMap<String, ObjectMeta> = BTreeMap::new();
     for p in paths {
         let local_dir = stokehold_format::url_scheme(p).is_none() && p.is_dir();
@@ -346,34 +370,75 @@ fn resolve(
                 if listing.is_none() {
                     listing = Some(loc.list().map_err(|e| FormatError::io(&dir, None, e))?);
                 }
+                let listed = listing.as_ref().expect("listed above");
+                let candidates: Vec<(&String, &ObjectMeta)> = listed
+                    .iter()
+                    .filter(|(name, _)| {
+                        pat.matches(name)
+                            && !name.starts_with('.')
+                            && !name.ends_with(INDEX_SUFFIX)
+                            && *name != MANIFEST_FILE
+                    })
+                    .collect();
+                if candidates.is_empty() {
+                    return Err(FormatError::NotFound {
+                        path: p.clone(),
+                        detail: if listed.is_empty() {
+                            format!(
+                                "no file matches: {} is empty or does not exist",
+                                dir.display()
+                            )
+                        } else {
+                            format!(
+                                "no file matches this pattern (of the {} in {})",
+                                listed.len(),
+                                dir.display()
+                            )
+                        },
+                    });
+                }
                 let mut n = 0;
-                for (name, meta) in listing.as_ref().expect("listed above") {
-                    let wanted = pat.matches(name)
-                        && !name.starts_with('.')
-                        && !name.ends_with(INDEX_SUFFIX)
-                        && name != MANIFEST_FILE
-                        && (inplace.format.is_some() || InPlaceFormat::of_name(name).is_some());
-                    if wanted {
+                for &(name, meta) in &candidates {
+                    if inplace.format.is_some() || InPlaceFormat::of_name(name).is_some() {
                         files.insert(name.clone(), meta.clone());
                         n += 1;
                     }
                 }
+                // names that say nothing (ImageNet's `train-00000-of-01024`): their first bytes
+                // decide, when no name says a format
+                let gzipped = candidates.iter().any(|(n, _)| n.ends_with(".gz"));
                 if n == 0 {
-                    let gz = listing
-                        .as_ref()
-                        .expect("listed above")
-                        .keys()
-                        .any(|n| pat.matches(n) && n.ends_with(".gz"));
+                    for &(name, meta) in candidates.iter().filter(|(n, _)| !n.contains('.')) {
+                        match sniff(&**loc, name, meta)
+                            .map_err(|e| FormatError::io(dir.join(name), None, e))?
+                        {
+                            Sniff::Format(f) => {
+                                sniffed.insert(name.clone(), f);
+                                files.insert(name.clone(), meta.clone());
+                                n += 1;
+                            }
+                            Sniff::Gzip => {
+                                return Err(gzip_error(&dir.join(name)));
+                            }
+                            Sniff::Unknown => {}
+                        }
+                    }
+                }
+                if n == 0 {
                     return Err(input(
                         p,
-                        if gz {
+                        if gzipped {
                             "holds only gzip-compressed files: decompress them first (`gunzip`), \
                              stokehold reads TFRecord files and tars uncompressed"
                                 .into()
                         } else {
-                            "no .tfrecord, .tfrecords, .tar or .parquet files here (give format= \
-                             when the names have another extension)"
-                                .into()
+                            format!(
+                                "{} files match, none of them a .tfrecord, .tfrecords, .tar or \
+                                 .parquet file, nor one whose first bytes are a TFRecord's, a \
+                                 tar's or Parquet's (give format=\"tfrecord\", \"webdataset\" \
+                                 or \"parquet\" when they are one)",
+                                candidates.len()
+                            )
                         },
                     ));
                 }
@@ -383,29 +448,31 @@ fn resolve(
     let (root, location) = root.expect("one path at least");
     for name in files.keys() {
         if name.to_ascii_lowercase().ends_with(".gz") {
-            return Err(input(
-                &root.join(name),
-                "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord \
-                 files and tars uncompressed"
-                    .into(),
-            ));
+            return Err(gzip_error(&root.join(name)));
         }
     }
     let mut format = inplace.format;
     for (name, meta) in &files {
-        let f = match InPlaceFormat::of_name(name).or(inplace.format) {
+        let known = InPlaceFormat::of_name(name)
+            .or(inplace.format)
+            .or_else(|| sniffed.get(name).copied());
+        let f = match known {
             Some(f) => f,
-            None => sniff(&*location, name, meta)
+            None => match sniff(&*location, name, meta)
                 .map_err(|e| FormatError::io(root.join(name), None, e))?
-                .ok_or_else(|| {
-                    input(
+            {
+                Sniff::Format(f) => f,
+                Sniff::Gzip => return Err(gzip_error(&root.join(name))),
+                Sniff::Unknown => {
+                    return Err(input(
                         &root.join(name),
                         "is neither a TFRecord file, a tar nor a Parquet file (by its first \
                          bytes); give format=\"tfrecord\", \"webdataset\" or \"parquet\" if it \
                          is one"
                             .into(),
-                    )
-                })?,
+                    ));
+                }
+            },
         };
         match format {
             Some(g) if g != f && inplace.format.is_none() => {
@@ -436,14 +503,29 @@ fn parent(p: &Path) -> PathBuf {
     }
 }
 
-/// `*` (any run) and `?` (one character) against a whole name.
-/// The format of a file by its first bytes: a tar's `ustar` magic, or a TFRecord's first
-/// length and its CRC.
-fn sniff(
-    location: &dyn Location,
-    name: &str,
-    meta: &ObjectMeta,
-) -> io::Result<Option<InPlaceFormat>> {
+/// What a file's first bytes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sniff {
+    /// A format read in place.
+    Format(InPlaceFormat),
+    /// gzip-compressed (a `.tfrecord.gz` by another name).
+    Gzip,
+    /// Neither.
+    Unknown,
+}
+
+/// The error of a gzip-compressed file given to read in place.
+fn gzip_error(path: &Path) -> FormatError {
+    FormatError::Manifest {
+        path: path.to_path_buf(),
+        detail: "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord \
+                 files and tars uncompressed"
+            .into(),
+    }
+}
+
+/// The format of a file by its first bytes ([`sniff_head`]).
+fn sniff(location: &dyn Location, name: &str, meta: &ObjectMeta) -> io::Result<Sniff> {
     let len = meta.size.min(512);
     let read = stokehold_format::location::RangeRead {
         name,
@@ -458,30 +540,36 @@ fn sniff(
     Ok(sniff_head(&head))
 }
 
-/// The format of a file by its first bytes (up to 512): a tar's `ustar` magic, or a TFRecord's
-/// length whose masked CRC-32C matches.
-/// The format a local file's first bytes show (`None`: neither, or unreadable).
-pub(crate) fn sniff_file(path: &Path) -> Option<InPlaceFormat> {
+/// What a local file's first bytes show (`Unknown` too when it cannot be read).
+pub(crate) fn sniff_file(path: &Path) -> Sniff {
     let mut head = Vec::with_capacity(512);
-    let f = std::fs::File::open(path).ok()?;
-    io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head).ok()?;
-    sniff_head(&head)
+    let read = std::fs::File::open(path)
+        .and_then(|f| io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head));
+    match read {
+        Ok(_) => sniff_head(&head),
+        Err(_) => Sniff::Unknown,
+    }
 }
 
-fn sniff_head(head: &[u8]) -> Option<InPlaceFormat> {
+/// The format of a file by its first bytes (up to 512): a tar's `ustar` magic, Parquet's
+/// `PAR1`, a TFRecord's length whose masked CRC-32C matches, or gzip's magic.
+fn sniff_head(head: &[u8]) -> Sniff {
     if head.len() >= 263 && &head[257..262] == b"ustar" {
-        return Some(InPlaceFormat::WebDataset);
+        return Sniff::Format(InPlaceFormat::WebDataset);
     }
     if head.starts_with(b"PAR1") {
-        return Some(InPlaceFormat::Parquet);
+        return Sniff::Format(InPlaceFormat::Parquet);
     }
     if head.len() >= 12 {
         let stored = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
         if crate::tfrecord::masked_crc32c(&head[..8]) == stored {
-            return Some(InPlaceFormat::TfRecord);
+            return Sniff::Format(InPlaceFormat::TfRecord);
         }
     }
-    None
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Sniff::Gzip;
+    }
+    Sniff::Unknown
 }
 
 /// Where the kept index of `name` in `root` lives in the index directory `dir`.
@@ -566,8 +654,29 @@ fn keep(
     let r = std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&tmp, &bytes))
         .and_then(|()| std::fs::rename(&tmp, &path));
+    if r.is_ok() && inplace.index_dir.is_none() {
+        // the first index kept in the default directory says where (once a process)
+        static WHERE: std::sync::Once = std::sync::Once::new();
+        WHERE.call_once(|| {
+            eprintln!(
+                "stokehold: indexes of files read in place are kept in {} (reused while a file \
+                 is unchanged; index_dir= or --index-dir chooses another directory, \
+                 index_beside= or --beside keeps each beside its file)",
+                dir.display()
+            )
+        });
+    }
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
+        if inplace.must_keep {
+            return Err(FormatError::Manifest {
+                path: dir.to_path_buf(),
+                detail: format!(
+                    "cannot keep indexes here ({e}): give a writable index directory \
+                     (--index-dir, index_dir=) or keep each index beside its file (--beside)"
+                ),
+            });
+        }
         static SAID: std::sync::Once = std::sync::Once::new();
         SAID.call_once(|| {
             eprintln!(
@@ -779,7 +888,9 @@ pub fn index_files(
     options: &OpenOptions,
     inplace: &InPlaceOptions,
 ) -> Result<IndexReport, FormatError> {
-    let (location, root, files, format) = resolve(paths, options, inplace)?;
+    // a URL that names no file of a format (`s3://b/tfrecords`) is a prefix, as when opened
+    let paths: Vec<PathBuf> = paths.iter().map(|p| as_prefix(p)).collect();
+    let (location, root, files, format) = resolve(&paths, options, inplace)?;
     let scanned = indexes(&location, &root, &files, format, inplace)?;
     let mut r = IndexReport {
         format: format.name(),

@@ -377,7 +377,8 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                         len: 0,
                         crc: crc::crc32c(&[])
                     },
-                    0
+                    0,
+                    false
                 );
                 rows
             ],
@@ -412,7 +413,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                         format!("row group {g}: more rows than its {rows}"),
                     ));
                 }
-                let (entry, k) = places[row];
+                let (entry, k, page_bad) = places[row];
                 key.clear();
                 key.extend_from_slice(&k.to_le_bytes());
                 key.extend_from_slice(&(g as u32).to_le_bytes());
@@ -432,7 +433,13 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                 key.push(flags);
                 let mut bitmap = vec![0u8; kept.len().div_ceil(8)];
                 let mut values = Vec::with_capacity(kept.len());
-                let mut bad = None;
+                let mut bad = page_bad.then(|| {
+                    format!(
+                        "its page (bytes {}..{}) fails the CRC-32 its writer stored",
+                        entry.offset,
+                        entry.offset + u64::from(entry.len)
+                    )
+                });
                 for (n, &j) in kept.iter().enumerate() {
                     let c = &stats.columns[j];
                     let v = match batch.column_by_name(&c.name) {
@@ -570,6 +577,10 @@ fn compression_name(c: Compression) -> String {
     }
 }
 
+/// Where a row of the large column is read from: its range, its place among the range's rows,
+/// and whether a page it needs fails its writer's CRC-32 ([`pages`]).
+type RowPlace = (IndexEntry, u32, bool);
+
 /// One page of a column chunk: its bytes and rows.
 #[derive(Debug, Clone, Copy)]
 struct Page {
@@ -578,17 +589,19 @@ struct Page {
     rows: u64,
     /// A data page of dictionary indices (it needs the chunk's dictionary page).
     dictionary_coded: bool,
+    /// Its body fails the CRC-32 its header stores.
+    bad: bool,
 }
 
 /// Each row of a column chunk (`rows` rows): the range it is read from (its page, with the
-/// chunk's start when the page is dictionary-coded), with its CRC-32C, and the row's place among
-/// the rows of that range.
+/// chunk's start when the page is dictionary-coded), with its CRC-32C, the row's place among
+/// the rows of that range, and whether a page it needs fails the CRC-32 its writer stored.
 fn pages(
     chunks: &StorageChunks,
     chunk: &ColumnChunkMetaData,
     rows: usize,
     max: u64,
-) -> Result<Vec<(IndexEntry, u32)>, (u64, String)> {
+) -> Result<Vec<RowPlace>, (u64, String)> {
     let (start, len) = chunk.byte_range();
     let end = start
         .checked_add(len)
@@ -599,14 +612,20 @@ fn pages(
         ))?;
     let mut r = Sequential::new(chunks, start, end);
     let mut found = Vec::new();
-    let mut dictionary: Option<u64> = None;
+    let mut dictionary: Option<(u64, bool)> = None;
     while r.pos < end {
         let at = r.pos;
         let head: PageHead = r.header().map_err(|e| (at, e))?;
         check_page(&head, chunk.compression(), end - r.pos, max).map_err(|e| (at, e))?;
+        let body = r.pos;
         r.skip(head.compressed_size as u64).map_err(|e| (at, e))?;
+        // the writer's own checksum of the page, when it stored one
+        let bad = match head.crc {
+            Some(c) => r.crc32(body, r.pos).map_err(|e| (at, e))? != c,
+            None => false,
+        };
         match head.kind {
-            PageKind::Dictionary => dictionary = Some(at),
+            PageKind::Dictionary => dictionary = Some((at, bad)),
             PageKind::Data {
                 rows,
                 dictionary_coded,
@@ -615,6 +634,7 @@ fn pages(
                 end: r.pos,
                 rows,
                 dictionary_coded,
+                bad,
             }),
             PageKind::Other => {}
         }
@@ -631,15 +651,15 @@ fn pages(
     let mut out = Vec::with_capacity(rows);
     let mut first_row = 0u64;
     for p in &found {
-        let (lo, k0) = match (p.dictionary_coded, dictionary) {
-            (true, Some(d)) => (d, 0),
+        let (lo, k0, bad) = match (p.dictionary_coded, dictionary) {
+            (true, Some((d, dict_bad))) => (d, 0, p.bad || dict_bad),
             (true, None) => {
                 return Err((
                     p.start,
                     "a dictionary-coded page without a dictionary page".into(),
                 ));
             }
-            _ => (p.start, first_row),
+            _ => (p.start, first_row, p.bad),
         };
         let len = u32::try_from(p.end - lo)
             .map_err(|_| (lo, "a page range of 4 GiB or more".to_string()))?;
@@ -650,7 +670,7 @@ fn pages(
             crc,
         };
         for row in first_row..first_row + p.rows {
-            out.push((entry, (row - k0) as u32));
+            out.push((entry, (row - k0) as u32, bad));
         }
         first_row += p.rows;
     }
@@ -708,6 +728,15 @@ impl<'a> Sequential<'a> {
         self.fill(self.pos + n)?;
         self.pos += n;
         Ok(())
+    }
+
+    /// The CRC-32 (IEEE, Parquet's page checksum) of bytes `lo..hi` read.
+    fn crc32(&self, lo: u64, hi: u64) -> Result<u32, String> {
+        let (a, b) = ((lo - self.base) as usize, (hi - self.base) as usize);
+        self.buf
+            .get(a..b)
+            .map(crc32fast::hash)
+            .ok_or_else(|| "a page outside the bytes read".to_string())
     }
 
     fn crc(&self, lo: u64, hi: u64) -> Result<u32, String> {

@@ -114,6 +114,9 @@ fn scan_with<R: Read>(
         data(&mut reader, &mut g.crc).map_err(|e| (e.offset(), e.to_string()))?;
         g.members.push((ext, entry.data_offset, entry.size));
     }
+    if let Some(at) = reader.cut_at() {
+        return Err((at, crate::tar::CUT.into()));
+    }
     finish(current, ix, &mut stats)?;
     if refused > 3 {
         ix.header.notes.push(format!(

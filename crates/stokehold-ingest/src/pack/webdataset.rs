@@ -293,8 +293,15 @@ impl Samples {
         let entry = match r.next_entry() {
             Ok(Some(e)) => e,
             Ok(None) => {
+                let cut = r.cut_at();
                 self.flush();
                 self.reader = None;
+                if let Some(at) = cut {
+                    self.bad(
+                        path.display().to_string(),
+                        format!("byte {at}: {}", crate::tar::CUT),
+                    );
+                }
                 return true;
             }
             Err(e) => {

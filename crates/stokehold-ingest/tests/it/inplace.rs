@@ -862,8 +862,136 @@ fn a_parquet_page_declaring_gigabytes_is_refused_before_anything_is_allocated() 
                 ..PackOptions::default()
             };
             let out = tmp.path().join(format!("out{leaf}"));
-            check(pack(&one, &out, None, &o, &NoProgress).unwrap_err().to_string());
+            check(
+                pack(&one, &out, None, &o, &NoProgress)
+                    .unwrap_err()
+                    .to_string(),
+            );
             fs::remove_file(&bad).unwrap();
         }
     }
+}
+
+/// Issue #50, item 3: what files in place hold, or lack, is said, and the files people have are
+/// found where pack finds them.
+#[test]
+fn files_in_place_are_found_as_pack_finds_them_and_what_is_wrong_is_said() {
+    use stokehold_format::FormatError;
+    let tmp = tempfile::tempdir().unwrap();
+    let idx = tmp.path().join("idx");
+    let o = || in_place(&idx);
+    // ImageNet's extension-less names: a glob and the directory find them by their first bytes
+    // (a README beside them, extension-less too, is neither and left out)
+    let dir = tmp.path().join("imagenet");
+    fs::create_dir(&dir).unwrap();
+    let all: Vec<Example> = (0..6).map(example).collect();
+    tfrecord_file(&dir.join("train-00000-of-00002"), &all[..3]);
+    tfrecord_file(&dir.join("train-00001-of-00002"), &all[3..]);
+    fs::write(dir.join("README"), b"ImageNet, as TFRecords").unwrap();
+    let glob = dir.join("train-*");
+    let ds = open(std::slice::from_ref(&glob), OpenOptions::default(), &o()).unwrap();
+    assert_eq!((ds.len(), in_place_format(&ds)), (6, Some("tfrecord")));
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &o()).unwrap();
+    assert_eq!(ds.len(), 6);
+    let r = index_files(std::slice::from_ref(&dir), &OpenOptions::default(), &o()).unwrap();
+    assert_eq!((r.files, r.records), (2, 6));
+
+    // a glob that matches nothing says so (not a corrupt dataset)
+    let e = open(&[dir.join("val-*")], OpenOptions::default(), &o()).unwrap_err();
+    assert!(matches!(e, FormatError::NotFound { .. }), "{e:?}");
+    let e = e.to_string();
+    assert!(e.contains("val-*") && e.contains("no file matches"), "{e}");
+
+    // a symbolic link to a file is that file, as pack follows it
+    let linked = tmp.path().join("linked");
+    fs::create_dir(&linked).unwrap();
+    std::os::unix::fs::symlink(
+        dir.join("train-00000-of-00002"),
+        linked.join("part-0.tfrecord"),
+    )
+    .unwrap();
+    let ds = open(std::slice::from_ref(&linked), OpenOptions::default(), &o()).unwrap();
+    assert_eq!(ds.len(), 3);
+
+    // a gzip-compressed TFRecord by an extension-less name: said to be gzip, as a directory and
+    // as the file
+    let gz = tmp.path().join("gz");
+    fs::create_dir(&gz).unwrap();
+    let file = gz.join("train-00000-of-00001");
+    fs::write(&file, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03gzip data").unwrap();
+    for p in [&gz, &file, &gz.join("train-*")] {
+        let e = open(std::slice::from_ref(p), OpenOptions::default(), &o())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gzip-compressed") && e.contains("gunzip"), "{e}");
+    }
+
+    // an index directory that cannot be written: `index` fails saying so; opening only notes it
+    let blocked = tmp.path().join("a-file");
+    fs::write(&blocked, b"").unwrap();
+    let unwritable = InPlaceOptions {
+        index_dir: Some(blocked.join("indexes")),
+        must_keep: true,
+        ..InPlaceOptions::default()
+    };
+    let e = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &unwritable,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("cannot keep indexes") && e.contains("a-file"),
+        "{e}"
+    );
+    let noted = InPlaceOptions {
+        must_keep: false,
+        ..unwritable
+    };
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &noted).unwrap();
+    assert_eq!(ds.len(), 6);
+
+    // a tar cut exactly at a member boundary (its end-of-archive blocks gone): refused when
+    // opened, naming the file and the byte; pack skips and counts it
+    let tars = tmp.path().join("tars");
+    fs::create_dir(&tars).unwrap();
+    let cut = tars.join("cut.tar");
+    tar_with(&cut, |b| {
+        for i in 0..4u64 {
+            add(b, &format!("{i:03}.jpg"), &jpeg(i));
+            add(b, &format!("{i:03}.cls"), b"1");
+        }
+    });
+    let mut bytes = fs::read(&cut).unwrap();
+    while bytes.len() >= 512 && bytes[bytes.len() - 512..].iter().all(|&b| b == 0) {
+        bytes.truncate(bytes.len() - 512);
+    }
+    let end = bytes.len();
+    fs::write(&cut, &bytes).unwrap();
+    let e = open(std::slice::from_ref(&tars), OpenOptions::default(), &o())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("cut.tar") && e.contains("was cut") && e.contains(&format!("byte {end}")),
+        "{e}"
+    );
+    let opts = PackOptions {
+        threads: 1,
+        max_skip_fraction: 1.0,
+        ..PackOptions::default()
+    };
+    let r = pack(
+        std::slice::from_ref(&tars),
+        &tmp.path().join("packed"),
+        None,
+        &opts,
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(
+        r.skipped.iter().any(|s| s.reason.contains("was cut")),
+        "{:?}",
+        r.skipped
+    );
 }
