@@ -78,7 +78,7 @@ $(LIBJPEG_GCC)/libturbojpeg.a: $(shell find $(LIBJPEG_SRC)/src $(LIBJPEG_SRC)/CM
 # purpose (build_backend/stokehold_build.py names missing build tools at once, then runs maturin's),
 # and the warning reads like a broken build, so that line (only) is left out; cargo's progress
 # (each crate compiled) stays visible, a few minutes of it
-QUIET_BACKEND_WARNING := { grep -v "build-backend is not set to maturin" || true; }
+QUIET_BACKEND_WARNING := { grep -v "in pyproject.toml is not set to .maturin." || true; }
 
 .PHONY: wheel
 wheel: sysdeps $(VENV)/.base $(LIBJPEG_GCC)/libturbojpeg.a ## the portable wheel in dist/: release build, abi3, manylinux_2_17, stripped

@@ -10,6 +10,7 @@ import os
 import pickle
 import struct
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -309,6 +310,8 @@ def test_files_in_object_storage_are_read_in_place_like_local_ones(tfrecords, ta
         ix = tmp_path / "ix"
         cases = [
             ("s3://inplace/tfr/train-*", d, dict(format="tfrecord")),
+            # ImageNet's extension-less names found by their first bytes, without format=
+            ("s3://inplace/tfr/train-*", d, {}),
             ("s3://inplace/wds/*.tar", tars, {}),
             ("s3://inplace/wds/", tars, {}),
             ("s3://inplace/pq", parquets, {}),
@@ -325,6 +328,13 @@ def test_files_in_object_storage_are_read_in_place_like_local_ones(tfrecords, ta
             same_batches(list(loader), go(local))
             st = loader.stats()["storage"]
             assert st["prefetch"]["requests"] > 0 and st["prefetch"]["hits"] > 0, st
+        # `index` and `verify` take a prefix with or without its slash, as Dataset does
+        so = [f"--storage-option={k}={v}" for k, v in options.items()]
+        for url in ("s3://inplace/wds", "s3://inplace/wds/"):
+            r = run("index", url, "--index-dir", ix, *so)
+            assert r.stdout.startswith(f"indexed {N // PER_FILE} webdataset files"), r.stdout
+            r = run("verify", url, "--index-dir", ix, *so)
+            assert r.stdout.startswith(f"ok: {N // PER_FILE} webdataset files, {N} samples"), r.stdout
         # the remote indexes are kept, one per object (the two tar cases share theirs)
         kept = sorted(p.name for p in ix.iterdir() if p.name.endswith(".skhidx"))
         assert len(kept) == 3 * (N // PER_FILE), kept
@@ -398,11 +408,15 @@ def test_parquet_files_in_place_are_the_samples_and_batches_pack_makes_of_them(p
     a = go(ds, 2)
     same_batches(a, go(stokehold.Dataset(tmp_path / "packed"), 2))
     same_batches(a, go(ds, 1))
-    # fields as pack takes them: the caption required leaves the rows without one out
+    # fields as pack takes them: with the caption required, the rows without one are corrupt
+    # samples (counted, named), never rows that vanish
     some = stokehold.Dataset(str(parquets / "*.parquet"), fields=["image", "caption"], index_dir=tmp_path / "ix")
-    assert len(some) == sum(1 for i in range(N) if i % 5) and some.schema == {"image": "image:auto", "caption": "string"}
+    assert len(some) == N and some.schema == {"image": "image:auto", "caption": "string"}
+    assert some.manifest["source"]["lacking_required"] == sum(1 for i in range(N) if i % 5 == 0)
+    with pytest.raises(stokehold.CorruptDataError, match='column "caption" is null'):
+        some[0]
     back = pickle.loads(pickle.dumps(some))
-    assert [back[i] for i in range(len(some))] == [some[i] for i in range(len(some))]
+    assert [back[i] for i in range(N) if i % 5] == [some[i] for i in range(N) if i % 5]
 
 
 def test_a_hugging_face_dataset_in_parquet_is_read_in_place(jpegs, tmp_path):
@@ -503,16 +517,59 @@ def test_samples_lacking_a_required_field_are_counted_skipped_by_policy_and_name
         # the loader fails on the first one by default, naming it
         with pytest.raises(stokehold.CorruptDataError, match=why):
             list(stokehold.Loader(ds, 4, shuffle=False, threads=1))
-        # skipped and counted within a budget that allows them; over the default 5%, an error
+        # skipped and counted within a budget that allows them; over a smaller one, an error
         loader = stokehold.Loader(ds, 4, shuffle=True, threads=2, on_error="skip", max_skip_fraction=0.4, include_ids=True)
         ids = np.concatenate([b["id"][~b["is_padding"]] for b in loader]).tolist()
         assert sorted(ids) == sorted(set(range(total)) - lacking), name
         assert sorted(loader.stats()["skipped"]) == sorted(lacking), name
-        with pytest.raises(stokehold.StokeholdError, match="skip"):
-            list(stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip"))
+        with pytest.raises(stokehold.CorruptDataError, match="samples skipped this epoch"):
+            list(stokehold.Loader(ds, 4, shuffle=False, threads=1, on_error="skip", max_skip_fraction=0.01))
         # verify --all names each of them and exits 1
         r = run("verify", d, "--all", "--index-dir", tmp_path / "ix", "--fields", ",".join(fields), check=False)
         assert r.returncode == 1, r.stdout
         assert r.stdout.count(why) == len(lacking) and f"FAILED: {len(lacking)} faults" in r.stdout, r.stdout
     with pytest.raises(stokehold.ConfigError, match="max_skip_fraction"):
         stokehold.Loader(ds, 4, on_error="skip", max_skip_fraction=2)
+
+
+def test_parquet_page_checksums_are_checked_and_help_documents_every_option(jpegs, tmp_path):
+    """Issue #50: a byte flipped in a Parquet page before the file was ever indexed is caught by
+    the CRC its writer stored (``write_page_checksum=True``), named by file and row, and
+    ``verify --all`` fails; a glob that matches nothing says so; ``help(Dataset)`` documents the
+    options of files read in place."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path / "pq"
+    d.mkdir()
+    table = pa.table({"image": pa.array(jpegs[:12], type=pa.binary()), "label": pa.array([i % 3 for i in range(12)], type=pa.int64())})
+    f = d / "crc.parquet"
+    # no statistics: a page header would hold copies of its values (min and max)
+    pq.write_table(table, f, compression="none", use_dictionary=False, write_page_checksum=True, data_page_size=100,
+                   write_batch_size=1, write_statistics=False)
+    data = bytearray(f.read_bytes())
+    assert bytes(data).count(jpegs[5][-300:-260]) == 1
+    at = bytes(data).index(jpegs[5][-300:-260]) + 7  # inside row 5's image, in its own page
+    data[at] ^= 0x08
+    f.write_bytes(bytes(data))
+    ds = stokehold.Dataset(d, index_dir=tmp_path / "ix")
+    assert len(ds) == 12
+    with pytest.raises(stokehold.CorruptDataError, match="crc.parquet"):
+        ds[5]
+    assert [ds[i]["image"] for i in range(12) if i != 5] == [jpegs[i] for i in range(12) if i != 5]
+    r = run("verify", d, "--all", "--index-dir", tmp_path / "ix", check=False)
+    assert r.returncode == 1 and "sample 5" in r.stdout and "FAILED: 1 fault" in r.stdout, r.stdout
+    # a glob that matches nothing: a FileNotFoundError-like error naming the pattern
+    with pytest.raises(stokehold.StokeholdIOError, match="no file matches") as e:
+        stokehold.Dataset(str(d / "val-*.parquet"), index_dir=tmp_path / "ix")
+    assert e.value.errno == 2 and "val-*.parquet" in str(e.value)
+    # help() shows what the stub says, every option of files read in place among it
+    import ast
+    import inspect
+
+    stub = ast.parse((Path(stokehold.__file__).parent / "__init__.pyi").read_text())
+    cls = next(n for n in stub.body if isinstance(n, ast.ClassDef) and n.name == "Dataset")
+    doc = inspect.getdoc(stokehold.Dataset)
+    assert " ".join(doc.split()) == " ".join(ast.get_docstring(cls).split())
+    for option in ("fields", "format", "index_dir", "index_beside", "storage_options"):
+        assert f":param {option}:" in doc, option

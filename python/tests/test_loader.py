@@ -493,3 +493,79 @@ def test_config_is_the_one_configuration_and_rebuilds_the_loader(ds):
     assert Loader(ds, 50, cache=True).config["loader"]["cache_bytes"] == "auto"
     with pytest.raises(ConfigError, match=r"loader\.memory_budget.*not a byte count"):
         Loader(ds, 50, memory_budget="lots")
+
+
+INTERRUPTED_CHILD = """
+import os, signal, sys, time
+import numpy as np
+import stokehold
+from stokehold.transforms import Lambda
+
+def slow(x):
+    time.sleep(0.02)
+    return x
+
+tasks = lambda: len(os.listdir("/proc/self/task"))
+def settled(limit):
+    # a joined thread can be listed for a moment after it ended
+    deadline = time.monotonic() + 1.0
+    while tasks() > limit and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return tasks()
+
+before = tasks()
+make = lambda: stokehold.Loader(sys.argv[1], 16, shuffle=False, threads=2, include_ids=True,
+                                transforms={"x": [Lambda(slow)]})
+out = {}
+# 1. Ctrl-C while the loop waits for a batch
+loader = make()
+seen = []
+signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))
+signal.setitimer(signal.ITIMER_REAL, 0.4)
+try:
+    for b in loader:
+        seen.extend(b["id"].tolist())
+except KeyboardInterrupt:
+    pass
+out["wait"] = settled(before) - before
+# the position is after the last batch delivered: the next iteration continues there
+first = next(iter(loader))["id"].tolist()
+out["wait_continues"] = first == list(range(len(seen), len(seen) + 16))
+loader.close()
+# 2. Ctrl-C in the training step (the iteration abandoned mid-epoch)
+loader = make()
+def step_loop():
+    for i, b in enumerate(loader):
+        if i == 3:
+            raise KeyboardInterrupt
+try:
+    step_loop()
+except KeyboardInterrupt:
+    pass
+out["step"] = settled(before) - before
+out["step_continues"] = next(iter(loader))["id"].tolist()[0] == 4 * 16
+loader.close()
+# 3. a whole epoch: the next one's run is prepared ahead (its workers wait on the prefetch
+# window) until close() joins it
+loader = stokehold.Loader(sys.argv[1], 16, shuffle=False, threads=2)  # no Python stage
+for b in loader:
+    pass
+out["prepared"] = tasks() - before
+loader.close()
+out["closed"] = settled(before) - before
+print(out, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupted_loop_leaves_no_worker_running_and_continues_where_it_stopped(ds):
+    """Issue #50, item 7: a KeyboardInterrupt, while the loop waits for a batch or in the
+    training step, joins every worker of the iteration without close(), and the next iteration
+    continues after the last batch delivered; the run prepared ahead at an epoch's end waits on
+    its prefetch window until close() joins it."""
+    p = subprocess.run([sys.executable, "-c", INTERRUPTED_CHILD, ds.path], capture_output=True, text=True, timeout=100)
+    assert p.returncode == 0, p.stderr
+    out = eval(p.stdout.strip().splitlines()[-1])
+    assert out["wait"] <= 0 and out["step"] <= 0, out
+    assert out["wait_continues"] and out["step_continues"], out
+    assert out["prepared"] >= 2 and out["closed"] <= 0, out

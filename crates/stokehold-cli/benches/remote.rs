@@ -21,8 +21,13 @@
 //! (the first target then cannot be met as stated: each decode row also prints the loader's own
 //! CPU, local against remote). With at least 4 CPUs the store runs apart, as in production: the
 //! loader (its 2 decode threads and its I/O runtime) on the first 2 CPUs, the server and the
-//! proxy on the others. Environment: `STOKEHOLD_BENCH_IMAGES` (default 2000),
-//! `STOKEHOLD_BENCH_DELAYS` (default `0,20,50`, ms), `STOKEHOLD_S3S_FS`.
+//! proxy on the others. `STOKEHOLD_BENCH_PIN=1` splits even 2 CPUs (issue #50's honest
+//! measure on a 2-core machine): the server and the proxy on the first CPU, the loader on the
+//! second with one decode thread, against the same loader over local disk on that CPU.
+//! Environment: `STOKEHOLD_BENCH_IMAGES` (default 2000), `STOKEHOLD_BENCH_SEED` (the images'
+//! seed, default 0), `STOKEHOLD_BENCH_DELAYS` (default `0,20,50`, ms), `STOKEHOLD_BENCH_THREADS`
+//! (decode threads, default 2; 1 with `STOKEHOLD_BENCH_PIN`), `STOKEHOLD_BENCH_ONLY=decode`
+//! (only the decode pipeline, item 1), `STOKEHOLD_S3S_FS`.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
@@ -96,7 +101,7 @@ fn loader_in(ds: Arc<Dataset>, decode: bool, order: Order) -> Loader {
         Order::ShardBlock => serde_json::json!({"shard_block": {"window": 1}}),
     };
     let spec = serde_json::json!({
-        "loader": {"batch_size": 256, "threads": 2, "prefetch": 4, "shuffle": shuffle,
+        "loader": {"batch_size": 256, "threads": threads(), "prefetch": 4, "shuffle": shuffle,
                    "seed": 1, "tail": "pad"},
         "samples": {"kind": "records", "transforms": transforms},
     });
@@ -130,15 +135,31 @@ fn epoch_in(
     (rate, l.stats().storage.unwrap_or_default())
 }
 
+/// Whether the store and the loader are pinned apart on 2 CPUs (`STOKEHOLD_BENCH_PIN=1`).
+fn pinned() -> bool {
+    std::env::var("STOKEHOLD_BENCH_PIN").is_ok_and(|v| v == "1")
+}
+
+/// The loader's decode threads: `STOKEHOLD_BENCH_THREADS`, else 1 when pinned, else 2.
+fn threads() -> usize {
+    env("STOKEHOLD_BENCH_THREADS", if pinned() { 1 } else { 2 })
+}
+
 /// The CPUs of the loader and of the store (server and proxy) when there are at least 4: the
-/// loader gets the first 2, the store the rest; `None` with fewer (everything shares them).
+/// loader gets the first 2, the store the rest; pinned (`STOKEHOLD_BENCH_PIN=1`, at least 2
+/// CPUs): the store the first, the loader the second; `None` otherwise (everything shares them).
 fn cpu_split() -> Option<(CpuSet, CpuSet)> {
     let all = sched_getaffinity(None).ok()?;
     let cpus: Vec<usize> = (0..CpuSet::MAX_CPU).filter(|&c| all.is_set(c)).collect();
+    let (mut loader, mut store) = (CpuSet::new(), CpuSet::new());
+    if pinned() && cpus.len() >= 2 {
+        store.set(cpus[0]);
+        loader.set(cpus[1]);
+        return Some((loader, store));
+    }
     if cpus.len() < 4 {
         return None;
     }
-    let (mut loader, mut store) = (CpuSet::new(), CpuSet::new());
     for (i, &c) in cpus.iter().enumerate() {
         if i < 2 {
             loader.set(c);
@@ -256,10 +277,15 @@ fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = |n: &str| tmp.path().join(n).display().to_string();
     let n = images.to_string();
-    cli(&["sample-data", &dir("img"), "--images", &n]);
+    let seed = env("STOKEHOLD_BENCH_SEED", 0).to_string();
+    let only_decode = std::env::var("STOKEHOLD_BENCH_ONLY").is_ok_and(|v| v == "decode");
+    cli(&["sample-data", &dir("img"), "--images", &n, "--seed", &seed]);
     cli(&["pack", &dir("img"), &dir("ds"), "--shard-size", "16MiB"]);
     // from here on this thread, and the threads it starts, run on the loader's CPUs (with a split)
     let split = cpu_split();
+    if let Some((loader, _)) = &split {
+        sched_setaffinity(None, loader).expect("pin to the loader's CPUs");
+    }
     let fs_server = on_store_cpus(&split, || {
         std::env::var_os("STOKEHOLD_S3S_FS").map(|bin| {
             S3Server::start_s3s_fs(Path::new(&bin), &tmp.path().join("s3"))
@@ -289,6 +315,7 @@ fn main() {
         ),
         None => "server, proxy and loader share the CPUs (fewer than 4)".into(),
     };
+    let placement = format!("{placement}; {} decode thread(s)", threads());
     println!(
         "{images} sample-data JPEGs, {:.1} MB in {} shards; {} on 127.0.0.1 behind the fault \
          proxy; {placement}",
@@ -365,6 +392,9 @@ fn main() {
                 local_cpu / loader_cpu,
             );
         }
+        if only_decode {
+            continue;
+        }
         let remote = open(url, &opts);
         // 2. raw records vs the server's own parallel GETs
         // the baseline on a store of its own without prefetch: plain GETs, none served from
@@ -397,6 +427,9 @@ fn main() {
                 rem / per
             );
         }
+    }
+    if only_decode {
+        return;
     }
     // 4. time to first batch from 1,000 shards at 20 ms
     cli(&[

@@ -81,8 +81,21 @@ impl<'a> Thrift<'a> {
         Ok(())
     }
 
-    /// Skip a value of compact type `t`.
+    /// Skip a value of compact type `t` (lists, sets and maps nest as deep as structs may).
     fn skip(&mut self, t: u8) -> Result<(), String> {
+        if matches!(t, 9..=11) {
+            self.depth += 1;
+            if self.depth > 32 {
+                return Err("a page header nests too deep".into());
+            }
+            let r = self.skip_value(t);
+            self.depth -= 1;
+            return r;
+        }
+        self.skip_value(t)
+    }
+
+    fn skip_value(&mut self, t: u8) -> Result<(), String> {
         match t {
             1 | 2 => Ok(()),
             3 => self.skip_bytes(1),
@@ -302,4 +315,142 @@ pub(crate) fn check_chunk(
         pos = body + head.compressed_size as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A page header: type 0 (a data page), the sizes, then a data page header of `rows`
+    /// values, PLAIN; `extra` is spliced in before the stop byte (a field of id 9 and its value).
+    fn header(uncompressed: i32, compressed: i32, extra: &[u8]) -> Vec<u8> {
+        let zz = |v: i32| {
+            let mut z = ((v << 1) ^ (v >> 31)) as u32;
+            let mut out = Vec::new();
+            loop {
+                let b = (z & 0x7f) as u8;
+                z >>= 7;
+                if z == 0 {
+                    out.push(b);
+                    return out;
+                }
+                out.push(b | 0x80);
+            }
+        };
+        let mut h = vec![0x15];
+        h.extend(zz(0));
+        h.push(0x15);
+        h.extend(zz(uncompressed));
+        h.push(0x15);
+        h.extend(zz(compressed));
+        // field 5 (delta 2): the data page header struct, num_values 3, encoding 0
+        h.push(0x2c);
+        h.push(0x15);
+        h.extend(zz(3));
+        h.push(0x15);
+        h.extend(zz(0));
+        h.push(0x00);
+        h.extend_from_slice(extra);
+        h.push(0x00);
+        h
+    }
+
+    #[test]
+    fn a_page_header_is_read_with_its_sizes() {
+        let h = header(1000, 400, &[]);
+        let head = Thrift::new(&h).page_header().unwrap();
+        assert_eq!(
+            (
+                head.uncompressed_size,
+                head.compressed_size,
+                head.len,
+                head.crc
+            ),
+            (1000, 400, h.len(), None)
+        );
+        assert!(matches!(head.kind, PageKind::Data { rows: 3, .. }));
+    }
+
+    #[test]
+    fn declared_sizes_are_held_to_the_chunk_the_limit_and_the_codec() {
+        let head = |u, c| Thrift::new(&header(u, c, &[])).page_header().unwrap();
+        let gzip = Compression::GZIP(Default::default());
+        assert!(check_page(&head(1000, 400,), Compression::SNAPPY, 400, 1 << 30).is_ok());
+        // more than the chunk holds
+        let e = check_page(&head(1000, 400), Compression::SNAPPY, 399, 1 << 30).unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
+        // more than the limit
+        let e = check_page(
+            &head(i32::MAX, 400),
+            Compression::ZSTD(Default::default()),
+            400,
+            1 << 30,
+        )
+        .unwrap_err();
+        assert!(e.contains("declares 2147483647 bytes uncompressed"), "{e}");
+        // more than the codec makes of the bytes (slack of 64 KiB aside)
+        let big = 22 * 4000 + (64 << 10) + 1;
+        let e = check_page(&head(big, 4000), Compression::SNAPPY, 4000, 1 << 30).unwrap_err();
+        assert!(e.contains("SNAPPY"), "{e}");
+        assert!(check_page(&head(big - 1, 4000), Compression::SNAPPY, 4000, 1 << 30).is_ok());
+        assert!(check_page(&head(big, 4000), gzip, 4000, 1 << 30).is_ok());
+        let e = check_page(&head(-1, 4000), gzip, 4000, 1 << 30).unwrap_err();
+        assert!(e.contains("-1"), "{e}");
+    }
+
+    #[test]
+    fn nesting_is_bounded_and_never_overflows_the_stack() {
+        // field 9 (delta 4 from field 5): a list of lists of lists ... 100,000 deep
+        let mut extra = vec![0x49];
+        extra.extend(std::iter::repeat_n(0x19, 100_000));
+        let h = header(10, 10, &extra);
+        let e = Thrift::new(&h).page_header().err().unwrap();
+        assert!(e.contains("nests too deep"), "{e}");
+    }
+
+    #[test]
+    fn a_chunk_is_walked_header_by_header_in_windows() {
+        // three pages of 100 bytes, each behind its header; one declares too much
+        let mut file = vec![0u8; 7];
+        let start = file.len() as u64;
+        for u in [100, 100, 100] {
+            file.extend(header(u, 100, &[]));
+            file.extend([0xaa; 100]);
+        }
+        let end = file.len() as u64;
+        let mut reads = 0;
+        let read = |at: u64, n: usize| {
+            reads += 1;
+            Ok(file[at as usize..(at as usize + n).min(file.len())].to_vec())
+        };
+        check_chunk(read, (start, end), Compression::UNCOMPRESSED, 1 << 30).unwrap();
+        assert_eq!(reads, 1, "one window holds the chunk");
+        let mut bad = file[..start as usize].to_vec();
+        bad.extend(header(100, 100, &[]));
+        bad.extend([0xaa; 100]);
+        let at = bad.len() as u64;
+        bad.extend(header(100_000, 100, &[]));
+        bad.extend([0xaa; 100]);
+        let read = |a: u64, n: usize| Ok(bad[a as usize..(a as usize + n).min(bad.len())].to_vec());
+        let (offset, e) = check_chunk(
+            read,
+            (start, bad.len() as u64),
+            Compression::UNCOMPRESSED,
+            1 << 30,
+        )
+        .unwrap_err();
+        assert_eq!(offset, at);
+        assert!(e.contains("UNCOMPRESSED"), "{e}");
+        // cut inside a header
+        let cut = &bad[..at as usize + 3];
+        let read = |a: u64, n: usize| Ok(cut[a as usize..(a as usize + n).min(cut.len())].to_vec());
+        let (offset, _) = check_chunk(
+            read,
+            (start, cut.len() as u64),
+            Compression::UNCOMPRESSED,
+            1 << 30,
+        )
+        .unwrap_err();
+        assert_eq!(offset, at);
+    }
 }

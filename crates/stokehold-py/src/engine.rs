@@ -169,9 +169,14 @@ impl Engine {
                 None => return Err(stokehold_error(SUPERSEDED)),
                 Some(Next::Pending) => {
                     if let Err(e) = py.check_signals() {
-                        // interrupted: join the workers now; the position stays after the last
-                        // batch delivered, so a new iteration continues from there
+                        // interrupted: join the workers now, and those of a run prepared ahead
+                        // (nothing keeps working for an interrupted loop); the position stays
+                        // after the last batch delivered, so a new iteration continues there
                         self.stop_run(py, Some(id))?;
+                        self.with_state(py, |s| {
+                            drop(s.loader.take_prepared());
+                            Ok(())
+                        })?;
                         return Err(e);
                     }
                 }

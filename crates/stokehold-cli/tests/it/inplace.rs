@@ -52,6 +52,32 @@ fn tfrecords_are_indexed_inspected_verified_and_benched_in_place() {
     // the second time the kept indexes describe the files: nothing is scanned
     let r = stokehold(root, &["index", d, "--index-dir", ix]);
     assert!(r.stdout.contains("0 scanned, 2 kept from before"), "{r:?}");
+    // an index directory that cannot be written: `index` fails saying so (exit 1), never
+    // "kept" (issue #50)
+    fs::write(root.join("a-file"), b"").unwrap();
+    let blocked = root.join("a-file").join("ix");
+    let r = stokehold(
+        root,
+        &["index", d, "--index-dir", blocked.to_str().unwrap()],
+    );
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr.contains("cannot keep indexes") && !r.stdout.contains("indexes kept"),
+        "{r:?}"
+    );
+    // `--help` and `--format` name every format read in place
+    let r = stokehold(root, &["index", "--help"]);
+    assert!(
+        r.stdout.contains("Parquet") && r.stdout.contains("parquet"),
+        "{r:?}"
+    );
+    let r = stokehold(root, &["index", d, "--format", "csv"]);
+    assert!(
+        r.code != 0 && r.stderr.contains("tfrecord, webdataset or parquet"),
+        "{r:?}"
+    );
+    let r = stokehold(root, &["--help"]);
+    assert!(r.stdout.contains("pack, index, inspect"), "{r:?}");
     let r = stokehold(root, &["inspect", d, "--index-dir", ix]);
     assert_eq!(r.code, 0, "{r:?}");
     assert!(r.stdout.contains("samples   10 in 2 shards"), "{r:?}");

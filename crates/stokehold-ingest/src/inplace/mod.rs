@@ -996,7 +996,7 @@ fn open_resolved(
                         path: root.join(&s.name),
                         detail,
                     })?;
-                lacks.add(&s.place, lacking);
+                lacks.add(&s.place, "row", lacking);
                 (rows, Some(codec))
             }
             _ => {
@@ -1004,7 +1004,11 @@ fn open_resolved(
                     .filter(|&r| !ix.damaged(r) && !holds(r))
                     .map(|r| r as u64)
                     .collect();
-                lacks.add(&s.place, lacking);
+                let what = match format {
+                    InPlaceFormat::TfRecord => "record",
+                    _ => "sample",
+                };
+                lacks.add(&s.place, what, lacking);
                 ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None)
             }
         };
@@ -1102,14 +1106,15 @@ struct Lacking {
 }
 
 impl Lacking {
-    /// Records `records` of the file at `place` lack a required field.
-    fn add(&mut self, place: &str, records: Vec<u64>) {
+    /// Records (`what`: "record", "sample", "row") `records` of the file at `place` lack a
+    /// required field.
+    fn add(&mut self, place: &str, what: &str, records: Vec<u64>) {
         self.total += records.len() as u64;
         for r in records
             .into_iter()
             .take(3usize.saturating_sub(self.first.len()))
         {
-            self.first.push(format!("{place} record {r}"));
+            self.first.push(format!("{place} {what} {r}"));
         }
     }
 

@@ -39,7 +39,9 @@ use stokehold_format::{
 
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{Rows, Scanned, StorageReader};
-use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images, value_at};
+use crate::pack::parquet::{
+    Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
+};
 use crate::parquet_pages::{
     MAX_PAGE_BYTES, MAX_PAGE_HEADER, PageHead, PageKind, Thrift, check_chunk, check_page,
 };
@@ -277,9 +279,22 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             Some(Kind::Bytes) => match first_rows(md)
                 .map_or(Ok(()), |g| chunks.check_pages(md, g, &[root], None, max))
                 .map_err(|(at, e)| (at, format!("column {name:?}: {e}")))
-                .and_then(|()| {
-                    sniff_images(chunks.clone(), &meta, root, name)
-                        .map_err(|(_, e)| (footer, format!("column {name:?}: {e}")))
+                .map(|()| {
+                    // first values that do not decode (a damaged page: its rows are named when
+                    // the pages are walked below) leave the name to say what the column holds
+                    sniff_images(chunks.clone(), &meta, root, name).unwrap_or_else(|(_, e)| {
+                        ix.header.notes.push(format!(
+                            "{}: column {name:?}: its first values do not decode ({e}): taken \
+                             for {} by its name",
+                            ix.header.file,
+                            if image_by_name(name) {
+                                "images"
+                            } else {
+                                "bytes"
+                            }
+                        ));
+                        image_by_name(name)
+                    })
                 }) {
                 Ok(true) => Ok(Kind::Image),
                 Ok(false) => Ok(Kind::Bytes),
@@ -384,12 +399,22 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             ],
         };
         // the kept columns' values (and the large column's nulls, when it may have some)
-        let large_nulls = large.is_some_and(|(_, _, leaf)| {
+        let mut large_nulls = large.is_some_and(|(_, _, leaf)| {
             rg.column(leaf)
                 .statistics()
                 .and_then(|s| s.null_count_opt())
                 .is_none_or(|n| n > 0)
         });
+        if large_nulls && places.iter().any(|p| p.2) {
+            // a page that fails its writer's CRC would fail the decoder's pass over the whole
+            // column: its rows are damaged (below), and the other rows' nulls are met when read
+            large_nulls = false;
+            ix.header.notes.push(format!(
+                "{}: row group {g}: a page of the large column fails its CRC-32; the column's \
+                 nulls are found when rows are read",
+                ix.header.file
+            ));
+        }
         let mut wanted: Vec<usize> = kept.iter().map(|&j| roots[j]).collect();
         if large_nulls && let Some((_, j, _)) = large {
             wanted.push(roots[j]);

@@ -307,6 +307,12 @@ fn check_pages(file: &SourceFile, f: &File, g: usize, roots: &[usize]) -> Result
     Ok(())
 }
 
+/// Whether a binary column's name says it holds images (`image`, `img`, `jpg`, ...).
+pub(crate) fn image_by_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
+}
+
 /// [`looks_like_images`] over any reader of the file; an error names the row group.
 pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
     reader: R,
@@ -315,10 +321,7 @@ pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
     name: &str,
 ) -> Result<bool, (Option<usize>, parquet::errors::ParquetError)> {
     let md = meta.metadata();
-    let by_name = {
-        let n = name.to_ascii_lowercase();
-        n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
-    };
+    let by_name = image_by_name(name);
     let Some(rg) = (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0) else {
         return Ok(by_name);
     };

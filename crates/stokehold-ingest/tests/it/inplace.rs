@@ -393,7 +393,7 @@ fn webdataset_tars_in_place_are_pack_samples_and_hostile_members_are_refused() {
     let notes = ds.manifest().source["notes"].to_string();
     assert!(
         notes.contains("1 of 8 samples lack a required field")
-            && notes.contains("shard-001.tar record 3"),
+            && notes.contains("shard-001.tar sample 3"),
         "{notes}"
     );
     assert!(
