@@ -115,7 +115,7 @@ impl PartWriter {
         shard_size: i64,
         align: i64,
         zstd_level: i32,
-        storage_options: Option<BTreeMap<String, String>>,
+        storage_options: Option<crate::storage_options::StorageOptions>,
         restart_markers: bool,
     ) -> PyResult<PartWriter> {
         let schema = parse_schema(schema)?;
@@ -126,7 +126,7 @@ impl PartWriter {
                     &path,
                     schema,
                     options,
-                    &storage_options.unwrap_or_default(),
+                    &crate::storage_options::or_default(storage_options),
                     run,
                     task,
                 )
@@ -221,9 +221,9 @@ impl PartWriter {
 pub fn prepare_parts(
     py: Python<'_>,
     path: PathBuf,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<String> {
-    py.detach(|| parts::prepare_parts(&path, &storage_options.unwrap_or_default()))
+    py.detach(|| parts::prepare_parts(&path, &crate::storage_options::or_default(storage_options)))
         .map_err(|e| to_py_err(py, e))
 }
 
@@ -242,7 +242,7 @@ pub fn commit_parts<'py>(
     classes: Option<Vec<String>>,
     source: Option<&str>,
     files: Option<BTreeMap<String, Bound<'py, PyBytes>>>,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let schema = parse_schema(schema)?;
     let shards = shards
@@ -265,7 +265,7 @@ pub fn commit_parts<'py>(
         source,
         files,
     };
-    let options = storage_options.unwrap_or_default();
+    let options = crate::storage_options::or_default(storage_options);
     let manifest = py
         .detach(|| parts::commit_parts(&path, schema, shards, commit, run, &options))
         .map_err(|e| to_py_err(py, e))?;
@@ -280,10 +280,16 @@ pub fn abort_parts(
     py: Python<'_>,
     path: PathBuf,
     run: &str,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<usize> {
-    py.detach(|| parts::abort_parts(&path, run, &storage_options.unwrap_or_default()))
-        .map_err(|e| to_py_err(py, e))
+    py.detach(|| {
+        parts::abort_parts(
+            &path,
+            run,
+            &crate::storage_options::or_default(storage_options),
+        )
+    })
+    .map_err(|e| to_py_err(py, e))
 }
 
 /// The stokehold field type of each column of an Arrow schema (anything with

@@ -236,7 +236,7 @@ impl ShardWriter {
         zstd_level: i32,
         overwrite: bool,
         classes: Option<Vec<String>>,
-        storage_options: Option<std::collections::BTreeMap<String, String>>,
+        storage_options: Option<crate::storage_options::StorageOptions>,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, overwrite)?;
@@ -246,7 +246,7 @@ impl ShardWriter {
                     &path,
                     schema,
                     options,
-                    &storage_options.unwrap_or_default(),
+                    &crate::storage_options::or_default(storage_options),
                 )
             })
             .map_err(|e| to_py_err(py, e))?;
