@@ -321,7 +321,7 @@ impl Dataset {
             path.into_vec(),
             access,
             verify,
-            crate::storage_options::or_default(storage_options),
+            crate::storage_options::resolve(py, storage_options)?,
             inplace,
         )
     }

@@ -113,7 +113,7 @@ pub fn pack<'py>(
         },
         max_skip_fraction,
         fields,
-        storage_options: crate::storage_options::or_default(storage_options),
+        storage_options: crate::storage_options::resolve(py, storage_options)?,
         ..PackOptions::default()
     };
     let run = || {

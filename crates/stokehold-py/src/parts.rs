@@ -120,16 +120,10 @@ impl PartWriter {
     ) -> PyResult<PartWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, false)?;
+        let storage_options = crate::storage_options::resolve(py, storage_options)?;
         let inner = py
             .detach(|| {
-                FormatPartWriter::create(
-                    &path,
-                    schema,
-                    options,
-                    &crate::storage_options::or_default(storage_options),
-                    run,
-                    task,
-                )
+                FormatPartWriter::create(&path, schema, options, &storage_options, run, task)
             })
             .map_err(|e| to_py_err(py, e))?;
         Ok(PartWriter {
@@ -223,7 +217,8 @@ pub fn prepare_parts(
     path: PathBuf,
     storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<String> {
-    py.detach(|| parts::prepare_parts(&path, &crate::storage_options::or_default(storage_options)))
+    let storage_options = crate::storage_options::resolve(py, storage_options)?;
+    py.detach(|| parts::prepare_parts(&path, &storage_options))
         .map_err(|e| to_py_err(py, e))
 }
 
@@ -265,7 +260,7 @@ pub fn commit_parts<'py>(
         source,
         files,
     };
-    let options = crate::storage_options::or_default(storage_options);
+    let options = crate::storage_options::resolve(py, storage_options)?;
     let manifest = py
         .detach(|| parts::commit_parts(&path, schema, shards, commit, run, &options))
         .map_err(|e| to_py_err(py, e))?;
@@ -282,14 +277,9 @@ pub fn abort_parts(
     run: &str,
     storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<usize> {
-    py.detach(|| {
-        parts::abort_parts(
-            &path,
-            run,
-            &crate::storage_options::or_default(storage_options),
-        )
-    })
-    .map_err(|e| to_py_err(py, e))
+    let storage_options = crate::storage_options::resolve(py, storage_options)?;
+    py.detach(|| parts::abort_parts(&path, run, &storage_options))
+        .map_err(|e| to_py_err(py, e))
 }
 
 /// The stokehold field type of each column of an Arrow schema (anything with

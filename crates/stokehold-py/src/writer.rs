@@ -240,15 +240,9 @@ impl ShardWriter {
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, overwrite)?;
+        let storage_options = crate::storage_options::resolve(py, storage_options)?;
         let mut inner = py
-            .detach(|| {
-                DatasetWriter::create_with(
-                    &path,
-                    schema,
-                    options,
-                    &crate::storage_options::or_default(storage_options),
-                )
-            })
+            .detach(|| DatasetWriter::create_with(&path, schema, options, &storage_options))
             .map_err(|e| to_py_err(py, e))?;
         if let Some(classes) = classes {
             inner.set_classes(classes);

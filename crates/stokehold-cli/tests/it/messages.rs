@@ -393,7 +393,10 @@ fn a_mixture_file_is_never_taken_for_a_dataset() {
         "{msg}"
     );
     assert!(!msg.contains("not a stokehold dataset"), "{msg}");
-    let json = file("mix.json", r#"{"source": {"web": "a"}, "weights": {"web": 1}}"#);
+    let json = file(
+        "mix.json",
+        r#"{"source": {"web": "a"}, "weights": {"web": 1}}"#,
+    );
     let msg = error_of(&["bench", &json]);
     assert!(msg.contains("did you mean \"sources\"?"), "{msg}");
     // .tml is TOML: read as a mixture file (its sources are then opened, and named)
