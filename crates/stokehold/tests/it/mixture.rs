@@ -814,24 +814,24 @@ fn a_source_left_out_of_weights_by_name_is_refused_naming_it_and_an_explicit_0_i
             &mut |_| None,
         )
     };
-    let err = build(spec(
+    let Err(err) = build(spec(
         serde_json::json!([{"at": 0, "weights": {"web": 0.7}}]),
-    ))
-    .err()
-    .expect("a source without a weight is refused")
-    .to_string();
+    )) else {
+        panic!("a source without a weight is refused")
+    };
+    let err = err.to_string();
     assert!(
         err.contains("weights: no weight for 'code', 'books'") && err.contains("'code': 0"),
         "{err}"
     );
     // a later entry of the schedule is named as such
-    let err = build(spec(serde_json::json!([
+    let Err(err) = build(spec(serde_json::json!([
         {"at": 0, "weights": [1, 1, 1]},
         {"at": 4, "weights": {"web": 1, "code": 1}},
-    ])))
-    .err()
-    .expect("refused")
-    .to_string();
+    ]))) else {
+        panic!("a later entry without every source is refused")
+    };
+    let err = err.to_string();
     assert!(
         err.contains("the schedule's weights at 4: no weight for 'books'"),
         "{err}"
