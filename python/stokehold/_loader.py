@@ -170,7 +170,7 @@ def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, incl
         raise ConfigError(f"an option is out of range: {e}") from None
 
 
-def _open_dataset(dataset: Any, storage_options: Optional[Mapping[str, Any]]) -> Any:
+def _open_dataset(dataset: Any, storage_options: Optional[Mapping[str, Any]]) -> Union[Dataset, Mixture]:
     """A front's ``dataset``: a :class:`Dataset` or :class:`Mixture` as given, a path or URL
     opened with ``storage_options``. Options given with a dataset already open are refused (they
     would be ignored)."""
