@@ -67,8 +67,8 @@ class Dataset:
         ``"s3://bucket/prefix"``): credentials, endpoint, region, ``retries``, named as fsspec
         users know them (``key``, ``secret``, ``token``, ``endpoint_url``, ``region_name``,
         ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
-        override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
-        docs/storage.md, "Remote storage".
+        override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). Values are
+        str, bool (``{"anon": True}``) or numbers. See docs/storage.md, "Remote storage".
     :param format: for files read in place, ``"tfrecord"``, ``"webdataset"`` or ``"parquet"``
         when neither the names nor the first bytes say which.
     :param fields: for files read in place, the fields to load, as ``stokehold pack --fields``
@@ -93,7 +93,7 @@ class Dataset:
         mmap: bool = False,
         in_memory: bool = False,
         verify: bool = True,
-        storage_options: Optional[Dict[str, str]] = None,
+        storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
         format: Optional[str] = None,
         fields: Optional[Union[str, Sequence[str]]] = None,
         index_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
@@ -183,7 +183,7 @@ class ShardWriter:
         zstd_level: int = 3,
         overwrite: bool = False,
         classes: Optional[List[str]] = None,
-        storage_options: Optional[Dict[str, str]] = None,
+        storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
     ) -> "ShardWriter": ...
     def write(self, sample: Dict[str, Any]) -> int:
         """Append one sample, a dict with exactly the schema's fields; returns its index.

@@ -170,6 +170,23 @@ def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, incl
         raise ConfigError(f"an option is out of range: {e}") from None
 
 
+def _open_dataset(dataset: Any, storage_options: Optional[Mapping[str, Any]]) -> Union[Dataset, Mixture]:
+    """A front's ``dataset``: a :class:`Dataset` or :class:`Mixture` as given, a path or URL
+    opened with ``storage_options``. Options given with a dataset already open are refused (they
+    would be ignored)."""
+    if isinstance(dataset, (Dataset, Mixture)):
+        if storage_options is not None:
+            raise ConfigError(
+                "storage_options applies to a dataset given as a path or URL; this one is already "
+                "open with its own: give storage_options to Dataset(...) (or to the Mixture's "
+                "sources' Dataset(...)), or pass the path"
+            )
+        return dataset
+    if storage_options is None:
+        return Dataset(dataset)
+    return Dataset(dataset, storage_options=storage_options)
+
+
 def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The engine's configuration from the options every front takes alike (``o``, from
     :func:`stokehold._options.given`, which gets the resolved rank, world size and seed back):
@@ -305,6 +322,13 @@ class _Front:
         step = batch_size * world
         ranks = f" x world_size {world} = {step}" if world > 1 else ""
         self._engine.close()
+        if samples < world:
+            raise ConfigError(
+                f"world_size {world} is more than the {samples} {unit} of an epoch, and drop_last=True "
+                f"drops a batch that is not full, so no rank would get a batch: use at most {samples} "
+                f"ranks (world_size <= {samples}), or drop_last=False (each rank's batches are padded "
+                f"with repeats, flagged in is_padding)"
+            )
         raise ConfigError(
             f"batch_size {batch_size}{ranks} is more than the {samples} {unit} of an epoch, and "
             f"drop_last=True drops a batch that is not full, so an epoch would have no batches: "
@@ -530,6 +554,9 @@ class Loader(_Front):
         shared safely by several processes) and read from there once copied.
     :param cache_dir_limit: its size limit (``"auto"``: the dataset's size); entries of other
         datasets are evicted, least recently used first, to make room.
+    :param storage_options: when ``dataset`` is a path or URL: the options it is opened with, as
+        :class:`Dataset`'s (credentials, endpoint, ``anon``, ...; values a str, bool or number).
+        A dataset already open keeps its own (give them to ``Dataset(...)`` instead).
     :raises ConfigError: an invalid option, field or stage, or ``drop_last=True`` with a step
         larger than the dataset.
     :raises TypeError: a stage that is not a stage.
@@ -566,10 +593,10 @@ class Loader(_Front):
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
         io_uring: bool = True,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         o = _options.given(LOADER, locals())
-        if not isinstance(dataset, (Dataset, Mixture)):
-            dataset = Dataset(dataset)
+        dataset = _open_dataset(dataset, o.pop("storage_options"))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         mode = _shuffle_mode(shuffle)

@@ -1,6 +1,8 @@
 """``stokehold.Mixture``: several datasets loaded as one, blended by weights that may change
 during the run (docs/mixtures.md)."""
 
+import math
+import numbers
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -31,9 +33,9 @@ class Mixture:
     :param sources: ``{"name": dataset, ...}`` (a :class:`Dataset`, a path or a URL each); or a
         list of them, named ``"0"``, ``"1"``, ... The sources must give the same fields (those the
         loader reads) with the same shapes after their transforms.
-    :param weights: one weight per source (``{"name": w}``, missing names are 0, or a list in
-        the sources' order), any numbers >= 0, normalised; ``None``: in proportion to the
-        sources' samples.
+    :param weights: one weight per source (``{"name": w}`` naming every source, 0 to leave one
+        out, or a list in the sources' order), any finite numbers >= 0, normalised; ``None``: in
+        proportion to the sources' samples.
     :param schedule: weights that change: ``[(step, weights), ...]`` in increasing steps; the
         weights hold from that step on (a step is one batch of all ranks together:
         ``batch_size * world_size`` samples, counted from the start of the run, across epochs).
@@ -54,9 +56,10 @@ class Mixture:
         past): ``"refuse"`` (default: an :class:`IncompatibleStateError` that says what
         differs) or ``"reblend"`` (a new blend from the state's position, each source continuing
         its passes where it was).
-    :raises ConfigError: an invalid source or option here; an unknown source in the weights,
-        a weight that is negative or not finite, weights all 0 or steps out of order when the
-        loader is made (the engine checks them for every front).
+    :raises ConfigError: an invalid source or option here, a weight that is not a finite number
+        >= 0; an unknown source in the weights, a source left out of weights by name, weights
+        all 0 or steps out of order when the loader is made (the engine checks them for every
+        front).
     """
 
     def __init__(
@@ -137,13 +140,25 @@ class Mixture:
 
     @staticmethod
     def _weights(w: Any, what: str) -> Any:
-        """``w`` as the engine takes it (a list, or a dict by source name): the engine checks the
-        names and values, for every front alike, when the loader is made."""
+        """``w`` as the engine takes it (a list, or a dict by source name), each weight a finite
+        number >= 0 (checked here: NaN, infinities and strings do not survive the engine's JSON
+        as themselves); the engine checks the names, for every front alike, when the loader is
+        made."""
         if isinstance(w, Mapping):
-            return dict(w)
+            return {k: Mixture._weight(v, f"{what}: the weight of {k!r}") for k, v in w.items()}
         if isinstance(w, (list, tuple)):
-            return list(w)
+            return [Mixture._weight(v, f"{what}: weight {i}") for i, v in enumerate(w)]
         raise ConfigError(f"{what}: weights are a dict name -> weight or a list, got {type(w).__name__}")
+
+    @staticmethod
+    def _weight(v: Any, what: str) -> float:
+        """One weight as a float (NumPy numbers included): a finite number >= 0."""
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise ConfigError(f"{what} must be a number >= 0 (0 leaves the source out), got {v!r}")
+        f = float(v)
+        if not math.isfinite(f) or f < 0:
+            raise ConfigError(f"{what} must be a finite number >= 0 (0 leaves the source out), got {v!r}")
+        return f
 
     def _spec(self, stages: Optional[list]) -> Dict[str, Any]:
         """The engine's ``mixture`` spec; a source's own Python stages are appended to

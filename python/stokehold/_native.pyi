@@ -77,7 +77,7 @@ def _pack(
     max_side: Optional[int] = None,
     jpeg_quality: int = 90,
     restart_markers: bool = ...,
-    storage_options: Optional[Mapping[str, str]] = None,
+    storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
 ) -> Dict[str, Any]:
     """Pack ``sources`` (of ``kind``, or told from their names) into a new dataset at ``dest``,
     as ``stokehold pack`` does; returns the report (``samples``, ``shards``, ``input_bytes``,
@@ -231,7 +231,7 @@ class PartWriter:
         shard_size: int = 256 * 2**20,
         align: int = 1,
         zstd_level: int = 3,
-        storage_options: Optional[Dict[str, str]] = None,
+        storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
         restart_markers: bool = ...,
     ) -> "PartWriter": ...
     @property
@@ -255,7 +255,7 @@ def _arrow_field_types(schema: Any) -> List[Tuple[str, Optional[str], str]]:
     spec or None, Arrow type)``, by the mapping ``stokehold pack`` uses for Parquet."""
 
 def prepare_parts(
-    path: Union[str, "os.PathLike[str]"], storage_options: Optional[Dict[str, str]] = None
+    path: Union[str, "os.PathLike[str]"], storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None
 ) -> str:
     """Start a job writing the dataset at ``path`` with many :class:`PartWriter`: check the
     destination (no dataset, nothing a dataset writer does not write), remove a dead job's
@@ -271,7 +271,7 @@ def commit_parts(
     classes: Optional[List[str]] = None,
     source: Optional[str] = None,
     files: Optional[Dict[str, bytes]] = None,
-    storage_options: Optional[Dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
 ) -> Dict[str, Any]:
     """Commit the dataset at ``path``: check each listed shard (it exists; trailer, size,
     schema and alignment agree with its entry), remove the run's unlisted files, write the extra
@@ -281,7 +281,7 @@ def commit_parts(
 def abort_parts(
     path: Union[str, "os.PathLike[str]"],
     run: str,
-    storage_options: Optional[Dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
 ) -> int:
     """Remove every shard of run ``run`` at ``path`` (unless a manifest was committed); returns
     how many."""

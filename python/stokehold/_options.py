@@ -62,6 +62,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("profile", True, BOTH, "bool", "count and time the stages (a thread's first sample, then one in 8, is timed)"),
     Option("trace", None, BOTH, "path", "a path: Chrome trace of every sample's stage spans, written on close()"),
     Option("io_uring", True, BOTH, "bool", "a task's reads that need the device go out together (io_uring); False: one pread each"),
+    Option("storage_options", None, BOTH, "value", "a dataset given as a URL: credentials, endpoint (as Dataset's)"),
     Option("dtype", "int32", (SEQUENCE,), "value", "or \"int64\": the token arrays' type"),
     Option("position_ids", False, (SEQUENCE,), "bool", "adds position_ids (0 at each document start)"),
     Option("segment_ids", False, (SEQUENCE,), "bool", "adds segment_ids (packed: each token's document within the window)"),

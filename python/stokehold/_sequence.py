@@ -6,7 +6,7 @@ import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 from . import _options
-from ._loader import _U32, _Front, _int, _shared_config
+from ._loader import _U32, _Front, _int, _open_dataset, _shared_config
 from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import SEQUENCE
@@ -81,6 +81,9 @@ class SequenceLoader(_Front):
     :param io_uring: submit a task's reads that need the device together through ``io_uring``
         where the kernel allows it; ``False``: one ``pread`` each (``STOKEHOLD_IO_URING=0`` turns
         it off for the process).
+    :param storage_options: when ``dataset`` is a path or URL: the options it is opened with, as
+        :class:`Dataset`'s (credentials, endpoint, ``anon``, ...; values a str, bool or number).
+        A dataset already open keeps its own (give them to ``Dataset(...)`` instead).
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
         step larger than the epoch.
     """
@@ -116,10 +119,10 @@ class SequenceLoader(_Front):
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache_dir_limit: Union[int, str] = "auto",
         io_uring: bool = True,
+        storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         o = _options.given(SEQUENCE, locals())
-        if not isinstance(dataset, (Dataset, Mixture)):
-            dataset = Dataset(dataset)
+        dataset = _open_dataset(dataset, o.pop("storage_options"))
         if dtype not in ("int32", "int64"):
             raise ConfigError(f'dtype must be "int32" or "int64", got {dtype!r}')
         if not isinstance(shuffle, bool):

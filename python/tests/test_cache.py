@@ -135,6 +135,20 @@ def test_a_full_disk_stops_the_decoded_cache_dir_with_one_message_and_the_same_p
     assert not [f for f in root.rglob("part-*")], list(root.rglob("*"))
 
 
+def test_a_decoded_cache_dir_that_cannot_be_written_only_stops_writing_and_names_the_directory(images, tmp_path):
+    """A directory that cannot be created or written (a file in its place here, as a read-only
+    directory is for a user other than root): the loader is made and runs with the same pixels;
+    one message names the directory given, not a hash folder in it."""
+    root = tmp_path / "decoded"
+    root.write_bytes(b"not a directory")
+    p = subprocess.run([sys.executable, "-c", FILL_DECODED_DIR, images, str(root)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split()[1] == "32", p.stdout
+    assert p.stderr.count(f"decoded_cache_dir {root}: cannot write there") == 1, p.stderr
+    assert "give a directory this user can write" in p.stderr, p.stderr
+
+
 def test_decoded_cache_dir_is_read_by_a_later_process_with_the_same_pixels(images, tmp_path):
     chain = [RandomResizedCrop(32), RandomHorizontalFlip()]
     ram_only = stokehold.Loader(images, 8, seed=4, threads=2, transforms={"image": chain}, decoded_cache=64, include_ids=True)

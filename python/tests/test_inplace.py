@@ -280,7 +280,8 @@ def test_damage_in_place_names_the_file_the_sample_and_the_bytes(tfrecords, tmp_
 def test_what_in_place_cannot_do_is_said(tfrecords, tmp_path):
     d, _ = tfrecords
     ds = stokehold.Dataset(d, index_dir=tmp_path / "ix")
-    with pytest.raises(stokehold.ConfigError, match="cache_dir"):
+    # names the options that do work in place (the Loader's cache= and decoded_cache=)
+    with pytest.raises(stokehold.ConfigError, match="cache_dir copies.*in-memory `cache` and `decoded_cache` options"):
         stokehold.Loader(ds, 4, cache_dir=tmp_path / "c")
     with pytest.raises(stokehold.StokeholdError, match="format="):
         (tmp_path / "x-00000-of-00001").write_bytes(b"neither")

@@ -82,8 +82,15 @@ def test_a_batch_larger_than_the_dataset_with_drop_last_is_refused(ds):
     # two ranks: the step is batch_size x world_size
     with pytest.raises(ConfigError, match=rf"^batch_size 6 x world_size 2 = 12 is more than the {N} samples .* use batch_size <= 5,"):
         Loader(ds, 6, rank=0, world_size=2)
+    # more ranks than samples: the number of ranks is what to change (not "batch_size <= 0")
+    with pytest.raises(ConfigError) as e:
+        Loader(ds, 1, rank=0, world_size=N * 100)
+    msg = str(e.value)
+    assert msg.startswith(f"world_size {N * 100} is more than the {N} samples of an epoch"), msg
+    assert f"world_size <= {N}" in msg and "drop_last=False" in msg and "<= 0" not in msg, msg
     # what the message offers works
     assert len(Loader(ds, N)) == 1 and len(Loader(ds, 5, rank=1, world_size=2)) == 1
+    assert len(Loader(ds, 1, rank=0, world_size=N * 100, drop_last=False)) == 1
     padded = Loader(ds, N + 1, drop_last=False, include_ids=True)
     (batch,) = list(padded)
     assert len(batch["id"]) == N + 1 and batch["is_padding"].sum() == 1

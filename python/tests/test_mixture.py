@@ -247,11 +247,11 @@ def test_a_mixture_from_object_storage_gives_what_the_local_sources_give(tmp_pat
 
 def test_a_source_budget_and_the_schedule_show_in_the_loader_config(tmp_path):
     paths = records(tmp_path, [10, 10])
-    mix = Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 0]), (3, {"b": 1})], max_skip_fraction={"b": 0.01})
+    mix = Mixture({"a": paths[0], "b": paths[1]}, schedule=[(0, [1, 0]), (3, {"a": 0, "b": 1})], max_skip_fraction={"b": 0.01})
     cfg = Loader(mix, 2, on_error="skip").config["mixture"]
     assert [s["name"] for s in cfg["sources"]] == ["a", "b"]
     assert cfg["sources"][1]["max_skip_fraction"] == 0.01 and "max_skip_fraction" not in cfg["sources"][0]
-    assert cfg["schedule"] == [{"at": 0, "weights": [1, 0]}, {"at": 3, "weights": {"b": 1}}]
+    assert cfg["schedule"] == [{"at": 0, "weights": [1, 0]}, {"at": 3, "weights": {"a": 0, "b": 1}}]
     with pytest.raises(ConfigError, match="max_skip_fraction"):
         Loader(Mixture({"a": paths[0]}, max_skip_fraction={"a": 2}), 2)
     with pytest.raises(ConfigError, match="steps must increase"):
@@ -268,3 +268,28 @@ def test_each_source_is_read_in_the_loaders_order_shard_block_included(tmp_path)
             assert sorted(xs[k:k + 7]) == sorted(float(i) * 0.5 for i in range(7))
         if shuffle is False:
             assert xs[:7] == [float(i) * 0.5 for i in range(7)]  # in stored order, pass after pass
+
+
+def test_a_source_left_out_of_weights_is_refused_and_weights_that_are_not_numbers_are_named(tmp_path):
+    paths = records(tmp_path, [10, 10, 10])
+    srcs = {"web": paths[0], "code": paths[1], "books": paths[2]}
+    # left out: refused (it would silently weigh 0 yet count in the epoch); an explicit 0 is fine
+    with pytest.raises(ConfigError, match="weights: no weight for 'books'.*'books': 0"):
+        Loader(Mixture(srcs, {"web": 0.7, "code": 0.3}), 2)
+    with pytest.raises(ConfigError, match="schedule's weights at 3: no weight for 'code', 'books'"):
+        Loader(Mixture(srcs, [1, 1, 1], schedule=[(3, {"web": 1})]), 2)
+    loader = Loader(Mixture(srcs, {"web": 0.7, "code": 0.3, "books": 0}), 2, seed=1)
+    assert 2 not in {int(s) for b in run(loader) for s in b["source"]}
+    # NaN, infinities, strings, bools: named with the entry and the source, not serde's text
+    for bad in (float("nan"), float("inf"), "0.5", True, -1):
+        with pytest.raises(ConfigError) as e:
+            Mixture(srcs, {"web": 1, "code": bad, "books": 0})
+        msg = str(e.value)
+        assert msg.startswith("weights: the weight of 'code' must be a") and repr(bad) in msg, msg
+        assert "line 1 column" not in msg and "schedule[0]" not in msg, msg
+        with pytest.raises(ConfigError, match=r"schedule at 5: weight 1 must be a"):
+            Mixture(srcs, [1, 1, 1], schedule=[(5, [1, bad, 0])])
+    # numpy numbers are numbers
+    mix = Mixture(srcs, {"web": np.float32(0.5), "code": np.int64(1), "books": 0})
+    assert len(Loader(mix, 2)) > 0
+

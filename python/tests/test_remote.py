@@ -152,3 +152,47 @@ def test_wrong_credentials_are_one_clear_error_naming_the_url(s3, tmp_path):
     assert "not-the-secret" not in msg and SECRET not in msg
     # the same dataset reads with the right credentials
     assert len(stokehold.Dataset("s3://pyds/auth/ds", storage_options=options)) == 20
+
+
+def test_writes_to_s3_without_credentials_say_which_are_missing_as_reads_do(s3, monkeypatch):
+    client, options = s3
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    # no keys; the chain's last source (instance metadata) on the loopback, never 169.254.169.254
+    bare = {k: v for k, v in options.items() if k not in ("key", "secret")}
+    bare.update(aws_metadata_endpoint="http://127.0.0.1:9", retries=0)
+    for make in (
+        lambda: stokehold.ShardWriter("s3://pyds/nocreds/ds", {"n": "int64"}, storage_options=bare),
+        lambda: stokehold.Dataset("s3://pyds/nocreds/*.tfrecord", storage_options=bare),
+        lambda: stokehold.Dataset("s3://pyds/nocreds/ds", storage_options=bare),
+    ):
+        with pytest.raises(stokehold.StokeholdError) as e:
+            make()
+        msg = str(e.value)
+        assert "no credentials were found for s3://pyds/nocreds" in msg and "AWS_ACCESS_KEY_ID" in msg, msg
+        assert "anon=true" in msg and "169.254" not in msg, msg
+
+
+def test_storage_options_take_bools_and_numbers_and_the_loaders_take_them_for_a_url(s3, tmp_path):
+    client, options = s3
+    write(tmp_path / "ds", 40, shard_size=4096)
+    upload(client, tmp_path / "ds", "opts/ds")
+    # {"anon": False}, {"retries": 3}: as fsspec users write them (not "'bool' object is not an
+    # instance of 'str'")
+    ds = stokehold.Dataset("s3://pyds/opts/ds", storage_options={**options, "anon": False, "retries": 3})
+    assert len(ds) == 40
+    # {"anon": True} is taken as true: requests go unsigned, which this private bucket refuses
+    with pytest.raises(stokehold.StokeholdIOError, match="access denied to s3://pyds/opts/ds"):
+        stokehold.Dataset("s3://pyds/opts/ds", storage_options={**options, "anon": True, "retries": 0})
+    with pytest.raises(stokehold.ConfigError, match=r"storage_options\['retries'\] must be a str, a bool or a number, got a list"):
+        stokehold.Dataset("s3://pyds/opts/ds", storage_options={**options, "retries": [3]})
+    with pytest.raises(stokehold.ConfigError, match="storage_options must be a dict"):
+        stokehold.Dataset("s3://pyds/opts/ds", storage_options="anon=true")
+    # the Loader (and SequenceLoader) open a URL with storage_options, as messages say
+    loader = stokehold.Loader("s3://pyds/opts/ds", 8, storage_options=options, shuffle=False)
+    assert sum(len(b["label"]) for b in loader) == 40
+    assert SECRET not in repr(loader)
+    with pytest.raises(stokehold.ConfigError, match="storage_options applies to a dataset given as a path"):
+        stokehold.Loader(ds, 8, storage_options=options)
+    with pytest.raises(stokehold.StokeholdIOError, match="manifest.json"):
+        stokehold.SequenceLoader("s3://pyds/opts/none", seq_len=8, batch_size=2, storage_options=options)

@@ -744,8 +744,34 @@ pub fn local_path(path: &Path) -> Result<Option<&Path>> {
     Ok(Some(path))
 }
 
-/// Refuse a URL where a local path is needed (see the module documentation).
+/// The URL a path that does not exist was meant to be, when it is an object-store URL with its
+/// `//` cut short (`s3:/bucket/ds`, `gs:bucket`): `s3://bucket/ds`.
+pub fn mistyped_url(path: &Path) -> Option<String> {
+    let s = path.to_str()?;
+    let (scheme, rest) = s.split_once(':')?;
+    if !OBJECT_STORE_SCHEMES.contains(&scheme.to_ascii_lowercase().as_str())
+        || rest.starts_with("//")
+        || path.exists()
+    {
+        return None;
+    }
+    let rest = rest.trim_start_matches('/');
+    (!rest.is_empty()).then(|| format!("{scheme}://{rest}"))
+}
+
+/// Refuse a URL where a local path is needed (see the module documentation), and a path that
+/// is an object-store URL mistyped ([`mistyped_url`]: `s3:/bucket` is a local path, one that
+/// does not exist).
 pub fn require_local(path: &Path) -> Result<()> {
+    if let Some(meant) = mistyped_url(path) {
+        return Err(FormatError::Remote {
+            url: path.display().to_string(),
+            detail: format!(
+                "not a URL (a URL's scheme is followed by two slashes) and no such local path: \
+                 did you mean {meant}?"
+            ),
+        });
+    }
     match url_scheme(path) {
         Some(scheme) => Err(FormatError::RemoteUnsupported {
             url: path.display().to_string(),
@@ -776,7 +802,9 @@ mod tests {
             ("s3:/bucket", None),
         ] {
             assert_eq!(url_scheme(Path::new(p)), scheme, "{p}");
-            assert_eq!(require_local(Path::new(p)).is_ok(), scheme.is_none(), "{p}");
+            if mistyped_url(Path::new(p)).is_none() {
+                assert_eq!(require_local(Path::new(p)).is_ok(), scheme.is_none(), "{p}");
+            }
         }
         let msg = require_local(Path::new("s3://bucket/x"))
             .unwrap_err()
@@ -784,6 +812,29 @@ mod tests {
         assert!(
             msg.contains("s3://bucket/x") && msg.contains("not supported yet"),
             "{msg}"
+        );
+    }
+
+    #[test]
+    fn an_object_store_url_with_one_slash_is_refused_with_the_url_meant() {
+        for (p, meant) in [
+            ("s3:/bucket", Some("s3://bucket")),
+            ("s3:/bucket/ds", Some("s3://bucket/ds")),
+            ("gs:bucket/ds", Some("gs://bucket/ds")),
+            ("HTTPS:/host/ds", Some("HTTPS://host/ds")),
+            ("s3://bucket/ds", None),
+            ("s3:", None),
+            ("foo:/bucket", None),
+            ("data/s3:/x", None),
+        ] {
+            assert_eq!(mistyped_url(Path::new(p)).as_deref(), meant, "{p}");
+        }
+        let e = local_path(Path::new("s3:/bucket/ds"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("s3:/bucket/ds") && e.contains("did you mean s3://bucket/ds?"),
+            "{e}"
         );
     }
 }

@@ -67,6 +67,24 @@ impl DestLock {
         use rustix::fs::{FlockOperation, flock};
         let path = sibling(dest, ".lock")?;
         let io = |e: std::io::Error| FormatError::io(&path, None, e);
+        // the lock file is the first thing written beside `dest`: failing to create it is the
+        // destination's directory refusing writes, said of the destination (the lock file is
+        // an internal name)
+        let unwritable = |e: std::io::Error| {
+            let dir = split(dest).map_or_else(|_| PathBuf::from("."), |(p, _)| p.to_path_buf());
+            FormatError::io(
+                dest,
+                None,
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot write beside it in {} ({e}); choose a destination in a \
+                         directory this user can write",
+                        dir.display()
+                    ),
+                ),
+            )
+        };
         // The holder removes the file before it lets go, so a lock taken on a file that is no
         // longer at `path` guards nothing: then try again with the new file.
         for _ in 0..16 {
@@ -76,7 +94,7 @@ impl DestLock {
                 .create(true)
                 .truncate(false)
                 .open(&path)
-                .map_err(io)?;
+                .map_err(unwritable)?;
             match flock(&file, FlockOperation::NonBlockingLockExclusive) {
                 Ok(()) => {}
                 Err(e) if e == rustix::io::Errno::WOULDBLOCK => {

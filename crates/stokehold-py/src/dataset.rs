@@ -271,7 +271,7 @@ impl Dataset {
         mmap: bool,
         in_memory: bool,
         verify: bool,
-        storage_options: Option<BTreeMap<String, String>>,
+        storage_options: Option<crate::storage_options::StorageOptions>,
         format: Option<&str>,
         fields: Option<Names>,
         index_dir: Option<PathBuf>,
@@ -321,7 +321,7 @@ impl Dataset {
             path.into_vec(),
             access,
             verify,
-            storage_options.unwrap_or_default(),
+            crate::storage_options::resolve(py, storage_options)?,
             inplace,
         )
     }

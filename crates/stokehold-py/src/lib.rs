@@ -25,6 +25,7 @@ pub mod fork;
 pub mod pack;
 pub mod parts;
 pub mod stages;
+pub mod storage_options;
 pub mod text;
 pub mod writer;
 

@@ -59,7 +59,7 @@ pub fn pack<'py>(
     max_side: Option<u32>,
     jpeg_quality: u8,
     restart_markers: bool,
-    storage_options: Option<std::collections::BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let kind = kind
         .map(|k| {
@@ -113,7 +113,7 @@ pub fn pack<'py>(
         },
         max_skip_fraction,
         fields,
-        storage_options: storage_options.unwrap_or_default(),
+        storage_options: crate::storage_options::resolve(py, storage_options)?,
         ..PackOptions::default()
     };
     let run = || {

@@ -115,21 +115,15 @@ impl PartWriter {
         shard_size: i64,
         align: i64,
         zstd_level: i32,
-        storage_options: Option<BTreeMap<String, String>>,
+        storage_options: Option<crate::storage_options::StorageOptions>,
         restart_markers: bool,
     ) -> PyResult<PartWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, false)?;
+        let storage_options = crate::storage_options::resolve(py, storage_options)?;
         let inner = py
             .detach(|| {
-                FormatPartWriter::create(
-                    &path,
-                    schema,
-                    options,
-                    &storage_options.unwrap_or_default(),
-                    run,
-                    task,
-                )
+                FormatPartWriter::create(&path, schema, options, &storage_options, run, task)
             })
             .map_err(|e| to_py_err(py, e))?;
         Ok(PartWriter {
@@ -221,9 +215,10 @@ impl PartWriter {
 pub fn prepare_parts(
     py: Python<'_>,
     path: PathBuf,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<String> {
-    py.detach(|| parts::prepare_parts(&path, &storage_options.unwrap_or_default()))
+    let storage_options = crate::storage_options::resolve(py, storage_options)?;
+    py.detach(|| parts::prepare_parts(&path, &storage_options))
         .map_err(|e| to_py_err(py, e))
 }
 
@@ -242,7 +237,7 @@ pub fn commit_parts<'py>(
     classes: Option<Vec<String>>,
     source: Option<&str>,
     files: Option<BTreeMap<String, Bound<'py, PyBytes>>>,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let schema = parse_schema(schema)?;
     let shards = shards
@@ -265,7 +260,7 @@ pub fn commit_parts<'py>(
         source,
         files,
     };
-    let options = storage_options.unwrap_or_default();
+    let options = crate::storage_options::resolve(py, storage_options)?;
     let manifest = py
         .detach(|| parts::commit_parts(&path, schema, shards, commit, run, &options))
         .map_err(|e| to_py_err(py, e))?;
@@ -280,9 +275,10 @@ pub fn abort_parts(
     py: Python<'_>,
     path: PathBuf,
     run: &str,
-    storage_options: Option<BTreeMap<String, String>>,
+    storage_options: Option<crate::storage_options::StorageOptions>,
 ) -> PyResult<usize> {
-    py.detach(|| parts::abort_parts(&path, run, &storage_options.unwrap_or_default()))
+    let storage_options = crate::storage_options::resolve(py, storage_options)?;
+    py.detach(|| parts::abort_parts(&path, run, &storage_options))
         .map_err(|e| to_py_err(py, e))
 }
 

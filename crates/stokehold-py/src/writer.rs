@@ -236,19 +236,13 @@ impl ShardWriter {
         zstd_level: i32,
         overwrite: bool,
         classes: Option<Vec<String>>,
-        storage_options: Option<std::collections::BTreeMap<String, String>>,
+        storage_options: Option<crate::storage_options::StorageOptions>,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, overwrite)?;
+        let storage_options = crate::storage_options::resolve(py, storage_options)?;
         let mut inner = py
-            .detach(|| {
-                DatasetWriter::create_with(
-                    &path,
-                    schema,
-                    options,
-                    &storage_options.unwrap_or_default(),
-                )
-            })
+            .detach(|| DatasetWriter::create_with(&path, schema, options, &storage_options))
             .map_err(|e| to_py_err(py, e))?;
         if let Some(classes) = classes {
             inner.set_classes(classes);

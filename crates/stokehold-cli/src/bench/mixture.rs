@@ -84,33 +84,74 @@ struct File {
     on_change: Option<OnChange>,
 }
 
-/// The mixture `path` describes, when it is a mixture file (a `.json` or `.toml` file with
-/// `sources`); `None` for anything else (a dataset).
+/// The keys of a mixture file besides `sources` (one of them without `sources` is a mixture file
+/// with its sources misnamed, not a dataset).
+const MIXTURE_KEYS: [&str; 7] = [
+    "source",
+    "weights",
+    "schedule",
+    "unit",
+    "epoch_samples",
+    "source_column",
+    "on_change",
+];
+
+/// The mixture `path` describes, when it is a mixture file (a `.toml` / `.tml` file, or a
+/// `.json` file with `sources` or another key of a mixture file); `None` for anything else (a
+/// dataset). A TOML file, or a JSON one with a mixture file's keys, without `sources` is
+/// refused, saying so: it is never taken for a dataset.
 pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or("")
         .to_ascii_lowercase();
-    if !path.is_file() || !matches!(ext.as_str(), "json" | "toml") {
+    let toml = matches!(ext.as_str(), "toml" | "tml");
+    if !path.is_file() || !(toml || ext == "json") {
         return Ok(None);
     }
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let has_sources = if ext == "toml" {
+    let keys: Vec<String> = if toml {
         let t: toml::Table =
             toml::from_str(&text).with_context(|| format!("{} is not TOML", path.display()))?;
-        t.contains_key("sources")
+        t.keys().cloned().collect()
     } else {
         let v: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
-        v.get("sources").is_some()
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
     };
-    if !has_sources {
-        return Ok(None);
+    if !keys.iter().any(|k| k == "sources") {
+        let mixture_keys: Vec<&String> = keys
+            .iter()
+            .filter(|k| MIXTURE_KEYS.contains(&k.as_str()))
+            .collect();
+        // a dataset's manifest (`format`, `shards`, and a `source` of its own) is not one
+        let manifest = keys.iter().any(|k| k == "shards" || k == "format");
+        if !toml && (mixture_keys.is_empty() || manifest) {
+            return Ok(None);
+        }
+        let hint = if keys.iter().any(|k| k == "source") {
+            if toml {
+                " (it has [source]: did you mean [sources]?)".to_string()
+            } else {
+                " (it has \"source\": did you mean \"sources\"?)".to_string()
+            }
+        } else if keys.is_empty() {
+            String::new()
+        } else {
+            format!(" (its keys: {})", keys.join(", "))
+        };
+        anyhow::bail!(
+            "{} is not a mixture file: it has no `sources` table of name = dataset path{hint}; a \
+             mixture file gives [sources] and [weights] (docs/mixtures.md)",
+            path.display()
+        );
     }
     let what = || format!("{} is not a mixture file", path.display());
-    let file: File = if ext == "toml" {
+    let file: File = if toml {
         toml::from_str(&text).with_context(what)?
     } else {
         serde_json::from_str(&text).with_context(what)?

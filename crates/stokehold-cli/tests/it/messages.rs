@@ -274,3 +274,205 @@ fn inspect_on_an_image_file_suggests_packing_its_folder() {
     let out = ok(&["pack", &folder, dest.to_str().unwrap()]);
     assert!(out.contains("packed 2 samples"), "{out}");
 }
+
+/// `stokehold ARGS` with exactly the environment `env` (no AWS, Google or Azure variable of the
+/// caller's, HOME an empty directory): its status and its stdout and stderr together.
+pub(crate) fn run_with(args: &[&str], env: &[(&str, &str)], home: &Path) -> (i32, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_stokehold"));
+    for (k, _) in std::env::vars() {
+        if ["AWS_", "GOOGLE_", "AZURE_", "GCE_"]
+            .iter()
+            .any(|p| k.starts_with(p))
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .args(args)
+        .env("HOME", home)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[test]
+fn gs_and_az_without_credentials_say_which_are_missing_and_how_to_give_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    // the metadata services named on the loopback (closed port): the chain ends there on any
+    // machine, a cloud's VM included
+    let metadata = [
+        ("GCE_METADATA_HOST", "127.0.0.1:9"),
+        ("GCE_METADATA_IP", "127.0.0.1:9"),
+    ];
+    let (code, out) = run_with(
+        &[
+            "inspect",
+            "gs://some-bucket/ds",
+            "--storage-option",
+            "retries=0",
+        ],
+        &metadata,
+        tmp.path(),
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("no credentials were found for gs://some-bucket/ds")
+            && out.contains("GOOGLE_APPLICATION_CREDENTIALS")
+            && out.contains("anon=true"),
+        "{out}"
+    );
+    // Azure without an account: refused before any request
+    let (code, out) = run_with(&["inspect", "az://container/ds"], &[], tmp.path());
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("no storage account is named for az://container/ds")
+            && out.contains("AZURE_STORAGE_ACCOUNT_NAME"),
+        "{out}"
+    );
+    // an account but no key: the managed-identity endpoint on the loopback
+    let (code, out) = run_with(
+        &[
+            "inspect",
+            "az://container/ds",
+            "--storage-option",
+            "retries=0",
+            "--storage-option",
+            "azure_msi_endpoint=http://127.0.0.1:9/token",
+        ],
+        &[("AZURE_STORAGE_ACCOUNT_NAME", "someaccount")],
+        tmp.path(),
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("no credentials were found for az://container/ds")
+            && out.contains("AZURE_STORAGE_ACCOUNT_KEY")
+            && out.contains("azure_storage_account_key="),
+        "{out}"
+    );
+    // an https:// server that cannot be reached is named, not AWS
+    let (code, out) = run_with(
+        &[
+            "inspect",
+            "https://127.0.0.1:9/data/ds",
+            "--storage-option",
+            "retries=0",
+        ],
+        &[],
+        tmp.path(),
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("cannot reach https://127.0.0.1:9 for https://127.0.0.1:9/data/ds"),
+        "{out}"
+    );
+    assert!(!out.contains("AWS"), "{out}");
+    // s3:/bucket: a local path that does not exist, and the URL it was meant to be
+    let (code, out) = run_with(&["inspect", "s3:/bucket/ds"], &[], tmp.path());
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("did you mean s3://bucket/ds?"), "{out}");
+}
+
+#[test]
+fn a_mixture_file_is_never_taken_for_a_dataset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    // [source] for [sources]
+    let toml = file("mix.toml", "[source]\nweb = \"a\"\n[weights]\nweb = 1\n");
+    let msg = error_of(&["bench", &toml]);
+    assert!(
+        msg.contains(&format!("{toml} is not a mixture file"))
+            && msg.contains("did you mean [sources]?"),
+        "{msg}"
+    );
+    assert!(!msg.contains("not a stokehold dataset"), "{msg}");
+    let json = file(
+        "mix.json",
+        r#"{"source": {"web": "a"}, "weights": {"web": 1}}"#,
+    );
+    let msg = error_of(&["bench", &json]);
+    assert!(msg.contains("did you mean \"sources\"?"), "{msg}");
+    // .tml is TOML: read as a mixture file (its sources are then opened, and named)
+    let tml = file("mix.tml", "[sources]\nweb = \"no-such-dir\"\n");
+    let msg = error_of(&["bench", &tml]);
+    assert!(msg.contains("source 'web'"), "{msg}");
+    // a weight that is not a number: said so, at its key
+    let bad = file(
+        "bad.toml",
+        "[sources]\nweb = \"a\"\ncode = \"b\"\n[weights]\nweb = 1\ncode = \"half\"\n",
+    );
+    let msg = error_of(&["bench", &bad]);
+    assert!(
+        msg.contains("is not a mixture file") && msg.contains("a number >= 0"),
+        "{msg}"
+    );
+    assert!(!msg.contains("untagged"), "{msg}");
+    // a dataset's own manifest (with its "source") is not a mixture file
+    let (ds, _, _) = packed(tmp.path(), 3);
+    let manifest = format!("{ds}/manifest.json");
+    let msg = error_of(&["bench", &manifest]);
+    assert!(!msg.contains("mixture"), "{msg}");
+}
+
+#[test]
+fn pack_into_a_directory_that_cannot_be_written_names_the_destination() {
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    ok(&["sample-data", imgs.to_str().unwrap(), "--images", "2"]);
+    // a read-only directory (root writes anywhere: then /sys, which refuses every user)
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let mut perms = std::fs::metadata(&ro).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o555);
+    std::fs::set_permissions(&ro, perms).unwrap();
+    let ro = if std::fs::write(ro.join("probe"), b"").is_err() {
+        ro
+    } else if std::fs::write("/sys/stokehold-probe", b"").is_err() {
+        std::path::PathBuf::from("/sys")
+    } else {
+        return; // no directory refuses this user here
+    };
+    let dest = ro.join("ds");
+    let dest_s = dest.to_str().unwrap();
+    let msg = error_of(&["pack", imgs.to_str().unwrap(), dest_s]);
+    assert!(
+        msg.starts_with(dest_s)
+            && msg.contains(&format!("cannot write beside it in {}", ro.display()))
+            && msg.contains("choose a destination"),
+        "{msg}"
+    );
+    assert!(!msg.contains(".lock"), "{msg}");
+}
+
+#[test]
+fn index_beside_where_the_index_cannot_be_written_names_the_directory_and_the_way_out() {
+    use stokehold_ingest::example::{Example, Feature, encode_example};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let file = data.join("train.tfrecord");
+    let mut f = std::fs::File::create(&file).unwrap();
+    for i in 0..3 {
+        let e = Example::from_features(vec![("label", Feature::int64s(vec![i]))]);
+        stokehold_ingest::tfrecord::write_record(&mut f, &encode_example(&e)).unwrap();
+    }
+    drop(f);
+    // where the index goes, something that cannot be replaced by a file (for every user, root
+    // included, as a read-only directory is for the others)
+    std::fs::create_dir(data.join("train.tfrecord.skhidx")).unwrap();
+    let msg = error_of(&["index", file.to_str().unwrap(), "--beside"]);
+    assert!(
+        msg.contains(&format!(
+            "cannot keep the index beside train.tfrecord in {}",
+            data.display()
+        )) && msg.contains("--index-dir"),
+        "{msg}"
+    );
+}

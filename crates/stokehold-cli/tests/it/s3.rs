@@ -306,3 +306,51 @@ fn each_s3_misconfiguration_is_one_sentence_naming_the_url_and_the_fix() {
         "{e}"
     );
 }
+
+#[test]
+fn pack_and_globs_to_s3_without_credentials_say_which_are_missing_as_reads_do() {
+    let server = S3Server::shared();
+    server.create_bucket("nocreds").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let imgs = tmp.path().join("imgs");
+    let (code, out, err) = stokehold(
+        server,
+        &["sample-data", imgs.to_str().unwrap(), "--images", "4"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let endpoint = server.endpoint();
+    // no credentials at all; the chain's last source (instance metadata) on the loopback, where
+    // nothing answers, never at 169.254.169.254
+    let env = [
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let no_metadata = [
+        "--storage-option",
+        "aws_metadata_endpoint=http://127.0.0.1:9",
+        "--storage-option",
+        "retries=0",
+    ];
+    let cases: [Vec<&str>; 3] = [
+        // pack (the writer lists the destination first)
+        vec!["pack", imgs.to_str().unwrap(), "s3://nocreds/ds"],
+        // a glob (a listing)
+        vec!["inspect", "s3://nocreds/data/*.tfrecord"],
+        // a prefix without a manifest (a listing after the manifest's HEAD)
+        vec!["index", "s3://nocreds/data/"],
+    ];
+    for args in cases {
+        let mut args = args.clone();
+        args.extend_from_slice(&no_metadata);
+        let (code, out) = crate::messages::run_with(&args, &env, tmp.path());
+        assert_ne!(code, 0, "{args:?}: {out}");
+        assert!(
+            out.contains("no credentials were found for s3://nocreds")
+                && out.contains("AWS_ACCESS_KEY_ID")
+                && out.contains("anon=true"),
+            "{args:?}: {out}"
+        );
+        assert!(!out.contains("169.254"), "{args:?}: {out}");
+    }
+}

@@ -3,20 +3,41 @@
 //! error a request got become a message that names the URL, what is missing and the variable
 //! or option that sets it, with the backend's own error kept after it for those who need it.
 //!
-//! Plain HTTP without `allow_http` is refused before any request ([`Setup::check`]); the other
-//! cases are recognised from the first failed request (opening a dataset reads its manifest, so
-//! they surface at open): no credentials, an endpoint that cannot be reached, a bucket that does
-//! not exist, a bucket in another region, access denied.
+//! Plain HTTP without `allow_http` is refused before any request ([`Setup::check`]), and so is a
+//! Google Cloud or Azure store with no credentials on a machine that is not one of that cloud's
+//! VMs (where the instance-metadata service, the chain's last source, cannot answer: asking it
+//! takes seconds and ends in its own text); the other cases are recognised from the first failed
+//! request (opening a dataset reads its manifest, so they surface at open): no credentials, an
+//! endpoint that cannot be reached, a bucket that does not exist, a bucket in another region,
+//! access denied.
 
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
 use object_store::client::ClientConfigKey;
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 
-/// What an S3 store was set up with (for other stores only the URL is known).
+/// The kind of store, for the words of its messages.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Kind {
+    /// S3 or an S3-compatible store.
+    S3,
+    /// Google Cloud Storage.
+    Gcs,
+    /// Azure Blob Storage / Data Lake.
+    Azure,
+    /// A plain HTTP(S) server (or a store whose set-up is not read).
+    #[default]
+    Http,
+}
+
+/// What a store was set up with (read from its builder; for HTTP only the URL is known).
 #[derive(Debug, Clone, Default)]
 pub struct Setup {
     /// The URL of the dataset.
     pub url: String,
-    /// An S3 store (the only kind whose set-up is read).
+    /// The kind of store.
+    pub kind: Kind,
+    /// An S3 store (the only kind whose endpoint, region and bucket are read).
     pub s3: bool,
     /// The bucket.
     pub bucket: String,
@@ -27,8 +48,66 @@ pub struct Setup {
     /// Plain HTTP allowed (`AWS_ALLOW_HTTP` / `allow_http=`).
     pub allow_http: bool,
     /// Credentials are given some way other than the instance-metadata service (keys, a web
-    /// identity token, container credentials), or requests are unsigned (`anon=true`).
+    /// identity token, container credentials, a service-account or application-default file, a
+    /// SAS), or requests are unsigned (`anon=true`).
     pub credentials: bool,
+    /// Google Cloud / Azure: an instance-metadata endpoint was named (`GCE_METADATA_HOST`,
+    /// `azure_msi_endpoint`, ...), so the chain's last source is asked even off that cloud.
+    pub metadata_named: bool,
+    /// Azure: no storage account is named (neither in the URL nor in the options).
+    pub no_account: bool,
+}
+
+/// The files where Linux gives the machine's maker (a cloud's VMs name their cloud there).
+const DMI: [&str; 3] = [
+    "/sys/class/dmi/id/sys_vendor",
+    "/sys/class/dmi/id/product_name",
+    "/sys/class/dmi/id/bios_vendor",
+];
+
+/// Whether this machine is certainly not a VM of the cloud whose maker's name contains `needle`
+/// (`DMI`'s text, as Google's and Azure's own libraries tell): `false` where that cannot be read.
+fn off_cloud(dmi: &[Option<String>], needle: &str) -> bool {
+    let read: Vec<&String> = dmi.iter().flatten().collect();
+    !read.is_empty() && !read.iter().any(|t| t.contains(needle))
+}
+
+/// Whether this machine is certainly not a Google Cloud VM (nor a GKE pod or Cloud Run
+/// service): its maker is not Google, or, where the maker cannot be read (containers), the
+/// metadata server's name does not resolve (one DNS lookup, where object_store would retry it
+/// for seconds).
+fn off_gcp(dmi: &[Option<String>]) -> bool {
+    if dmi.iter().any(Option::is_some) {
+        return off_cloud(dmi, "Google");
+    }
+    use std::net::ToSocketAddrs;
+    "metadata.google.internal:80".to_socket_addrs().is_err()
+}
+
+fn read_dmi() -> Vec<Option<String>> {
+    DMI.iter()
+        .map(|p| std::fs::read_to_string(p).ok())
+        .collect()
+}
+
+/// The sentence for a Google Cloud store without credentials.
+fn no_gcs_credentials(url: &str) -> String {
+    format!(
+        "no credentials were found for {url}: set GOOGLE_APPLICATION_CREDENTIALS to a \
+         service-account key file (or storage_options google_service_account=PATH, or \
+         google_service_account_key= with the key's JSON), or run `gcloud auth \
+         application-default login`; for a public bucket, storage_options anon=true"
+    )
+}
+
+/// The sentence for an Azure store without credentials.
+fn no_azure_credentials(url: &str) -> String {
+    format!(
+        "no credentials were found for {url}: set AZURE_STORAGE_ACCOUNT_KEY (or \
+         AZURE_STORAGE_SAS_KEY, or AZURE_CLIENT_ID, AZURE_CLIENT_SECRET and AZURE_TENANT_ID), \
+         or storage_options azure_storage_account_key= (or azure_storage_sas_key=); for a public \
+         container, storage_options anon=true"
+    )
 }
 
 fn truthy(v: Option<String>) -> bool {
@@ -46,12 +125,70 @@ impl Setup {
             || std::env::var_os("AWS_CONTAINER_CREDENTIALS_FULL_URI").is_some();
         Setup {
             url: url.to_string(),
+            kind: Kind::S3,
             s3: true,
             bucket: get(AmazonS3ConfigKey::Bucket).unwrap_or_default(),
             endpoint: get(AmazonS3ConfigKey::Endpoint),
             region: get(AmazonS3ConfigKey::Region),
             allow_http: truthy(get(AmazonS3ConfigKey::Client(ClientConfigKey::AllowHttp))),
             credentials: keys || other || truthy(get(AmazonS3ConfigKey::SkipSignature)),
+            ..Setup::default()
+        }
+    }
+
+    /// The set-up of a Google Cloud Storage builder (environment and options applied).
+    pub fn of_gcs(url: &str, b: &GoogleCloudStorageBuilder) -> Setup {
+        let get = |k: GoogleConfigKey| b.get_config_value(&k).filter(|v| !v.is_empty());
+        // the application-default file `gcloud auth application-default login` writes
+        let adc = std::env::var_os("HOME").is_some_and(|h| {
+            std::path::Path::new(&h)
+                .join(".config/gcloud/application_default_credentials.json")
+                .exists()
+        });
+        let credentials = get(GoogleConfigKey::ServiceAccount).is_some()
+            || get(GoogleConfigKey::ServiceAccountKey).is_some()
+            || get(GoogleConfigKey::ApplicationCredentials).is_some()
+            || adc
+            || truthy(get(GoogleConfigKey::SkipSignature));
+        Setup {
+            url: url.to_string(),
+            kind: Kind::Gcs,
+            credentials,
+            metadata_named: ["GCE_METADATA_HOST", "GCE_METADATA_ROOT", "GCE_METADATA_IP"]
+                .iter()
+                .any(|v| std::env::var_os(v).is_some()),
+            ..Setup::default()
+        }
+    }
+
+    /// The set-up of an Azure builder (environment and options applied).
+    pub fn of_azure(url: &str, b: &MicrosoftAzureBuilder) -> Setup {
+        let get = |k: AzureConfigKey| b.get_config_value(&k).filter(|v| !v.is_empty());
+        let has = |k: AzureConfigKey| get(k).is_some();
+        let emulator = truthy(get(AzureConfigKey::UseEmulator));
+        let credentials = emulator
+            || has(AzureConfigKey::AccessKey)
+            || has(AzureConfigKey::SasKey)
+            || has(AzureConfigKey::Token)
+            || (has(AzureConfigKey::ClientId)
+                && has(AzureConfigKey::AuthorityId)
+                && (has(AzureConfigKey::ClientSecret) || has(AzureConfigKey::FederatedTokenFile)))
+            || truthy(get(AzureConfigKey::UseAzureCli))
+            || has(AzureConfigKey::FabricTokenServiceUrl)
+            || truthy(get(AzureConfigKey::SkipSignature));
+        // the account is in the URL's host (`abfs://c@account.dfs.core.windows.net`,
+        // `https://account.blob.core.windows.net`) or in the options
+        let host_names_account = url::Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| h.contains('.')))
+            .unwrap_or(false);
+        Setup {
+            url: url.to_string(),
+            kind: Kind::Azure,
+            credentials,
+            metadata_named: has(AzureConfigKey::MsiEndpoint),
+            no_account: !emulator && !host_names_account && !has(AzureConfigKey::AccountName),
+            ..Setup::default()
         }
     }
 
@@ -64,8 +201,35 @@ impl Setup {
     }
 
     /// What is wrong before any request: a plain-HTTP endpoint that is not allowed (the client
-    /// would fail every request with "builder error", naming nothing).
+    /// would fail every request with "builder error", naming nothing); an Azure store with no
+    /// account; a Google Cloud or Azure store with no credentials off that cloud.
     pub fn check(&self) -> Result<(), String> {
+        let asks_metadata = !self.credentials && !self.metadata_named;
+        let off = match self.kind {
+            Kind::Gcs if asks_metadata => off_gcp(&read_dmi()),
+            Kind::Azure if asks_metadata => off_cloud(&read_dmi(), "Microsoft"),
+            _ => false,
+        };
+        self.check_on(off)
+    }
+
+    /// [`Setup::check`] on a machine that is (`off`: certainly not) a VM of the store's cloud.
+    fn check_on(&self, off: bool) -> Result<(), String> {
+        if self.kind == Kind::Azure && self.no_account {
+            return Err(format!(
+                "no storage account is named for {}: set AZURE_STORAGE_ACCOUNT_NAME (or \
+                 storage_options azure_storage_account_name=), or give the account in the URL \
+                 (abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH)",
+                self.url
+            ));
+        }
+        if !self.credentials && !self.metadata_named && off {
+            match self.kind {
+                Kind::Gcs => return Err(no_gcs_credentials(&self.url)),
+                Kind::Azure => return Err(no_azure_credentials(&self.url)),
+                _ => {}
+            }
+        }
         match &self.endpoint {
             Some(ep)
                 if self.s3
@@ -84,6 +248,17 @@ impl Setup {
 
     /// The endpoint requests go to, as a person would name it.
     fn endpoint_name(&self) -> String {
+        if !self.s3 {
+            // the URL's own host (an HTTP server), or the cloud's service
+            return match self.kind {
+                Kind::Gcs => "https://storage.googleapis.com".to_string(),
+                Kind::Azure => "the storage account's endpoint".to_string(),
+                _ => url::Url::parse(&self.url)
+                    .ok()
+                    .map(|u| u[..url::Position::BeforePath].to_string())
+                    .unwrap_or_else(|| self.url.clone()),
+            };
+        }
         match (&self.endpoint, &self.region) {
             (Some(ep), _) => ep.clone(),
             (None, Some(r)) => format!("https://s3.{r}.amazonaws.com (AWS, region {r})"),
@@ -112,6 +287,26 @@ impl Setup {
                 "no credentials were found for {}: set AWS_ACCESS_KEY_ID and \
                  AWS_SECRET_ACCESS_KEY (or storage_options key= and secret=, or AWS_PROFILE's \
                  keys exported); for a public bucket, storage_options anon=true",
+                self.url
+            ));
+        }
+        let metadata = has("169.254.169.254")
+            || has("metadata")
+            || has("credential")
+            || has("token request")
+            || has("Error performing token");
+        if !self.credentials && (connect || metadata) {
+            match self.kind {
+                Kind::Gcs => return Some(no_gcs_credentials(&self.url)),
+                Kind::Azure => return Some(no_azure_credentials(&self.url)),
+                _ => {}
+            }
+        }
+        if connect && !self.s3 {
+            return Some(format!(
+                "cannot reach {} for {}: check the URL, the network, and that the server is \
+                 running",
+                self.endpoint_name(),
                 self.url
             ));
         }
@@ -155,9 +350,15 @@ impl Setup {
             || has("InvalidAccessKeyId")
             || has("AccessDenied")
         {
+            let which = match self.kind {
+                Kind::S3 => "the credentials (AWS_ACCESS_KEY_ID / storage_options key=)",
+                Kind::Gcs => "the credentials (GOOGLE_APPLICATION_CREDENTIALS's account)",
+                Kind::Azure => "the credentials (the account key, SAS or client)",
+                Kind::Http => "the credentials",
+            };
             return Some(format!(
-                "access denied to {}: the credentials (AWS_ACCESS_KEY_ID / storage_options key=) \
-                 are not allowed to read it, or the key or its secret is wrong",
+                "access denied to {}: {which} are not allowed to read it, or the key or its \
+                 secret is wrong",
                 self.url
             ));
         }
@@ -184,12 +385,14 @@ mod tests {
     fn s3(endpoint: Option<&str>, credentials: bool) -> Setup {
         Setup {
             url: "s3://b/ds".into(),
+            kind: Kind::S3,
             s3: true,
             bucket: "b".into(),
             endpoint: endpoint.map(String::from),
             region: Some("eu-west-1".into()),
             allow_http: false,
             credentials,
+            ..Setup::default()
         }
     }
 
@@ -213,6 +416,105 @@ mod tests {
         };
         assert!(allowed.check().is_ok());
         assert!(s3(Some("https://minio.example"), true).check().is_ok());
+    }
+
+    #[test]
+    fn a_cloud_store_without_credentials_is_refused_off_that_cloud_before_any_request() {
+        let gcs = Setup {
+            url: "gs://b/ds".into(),
+            kind: Kind::Gcs,
+            ..Setup::default()
+        };
+        let e = gcs.check_on(true).unwrap_err();
+        assert!(
+            e.contains("no credentials were found for gs://b/ds")
+                && e.contains("GOOGLE_APPLICATION_CREDENTIALS")
+                && e.contains("anon=true"),
+            "{e}"
+        );
+        // on the cloud (or not known to be off it) the metadata service is asked
+        assert!(gcs.check_on(false).is_ok());
+        let with_key = Setup {
+            credentials: true,
+            ..gcs.clone()
+        };
+        assert!(with_key.check_on(true).is_ok());
+        let az = Setup {
+            url: "az://c/ds".into(),
+            kind: Kind::Azure,
+            ..Setup::default()
+        };
+        let e = az.check_on(true).unwrap_err();
+        assert!(
+            e.contains("no credentials were found for az://c/ds")
+                && e.contains("AZURE_STORAGE_ACCOUNT_KEY")
+                && e.contains("azure_storage_account_key="),
+            "{e}"
+        );
+        let no_account = Setup {
+            no_account: true,
+            credentials: true,
+            ..az.clone()
+        };
+        let e = no_account.check_on(false).unwrap_err();
+        assert!(
+            e.contains("no storage account is named for az://c/ds")
+                && e.contains("AZURE_STORAGE_ACCOUNT_NAME"),
+            "{e}"
+        );
+        // the maker's names tell a cloud's VMs from other machines; none readable: unknown
+        let dmi = |v: &str| vec![Some(v.to_string()), None, None];
+        assert!(off_cloud(&dmi("QEMU\n"), "Google"));
+        assert!(!off_cloud(&dmi("Google\n"), "Google"));
+        assert!(!off_cloud(&dmi("Microsoft Corporation\n"), "Microsoft"));
+        assert!(!off_cloud(&[None, None, None], "Microsoft"));
+        assert!(off_gcp(&dmi("Amazon EC2\n")));
+    }
+
+    #[test]
+    fn a_cloud_store_whose_metadata_service_fails_says_which_credentials_are_missing() {
+        let token = generic(
+            "Error performing token request: Error after 0 retries: error sending request for \
+             url (http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token)",
+        );
+        let gcs = Setup {
+            url: "gs://b/ds".into(),
+            kind: Kind::Gcs,
+            ..Setup::default()
+        };
+        let m = gcs.diagnose(&token).unwrap();
+        assert!(
+            m.contains("no credentials were found for gs://b/ds")
+                && m.contains("GOOGLE_APPLICATION_CREDENTIALS"),
+            "{m}"
+        );
+        let az = Setup {
+            url: "az://c/ds".into(),
+            kind: Kind::Azure,
+            ..Setup::default()
+        };
+        let imds = generic(
+            "Error performing token request: HTTP status client error (403 Forbidden) for url \
+             (http://169.254.169.254/metadata/identity/oauth2/token)",
+        );
+        let m = az.diagnose(&imds).unwrap();
+        assert!(m.contains("AZURE_STORAGE_ACCOUNT_KEY"), "{m}");
+        assert!(!m.contains("169.254"), "{m}");
+    }
+
+    #[test]
+    fn an_unreachable_https_server_is_named_not_aws() {
+        let refused = generic(
+            "error sending request: client error (Connect): tcp connect error: Connection refused (os error 111)",
+        );
+        let m = Setup::other("https://127.0.0.1:9/data/ds")
+            .diagnose(&refused)
+            .unwrap();
+        assert!(
+            m.contains("cannot reach https://127.0.0.1:9 for https://127.0.0.1:9/data/ds"),
+            "{m}"
+        );
+        assert!(!m.contains("AWS"), "{m}");
     }
 
     #[test]

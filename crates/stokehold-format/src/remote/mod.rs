@@ -144,6 +144,9 @@ fn canonical_key(scheme: &str, key: &str) -> String {
         (true, "anon") => "aws_skip_signature".into(),
         (true, "endpoint_url") => "aws_endpoint".into(),
         (false, "anon") if scheme == "gs" => "google_skip_signature".into(),
+        (false, "anon") if matches!(scheme, "az" | "adl" | "azure" | "abfs" | "abfss") => {
+            "azure_skip_signature".into()
+        }
         (false, "token") if scheme == "gs" => "google_service_account".into(),
         _ => k,
     }
@@ -243,6 +246,8 @@ impl RemoteStore {
                 for (k, v) in config {
                     b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
                 }
+                setup = diagnose::Setup::of_gcs(&url, &b);
+                setup.check().map_err(&bad)?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }
@@ -252,6 +257,8 @@ impl RemoteStore {
                 for (k, v) in config {
                     b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
                 }
+                setup = diagnose::Setup::of_azure(&url, &b);
+                setup.check().map_err(&bad)?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }

@@ -15,7 +15,7 @@ use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{MultipartUpload, ObjectStoreExt, PutPayload};
 
-use super::{RemoteStore, block_on, io_error as fail, runtime};
+use super::{RemoteStore, block_on, runtime};
 use crate::location::ObjectMeta;
 
 /// Default of the `upload_part_bytes` storage option (S3 needs at least 5 MiB but for the last).
@@ -34,7 +34,8 @@ impl RemoteStore {
         let mut out = BTreeMap::new();
         for meta in listed {
             let meta = meta.map_err(|e| {
-                let e = fail(&e);
+                // led by the sentence of a misconfiguration (no credentials, ...), as reads are
+                let e = self.explain(&e);
                 io::Error::new(e.kind(), format!("LIST {}: {e}", self.url))
             })?;
             let key = meta.location.as_ref();
@@ -63,7 +64,7 @@ impl RemoteStore {
         match block_on(self.store.delete(&location))? {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => {
-                let e = fail(&e);
+                let e = self.explain(&e);
                 Err(io::Error::new(e.kind(), format!("DELETE {url}: {e}")))
             }
         }

@@ -644,9 +644,19 @@ fn keep(
     let bytes = ix.to_bytes();
     if inplace.beside {
         let obj = format!("{name}{INDEX_SUFFIX}");
-        return location
-            .put(&obj, &bytes)
-            .map_err(|e| FormatError::io(location.place(&obj), None, e));
+        // asked for, so an error; said of the directory, with the way to keep it elsewhere
+        return location.put(&obj, &bytes).map_err(|e| {
+            let why = std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot keep the index beside {name} in {} ({e}): --beside \
+                     (index_beside=True) needs a directory this user can write; leave it out \
+                     to keep indexes in the index directory (--index-dir / index_dir=)",
+                    root.display()
+                ),
+            );
+            FormatError::io(location.place(&obj), None, why)
+        });
     }
     let Some(dir) = dir else { return Ok(()) };
     let path = kept_path(dir, root, name);

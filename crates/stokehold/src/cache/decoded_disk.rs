@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::FlockOperation;
-use stokehold_format::{FormatError, crc};
+use stokehold_format::crc;
 
 use crate::cache::decoded_image::DecodedImage;
 use crate::error::Result;
@@ -257,12 +257,15 @@ impl DecodedDisk {
     ) -> Result<DecodedDisk> {
         let full_key = format!("{key}|prefix v{PREFIX_VERSION}");
         let dir = root.join(format!("{:016x}", key_hash(&full_key)));
-        fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, None, e))?;
+        // a directory that cannot be written (read-only, not a directory) only stops writing:
+        // what it already holds is still read
         let key_file = dir.join("key.txt");
-        if !key_file.exists() {
-            fs::write(&key_file, format!("{full_key}\n"))
-                .map_err(|e| FormatError::io(&key_file, None, e))?;
-        }
+        let unwritable = fs::create_dir_all(&dir)
+            .and_then(|()| match key_file.exists() {
+                true => Ok(()),
+                false => fs::write(&key_file, format!("{full_key}\n")),
+            })
+            .err();
         let disk = DecodedDisk {
             dir,
             limit,
@@ -285,8 +288,18 @@ impl DecodedDisk {
             warned_corrupt: AtomicBool::new(false),
             counters: Counters::default(),
         };
-        disk.sweep();
-        fs::read_dir(&disk.dir).map_err(|e| FormatError::io(&disk.dir, None, e))?;
+        if let Some(e) = unwritable {
+            // said of the directory given (decoded_cache_dir), not of the key's folder in it
+            disk.stopped.store(true, Ordering::Relaxed);
+            eprintln!(
+                "stokehold: decoded_cache_dir {}: cannot write there ({e}); decoded images are \
+                 not kept on disk this run (those already there are read, the others computed \
+                 each time): give a directory this user can write to keep them",
+                root.display()
+            );
+        } else {
+            disk.sweep();
+        }
         disk.refresh();
         Ok(disk)
     }
@@ -1159,6 +1172,22 @@ mod tests {
         assert_eq!(d.counts().2, 1);
         assert!(!dir.join("part-1-0.tmp").exists());
         assert!(dir.join("part-2-0.tmp").exists());
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_written_only_stops_writing() {
+        let tmp = tempfile::tempdir().unwrap();
+        // a regular file where the directory should be: nothing can be created under it (as
+        // for a read-only directory, even for root)
+        let root = tmp.path().join("not-a-dir");
+        std::fs::write(&root, b"x").unwrap();
+        let d = open(&root, "k", u64::MAX).expect("opening never fails for the directory");
+        assert!(d.stopped.load(Ordering::Relaxed));
+        let img = image(3, 10, 10);
+        d.put(0, &img);
+        assert!(d.get(0).is_none());
+        assert_eq!(d.counts().0, 0);
+        d.flush();
     }
 
     #[test]

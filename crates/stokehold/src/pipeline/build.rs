@@ -170,7 +170,7 @@ impl EngineSpec {
                 return Err(EngineError::Config(format!(
                     "cache_dir copies a packed dataset's shards to local disk; {} holds {format} \
                      files read in place: pack them (`stokehold pack`) to cache them, or leave \
-                     cache_dir out (the in-memory cache_budget and decoded_cache work in place)",
+                     cache_dir out (the in-memory `cache` and `decoded_cache` options work in place)",
                     ds.dir().display()
                 )));
             }

@@ -377,9 +377,10 @@ pub struct ScheduleEntry {
 }
 
 /// A mixture's weights as the fronts give them: a list in the sources' order (empty: in
-/// proportion to the sources' samples), or a map from source name to weight (names left out
-/// weigh 0). Resolved once, here, for every front.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// proportion to the sources' samples), or a map from source name to weight (every source
+/// named: a source left out is refused, so that one forgotten is not silently at 0 while it
+/// counts in the epoch). Resolved once, here, for every front.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Weights {
     /// One weight per source, in order.
@@ -388,9 +389,95 @@ pub enum Weights {
     Named(BTreeMap<String, f64>),
 }
 
+/// One weight as read: any number (its range is checked by [`Weights::resolve`], naming the
+/// source); anything else is refused saying that a weight is a number.
+struct Weight(f64);
+
+impl<'de> Deserialize<'de> for Weight {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Weight;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a weight: a number >= 0")
+            }
+            fn visit_f64<E>(self, v: f64) -> std::result::Result<Weight, E> {
+                Ok(Weight(v))
+            }
+            fn visit_i64<E>(self, v: i64) -> std::result::Result<Weight, E> {
+                Ok(Weight(v as f64))
+            }
+            fn visit_u64<E>(self, v: u64) -> std::result::Result<Weight, E> {
+                Ok(Weight(v as f64))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// By hand, not untagged: serde's untagged enums say only "did not match any variant", where a
+// weight that is not a number should be named as such.
+impl<'de> Deserialize<'de> for Weights {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Weights;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("weights: a list of numbers, or a map of source name to number")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Weights, A::Error> {
+                let mut out = Vec::new();
+                while let Some(Weight(w)) = a.next_element()? {
+                    out.push(w);
+                }
+                Ok(Weights::Listed(out))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Weights, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((k, Weight(w))) = a.next_entry::<String, Weight>()? {
+                    out.insert(k, w);
+                }
+                Ok(Weights::Named(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 impl Weights {
     /// One weight per source of `names`, in order; `what` names the entry in errors.
     pub fn resolve(&self, names: &[&str], what: &str) -> Result<Vec<f64>> {
+        let check = |source: String, w: f64| {
+            if w.is_finite() && w >= 0.0 {
+                Ok(w)
+            } else {
+                Err(EngineError::Config(format!(
+                    "{what}: the weight of {source} must be a finite number >= 0 (0 leaves the \
+                     source out), got {w}"
+                )))
+            }
+        };
+        let resolved = self.resolve_names(names, what)?;
+        resolved
+            .into_iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let source = match names.get(i) {
+                    Some(n) => format!("'{n}'"),
+                    None => format!("source {i}"),
+                };
+                check(source, w)
+            })
+            .collect()
+    }
+
+    fn resolve_names(&self, names: &[&str], what: &str) -> Result<Vec<f64>> {
         match self {
             Weights::Listed(l) => Ok(l.clone()),
             Weights::Named(m) => {
@@ -400,10 +487,21 @@ impl Weights {
                         names.join(", ")
                     )));
                 }
-                Ok(names
+                let missing: Vec<&str> = names
                     .iter()
-                    .map(|n| m.get(*n).copied().unwrap_or(0.0))
-                    .collect())
+                    .copied()
+                    .filter(|n| !m.contains_key(*n))
+                    .collect();
+                if let Some(first) = missing.first() {
+                    let quoted: Vec<String> = missing.iter().map(|n| format!("'{n}'")).collect();
+                    return Err(EngineError::Config(format!(
+                        "{what}: no weight for {} (by name, every source needs a weight): give \
+                         '{first}': 0 to leave it out of the blend (it still counts in the \
+                         epoch's samples unless epoch_samples is given), or its share",
+                        quoted.join(", ")
+                    )));
+                }
+                Ok(names.iter().map(|n| m[*n]).collect())
             }
         }
     }
@@ -454,6 +552,50 @@ fn plain_serde_message(msg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_weight_that_is_not_a_finite_number_is_named_with_its_source() {
+        let spec = |weights: &str| {
+            EngineSpec::from_json(&format!(
+                r#"{{"samples": {{"kind": "records"}}, "mixture": {{"sources": [{{"name": "web"}},
+                   {{"name": "code"}}], "schedule": [{{"at": 0, "weights": {weights}}}]}}}}"#
+            ))
+        };
+        // a string: said to be a weight, at its key (not serde's "did not match any variant")
+        let e = spec(r#"{"web": 1, "code": "0.5"}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("mixture.schedule[0].weights.code") && e.contains("a number >= 0"),
+            "{e}"
+        );
+        let e = spec(r#"[1, true]"#).unwrap_err().to_string();
+        assert!(e.contains("a number >= 0"), "{e}");
+        // read, then refused by value naming the source (TOML and Rust callers give NaN/inf)
+        let names = ["web", "code"];
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let named = Weights::Named(BTreeMap::from([
+                ("web".to_string(), 1.0),
+                ("code".to_string(), bad),
+            ]));
+            let e = named.resolve(&names, "weights").unwrap_err().to_string();
+            assert!(
+                e.contains("weights: the weight of 'code' must be a finite number >= 0"),
+                "{e}"
+            );
+            let e = Weights::Listed(vec![bad, 1.0])
+                .resolve(&names, "the schedule's weights at 5")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("the schedule's weights at 5: the weight of 'web'"),
+                "{e}"
+            );
+        }
+        let ok = spec(r#"{"web": 1, "code": 0}"#).unwrap();
+        let w = &ok.mixture.unwrap().schedule[0].weights;
+        assert_eq!(w.resolve(&names, "weights").unwrap(), vec![1.0, 0.0]);
+    }
 
     #[test]
     fn prefetch_and_budgets_beyond_the_machine_are_refused_with_the_bound() {

@@ -785,3 +785,64 @@ fn padded_documents_of_two_sources_are_padded_to_the_longest_of_the_batch() {
         "the width follows each batch's longest document: {widths:?}"
     );
 }
+
+#[test]
+fn a_source_left_out_of_weights_by_name_is_refused_naming_it_and_an_explicit_0_is_taken() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b, c) = (
+        write(tmp.path(), 1, 10),
+        write(tmp.path(), 2, 10),
+        write(tmp.path(), 3, 10),
+    );
+    let spec = |schedule: serde_json::Value| {
+        stokehold::EngineSpec::from_json(
+            &serde_json::json!({
+                "loader": {"batch_size": 2},
+                "samples": {"kind": "records"},
+                "mixture": {"sources": [{"name": "web"}, {"name": "code"}, {"name": "books"}],
+                            "schedule": schedule},
+            })
+            .to_string(),
+        )
+        .unwrap()
+    };
+    let open = |p: &Path| Arc::new(Dataset::open(p).unwrap());
+    let build = |s: stokehold::EngineSpec| {
+        s.build_mixture(
+            vec![open(&a), open(&b), open(&c)],
+            Default::default(),
+            &mut |_| None,
+        )
+    };
+    let Err(err) = build(spec(
+        serde_json::json!([{"at": 0, "weights": {"web": 0.7}}]),
+    )) else {
+        panic!("a source without a weight is refused")
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("weights: no weight for 'code', 'books'") && err.contains("'code': 0"),
+        "{err}"
+    );
+    // a later entry of the schedule is named as such
+    let Err(err) = build(spec(serde_json::json!([
+        {"at": 0, "weights": [1, 1, 1]},
+        {"at": 4, "weights": {"web": 1, "code": 1}},
+    ]))) else {
+        panic!("a later entry without every source is refused")
+    };
+    let err = err.to_string();
+    assert!(
+        err.contains("the schedule's weights at 4: no weight for 'books'"),
+        "{err}"
+    );
+    // every source named, one at 0: it never appears in the blend
+    let mut l = build(spec(serde_json::json!([
+        {"at": 0, "weights": {"web": 1, "code": 1, "books": 0}},
+    ])))
+    .unwrap()
+    .loader;
+    let sources: Vec<i64> = run(&mut l, None).into_iter().flat_map(|b| b.3).collect();
+    assert!(sources.contains(&0) && sources.contains(&1), "{sources:?}");
+    assert!(!sources.contains(&2), "{sources:?}");
+}
