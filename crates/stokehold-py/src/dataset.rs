@@ -44,8 +44,8 @@ use crate::errors::to_py_err;
 ///     ``"s3://bucket/prefix"``): credentials, endpoint, region, ``retries``, named as fsspec
 ///     users know them (``key``, ``secret``, ``token``, ``endpoint_url``, ``region_name``,
 ///     ``anon``) or as object_store names them (``allow_http``, ``aws_region``, ...); they
-///     override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). See
-///     docs/storage.md, "Remote storage".
+///     override the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...). Values are
+///     str, bool (``{"anon": True}``) or numbers. See docs/storage.md, "Remote storage".
 /// :param format: for files read in place, ``"tfrecord"``, ``"webdataset"`` or ``"parquet"``
 ///     when neither the names nor the first bytes say which.
 /// :param fields: for files read in place, the fields to load, as ``stokehold pack --fields``
