@@ -276,6 +276,36 @@ pub(crate) fn check_page(
     Ok(())
 }
 
+/// Check the page headers of the column chunks of `roots` in row group `g` of a file of `size`
+/// bytes (every leaf of those roots but `except`) with [`check_chunk`], `read(offset, len)`
+/// reading the file. Errors give the page's byte offset and name the row group and column.
+pub(crate) fn check_row_group(
+    md: &parquet::file::metadata::ParquetMetaData,
+    (g, roots, except): (usize, &[usize], Option<usize>),
+    size: u64,
+    mut read: impl FnMut(u64, usize) -> Result<Vec<u8>, String>,
+    max: u64,
+) -> Result<(), (u64, String)> {
+    let descr = md.file_metadata().schema_descr();
+    let rg = md.row_group(g);
+    for leaf in (0..descr.num_columns())
+        .filter(|&l| roots.contains(&descr.get_column_root_idx(l)) && Some(l) != except)
+    {
+        let chunk = rg.column(leaf);
+        let (start, len) = chunk.byte_range();
+        let end = start.checked_add(len).filter(|&e| e <= size).ok_or((
+            start,
+            format!("row group {g}: a column chunk's {len} bytes lie past the file's end"),
+        ))?;
+        let read = |at: u64, n: usize| read(at, n.min((end - at) as usize));
+        check_chunk(read, (start, end), chunk.compression(), max).map_err(|(at, e)| {
+            let column = descr.column(leaf).path().string();
+            (at, format!("row group {g}, column {column:?}: {e}"))
+        })?;
+    }
+    Ok(())
+}
+
 /// Walk the page headers of the column chunk at `start..end` of a file, checking each
 /// ([`check_page`]) without reading the pages' bodies: `read(offset, len)` reads at most `len`
 /// bytes at `offset` (fewer at the chunk's end). Reads are windows of up to 64 KiB, so a chunk

@@ -44,6 +44,7 @@ use crate::pack::parquet::{
 };
 use crate::parquet_pages::{
     MAX_PAGE_BYTES, MAX_PAGE_HEADER, PageHead, PageKind, Thrift, check_chunk, check_page,
+    check_row_group,
 };
 
 /// A column whose values average at least this many bytes a row is read from the file; the
@@ -137,32 +138,8 @@ impl StorageChunks {
         except: Option<usize>,
         max: u64,
     ) -> Result<(), (u64, String)> {
-        let descr = md.file_metadata().schema_descr();
-        let rg = md.row_group(g);
-        for leaf in (0..descr.num_columns())
-            .filter(|&l| roots.contains(&descr.get_column_root_idx(l)) && Some(l) != except)
-        {
-            let chunk = rg.column(leaf);
-            let (start, len) = chunk.byte_range();
-            let end = start.checked_add(len).filter(|&e| e <= self.size).ok_or((
-                start,
-                format!("row group {g}: a column chunk's {len} bytes lie past the file's end"),
-            ))?;
-            let read = |at: u64, n: usize| {
-                self.read(at, n.min((end - at) as usize))
-                    .map_err(|e| e.to_string())
-            };
-            check_chunk(read, (start, end), chunk.compression(), max).map_err(|(at, e)| {
-                (
-                    at,
-                    format!(
-                        "row group {g}, column {:?}: {e}",
-                        descr.column(leaf).path().string()
-                    ),
-                )
-            })?;
-        }
-        Ok(())
+        let read = |at: u64, n: usize| self.read(at, n).map_err(|e| e.to_string());
+        check_row_group(md, (g, roots, except), self.size, read, max)
     }
 }
 

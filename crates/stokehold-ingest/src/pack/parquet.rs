@@ -260,51 +260,32 @@ fn looks_like_images(file: &SourceFile, root: usize, name: &str) -> Result<bool,
 /// `f`) before the decoder sizes anything by them ([`crate::parquet_pages`]).
 fn check_pages(file: &SourceFile, f: &File, g: usize, roots: &[usize]) -> Result<(), PackError> {
     use std::os::unix::fs::FileExt;
-    let md = file.meta.metadata();
-    let descr = md.file_metadata().schema_descr();
     let size = f
         .metadata()
         .map_err(|e| PackError::io(&file.path, e))?
         .len();
-    let bad = |e: String| {
+    let read = |at: u64, n: usize| {
+        let mut v = vec![0u8; n];
+        f.read_exact_at(&mut v, at)
+            .map(|()| v)
+            .map_err(|e| e.to_string())
+    };
+    let md = file.meta.metadata();
+    crate::parquet_pages::check_row_group(
+        md,
+        (g, roots, None),
+        size,
+        read,
+        crate::parquet_pages::MAX_PAGE_BYTES,
+    )
+    .map_err(|(at, e)| {
+        let e = format!("at byte {at}: {e}");
         parquet_error(
             &file.path,
             Some(g),
             parquet::errors::ParquetError::General(e),
         )
-    };
-    for leaf in (0..descr.num_columns()).filter(|&l| roots.contains(&descr.get_column_root_idx(l)))
-    {
-        let chunk = md.row_group(g).column(leaf);
-        let (start, len) = chunk.byte_range();
-        let end = start
-            .checked_add(len)
-            .filter(|&e| e <= size)
-            .ok_or_else(|| {
-                bad(format!(
-                    "a column chunk's {len} bytes at byte {start} lie past the file's end"
-                ))
-            })?;
-        let read = |at: u64, n: usize| {
-            let mut v = vec![0u8; n.min((end - at) as usize)];
-            f.read_exact_at(&mut v, at)
-                .map(|()| v)
-                .map_err(|e| e.to_string())
-        };
-        crate::parquet_pages::check_chunk(
-            read,
-            (start, end),
-            chunk.compression(),
-            crate::parquet_pages::MAX_PAGE_BYTES,
-        )
-        .map_err(|(at, e)| {
-            bad(format!(
-                "column {:?}, at byte {at}: {e}",
-                descr.column(leaf).path().string()
-            ))
-        })?;
-    }
-    Ok(())
+    })
 }
 
 /// Whether a binary column's name says it holds images (`image`, `img`, `jpg`, ...).
