@@ -8,7 +8,8 @@
 //! outputs (equal hashes: byte-identical outputs, e.g. before and after a change).
 
 fn main() {
-    let (mut taken, mut bytes_in, mut bytes_out, mut hash) = (0usize, 0usize, 0usize, 0xcbf2_9ce4_8422_2325u64);
+    let (mut taken, mut bytes_in, mut bytes_out, mut hash) =
+        (0usize, 0usize, 0usize, 0xcbf2_9ce4_8422_2325u64);
     let files: Vec<Vec<u8>> = std::env::args()
         .skip(1)
         .map(|p| std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}")))
