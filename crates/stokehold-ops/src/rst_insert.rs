@@ -132,7 +132,8 @@ impl Huffman {
     /// The next AC symbols of `r` skipped, from coefficient index `k`: the index after them
     /// (64 or more: the block ended). Several symbols per lookup where [`Huffman::multi`] has
     /// them all and they stay inside the block (at most [`MULTI_BITS`] bits: `r` must hold that
-    /// many); else a refill and one symbol by [`Huffman::skip_ac`] (at most 26 bits).
+    /// many); else one symbol by [`Huffman::skip_ac`] (at most 26 bits) between two refills (at
+    /// least 56 bits held after it, as after a refill).
     #[inline(always)]
     fn ac_step(&self, r: &mut Bits<'_>, k: u32) -> Option<u32> {
         let e = u32::from(self.multi[(r.peek16() >> (16 - MULTI_BITS)) as usize]);
@@ -141,7 +142,10 @@ impl Huffman {
             return Some(k + (e >> 4));
         }
         r.fill();
-        ac_advance(k, self.skip_ac(r)?)
+        let step = self.skip_ac(r)?;
+        // refilled again, so that the lookups after it have as many bits as after any refill
+        r.fill();
+        ac_advance(k, step)
     }
 
     /// The next AC symbol of `r` skipped with its value bits (at most 26 bits: see
@@ -456,12 +460,13 @@ struct Plan<'a, 't> {
 }
 
 impl Plan<'_, '_> {
-    /// Walk every block of the scan, noting each interval's first blocks in `firsts` (the
-    /// components of one interval together, in scan order); the bit position where the scan's
-    /// blocks end. `None` for damaged data or data that ends inside a block.
+    /// Walk every block of the scan, handing each interval's first blocks to `emit` as soon as
+    /// their DC differences are read (so that writing the output overlaps the walk's chain of
+    /// table lookups); the bit position where the scan's blocks end. `None` for damaged data,
+    /// data that ends inside a block, or a DC difference the table cannot re-encode.
     ///
     /// A function of its own so that the reader's state stays in registers.
-    fn walk(&self, r: &mut Bits<'_>, firsts: &mut Vec<FirstBlock>) -> Option<u64> {
+    fn walk(&self, r: &mut Bits<'_>, emit: &mut Emit<'_>) -> Option<u64> {
         let mut b = Bits { ..*r };
         let mut pred = [0i32; 4];
         // the blocks of one MCU in scan order, flat: tables, component, and whether the block is
@@ -500,17 +505,18 @@ impl Plan<'_, '_> {
                     return None; // far outside any 8-bit DC coefficient: damaged data
                 }
                 if first_mcu && first_of_comp {
-                    firsts.push(FirstBlock {
+                    let f = FirstBlock {
                         start,
                         dc_end: b.pos(),
                         pred_before,
                         pred_after: pred[c],
-                    });
+                    };
+                    emit.first_block(c == 0, &f, dct)?;
                 }
                 // AC: only where the block's bits end. Two lookups share the DC's refill (at
-                // most 27 bits, leaving 29: 13 for each fast lookup), then three per refill
-                // (3 x 13 of at least 56); a lookup that is not all in its 13 bits refills first
-                // (see [`Huffman::ac_step`]).
+                // most 27 bits, leaving 29: 13 for each fast lookup), then four per refill
+                // (4 x 13 of at least 56); a lookup that is not all in its 13 bits refills before
+                // and after its symbol (see [`Huffman::ac_step`]).
                 let mut k = act.ac_step(&mut b, 1)?;
                 if k < 64 {
                     k = act.ac_step(&mut b, k)?;
@@ -521,6 +527,9 @@ impl Plan<'_, '_> {
                             k = act.ac_step(&mut b, k)?;
                             if k < 64 {
                                 k = act.ac_step(&mut b, k)?;
+                                if k < 64 {
+                                    k = act.ac_step(&mut b, k)?;
+                                }
                             }
                         }
                     }
@@ -707,51 +716,78 @@ pub fn insert_restarts(data: &[u8]) -> Option<Vec<u8>> {
         end,
     };
 
-    // first where every interval's first blocks lie (the only bits that change), then the output
+    // one pass: the output written as the walk finds every interval's first blocks (the only
+    // bits that change)
     let plan = Plan {
         comps: &plan,
         mcus: u64::from(mcux) * u64::from(mcuy),
         interval: u64::from(interval),
     };
-    let mut firsts = Vec::with_capacity(mcuy as usize * ns + ns);
-    let end = plan.walk(&mut r, &mut firsts)?;
-
     let mut out = Writer::new(data.len() + data.len() / 32 + 64);
     out.bytes(&data[..sos_at]);
     out.bytes(&[0xFF, 0xDD, 0x00, 0x04]);
     out.bytes(&interval16.to_be_bytes());
     out.bytes(&data[sos_at..start]);
-    // the input bits from `span_from` on go to the output unchanged
-    let mut span_from = 0u64;
-    for (i, first) in firsts.chunks(ns).enumerate() {
-        if i > 0 {
-            out.copy(&bytes, span_from, first[0].start);
-            span_from = first[0].start;
-            out.align();
-            out.bytes(&[0xFF, 0xD0 + ((i - 1) % 8) as u8]);
-        }
-        for (f, &(dct, _, _)) in first.iter().zip(plan.comps) {
-            if f.pred_before != 0 {
-                // the DC difference against a predictor of 0, as a restart asks
-                out.copy(&bytes, span_from, f.start);
-                let (cat, bits) = dc_bits(f.pred_after);
-                let (code, len) = dct.encode[cat as usize];
-                if len == 0 {
-                    return None; // the table has no code for this category
-                }
-                out.room(32);
-                out.put(
-                    u64::from(code) << cat | u64::from(bits),
-                    u32::from(len) + cat,
-                );
-                span_from = f.dc_end;
-            }
-        }
-    }
-    out.copy(&bytes, span_from, end);
+    let mut emit = Emit {
+        out,
+        data: &bytes,
+        span_from: 0,
+        intervals: 0,
+    };
+    let end = plan.walk(&mut r, &mut emit)?;
+    let mut out = emit.out;
+    out.copy(&bytes, emit.span_from, end);
     out.align();
     out.bytes(&data[tail..]);
     Some(out.finish())
+}
+
+/// The output of [`insert_restarts`] as [`Plan::walk`] goes: the input's bits copied up to each
+/// interval's first blocks, each interval after the first after a marker, and the first DC
+/// difference of each component re-encoded against a predictor of 0.
+struct Emit<'d> {
+    out: Writer,
+    /// The entropy-coded data, unstuffed.
+    data: &'d [u8],
+    /// The input bits from here on go to the output unchanged (as far as known yet).
+    span_from: u64,
+    /// Intervals begun.
+    intervals: usize,
+}
+
+impl Emit<'_> {
+    /// Write the output up to `f`, an interval's first block of a component (`scan_first`: the
+    /// scan's first component, so a new interval), with its DC difference re-encoded. `None`
+    /// when the table `dct` has no code for the new difference's category.
+    #[inline(never)]
+    fn first_block(&mut self, scan_first: bool, f: &FirstBlock, dct: &Huffman) -> Option<()> {
+        if scan_first {
+            if self.intervals > 0 {
+                self.out.copy(self.data, self.span_from, f.start);
+                self.span_from = f.start;
+                self.out.align();
+                self.out
+                    .bytes(&[0xFF, 0xD0 + ((self.intervals - 1) % 8) as u8]);
+            }
+            self.intervals += 1;
+        }
+        if f.pred_before != 0 {
+            // the DC difference against a predictor of 0, as a restart asks
+            self.out.copy(self.data, self.span_from, f.start);
+            let (cat, bits) = dc_bits(f.pred_after);
+            let (code, len) = dct.encode[cat as usize];
+            if len == 0 {
+                return None; // the table has no code for this category
+            }
+            self.out.room(32);
+            self.out.put(
+                u64::from(code) << cat | u64::from(bits),
+                u32::from(len) + cat,
+            );
+            self.span_from = f.dc_end;
+        }
+        Some(())
+    }
 }
 
 /// MCUs per restart interval for an image `mcux` MCUs wide: the largest divisor of `mcux` not
