@@ -9,11 +9,14 @@
 //! after a marker, which is re-encoded against a predictor of 0 (what a restart means). The
 //! tables, the coefficients and so the pixels stay exactly the same.
 //!
-//! Two passes over the bits: `Plan::walk` finds where each interval's first blocks lie (a tight
-//! loop: the reader refills unconditionally, and a 13-bit table skips all the AC symbols complete
-//! in the next 13 bits at once, with their coefficient steps; tables are built once per thread
-//! for files that share them), then the output is the input's bit spans between those blocks,
-//! shifted, with their DC differences re-encoded.
+//! One pass over the bits: `Plan::walk` finds where each interval's first blocks lie (a tight
+//! loop: the reader refills unconditionally from padded data, four 13-bit lookups per refill,
+//! each skipping all the AC symbols complete in the next 13 bits at once, with their coefficient
+//! steps; tables are built once per thread for files that share them) and hands each to `Emit`,
+//! which writes the input's bit spans up to it, shifted, seven bytes per store, with its DC
+//! difference re-encoded — so the copying can overlap the walk's chain of lookups.
+//! `tests/it/rst_equivalence.rs` holds it to the two-pass version it replaced (issue #50), byte
+//! for byte.
 //!
 //! [`insert_restarts`] returns `None` for everything it does not handle — progressive or
 //! arithmetic coding, several scans, 12-bit samples, files that already have restart markers,
