@@ -250,6 +250,29 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
         schema: &Schema,
         i: usize,
     ) -> Result<FieldValue<'a>, RecordError>;
+
+    /// What the codec keeps of decoded data between reads (Parquet: the decoded pages that the
+    /// shards of a dataset share), for statistics; `None` when it keeps nothing.
+    fn cache_stats(&self) -> Option<CodecCacheStats> {
+        None
+    }
+}
+
+/// What a [`RecordCodec`]'s cache of decoded data has done and holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CodecCacheStats {
+    /// Reads served from what it held.
+    pub hits: u64,
+    /// Reads that decoded (not held, or past the budget).
+    pub misses: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Most bytes held at once.
+    pub peak: u64,
+    /// The byte budget (0: off).
+    pub budget: u64,
+    /// Entries held now.
+    pub entries: u64,
 }
 
 /// A record's fields, however the record is framed: a stokehold record ([`RecordView`]) or one

@@ -38,6 +38,7 @@ use stokehold_format::{
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
+use super::pages::{DecodedRows, PageCache, PageKey};
 use super::{Rows, Scanned, StorageReader};
 use crate::pack::parquet::{Kind, class_names, hf_features, kind_of, sniff_images, value_at};
 use crate::parquet_pages::{
@@ -747,6 +748,8 @@ pub(super) struct LargeDecoder {
     id: u64,
     descr: Arc<ColumnDescriptor>,
     compression: Vec<Compression>,
+    /// The opened dataset's cache of decoded pages, shared by its files and threads.
+    pages: Option<Arc<PageCache>>,
 }
 
 impl LargeDecoder {
@@ -775,51 +778,67 @@ impl LargeDecoder {
                 ColumnPath::new(vec!["v".into()]),
             )),
             compression,
+            pages: None,
         })
+    }
+
+    /// Keep decoded pages in `pages` (the opened dataset's cache).
+    pub(super) fn set_page_cache(&mut self, pages: Arc<PageCache>) {
+        self.pages = Some(pages);
     }
 
     /// Value `k` of the rows in `bytes` (the pages at file offset `offset`, of row group `g`);
     /// `None`: a null.
     fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
-        // a thread reading rows in order (a validation pass, verify) meets the rows of one page
-        // one after another: their page is decoded once
         let key = (self.id, offset, bytes.len());
-        let cached = LAST_PAGE.with(|last| {
-            let last = last.borrow();
-            let page = last.as_ref().filter(|p| p.key == key)?;
-            Some(page.rows.get(k as usize).cloned().ok_or_else(|| {
-                format!(
-                    "the pages hold {} rows, not the {} the index says",
-                    page.rows.len(),
-                    k + 1
-                )
-            }))
-        });
-        let value = match cached {
-            Some(v) => v?,
-            None => {
-                let rows = self.rows(bytes, offset, g)?;
-                let v = rows.get(k as usize).cloned().ok_or_else(|| {
-                    format!(
-                        "the pages hold {} rows, not the {} the index says",
-                        rows.len(),
-                        k + 1
-                    )
-                });
-                LAST_PAGE.with(|last| *last.borrow_mut() = Some(DecodedPage { key, rows }));
-                v?
-            }
-        };
-        Ok(value.map(|v| v.data().to_vec()))
+        let page = self.page(key, bytes, offset, g)?;
+        match page.get(k as usize) {
+            Some(v) => Ok(v.map(<[u8]>::to_vec)),
+            None => Err(format!(
+                "the pages hold {} rows, not the {} the index says",
+                page.len(),
+                k + 1
+            )),
+        }
     }
 
-    /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
-    fn rows(
+    /// The decoded rows of the pages `key` (`bytes`, checked against the index by the read that
+    /// gave them): from the dataset's cache of decoded pages when it holds them, else from the
+    /// pages this thread decoded last when the cache did not take them (it is off, or they are
+    /// larger than its budget: a thread reading rows in order, as `verify` does, meets the rows
+    /// of one page one after another), else decoded now.
+    fn page(
         &self,
+        key: PageKey,
         bytes: &[u8],
         offset: u64,
         g: u32,
-    ) -> Result<Vec<Option<parquet::data_type::ByteArray>>, String> {
+    ) -> Result<Arc<DecodedRows>, String> {
+        let cache = self.pages.as_deref();
+        if let Some(rows) = cache.and_then(|c| c.get(key)) {
+            return Ok(rows);
+        }
+        let last = LAST_PAGE.with(|last| {
+            let last = last.borrow();
+            last.as_ref()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, rows)| Arc::clone(rows))
+        });
+        if let Some(rows) = last {
+            if let Some(c) = cache {
+                c.hit();
+            }
+            return Ok(rows);
+        }
+        let rows = Arc::new(self.rows(bytes, offset, g)?);
+        let kept = cache.is_some_and(|c| c.put(key, &rows));
+        // what the cache keeps is not kept twice
+        LAST_PAGE.with(|last| *last.borrow_mut() = (!kept).then(|| (key, Arc::clone(&rows))));
+        Ok(rows)
+    }
+
+    /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
+    fn rows(&self, bytes: &[u8], offset: u64, g: u32) -> Result<DecodedRows, String> {
         let compression = *self
             .compression
             .get(g as usize)
@@ -865,21 +884,32 @@ impl LargeDecoder {
                 }
             }
         };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+        let rows = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
             .unwrap_or_else(|p| Err(ParquetError::General(panic_text(p.as_ref()))))
-            .map_err(|e| format!("its pages do not decode: {e}"))
+            .map_err(|e| format!("its pages do not decode: {e}"))?;
+        // the values copied out of the decompressed pages, which are then let go
+        let total = rows.iter().flatten().map(|v| v.len()).sum();
+        Ok(DecodedRows::new(
+            rows.iter().map(|v| v.as_ref().map(|v| v.data())),
+            rows.len(),
+            total,
+        ))
     }
 }
 
-/// The rows of the pages a thread decoded last.
-struct DecodedPage {
-    /// The decoder (its id), the pages' offset and length.
-    key: (u64, u64, usize),
-    rows: Vec<Option<parquet::data_type::ByteArray>>,
+impl Drop for LargeDecoder {
+    fn drop(&mut self) {
+        // its file's pages are of no use to anyone else
+        if let Some(c) = &self.pages {
+            c.forget(self.id);
+        }
+    }
 }
 
 thread_local! {
-    static LAST_PAGE: std::cell::RefCell<Option<DecodedPage>> = const { std::cell::RefCell::new(None) };
+    /// The pages a thread decoded last (the decoder's id, their offset and length), whether or
+    /// not the dataset's cache keeps them.
+    static LAST_PAGE: std::cell::RefCell<Option<(PageKey, Arc<DecodedRows>)>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Decoders made (each its own id, so that a page cached for one is never served to another).
@@ -888,6 +918,10 @@ static DECODERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 impl RecordCodec for PqCodec {
     fn format(&self) -> &'static str {
         "Parquet"
+    }
+
+    fn cache_stats(&self) -> Option<stokehold_format::CodecCacheStats> {
+        self.large.as_ref()?.pages.as_ref().map(|c| c.stats())
     }
 
     fn field<'a>(

@@ -270,6 +270,29 @@ impl Samples for Records {
         let mut s: Vec<CacheStats> = self.cache.iter().map(|c| c.stats()).collect();
         s.extend(self.decoded.iter().flat_map(|c| c.stats()));
         s.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
+        // Parquet in place: the decoded pages, one cache that every file's codec shares
+        let parquet = self.dataset.manifest().source.get("in_place")
+            == Some(&serde_json::Value::from("parquet"));
+        if let Some(c) = parquet
+            .then(|| {
+                self.dataset
+                    .shards()
+                    .iter()
+                    .find_map(|sh| sh.codec().and_then(|c| c.cache_stats()))
+            })
+            .flatten()
+        {
+            s.push(CacheStats {
+                kind: "parquet-pages".into(),
+                hits: c.hits,
+                misses: c.misses,
+                bytes: c.bytes,
+                budget: c.budget,
+                entries: c.entries,
+                saved: Duration::ZERO,
+                shared: 0,
+            });
+        }
         s
     }
 }
