@@ -65,6 +65,19 @@ impl DecodedRows {
             .map(|r| r.map(|(start, end)| &self.data[start..end]))
     }
 
+    /// Row `k`'s value, copied (`None`: a null); an error when the pages hold fewer rows than
+    /// the index says.
+    pub(super) fn value(&self, k: u32) -> Result<Option<Vec<u8>>, String> {
+        match self.get(k as usize) {
+            Some(v) => Ok(v.map(<[u8]>::to_vec)),
+            None => Err(format!(
+                "the pages hold {} rows, not the {} the index says",
+                self.len(),
+                k + 1
+            )),
+        }
+    }
+
     /// Bytes of memory held (the buffers' capacities and the struct).
     pub(super) fn held(&self) -> u64 {
         (self.data.capacity()
@@ -139,8 +152,17 @@ impl PageCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The rows of page `key`, when held (counted as a hit, and made the most recently used).
+    /// The rows of page `key`, when held, counted as a hit (a row read from them), and made the
+    /// most recently used.
     pub(super) fn get(&self, key: PageKey) -> Option<Arc<DecodedRows>> {
+        let rows = self.peek(key)?;
+        self.hit();
+        Some(rows)
+    }
+
+    /// The rows of page `key`, when held, made the most recently used (a row of them will be
+    /// read: [`PageCache::hit`] counts it then).
+    pub(super) fn peek(&self, key: PageKey) -> Option<Arc<DecodedRows>> {
         let mut g = self.lock();
         let inner = &mut *g;
         inner.clock += 1;
@@ -150,7 +172,6 @@ impl PageCache {
         let was = std::mem::replace(used, now);
         inner.order.remove(&was);
         inner.order.insert(now, key);
-        inner.hits += 1;
         Some(rows)
     }
 
@@ -186,8 +207,7 @@ impl PageCache {
         true
     }
 
-    /// A row was served from pages decoded before that the cache did not keep (the thread's
-    /// last pages).
+    /// A row was served from pages decoded before (held by the cache, or the thread's last).
     pub(super) fn hit(&self) {
         self.lock().hits += 1;
     }

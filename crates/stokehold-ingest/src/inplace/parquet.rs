@@ -33,8 +33,8 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::{ColumnDescriptor, ColumnPath};
 use stokehold_format::{
-    Field, FieldType, FieldValue, IndexEntry, RecordCodec, RecordEncoder, RecordError, RecordView,
-    Schema, Storage, crc,
+    Field, FieldType, FieldValue, Held, IndexEntry, RecordCodec, RecordEncoder, RecordError,
+    RecordView, Schema, Storage, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
@@ -791,15 +791,7 @@ impl LargeDecoder {
     /// `None`: a null.
     fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
         let key = (self.id, offset, bytes.len());
-        let page = self.page(key, bytes, offset, g)?;
-        match page.get(k as usize) {
-            Some(v) => Ok(v.map(<[u8]>::to_vec)),
-            None => Err(format!(
-                "the pages hold {} rows, not the {} the index says",
-                page.len(),
-                k + 1
-            )),
-        }
+        self.page(key, bytes, offset, g)?.value(k)
     }
 
     /// The decoded rows of the pages `key` (`bytes`, checked against the index by the read that
@@ -931,6 +923,58 @@ impl RecordCodec for PqCodec {
         schema: &Schema,
         i: usize,
     ) -> Result<FieldValue<'a>, RecordError> {
+        self.value(record, schema, i, |decoder, offset, k, g| {
+            decoder.value(bytes, offset, k, g)
+        })
+    }
+
+    fn held(&self, record: u64) -> Option<Held> {
+        let decoder = self.large.as_ref()?;
+        let row = self.rows.row(record);
+        let e = self.index.entries.get(row)?;
+        let key = (decoder.id, e.offset, e.len as usize);
+        let rows = decoder.pages.as_ref()?.peek(key)?;
+        Some(Arc::new(HeldPage { key, rows }))
+    }
+
+    fn held_field(
+        &self,
+        record: u64,
+        held: &Held,
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'static>, RecordError> {
+        self.value(record, schema, i, |decoder, offset, k, _| {
+            let page = held
+                .downcast_ref::<HeldPage>()
+                .filter(|h| h.key.0 == decoder.id && h.key.1 == offset)
+                .ok_or("what was held for it is another row's")?;
+            if let Some(c) = &decoder.pages {
+                c.hit();
+            }
+            page.rows.value(k)
+        })
+    }
+}
+
+/// The decoded pages of a row that the cache held when its read was planned
+/// ([`RecordCodec::held`]): the key they were held under, and the rows.
+struct HeldPage {
+    key: PageKey,
+    rows: Arc<DecodedRows>,
+}
+
+impl PqCodec {
+    /// Field `i` of `schema` of record `record`: the large column's value from `large` (given
+    /// the decoder, the row's pages' offset, the row's place among their rows and its row
+    /// group), the others from the index.
+    fn value(
+        &self,
+        record: u64,
+        schema: &Schema,
+        i: usize,
+        large: impl FnOnce(&LargeDecoder, u64, u32, u32) -> Result<Option<Vec<u8>>, String>,
+    ) -> Result<FieldValue<'static>, RecordError> {
         let corrupt = |detail: String| RecordError::Corrupt {
             field: i,
             offset: 0,
@@ -967,7 +1011,7 @@ impl RecordCodec for PqCodec {
                     .large
                     .as_ref()
                     .ok_or_else(|| corrupt("no large column".into()))?;
-                match decoder.value(bytes, offset, k, g).map_err(corrupt)? {
+                match large(decoder, offset, k, g).map_err(corrupt)? {
                     None => return empty(),
                     Some(v) => match ty {
                         FieldType::String => FieldValue::String(Cow::Owned(

@@ -862,7 +862,11 @@ fn a_parquet_page_declaring_gigabytes_is_refused_before_anything_is_allocated() 
                 ..PackOptions::default()
             };
             let out = tmp.path().join(format!("out{leaf}"));
-            check(pack(&one, &out, None, &o, &NoProgress).unwrap_err().to_string());
+            check(
+                pack(&one, &out, None, &o, &NoProgress)
+                    .unwrap_err()
+                    .to_string(),
+            );
             fs::remove_file(&bad).unwrap();
         }
     }
