@@ -80,7 +80,9 @@ fn config(threads: usize) -> LoaderConfig {
 }
 
 /// A batch as plain data: its ids and every column's values.
-fn plain(b: &Batch) -> (Vec<u64>, Vec<Vec<u8>>) {
+type Plain = (Vec<u64>, Vec<Vec<u8>>);
+
+fn plain(b: &Batch) -> Plain {
     let cols = b
         .columns
         .iter()
@@ -99,7 +101,7 @@ fn plain(b: &Batch) -> (Vec<u64>, Vec<Vec<u8>>) {
 }
 
 /// Two shuffled epochs of `ds` on `threads` threads, and the loader (for its statistics).
-fn two_epochs(ds: &Arc<Dataset>, threads: usize) -> (Vec<(Vec<u64>, Vec<Vec<u8>>)>, Loader) {
+fn two_epochs(ds: &Arc<Dataset>, threads: usize) -> (Vec<Plain>, Loader) {
     let mut l = Loader::new(
         ds.clone(),
         Column::all(ds.schema()).unwrap(),
