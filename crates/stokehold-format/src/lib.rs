@@ -65,7 +65,8 @@ pub use location::{
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
 pub use record::{
-    ArrayValue, FieldValue, RecordCodec, RecordEncoder, RecordError, RecordFields, RecordView,
+    ArrayValue, CodecCacheStats, FieldValue, Held, RecordCodec, RecordEncoder, RecordError,
+    RecordFields, RecordView,
 };
 pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
 pub use shard::{

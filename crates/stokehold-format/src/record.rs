@@ -250,6 +250,60 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
         schema: &Schema,
         i: usize,
     ) -> Result<FieldValue<'a>, RecordError>;
+
+    /// What the codec keeps of decoded data between reads (Parquet: the decoded pages that the
+    /// shards of a dataset share), for statistics; `None` when it keeps nothing.
+    fn cache_stats(&self) -> Option<CodecCacheStats> {
+        None
+    }
+
+    /// What the codec holds already decoded for record `record`, when it does (Parquet: the
+    /// rows of the record's pages, decoded for another row and still in the dataset's cache of
+    /// decoded pages). The record's fields then come from it ([`RecordCodec::held_field`])
+    /// without its bytes: a reader may skip reading them. What is held was decoded from bytes
+    /// that matched the record's checksum; holding it keeps it alive whatever the cache
+    /// evicts meanwhile.
+    fn held(&self, record: u64) -> Option<Held> {
+        let _ = record;
+        None
+    }
+
+    /// Field `i` of `schema` of record `record`, from what [`RecordCodec::held`] gave for it.
+    fn held_field(
+        &self,
+        record: u64,
+        held: &Held,
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'static>, RecordError> {
+        let _ = (record, held, schema);
+        Err(RecordError::Corrupt {
+            field: i,
+            offset: 0,
+            detail: "this format holds nothing decoded".into(),
+        })
+    }
+}
+
+/// What a [`RecordCodec`] holds decoded for a record ([`RecordCodec::held`]): opaque to all but
+/// the codec that gave it.
+pub type Held = std::sync::Arc<dyn std::any::Any + Send + Sync>;
+
+/// What a [`RecordCodec`]'s cache of decoded data has done and holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CodecCacheStats {
+    /// Reads served from what it held.
+    pub hits: u64,
+    /// Reads that decoded (not held, or past the budget).
+    pub misses: u64,
+    /// Bytes held now.
+    pub bytes: u64,
+    /// Most bytes held at once.
+    pub peak: u64,
+    /// The byte budget (0: off).
+    pub budget: u64,
+    /// Entries held now.
+    pub entries: u64,
 }
 
 /// A record's fields, however the record is framed: a stokehold record ([`RecordView`]) or one
@@ -266,6 +320,16 @@ pub enum RecordFields<'a> {
         record: u64,
         /// Its bytes.
         bytes: &'a [u8],
+    },
+    /// A record of files read in place whose codec holds it decoded ([`RecordCodec::held`]):
+    /// its bytes were not read.
+    Held {
+        /// The decoder of the files' records.
+        codec: &'a dyn RecordCodec,
+        /// The record's index in its shard.
+        record: u64,
+        /// What the codec gave for it.
+        held: &'a Held,
     },
 }
 
@@ -284,6 +348,11 @@ impl<'a> RecordFields<'a> {
                 record,
                 bytes,
             } => codec.field(*record, bytes, schema, i),
+            RecordFields::Held {
+                codec,
+                record,
+                held,
+            } => codec.held_field(*record, held, schema, i),
         }
     }
 

@@ -1144,6 +1144,28 @@ impl ShardReader {
         }
     }
 
+    /// What this shard's codec holds decoded for record `i`, when it does (files read in place:
+    /// see [`RecordCodec::held`]); its fields then come from [`ShardReader::held_fields`]
+    /// without reading its bytes.
+    pub fn held(&self, i: u64) -> Option<crate::record::Held> {
+        self.codec.as_ref()?.held(i)
+    }
+
+    /// Record `i`'s fields from what [`ShardReader::held`] gave for it (`None` for a shard
+    /// without a codec, which holds nothing).
+    pub fn held_fields<'a>(
+        &'a self,
+        i: u64,
+        held: &'a crate::record::Held,
+    ) -> Option<RecordFields<'a>> {
+        let codec = self.codec.as_deref()?;
+        Some(RecordFields::Held {
+            codec,
+            record: i,
+            held,
+        })
+    }
+
     /// Check record `i`'s field table and decode its fields (borrowing from `bytes`).
     pub fn decode<'a>(&'a self, i: u64, bytes: &'a [u8]) -> Result<Vec<FieldValue<'a>>> {
         let schema = &self.meta.schema;

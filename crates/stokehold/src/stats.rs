@@ -650,7 +650,7 @@ impl Stats {
 /// What a cache did, for statistics and reports.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CacheStats {
-    /// "records" or "decoded".
+    /// "records", "decoded" or "parquet-pages".
     pub kind: String,
     /// Lookups served from the cache.
     pub hits: u64,

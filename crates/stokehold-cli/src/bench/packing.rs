@@ -24,8 +24,10 @@ pub(super) fn report(ds: &Dataset, samples: &SamplesSpec, seed: u64) -> Option<S
     let checksums = match format {
         "tfrecord" => "TFRecord records carry a CRC-32C already",
         "parquet" => {
-            "Parquet rows are checked by the CRC-32C their index took of their pages; each row \
-             reads and decompresses its image's whole page (pack stores each image on its own)"
+            "Parquet rows are checked by the CRC-32C their index took of their pages; an image \
+             is read and decompressed with its whole page, once for the page's rows while the \
+             cache of decoded pages holds it (the parquet-pages line; pack stores each image on \
+             its own)"
         }
         _ => "tar members carry no checksum (pack stores a CRC-32C per record)",
     };

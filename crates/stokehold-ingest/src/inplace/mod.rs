@@ -23,6 +23,8 @@ use stokehold_format::{
 
 pub mod example_view;
 pub mod index;
+pub use pages::{DEFAULT_PAGE_CACHE, PAGE_CACHE_ENV, PageCache, PageCacheStats};
+mod pages;
 mod parquet;
 mod tfrecord;
 mod webdataset;
@@ -101,6 +103,10 @@ pub struct InPlaceOptions {
     /// Failing to keep an index in the index directory is an error, not a note (`stokehold
     /// index`, whose whole point is to keep them).
     pub must_keep: bool,
+    /// Parquet: the budget of the cache of decoded pages the dataset's threads share, in bytes
+    /// (0: none; `None`: `$STOKEHOLD_PARQUET_PAGE_CACHE`, else [`DEFAULT_PAGE_CACHE`], at most a
+    /// sixteenth of the machine's memory).
+    pub page_cache: Option<u64>,
 }
 
 /// Where indexes are kept by default: `$STOKEHOLD_INDEX_DIR`, else
@@ -979,6 +985,13 @@ fn open_resolved(
     let mut shards = Vec::with_capacity(scanned.len());
     let mut infos = Vec::with_capacity(scanned.len());
     let mut lacks = Lacking::default();
+    // Parquet: the decoded pages every file's rows share, within one budget
+    let page_cache = (format == InPlaceFormat::Parquet).then(|| {
+        Arc::new(PageCache::new(PageCache::budget(
+            inplace.page_cache,
+            stokehold_format::storage::physical_memory(),
+        )))
+    });
     for s in &scanned {
         let ix = &s.index;
         let ids: Vec<Option<u32>> = chosen
@@ -1001,11 +1014,14 @@ fn open_resolved(
         };
         let (rows, parquet_codec) = match format {
             InPlaceFormat::Parquet => {
-                let (rows, codec, lacking) =
+                let (rows, mut codec, lacking) =
                     parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
                         path: root.join(&s.name),
                         detail,
                     })?;
+                if let (Some(large), Some(pages)) = (codec.large.as_mut(), &page_cache) {
+                    large.set_page_cache(Arc::clone(pages));
+                }
                 lacks.add(&s.place, "row", lacking);
                 (rows, Some(codec))
             }

@@ -33,11 +33,12 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::{ColumnDescriptor, ColumnPath};
 use stokehold_format::{
-    Field, FieldType, FieldValue, IndexEntry, RecordCodec, RecordEncoder, RecordError, RecordView,
-    Schema, Storage, crc,
+    Field, FieldType, FieldValue, Held, IndexEntry, RecordCodec, RecordEncoder, RecordError,
+    RecordView, Schema, Storage, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
+use super::pages::{DecodedRows, PageCache, PageKey};
 use super::{Rows, Scanned, StorageReader};
 use crate::pack::parquet::{
     Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
@@ -778,6 +779,8 @@ pub(super) struct LargeDecoder {
     id: u64,
     descr: Arc<ColumnDescriptor>,
     compression: Vec<Compression>,
+    /// The opened dataset's cache of decoded pages, shared by its files and threads.
+    pages: Option<Arc<PageCache>>,
 }
 
 impl LargeDecoder {
@@ -806,51 +809,59 @@ impl LargeDecoder {
                 ColumnPath::new(vec!["v".into()]),
             )),
             compression,
+            pages: None,
         })
+    }
+
+    /// Keep decoded pages in `pages` (the opened dataset's cache).
+    pub(super) fn set_page_cache(&mut self, pages: Arc<PageCache>) {
+        self.pages = Some(pages);
     }
 
     /// Value `k` of the rows in `bytes` (the pages at file offset `offset`, of row group `g`);
     /// `None`: a null.
     fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
-        // a thread reading rows in order (a validation pass, verify) meets the rows of one page
-        // one after another: their page is decoded once
         let key = (self.id, offset, bytes.len());
-        let cached = LAST_PAGE.with(|last| {
-            let last = last.borrow();
-            let page = last.as_ref().filter(|p| p.key == key)?;
-            Some(page.rows.get(k as usize).cloned().ok_or_else(|| {
-                format!(
-                    "the pages hold {} rows, not the {} the index says",
-                    page.rows.len(),
-                    k + 1
-                )
-            }))
-        });
-        let value = match cached {
-            Some(v) => v?,
-            None => {
-                let rows = self.rows(bytes, offset, g)?;
-                let v = rows.get(k as usize).cloned().ok_or_else(|| {
-                    format!(
-                        "the pages hold {} rows, not the {} the index says",
-                        rows.len(),
-                        k + 1
-                    )
-                });
-                LAST_PAGE.with(|last| *last.borrow_mut() = Some(DecodedPage { key, rows }));
-                v?
-            }
-        };
-        Ok(value.map(|v| v.data().to_vec()))
+        self.page(key, bytes, offset, g)?.value(k)
     }
 
-    /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
-    fn rows(
+    /// The decoded rows of the pages `key` (`bytes`, checked against the index by the read that
+    /// gave them): from the dataset's cache of decoded pages when it holds them, else from the
+    /// pages this thread decoded last when the cache did not take them (it is off, or they are
+    /// larger than its budget: a thread reading rows in order, as `verify` does, meets the rows
+    /// of one page one after another), else decoded now.
+    fn page(
         &self,
+        key: PageKey,
         bytes: &[u8],
         offset: u64,
         g: u32,
-    ) -> Result<Vec<Option<parquet::data_type::ByteArray>>, String> {
+    ) -> Result<Arc<DecodedRows>, String> {
+        let cache = self.pages.as_deref();
+        if let Some(rows) = cache.and_then(|c| c.get(key)) {
+            return Ok(rows);
+        }
+        let last = LAST_PAGE.with(|last| {
+            let last = last.borrow();
+            last.as_ref()
+                .filter(|(k, _)| *k == key)
+                .map(|(_, rows)| Arc::clone(rows))
+        });
+        if let Some(rows) = last {
+            if let Some(c) = cache {
+                c.hit();
+            }
+            return Ok(rows);
+        }
+        let rows = Arc::new(self.rows(bytes, offset, g)?);
+        let kept = cache.is_some_and(|c| c.put(key, &rows));
+        // what the cache keeps is not kept twice
+        LAST_PAGE.with(|last| *last.borrow_mut() = (!kept).then(|| (key, Arc::clone(&rows))));
+        Ok(rows)
+    }
+
+    /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
+    fn rows(&self, bytes: &[u8], offset: u64, g: u32) -> Result<DecodedRows, String> {
         let compression = *self
             .compression
             .get(g as usize)
@@ -896,21 +907,32 @@ impl LargeDecoder {
                 }
             }
         };
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+        let rows = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
             .unwrap_or_else(|p| Err(ParquetError::General(panic_text(p.as_ref()))))
-            .map_err(|e| format!("its pages do not decode: {e}"))
+            .map_err(|e| format!("its pages do not decode: {e}"))?;
+        // the values copied out of the decompressed pages, which are then let go
+        let total = rows.iter().flatten().map(|v| v.len()).sum();
+        Ok(DecodedRows::new(
+            rows.iter().map(|v| v.as_ref().map(|v| v.data())),
+            rows.len(),
+            total,
+        ))
     }
 }
 
-/// The rows of the pages a thread decoded last.
-struct DecodedPage {
-    /// The decoder (its id), the pages' offset and length.
-    key: (u64, u64, usize),
-    rows: Vec<Option<parquet::data_type::ByteArray>>,
+impl Drop for LargeDecoder {
+    fn drop(&mut self) {
+        // its file's pages are of no use to anyone else
+        if let Some(c) = &self.pages {
+            c.forget(self.id);
+        }
+    }
 }
 
 thread_local! {
-    static LAST_PAGE: std::cell::RefCell<Option<DecodedPage>> = const { std::cell::RefCell::new(None) };
+    /// The pages a thread decoded last (the decoder's id, their offset and length), whether or
+    /// not the dataset's cache keeps them.
+    static LAST_PAGE: std::cell::RefCell<Option<(PageKey, Arc<DecodedRows>)>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Decoders made (each its own id, so that a page cached for one is never served to another).
@@ -921,6 +943,10 @@ impl RecordCodec for PqCodec {
         "Parquet"
     }
 
+    fn cache_stats(&self) -> Option<stokehold_format::CodecCacheStats> {
+        self.large.as_ref()?.pages.as_ref().map(|c| c.stats())
+    }
+
     fn field<'a>(
         &self,
         record: u64,
@@ -928,6 +954,58 @@ impl RecordCodec for PqCodec {
         schema: &Schema,
         i: usize,
     ) -> Result<FieldValue<'a>, RecordError> {
+        self.value(record, schema, i, |decoder, offset, k, g| {
+            decoder.value(bytes, offset, k, g)
+        })
+    }
+
+    fn held(&self, record: u64) -> Option<Held> {
+        let decoder = self.large.as_ref()?;
+        let row = self.rows.row(record);
+        let e = self.index.entries.get(row)?;
+        let key = (decoder.id, e.offset, e.len as usize);
+        let rows = decoder.pages.as_ref()?.peek(key)?;
+        Some(Arc::new(HeldPage { key, rows }))
+    }
+
+    fn held_field(
+        &self,
+        record: u64,
+        held: &Held,
+        schema: &Schema,
+        i: usize,
+    ) -> Result<FieldValue<'static>, RecordError> {
+        self.value(record, schema, i, |decoder, offset, k, _| {
+            let page = held
+                .downcast_ref::<HeldPage>()
+                .filter(|h| h.key.0 == decoder.id && h.key.1 == offset)
+                .ok_or("what was held for it is another row's")?;
+            if let Some(c) = &decoder.pages {
+                c.hit();
+            }
+            page.rows.value(k)
+        })
+    }
+}
+
+/// The decoded pages of a row that the cache held when its read was planned
+/// ([`RecordCodec::held`]): the key they were held under, and the rows.
+struct HeldPage {
+    key: PageKey,
+    rows: Arc<DecodedRows>,
+}
+
+impl PqCodec {
+    /// Field `i` of `schema` of record `record`: the large column's value from `large` (given
+    /// the decoder, the row's pages' offset, the row's place among their rows and its row
+    /// group), the others from the index.
+    fn value(
+        &self,
+        record: u64,
+        schema: &Schema,
+        i: usize,
+        large: impl FnOnce(&LargeDecoder, u64, u32, u32) -> Result<Option<Vec<u8>>, String>,
+    ) -> Result<FieldValue<'static>, RecordError> {
         let corrupt = |detail: String| RecordError::Corrupt {
             field: i,
             offset: 0,
@@ -964,7 +1042,7 @@ impl RecordCodec for PqCodec {
                     .large
                     .as_ref()
                     .ok_or_else(|| corrupt("no large column".into()))?;
-                match decoder.value(bytes, offset, k, g).map_err(corrupt)? {
+                match large(decoder, offset, k, g).map_err(corrupt)? {
                     None => return empty(),
                     Some(v) => match ty {
                         FieldType::String => FieldValue::String(Cow::Owned(

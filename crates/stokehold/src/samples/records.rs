@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stokehold_format::{Dataset, FieldValue, FormatError};
+use stokehold_format::{Dataset, FieldValue, FormatError, Held};
 
 use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};
@@ -217,17 +217,26 @@ impl Samples for Records {
     }
 
     fn plan(&self, ids: &[u64], io: &mut TaskIo) {
-        // one range per record (a sample that cannot be located gets none: `fill` says why)
-        let plan = io.plan_mut();
+        // one range per record (a sample that cannot be located gets none: `fill` says why),
+        // but for a record its shard's codec holds decoded (a Parquet page decoded for another
+        // row): that one is kept for `fill`, and its bytes are not read
+        let (plan, held) = io.plan_and_scratch::<HeldRecords>();
+        held.0.clear();
         for &id in ids {
+            let mut h = None;
             if let Ok((k, local)) = self.dataset.locate(id) {
-                let e = self.dataset.shards()[k].entry(local);
-                plan.push(ByteRange {
-                    shard: k,
-                    lo: e.offset,
-                    hi: e.end(),
-                });
+                let shard = &self.dataset.shards()[k];
+                h = shard.held(local);
+                if h.is_none() {
+                    let e = shard.entry(local);
+                    plan.push(ByteRange {
+                        shard: k,
+                        lo: e.offset,
+                        hi: e.end(),
+                    });
+                }
             }
+            held.0.push(h);
             plan.end_sample();
         }
     }
@@ -241,18 +250,29 @@ impl Samples for Records {
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let ds = &*self.dataset;
-        let got = ds.locate(id).and_then(|(shard, local)| {
-            let src = self.source().expect("records have a source");
-            let bytes = io.bytes(src, k, 0)?;
+        let (shard, local) = ds
+            .locate(id)
+            .map_err(|source| EngineError::Sample { id, source })?;
+        // what the shard's codec held decoded when the task was planned (its bytes were not
+        // read), or holds now: a row of a page that an earlier sample of the task decoded (its
+        // bytes were read with theirs, in one read, and need no checking again)
+        let held = io.scratch::<HeldRecords>().0.get(k).cloned().flatten();
+        if let Some(held) = held.or_else(|| ds.shards()[shard].held(local)) {
+            return self.process(id, (shard, local, Got::Held(&held)), cx, out);
+        }
+        let src = self.source().expect("records have a source");
+        let got = io.bytes(src, k, 0).and_then(|bytes| {
             if ds.verifies_records() {
                 ds.shards()[shard].check_record(local, bytes)?;
             }
-            Ok((shard, local, bytes))
+            Ok(bytes)
         });
         match got {
-            Ok(record) => self.process(id, record, cx, out),
+            Ok(bytes) => self.process(id, (shard, local, Got::Bytes(bytes)), cx, out),
             Err(e @ FormatError::Checksum { .. }) => match self.repair(id, &e) {
-                Some((local, shard, bytes)) => self.process(id, (shard, local, &bytes), cx, out),
+                Some((local, shard, bytes)) => {
+                    self.process(id, (shard, local, Got::Bytes(&bytes)), cx, out)
+                }
                 None => Err(EngineError::Sample { id, source: e }),
             },
             Err(e) => Err(EngineError::Sample { id, source: e }),
@@ -270,8 +290,44 @@ impl Samples for Records {
         let mut s: Vec<CacheStats> = self.cache.iter().map(|c| c.stats()).collect();
         s.extend(self.decoded.iter().flat_map(|c| c.stats()));
         s.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
+        // Parquet in place: the decoded pages, one cache that every file's codec shares
+        let parquet = self.dataset.manifest().source.get("in_place")
+            == Some(&serde_json::Value::from("parquet"));
+        if let Some(c) = parquet
+            .then(|| {
+                self.dataset
+                    .shards()
+                    .iter()
+                    .find_map(|sh| sh.codec().and_then(|c| c.cache_stats()))
+            })
+            .flatten()
+        {
+            s.push(CacheStats {
+                kind: "parquet-pages".into(),
+                hits: c.hits,
+                misses: c.misses,
+                bytes: c.bytes,
+                budget: c.budget,
+                entries: c.entries,
+                saved: Duration::ZERO,
+                shared: 0,
+            });
+        }
         s
     }
+}
+
+/// What the codecs held decoded for the samples of a task, in task order (kept by
+/// [`Records::plan`] for [`Records::fill`]; `None`: the sample's bytes were read).
+#[derive(Default)]
+struct HeldRecords(Vec<Option<Held>>);
+
+/// A record as [`Records::process`] gets it.
+enum Got<'a> {
+    /// Its bytes (checked).
+    Bytes(&'a [u8]),
+    /// What its codec held decoded ([`stokehold_format::RecordCodec::held`]).
+    Held(&'a Held),
 }
 
 /// Mean bytes of a record.
@@ -307,11 +363,12 @@ impl Records {
         Some((local, k, buf))
     }
 
-    /// Parse and transform sample `id` (record `local` of shard `k`: `bytes`) into its slot.
+    /// Parse and transform sample `id` (record `local` of shard `k`: its bytes, or what its
+    /// codec holds decoded) into its slot.
     fn process(
         &self,
         id: u64,
-        (k, local, bytes): (usize, u64, &[u8]),
+        (k, local, got): (usize, u64, Got<'_>),
         cx: &mut TaskCtx<'_, '_>,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
@@ -321,10 +378,17 @@ impl Records {
         // one clock read per stage boundary of the timed samples (see `stats::TIME_EVERY`); the
         // read stage was counted with the task's fetch
         let mut clock = ws.clock();
-        ws.read(bytes.len());
         let shard = &ds.shards()[k];
         let schema = ds.schema();
-        let view = shard.fields(local, bytes).map_err(sample_err)?;
+        let view = match got {
+            Got::Bytes(bytes) => {
+                ws.read(bytes.len());
+                shard.fields(local, bytes).map_err(sample_err)?
+            }
+            Got::Held(held) => shard.held_fields(local, held).ok_or_else(|| {
+                EngineError::Worker(format!("sample {id}: its shard holds nothing decoded"))
+            })?,
+        };
         let mut stage = STAGE_FIRST_COLUMN;
         let mut parse_time = Duration::ZERO;
         for (c, col) in self.columns.iter().enumerate() {

@@ -12,6 +12,7 @@ mod image;
 mod loader;
 mod mixture;
 mod ownership;
+mod parquet_pages;
 mod resume_anywhere;
 mod s3_readahead;
 mod sampler;
