@@ -448,8 +448,10 @@ def test_a_damaged_parquet_page_is_named_and_skipped_by_policy(parquets, tmp_pat
     ds = stokehold.Dataset(bad, index_dir=tmp_path / "ix")
     victim = sorted(bad.iterdir())[2]  # uncompressed plain pages of one row: the JPEGs as they are
     data = bytearray(victim.read_bytes())
-    # the middle of the first image's bytes (the file's first copy of them)
-    at = bytes(data).index(ds[2 * PER_FILE]["image"][200:240]) + 10
+    # the middle of the first image's bytes (the file's first copy of them), found through another
+    # opening: `ds` has decoded no page yet (a page it holds decoded is served as it was checked)
+    first = stokehold.Dataset(bad, index_dir=tmp_path / "ix")[2 * PER_FILE]["image"]
+    at = bytes(data).index(first[200:240]) + 10
     data[at] ^= 0x40
     victim.write_bytes(bytes(data))
     with pytest.raises(stokehold.CorruptDataError) as e:
