@@ -79,6 +79,7 @@ def main():
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
     work = a.work or tempfile.mkdtemp(prefix="bench-index-")
+    os.makedirs(work, exist_ok=True)
     items = images(a.images)
     tfr = os.path.join(work, "train.tfrecord")
     tars = os.path.join(work, "tars")

@@ -283,7 +283,8 @@ def prepare(a, work, peers):
     for path, _ in files_and_labels(a.images):
         with open(path, "rb") as f:
             f.read()
-    exe = [sys.executable, "-m", "stokehold._cli"]  # the installed package's command
+    # the installed package's command, or the one given (--cli target/release/stokehold)
+    exe = [a.cli] if a.cli else [sys.executable, "-m", "stokehold._cli"]
     packs = (("stokehold pack", [], "shards"), ("stokehold pack --no-restart-markers", ["--no-restart-markers"], "shards-plain"))
     a.shards, a.shards_plain = os.path.join(work, "shards"), os.path.join(work, "shards-plain")
     a.tfrecords = os.path.join(work, "train.tfrecord")
@@ -385,6 +386,9 @@ def main():
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--work", help="where the packed copies go (default: a temporary directory)")
+    ap.add_argument("--cli", help="the stokehold command to pack with (default: the installed package's)")
+    ap.add_argument("--conversion-only", action="store_true",
+                    help="time the conversions (pack vs tf.data's TFRecord writing) and stop")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     for k in ("shards", "shards-plain", "tfrecords", "tars", "index-dir"):
         ap.add_argument(f"--{k}", help=argparse.SUPPRESS)
@@ -415,6 +419,8 @@ def main():
               f"{times['stokehold pack --no-restart-markers'] / times['stokehold pack']:.2f}x its speed")
         for line in a.index_report:
             print(line)
+        if a.conversion_only:
+            return
         for pipeline in (["train", "val"] if a.pipeline == "both" else [a.pipeline]):
             a.pipeline = pipeline
             res = {p: [] for p in peers}
