@@ -88,7 +88,7 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 90)]
     jpeg_quality: u8,
     /// Store JPEGs exactly as given. By default every JPEG is rewritten losslessly as baseline
-    /// with restart markers aligned to MCU rows (same pixels, ~4% larger, ~0.3 ms of CPU per
+    /// with restart markers aligned to MCU rows (same pixels, ~4% larger, ~0.2 ms of CPU per
     /// ImageNet-sized image), so random crops decode only the rows and columns they need (~1.3×
     /// as fast; centre crops ~1.25×).
     #[arg(long)]

@@ -162,7 +162,7 @@ pub struct ImagePolicy {
     pub max_pixels: u64,
     /// Rewrite every JPEG losslessly as baseline with restart markers aligned to MCU rows, so a
     /// crop needs only its share of the Huffman decoding (see `stokehold_ops::restart`): same
-    /// pixels, ~4% more bytes, ~0.3 ms of packing CPU per ImageNet-sized baseline JPEG, and random
+    /// pixels, ~4% more bytes, ~0.2 ms of packing CPU per ImageNet-sized baseline JPEG, and random
     /// crops decode ~1.3× as fast (centre crops ~1.25×). On by default (`pack --no-restart-markers`
     /// turns it off and keeps the bytes as given); an image the rewrite refuses is kept as given
     /// and listed in `kept-as-is.txt`.
