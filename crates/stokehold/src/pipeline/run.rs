@@ -140,7 +140,7 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         // requests (and the prefetch's budget) before nearer ones (8 steps ahead halved the
         // rate)
         lead: if readahead == Readahead::Fetch && wave == 1 {
-            let depth = core.prefetch.load(Ordering::Relaxed) as u64;
+            let depth = core.prefetch.load(Ordering::Relaxed);
             FETCH_LEAD.min(depth).max(READAHEAD)
         } else {
             READAHEAD
