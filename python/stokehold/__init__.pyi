@@ -27,10 +27,11 @@ __all__ = [
     "from_hf",
     "image",
     "text",
+    "vision",
     "transforms",
 ]
 
-from . import image as image, text as text, transforms as transforms
+from . import image as image, text as text, transforms as transforms, vision as vision
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.

@@ -30,6 +30,7 @@ __all__ = [
     "__version__",
     "DEFAULT_RESTART_MARKERS",
     "Dataset",
+    "Qwen2VL",
     "DatasetIterator",
     "ShardWriter",
     "PartWriter",
@@ -169,6 +170,36 @@ class _EngineIter:
         """Batches left in this epoch (0 once finished)."""
     def close(self) -> None:
         """Stop this run now (its worker threads are joined); the loader keeps its position."""
+
+@final
+class Qwen2VL:
+    """Qwen2-VL's image processor (also Qwen2.5-VL's and Qwen3-VL's), natively (re-exported as
+    ``stokehold.vision.Qwen2VL``): the smart resize to multiples of ``patch_size * merge_size``
+    within ``[min_pixels, max_pixels]``, Pillow's bicubic resize, rescale and normalise, and the
+    patches in the model's order.
+
+    :raises ConfigError: parameters that cannot work (a size of 0, ``min_pixels > max_pixels``).
+    """
+
+    def __new__(
+        cls,
+        *,
+        min_pixels: int = 3136,
+        max_pixels: int = 1003520,
+        patch_size: int = 14,
+        merge_size: int = 2,
+        temporal_patch_size: int = 2,
+        image_mean: Optional[Sequence[float]] = None,
+        image_std: Optional[Sequence[float]] = None,
+        dct_scaling: bool = True,
+    ) -> "Qwen2VL": ...
+    def grid(self, width: int, height: int) -> Tuple[int, int, int]:
+        """The grid ``(t, h, w)`` in patches of a ``width`` x ``height`` image (its size alone)."""
+    def num_tokens(self, width: int, height: int) -> int:
+        """The tokens such an image becomes in the language model (``t*h*w // merge_size**2``)."""
+    def __call__(self, images: List[bytes], *, threads: int = 2) -> Tuple[Any, Any]:
+        """``(pixel_values, image_grid_thw)`` of encoded images, float32 ``[patches, 3 *
+        temporal_patch_size * patch_size**2]`` and int64 ``[images, 3]``."""
 
 @final
 class Tokenizer:

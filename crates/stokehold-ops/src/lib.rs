@@ -18,6 +18,7 @@ pub mod resize;
 pub mod restart;
 pub mod rst_insert;
 pub mod text;
+pub mod vision;
 
 pub use error::{OpsError, Result};
 pub use jpeg::{Pixels, PixelsRef};

@@ -27,6 +27,7 @@ pub mod parts;
 pub mod stages;
 pub mod storage_options;
 pub mod text;
+pub mod vision;
 pub mod writer;
 
 use pyo3::prelude::*;
@@ -44,6 +45,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dataset::DatasetIter>()?;
     m.add_class::<writer::ShardWriter>()?;
     m.add_class::<text::Tokenizer>()?;
+    m.add_class::<vision::Qwen2Vl>()?;
     parts::register(m)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(pack::pack, m)?)?;

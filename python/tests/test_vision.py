@@ -1,0 +1,118 @@
+"""stokehold.vision.Qwen2VL against transformers' Qwen2-VL image processors (issue #53, item 3).
+
+The images are made here (smooth gradients with noise, JPEG-encoded by Pillow); the references
+are `transformers`' `Qwen2VLImageProcessorPil` (Pillow's bicubic) and `Qwen2VLImageProcessor`
+(torchvision's), both real, both given the same decoded image.
+"""
+
+import io
+
+import numpy as np
+import pytest
+
+import stokehold
+from stokehold.vision import Qwen2VL
+
+transformers = pytest.importorskip("transformers")
+from PIL import Image  # noqa: E402  (transformers' PIL processor needs Pillow anyway)
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor  # noqa: E402
+
+MAX = 28 * 28 * 1280
+
+
+def jpeg(w, h, seed=0, quality=90):
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([x * 255 / max(w - 1, 1), y * 255 / max(h - 1, 1), ((x + y) % 64) * 4], -1)
+    a = np.clip(base + rng.normal(0, 20, (h, w, 3)), 0, 255).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(a).save(b, "JPEG", quality=quality)
+    return b.getvalue()
+
+
+def references(data, max_pixels):
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    kw = dict(min_pixels=56 * 56, max_pixels=max_pixels)
+    pil = Qwen2VLImageProcessorPil(**kw)(images=[img], return_tensors="np")
+    tv = Qwen2VLImageProcessor(**kw)(images=[img], return_tensors="np")
+    return pil, tv
+
+
+# (width, height, max_pixels): ImageNet-like, tiny (scaled up to min_pixels), over the budget,
+# a small budget, a panorama
+SIZES = [(500, 375, MAX), (61, 37, MAX), (1200, 900, MAX), (1200, 900, 128 * 28 * 28),
+         (333, 1000, MAX), (2000, 300, 256 * 28 * 28), (640, 480, 64 * 28 * 28)]
+
+
+@pytest.mark.parametrize("w,h,max_pixels", SIZES)
+def test_qwen2vl_gives_transformers_grid_and_values_within_the_two_references_difference(w, h, max_pixels):
+    data = jpeg(w, h, seed=w * 7 + h)
+    pil, tv = references(data, max_pixels)
+    pv, grid = Qwen2VL(max_pixels=max_pixels, dct_scaling=False)([data])
+    # the grid exactly, the layout exactly (same number of rows of the same width)
+    assert grid.dtype == np.int64 and (grid == pil["image_grid_thw"]).all(), (grid, pil["image_grid_thw"])
+    assert pv.dtype == np.float32 and pv.shape == pil["pixel_values"].shape
+    gap = np.abs(pil["pixel_values"] - tv["pixel_values"]).max()  # what the references disagree by
+    d_pil = np.abs(pv - pil["pixel_values"])
+    d_tv = np.abs(pv - tv["pixel_values"])
+    # one level of 255 in the normalised units is 1 / 255 / std ~ 0.0146: Pillow's own
+    # arithmetic gives most sizes bit for bit, the others within a few levels
+    assert d_pil.max() <= max(gap, 0.1) + 1e-6, (d_pil.max(), gap)
+    assert d_pil.mean() < 0.005 and d_tv.mean() < 0.005, (d_pil.mean(), d_tv.mean())
+    # and the token count the placeholder expands to follows from the size alone
+    t, gh, gw = grid[0]
+    assert Qwen2VL(max_pixels=max_pixels).num_tokens(w, h) == t * gh * gw // 4
+    assert Qwen2VL(max_pixels=max_pixels).grid(w, h) == (t, gh, gw)
+
+
+def test_most_sizes_are_pillows_values_bit_for_bit():
+    exact = 0
+    sizes = [(w, h) for w in range(40, 700, 61) for h in range(40, 700, 67)]
+    proc = Qwen2VL(max_pixels=200_000, dct_scaling=False)
+    for w, h in sizes:
+        data = jpeg(w, h, seed=w + h)
+        pil, _ = references(data, 200_000)
+        pv, _ = proc([data])
+        exact += bool((pv == pil["pixel_values"]).all())
+    # 253 of 323 pairs on a denser grid with Pillow 13 (the others within a few levels, above)
+    assert exact >= len(sizes) // 2, (exact, len(sizes))
+
+
+@pytest.mark.parametrize("w,h,max_pixels", [(4000, 3000, 128 * 28 * 28), (3000, 2000, 256 * 28 * 28),
+                                            (2400, 1800, 64 * 28 * 28)])
+def test_dct_scaling_of_large_photographs_stays_close_to_the_full_decode(w, h, max_pixels):
+    data = jpeg(w, h, seed=3)
+    pil, _ = references(data, max_pixels)
+    full, g1 = Qwen2VL(max_pixels=max_pixels, dct_scaling=False)([data])
+    scaled, g2 = Qwen2VL(max_pixels=max_pixels)([data])
+    assert (g1 == g2).all() and (g2 == pil["image_grid_thw"]).all()
+    d = np.abs(scaled - pil["pixel_values"])
+    assert not np.array_equal(scaled, full)  # the scaled decode did run
+    # measured: mean 0.006-0.010, max 0.058-0.100 (up to 7 levels of 255)
+    assert d.mean() < 0.015 and d.max() < 0.15, (d.mean(), d.max())
+
+
+def test_several_images_keep_their_order_on_any_number_of_threads():
+    images = [jpeg(w, h, seed=i) for i, (w, h) in enumerate([(300, 200), (64, 64), (800, 600), (200, 900)])]
+    proc = Qwen2VL()
+    one, g1 = proc(images, threads=1)
+    three, g3 = proc(images, threads=3)
+    assert np.array_equal(one, three) and np.array_equal(g1, g3)
+    parts = [proc([im])[0] for im in images]
+    assert np.array_equal(np.concatenate(parts), one)
+    assert one.shape[0] == int((g1[:, 0] * g1[:, 1] * g1[:, 2]).sum())
+
+
+def test_bad_images_and_bad_parameters_are_named():
+    good = jpeg(100, 100)
+    with pytest.raises(stokehold.CorruptDataError, match="image 1"):
+        Qwen2VL()([good, good[: len(good) // 3]])
+    with pytest.raises(stokehold.CorruptDataError, match="image 0"):
+        Qwen2VL()([b"not an image at all"])
+    with pytest.raises(stokehold.SampleError, match="aspect ratio"):
+        Qwen2VL()([jpeg(3000, 10)])
+    with pytest.raises(stokehold.ConfigError, match="min_pixels"):
+        Qwen2VL(min_pixels=10_000, max_pixels=100)
+    with pytest.raises(stokehold.ConfigError):
+        Qwen2VL(patch_size=0)
