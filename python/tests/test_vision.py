@@ -13,7 +13,7 @@ import pytest
 import stokehold
 from stokehold.vision import Qwen2VL
 
-transformers = pytest.importorskip("transformers")
+import transformers  # noqa: E402,F401  (a test requirement: python/requirements/test-tools.txt)
 from PIL import Image  # noqa: E402  (transformers' PIL processor needs Pillow anyway)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil  # noqa: E402
 from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor  # noqa: E402
