@@ -1,0 +1,99 @@
+"""stokehold.vision.Qwen2VL against transformers' Qwen2-VL image processors, per CPU-second
+(issue #53's image part: >= 5x the PIL-based processor, >= 2x the torchvision-based one).
+
+Each side turns the same JPEG bytes into `pixel_values` (decode included: Pillow's decoder for the
+PIL processor, torchvision.io.decode_jpeg for the torchvision one), with the same parameters
+(`max_pixels = 1280 * 28 * 28` by default). CPU seconds are the process's own (user + system, all
+threads: resource.getrusage), so the ratio holds on a busy machine better than wall time; the
+peers run in this process, one image at a time (no DataLoader: its workers' overhead would only
+add to the peers' side). Rounds alternate; the median of each side counts.
+
+    python scripts/bench_vision.py --images bench-data/inet/train --large bench-data/inet/large
+"""
+
+import argparse
+import io
+import os
+import random
+import resource
+import statistics
+import time
+
+
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def files(folder, n, seed):
+    out = []
+    for root, _, names in os.walk(folder):
+        out.extend(os.path.join(root, f) for f in names if f.lower().endswith((".jpg", ".jpeg")))
+    out.sort()
+    random.Random(seed).shuffle(out)
+    return [open(p, "rb").read() for p in out[:n]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--images", required=True, help="a folder of ImageNet-like JPEGs")
+    ap.add_argument("--large", help="a folder of large photographs (>= 1 MP)")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--max-pixels", type=int, default=1280 * 28 * 28)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+
+    import torch
+    import torchvision
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    from stokehold.vision import Qwen2VL
+
+    torch.set_num_threads(1)
+    kw = dict(min_pixels=56 * 56, max_pixels=a.max_pixels)
+    pil_proc, tv_proc = Qwen2VLImageProcessorPil(**kw), Qwen2VLImageProcessor(**kw)
+    ours = Qwen2VL(max_pixels=a.max_pixels)
+
+    def run_ours(data):
+        for d in data:
+            ours([d], threads=1)
+
+    def run_pil(data):
+        for d in data:
+            pil_proc(images=[Image.open(io.BytesIO(d)).convert("RGB")], return_tensors="np")
+
+    def run_tv(data):
+        for d in data:
+            t = torchvision.io.decode_jpeg(torch.frombuffer(bytearray(d), dtype=torch.uint8),
+                                           mode=torchvision.io.ImageReadMode.RGB)
+            tv_proc(images=[t], return_tensors="pt")
+
+    sets = [("ImageNet-like", files(a.images, a.n, a.seed))]
+    if a.large:
+        sets.append(("large photographs", files(a.large, max(a.n // 10, 10), a.seed)))
+    print(f"Qwen2-VL processor, max_pixels {a.max_pixels}, {os.cpu_count()} CPUs, {a.rounds} alternating "
+          f"rounds, one thread each (torch.set_num_threads(1)); CPU seconds per image (median)")
+    for name, data in sets:
+        mp = statistics.mean(Image.open(io.BytesIO(d)).size[0] * Image.open(io.BytesIO(d)).size[1] for d in data) / 1e6
+        runs = {"stokehold": [], "PIL processor": [], "torchvision processor": []}
+        for fn in (run_ours, run_pil, run_tv):  # warm-up
+            fn(data[:3])
+        for _ in range(a.rounds):
+            for label, fn in (("stokehold", run_ours), ("PIL processor", run_pil), ("torchvision processor", run_tv)):
+                c0, t0 = cpu(), time.perf_counter()
+                fn(data)
+                runs[label].append(((cpu() - c0) / len(data), (time.perf_counter() - t0) / len(data)))
+        ours_cpu = statistics.median(c for c, _ in runs["stokehold"])
+        print(f"{name}: {len(data)} images, mean {mp:.2f} MP")
+        for label, xs in runs.items():
+            c = statistics.median(x for x, _ in xs)
+            w = statistics.median(y for _, y in xs)
+            extra = "" if label == "stokehold" else f"  stokehold is {c / ours_cpu:.2f}x per CPU-second"
+            print(f"  {label:22s} {c * 1e3:8.2f} ms CPU/image ({w * 1e3:7.2f} ms wall){extra}")
+
+
+if __name__ == "__main__":
+    main()
