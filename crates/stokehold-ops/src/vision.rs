@@ -51,6 +51,8 @@ struct Coeffs {
     k: Vec<i32>,
     ksize: usize,
     scratch: Vec<f64>,
+    /// Every window is `ksize` wide (`len[i] == ksize`).
+    padded: bool,
 }
 
 impl Coeffs {
@@ -95,6 +97,23 @@ impl Coeffs {
             }
             self.start.push(xmin);
             self.len.push(n);
+        }
+        // the same windows, `ksize` wide where the axis allows (moved left at the far edge, the
+        // weights shifted with them and zero around): the same products, a fixed-length loop
+        self.padded = ksize <= in_size;
+        if self.padded {
+            for xx in 0..out_size {
+                let (s, n) = (self.start[xx], self.len[xx]);
+                let fixed = s.min(in_size - ksize);
+                let shift = s - fixed;
+                if shift > 0 {
+                    let row = &mut self.k[xx * ksize..(xx + 1) * ksize];
+                    row.copy_within(0..n, shift);
+                    row[..shift].fill(0);
+                }
+                self.start[xx] = fixed;
+                self.len[xx] = ksize;
+            }
         }
     }
 }
@@ -192,6 +211,22 @@ fn horizontal(
     let half = 1i32 << (PRECISION_BITS - 1);
     for (r, line) in rows.zip(out.chunks_exact_mut(ow * c)) {
         let row = &src[r * stride..(r + 1) * stride];
+        if c == 3 && x.padded {
+            let ks = x.ksize;
+            for (xx, o) in line.chunks_exact_mut(3).enumerate() {
+                let s = x.start[xx];
+                let k = &x.k[xx * ks..(xx + 1) * ks];
+                let px = &row[s * 3..(s + ks) * 3];
+                let (mut s0, mut s1, mut s2) = (half, half, half);
+                for (p, &w) in px.chunks_exact(3).zip(k) {
+                    s0 += i32::from(p[0]) * w;
+                    s1 += i32::from(p[1]) * w;
+                    s2 += i32::from(p[2]) * w;
+                }
+                o.copy_from_slice(&[clip8(s0), clip8(s1), clip8(s2)]);
+            }
+            continue;
+        }
         for xx in 0..ow {
             let (s, n) = (x.start[xx], x.len[xx]);
             let k = &x.k[xx * x.ksize..xx * x.ksize + n];
@@ -208,8 +243,40 @@ fn horizontal(
 }
 
 /// Pillow's `ImagingResampleVertical_8bpc`: `rows` holds source rows from `rows_from` on
-/// (`stride` bytes each); output rows `0..oh` into `out`.
+/// (`stride` bytes each); output rows `0..oh` into `out`. The loop is compiled twice, once for
+/// AVX2 (eight 32-bit lanes), chosen at run time; both compute the same integers.
 fn vertical(rows: &[u8], stride: usize, rows_from: usize, y: &Coeffs, oh: usize, out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected at run time just above.
+        unsafe { vertical_avx2(rows, stride, rows_from, y, oh, out) };
+        return;
+    }
+    vertical_body(rows, stride, rows_from, y, oh, out);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn vertical_avx2(
+    rows: &[u8],
+    stride: usize,
+    rows_from: usize,
+    y: &Coeffs,
+    oh: usize,
+    out: &mut [u8],
+) {
+    vertical_body(rows, stride, rows_from, y, oh, out);
+}
+
+#[inline(always)]
+fn vertical_body(
+    rows: &[u8],
+    stride: usize,
+    rows_from: usize,
+    y: &Coeffs,
+    oh: usize,
+    out: &mut [u8],
+) {
     let half = 1i32 << (PRECISION_BITS - 1);
     let mut acc = vec![0i32; stride];
     for (yy, line) in out.chunks_exact_mut(stride).enumerate().take(oh) {
