@@ -25,11 +25,11 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: sysdeps
-sysdeps: ## system packages the build needs: cmake and nasm build libjpeg-turbo with its SIMD code
-	@if ! command -v cmake >/dev/null || ! command -v nasm >/dev/null; then \
-	  echo "installing cmake and nasm (libjpeg-turbo is built from source with SIMD)"; \
+sysdeps: ## system packages the build and tests need: cmake and nasm build libjpeg-turbo with its SIMD code; FFmpeg makes and checks the tests' videos
+	@if ! command -v cmake >/dev/null || ! command -v nasm >/dev/null || ! command -v ffprobe >/dev/null; then \
+	  echo "installing cmake and nasm (libjpeg-turbo is built from source with SIMD) and ffmpeg (the video tests' reference)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq cmake nasm >/dev/null; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq cmake nasm ffmpeg >/dev/null; \
 	fi
 
 .PHONY: setup

@@ -4,6 +4,7 @@
 mod common;
 
 mod inplace;
+mod mp4;
 mod pack;
 mod parquet;
 mod parsers;
