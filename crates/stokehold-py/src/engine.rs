@@ -452,7 +452,7 @@ impl Engine {
             d.set_item("storage", py.None())?;
         }
         let sources = PyDict::new(py);
-        for (i, s) in st.sources.iter().enumerate() {
+        for (i, s) in st.groups.iter().enumerate() {
             let e = PyDict::new(py);
             e.set_item("index", i)?;
             e.set_item("weight", s.weight)?;

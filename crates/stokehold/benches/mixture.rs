@@ -275,7 +275,7 @@ fn fetch_calls(tmp: &Path) {
                     .wrapping_add(1442695040888963407);
                 *id = (x >> 33) % n;
             }
-            samples.fetch(&ids, &mut io);
+            io.fetch(&**samples, &ids);
         }
         let one = t0.elapsed();
         let t0 = Instant::now();
@@ -286,9 +286,9 @@ fn fetch_calls(tmp: &Path) {
                     .wrapping_add(1442695040888963407);
                 *id = (x >> 33) % n;
             }
-            samples.fetch(&ids[..16], &mut ios[0]);
-            samples.fetch(&ids[16..26], &mut ios[1]);
-            samples.fetch(&ids[26..], &mut ios[2]);
+            ios[0].fetch(&**samples, &ids[..16]);
+            ios[1].fetch(&**samples, &ids[16..26]);
+            ios[2].fetch(&**samples, &ids[26..]);
         }
         let three = t0.elapsed();
         println!(

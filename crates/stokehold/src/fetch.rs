@@ -1,7 +1,9 @@
 //! The one fetcher: the bytes the samples of a task need, for every kind of sample. A sample
-//! source ([`crate::samples::Samples`]) says which byte ranges of which shards each sample of a
-//! task needs (a [`TaskPlan`]: one range per record, the pieces of a token window, ...); this
-//! module gets them, order-aware:
+//! source ([`crate::samples::Samples`]) names its byte sources (datasets, each with its RAM
+//! cache: [`ByteSource`]; a mixture has its sources' together) and says which byte ranges of
+//! which shards of which source each sample of a task needs (a [`TaskPlan`]: one range per
+//! record, the pieces of a token window, ...; a range carries its source's index); this module
+//! gets them, order-aware, in one fetch per task whatever the number of sources:
 //!
 //! - ranges already in memory (a map, a memory backend, the RAM cache) are borrowed, not read;
 //! - the other ranges of the task are sorted by position in their shard, and neighbours
@@ -11,14 +13,15 @@
 //! - the reads of a task go out together: with direct I/O in parallel lanes ([`IO_DEPTH`]), else
 //!   in one `io_uring` submission where the kernel allows it ([`ReadBatch`]), else one `pread`
 //!   each;
-//! - [`ByteSource::hint`] tells storage which ranges a batch a few steps ahead will need
-//!   (readahead: page-cache advice locally, fetches ahead from object storage), and
-//!   [`ByteSource::readahead`] is the one place that decides which of the two a source gets.
+//! - [`hint`] tells storage which ranges a batch a few steps ahead will need (readahead:
+//!   page-cache advice locally, fetches ahead from object storage), and [`readahead`] is the one
+//!   place that decides which of the two the sources get.
 //!
 //! A failed coalesced read falls back to one read per range, so that an error names the exact
 //! record and byte range.
 
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
 use stokehold_format::{Dataset, FormatError};
@@ -52,8 +55,8 @@ pub const REMOTE_WAVE_BYTES: u64 = 64 << 20;
 /// Most batches announced at once (a wave; see [`Readahead::wave`]).
 pub const MAX_WAVE: u64 = 16;
 
-/// How storage is told ahead which samples will be read ([`ByteSource::readahead`] decides; the
-/// engine announces a batch's ranges with [`ByteSource::hint`], a few steps ahead).
+/// How storage is told ahead which samples will be read ([`readahead`] decides; the engine
+/// announces a batch's ranges with [`hint`], a few steps ahead).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Readahead {
     /// Nothing is announced (samples in memory, or too small for a hint to pay).
@@ -85,10 +88,13 @@ impl Readahead {
     }
 }
 
-/// Bytes `[lo, hi)` of shard `shard` of a dataset.
+/// Bytes `[lo, hi)` of shard `shard` of byte source `source`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteRange {
-    /// The shard's index in the dataset.
+    /// The byte source's index in the samples' [`crate::samples::Samples::sources`] (0 for
+    /// samples of one dataset).
+    pub source: u16,
+    /// The shard's index in the source's dataset.
     pub shard: usize,
     /// First byte.
     pub lo: u64,
@@ -108,16 +114,49 @@ impl ByteRange {
     }
 }
 
-/// Where a sample source's bytes are: its dataset and, when on, the RAM cache of its shards.
-#[derive(Debug, Clone, Copy)]
-pub struct ByteSource<'a> {
-    /// The dataset whose shards the ranges are in.
-    pub dataset: &'a Dataset,
-    /// The RAM cache of whole shards, when on.
-    pub cache: Option<&'a RecordCache>,
+/// One place a sample source's bytes are: a dataset and, when on, the RAM cache of its shards
+/// (set once, possibly after the source was made: [`ByteSource::set_cache`]). Cheap to clone
+/// (shared handles): a mixture's sources are its sources' byte sources, together.
+#[derive(Debug, Clone)]
+pub struct ByteSource {
+    dataset: Arc<Dataset>,
+    cache: Arc<OnceLock<Arc<RecordCache>>>,
 }
 
-impl<'a> ByteSource<'a> {
+impl ByteSource {
+    /// The shards of `dataset`, through `cache` when given.
+    pub fn new(dataset: Arc<Dataset>, cache: Option<Arc<RecordCache>>) -> ByteSource {
+        let slot = OnceLock::new();
+        if let Some(c) = cache {
+            let _ = slot.set(c);
+        }
+        ByteSource {
+            dataset,
+            cache: Arc::new(slot),
+        }
+    }
+
+    /// The dataset whose shards the ranges are in.
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// The RAM cache of whole shards, when on.
+    pub fn cache(&self) -> Option<&RecordCache> {
+        self.cache.get().map(|c| &**c)
+    }
+
+    /// Whether `other` is this source (the same dataset and cache slot).
+    pub fn same(&self, other: &ByteSource) -> bool {
+        Arc::ptr_eq(&self.dataset, &other.dataset) && Arc::ptr_eq(&self.cache, &other.cache)
+    }
+
+    /// Read through `cache` from now on (for this source and its clones; the first cache set
+    /// stays).
+    pub fn set_cache(&self, cache: Arc<RecordCache>) {
+        let _ = self.cache.set(cache);
+    }
+
     /// How storage is told ahead which samples will be read, for samples of `mean_bytes` on
     /// average: nothing when the shards are in memory (or all in the RAM cache), fetches ahead
     /// from object storage, page-cache advice for local files when samples are large enough for
@@ -127,7 +166,7 @@ impl<'a> ByteSource<'a> {
         let in_memory = shards
             .first()
             .is_none_or(|s| s.source().slice(0, 0).is_some());
-        if in_memory || self.cache.is_some_and(|c| c.complete()) {
+        if in_memory || self.cache().is_some_and(|c| c.complete()) {
             Readahead::Off
         } else if shards
             .first()
@@ -145,49 +184,100 @@ impl<'a> ByteSource<'a> {
 
     /// `r`'s bytes when they are in memory (a map, a memory source or the RAM cache). With
     /// `touch`, a RAM cache miss on the shard queues its load.
-    fn memory(&self, r: &ByteRange, touch: bool) -> Option<&'a [u8]> {
+    fn memory(&self, r: &ByteRange, touch: bool) -> Option<&[u8]> {
         let len = usize::try_from(r.len()).ok()?;
         let shard = self.dataset.shards().get(r.shard)?;
         if let Some(s) = shard.source().slice(r.lo, len) {
             return Some(s);
         }
-        let c = self.cache?;
+        let c = self.cache()?;
         let bytes = if touch {
-            c.shard(self.dataset, r.shard)?
+            c.shard(&self.dataset, r.shard)?
         } else {
             c.peek(r.shard)?
         };
         let start = usize::try_from(r.lo).ok()?;
         bytes.get(start..start.checked_add(len)?)
     }
+}
 
-    /// Readahead: tell storage that `ranges` will be read soon, in this order (ranges in memory
-    /// need no hint): one `Storage::will_read` per shard with its ranges (storage coalesces them,
-    /// or fetches them ahead), the shards in the order of their first range, so that what is
-    /// read first is asked for first.
-    pub fn hint(&self, ranges: &[ByteRange], scratch: &mut Vec<(usize, u64, u64)>) {
-        scratch.clear();
-        scratch.extend(
-            ranges
-                .iter()
-                .filter(|r| self.memory(r, false).is_none())
-                .map(|r| (r.shard, r.lo, r.hi)),
-        );
-        let mut first: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
-        for (i, &(k, _, _)) in scratch.iter().enumerate() {
-            first.entry(k).or_insert(i);
+/// How storage is told ahead which samples of `sources` will be read, for samples of
+/// `mean_bytes` on average: the most any source needs ([`ByteSource::readahead`]); off for
+/// samples that read no bytes.
+pub fn readahead(sources: &[ByteSource], mean_bytes: u64) -> Readahead {
+    let rank = |r: Readahead| match r {
+        Readahead::Off => 0,
+        Readahead::Advise => 1,
+        Readahead::Fetch => 2,
+    };
+    sources
+        .iter()
+        .map(|s| s.readahead(mean_bytes))
+        .max_by_key(|r| rank(*r))
+        .unwrap_or(Readahead::Off)
+}
+
+/// The requests made to the object stores `sources` are read from, summed (`None`: all local).
+pub fn remote_stats(sources: &[ByteSource]) -> Option<stokehold_format::remote::RemoteStats> {
+    if let [one] = sources {
+        return one.dataset.remote_stats();
+    }
+    let mut total: Option<stokehold_format::remote::RemoteStats> = None;
+    for r in sources.iter().filter_map(|s| s.dataset.remote_stats()) {
+        let t = total.get_or_insert_with(Default::default);
+        t.requests += r.requests;
+        t.http_requests += r.http_requests;
+        t.retries += r.retries;
+        t.failures += r.failures;
+        t.short_bodies += r.short_bodies;
+        t.bytes += r.bytes;
+        t.prefetch.requests += r.prefetch.requests;
+        t.prefetch.bytes += r.prefetch.bytes;
+        t.prefetch.hits += r.prefetch.hits;
+        t.prefetch.misses += r.prefetch.misses;
+        t.prefetch.wasted_bytes += r.prefetch.wasted_bytes;
+        t.prefetch.refused += r.prefetch.refused;
+    }
+    total
+}
+
+/// Readahead: tell storage that `ranges` of `sources` will be read soon, in this order (ranges
+/// in memory need no hint): one `Storage::will_read` per shard with its ranges (storage coalesces
+/// them, or fetches them ahead), the shards in the order of their first range, so that what is
+/// read first is asked for first.
+pub fn hint(
+    sources: &[ByteSource],
+    ranges: &[ByteRange],
+    scratch: &mut Vec<(u16, usize, u64, u64)>,
+) {
+    scratch.clear();
+    scratch.extend(
+        ranges
+            .iter()
+            .filter(|r| {
+                sources
+                    .get(usize::from(r.source))
+                    .is_some_and(|s| s.memory(r, false).is_none())
+            })
+            .map(|r| (r.source, r.shard, r.lo, r.hi)),
+    );
+    let mut first: std::collections::HashMap<(u16, usize), usize> =
+        std::collections::HashMap::new();
+    for (i, &(s, k, _, _)) in scratch.iter().enumerate() {
+        first.entry((s, k)).or_insert(i);
+    }
+    scratch.sort_unstable_by_key(|&(s, k, lo, hi)| (first[&(s, k)], lo, hi));
+    let mut records: Vec<(u64, u64)> = Vec::new();
+    let mut i = 0;
+    while i < scratch.len() {
+        let (s, k) = (scratch[i].0, scratch[i].1);
+        records.clear();
+        while i < scratch.len() && (scratch[i].0, scratch[i].1) == (s, k) {
+            records.push((scratch[i].2, scratch[i].3));
+            i += 1;
         }
-        scratch.sort_unstable_by_key(|&(k, s, e)| (first[&k], s, e));
-        let mut records: Vec<(u64, u64)> = Vec::new();
-        let mut i = 0;
-        while i < scratch.len() {
-            let k = scratch[i].0;
-            records.clear();
-            while i < scratch.len() && scratch[i].0 == k {
-                records.push((scratch[i].1, scratch[i].2));
-                i += 1;
-            }
-            self.dataset.shards()[k].source().will_read(&records);
+        if let Some(shard) = sources[usize::from(s)].dataset.shards().get(k) {
+            shard.source().will_read(&records);
         }
     }
 }
@@ -199,6 +289,9 @@ pub struct TaskPlan {
     ranges: Vec<ByteRange>,
     /// `ends[k]`: one past sample `k`'s last range.
     ends: Vec<usize>,
+    /// Added to the source of each range pushed (the first byte source of the part of the
+    /// samples being planned: a mixture's source).
+    source_base: u16,
 }
 
 impl TaskPlan {
@@ -206,11 +299,23 @@ impl TaskPlan {
     pub fn clear(&mut self) {
         self.ranges.clear();
         self.ends.clear();
+        self.source_base = 0;
     }
 
-    /// A range of the sample being planned.
-    pub fn push(&mut self, r: ByteRange) {
+    /// A range of the sample being planned (its source counted from the part's first).
+    pub fn push(&mut self, mut r: ByteRange) {
+        r.source += self.source_base;
         self.ranges.push(r);
+    }
+
+    /// What is added to the source of each range pushed.
+    pub fn source_base(&self) -> u16 {
+        self.source_base
+    }
+
+    /// Add `base` to the source of each range pushed from now on.
+    pub fn set_source_base(&mut self, base: u16) {
+        self.source_base = base;
     }
 
     /// The sample being planned has all its ranges (possibly none: a sample whose location
@@ -241,11 +346,12 @@ impl TaskPlan {
     }
 }
 
-/// One coalesced read: ranges `ranges` of the sorted pending list, from shard `shard` at
-/// `offset`, into `buf[base..base + len]`.
+/// One coalesced read: ranges `ranges` of the sorted pending list, from shard `shard` of source
+/// `source` at `offset`, into `buf[base..base + len]`.
 #[derive(Debug)]
 struct Run {
     ranges: Range<usize>,
+    source: u16,
     shard: usize,
     offset: u64,
     base: usize,
@@ -254,7 +360,7 @@ struct Run {
 
 /// Read `runs` with up to [`IO_DEPTH`] requests in flight (scoped threads, each taking every
 /// `IO_DEPTH`-th run); whether each succeeded.
-fn read_parallel(ds: &Dataset, runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
+fn read_parallel(sources: &[ByteSource], runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
     // split the buffer into the runs' disjoint slices (runs are laid out in order)
     let mut slices: Vec<(usize, &mut [u8])> = Vec::with_capacity(runs.len());
     let mut rest = buf;
@@ -280,7 +386,9 @@ fn read_parallel(ds: &Dataset, runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
                             let r = &runs[j];
                             (
                                 j,
-                                ds.shards()[r.shard].source().read_at(r.offset, dst).is_ok(),
+                                storage(sources, r.source, r.shard)
+                                    .read_at(r.offset, dst)
+                                    .is_ok(),
                             )
                         })
                         .collect::<Vec<_>>()
@@ -305,7 +413,7 @@ fn read_parallel(ds: &Dataset, runs: &[Run], buf: &mut [u8]) -> Vec<bool> {
 /// once, not once per run, and a warm one makes no more system calls than plain reads would
 /// (nor sets up a ring). Whether each succeeded.
 fn read_cached_then_batch(
-    ds: &Dataset,
+    sources: &[ByteSource],
     runs: &[Run],
     buf: &mut [u8],
     batch: &mut ReadBatch,
@@ -313,8 +421,8 @@ fn read_cached_then_batch(
     let mut ok = vec![true; runs.len()];
     let mut missed = Vec::new();
     for (j, r) in runs.iter().enumerate() {
-        let source = ds.shards()[r.shard].source();
-        match read_batch::read_if_cached(&**source, r.offset, &mut buf[r.base..r.base + r.len]) {
+        let source = storage(sources, r.source, r.shard);
+        match read_batch::read_if_cached(source, r.offset, &mut buf[r.base..r.base + r.len]) {
             Ok(true) => {}
             Ok(false) => missed.push(j),
             Err(_) => ok[j] = false,
@@ -334,7 +442,7 @@ fn read_cached_then_batch(
         rest = tail;
         at = r.base + r.len;
         reqs.push(ReadRequest::new(
-            &**ds.shards()[r.shard].source(),
+            storage(sources, r.source, r.shard),
             r.offset,
             head,
         ));
@@ -346,8 +454,17 @@ fn read_cached_then_batch(
     ok
 }
 
-fn max_run(ds: &Dataset, k: usize) -> u64 {
-    if ds.shards()[k].source().kind() == "direct" {
+/// The storage of shard `k` of source `source` (both checked when the range was taken).
+fn storage(
+    sources: &[ByteSource],
+    source: u16,
+    k: usize,
+) -> &dyn stokehold_format::storage::Storage {
+    &**sources[usize::from(source)].dataset.shards()[k].source()
+}
+
+fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
+    if storage(sources, source, k).kind() == "direct" {
         MAX_DIRECT_RUN
     } else {
         MAX_RUN
@@ -361,8 +478,8 @@ fn max_run(ds: &Dataset, k: usize) -> u64 {
 /// Object storage: none (ranges side by side or overlapping only): the bytes come from ranges
 /// fetched ahead, which count each hinted range read by the read that covers it, so a read must
 /// not cover another task's range in a gap.
-fn max_gap(ds: &Dataset, k: usize, before: u64, after: u64) -> u64 {
-    if ds.shards()[k].source().kind() == "remote" {
+fn max_gap(sources: &[ByteSource], source: u16, k: usize, before: u64, after: u64) -> u64 {
+    if storage(sources, source, k).kind() == "remote" {
         0
     } else {
         before.max(after).clamp(MIN_GAP, MAX_GAP)
@@ -397,6 +514,8 @@ pub struct Fetched {
     /// Ranges to read (indices into `slots`), sorted by position.
     pending: Vec<usize>,
     runs: Vec<Run>,
+    /// Per source of the last fetch: RAM cache (hits, misses).
+    counts: Vec<(u64, u64)>,
     batch: ReadBatch,
     /// Bytes fetched from storage by the last [`Fetched::fetch`] (not from memory).
     pub read_bytes: u64,
@@ -430,53 +549,69 @@ impl Fetched {
         self.batch.mode()
     }
 
-    /// Fetch `ranges` from `src` (memory borrowed, the rest read in coalesced requests that go
-    /// out together). Errors are kept per range and given by [`Fetched::get`].
-    pub fn fetch(&mut self, src: ByteSource<'_>, ranges: &[ByteRange]) {
-        let ds = src.dataset;
+    /// Fetch `ranges` of `sources` (memory borrowed, the rest read in coalesced requests that go
+    /// out together, whatever source they are of). Errors are kept per range and given by
+    /// [`Fetched::get`].
+    pub fn fetch(&mut self, sources: &[ByteSource], ranges: &[ByteRange]) {
         self.slots.clear();
         self.pending.clear();
         self.runs.clear();
         self.read_bytes = 0;
         self.requests = 0;
         self.used = 0;
-        let mut hits = 0;
+        // per source with a RAM cache: (hits, misses), counted in bulk
+        self.counts.clear();
+        self.counts.resize(sources.len(), (0, 0));
         for (i, r) in ranges.iter().enumerate() {
-            if r.shard >= ds.shards().len() || r.hi < r.lo {
-                let e = std::io::Error::other("a range outside the dataset's shards");
+            let Some(src) = sources
+                .get(usize::from(r.source))
+                .filter(|s| r.shard < s.dataset.shards().len() && r.hi >= r.lo)
+            else {
+                let e = std::io::Error::other("a range outside the sources' shards");
                 self.slots.push((*r, failed(&e)));
-            } else if src.memory(r, true).is_some() {
-                hits += 1;
+                continue;
+            };
+            if src.memory(r, true).is_some() {
+                self.counts[usize::from(r.source)].0 += 1;
                 self.slots.push((*r, Src::Memory));
             } else {
+                self.counts[usize::from(r.source)].1 += 1;
                 self.pending.push(i);
                 self.slots.push((*r, Src::Buffer(0..0)));
             }
         }
-        if let Some(c) = src.cache {
-            c.count(hits, self.pending.len() as u64);
+        for (src, &(hits, misses)) in sources.iter().zip(&self.counts) {
+            if let Some(c) = src.cache() {
+                c.count(hits, misses);
+            }
         }
         if self.pending.is_empty() {
             return;
         }
         let slots = &self.slots;
-        self.pending
-            .sort_unstable_by_key(|&i| (slots[i].0.shard, slots[i].0.lo, slots[i].0.hi));
+        self.pending.sort_unstable_by_key(|&i| {
+            let r = &slots[i].0;
+            (r.source, r.shard, r.lo, r.hi)
+        });
         // runs: [start, end) of `pending`, same shard, small gaps (or overlaps), bounded size
         let mut too_large = Vec::new();
         let mut total = 0usize;
         let mut start = 0;
         while start < self.pending.len() {
             let first = slots[self.pending[start]].0;
-            let (k, lo) = (first.shard, first.lo);
+            let (source, k, lo) = (first.source, first.shard, first.lo);
             let mut last_end = first.hi;
             let mut prev_len = first.len();
             let mut end = start + 1;
             while end < self.pending.len() {
                 let r = slots[self.pending[end]].0;
                 let new_end = last_end.max(r.hi);
-                let gap = max_gap(ds, k, prev_len, r.len());
-                if r.shard != k || r.lo > last_end + gap || new_end - lo > max_run(ds, k) {
+                let gap = max_gap(sources, source, k, prev_len, r.len());
+                if r.source != source
+                    || r.shard != k
+                    || r.lo > last_end + gap
+                    || new_end - lo > max_run(sources, source, k)
+                {
                     break;
                 }
                 last_end = new_end;
@@ -494,6 +629,7 @@ impl Fetched {
             };
             self.runs.push(Run {
                 ranges: start..end,
+                source,
                 shard: k,
                 offset: lo,
                 base: total,
@@ -518,12 +654,12 @@ impl Fetched {
         let runs = &self.runs;
         let direct = runs
             .iter()
-            .any(|r| ds.shards()[r.shard].source().kind() == "direct");
+            .any(|r| storage(sources, r.source, r.shard).kind() == "direct");
         let buf = &mut self.buf[..total];
         let ok = if direct && runs.len() > 1 {
-            read_parallel(ds, runs, buf)
+            read_parallel(sources, runs, buf)
         } else {
-            read_cached_then_batch(ds, runs, buf, &mut self.batch)
+            read_cached_then_batch(sources, runs, buf, &mut self.batch)
         };
         let runs = std::mem::take(&mut self.runs);
         for (r, ok) in runs.iter().zip(ok) {
@@ -534,15 +670,15 @@ impl Fetched {
                     self.slots[i].1 = Src::Buffer(at..at + self.slots[i].0.len() as usize);
                 }
             } else {
-                self.read_each(ds, r);
+                self.read_each(sources, r);
             }
         }
         self.runs = runs;
     }
 
     /// After a failed read of a run: one read per range, so that an error says which one.
-    fn read_each(&mut self, ds: &Dataset, r: &Run) {
-        let source = ds.shards()[r.shard].source();
+    fn read_each(&mut self, sources: &[ByteSource], r: &Run) {
+        let source = storage(sources, r.source, r.shard);
         for &i in &self.pending[r.ranges.clone()] {
             let range = self.slots[i].0;
             self.requests += 1;
@@ -562,17 +698,18 @@ impl Fetched {
         }
     }
 
-    /// The bytes of range `i` of the last fetch (from `src`, the source it fetched from), or the
-    /// error of its read, naming the shard's file, the record and the byte range.
-    pub fn get<'a>(&'a self, src: ByteSource<'a>, i: usize) -> Result<&'a [u8], FormatError> {
-        let shards = src.dataset.shards();
-        let Some(((r, at), shard)) = self
-            .slots
-            .get(i)
-            .and_then(|s| Some((s, shards.get(s.0.shard)?)))
-        else {
+    /// The bytes of range `i` of the last fetch (from `sources`, the sources it fetched from),
+    /// or the error of its read, naming the shard's file, the record and the byte range.
+    pub fn get<'a>(&'a self, sources: &'a [ByteSource], i: usize) -> Result<&'a [u8], FormatError> {
+        let Some(((r, at), (src, shard))) = self.slots.get(i).and_then(|s| {
+            let src = sources.get(usize::from(s.0.source))?;
+            Some((s, (src, src.dataset.shards().get(s.0.shard)?)))
+        }) else {
             return Err(FormatError::Corrupt {
-                path: src.dataset.dir().to_path_buf(),
+                path: sources
+                    .first()
+                    .map(|s| s.dataset.dir().to_path_buf())
+                    .unwrap_or_default(),
                 what: format!("range {i} of a task"),
                 offset: 0,
                 detail: "a range outside what the task fetched or the dataset's shards".into(),
@@ -608,8 +745,17 @@ mod tests {
         Access, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
     };
 
-    fn dataset(dir: &std::path::Path, access: Access) -> Dataset {
-        let path = dir.join("ds");
+    fn dataset(dir: &std::path::Path, access: Access) -> Arc<Dataset> {
+        dataset_salted(dir, access, 0)
+    }
+
+    /// The test dataset, its bytes xored with `salt` (the same layout, other bytes).
+    fn dataset_salted(dir: &std::path::Path, access: Access, salt: u8) -> Arc<Dataset> {
+        let path = dir.join(if salt == 0 {
+            "ds".to_string()
+        } else {
+            format!("ds{salt}")
+        });
         if !path.exists() {
             let schema = Schema::from_specs([("b", "bytes")]).unwrap();
             let opts = DatasetWriteOptions {
@@ -618,12 +764,12 @@ mod tests {
             };
             let mut w = DatasetWriter::create(&path, schema, opts).unwrap();
             for i in 0..100u64 {
-                let b: Vec<u8> = (0..(1000 + i * 7)).map(|k| (k ^ i) as u8).collect();
+                let b: Vec<u8> = (0..(1000 + i * 7)).map(|k| (k ^ i) as u8 ^ salt).collect();
                 w.write(&[FieldValue::Bytes(b.into())]).unwrap();
             }
             w.finish().unwrap();
         }
-        Dataset::open_with(&path, OpenOptions::with_access(access)).unwrap()
+        Arc::new(Dataset::open_with(&path, OpenOptions::with_access(access)).unwrap())
     }
 
     fn expect(ds: &Dataset, id: u64) -> Vec<u8> {
@@ -636,26 +782,24 @@ mod tests {
         let (k, local) = ds.locate(id).unwrap();
         let e = ds.shards()[k].entry(local);
         ByteRange {
+            source: 0,
             shard: k,
             lo: e.offset,
             hi: e.end(),
         }
     }
 
-    fn source(ds: &Dataset) -> ByteSource<'_> {
-        ByteSource {
-            dataset: ds,
-            cache: None,
-        }
+    fn source(ds: &Arc<Dataset>) -> [ByteSource; 1] {
+        [ByteSource::new(Arc::clone(ds), None)]
     }
 
     /// Fetch the records `ids` (one range each) and check every one against a plain read.
-    fn fetch_records(ds: &Dataset, f: &mut Fetched, ids: &[u64], what: &str) {
+    fn fetch_records(ds: &Arc<Dataset>, f: &mut Fetched, ids: &[u64], what: &str) {
         let ranges: Vec<ByteRange> = ids.iter().map(|&id| range_of(ds, id)).collect();
-        f.fetch(source(ds), &ranges);
+        f.fetch(&source(ds), &ranges);
         for (i, &id) in ids.iter().enumerate() {
             assert_eq!(
-                f.get(source(ds), i).unwrap(),
+                f.get(&source(ds), i).unwrap(),
                 expect(ds, id),
                 "{what} slot {i}"
             );
@@ -751,11 +895,11 @@ mod tests {
             r,
         ];
         let mut f = Fetched::default();
-        f.fetch(source(&ds), &ranges);
+        f.fetch(&source(&ds), &ranges);
         assert_eq!(f.requests, 1, "one read covers them all");
         for (i, q) in ranges.iter().enumerate() {
             let want = &shard[q.lo as usize..q.hi as usize];
-            assert_eq!(f.get(source(&ds), i).unwrap(), want, "range {i}");
+            assert_eq!(f.get(&source(&ds), i).unwrap(), want, "range {i}");
         }
     }
 
@@ -764,6 +908,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ds = dataset(tmp.path(), Access::Pread);
         let at = |lo: u64, len: u64| ByteRange {
+            source: 0,
             shard: 0,
             lo,
             hi: lo + len,
@@ -771,18 +916,68 @@ mod tests {
         let base = range_of(&ds, 0).lo;
         let mut f = Fetched::default();
         // 8 KiB ranges 6 KiB apart: one read; 9 KiB apart: two
-        f.fetch(source(&ds), &[at(base, 8192), at(base + 8192 + 6144, 8192)]);
+        f.fetch(
+            &source(&ds),
+            &[at(base, 8192), at(base + 8192 + 6144, 8192)],
+        );
         assert_eq!(f.requests, 1);
-        f.fetch(source(&ds), &[at(base, 8192), at(base + 8192 + 9216, 8192)]);
+        f.fetch(
+            &source(&ds),
+            &[at(base, 8192), at(base + 8192 + 9216, 8192)],
+        );
         assert_eq!(f.requests, 2);
         // small ranges: a page of gap is always read through, more is not
-        f.fetch(source(&ds), &[at(base, 100), at(base + 100 + 4096, 100)]);
+        f.fetch(&source(&ds), &[at(base, 100), at(base + 100 + 4096, 100)]);
         assert_eq!(f.requests, 1);
-        f.fetch(source(&ds), &[at(base, 100), at(base + 100 + 5000, 100)]);
+        f.fetch(&source(&ds), &[at(base, 100), at(base + 100 + 5000, 100)]);
         assert_eq!(f.requests, 2);
         let shard = std::fs::read(ds.shards()[0].path()).unwrap();
-        let got = f.get(source(&ds), 1).unwrap();
+        let src = source(&ds);
+        let got = f.get(&src, 1).unwrap();
         assert_eq!(got, &shard[(base + 5100) as usize..(base + 5200) as usize]);
+    }
+
+    #[test]
+    fn ranges_of_several_sources_are_fetched_together_each_from_its_own_source() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = dataset_salted(tmp.path(), Access::Pread, 0);
+        let b = dataset_salted(tmp.path(), Access::Pread, 7);
+        let m = dataset_salted(tmp.path(), Access::Memory, 9);
+        let sources = [
+            ByteSource::new(Arc::clone(&a), None),
+            ByteSource::new(Arc::clone(&b), None),
+            ByteSource::new(Arc::clone(&m), None),
+        ];
+        let dss = [&a, &b, &m];
+        // the same records of two files side by side, and a range of a memory source
+        let wanted = [(0u16, 10u64), (1, 10), (0, 11), (1, 11), (2, 12), (2, 10)];
+        let ranges: Vec<ByteRange> = wanted
+            .iter()
+            .map(|&(src, id)| ByteRange {
+                source: src,
+                ..range_of(&a, id)
+            })
+            .collect();
+        let mut f = Fetched::default();
+        f.fetch(&sources, &ranges);
+        for (i, &(src, id)) in wanted.iter().enumerate() {
+            assert_eq!(
+                f.get(&sources, i).unwrap(),
+                expect(dss[usize::from(src)], id),
+                "range {i}: record {id} of source {src}"
+            );
+        }
+        assert_eq!(
+            f.requests, 2,
+            "one read per source's neighbours, none across sources, none from memory"
+        );
+        // a range of no source: an error, not a panic
+        let bad = [ByteRange {
+            source: 9,
+            ..range_of(&a, 1)
+        }];
+        f.fetch(&sources, &bad);
+        assert!(f.get(&sources, 0).is_err());
     }
 
     #[test]
@@ -806,28 +1001,29 @@ mod tests {
         std::fs::write(shard.path(), &bytes[..e.offset as usize + 10]).unwrap();
         let ranges: Vec<ByteRange> = [11, 12, 13].iter().map(|&i| range_of(&ds, i)).collect();
         let mut f = Fetched::default();
-        f.fetch(source(&ds), &ranges);
+        f.fetch(&source(&ds), &ranges);
         assert_eq!(
-            f.get(source(&ds), 0).unwrap(),
+            f.get(&source(&ds), 0).unwrap(),
             expect_prefix(&bytes, &ranges[0])
         );
         for i in [1, 2] {
-            let err = f.get(source(&ds), i).unwrap_err().to_string();
+            let err = f.get(&source(&ds), i).unwrap_err().to_string();
             let what = format!("global sample {}", 11 + i);
             assert!(err.contains(&what), "{err}");
             assert!(err.contains(&shard.path().display().to_string()), "{err}");
             // asked twice, the same error
-            assert_eq!(f.get(source(&ds), i).unwrap_err().to_string(), err);
+            assert_eq!(f.get(&source(&ds), i).unwrap_err().to_string(), err);
         }
         // a range of no shard, and a range index the task did not plan: errors, not panics
         let bad = [ByteRange {
+            source: 0,
             shard: 999,
             lo: 0,
             hi: 10,
         }];
-        f.fetch(source(&ds), &bad);
-        assert!(f.get(source(&ds), 0).is_err());
-        assert!(f.get(source(&ds), 5).is_err());
+        f.fetch(&source(&ds), &bad);
+        assert!(f.get(&source(&ds), 0).is_err());
+        assert!(f.get(&source(&ds), 5).is_err());
     }
 
     fn expect_prefix<'a>(bytes: &'a [u8], r: &ByteRange) -> &'a [u8] {
@@ -838,6 +1034,7 @@ mod tests {
     fn the_plan_gives_each_sample_its_ranges() {
         let mut p = TaskPlan::default();
         let r = |lo| ByteRange {
+            source: 0,
             shard: 0,
             lo,
             hi: lo + 1,
@@ -860,14 +1057,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ds = dataset(tmp.path(), Access::Pread);
         assert_eq!(
-            source(&ds).readahead(READAHEAD_MIN_SAMPLE),
+            source(&ds)[0].readahead(READAHEAD_MIN_SAMPLE),
             Readahead::Advise
         );
         assert_eq!(
-            source(&ds).readahead(READAHEAD_MIN_SAMPLE - 1),
+            source(&ds)[0].readahead(READAHEAD_MIN_SAMPLE - 1),
             Readahead::Off
         );
         let mem = dataset(tmp.path(), Access::Memory);
-        assert_eq!(source(&mem).readahead(u64::MAX), Readahead::Off);
+        assert_eq!(source(&mem)[0].readahead(u64::MAX), Readahead::Off);
     }
 }

@@ -39,6 +39,8 @@ pub mod cache;
 mod error;
 /// The one fetcher of sample bytes (what a [`Samples`] implementation plans, the engine reads).
 pub mod fetch;
+/// The order of an epoch as a value beside the samples, and the groups delivery counts.
+pub mod order;
 pub mod pipeline;
 mod rng;
 pub mod sampler;
@@ -54,6 +56,7 @@ mod units;
 pub use batch::{Batch, Buffer, BufferPool, ColumnData};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, RecordPlace, Result};
+pub use order::{Groups, Loadable, Order, OrderState, Shuffled};
 pub use pipeline::{
     BatchIter, Budget, Built, ByteSize, DecodedCacheConfig, EngineSpec, ErrorPolicy, Loader,
     LoaderConfig, MixtureSourceSpec, MixtureSpec, Next, PreparedRun, SamplesSpec, ScheduleEntry,
@@ -69,4 +72,4 @@ pub use stages::{
     Column, CopyBytes, Output, SampleCtx, StageError, StageResult, Transform, Value, from_fn,
 };
 pub use state::{ResumeState, STATE_VERSION, fingerprint};
-pub use stats::{SourceStats, StageStats, Stats};
+pub use stats::{GroupStats, StageStats, Stats};

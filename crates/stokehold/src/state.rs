@@ -4,8 +4,8 @@
 use serde::{Deserialize, Serialize};
 use stokehold_format::{Dataset, crc};
 
-use crate::blend::BlendState;
 use crate::error::{EngineError, Result};
+use crate::order::OrderState;
 use crate::sampler::Shuffle;
 
 /// The state format version this build writes and reads.
@@ -35,10 +35,12 @@ pub struct ResumeState {
     /// Failures in a row at `position` (counted against `max_consecutive`). Absent when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub failures_in_a_row: u64,
-    /// A mixture's blend: its sources, and the weights up to `position` (absent for one
-    /// dataset).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mixture: Option<BlendState>,
+    /// The order's own part ([`crate::order::Order::state`]; a blend's sources and weights up to
+    /// `position`), read only by the order; absent when the order keeps nothing (the loader's
+    /// shuffle). Saved under the key `mixture`, the name the first order with a part of its own
+    /// gave it, so that states saved before keep loading.
+    #[serde(default, rename = "mixture", skip_serializing_if = "Option::is_none")]
+    pub order: Option<OrderState>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -142,6 +144,14 @@ impl ResumeState {
                     format!("expected an integer from 0 to 2^64 - 1, got {}", short(x)),
                 ));
             }
+        }
+        if let Some(x) = obj.get("mixture")
+            && !x.is_object()
+        {
+            return Err(invalid(
+                Some("mixture"),
+                format!("expected an object, got {}", short(x)),
+            ));
         }
         if let Some(x) = obj.get("dataset")
             && !x.is_string()

@@ -94,14 +94,15 @@ pub struct Stats {
     /// Requests to the object store the dataset is read from (since it was opened; `None` for a
     /// local dataset): retries, failures, bytes, and how the order-aware prefetch fared.
     pub storage: Option<stokehold_format::remote::RemoteStats>,
-    /// A mixture's sources, in the order given (empty for one dataset).
-    pub sources: Vec<SourceStats>,
+    /// The groups of the samples ([`crate::order::Groups`]: a mixture's sources), in order
+    /// (empty without groups).
+    pub groups: Vec<GroupStats>,
 }
 
-/// What one source of a mixture gave.
+/// What one group of the samples (a mixture's source) gave.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SourceStats {
-    /// The source's name.
+pub struct GroupStats {
+    /// The group's name.
     pub name: String,
     /// Its weight at the loader's position (a fraction of 1).
     pub weight: f64,
@@ -109,12 +110,12 @@ pub struct SourceStats {
     pub samples: u64,
     /// Bytes its samples read from storage (or the RAM cache), batches prepared ahead included.
     pub bytes: u64,
-    /// Its samples that failed (skipped under `on_error = skip`).
+    /// Its samples that failed in batches delivered (skipped under `on_error = skip`).
     pub failed: u64,
     /// Worker time its samples took to fill (their stages; with profiling on, one sample in 8
     /// timed and scaled to all, as the stages are).
     pub busy: Duration,
-    /// Passes over it at the loader's position: its samples in the stream so far over its
+    /// Passes over it at the loader's position: its samples in the order so far over its
     /// length (2.5: two whole passes and half of a third).
     pub passes: f64,
 }
@@ -285,7 +286,7 @@ impl Collector {
             threads: self.threads,
             active_threads: self.threads,
             caches: Vec::new(),
-            sources: Vec::new(),
+            groups: Vec::new(),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             records_read: self.records_read.load(Ordering::Relaxed),
             prefetch: 0,
@@ -608,12 +609,12 @@ impl Stats {
             out.push_str(&c.report_line());
             out.push('\n');
         }
-        if !self.sources.is_empty() {
+        if !self.groups.is_empty() {
             out.push_str(&format!(
                 "{:<26} {:>7} {:>9} {:>10} {:>8} {:>10} {:>8}\n",
                 "source", "weight", "samples", "MB read", "failed", "busy s", "passes"
             ));
-            for s in &self.sources {
+            for s in &self.groups {
                 out.push_str(&format!(
                     "{:<26} {:>7.3} {:>9} {:>10.1} {:>8} {:>10.3} {:>8.2}\n",
                     s.name,

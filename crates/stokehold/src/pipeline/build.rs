@@ -7,11 +7,12 @@ use stokehold_format::{Dataset, OpenOptions};
 
 use crate::cache::disk::{self, DiskCache};
 use crate::error::{EngineError, Result};
+use crate::order::Loadable;
 use crate::pipeline::{
     Budget, DecodedCacheConfig, EngineSpec, Loader, SamplesSpec, half_of_memory,
 };
 use crate::samples::mixture::MixtureOptions;
-use crate::samples::{Mixture, MixtureSource, Records, Samples, TokenDataset, Tokens};
+use crate::samples::{Mixture, MixtureSource, Records, TokenDataset, Tokens};
 use crate::stages::Transform;
 use crate::stages::spec::{TransformSpec, build_columns};
 
@@ -100,7 +101,7 @@ impl EngineSpec {
             }
             sources.push(MixtureSource {
                 name: src.name.clone(),
-                samples,
+                samples: samples.samples,
                 max_skip_fraction: src.max_skip_fraction,
             });
         }
@@ -192,7 +193,7 @@ impl EngineSpec {
                 if let Some((cache, progress)) = disk {
                     records = records.with_disk_cache(cache, progress);
                 }
-                (Arc::new(records), None)
+                (Loadable::from(Arc::new(records)), None)
             }
             SamplesSpec::Tokens(options) => {
                 if transforms.is_some() {
@@ -203,7 +204,10 @@ impl EngineSpec {
                 let data = Arc::new(TokenDataset::open(ds)?);
                 data.use_cache(cache_bytes);
                 let t = Arc::clone(&data);
-                (Arc::new(Tokens::new(data, *options)?), Some(t))
+                (
+                    Loadable::from(Arc::new(Tokens::new(data, *options)?)),
+                    Some(t),
+                )
             }
         })
     }
@@ -228,7 +232,7 @@ impl Default for Share {
 }
 
 /// A spec's samples over one dataset, and its token dataset for token samples.
-type SamplesOver = (Arc<dyn Samples>, Option<Arc<TokenDataset>>);
+type SamplesOver = (Loadable, Option<Arc<TokenDataset>>);
 
 /// Two token sources of a mixture must store the same kind of ids: the same width and, where
 /// both manifests say, the same vocabulary size (their tokenizers may differ only then).

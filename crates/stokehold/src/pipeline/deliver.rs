@@ -148,6 +148,9 @@ impl BatchIter {
         let mut batch = finish_batch(&shared, self.core.samples.columns(), &self.core.pool);
         let mut failures = std::mem::take(&mut *lock(&shared.failures));
         failures.sort_by_key(|(slot, _)| *slot);
+        if let Some(g) = &self.core.groups {
+            g.failed(failures.iter().map(|(slot, _)| batch.ids[*slot]));
+        }
         if let Err(e) = self.apply_policy(&mut batch, failures) {
             return self.fail(e);
         }
@@ -167,7 +170,9 @@ impl BatchIter {
         stats
             .samples
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        self.core.samples.delivered(&batch.ids);
+        if let Some(g) = &self.core.groups {
+            g.delivered(&batch.ids);
+        }
         if self.next_step >= self.run.steps {
             self.finish_epoch();
         }
@@ -195,7 +200,9 @@ impl BatchIter {
         }
         self.finished = true;
         let core = &self.core;
-        core.samples.epoch_done();
+        for c in &core.caches {
+            c.epoch_done();
+        }
         let next = Cursor::epoch_start(self.run.epoch + 1);
         *lock(&core.cursor) = next;
         // Start the next epoch now, so that its first batches are being prepared while the
@@ -267,14 +274,13 @@ impl BatchIter {
         // the budget is of the whole epoch on this rank, wherever this iteration started
         let epoch_samples = self.run.plan.epoch_steps() * self.run.batch_size as u64;
         let too_many = self.skipped_in_epoch as f64 > max_fraction * epoch_samples as f64;
-        // a kind of samples may hold parts of the epoch to budgets of their own (a mixture's
-        // sources), checked here, in the order of delivery
+        // groups of the samples may hold parts of the epoch to budgets of their own (a
+        // mixture's sources), checked here, in the order of delivery
         let failed_ids: Vec<u64> = failed.iter().map(|&slot| batch.ids[slot]).collect();
-        if let Err(detail) =
-            self.core
-                .samples
-                .check_skips(self.run.epoch, &failed_ids, epoch_samples)
-        {
+        let groups = self.core.groups.as_ref();
+        if let Err(detail) = groups.map_or(Ok(()), |g| {
+            g.check_skips(self.run.epoch, &failed_ids, epoch_samples)
+        }) {
             let (_, first) = failures.into_iter().next().expect("not empty");
             return Err(EngineError::TooManyFailures {
                 detail,

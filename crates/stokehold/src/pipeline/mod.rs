@@ -1,6 +1,8 @@
-//! The one loading engine: the sampler's order for this rank, fetched and filled by a
-//! [`Samples`] implementation on a pool of native threads, collated into recycled batch buffers,
-//! delivered in order through a bounded prefetch window.
+//! The one loading engine: the order's positions for this rank ([`crate::order::Order`], the
+//! loader's shuffle by default), fetched and filled by a [`Samples`] implementation on a pool of
+//! native threads, collated into recycled batch buffers, delivered in order through a bounded
+//! prefetch window; with groups ([`crate::order::Groups`]), delivery keeps each group's
+//! figures and skip budget.
 //!
 //! Follow one batch: [`Loader::iter`] plans the epoch ([`RankPlan`]) and starts the workers
 //! ([`run`]); a worker takes the next task (a few slots of one batch), waits for the prefetch
@@ -24,8 +26,9 @@ use stokehold_format::Dataset;
 
 use crate::batch::BufferPool;
 use crate::error::{EngineError, Result};
-use crate::sampler::{EpochOrder, RankPlan, Shuffle};
-use crate::samples::{Records, Samples};
+use crate::order::{Loadable, Order};
+use crate::sampler::RankPlan;
+use crate::samples::{Cache, Records, Samples};
 use crate::stages::Column;
 use crate::state::{ResumeState, STATE_VERSION};
 use crate::stats::{Collector, Stats};
@@ -33,6 +36,7 @@ use crate::stats::{Collector, Stats};
 mod build;
 pub mod config;
 mod deliver;
+mod groups;
 mod run;
 mod tune;
 
@@ -45,6 +49,7 @@ pub use config::{
 };
 pub use deliver::{BatchIter, Next};
 
+pub(crate) use groups::GroupAccounts;
 use run::Spawned;
 
 /// Deepest prefetch window the autotuner uses.
@@ -78,6 +83,12 @@ impl Cursor {
 /// What a loader and its iterators share.
 pub(crate) struct Core {
     pub(crate) samples: Arc<dyn Samples>,
+    /// The order of an epoch.
+    pub(crate) order: Arc<dyn Order>,
+    /// The groups' accounts, when the samples have groups.
+    pub(crate) groups: Option<GroupAccounts>,
+    /// The caches the samples fill.
+    pub(crate) caches: Vec<Arc<dyn Cache>>,
     pub(crate) config: LoaderConfig,
     pub(crate) threads: usize,
     /// Threads currently allowed to work (autotuning moves it; kept across epochs).
@@ -88,7 +99,6 @@ pub(crate) struct Core {
     pub(crate) memory_budget: u64,
     /// Estimated bytes of one batch (for the memory budget).
     pub(crate) batch_bytes: u64,
-    blocks: Option<Vec<u64>>,
     fingerprint: String,
     pub(crate) pool: Arc<BufferPool>,
     pub(crate) stats: Arc<Collector>,
@@ -144,7 +154,7 @@ impl Core {
             position: c.position,
             skipped: c.skipped,
             failures_in_a_row: c.in_a_row,
-            mixture: self.samples.order_state(c.epoch, c.position),
+            order: self.order.state(c.epoch, c.position),
         }
     }
 
@@ -152,21 +162,20 @@ impl Core {
     pub(crate) fn stats(&self) -> Stats {
         let mut s = self.stats.snapshot();
         s.active_threads = self.active.load(Ordering::Relaxed);
-        s.caches = self.samples.cache_stats();
-        s.storage = self.samples.remote_stats();
+        s.caches = crate::samples::cache_stats(&self.caches, false);
+        s.storage = crate::fetch::remote_stats(self.samples.sources());
         let c = self.cursor();
-        s.sources = self.samples.source_stats(c.epoch, c.position);
+        if let Some(g) = &self.groups {
+            s.groups = g.stats(c.epoch, c.position);
+        }
         s.prefetch = self.prefetch.load(Ordering::Relaxed) as usize;
         s
     }
 
     pub(crate) fn plan(&self, c: Cursor) -> Result<RankPlan> {
-        let order = epoch_order(
-            &*self.samples,
-            self.blocks.as_deref(),
-            &self.config,
-            c.epoch,
-        )?;
+        let order = self
+            .order
+            .epoch(&self.config.shuffle, self.config.seed, c.epoch)?;
         Ok(RankPlan::new(
             order,
             c.position,
@@ -176,25 +185,6 @@ impl Core {
             self.config.tail,
         )?)
     }
-}
-
-/// The order of epoch `epoch`: the samples' own (a mixture's), else the loader's shuffle.
-fn epoch_order(
-    samples: &dyn Samples,
-    blocks: Option<&[u64]>,
-    config: &LoaderConfig,
-    epoch: u64,
-) -> Result<EpochOrder> {
-    if let Some(order) = samples.order(&config.shuffle, config.seed, epoch) {
-        return order;
-    }
-    Ok(EpochOrder::new(
-        samples.len(),
-        blocks,
-        &config.shuffle,
-        config.seed,
-        epoch,
-    )?)
 }
 
 /// A run started ahead (see [`BatchIter`]'s end of epoch). Dropping it stops and joins its
@@ -285,30 +275,23 @@ impl Loader {
         Loader::from_samples(Arc::new(records), config)
     }
 
-    /// A loader of any kind of samples.
-    pub fn from_samples(samples: Arc<dyn Samples>, config: LoaderConfig) -> Result<Loader> {
+    /// A loader of any kind of samples: samples alone (in the loader's shuffle), or with their
+    /// own order and groups (a [`crate::Mixture`], a [`Loadable`]).
+    pub fn from_samples(samples: impl Into<Loadable>, config: LoaderConfig) -> Result<Loader> {
         config.validate()?;
+        let Loadable {
+            samples,
+            order,
+            groups,
+        } = samples.into();
         let threads = match config.threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };
-        let blocks = samples.blocks();
-        let own_order = samples.order(&config.shuffle, config.seed, 0);
-        if own_order.is_none()
-            && blocks.is_none()
-            && matches!(config.shuffle, Shuffle::ShardBlock { .. })
-        {
-            return Err(EngineError::Config(
-                "these samples shuffle globally or not at all (no shard-block order)".into(),
-            ));
-        }
         // Build one epoch's order now, so that a bad configuration fails here rather than later.
-        let order = match own_order {
-            Some(o) => o?,
-            None => epoch_order(&*samples, blocks.as_deref(), &config, 0)?,
-        };
+        let epoch0 = order.epoch(&config.shuffle, config.seed, 0)?;
         RankPlan::new(
-            order,
+            epoch0,
             0,
             config.world_size,
             config.rank,
@@ -316,7 +299,7 @@ impl Loader {
             config.tail,
         )?;
         let memory_budget = config.memory_budget_bytes();
-        let batch_bytes = samples.batch_bytes(config.batch_size);
+        let batch_bytes = crate::samples::batch_bytes(&*samples, config.batch_size);
         let ram = stokehold_format::storage::physical_memory();
         if ram > 0 && batch_bytes > ram / 2 {
             return Err(EngineError::Config(format!(
@@ -358,7 +341,9 @@ impl Loader {
         Ok(Loader {
             core: Arc::new(Core {
                 fingerprint: samples.fingerprint(),
-                blocks,
+                order,
+                groups: groups.map(GroupAccounts::new),
+                caches: samples.caches(),
                 threads,
                 pool: Arc::new(BufferPool::new(4 * (deepest as usize + 2) * columns)),
                 stats: Arc::new(stats),
@@ -433,8 +418,8 @@ impl Loader {
         // everything but the dataset first: a mixture's samples take the state's blend only
         // when the rest of it fits
         check(None)?;
-        let own = self.core.samples.resume_order(
-            state.mixture.as_ref(),
+        let own = self.core.order.resume(
+            state.order.as_ref(),
             state.epoch,
             state.position.min(self.core.samples.len()),
         )?;

@@ -27,7 +27,7 @@ const READAHEAD: u64 = 2;
 /// 0.83-0.84x its rate from local disk, with 1 decode thread on one core, #50).
 const FETCH_LEAD: u64 = 4;
 
-/// The read stage's index in the statistics of samples that read bytes ([`crate::samples::Samples::source`]).
+/// The read stage's index in the statistics of samples that read bytes ([`crate::samples::Samples::sources`]).
 const STAGE_READ: usize = 0;
 
 /// What the workers of one iteration share.
@@ -39,7 +39,7 @@ pub(crate) struct Run {
     task_size: usize,
     tasks_per_batch: usize,
     pub(crate) steps: u64,
-    /// How storage is told ahead ([`ByteSource::readahead`](crate::fetch::ByteSource::readahead)).
+    /// How storage is told ahead ([`readahead`](crate::fetch::readahead)).
     readahead: Readahead,
     /// Batches announced to storage at once: every `wave` steps, the `wave` batches from
     /// `lead` steps on ([`Readahead::wave`]).
@@ -105,14 +105,15 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
     let steps = plan.steps();
     let b = core.config.batch_size as usize;
     let threads = core.threads;
+    let layout = core.samples.layout();
     let task_size = match core.config.task_size {
-        0 if core.samples.whole_batch_tasks() => b,
+        0 if layout.whole_batch_tasks => b,
         0 => {
             // Enough tasks per batch to share it between the threads; with large records,
             // tasks of a few MiB, so that records neighbouring in the order are read in
             // large requests (coalesced in `fetch`).
             let by_count = (b / (threads * 4)).clamp(1, 64);
-            let mean = core.samples.mean_bytes();
+            let mean = layout.mean_bytes;
             if mean >= 64 << 10 {
                 let by_bytes = ((4u64 << 20) / mean) as usize;
                 by_count.max(by_bytes.min(b / threads).max(1))
@@ -122,8 +123,8 @@ pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spaw
         }
         n => n.min(b),
     };
-    let readahead = core.samples.readahead();
-    let batch_bytes = core.samples.mean_bytes().max(1).saturating_mul(b as u64);
+    let readahead = crate::fetch::readahead(core.samples.sources(), layout.mean_bytes);
+    let batch_bytes = layout.mean_bytes.max(1).saturating_mul(b as u64);
     let wave = readahead.wave(core.config.shuffle, batch_bytes);
     let (tx, rx) = crossbeam_channel::unbounded();
     let run = Arc::new(Run {
@@ -184,6 +185,10 @@ fn worker(run: &Run, index: usize) {
     let mut ahead = TaskIo::default();
     let mut hints = Vec::new();
     let mut ws = core.stats.worker(index);
+    // whether the samples read bytes: their fetch is then timed as the read stage
+    let reads = !samples.sources().is_empty();
+    // this worker's figures of the samples' groups, added once per task
+    let mut tally: Vec<(u64, u64)> = Vec::new();
     let total = run.steps * run.tasks_per_batch as u64;
     loop {
         if run.stop.load(Ordering::Acquire) {
@@ -234,7 +239,7 @@ fn worker(run: &Run, index: usize) {
             ws: &mut ws,
         };
         let ids = &batch.ids[first..last];
-        if samples.reads() {
+        if reads {
             // the read stage: one fetch per task (coalesced reads), its time shared by the samples
             cx.ws
                 .shared_stage(STAGE_READ, ids, || io.fetch(samples, ids));
@@ -247,7 +252,12 @@ fn worker(run: &Run, index: usize) {
                 // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges), has not yet
                 // reported itself done, and makes one writer of it at a time.
                 let mut out = unsafe { SlotWriter::new(&batch, slot) };
-                samples.fill(id, slot - first, &mut io, &mut cx, &mut out)
+                match &core.groups {
+                    None => samples.fill(id, slot - first, &mut io, &mut cx, &mut out),
+                    Some(g) => g.fill(id, &mut cx, &mut out, &mut tally, |cx, out| {
+                        samples.fill(id, slot - first, &mut io, cx, out)
+                    }),
+                }
             }));
             let err = match outcome {
                 Ok(Ok(())) => continue,
@@ -258,6 +268,9 @@ fn worker(run: &Run, index: usize) {
                 },
             };
             lock(&batch.failures).push((slot, err));
+        }
+        if let Some(g) = &core.groups {
+            g.add(&mut tally);
         }
         ws.flush();
         if batch.task_done() {
@@ -313,7 +326,7 @@ impl Drop for Spare<'_> {
 /// announces the batches before those: in the same hint with waves (their shards come first),
 /// else one at a time, so that the first batches' requests go first (in a global shuffle every
 /// batch touches most shards). Every batch is announced once.
-fn announce(run: &Run, step: u64, io: &mut TaskIo, hints: &mut Vec<(usize, u64, u64)>) {
+fn announce(run: &Run, step: u64, io: &mut TaskIo, hints: &mut Vec<(u16, usize, u64, u64)>) {
     let samples = &*run.core.samples;
     let ids_of = |steps: std::ops::Range<u64>| -> Vec<u64> {
         steps
@@ -356,7 +369,7 @@ fn batch_for(
     run: &Run,
     step: u64,
     io: &mut TaskIo,
-    hints: &mut Vec<(usize, u64, u64)>,
+    hints: &mut Vec<(u16, usize, u64, u64)>,
 ) -> Option<(Arc<SharedBatch>, bool)> {
     let mut m = lock(&run.batches);
     if let Some(b) = m.get(&step) {
@@ -365,7 +378,7 @@ fn batch_for(
     let samples = &*run.core.samples;
     let mut slots: Vec<Slot> = Vec::with_capacity(run.batch_size);
     run.plan.fill_batch(step, &mut slots).ok()?;
-    samples.adapt_order(run.plan.order(), &mut slots);
+    run.core.order.adapt(run.plan.order(), &mut slots);
     let ids: Vec<u64> = slots.iter().map(|s| s.id).collect();
     let padding = slots.iter().map(|s| s.padding).collect();
     let outputs = samples

@@ -4,25 +4,27 @@
 //! A mixture's ids are its sources' ids, concatenated (source `s`'s id `i` is
 //! `offsets[s] + i`); its epoch is a slice of the endless blended stream, so `len` is the
 //! epoch's length, not the sum of the sources'. Each source keeps its own `Samples` (its
-//! transforms, caches, storage): a task's ids are grouped by source, each group planned and
-//! fetched by its source into a scratch of its own, and each sample filled by its source into
-//! the same columns, then tagged with its source's index (the `source` column).
+//! transforms, caches, storage); the mixture's byte sources are its sources' together, so a
+//! task's ids, grouped by source and planned by their source, are read in one fetch, and each
+//! sample is filled by its source into the same columns, then tagged with its source's index
+//! (the `source` column).
+//!
+//! The blend is a value beside the samples ([`Blended`]: the mixture's [`Order`] and
+//! [`Groups`], with the blend's part of a resume state), made with the mixture
+//! ([`Mixture::loadable`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use stokehold_format::DType;
-use stokehold_format::remote::RemoteStats;
 
 use crate::blend::{Blend, BlendDef, BlendSource, BlendState, Phase, UNIT, quantize};
 use crate::cache::CacheStats;
 use crate::error::{EngineError, Result};
-use crate::fetch::Readahead;
+use crate::fetch::ByteSource;
+use crate::order::{Groups, Loadable, Order, OrderState, Share};
 use crate::sampler::{EpochOrder, PositionMap, Shuffle};
-use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo, TaskView};
 use crate::stages::Output;
-use crate::stats::SourceStats;
 use crate::sync::lock;
 
 /// The name of the column that says each sample's source.
@@ -110,28 +112,13 @@ struct Plan {
     phases: Vec<Phase>,
     samples_per_step: Option<u64>,
 }
-
-#[derive(Debug, Default)]
-struct Counters {
-    samples: AtomicU64,
-    bytes: AtomicU64,
-    failed: AtomicU64,
-    busy_ns: AtomicU64,
-}
-
 /// Several sets of samples as one, blended ([`crate::blend`]).
 pub struct Mixture {
     sources: Vec<MixtureSource>,
-    counters: Vec<Counters>,
-    /// The schedule as given, quantised, in its unit.
-    schedule: Vec<(u64, Vec<u64>)>,
-    unit: ScheduleUnit,
-    samples_per_step: u64,
-    epoch_len: u64,
-    on_change: OnChange,
-    plan: Mutex<Plan>,
-    /// The blend of the plan for the last (shuffle, seed) asked for.
-    blend: Mutex<Option<(Shuffle, u64, Arc<Blend>)>>,
+    /// The byte sources of all the sources, in order.
+    bytes: Vec<ByteSource>,
+    /// Per source: the index of its first byte source in `bytes`.
+    first_byte_source: Vec<u16>,
     offsets: Vec<u64>,
     columns: Vec<(String, Output)>,
     stage_names: Vec<String>,
@@ -139,9 +126,10 @@ pub struct Mixture {
     /// Whether any source shapes its outputs per batch (padded documents): otherwise
     /// `batch_outputs` costs nothing per batch.
     shaped: bool,
+    whole_batch_tasks: bool,
     fingerprint: String,
-    /// Skips per source in the epoch being delivered: (epoch, counts).
-    skips: Mutex<(u64, Vec<u64>)>,
+    /// The order, the groups and the blend's resume state.
+    blended: Arc<Blended>,
 }
 
 impl std::fmt::Debug for Mixture {
@@ -151,45 +139,61 @@ impl std::fmt::Debug for Mixture {
                 "sources",
                 &self.sources.iter().map(|s| &s.name).collect::<Vec<_>>(),
             )
+            .field("schedule", &self.blended.schedule)
+            .field("epoch_len", &self.blended.epoch_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The blend of a mixture: its [`Order`] (the blended stream, sliced into epochs), its
+/// [`Groups`] (the sources, with their skip budgets and shares) and what a resume state keeps
+/// of it ([`BlendState`]).
+pub struct Blended {
+    names: Vec<String>,
+    fingerprints: Vec<String>,
+    lens: Vec<u64>,
+    blocks: Vec<Option<Vec<u64>>>,
+    max_skip_fraction: Vec<Option<f64>>,
+    offsets: Vec<u64>,
+    /// The schedule as given, quantised, in its unit.
+    schedule: Vec<(u64, Vec<u64>)>,
+    unit: ScheduleUnit,
+    samples_per_step: u64,
+    epoch_len: u64,
+    on_change: OnChange,
+    plan: Mutex<Plan>,
+    /// The blend of the plan for the last (shuffle, seed) asked for.
+    blend: Mutex<Option<(Shuffle, u64, Arc<Blend>)>>,
+}
+
+impl std::fmt::Debug for Blended {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Blended")
+            .field("sources", &self.names)
             .field("schedule", &self.schedule)
             .field("epoch_len", &self.epoch_len)
             .finish_non_exhaustive()
     }
 }
 
-/// A scratch per source, and which of them holds each sample of the task.
+/// The mixture's part of a task: which source holds each sample, the sources' groups of ids and
+/// each source's own scratch.
 #[derive(Default)]
 struct MixScratch {
-    subs: Vec<TaskIo>,
+    subs: Vec<Option<Box<dyn std::any::Any + Send>>>,
     groups: Vec<Vec<u64>>,
+    /// Per source: the plan's index of its first sample in the task.
+    first: Vec<usize>,
     /// Per sample of the task: (source, index in its group).
     slot: Vec<(u32, u32)>,
-    /// Per source, this worker's (bytes, busy ns) not yet added to the shared counters
-    /// (added once per task: atomics shared by the workers, touched per sample, cost more than
-    /// a cheap sample's own work).
-    pending: Vec<(u64, u64)>,
 }
 
 impl MixScratch {
-    /// Add this worker's counts into the mixture's.
-    fn flush(&mut self, mix: &Mixture) {
-        for (p, c) in self.pending.iter_mut().zip(&mix.counters) {
-            if p.0 > 0 || p.1 > 0 {
-                c.bytes.fetch_add(p.0, Ordering::Relaxed);
-                c.busy_ns.fetch_add(p.1, Ordering::Relaxed);
-                *p = (0, 0);
-            }
-        }
-    }
-
-    fn group(&mut self, mix: &Mixture, ids: &[u64], io_uring: bool) {
+    fn group(&mut self, mix: &Mixture, ids: &[u64]) {
         let n = mix.sources.len();
-        self.flush(mix);
-        self.pending.resize(n, (0, 0));
-        while self.subs.len() < n {
-            self.subs.push(TaskIo::new(io_uring));
-        }
+        self.subs.resize_with(n, || None);
         self.groups.resize_with(n, Vec::new);
+        self.first.resize(n, 0);
         for g in &mut self.groups {
             g.clear();
         }
@@ -198,6 +202,69 @@ impl MixScratch {
             let (s, local) = mix.source_of(id);
             self.slot.push((s as u32, self.groups[s].len() as u32));
             self.groups[s].push(local);
+        }
+    }
+}
+
+/// The mixture's scratch, taken out of a task's scratch while its sources plan or fill
+/// through it, and put back however that ends (a source's panic included).
+struct Held<'a> {
+    io: &'a mut TaskIo,
+    sc: Option<Box<MixScratch>>,
+    /// The source entered, and the view to go back to.
+    entered: Option<(usize, TaskView)>,
+}
+
+impl<'a> Held<'a> {
+    fn new(io: &'a mut TaskIo) -> Held<'a> {
+        let sc = io.take_scratch::<MixScratch>();
+        Held {
+            io,
+            sc: Some(sc),
+            entered: None,
+        }
+    }
+
+    fn sc(&mut self) -> &mut MixScratch {
+        self.sc.as_mut().expect("held until dropped")
+    }
+
+    /// Plan or fill source `s`'s part of the task from `view` on.
+    fn enter(&mut self, s: usize, view: TaskView) {
+        let sc = self.sc.as_mut().expect("held until dropped");
+        let before = self.io.enter(view, &mut sc.subs[s]);
+        self.entered = Some((s, before));
+    }
+
+    fn leave(&mut self) {
+        if let Some((s, before)) = self.entered.take() {
+            let sc = self.sc.as_mut().expect("held until dropped");
+            self.io.leave(before, &mut sc.subs[s]);
+        }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.leave();
+        if let Some(sc) = self.sc.take() {
+            self.io.put_scratch(sc);
+        }
+    }
+}
+
+/// The caches of a mixture's sources, reported as one per kind.
+#[derive(Debug)]
+struct MixtureCaches(Vec<Arc<dyn Cache>>);
+
+impl Cache for MixtureCaches {
+    fn stats(&self) -> Vec<CacheStats> {
+        crate::samples::cache_stats(&self.0, true)
+    }
+
+    fn epoch_done(&self) {
+        for c in &self.0 {
+            c.epoch_done();
         }
     }
 }
@@ -336,7 +403,7 @@ impl Mixture {
             }
             let q = quantize(w)?;
             for (s, &qw) in q.iter().enumerate() {
-                if qw > 0 && sources[s].samples.is_empty() {
+                if qw > 0 && sources[s].samples.len() == 0 {
                     return bad(format!(
                         "source '{}' has no samples but a weight above 0",
                         sources[s].name
@@ -366,9 +433,25 @@ impl Mixture {
             fp = stokehold_format::crc::append(fp, s.samples.fingerprint().as_bytes());
         }
         fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
-        let mut mix = Mixture {
-            counters: sources.iter().map(|_| Counters::default()).collect(),
-            sources,
+        let mut bytes = Vec::new();
+        let mut first_byte_source = Vec::with_capacity(sources.len());
+        for s in &sources {
+            first_byte_source.push(u16::try_from(bytes.len()).map_err(|_| {
+                EngineError::Config("a mixture reads from at most 65,535 datasets".into())
+            })?);
+            bytes.extend(s.samples.sources().iter().cloned());
+        }
+        if bytes.len() > usize::from(u16::MAX) {
+            return bad("a mixture reads from at most 65,535 datasets".into());
+        }
+        let layouts: Vec<Layout> = sources.iter().map(|s| s.samples.layout()).collect();
+        let blended = Blended {
+            names: sources.iter().map(|s| s.name.clone()).collect(),
+            fingerprints: sources.iter().map(|s| s.samples.fingerprint()).collect(),
+            lens: sources.iter().map(|s| s.samples.len()).collect(),
+            blocks: layouts.iter().map(|l| l.blocks.clone()).collect(),
+            max_skip_fraction: sources.iter().map(|s| s.max_skip_fraction).collect(),
+            offsets: offsets.clone(),
             schedule,
             unit: options.unit,
             samples_per_step: options.samples_per_step,
@@ -381,42 +464,73 @@ impl Mixture {
                 samples_per_step: None,
             }),
             blend: Mutex::new(None),
+        };
+        let sps = (blended.unit == ScheduleUnit::Steps).then_some(blended.samples_per_step);
+        let plan = Plan {
+            origin: 0,
+            base: vec![0; sources.len()],
+            phases: blended.phases(sps)?,
+            samples_per_step: sps,
+        };
+        *lock(&blended.plan) = plan;
+        // a blend now, so that a bad definition fails here
+        blended.blend_for(&Shuffle::Global, 0)?;
+        Ok(Mixture {
+            shaped: sources
+                .iter()
+                .any(|s| s.samples.batch_outputs(&[]).is_some()),
+            whole_batch_tasks: layouts.iter().all(|l| l.whole_batch_tasks),
+            sources,
+            bytes,
+            first_byte_source,
             offsets,
             columns,
             stage_names,
             source_column: options.source_column,
-            shaped: false,
             fingerprint: format!("mixture:{fp:08x}"),
-            skips: Mutex::new((u64::MAX, Vec::new())),
-        };
-        mix.shaped = mix
-            .sources
-            .iter()
-            .any(|s| s.samples.batch_outputs(&[]).is_some());
-        let sps = (mix.unit == ScheduleUnit::Steps).then_some(mix.samples_per_step);
-        let plan = Plan {
-            origin: 0,
-            base: vec![0; mix.sources.len()],
-            phases: mix.phases(sps)?,
-            samples_per_step: sps,
-        };
-        *mix.plan.get_mut().unwrap_or_else(|p| p.into_inner()) = plan;
-        // a blend now, so that a bad definition fails here
-        mix.blend_for(&Shuffle::Global, 0)?;
-        Ok(mix)
+            blended: Arc::new(blended),
+        })
     }
 
-    /// The sources, in order.
-    pub fn sources(&self) -> &[MixtureSource] {
+    /// The sources, in order (its byte sources are [`Samples::sources`]).
+    pub fn mixture_sources(&self) -> &[MixtureSource] {
         &self.sources
     }
 
     /// The source of mixture id `id` and the id within it.
     pub fn source_of(&self, id: u64) -> (usize, u64) {
-        let s = self.offsets.partition_point(|&o| o <= id).saturating_sub(1);
-        (s, id - self.offsets[s])
+        source_of(&self.offsets, id)
     }
 
+    /// The blend: the mixture's order and groups.
+    pub fn blended(&self) -> &Arc<Blended> {
+        &self.blended
+    }
+
+    /// The mixture as a loader loads it: its samples, in the order of its blend, its sources
+    /// as groups.
+    pub fn loadable(self: Arc<Self>) -> Loadable {
+        let blended = Arc::clone(&self.blended);
+        Loadable {
+            samples: self,
+            order: Arc::clone(&blended) as Arc<dyn Order>,
+            groups: Some(blended),
+        }
+    }
+}
+
+impl From<Arc<Mixture>> for Loadable {
+    fn from(mix: Arc<Mixture>) -> Loadable {
+        mix.loadable()
+    }
+}
+
+fn source_of(offsets: &[u64], id: u64) -> (usize, u64) {
+    let s = offsets.partition_point(|&o| o <= id).saturating_sub(1);
+    (s, id - offsets[s])
+}
+
+impl Blended {
     /// The schedule in stream samples (steps converted with `samples_per_step`).
     fn phases(&self, samples_per_step: Option<u64>) -> Result<Vec<Phase>> {
         self.schedule
@@ -456,12 +570,14 @@ impl Mixture {
     fn def(&self, plan: &Plan, shuffle: &Shuffle, seed: u64) -> BlendDef {
         BlendDef {
             sources: self
-                .sources
+                .names
                 .iter()
-                .map(|s| BlendSource {
-                    name: s.name.clone(),
-                    len: s.samples.len(),
-                    blocks: s.samples.blocks(),
+                .zip(&self.lens)
+                .zip(&self.blocks)
+                .map(|((name, &len), blocks)| BlendSource {
+                    name: name.clone(),
+                    len,
+                    blocks: blocks.clone(),
                 })
                 .collect(),
             phases: plan.phases.clone(),
@@ -487,6 +603,11 @@ impl Mixture {
             .saturating_add(position.min(self.epoch_len))
     }
 
+    /// The weights of the plan's first phase (each source's share, in units of [`UNIT`]).
+    fn first_weights(&self) -> Vec<u64> {
+        lock(&self.plan).phases[0].weights.clone()
+    }
+
     /// Install `plan` (a resumed or new blend).
     fn set_plan(&self, plan: Plan) {
         *lock(&self.plan) = plan;
@@ -503,339 +624,9 @@ impl Mixture {
             ),
         }
     }
-}
 
-impl Samples for Mixture {
-    fn len(&self) -> u64 {
-        self.epoch_len
-    }
-
-    fn blocks(&self) -> Option<Vec<u64>> {
-        None
-    }
-
-    fn columns(&self) -> &[(String, Output)] {
-        &self.columns
-    }
-
-    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
-        if !self.shaped {
-            return None;
-        }
-        let mut groups: Vec<Vec<u64>> = vec![Vec::new(); self.sources.len()];
-        for &id in ids {
-            let (s, local) = self.source_of(id);
-            groups[s].push(local);
-        }
-        let mut merged: Option<Vec<Output>> = None;
-        for (s, g) in self.sources.iter().zip(&groups) {
-            if g.is_empty() {
-                continue;
-            }
-            let Some(outs) = s.samples.batch_outputs(g) else {
-                continue;
-            };
-            merged = Some(match merged {
-                None => outs,
-                Some(m) => {
-                    m.into_iter()
-                        .zip(outs)
-                        .map(|(a, b)| match (a, b) {
-                            (
-                                Output::Fixed { dtype, shape: sa },
-                                Output::Fixed { shape: sb, .. },
-                            ) if sa.len() == sb.len() => Output::Fixed {
-                                dtype,
-                                shape: sa.iter().zip(&sb).map(|(x, y)| *x.max(y)).collect(),
-                            },
-                            (a, _) => a,
-                        })
-                        .collect()
-                }
-            });
-        }
-        let mut merged = merged?;
-        if self.source_column {
-            merged.push(self.columns.last().map(|c| c.1.clone())?);
-        }
-        Some(merged)
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        self.stage_names.clone()
-    }
-
-    fn fingerprint(&self) -> String {
-        self.fingerprint.clone()
-    }
-
-    fn mean_bytes(&self) -> u64 {
-        let plan = lock(&self.plan);
-        let w = &plan.phases[0].weights;
-        let sum: u128 = self
-            .sources
-            .iter()
-            .zip(w)
-            .map(|(s, &w)| u128::from(s.samples.mean_bytes()) * u128::from(w))
-            .sum();
-        (sum / u128::from(UNIT)) as u64
-    }
-
-    fn batch_bytes(&self, batch_size: u32) -> u64 {
-        self.sources
-            .iter()
-            .map(|s| s.samples.batch_bytes(batch_size))
-            .max()
-            .unwrap_or(1)
-            .saturating_add(8 * u64::from(batch_size))
-    }
-
-    fn whole_batch_tasks(&self) -> bool {
-        self.sources.iter().all(|s| s.samples.whole_batch_tasks())
-    }
-
-    fn reads(&self) -> bool {
-        self.sources.iter().any(|s| s.samples.reads())
-    }
-
-    fn readahead(&self) -> Readahead {
-        let rank = |r: Readahead| match r {
-            Readahead::Off => 0,
-            Readahead::Advise => 1,
-            Readahead::Fetch => 2,
-        };
-        self.sources
-            .iter()
-            .map(|s| s.samples.readahead())
-            .max_by_key(|r| rank(*r))
-            .unwrap_or(Readahead::Off)
-    }
-
-    fn fetch(&self, ids: &[u64], io: &mut TaskIo) {
-        let io_uring = io.bytes.may_use_io_uring();
-        let sc = io.scratch::<MixScratch>();
-        sc.group(self, ids, io_uring);
-        for (s, src) in self.sources.iter().enumerate() {
-            if !sc.groups[s].is_empty() {
-                src.samples.fetch(&sc.groups[s], &mut sc.subs[s]);
-            }
-        }
-    }
-
-    fn hint(&self, ids: &[u64], io: &mut TaskIo, scratch: &mut Vec<(usize, u64, u64)>) {
-        let io_uring = io.bytes.may_use_io_uring();
-        let sc = io.scratch::<MixScratch>();
-        sc.group(self, ids, io_uring);
-        for (s, src) in self.sources.iter().enumerate() {
-            if !sc.groups[s].is_empty() {
-                src.samples.hint(&sc.groups[s], &mut sc.subs[s], scratch);
-            }
-        }
-    }
-
-    fn fill(
-        &self,
-        id: u64,
-        k: usize,
-        io: &mut TaskIo,
-        cx: &mut TaskCtx<'_, '_>,
-        out: &mut SlotWriter<'_>,
-    ) -> Result<()> {
-        let sc = io.scratch::<MixScratch>();
-        let Some(&(s, kk)) = sc.slot.get(k) else {
-            return Err(EngineError::Worker(format!(
-                "sample {k} of a mixture's task was not planned"
-            )));
-        };
-        let s = s as usize;
-        let (_, local) = self.source_of(id);
-        let before = cx.ws.bytes_since_flush();
-        // timed with the samples the stages time (one in 8), scaled to all
-        let t0 = cx.ws.next_timed().map(|scale| (scale, Instant::now()));
-        let r = self.sources[s]
-            .samples
-            .fill(local, kk as usize, &mut sc.subs[s], cx, out);
-        let p = &mut sc.pending[s];
-        p.0 += cx.ws.bytes_since_flush().saturating_sub(before);
-        if let Some((scale, t0)) = t0 {
-            p.1 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
-        }
-        if k + 1 == sc.slot.len() {
-            // the task's last sample: its counts go to the mixture's
-            sc.flush(self);
-        }
-        if self.source_column {
-            let col = self.columns.len() - 1;
-            out.fixed(col).copy_from_slice(&(s as i64).to_le_bytes());
-        }
-        if let Err(e) = r {
-            self.counters[s].failed.fetch_add(1, Ordering::Relaxed);
-            return Err(e);
-        }
-        Ok(())
-    }
-
-    fn epoch_done(&self) {
-        for s in &self.sources {
-            s.samples.epoch_done();
-        }
-    }
-
-    fn cache_stats(&self) -> Vec<CacheStats> {
-        let mut out: Vec<CacheStats> = Vec::new();
-        for s in &self.sources {
-            for c in s.samples.cache_stats() {
-                match out.iter_mut().find(|o| o.kind == c.kind) {
-                    Some(o) => {
-                        o.hits += c.hits;
-                        o.misses += c.misses;
-                        o.bytes += c.bytes;
-                        o.budget += c.budget;
-                        o.entries += c.entries;
-                        o.saved += c.saved;
-                        o.shared += c.shared;
-                    }
-                    None => out.push(c),
-                }
-            }
-        }
-        out
-    }
-
-    fn remote_stats(&self) -> Option<RemoteStats> {
-        let mut total: Option<RemoteStats> = None;
-        for r in self.sources.iter().filter_map(|s| s.samples.remote_stats()) {
-            let t = total.get_or_insert_with(RemoteStats::default);
-            t.requests += r.requests;
-            t.http_requests += r.http_requests;
-            t.retries += r.retries;
-            t.failures += r.failures;
-            t.short_bodies += r.short_bodies;
-            t.bytes += r.bytes;
-            t.prefetch.requests += r.prefetch.requests;
-            t.prefetch.bytes += r.prefetch.bytes;
-            t.prefetch.hits += r.prefetch.hits;
-            t.prefetch.misses += r.prefetch.misses;
-            t.prefetch.wasted_bytes += r.prefetch.wasted_bytes;
-            t.prefetch.refused += r.prefetch.refused;
-        }
-        total
-    }
-
-    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<Result<EpochOrder>> {
-        Some(self.blend_for(shuffle, seed).map(|blend| {
-            let map: Arc<dyn PositionMap> = blend;
-            EpochOrder::custom(self.epoch_len, shuffle, seed, epoch, map)
-        }))
-    }
-
-    fn source_stats(&self, epoch: u64, position: u64) -> Vec<SourceStats> {
-        let g = self.stream_index(epoch, position);
-        let blend = self.current_blend();
-        let counts = blend.as_ref().map(|b| b.counts_at(g));
-        let weights = blend.as_ref().map(|b| b.weights_at(g).to_vec());
-        self.sources
-            .iter()
-            .zip(&self.counters)
-            .enumerate()
-            .map(|(i, (s, c))| SourceStats {
-                name: s.name.clone(),
-                weight: weights.as_ref().map_or(0.0, |w| w[i] as f64 / UNIT as f64),
-                samples: c.samples.load(Ordering::Relaxed),
-                bytes: c.bytes.load(Ordering::Relaxed),
-                failed: c.failed.load(Ordering::Relaxed),
-                busy: Duration::from_nanos(c.busy_ns.load(Ordering::Relaxed)),
-                passes: counts
-                    .as_ref()
-                    .map_or(0.0, |k| k[i] as f64 / s.samples.len().max(1) as f64),
-            })
-            .collect()
-    }
-
-    fn delivered(&self, ids: &[u64]) {
-        let mut per = [0u64; 8];
-        if self.sources.len() <= per.len() {
-            for &id in ids {
-                per[self.source_of(id).0] += 1;
-            }
-            for (c, n) in self.counters.iter().zip(per) {
-                if n > 0 {
-                    c.samples.fetch_add(n, Ordering::Relaxed);
-                }
-            }
-        } else {
-            for &id in ids {
-                self.counters[self.source_of(id).0]
-                    .samples
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    fn check_skips(
-        &self,
-        epoch: u64,
-        ids: &[u64],
-        epoch_samples: u64,
-    ) -> std::result::Result<(), String> {
-        if self.sources.iter().all(|s| s.max_skip_fraction.is_none()) {
-            return Ok(());
-        }
-        let mut skips = lock(&self.skips);
-        if skips.0 != epoch {
-            *skips = (epoch, vec![0; self.sources.len()]);
-        }
-        let weights = self
-            .current_blend()
-            .map(|b| b.weights_at(self.stream_index(epoch, 0)).to_vec());
-        for &id in ids {
-            let (s, _) = self.source_of(id);
-            skips.1[s] += 1;
-            let Some(f) = self.sources[s].max_skip_fraction else {
-                continue;
-            };
-            let share = weights.as_ref().map_or(1.0, |w| w[s] as f64 / UNIT as f64);
-            let budget = f * share * epoch_samples as f64;
-            if skips.1[s] as f64 > budget {
-                return Err(format!(
-                    "{} samples of source '{}' skipped this epoch, more than its budget \
-                     ({:.1}% of its share, about {:.0} of this rank's {epoch_samples} samples)",
-                    skips.1[s],
-                    self.sources[s].name,
-                    f * 100.0,
-                    share * epoch_samples as f64
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {
-        let g = self.stream_index(epoch, position);
-        let plan = lock(&self.plan).clone();
-        Some(BlendState {
-            sources: self.sources.iter().map(|s| s.name.clone()).collect(),
-            fingerprints: self
-                .sources
-                .iter()
-                .map(|s| s.samples.fingerprint())
-                .collect(),
-            epoch_len: self.epoch_len,
-            origin: plan.origin,
-            base: plan.base,
-            phases: plan.phases.into_iter().filter(|p| p.start <= g).collect(),
-            samples_per_step: plan.samples_per_step,
-        })
-    }
-
-    fn resume_order(&self, state: Option<&BlendState>, epoch: u64, position: u64) -> Result<bool> {
-        let Some(st) = state else {
-            return Err(EngineError::IncompatibleResume {
-                field: "mixture",
-                expected: "the state of a mixture".into(),
-                found: "the state of a loader of one dataset".into(),
-            });
-        };
+    /// Continue from the blend state `st` at (`epoch`, `position`).
+    fn resume_blend(&self, st: &BlendState, epoch: u64, position: u64) -> Result<bool> {
         if st.epoch_len != self.epoch_len {
             return Err(EngineError::IncompatibleResume {
                 field: "mixture",
@@ -879,7 +670,7 @@ impl Samples for Mixture {
             });
         }
         let g = self.stream_index(epoch, position);
-        let names: Vec<&str> = self.sources.iter().map(|s| s.name.as_str()).collect();
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
         let same_sources = st
             .sources
             .iter()
@@ -888,8 +679,8 @@ impl Samples for Mixture {
             && st
                 .fingerprints
                 .iter()
-                .zip(&self.sources)
-                .all(|(f, s)| *f == s.samples.fingerprint());
+                .zip(&self.fingerprints)
+                .all(|(f, s)| f == s);
         // the schedule as this mixture gives it, converted as the state's blend was
         let sps = match self.unit {
             ScheduleUnit::Steps => Some(st.samples_per_step.unwrap_or(self.samples_per_step)),
@@ -961,12 +752,12 @@ impl Samples for Mixture {
         })?;
         let counts = old.counts_at(g);
         let base: Vec<u64> = self
-            .sources
+            .names
             .iter()
-            .map(|s| {
+            .map(|name| {
                 st.sources
                     .iter()
-                    .position(|n| *n == s.name)
+                    .position(|n| n == name)
                     .map_or(0, |i| counts[i])
             })
             .collect();
@@ -983,5 +774,224 @@ impl Samples for Mixture {
             samples_per_step: sps,
         });
         Ok(true)
+    }
+}
+
+impl Order for Blended {
+    fn epoch(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Result<EpochOrder> {
+        let map: Arc<dyn PositionMap> = self.blend_for(shuffle, seed)?;
+        Ok(EpochOrder::custom(
+            self.epoch_len,
+            shuffle,
+            seed,
+            epoch,
+            map,
+        ))
+    }
+
+    fn state(&self, epoch: u64, position: u64) -> Option<OrderState> {
+        let g = self.stream_index(epoch, position);
+        let plan = lock(&self.plan).clone();
+        Some(OrderState::of(&BlendState {
+            sources: self.names.clone(),
+            fingerprints: self.fingerprints.clone(),
+            epoch_len: self.epoch_len,
+            origin: plan.origin,
+            base: plan.base,
+            phases: plan.phases.into_iter().filter(|p| p.start <= g).collect(),
+            samples_per_step: plan.samples_per_step,
+        }))
+    }
+
+    fn resume(&self, state: Option<&OrderState>, epoch: u64, position: u64) -> Result<bool> {
+        let Some(st) = state else {
+            return Err(EngineError::IncompatibleResume {
+                field: "mixture",
+                expected: "the state of a mixture".into(),
+                found: "the state of a loader of one dataset".into(),
+            });
+        };
+        let st: BlendState = st.read("mixture")?;
+        self.resume_blend(&st, epoch, position)
+    }
+}
+
+impl Groups for Blended {
+    fn noun(&self) -> &'static str {
+        "source"
+    }
+
+    fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    fn group_of(&self, id: u64) -> usize {
+        source_of(&self.offsets, id).0
+    }
+
+    fn max_skip_fraction(&self, group: usize) -> Option<f64> {
+        self.max_skip_fraction.get(group).copied().flatten()
+    }
+
+    fn shares(&self, epoch: u64, position: u64) -> Vec<Share> {
+        let g = self.stream_index(epoch, position);
+        let blend = self.current_blend();
+        let counts = blend.as_ref().map(|b| b.counts_at(g));
+        let weights = blend.as_ref().map(|b| b.weights_at(g).to_vec());
+        (0..self.names.len())
+            .map(|i| Share {
+                weight: weights.as_ref().map_or(0.0, |w| w[i] as f64 / UNIT as f64),
+                passes: counts
+                    .as_ref()
+                    .map_or(0.0, |k| k[i] as f64 / self.lens[i].max(1) as f64),
+            })
+            .collect()
+    }
+}
+
+impl Samples for Mixture {
+    fn len(&self) -> u64 {
+        self.blended.epoch_len
+    }
+
+    fn layout(&self) -> Layout {
+        let w = self.blended.first_weights();
+        let sum: u128 = self
+            .sources
+            .iter()
+            .zip(&w)
+            .map(|(s, &w)| u128::from(s.samples.layout().mean_bytes) * u128::from(w))
+            .sum();
+        Layout {
+            mean_bytes: (sum / u128::from(UNIT)) as u64,
+            blocks: None,
+            whole_batch_tasks: self.whole_batch_tasks,
+        }
+    }
+
+    fn columns(&self) -> &[(String, Output)] {
+        &self.columns
+    }
+
+    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        if !self.shaped {
+            return None;
+        }
+        let mut groups: Vec<Vec<u64>> = vec![Vec::new(); self.sources.len()];
+        for &id in ids {
+            let (s, local) = self.source_of(id);
+            groups[s].push(local);
+        }
+        let mut merged: Option<Vec<Output>> = None;
+        for (s, g) in self.sources.iter().zip(&groups) {
+            if g.is_empty() {
+                continue;
+            }
+            let Some(outs) = s.samples.batch_outputs(g) else {
+                continue;
+            };
+            merged = Some(match merged {
+                None => outs,
+                Some(m) => {
+                    m.into_iter()
+                        .zip(outs)
+                        .map(|(a, b)| match (a, b) {
+                            (
+                                Output::Fixed { dtype, shape: sa },
+                                Output::Fixed { shape: sb, .. },
+                            ) if sa.len() == sb.len() => Output::Fixed {
+                                dtype,
+                                shape: sa.iter().zip(&sb).map(|(x, y)| *x.max(y)).collect(),
+                            },
+                            (a, _) => a,
+                        })
+                        .collect()
+                }
+            });
+        }
+        let mut merged = merged?;
+        if self.source_column {
+            merged.push(self.columns.last().map(|c| c.1.clone())?);
+        }
+        Some(merged)
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        self.stage_names.clone()
+    }
+
+    fn fingerprint(&self) -> String {
+        self.fingerprint.clone()
+    }
+
+    fn sources(&self) -> &[ByteSource] {
+        &self.bytes
+    }
+
+    fn plan(&self, ids: &[u64], io: &mut TaskIo) {
+        let mut held = Held::new(io);
+        held.sc().group(self, ids);
+        let base = held.io.view().source;
+        for (s, src) in self.sources.iter().enumerate() {
+            let first = held.io.plan.samples();
+            held.sc().first[s] = first;
+            if held.sc().groups[s].is_empty() {
+                continue;
+            }
+            let view = TaskView {
+                first,
+                source: base + self.first_byte_source[s],
+            };
+            held.enter(s, view);
+            let group = std::mem::take(&mut held.sc().groups[s]);
+            src.samples.plan(&group, held.io);
+            held.sc().groups[s] = group;
+            held.leave();
+        }
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        k: usize,
+        io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let mut held = Held::new(io);
+        let Some(&(s, kk)) = held.sc().slot.get(k) else {
+            return Err(EngineError::Worker(format!(
+                "sample {k} of a mixture's task was not planned"
+            )));
+        };
+        let s = s as usize;
+        let (_, local) = self.source_of(id);
+        let view = TaskView {
+            first: held.sc().first[s],
+            source: held.io.view().source + self.first_byte_source[s],
+        };
+        held.enter(s, view);
+        let r = self.sources[s]
+            .samples
+            .fill(local, kk as usize, held.io, cx, out);
+        held.leave();
+        drop(held);
+        if self.source_column {
+            let col = self.columns.len() - 1;
+            out.fixed(col).copy_from_slice(&(s as i64).to_le_bytes());
+        }
+        r
+    }
+
+    fn caches(&self) -> Vec<Arc<dyn Cache>> {
+        let all: Vec<Arc<dyn Cache>> = self
+            .sources
+            .iter()
+            .flat_map(|s| s.samples.caches())
+            .collect();
+        if all.is_empty() {
+            return all;
+        }
+        vec![Arc::new(MixtureCaches(all))]
     }
 }

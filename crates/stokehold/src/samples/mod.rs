@@ -1,48 +1,66 @@
 //! What one sample is. The engine ([`crate::pipeline`]) knows orders, tasks, batches, the prefetch
 //! window, the error policy and statistics, and reads bytes through the one fetcher
-//! ([`crate::fetch`]); a [`Samples`] implementation knows how many samples there are, which
-//! columns each gives, which byte ranges a task's samples need ([`Samples::plan`]) and how to fill
-//! one sample's slot of every column from those bytes ([`Samples::fill`]).
+//! ([`crate::fetch`]); a [`Samples`] implementation says what to read and how to fill a slot:
+//! how many samples there are, which columns each gives, where its bytes are
+//! ([`Samples::sources`]), which byte ranges a task's samples need ([`Samples::plan`]) and how
+//! to fill one sample's slot of every column from those bytes ([`Samples::fill`]). The order of
+//! an epoch and what a resume state keeps of it are a value beside the samples
+//! ([`crate::order::Order`]), and so are the groups whose skips and figures delivery counts
+//! ([`crate::order::Groups`]): [`Loadable`] carries the three.
 //!
-//! - [`Records`]: the records of a packed dataset, each field through its transform stages
-//!   (images, labels, anything packed).
+//! - [`Records`]: the records of a packed dataset (or of files read in place), each field
+//!   through its transform stages (images, labels, anything packed).
 //! - [`Tokens`]: a token dataset as packed windows of `seq_len + 1` tokens, or as padded
 //!   documents (`stokehold pack --tokenizer`).
+//! - [`Mixture`]: several of these as one, blended.
+
+use std::sync::Arc;
 
 use crate::batch::SharedBatch;
-use crate::blend::BlendState;
 use crate::cache::CacheStats;
 use crate::error::Result;
 use crate::fetch::{ByteSource, Fetched, TaskPlan};
-use crate::sampler::{EpochOrder, Shuffle, Slot};
 use crate::stages::Output;
-use crate::stats::{SourceStats, WorkerStats};
+use crate::stats::WorkerStats;
 
 pub mod mixture;
 pub mod records;
 pub mod tokens;
 
+pub use crate::order::Loadable;
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
 
 pub use crate::fetch::{MAX_WAVE, REMOTE_WAVE_BYTES, Readahead};
 
-/// What the engine needs to know of the samples it loads. Implementations must be deterministic:
-/// what `fill` writes for a sample depends only on the sample id, the epoch, the seed and the
-/// samples' own definition, never on the thread or the task that runs it.
+/// How the samples lie, for the engine's planning: the bytes a sample reads, the blocks a
+/// shard-block order keeps together, and whether tasks are whole batches.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// Mean bytes read per sample (task sizing, readahead, the memory of a batch of list
+    /// columns).
+    pub mean_bytes: u64,
+    /// The sizes of the blocks a shard-block order keeps together (records per shard), or
+    /// `None` when these samples have no blocks (the order is then sequential or global only).
+    pub blocks: Option<Vec<u64>>,
+    /// Whether a task is a whole batch (cheap samples: one task per batch saves the hand-offs).
+    pub whole_batch_tasks: bool,
+}
+
+/// What a source of samples says: what to read and how to fill a slot. Implementations must be
+/// deterministic: what `fill` writes for a sample depends only on the sample id, the epoch, the
+/// seed and the samples' own definition, never on the thread or the task that runs it.
+///
+/// The order of an epoch, a resume state's part of it, and per-group accounts are not here:
+/// they are values beside the samples ([`Loadable`]).
+#[allow(clippy::len_without_is_empty)] // `len() == 0` says it; the trait stays narrow
 pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     /// Samples per epoch (what the order permutes and the resume state counts).
     fn len(&self) -> u64;
 
-    /// True when there are no samples.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The sizes of the blocks a shard-block order keeps together (records per shard), or `None`
-    /// when these samples have no blocks (the order is then sequential or global only).
-    fn blocks(&self) -> Option<Vec<u64>>;
+    /// How the samples lie: mean bytes per sample, shard blocks, task shape.
+    fn layout(&self) -> Layout;
 
     /// The output columns: name and per-sample output.
     fn columns(&self) -> &[(String, Output)];
@@ -54,59 +72,34 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         None
     }
 
-    /// An order adapter: change which sample each slot of a batch gets (length bucketing). The
-    /// default keeps the order's choice.
-    fn adapt_order(&self, order: &EpochOrder, slots: &mut [Slot]) {
-        let _ = (order, slots);
-    }
-
-    /// Names of the stages the statistics report, in the order of their indices.
+    /// Names of the stages the statistics report, in the order of their indices. When the
+    /// samples read bytes ([`Samples::sources`] not empty), stage 0 is the read stage ("read"),
+    /// which the engine times (one fetch per task, its time shared by the task's samples).
     fn stage_names(&self) -> Vec<String>;
 
     /// Identifies the dataset and the definition of a sample, for resume states: a state is only
     /// loaded into a loader whose samples have the same fingerprint.
     fn fingerprint(&self) -> String;
 
-    /// Mean bytes read per sample (task sizing and readahead).
-    fn mean_bytes(&self) -> u64;
-
-    /// Bytes one batch of `batch_size` holds (the memory budget of batches prepared ahead).
-    fn batch_bytes(&self, batch_size: u32) -> u64 {
-        self.columns()
-            .iter()
-            .map(|(_, o)| match o {
-                Output::Fixed { .. } => o.slot_bytes() as u64,
-                Output::List => self.mean_bytes(),
-            })
-            .sum::<u64>()
-            .saturating_mul(u64::from(batch_size))
-            .max(1)
+    /// Where the samples' bytes are: datasets, each with its RAM cache (empty for samples that
+    /// read no bytes). A planned range names its source by its index here.
+    fn sources(&self) -> &[ByteSource] {
+        &[]
     }
 
-    /// Whether a task is a whole batch (cheap samples: one task per batch saves the hand-offs).
-    fn whole_batch_tasks(&self) -> bool {
-        false
-    }
-
-    /// Where the samples' bytes are (their dataset and RAM cache), for the fetcher; `None` for
-    /// samples that read no bytes. When there is one, stage 0 of [`Samples::stage_names`] is the
-    /// read stage ("read"), which the engine times (one fetch per task, its time shared by the
-    /// task's samples).
-    fn source(&self) -> Option<ByteSource<'_>> {
-        None
-    }
-
-    /// Which byte ranges of [`Samples::source`] each of the samples `ids` of one task needs: for
-    /// each in order, its ranges pushed to `io`'s plan, then [`TaskPlan::end_sample`]
-    /// (a sample whose ranges cannot be known gets none and reports why when filled). What
-    /// else the samples need to fill from those bytes may be kept in [`TaskIo::scratch`].
+    /// Which byte ranges of [`Samples::sources`] each of the samples `ids` of one task needs:
+    /// for each in order, its ranges pushed to the plan ([`TaskIo::plan_and_scratch`]), then
+    /// [`TaskPlan::end_sample`] (a sample whose ranges cannot be known gets none and reports why
+    /// when filled). What else the samples need to fill from those bytes may be kept in
+    /// [`TaskIo::scratch`].
     fn plan(&self, ids: &[u64], io: &mut TaskIo) {
         for _ in ids {
             io.plan.end_sample();
         }
     }
 
-    /// Write sample `id` (the `k`-th of its task) into its slot of every column.
+    /// Write sample `id` (the `k`-th of its task) into its slot of every column; its bytes are
+    /// [`TaskIo::bytes`]`(k, ..)`.
     fn fill(
         &self,
         id: u64,
@@ -116,114 +109,73 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         out: &mut SlotWriter<'_>,
     ) -> Result<()>;
 
-    /// An epoch delivered its last batch (caches publish what they hold).
+    /// The caches these samples fill (RAM cache, decoded caches, ...): their figures, and their
+    /// end of epoch.
+    fn caches(&self) -> Vec<Arc<dyn Cache>> {
+        Vec::new()
+    }
+}
+
+/// A cache that samples fill, as the loader sees it.
+pub trait Cache: Send + Sync + std::fmt::Debug {
+    /// Its figures (a cache may report several kinds).
+    fn stats(&self) -> Vec<CacheStats>;
+
+    /// An epoch delivered its last batch (a cache publishes what it holds).
     fn epoch_done(&self) {}
+}
 
-    /// The caches' figures, for the statistics.
-    fn cache_stats(&self) -> Vec<CacheStats> {
-        Vec::new()
-    }
-
-    /// The order of epoch `epoch` when these samples bring their own (a mixture's blend);
-    /// `None`: the loader's `shuffle` over `0..len`.
-    fn order(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Option<Result<EpochOrder>> {
-        let _ = (shuffle, seed, epoch);
-        None
-    }
-
-    /// Whether a task's samples read bytes: the engine then times each task's fetch as stage 0
-    /// ("read").
-    fn reads(&self) -> bool {
-        self.source().is_some()
-    }
-
-    /// How storage is told ahead which samples will be read.
-    fn readahead(&self) -> Readahead {
-        self.source()
-            .map_or(Readahead::Off, |s| s.readahead(self.mean_bytes()))
-    }
-
-    /// Plan the samples `ids` of one task and fetch what they need into `io` (the engine's read
-    /// of a task): [`Samples::plan`], then the one fetcher over [`Samples::source`].
-    fn fetch(&self, ids: &[u64], io: &mut TaskIo) {
-        io.plan.clear();
-        self.plan(ids, io);
-        if let Some(src) = self.source() {
-            io.bytes.fetch(src, io.plan.ranges());
+/// The figures of `caches`, those of one kind summed (a mixture's sources each have theirs).
+pub(crate) fn cache_stats(caches: &[Arc<dyn Cache>], merge: bool) -> Vec<CacheStats> {
+    let mut out: Vec<CacheStats> = Vec::new();
+    for c in caches.iter().flat_map(|c| c.stats()) {
+        match out.iter_mut().find(|o| merge && o.kind == c.kind) {
+            Some(o) => {
+                o.hits += c.hits;
+                o.misses += c.misses;
+                o.bytes += c.bytes;
+                o.budget += c.budget;
+                o.entries += c.entries;
+                o.saved += c.saved;
+                o.shared += c.shared;
+            }
+            None => out.push(c),
         }
     }
+    out
+}
 
-    /// Tell storage that `ids` will be read soon (their planned ranges; see
-    /// [`ByteSource::hint`]).
-    fn hint(&self, ids: &[u64], io: &mut TaskIo, scratch: &mut Vec<(usize, u64, u64)>) {
-        io.plan.clear();
-        self.plan(ids, io);
-        if let Some(src) = self.source() {
-            src.hint(io.plan.ranges(), scratch);
-        }
-    }
-
-    /// The requests made to the object store the samples are read from (`None`: local).
-    fn remote_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
-        self.source().and_then(|s| s.dataset.remote_stats())
-    }
-
-    /// Per-source figures of a mixture, with each source's passes at the loader's position
-    /// (`epoch`, `position`); empty for one dataset.
-    fn source_stats(&self, epoch: u64, position: u64) -> Vec<SourceStats> {
-        let _ = (epoch, position);
-        Vec::new()
-    }
-
-    /// A batch of `ids` was delivered (a mixture counts its sources' samples).
-    fn delivered(&self, ids: &[u64]) {
-        let _ = ids;
-    }
-
-    /// Samples `ids` of epoch `epoch` were skipped (under `on_error = skip`, in the order of
-    /// delivery; `epoch_samples`: this rank's samples in the epoch): `Err` with what was
-    /// exceeded when these samples hold parts of the epoch to budgets of their own (a
-    /// mixture's per-source `max_skip_fraction`).
-    fn check_skips(
-        &self,
-        epoch: u64,
-        ids: &[u64],
-        epoch_samples: u64,
-    ) -> std::result::Result<(), String> {
-        let _ = (epoch, ids, epoch_samples);
-        Ok(())
-    }
-
-    /// What a resume state keeps of the order at (`epoch`, `position`): a mixture's blend.
-    fn order_state(&self, epoch: u64, position: u64) -> Option<BlendState> {
-        let _ = (epoch, position);
-        None
-    }
-
-    /// Continue from a resume state's order state (a mixture checks that it continues the same
-    /// blend, or starts a new one when told to). `Ok(true)`: these samples checked the state's
-    /// sources themselves, so its `dataset` fingerprint is not compared.
-    fn resume_order(&self, state: Option<&BlendState>, epoch: u64, position: u64) -> Result<bool> {
-        let _ = (epoch, position);
-        if state.is_some() {
-            return Err(crate::error::EngineError::IncompatibleResume {
-                field: "mixture",
-                expected: "the state of a loader of one dataset".into(),
-                found: "the state of a mixture".into(),
-            });
-        }
-        Ok(false)
-    }
+/// Bytes one batch of `batch_size` holds (the memory budget of batches prepared ahead): fixed
+/// columns by their shape, list columns by the mean bytes a sample reads.
+pub fn batch_bytes(samples: &dyn Samples, batch_size: u32) -> u64 {
+    let mean = samples.layout().mean_bytes;
+    samples
+        .columns()
+        .iter()
+        .map(|(_, o)| match o {
+            Output::Fixed { .. } => o.slot_bytes() as u64,
+            Output::List => mean,
+        })
+        .sum::<u64>()
+        .saturating_mul(u64::from(batch_size))
+        .max(1)
 }
 
 /// A worker's scratch space for one task, kept across tasks so steady state allocates nothing:
 /// the task's plan (which ranges each sample needs), their fetched bytes, and what the samples
 /// keep of their own between planning and filling.
+///
+/// Samples that hold others (a mixture) plan and fill them through the same scratch: each part's
+/// samples see their own sample indices from 0 and their own byte sources from 0 ([`TaskView`]).
 #[derive(Default)]
 pub struct TaskIo {
     pub(crate) plan: TaskPlan,
     pub(crate) bytes: Fetched,
+    /// The byte sources of the samples this scratch last fetched for.
+    sources: Vec<ByteSource>,
     scratch: Option<Box<dyn std::any::Any + Send>>,
+    /// The plan's index of sample 0 of the samples being filled.
+    first: usize,
 }
 
 impl std::fmt::Debug for TaskIo {
@@ -233,6 +185,15 @@ impl std::fmt::Debug for TaskIo {
             .field("bytes", &self.bytes)
             .finish_non_exhaustive()
     }
+}
+
+/// Where a part of the samples of a task starts (see [`TaskIo::enter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TaskView {
+    /// The plan's index of the part's sample 0.
+    pub first: usize,
+    /// The index of the part's byte source 0 among the task's.
+    pub source: u16,
 }
 
 impl TaskIo {
@@ -252,7 +213,13 @@ impl TaskIo {
     /// The samples' own scratch of type `T` (made on first use; a worker serves one kind of
     /// samples, so it is made once).
     pub fn scratch<T: Default + Send + 'static>(&mut self) -> &mut T {
-        self.split::<T>().2
+        if !self.scratch.as_ref().is_some_and(|s| s.is::<T>()) {
+            self.scratch = Some(Box::new(T::default()));
+        }
+        self.scratch
+            .as_mut()
+            .and_then(|s| s.downcast_mut::<T>())
+            .expect("the scratch was made of this type just above")
     }
 
     /// The plan being written and the samples' scratch at once (for planning).
@@ -266,48 +233,138 @@ impl TaskIo {
         (&mut self.plan, s)
     }
 
-    /// The plan, the fetched bytes and the samples' scratch at once (for filling).
-    pub fn split<T: Default + Send + 'static>(&mut self) -> (&TaskPlan, &Fetched, &mut T) {
-        if !self.scratch.as_ref().is_some_and(|s| s.is::<T>()) {
-            self.scratch = Some(Box::new(T::default()));
-        }
+    /// The task's fetched bytes and the samples' scratch at once (for filling).
+    pub fn split<T: Default + Send + 'static>(&mut self) -> (TaskBytes<'_>, &mut T) {
+        self.scratch::<T>();
         let s = self
             .scratch
             .as_mut()
             .and_then(|s| s.downcast_mut::<T>())
             .expect("the scratch was made of this type just above");
-        (&self.plan, &self.bytes, s)
+        (
+            TaskBytes {
+                plan: &self.plan,
+                fetched: &self.bytes,
+                sources: &self.sources,
+                first: self.first,
+            },
+            s,
+        )
     }
 
-    /// The bytes of the `j`-th range of the task's `k`-th sample (see [`Fetched::get`]).
-    pub fn bytes<'a>(
-        &'a self,
-        src: ByteSource<'a>,
+    /// The bytes of the `j`-th range of the `k`-th sample being filled (see [`Fetched::get`]).
+    pub fn bytes(
+        &self,
         k: usize,
         j: usize,
-    ) -> std::result::Result<&'a [u8], stokehold_format::FormatError> {
-        let r = self.plan.sample(k);
-        self.bytes.get(src, r.start + j)
+    ) -> std::result::Result<&[u8], stokehold_format::FormatError> {
+        TaskBytes {
+            plan: &self.plan,
+            fetched: &self.bytes,
+            sources: &self.sources,
+            first: self.first,
+        }
+        .get(k, j)
     }
 
-    /// Plan `ids` with `samples` and fetch what they need (the engine's read of a task).
-    pub(crate) fn fetch(&mut self, samples: &dyn Samples, ids: &[u64]) {
-        samples.fetch(ids, self);
+    /// Plan the samples `ids` of one task with `samples` and fetch what they need (the engine's
+    /// read of a task): [`Samples::plan`], then the one fetcher over [`Samples::sources`].
+    pub fn fetch(&mut self, samples: &dyn Samples, ids: &[u64]) {
+        self.plan.clear();
+        self.first = 0;
+        samples.plan(ids, self);
+        let sources = samples.sources();
+        let same = self.sources.len() == sources.len()
+            && self.sources.iter().zip(sources).all(|(a, b)| a.same(b));
+        if !same {
+            self.sources = sources.to_vec();
+        }
+        self.bytes.fetch(sources, self.plan.ranges());
     }
 
-    /// Tell storage that `ids` will be read soon ([`Samples::hint`]).
+    /// Tell storage that `ids` will be read soon (their planned ranges; see [`crate::fetch::hint`]).
     pub(crate) fn hint(
         &mut self,
         samples: &dyn Samples,
         ids: &[u64],
-        scratch: &mut Vec<(usize, u64, u64)>,
+        scratch: &mut Vec<(u16, usize, u64, u64)>,
     ) {
-        samples.hint(ids, self, scratch);
+        self.plan.clear();
+        self.first = 0;
+        samples.plan(ids, self);
+        crate::fetch::hint(samples.sources(), self.plan.ranges(), scratch);
+    }
+
+    /// Where the part being planned or filled starts now.
+    pub fn view(&self) -> TaskView {
+        TaskView {
+            first: self.first,
+            source: self.plan.source_base(),
+        }
+    }
+
+    /// Plan or fill a part of the task's samples (a mixture's source) from `view` on, with its
+    /// own scratch `scratch` (swapped in; [`TaskIo::leave`] swaps it back out). Returns the view
+    /// to give back to [`TaskIo::leave`].
+    pub fn enter(
+        &mut self,
+        view: TaskView,
+        scratch: &mut Option<Box<dyn std::any::Any + Send>>,
+    ) -> TaskView {
+        let before = self.view();
+        self.first = view.first;
+        self.plan.set_source_base(view.source);
+        std::mem::swap(&mut self.scratch, scratch);
+        before
+    }
+
+    /// Back from a part entered with [`TaskIo::enter`] (its scratch swapped back out into
+    /// `scratch`).
+    pub fn leave(&mut self, before: TaskView, scratch: &mut Option<Box<dyn std::any::Any + Send>>) {
+        std::mem::swap(&mut self.scratch, scratch);
+        self.first = before.first;
+        self.plan.set_source_base(before.source);
+    }
+
+    /// Take the samples' own scratch of type `T` out (made when absent), to hold it while parts
+    /// are entered; give it back with [`TaskIo::put_scratch`].
+    pub fn take_scratch<T: Default + Send + 'static>(&mut self) -> Box<T> {
+        match self.scratch.take().map(|s| s.downcast::<T>()) {
+            Some(Ok(s)) => s,
+            _ => Box::default(),
+        }
+    }
+
+    /// Give back a scratch taken with [`TaskIo::take_scratch`].
+    pub fn put_scratch<T: Send + 'static>(&mut self, s: Box<T>) {
+        self.scratch = Some(s);
     }
 
     /// A scratch of the same kind (its fetcher uses `io_uring` when this one may).
     pub fn sibling(&self) -> TaskIo {
         TaskIo::new(self.bytes.may_use_io_uring())
+    }
+}
+
+/// The fetched bytes of a task, as the samples being filled see them.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskBytes<'a> {
+    plan: &'a TaskPlan,
+    fetched: &'a Fetched,
+    sources: &'a [ByteSource],
+    first: usize,
+}
+
+impl<'a> TaskBytes<'a> {
+    /// The bytes of the `j`-th range of the `k`-th sample being filled, or the error of its
+    /// read (naming the shard's file, the record and the byte range).
+    pub fn get(
+        self,
+        k: usize,
+        j: usize,
+    ) -> std::result::Result<&'a [u8], stokehold_format::FormatError> {
+        let r = self.plan.sample(self.first + k);
+        self.fetched.get(self.sources, r.start + j)
     }
 }
 

@@ -17,7 +17,7 @@ use crate::error::{EngineError, RecordPlace, Result};
 use crate::fetch::{ByteRange, ByteSource};
 use crate::pipeline::{DecodedCacheConfig, half_of_memory};
 use crate::rng::SampleRng;
-use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
@@ -34,6 +34,18 @@ pub struct Records {
     outputs: Vec<(String, Output)>,
     field_index: Vec<usize>,
     fingerprint: String,
+    /// The dataset's shards with the RAM cache of record bytes, when on.
+    bytes: [ByteSource; 1],
+    /// The caches, as the loader sees them.
+    caches: Arc<RecordsCaches>,
+}
+
+/// The caches of [`Records`]: the RAM cache of record bytes, the decoded caches of image
+/// columns, the disk cache the dataset was opened through, the decoded pages of Parquet read in
+/// place.
+#[derive(Debug)]
+struct RecordsCaches {
+    dataset: Arc<Dataset>,
     /// The RAM cache of record bytes, when on.
     cache: Option<Arc<RecordCache>>,
     /// The decoded caches of image columns, when on.
@@ -139,21 +151,31 @@ impl Records {
             .map(|c| (c.name.clone(), c.output.clone()))
             .collect();
         Ok(Records {
+            bytes: [ByteSource::new(Arc::clone(&dataset), cache.clone())],
+            caches: Arc::new(RecordsCaches {
+                dataset: Arc::clone(&dataset),
+                cache,
+                decoded,
+                disk: None,
+            }),
             dataset,
             columns,
             outputs,
             field_index,
             fingerprint: fp,
-            cache,
-            decoded,
-            disk: None,
         })
     }
 
     /// Report the disk cache the dataset was opened through
     /// ([`crate::cache::disk::open_dataset`]) in the loader's statistics.
     pub fn with_disk_cache(mut self, cache: Arc<DiskCache>, progress: CacheProgress) -> Records {
-        self.disk = Some((cache, progress));
+        let c = &self.caches;
+        self.caches = Arc::new(RecordsCaches {
+            dataset: Arc::clone(&c.dataset),
+            cache: c.cache.clone(),
+            decoded: c.decoded.clone(),
+            disk: Some((cache, progress)),
+        });
         self
     }
 
@@ -173,15 +195,19 @@ impl Samples for Records {
         self.dataset.len()
     }
 
-    fn blocks(&self) -> Option<Vec<u64>> {
-        Some(
-            self.dataset
-                .manifest()
-                .shards
-                .iter()
-                .map(|s| s.records)
-                .collect(),
-        )
+    fn layout(&self) -> Layout {
+        Layout {
+            mean_bytes: dataset_mean(&self.dataset),
+            blocks: Some(
+                self.dataset
+                    .manifest()
+                    .shards
+                    .iter()
+                    .map(|s| s.records)
+                    .collect(),
+            ),
+            whole_batch_tasks: false,
+        }
     }
 
     fn columns(&self) -> &[(String, Output)] {
@@ -205,15 +231,8 @@ impl Samples for Records {
         self.fingerprint.clone()
     }
 
-    fn mean_bytes(&self) -> u64 {
-        dataset_mean(&self.dataset)
-    }
-
-    fn source(&self) -> Option<ByteSource<'_>> {
-        Some(ByteSource {
-            dataset: &self.dataset,
-            cache: self.cache.as_deref(),
-        })
+    fn sources(&self) -> &[ByteSource] {
+        &self.bytes
     }
 
     fn plan(&self, ids: &[u64], io: &mut TaskIo) {
@@ -230,6 +249,7 @@ impl Samples for Records {
                 if h.is_none() {
                     let e = shard.entry(local);
                     plan.push(ByteRange {
+                        source: 0,
                         shard: k,
                         lo: e.offset,
                         hi: e.end(),
@@ -260,8 +280,7 @@ impl Samples for Records {
         if let Some(held) = held.or_else(|| ds.shards()[shard].held(local)) {
             return self.process(id, (shard, local, Got::Held(&held)), cx, out);
         }
-        let src = self.source().expect("records have a source");
-        let got = io.bytes(src, k, 0).and_then(|bytes| {
+        let got = io.bytes(k, 0).and_then(|bytes| {
             if ds.verifies_records() {
                 ds.shards()[shard].check_record(local, bytes)?;
             }
@@ -279,6 +298,12 @@ impl Samples for Records {
         }
     }
 
+    fn caches(&self) -> Vec<Arc<dyn Cache>> {
+        vec![Arc::clone(&self.caches) as Arc<dyn Cache>]
+    }
+}
+
+impl Cache for RecordsCaches {
     fn epoch_done(&self) {
         // what the decoded caches' directories hold is published for later runs
         for c in &self.decoded {
@@ -286,7 +311,7 @@ impl Samples for Records {
         }
     }
 
-    fn cache_stats(&self) -> Vec<CacheStats> {
+    fn stats(&self) -> Vec<CacheStats> {
         let mut s: Vec<CacheStats> = self.cache.iter().map(|c| c.stats()).collect();
         s.extend(self.decoded.iter().flat_map(|c| c.stats()));
         s.extend(self.disk.iter().map(|(c, p)| p.stats(c)));
@@ -344,7 +369,7 @@ impl Records {
     /// blame (the source itself is damaged: `e` stands) or the re-read fails too.
     fn repair(&self, id: u64, e: &FormatError) -> Option<(u64, usize, Vec<u8>)> {
         let (k, local) = self.dataset.locate(id).ok()?;
-        let copy = self.disk.as_ref().and_then(|(c, p)| p.discard(k, c));
+        let copy = self.caches.disk.as_ref().and_then(|(c, p)| p.discard(k, c));
         match &copy {
             Some(damaged) => eprintln!(
                 "stokehold: the cached copy {} is damaged ({e}); it is deleted and shard {} is \
@@ -353,7 +378,7 @@ impl Records {
                 self.dataset.shards()[k].path().display()
             ),
             // bytes from the RAM cache, loaded from a copy discarded since: read the source
-            None if self.cache.is_some() && self.disk.is_some() => {}
+            None if self.caches.cache.is_some() && self.caches.disk.is_some() => {}
             // the source's own bytes: the error stands
             None => return None,
         }

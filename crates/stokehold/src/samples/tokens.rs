@@ -20,7 +20,7 @@
 //! token range. The fingerprint includes the mode (`seq_len`, or `max_len`/`bucket`), so a state
 //! cannot be loaded into a loader whose windows differ.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,8 +30,9 @@ use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
 use crate::cache::{CacheStats, RecordCache, dataset_key};
 use crate::error::{EngineError, Result};
 use crate::fetch::{ByteRange, ByteSource, Fetched, TaskPlan};
+use crate::order::{Loadable, Shuffled};
 use crate::sampler::{EpochOrder, LengthBuckets, Slot};
-use crate::samples::{Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 use crate::state::fingerprint;
 
@@ -55,9 +56,20 @@ pub struct TokenDataset {
     fingerprint: String,
     /// One bit per document: its checksum was checked in this process.
     verified: Vec<AtomicU64>,
-    /// The RAM cache of whole shards, when a loader asked for one (`cache=`): ranges of a
-    /// loaded shard are slices of it, no reads.
-    cache: OnceLock<Arc<RecordCache>>,
+    /// The shards, with the RAM cache of whole shards when a loader asked for one (`cache=`):
+    /// ranges of a loaded shard are slices of it, no reads.
+    bytes: [ByteSource; 1],
+}
+
+/// The RAM cache of a token dataset's shards, when one was set (see
+/// [`TokenDataset::use_cache`]).
+#[derive(Debug)]
+struct TokenCache(ByteSource);
+
+impl Cache for TokenCache {
+    fn stats(&self) -> Vec<CacheStats> {
+        self.0.cache().map(|c| c.stats()).into_iter().collect()
+    }
 }
 
 /// What a task's samples keep between planning and filling ([`TaskIo::scratch`]): per sample,
@@ -94,7 +106,7 @@ impl TokenDataset {
         Ok(TokenDataset {
             fingerprint: fingerprint(&ds),
             verified,
-            cache: OnceLock::new(),
+            bytes: [ByteSource::new(Arc::clone(&ds), None)],
             meta,
             index,
             ds,
@@ -190,30 +202,25 @@ impl TokenDataset {
         push_reads(&p, &mut plan);
         plan.end_sample();
         let mut bytes = Fetched::default();
-        bytes.fetch(self.source(), plan.ranges());
-        self.visit(&mut p, |r| bytes.get(self.source(), r), f)
+        bytes.fetch(&self.bytes, plan.ranges());
+        self.visit(&mut p, |r| bytes.get(&self.bytes, r), f)
     }
 
     /// Call `f` for the pieces of the `k`-th sample of the task `io` planned and fetched (see
     /// [`TokenDataset::for_each_piece`]).
     fn visit_task(&self, k: usize, io: &mut TaskIo, f: impl FnMut(usize, &[u8])) -> Result<()> {
-        let src = self.source();
-        let (plan, bytes, task) = io.split::<TokenTask>();
-        let at = plan.sample(k).start;
+        let (bytes, task) = io.split::<TokenTask>();
         let Some(p) = task.planned.get_mut(k) else {
             return Err(EngineError::Worker(format!(
                 "sample {k} of the task was not planned"
             )));
         };
-        self.visit(p, |r| bytes.get(src, at + r), f)
+        self.visit(p, |r| bytes.get(k, r), f)
     }
 
     /// Where the shards' bytes are, for the fetcher.
-    fn source(&self) -> ByteSource<'_> {
-        ByteSource {
-            dataset: &self.ds,
-            cache: self.cache.get().map(|c| &**c),
-        }
+    fn sources(&self) -> &[ByteSource] {
+        &self.bytes
     }
 
     /// Use the RAM cache of whole shards with `budget` bytes (shared by the loaders of this
@@ -226,13 +233,13 @@ impl TokenDataset {
             .is_none_or(|s| s.source().slice(0, 0).is_some());
         if budget > 0 && !in_memory {
             let c = RecordCache::shared(&self.ds, &dataset_key(&self.ds), budget);
-            let _ = self.cache.set(c);
+            self.bytes[0].set_cache(c);
         }
     }
 
     /// The RAM cache's figures, when there is one.
     pub fn cache_stats(&self) -> Option<CacheStats> {
-        self.cache.get().map(|c| c.stats())
+        self.bytes[0].cache().map(|c| c.stats())
     }
 
     /// The reads of tokens `[start, start + n)`: see [`TokenIndex::pieces_into`]; records not yet
@@ -312,6 +319,7 @@ impl TokenDataset {
 fn push_reads(p: &Planned, plan: &mut TaskPlan) {
     for r in p.reads.reads() {
         plan.push(ByteRange {
+            source: 0,
             shard: r.shard,
             lo: r.lo,
             hi: r.hi,
@@ -654,17 +662,48 @@ impl Tokens {
     }
 }
 
+impl From<Arc<Tokens>> for Loadable {
+    /// The loader's shuffle of the samples, documents bucketed by length when asked.
+    fn from(tokens: Arc<Tokens>) -> Loadable {
+        let mut order = Shuffled::of(&*tokens);
+        if tokens.buckets.is_some() {
+            let t = Arc::clone(&tokens);
+            order = order.with_adapter(Arc::new(move |o: &EpochOrder, slots: &mut [Slot]| {
+                if let Some(b) = &t.buckets {
+                    b.apply(o, slots, |d| t.data.doc_len(d));
+                }
+            }));
+        }
+        Loadable {
+            samples: tokens,
+            order: Arc::new(order),
+            groups: None,
+        }
+    }
+}
+
 impl Samples for Tokens {
-    fn cache_stats(&self) -> Vec<CacheStats> {
-        self.data.cache_stats().into_iter().collect()
+    fn caches(&self) -> Vec<Arc<dyn Cache>> {
+        vec![Arc::new(TokenCache(self.data.bytes[0].clone()))]
     }
 
     fn len(&self) -> u64 {
         self.samples
     }
 
-    fn blocks(&self) -> Option<Vec<u64>> {
-        None
+    fn layout(&self) -> Layout {
+        let w = self.data.dtype().size() as u64;
+        let mean_bytes = match self.options.mode {
+            TokenMode::Packed { seq_len } => (u64::from(seq_len) + 1) * w,
+            TokenMode::Documents { .. } => {
+                self.data.total_tokens() / self.data.documents().max(1) * w
+            }
+        };
+        Layout {
+            mean_bytes,
+            blocks: None,
+            whole_batch_tasks: true,
+        }
     }
 
     fn columns(&self) -> &[(String, Output)] {
@@ -689,12 +728,6 @@ impl Samples for Tokens {
         )
     }
 
-    fn adapt_order(&self, order: &EpochOrder, slots: &mut [Slot]) {
-        if let Some(b) = &self.buckets {
-            b.apply(order, slots, |d| self.data.doc_len(d));
-        }
-    }
-
     fn stage_names(&self) -> Vec<String> {
         let sample = match self.options.mode {
             TokenMode::Packed { .. } => "window",
@@ -707,22 +740,8 @@ impl Samples for Tokens {
         self.fingerprint.clone()
     }
 
-    fn mean_bytes(&self) -> u64 {
-        let w = self.data.dtype().size() as u64;
-        match self.options.mode {
-            TokenMode::Packed { seq_len } => (u64::from(seq_len) + 1) * w,
-            TokenMode::Documents { .. } => {
-                self.data.total_tokens() / self.data.documents().max(1) * w
-            }
-        }
-    }
-
-    fn whole_batch_tasks(&self) -> bool {
-        true
-    }
-
-    fn source(&self) -> Option<ByteSource<'_>> {
-        Some(self.data.source())
+    fn sources(&self) -> &[ByteSource] {
+        self.data.sources()
     }
 
     fn plan(&self, ids: &[u64], io: &mut TaskIo) {

@@ -10,11 +10,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use stokehold::blend::BlendState;
 use stokehold::format::{DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
 use stokehold::samples::mixture::{MixtureOptions, OnChange, ScheduleUnit};
 use stokehold::{
-    Column, ColumnData, EngineError, Loader, LoaderConfig, Mixture, MixtureSource, Records,
-    ResumeState, Samples, Shuffle, Tail, TokenDataset, TokenMode, TokenOptions, Tokens,
+    Column, ColumnData, EngineError, Loader, LoaderConfig, Mixture, MixtureSource, Order,
+    OrderState, Records, ResumeState, Samples, Shuffle, Tail, TokenDataset, TokenMode,
+    TokenOptions, Tokens,
 };
 
 /// A dataset of `n` records whose `x` is `tag * 1000 + i` (so a value names its source and
@@ -40,6 +42,21 @@ fn write(dir: &Path, tag: i64, n: u64) -> PathBuf {
     }
     w.finish().unwrap();
     path
+}
+
+/// The blend a mixture's resume state keeps (the order's part of the state).
+fn blend_of(state: &ResumeState) -> BlendState {
+    state.order.as_ref().unwrap().read("mixture").unwrap()
+}
+
+/// `state` with its blend changed by `change`.
+fn with_blend(state: &ResumeState, change: impl FnOnce(&mut BlendState)) -> ResumeState {
+    let mut blend = blend_of(state);
+    change(&mut blend);
+    ResumeState {
+        order: Some(OrderState::of(&blend)),
+        ..state.clone()
+    }
 }
 
 fn records(path: &Path) -> Arc<dyn Samples> {
@@ -165,10 +182,10 @@ fn a_mixture_gives_the_same_batches_on_any_thread_count_and_its_source_column_is
         assert_eq!(p, vec![3000, 3001, 3002, 3003, 3004]);
     }
     let stats = reference.stats();
-    assert_eq!(stats.sources.len(), 3);
-    assert!(stats.sources[2].passes > 12.0, "{:?}", stats.sources[2]);
+    assert_eq!(stats.groups.len(), 3);
+    assert!(stats.groups[2].passes > 12.0, "{:?}", stats.groups[2]);
     assert_eq!(
-        stats.sources.iter().map(|s| s.samples).sum::<u64>(),
+        stats.groups.iter().map(|s| s.samples).sum::<u64>(),
         stats.samples
     );
 }
@@ -293,7 +310,7 @@ fn a_schedule_extended_past_the_position_continues_as_an_uninterrupted_run_and_a
     assert!(seen.contains_key(&4), "the added source is read");
     // the new state carries the new blend: it resumes itself exactly
     let state2 = e.state();
-    assert_eq!(state2.mixture.as_ref().unwrap().origin, 5 * 4);
+    assert_eq!(blend_of(&state2).origin, 5 * 4);
 }
 
 #[test]
@@ -574,7 +591,7 @@ proptest! {
         }
         let mut expected = Vec::new();
         for (e, r) in covered {
-            let order = m.order(&Shuffle::Global, seed, e).unwrap().unwrap();
+            let order = m.blended().epoch(&Shuffle::Global, seed, e).unwrap();
             expected.extend(r.map(|p| order.id_at(p).unwrap()));
         }
         expected.sort_unstable();
@@ -625,7 +642,7 @@ fn a_damaged_record_of_one_source_is_skipped_the_same_way_on_any_thread_count_wi
     let a = run(&mut one, None);
     let skipped = one.stats().skipped.len();
     assert!(skipped >= 3, "{skipped}");
-    assert_eq!(one.stats().sources[1].failed, skipped as u64);
+    assert_eq!(one.stats().groups[1].failed, skipped as u64);
     let mut three = Loader::from_samples(mk(None), skip(3)).unwrap();
     assert_eq!(run(&mut three, None), a);
     // no x of the damaged record is delivered
@@ -697,12 +714,10 @@ fn a_mixture_state_far_past_any_run_or_with_broken_counts_is_refused_not_walked(
     let mut b = Loader::from_samples(mk(), config(1, 1, Tail::Drop)).unwrap();
     let err = b.load_state(&bad).unwrap_err();
     assert!(matches!(err, EngineError::InvalidState { .. }), "{err}");
-    let mut bad = good.clone();
-    bad.mixture.as_mut().unwrap().base = vec![u64::MAX, 0];
+    let bad = with_blend(&good, |b| b.base = vec![u64::MAX, 0]);
     assert!(b.load_state(&bad).is_err());
     // phases that do not sum to the unit: an error when the blend is made, not garbage
-    let mut bad = good.clone();
-    bad.mixture.as_mut().unwrap().phases[0].weights = vec![1, 1];
+    let bad = with_blend(&good, |b| b.phases[0].weights = vec![1, 1]);
     let loaded = b.load_state(&bad);
     assert!(loaded.is_err() || b.iter().is_err() || b.iter().unwrap().next().unwrap().is_err());
     // and the good state still resumes

@@ -1,10 +1,11 @@
 //! Every kind of sample through the same checks (the seams issue, "one read path under a narrow
 //! source trait"): records (through a stage that draws from the sample's generator), packed token
-//! windows and padded documents, each a [`Samples`] run by the one engine
-//! ([`Loader::from_samples`]). A new kind of sample (TFRecord, WebDataset and Parquet read in
-//! place) joins by adding a [`Kind`] here. Mixtures have checks of their own
-//! (`tests/it/mixture.rs`): their epoch is a slice of a blended stream in which a small source
-//! repeats, so "every sample once per epoch" becomes "every position of the stream once".
+//! windows, padded documents (bucketed by length), and a mixture (two sources of records over
+//! the same files, blended in proportion, so that an epoch is one pass over each), each a
+//! [`Samples`] with its order ([`Loadable`]) run by the one engine ([`Loader::from_samples`]).
+//! A new kind of sample (TFRecord, WebDataset and Parquet read in place) joins by adding a
+//! [`Kind`] here. Mixtures have checks of their own too (`tests/it/mixture.rs`): there an epoch
+//! is a slice of a blended stream in which a small source repeats.
 //!
 //! The checks, the same for each kind:
 //! - the batches (ids, padding flags, every column's bytes) are the same whatever the thread count
@@ -21,9 +22,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use stokehold::format::{DType, Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+use stokehold::samples::mixture::{MixtureOptions, OnChange, ScheduleUnit};
 use stokehold::{
-    Column, ColumnData, ErrorPolicy, Loader, LoaderConfig, Records, ResumeState, Samples, Shuffle,
-    Tail, TokenDataset, TokenMode, TokenOptions, Tokens, from_fn,
+    Column, ColumnData, ErrorPolicy, Loadable, Loader, LoaderConfig, Mixture, MixtureSource,
+    Records, ResumeState, Samples, Shuffle, Tail, TokenDataset, TokenMode, TokenOptions, Tokens,
+    from_fn,
 };
 
 /// One kind of sample: how to make its dataset and its samples over it.
@@ -31,11 +34,11 @@ struct Kind {
     name: &'static str,
     /// Write the dataset at the path.
     write: fn(&Path),
-    /// The samples over the dataset at the path.
-    samples: fn(&Path) -> Arc<dyn Samples>,
+    /// The samples over the dataset at the path, with their order.
+    samples: fn(&Path) -> Loadable,
 }
 
-const KINDS: [Kind; 3] = [
+const KINDS: [Kind; 4] = [
     Kind {
         name: "records",
         write: write_records,
@@ -50,6 +53,11 @@ const KINDS: [Kind; 3] = [
         name: "documents",
         write: write_tokens,
         samples: documents,
+    },
+    Kind {
+        name: "mixture",
+        write: write_records,
+        samples: mixture,
     },
 ];
 
@@ -76,7 +84,11 @@ fn write_records(path: &Path) {
     w.finish().unwrap();
 }
 
-fn records(path: &Path) -> Arc<dyn Samples> {
+fn records(path: &Path) -> Loadable {
+    Loadable::from(record_samples(path))
+}
+
+fn record_samples(path: &Path) -> Arc<Records> {
     let ds = Arc::new(Dataset::open(path).unwrap());
     let mut cols = Column::all(ds.schema()).unwrap();
     // x mixed with a number from the sample's generator: augmentations are compared too
@@ -115,17 +127,17 @@ fn token_data(path: &Path) -> Arc<TokenDataset> {
     Arc::new(TokenDataset::open(Arc::new(Dataset::open(path).unwrap())).unwrap())
 }
 
-fn windows(path: &Path) -> Arc<dyn Samples> {
+fn windows(path: &Path) -> Loadable {
     let options = TokenOptions {
         mode: TokenMode::Packed { seq_len: 24 },
         dtype: DType::I32,
         position_ids: true,
         segment_ids: true,
     };
-    Arc::new(Tokens::new(token_data(path), options).unwrap())
+    Loadable::from(Arc::new(Tokens::new(token_data(path), options).unwrap()))
 }
 
-fn documents(path: &Path) -> Arc<dyn Samples> {
+fn documents(path: &Path) -> Loadable {
     let options = TokenOptions {
         mode: TokenMode::Documents {
             max_len: 40,
@@ -136,7 +148,25 @@ fn documents(path: &Path) -> Arc<dyn Samples> {
         position_ids: true,
         segment_ids: false,
     };
-    Arc::new(Tokens::new(token_data(path), options).unwrap())
+    Loadable::from(Arc::new(Tokens::new(token_data(path), options).unwrap()))
+}
+
+/// Two sources of the records at `path` (opened twice), blended in proportion to their samples
+/// (equal halves), an epoch the two together: each record once per source per epoch. A damaged
+/// record is damaged in both.
+fn mixture(path: &Path) -> Loadable {
+    let a: Arc<dyn Samples> = record_samples(path);
+    let b: Arc<dyn Samples> = record_samples(path);
+    let sources = vec![MixtureSource::new("a", a), MixtureSource::new("b", b)];
+    let options = MixtureOptions {
+        schedule: vec![(0, vec![])],
+        unit: ScheduleUnit::Samples,
+        samples_per_step: 0,
+        epoch_samples: None,
+        source_column: true,
+        on_change: OnChange::Refuse,
+    };
+    Loadable::from(Arc::new(Mixture::new(sources, options).unwrap()))
 }
 
 /// A batch as plain data: ids, padding flags, and each column's bytes.
