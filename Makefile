@@ -109,8 +109,12 @@ fmt-check: ## rustfmt check
 	$(CARGO) fmt --all -- --check
 
 .PHONY: lint
-lint: sysdeps ## clippy with warnings as errors
+lint: sysdeps cycles ## clippy with warnings as errors
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: cycles
+cycles: ## no import cycle between the modules of any crate or of the Python package
+	$(PYTHON) scripts/module_cycles.py
 
 # The Rust tests that need the S3 test server have `s3` in their names (docs/contributing.md).
 .PHONY: check

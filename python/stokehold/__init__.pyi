@@ -84,6 +84,8 @@ class Dataset:
     :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
         disagrees with a shard.
     :raises UnsupportedVersionError: written by a newer format version.
+    :raises ConfigError: files to read in place that cannot be used as given (in two
+        directories, of mixed formats, gzip-compressed, or a ``fields`` choice no sample fits).
     """
 
     def __new__(
@@ -253,7 +255,7 @@ class SampleError(StokeholdError):
 
 class ConfigError(StokeholdError, ValueError):
     """An invalid loader configuration: a bad option, a transform for a field the dataset does not
-    have, or an unknown transform stage."""
+    have, or an unknown transform stage; or files to read in place that cannot be used as given."""
 
 class IncompatibleStateError(StokeholdError, ValueError):
     """A resume state that does not belong to this loader (another dataset, seed, shuffle mode or

@@ -15,6 +15,7 @@ from . import _native, _options
 from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import LOADER, byte_count as _size, to_int as _int
+from ._stages import stage_specs as _stage_specs
 
 __all__ = ["Loader", "default_rank_world_size"]
 
@@ -127,35 +128,6 @@ def _on_error(on_error: str, max_skip_fraction: Any) -> Any:
     raise ConfigError(f'on_error must be "fail" or "skip", got {on_error!r}')
 
 
-def _stage_specs(transforms: Optional[Mapping[str, Any]], stages: Optional[list] = None) -> Tuple[Dict[str, Any], list]:
-    """Each field's stages as specs (``{"name", "params"}``), and the Python callables among them
-    as ``(callable, rng, name)`` tuples, referred to by index from ``{"name": "python"}`` specs
-    (appended to ``stages`` when given: a mixture's sources share one list)."""
-    specs: Dict[str, Any] = {}
-    stages = [] if stages is None else stages
-    for field, value in (transforms or {}).items():
-        if not isinstance(field, str):
-            raise TypeError(f"transforms must map field names (str) to lists of stages, got key {field!r}")
-        items = [value] if hasattr(value, "_spec") or callable(value) else list(value)
-        out = []
-        for stage in items:
-            if hasattr(stage, "_spec"):
-                out.append(stage._spec())
-                continue
-            if hasattr(stage, "_stokehold_callable"):
-                stages.append((stage._stokehold_callable, stage._stokehold_rng, stage.name))
-            elif callable(stage):
-                stages.append((stage, None, getattr(stage, "__name__", "callable")))
-            else:
-                raise TypeError(
-                    f"field {field!r}: a transform stage must be a stokehold.transforms.Lambda, a callable, "
-                    f"or a built-in stage object (one with _spec()), got {stage!r}"
-                )
-            out.append({"name": "python", "params": {"index": len(stages) - 1}})
-        specs[field] = out
-    return specs, stages
-
-
 def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, include_ids: bool) -> Any:
     """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is; a
     dict, or its JSON)."""
@@ -195,8 +167,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
     if o["to"] not in _TARGETS:
         raise ConfigError(f'to must be "numpy", "torch" or "jax", got {o["to"]!r}')
     _check_installed(o["to"])
-    if o["memory_budget"] in (0, "0"):
-        raise ConfigError(f"memory_budget must be a positive number of bytes, got {o['memory_budget']!r}")
+    # memory_budget=0: the engine's check (LoaderConfig::validate), for every front
     o["seed"] = _seed(o["seed"])
     o["rank"], o["world_size"] = _rank_world(o["rank"], o["world_size"])
     _warn_pin(o["pin_memory"], o["to"])

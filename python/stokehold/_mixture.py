@@ -6,13 +6,17 @@ import numbers
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import _options
 from ._native import ConfigError, Dataset
+from ._options import MIXTURE
+from ._stages import stage_specs
 
 _Source = Union[Dataset, str, "os.PathLike[str]"]
 _Weights = Union[Mapping[str, float], Sequence[float]]
 
-_UNITS = ("steps", "samples")
-_ON_CHANGE = ("refuse", "reblend")
+# the spec's keys that an option gives as it is (unit, epoch_samples, source_column, on_change),
+# from the option table; the schedule and each source's own keys are built below
+_SPEC_KEYS = tuple(k for k in map(_options.spec_key, _options.options(MIXTURE)) if "[" not in k and k != "schedule")
 
 
 class Mixture:
@@ -57,9 +61,9 @@ class Mixture:
         differs) or ``"reblend"`` (a new blend from the state's position, each source continuing
         its passes where it was).
     :raises ConfigError: an invalid source or option here, a weight that is not a finite number
-        >= 0; an unknown source in the weights, a source left out of weights by name, weights
-        all 0 or steps out of order when the loader is made (the engine checks them for every
-        front).
+        >= 0; no source, an empty name, an unknown source in the weights, a source left out of
+        weights by name, weights all 0 or steps out of order when the loader is made (the engine
+        checks them for every front).
     """
 
     def __init__(
@@ -75,6 +79,7 @@ class Mixture:
         max_skip_fraction: Optional[Mapping[str, float]] = None,
         on_change: str = "refuse",
     ) -> None:
+        o = _options.given(MIXTURE, locals())
         if isinstance(sources, Mapping):
             items = list(sources.items())
         elif isinstance(sources, (list, tuple)):
@@ -83,27 +88,14 @@ class Mixture:
             raise ConfigError(
                 f"a Mixture's sources are a dict name -> dataset (or path), or a list of them; got {type(sources).__name__}"
             )
-        if not items:
-            raise ConfigError("a Mixture needs at least one source")
+        # an empty mixture, an empty or repeated name: the engine's checks, for every front
         names: List[str] = []
         for name, _ in items:
-            if not isinstance(name, str) or not name:
+            if not isinstance(name, str):
                 raise ConfigError(f"a Mixture's source names must be non-empty strings, got {name!r}")
-            if name in names:
-                raise ConfigError(f"two sources of the Mixture are named {name!r}")
             names.append(name)
         self._names = names
         self._datasets = [d if isinstance(d, Dataset) else Dataset(d) for _, d in items]
-        if schedule_unit not in _UNITS:
-            raise ConfigError(f'schedule_unit must be "steps" or "samples", got {schedule_unit!r}')
-        if on_change not in _ON_CHANGE:
-            raise ConfigError(f'on_change must be "refuse" or "reblend", got {on_change!r}')
-        if epoch_samples is not None and (
-            isinstance(epoch_samples, bool) or not isinstance(epoch_samples, int) or epoch_samples < 1
-        ):
-            raise ConfigError(f"epoch_samples must be a positive int (or None), got {epoch_samples!r}")
-        if not isinstance(source_column, bool):
-            raise ConfigError(f"source_column must be True or False, got {source_column!r}")
         entries: List[Tuple[int, Any]] = []
         for entry in schedule or []:
             if not isinstance(entry, (tuple, list)) or len(entry) != 2:
@@ -119,10 +111,10 @@ class Mixture:
         else:
             first = [] if weights is None else self._weights(weights, "weights")
         self._schedule = [(0, first)] + entries
-        self._unit = schedule_unit
-        self._epoch_samples = epoch_samples
-        self._source_column = source_column
-        self._on_change = on_change
+        # the options the spec takes as given (checked by the option table): by its keys
+        self._given = {
+            _options.spec_key(opt): o[opt.name] for opt in _options.options(MIXTURE) if _options.spec_key(opt) in _SPEC_KEYS
+        }
         self._transforms: Dict[str, Mapping[str, Any]] = {}
         for name, t in (transforms or {}).items():
             if name not in names:
@@ -163,26 +155,17 @@ class Mixture:
     def _spec(self, stages: Optional[list]) -> Dict[str, Any]:
         """The engine's ``mixture`` spec; a source's own Python stages are appended to
         ``stages`` (the loader's list)."""
-        from ._loader import _stage_specs
-
         sources = []
         for name, ds in zip(self._names, self._datasets):
             src: Dict[str, Any] = dict(name=name, path=str(ds.path))
             if name in self._transforms:
                 if stages is None:
                     raise ConfigError(f"source {name!r}: token sources take no transforms")
-                src["transforms"] = _stage_specs(self._transforms[name], stages)[0]
+                src["transforms"] = stage_specs(self._transforms[name], stages)[0]
             if name in self._skip:
                 src["max_skip_fraction"] = self._skip[name]
             sources.append(src)
-        return dict(
-            sources=sources,
-            schedule=[dict(at=at, weights=w) for at, w in self._schedule],
-            unit=self._unit,
-            epoch_samples=self._epoch_samples,
-            source_column=self._source_column,
-            on_change=self._on_change,
-        )
+        return dict(sources=sources, schedule=[dict(at=at, weights=w) for at, w in self._schedule], **self._given)
 
     @property
     def names(self) -> List[str]:
@@ -206,4 +189,4 @@ class Mixture:
         return ", ".join(f"{n}={d.path}" for n, d in zip(self._names, self._datasets))
 
     def __repr__(self) -> str:
-        return f"Mixture({self.path}; schedule={self._schedule!r}, unit={self._unit!r})"
+        return f"Mixture({self.path}; schedule={self._schedule!r}, unit={self._given['unit']!r})"

@@ -1,38 +1,57 @@
-"""The loaders' keyword options, declared once: each option's name, default, the fronts that take
-it, what kind of value it is, and the one-line summary that docs/python.md lists.
+"""The options of the loaders and of :class:`~stokehold.Mixture`, declared once: each option's
+name, default, the fronts that take it, what kind of value it is, the one-line summary that
+docs/python.md (and docs/mixtures.md) lists, and for the mixture the name the engine's
+``MixtureSpec`` and the mixture file of ``stokehold bench`` give it.
 
 The fronts' signatures spell the options again, as Python must for ``help()``, editors and the type
 stub (``__init__.pyi`` re-exports the fronts' own source); ``python/tests/test_options.py`` fails
 when a signature, a docstring, docs/python.md or the engine's own defaults (Rust's
 ``LoaderConfig``) drift from this table. The options both fronts take are turned into the engine's
-configuration by one function, :func:`stokehold._loader._shared_config`.
+configuration by one function, :func:`stokehold._loader._shared_config`; the mixture's by
+:meth:`stokehold.Mixture._spec`, with the keys this table names. The same test fails when
+``Mixture``'s signature, docs/mixtures.md or ``MixtureSpec``'s defaults drift; the CLI's own test
+(``bench/mixture.rs``) holds the mixture file's keys to ``MixtureSpec``'s.
 """
 
 import operator
 import os
-from typing import Any, Dict, Mapping, NamedTuple, Tuple
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple
 
 from ._native import ConfigError
 
 LOADER = "Loader"
 SEQUENCE = "SequenceLoader"
+MIXTURE = "Mixture"
 BOTH = (LOADER, SEQUENCE)
+
+_U32 = 2**32 - 1
+_U64 = 2**64 - 1
 
 
 class Option(NamedTuple):
-    """One keyword option of the loaders."""
+    """One keyword option of the loaders or of a Mixture."""
 
     name: str
     default: Any
     fronts: Tuple[str, ...]
     #: what :func:`given` checks: ``"bool"`` (a bool: a string such as ``"False"`` is a mistake,
-    #: not a truthy value), ``"count"`` (None or an int >= 1), ``"path"`` (None or a path, kept as
-    #: a str), ``"bytes"`` (a byte count, an int or a string like ``"16GiB"``, or ``"auto"``; None
-    #: where that is the default); ``"value"``: checked where it is converted
+    #: not a truthy value), ``"count"`` (None or an int >= 1, at most ``high``), ``"path"`` (None
+    #: or a path, kept as a str), ``"bytes"`` (a byte count, an int or a string like ``"16GiB"``,
+    #: or ``"auto"``; None where that is the default), ``"choice"`` (one of ``choices``);
+    #: ``"value"``: checked where it is converted
     kind: str
     summary: str
     #: what a value of a ``"count"`` option must be, in its error message
     what: str = "an int >= 1"
+    #: the engine's key (``MixtureSpec``; ``sources[].KEY``: each source's own); None: the
+    #: option's own name
+    spec: Optional[str] = None
+    #: the key of the mixture file of ``stokehold bench`` (None: ``spec``'s)
+    file: Optional[str] = None
+    #: the values of a ``"choice"`` option
+    choices: Tuple[str, ...] = ()
+    #: the largest value of a ``"count"`` option
+    high: int = _U32
 
 
 OPTIONS: Tuple[Option, ...] = (
@@ -71,11 +90,27 @@ OPTIONS: Tuple[Option, ...] = (
     Option("bucket", 1, (SEQUENCE,), "count", "documents mode: sort runs of this many positions by length (1: off)"),
 )
 
+#: ``stokehold.Mixture``'s options after ``sources``: the Python name, the spec's key
+#: (``MixtureSpec``: ``pipeline/config.rs``) and the mixture file's (``stokehold bench mix.toml``)
+MIXTURE_OPTIONS: Tuple[Option, ...] = (
+    Option("weights", None, (MIXTURE,), "value", "one per source: {name: w} or a list; None: by the sources' sizes", spec="schedule[0].weights", file="weights"),
+    Option("schedule", None, (MIXTURE,), "value", "[(step, weights), ...]: the weights from each step on", spec="schedule"),
+    Option("schedule_unit", "steps", (MIXTURE,), "choice", "or \"samples\": what the schedule's steps count", spec="unit", choices=("steps", "samples")),
+    Option("epoch_samples", None, (MIXTURE,), "count", "samples per epoch (default: the sources' samples summed)", "a positive int (or None)", spec="epoch_samples", high=_U64),
+    Option("source_column", True, (MIXTURE,), "bool", "adds batch[\"source\"] (int64: the source's index)", spec="source_column"),
+    Option("transforms", None, (MIXTURE,), "value", "{name: {field: [stage, ...]}}: a source's own stages", spec="sources[].transforms"),
+    Option("max_skip_fraction", None, (MIXTURE,), "value", "{name: fraction}: a source's own skip budget (on_error=\"skip\")", spec="sources[].max_skip_fraction"),
+    Option("on_change", "refuse", (MIXTURE,), "choice", "or \"reblend\": a resume state whose blend differs", spec="on_change", choices=("refuse", "reblend")),
+)
+
 _BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def options(front: str) -> Tuple[Option, ...]:
-    """The keyword options of ``front`` (``"Loader"`` or ``"SequenceLoader"``), in table order."""
+    """The keyword options of ``front`` (``"Loader"``, ``"SequenceLoader"`` or ``"Mixture"``), in
+    table order."""
+    if front == MIXTURE:
+        return MIXTURE_OPTIONS
     return tuple(o for o in OPTIONS if front in o.fronts)
 
 
@@ -92,7 +127,10 @@ def given(front: str, values: Mapping[str, Any]) -> Dict[str, Any]:
         elif v is None or (o.kind == "bytes" and v == "auto"):
             pass
         elif o.kind == "count":
-            v = to_int(o.name, v, 1, _U32, o.what)
+            v = to_int(o.name, v, 1, o.high, o.what)
+        elif o.kind == "choice":
+            if not isinstance(v, str) or v not in o.choices:
+                raise ConfigError(f"{o.name} must be {_either(o.choices)}, got {v!r}")
         elif o.kind == "path":
             try:
                 v = os.fspath(v)
@@ -104,7 +142,10 @@ def given(front: str, values: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-_U32 = 2**32 - 1
+def _either(choices: Tuple[str, ...]) -> str:
+    """``"a" or "b"``, ``"a", "b" or "c"``."""
+    quoted = [f'"{c}"' for c in choices]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
 
 
 def to_int(name: str, value: Any, low: int, high: int, what: str) -> int:
@@ -130,6 +171,11 @@ def byte_count(value: Any, name: str) -> Any:
     return value
 
 
+def spec_key(option: Option) -> str:
+    """The engine's key of ``option`` (its own name unless the table gives another)."""
+    return option.spec or option.name
+
+
 def default(name: str) -> Any:
     """The default of option ``name``."""
     return _BY_NAME[name].default
@@ -137,6 +183,7 @@ def default(name: str) -> Any:
 
 # What the listings in docs/python.md show before the keyword options: the positional parameters.
 _POSITIONAL = {
+    MIXTURE: (("sources", "{name: Dataset, path or URL} or a list of them"),),
     LOADER: (("dataset", "a stokehold.Dataset or a path"), ("batch_size", "per rank")),
     SEQUENCE: (
         ("dataset", "a token dataset (stokehold pack --tokenizer) or its path"),
@@ -154,7 +201,7 @@ def listing(front: str) -> str:
     """``front``'s call with every option, its default and its summary: the code block of
     docs/python.md (``python -c 'import stokehold._options as o; print(o.listing("Loader"))'``
     prints it; the test of this table checks that the documentation holds it)."""
-    variable = "loader"
+    variable = "mix" if front == MIXTURE else "loader"
     lines = [f"{variable} = stokehold.{front}("]
     items = [(p, s) for p, s in _POSITIONAL[front]]
     items += [(f"{o.name}={_literal(o.default)}", o.summary) for o in options(front)]
@@ -163,3 +210,13 @@ def listing(front: str) -> str:
         lines.append(f"{head:<29}# {summary}" if len(head) < 29 else f"{head}  # {summary}")
     lines.append(")")
     return "\n".join(lines)
+
+
+def mixture_table() -> str:
+    """The mixture's options in their three spellings (Python, the mixture file of ``stokehold
+    bench``, the engine's ``MixtureSpec``): the table of docs/mixtures.md, which the test of this
+    table checks."""
+    rows = ["| `Mixture(...)` | mixture file | `MixtureSpec` | default |", "|---|---|---|---|"]
+    for o in MIXTURE_OPTIONS:
+        rows.append(f"| `{o.name}` | `{o.file or spec_key(o)}` | `{spec_key(o)}` | `{_literal(o.default)}` |")
+    return "\n".join(rows)

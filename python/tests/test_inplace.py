@@ -295,6 +295,37 @@ def test_what_in_place_cannot_do_is_said(tfrecords, tmp_path):
     assert sorted(os.listdir(d)) == [f"train-{k:05d}-of-00003" for k in range(3)]  # nothing written beside
 
 
+def test_a_mistake_in_the_files_given_is_a_config_error_and_damage_stays_corrupt_data(tfrecords, tmp_path):
+    """Issue #51: what the user gave that cannot be used reaches Python as ConfigError (it was
+    CorruptDataError), each saying what to give instead; a damaged file stays CorruptDataError."""
+    d, _ = tfrecords
+    ix = tmp_path / "ix"
+    (tmp_path / "x-00000-of-00001").write_bytes(b"neither")
+    gz = tmp_path / "a.tfrecord.gz"
+    gz.write_bytes(b"\x1f\x8b\x08\x00")
+    other = tmp_path / "other"
+    other.mkdir()
+    first = sorted(d.iterdir())[0]
+    (other / "c.tfrecord").write_bytes(first.read_bytes())
+    for given, kw, says in [
+        (tmp_path / "x-00000-of-00001", {}, "format="),
+        (gz, {}, "gzip"),
+        (d, {"fields": ["nope"]}, "nope"),
+        ([first, other / "c.tfrecord"], {}, "one directory"),
+    ]:
+        with pytest.raises(stokehold.ConfigError, match=says) as e:
+            stokehold.Dataset(given, index_dir=ix, **kw)
+        assert not isinstance(e.value, stokehold.CorruptDataError), e.value
+    # damage: a TFRecord file whose framing breaks at its first record, named by its extension
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    data = bytearray(first.read_bytes())
+    data[8] ^= 0xFF  # the first record's length CRC
+    (bad / "a.tfrec").write_bytes(bytes(data))
+    with pytest.raises(stokehold.CorruptDataError, match="a.tfrec"):
+        stokehold.Dataset(bad / "a.tfrec", index_dir=ix)
+
+
 def test_files_in_object_storage_are_read_in_place_like_local_ones(tfrecords, tars, parquets, tmp_path):
     """TFRecord files, tars and Parquet files in a real S3-compatible server (moto, on 127.0.0.1): the same
     samples and batches as the local files, the index kept (keyed by the ETag) and reused, a

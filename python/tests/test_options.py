@@ -11,7 +11,7 @@ import pytest
 
 import stokehold
 from stokehold import ConfigError, Loader, SequenceLoader, _native, _options
-from stokehold._options import LOADER, SEQUENCE
+from stokehold._options import LOADER, MIXTURE, SEQUENCE
 
 from _loader_helpers import write
 
@@ -88,3 +88,66 @@ def test_a_pickled_loader_is_rebuilt_from_its_engine_configuration_not_from_its_
     assert [b["id"].tolist() for b in clone] == [b["id"].tolist() for b in loader]
     loader.close()
     clone.close()
+
+
+# --- the mixture's options: Python, the CLI's mixture file and the engine's MixtureSpec ---------
+
+MIXTURE_DOCS = DOCS.parent / "mixtures.md"
+
+
+def test_the_mixture_takes_exactly_its_options_with_the_table_defaults_and_documents_each():
+    params = inspect.signature(stokehold.Mixture.__init__).parameters
+    given = {n: p.default for n, p in params.items() if n not in ("self", "sources")}
+    assert given == {o.name: o.default for o in _options.options(MIXTURE)}
+    doc = inspect.getdoc(stokehold.Mixture)
+    missing = [n for n in given if f":param {n}:" not in doc]
+    assert not missing, f"Mixture's docstring does not document {missing}"
+
+
+def test_the_docs_show_the_mixtures_options_in_their_three_spellings_as_the_table_does():
+    assert _options.mixture_table() in MIXTURE_DOCS.read_text(), (
+        "docs/mixtures.md's table of options differs from the option table: paste\n" + _options.mixture_table()
+    )
+    assert _options.listing(MIXTURE) in DOCS.read_text(), (
+        "docs/python.md's listing of Mixture differs from the option table: paste\n" + _options.listing(MIXTURE)
+    )
+
+
+def test_the_mixture_defaults_and_keys_are_the_engines_own(tmp_path):
+    a, b = write(tmp_path / "a", 8), write(tmp_path / "b", 8)
+    keys = {_options.spec_key(o): o for o in _options.options(MIXTURE)}
+    own = {k: o for k, o in keys.items() if "[" not in k}  # the spec's own keys
+    each = {k.split("].", 1)[1]: o for k, o in keys.items() if k.startswith("sources[].")}
+    # a bare spec: the engine fills in its own defaults
+    bare = {"loader": {"batch_size": 2}, "samples": {"kind": "records"},
+            "mixture": {"sources": [{"name": "a"}, {"name": "b"}], "schedule": [{"at": 0, "weights": []}]}}
+    engine = json.loads(_native._Engine([a, b], json.dumps(bare), [], False).config_json)["mixture"]
+    assert set(engine) == set(own) | {"sources"}
+    for key, o in own.items():
+        if key != "schedule":
+            assert engine[key] == o.default, (o.name, engine[key], o.default)
+    # every key the table gives a source is one the engine takes (it refuses unknown ones)
+    bare["mixture"]["sources"][0].update({"transforms": {}, "max_skip_fraction": 0.5})
+    assert set(each) == {"transforms", "max_skip_fraction"}
+    source = json.loads(_native._Engine([a, b], json.dumps(bare), [], False).config_json)["mixture"]["sources"][0]
+    assert set(each) <= set(source)
+    # and Python's Mixture, given nothing, asks the engine for exactly its defaults
+    made = Loader(stokehold.Mixture([a, b]), 2, rank=0, world_size=1)
+    assert {k: v for k, v in made.config["mixture"].items() if k != "sources"} == {k: v for k, v in engine.items() if k != "sources"}
+    made.close()
+
+
+def test_the_mixtures_checks_come_from_the_table_with_their_messages():
+    with pytest.raises(ConfigError, match=r'^schedule_unit must be "steps" or "samples", got \'days\'$'):
+        stokehold.Mixture({}, schedule_unit="days")
+    with pytest.raises(ConfigError, match=r'^on_change must be "refuse" or "reblend", got None$'):
+        stokehold.Mixture({}, on_change=None)
+    with pytest.raises(ConfigError, match=r"^epoch_samples must be a positive int \(or None\), got 0$"):
+        stokehold.Mixture({}, epoch_samples=0)
+    with pytest.raises(ConfigError, match=r"^source_column must be True or False, got 'yes'$"):
+        stokehold.Mixture({}, source_column="yes")
+
+
+def test_an_empty_mixture_is_refused_by_the_engine_as_for_every_front(tmp_path):
+    with pytest.raises(ConfigError, match="a mixture needs at least one source"):
+        Loader(stokehold.Mixture({}), 2, rank=0, world_size=1)

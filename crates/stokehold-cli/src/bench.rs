@@ -778,7 +778,7 @@ mod tests {
             prefetch: 2,
             profiled: true,
             storage: None,
-            sources: Vec::new(),
+            groups: Vec::new(),
         }
     }
 

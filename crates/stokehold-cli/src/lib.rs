@@ -98,8 +98,8 @@ impl StorageArgs {
     }
 }
 
-/// How files read in place (TFRecord files, WebDataset tars) are opened: `--format`,
-/// `--fields`, `--index-dir`.
+/// How files read in place (TFRecord files, WebDataset tars, Parquet files) are opened:
+/// `--format`, `--fields`, `--index-dir`.
 #[derive(Debug, Clone, Default, clap::Args)]
 #[group(skip)]
 pub(crate) struct InPlaceArgs {
@@ -134,9 +134,9 @@ impl InPlaceArgs {
     }
 }
 
-fn in_place_format(s: &str) -> Result<stokehold_ingest::inplace::InPlaceFormat, String> {
-    stokehold_ingest::inplace::InPlaceFormat::parse(s)
-        .ok_or_else(|| format!("tfrecord, webdataset or parquet, got {s:?}"))
+fn in_place_format(s: &str) -> anyhow::Result<stokehold_ingest::inplace::InPlaceFormat> {
+    use stokehold_ingest::inplace::InPlaceFormat;
+    InPlaceFormat::parse(s).ok_or_else(|| anyhow::anyhow!("{}, got {s:?}", InPlaceFormat::names()))
 }
 
 /// Open `dataset` for reading (`inspect`, `verify`, `bench`): a stokehold dataset, or files read
@@ -242,64 +242,18 @@ pub fn error_message(e: &anyhow::Error) -> String {
 }
 
 /// The error of opening `dataset` for reading (`inspect`, `verify`, `bench`), with what to do
-/// when it is a local path that is not a dataset: the raw error would only say that
-/// `manifest.json` is missing (or, under a file, that the file is not a directory).
+/// when it is a local path that is not a dataset ([`stokehold_ingest::sources::not_a_dataset`],
+/// the explanation Python gives too): the raw error would only say that `manifest.json` is
+/// missing (or, under a file, that the file is not a directory).
 pub(crate) fn open_error(
     dataset: &std::path::Path,
     e: stokehold_format::FormatError,
 ) -> anyhow::Error {
-    let missing_manifest = matches!(
-        &e,
-        stokehold_format::FormatError::Io { path: p, source, .. }
-            if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory)
-                && p.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE))
-    );
-    if !missing_manifest || stokehold_format::url_scheme(dataset).is_some() {
-        return e.into();
+    use stokehold_ingest::sources::{Front, not_a_dataset};
+    match not_a_dataset(dataset, &e, Front::Cli) {
+        Some(msg) => anyhow::anyhow!(msg),
+        None => e.into(),
     }
-    let d = dataset.display();
-    if !dataset.exists() {
-        anyhow::anyhow!(
-            "{d}: no such directory; give the directory of a stokehold dataset (one that \
-             `stokehold pack SOURCE {d}` made), or TFRecord, WebDataset or Parquet files to read \
-             in place"
-        )
-    } else if dataset.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE)) {
-        let parent = dataset.parent().unwrap_or(std::path::Path::new("."));
-        anyhow::anyhow!(
-            "{d}: give the dataset's directory ({}), not its manifest",
-            parent.display()
-        )
-    } else if dataset.is_file() && !packable_file(dataset) {
-        let folder = dataset.parent().filter(|p| !p.as_os_str().is_empty());
-        let folder = folder.unwrap_or(std::path::Path::new(".")).display();
-        anyhow::anyhow!(
-            "{d} is a file, not a stokehold dataset (a directory with a {} and shards). `stokehold \
-             pack` reads folders of images (class sub-folders become labels), .jsonl/.csv tables \
-             of files, .tar (WebDataset), .tfrecord and .parquet files: to pack the images of \
-             its folder, `stokehold pack {folder} DATASET_DIR`, then run this command on \
-             DATASET_DIR",
-            stokehold_format::MANIFEST_FILE
-        )
-    } else {
-        let what = if dataset.is_dir() {
-            "directory"
-        } else {
-            "file"
-        };
-        anyhow::anyhow!(
-            "{d} is not a stokehold dataset (a dataset is a directory with a {} and shards): \
-             if this {what} holds data to load (images, JSONL/CSV, Parquet), pack it first with \
-             `stokehold pack {d} DATASET_DIR`, then run this command on DATASET_DIR \
-             (TFRecord files and WebDataset tars are also read in place, unpacked)",
-            stokehold_format::MANIFEST_FILE
-        )
-    }
-}
-
-/// Whether `path` is a file `stokehold pack` reads as a source (the packer's own rule).
-fn packable_file(path: &std::path::Path) -> bool {
-    stokehold_ingest::detect(&[path.to_path_buf()]).is_ok()
 }
 
 /// Run a parsed command line, writing its report to `out`.

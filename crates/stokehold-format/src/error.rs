@@ -118,6 +118,16 @@ pub enum FormatError {
         /// What was looked for, and what to give instead.
         detail: String,
     },
+    /// What the user gave to read cannot be used as given: files in two directories, mixed
+    /// formats, gzip-compressed files, a field choice that no sample fits (Python:
+    /// `ConfigError`; never damage).
+    #[error("{}: {detail}", path.display())]
+    Input {
+        /// The path, pattern or directory as given.
+        path: PathBuf,
+        /// What is wrong, and what to give instead.
+        detail: String,
+    },
     /// A schema is invalid, or a value does not fit its field.
     #[error("schema error: {0}")]
     Schema(String),

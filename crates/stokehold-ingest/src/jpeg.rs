@@ -16,7 +16,7 @@ pub struct JpegInfo {
 }
 
 /// Read the frame header of a JPEG. The error says what is wrong and at which byte.
-pub fn parse_header(data: &[u8]) -> Result<JpegInfo, String> {
+pub fn parse_header(data: &[u8]) -> Result<JpegInfo, crate::Unusable> {
     if !data.starts_with(&[0xFF, 0xD8]) {
         return Err("does not start with the JPEG SOI marker FF D8".into());
     }
@@ -24,60 +24,80 @@ pub fn parse_header(data: &[u8]) -> Result<JpegInfo, String> {
     loop {
         // Markers are 0xFF (possibly repeated as fill) followed by a non-zero, non-0xFF code.
         if i >= data.len() {
-            return Err(format!("ends at byte {i} before any frame header"));
+            return Err(crate::Unusable::from(format!(
+                "ends at byte {i} before any frame header"
+            )));
         }
         if data[i] != 0xFF {
-            return Err(format!(
+            return Err(crate::Unusable::from(format!(
                 "expected a marker at byte {i}, found {:#04x}",
                 data[i]
-            ));
+            )));
         }
         while i < data.len() && data[i] == 0xFF {
             i += 1;
         }
         let Some(&code) = data.get(i) else {
-            return Err(format!("ends at byte {i} inside a marker"));
+            return Err(crate::Unusable::from(format!(
+                "ends at byte {i} inside a marker"
+            )));
         };
         let marker_at = i - 1;
         i += 1;
         match code {
             0x01 | 0xD0..=0xD7 => continue, // standalone markers
-            0xD8 => return Err(format!("second SOI marker at byte {marker_at}")),
-            0xD9 => return Err(format!("EOI at byte {marker_at} before any frame header")),
-            0xDA => return Err(format!("scan at byte {marker_at} before any frame header")),
-            0x00 => return Err(format!("stuffed zero at byte {marker_at} outside a scan")),
+            0xD8 => {
+                return Err(crate::Unusable::from(format!(
+                    "second SOI marker at byte {marker_at}"
+                )));
+            }
+            0xD9 => {
+                return Err(crate::Unusable::from(format!(
+                    "EOI at byte {marker_at} before any frame header"
+                )));
+            }
+            0xDA => {
+                return Err(crate::Unusable::from(format!(
+                    "scan at byte {marker_at} before any frame header"
+                )));
+            }
+            0x00 => {
+                return Err(crate::Unusable::from(format!(
+                    "stuffed zero at byte {marker_at} outside a scan"
+                )));
+            }
             _ => {}
         }
         let Some(len) = data
             .get(i..i + 2)
             .map(|b| usize::from(u16::from_be_bytes([b[0], b[1]])))
         else {
-            return Err(format!(
+            return Err(crate::Unusable::from(format!(
                 "ends at byte {i} inside the length of marker {code:#04x}"
-            ));
+            )));
         };
         if len < 2 || i + len > data.len() {
-            return Err(format!(
+            return Err(crate::Unusable::from(format!(
                 "marker {code:#04x} at byte {marker_at} has length {len}, past the end ({} bytes)",
                 data.len()
-            ));
+            )));
         }
         let is_sof = matches!(code, 0xC0..=0xCF) && !matches!(code, 0xC4 | 0xC8 | 0xCC);
         if is_sof {
             let seg = &data[i + 2..i + len];
             if seg.len() < 6 {
-                return Err(format!(
+                return Err(crate::Unusable::from(format!(
                     "frame header at byte {marker_at} is {} bytes, too short",
                     seg.len()
-                ));
+                )));
             }
             let height = u16::from_be_bytes([seg[1], seg[2]]);
             let width = u16::from_be_bytes([seg[3], seg[4]]);
             let components = seg[5];
             if width == 0 || height == 0 || !matches!(components, 1 | 3 | 4) {
-                return Err(format!(
+                return Err(crate::Unusable::from(format!(
                     "frame header at byte {marker_at}: {width}x{height} with {components} components is not supported"
-                ));
+                )));
             }
             return Ok(JpegInfo {
                 width,

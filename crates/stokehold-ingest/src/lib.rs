@@ -14,8 +14,42 @@ pub mod mp4;
 pub mod pack;
 mod parquet_pages;
 pub mod sample_data;
+pub mod sources;
 pub mod tar;
 pub mod tfrecord;
+
+/// Why bytes of an input cannot be used, in words that say what and where (a page header cut
+/// short, a value that does not fit its field, an image that does not decode): the `detail` of
+/// a corrupt-data error, or the reason an input is skipped. Parsers return it instead of a bare
+/// `String`, so that what an error means is in its type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unusable(pub String);
+
+impl From<String> for Unusable {
+    fn from(s: String) -> Self {
+        Unusable(s)
+    }
+}
+
+impl From<&str> for Unusable {
+    fn from(s: &str) -> Self {
+        Unusable(s.to_string())
+    }
+}
+
+impl std::ops::Deref for Unusable {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<Unusable> for String {
+    fn from(u: Unusable) -> Self {
+        u.0
+    }
+}
 
 pub use pack::tokens::{TokenOptions, pack_tokens, token_meta, token_source};
 pub use pack::{

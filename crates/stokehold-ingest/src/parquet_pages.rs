@@ -49,13 +49,13 @@ impl<'a> Thrift<'a> {
         }
     }
 
-    fn byte(&mut self) -> Result<u8, String> {
+    fn byte(&mut self) -> Result<u8, crate::Unusable> {
         let v = *self.b.get(self.pos).ok_or("a page header is cut short")?;
         self.pos += 1;
         Ok(v)
     }
 
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, crate::Unusable> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
@@ -67,12 +67,12 @@ impl<'a> Thrift<'a> {
         Err("a page header has an over-long integer".into())
     }
 
-    fn zigzag(&mut self) -> Result<i64, String> {
+    fn zigzag(&mut self) -> Result<i64, crate::Unusable> {
         let v = self.varint()?;
         Ok((v >> 1) as i64 ^ -((v & 1) as i64))
     }
 
-    fn skip_bytes(&mut self, n: u64) -> Result<(), String> {
+    fn skip_bytes(&mut self, n: u64) -> Result<(), crate::Unusable> {
         let end = (self.pos as u64)
             .checked_add(n)
             .filter(|&e| e <= self.b.len() as u64)
@@ -82,7 +82,7 @@ impl<'a> Thrift<'a> {
     }
 
     /// Skip a value of compact type `t` (lists, sets and maps nest as deep as structs may).
-    fn skip(&mut self, t: u8) -> Result<(), String> {
+    fn skip(&mut self, t: u8) -> Result<(), crate::Unusable> {
         if matches!(t, 9..=11) {
             self.depth += 1;
             if self.depth > 32 {
@@ -95,7 +95,7 @@ impl<'a> Thrift<'a> {
         self.skip_value(t)
     }
 
-    fn skip_value(&mut self, t: u8) -> Result<(), String> {
+    fn skip_value(&mut self, t: u8) -> Result<(), crate::Unusable> {
         match t {
             1 | 2 => Ok(()),
             3 => self.skip_bytes(1),
@@ -133,15 +133,17 @@ impl<'a> Thrift<'a> {
                 Ok(())
             }
             12 => self.strukt(|t, _, ty| t.skip(ty)),
-            _ => Err(format!("a page header holds an unknown Thrift type {t}")),
+            _ => Err(crate::Unusable::from(format!(
+                "a page header holds an unknown Thrift type {t}"
+            ))),
         }
     }
 
     /// Read a struct, calling `field(self, id, type)` for each field (which reads or skips it).
     fn strukt(
         &mut self,
-        mut field: impl FnMut(&mut Self, i16, u8) -> Result<(), String>,
-    ) -> Result<(), String> {
+        mut field: impl FnMut(&mut Self, i16, u8) -> Result<(), crate::Unusable>,
+    ) -> Result<(), crate::Unusable> {
         self.depth += 1;
         if self.depth > 32 {
             return Err("a page header nests too deep".into());
@@ -164,14 +166,16 @@ impl<'a> Thrift<'a> {
         Ok(())
     }
 
-    fn i32(&mut self, ty: u8) -> Result<i64, String> {
+    fn i32(&mut self, ty: u8) -> Result<i64, crate::Unusable> {
         if ty != 5 {
-            return Err(format!("a page header field of Thrift type {ty}, not i32"));
+            return Err(crate::Unusable::from(format!(
+                "a page header field of Thrift type {ty}, not i32"
+            )));
         }
         self.zigzag()
     }
 
-    pub(crate) fn page_header(&mut self) -> Result<PageHead, String> {
+    pub(crate) fn page_header(&mut self) -> Result<PageHead, crate::Unusable> {
         let (mut kind, mut size, mut uncompressed, mut crc) = (None, None, None, None);
         let (mut rows, mut encoding) = (None, None);
         self.strukt(|t, id, ty| {
@@ -241,7 +245,7 @@ pub(crate) fn check_page(
     codec: Compression,
     room: u64,
     max: u64,
-) -> Result<(), String> {
+) -> Result<(), crate::Unusable> {
     let compressed = u64::try_from(head.compressed_size)
         .ok()
         .filter(|&c| c <= room)
@@ -258,20 +262,20 @@ pub(crate) fn check_page(
         )
     })?;
     if uncompressed > max {
-        return Err(format!(
+        return Err(crate::Unusable::from(format!(
             "a page declares {uncompressed} bytes uncompressed, more than the {max} accepted \
              (max_record_bytes)"
-        ));
+        )));
     }
     // a page of version 2 keeps its levels uncompressed: a few bytes more than the codec makes
     let slack = 64 << 10;
     if let Some(k) = expansion(codec)
         && uncompressed > compressed.saturating_mul(k).saturating_add(slack)
     {
-        return Err(format!(
+        return Err(crate::Unusable::from(format!(
             "a page declares {uncompressed} bytes uncompressed from {compressed} compressed, \
              more than {codec} can make of them"
-        ));
+        )));
     }
     Ok(())
 }
@@ -328,7 +332,7 @@ pub(crate) fn check_chunk(
             let complete = pos + avail.len() as u64 >= end || avail.len() >= MAX_PAGE_HEADER;
             match Thrift::new(avail).page_header() {
                 Ok(h) => break h,
-                Err(e) if complete => return Err((pos, e)),
+                Err(e) if complete => return Err((pos, e.0)),
                 Err(_) => {
                     let len = ((end - pos).min(MAX_PAGE_HEADER as u64) as usize)
                         .min((avail.len() * 2).max(WINDOW));
@@ -341,7 +345,7 @@ pub(crate) fn check_chunk(
             }
         };
         let body = pos + head.len as u64;
-        check_page(&head, codec, end.saturating_sub(body), max).map_err(|e| (pos, e))?;
+        check_page(&head, codec, end.saturating_sub(body), max).map_err(|e| (pos, e.0))?;
         pos = body + head.compressed_size as u64;
     }
     Ok(())

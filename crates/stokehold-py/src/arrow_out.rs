@@ -58,6 +58,11 @@ fn array_column(dtype: DataType, width: usize) -> Column {
     }
 }
 
+/// A value that is not of its column's type (what, in words): damage, since the schema was
+/// checked at open.
+#[derive(Debug)]
+struct Mismatch(String);
+
 impl Column {
     fn new(ty: &FieldType, tokens: Option<TokenDType>) -> Column {
         match (ty, tokens) {
@@ -75,8 +80,8 @@ impl Column {
         }
     }
 
-    /// Append one record's value; `Err` (a message) when it is not of the column's type.
-    fn push(&mut self, v: &FieldValue<'_>) -> Result<(), String> {
+    /// Append one record's value; `Err` when it is not of the column's type.
+    fn push(&mut self, v: &FieldValue<'_>) -> Result<(), Mismatch> {
         match (self, v) {
             (Column::Binary(b), FieldValue::Bytes(x) | FieldValue::Image(x)) => b.append_value(x),
             (Column::String(b), FieldValue::String(s)) => b.append_value(s),
@@ -97,14 +102,19 @@ impl Column {
                     FieldValue::Array(a) => (a.shape.clone(), &a.data),
                     // a token dataset's tokens: whole tokens (checked at open)
                     FieldValue::Bytes(b) => (vec![(b.len() / *width) as u64], b),
-                    other => return Err(format!("a {} where an array was expected", other.kind())),
+                    other => {
+                        return Err(Mismatch(format!(
+                            "a {} where an array was expected",
+                            other.kind()
+                        )));
+                    }
                 };
                 if data.len() % *width != 0 {
-                    return Err(format!(
+                    return Err(Mismatch(format!(
                         "{} bytes for elements of {} bytes",
                         data.len(),
                         width
-                    ));
+                    )));
                 }
                 values.extend_from_slice(data);
                 let last = offsets.last().copied().unwrap_or(0);
@@ -113,17 +123,21 @@ impl Column {
                 shape_offsets.push(shapes.len() as i64);
             }
             (_, other) => {
-                return Err(format!(
+                return Err(Mismatch(format!(
                     "a {} of another type than the schema's",
                     other.kind()
-                ));
+                )));
             }
         }
         Ok(())
     }
 
     /// The finished columns: one, or the list and its shapes.
-    fn finish(self, name: &str, out: &mut Vec<(Arc<Field>, ArrayRef)>) -> Result<(), String> {
+    fn finish(
+        self,
+        name: &str,
+        out: &mut Vec<(Arc<Field>, ArrayRef)>,
+    ) -> Result<(), arrow_schema::ArrowError> {
         let field = |dt: &DataType, name: &str| Arc::new(Field::new(name, dt.clone(), false));
         let a: ArrayRef = match self {
             Column::Binary(mut b) => Arc::new(b.finish()),
@@ -143,23 +157,20 @@ impl Column {
                 let data = arrow_data::ArrayData::builder(dtype.clone())
                     .len(n)
                     .add_buffer(values.into())
-                    .build()
-                    .map_err(|e| e.to_string())?;
+                    .build()?;
                 let item = field(&dtype, "item");
                 let list = LargeListArray::try_new(
                     item,
                     OffsetBuffer::new(ScalarBuffer::from(offsets)),
                     make_array(data),
                     None,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 let dims = LargeListArray::try_new(
                     field(&DataType::UInt64, "item"),
                     OffsetBuffer::new(ScalarBuffer::from(shape_offsets)),
                     Arc::new(UInt64Array::from(shapes)),
                     None,
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 out.push((field(list.data_type(), name), Arc::new(list)));
                 out.push((field(dims.data_type(), &shape_column(name)), Arc::new(dims)));
                 return Ok(());
@@ -219,7 +230,7 @@ pub fn record_batch(
             }
             let values = shard.decode(local, bytes)?;
             for ((c, v), f) in cols.iter_mut().zip(&values).zip(&schema.fields) {
-                c.push(v).map_err(|detail| FormatError::Corrupt {
+                c.push(v).map_err(|Mismatch(detail)| FormatError::Corrupt {
                     path: shard.path().to_path_buf(),
                     what: format!("{}, field {:?}", shard.describe(local), f.name),
                     offset: e.offset,

@@ -60,6 +60,8 @@ use crate::errors::to_py_err;
 /// :raises CorruptDataError: a shard is truncated or damaged, or the manifest is invalid or
 ///     disagrees with a shard.
 /// :raises UnsupportedVersionError: written by a newer format version.
+/// :raises ConfigError: files to read in place that cannot be used as given (in two
+///     directories, of mixed formats, gzip-compressed, or a ``fields`` choice no sample fits).
 #[derive(Debug)]
 #[pyclass(module = "stokehold", name = "Dataset", frozen)]
 pub struct Dataset {
@@ -191,40 +193,15 @@ impl Dataset {
 }
 
 /// The error of opening `path`: when it is a local path without a manifest, one that says what
-/// a dataset is and how to make one (a `StokeholdIOError` with errno ENOENT, as the bare I/O
-/// error was).
+/// a dataset is and how to make one ([`stokehold_ingest::sources::not_a_dataset`], the
+/// explanation the CLI gives too; a `StokeholdIOError` with errno ENOENT, as the bare I/O error
+/// was).
 fn open_error(py: Python<'_>, path: &std::path::Path, e: stokehold_format::FormatError) -> PyErr {
-    let missing_manifest = matches!(
-        &e,
-        stokehold_format::FormatError::Io { path: p, source, .. }
-            if source.kind() == std::io::ErrorKind::NotFound
-                && p.file_name() == Some(std::ffi::OsStr::new(stokehold_format::MANIFEST_FILE))
-    );
-    if !missing_manifest || stokehold_format::url_scheme(path).is_some() {
-        return to_py_err(py, e);
+    use stokehold_ingest::sources::{Front, not_a_dataset};
+    match not_a_dataset(path, &e, Front::Python) {
+        Some(msg) => crate::errors::io_error(py, msg, Some(ENOENT)),
+        None => to_py_err(py, e),
     }
-    let d = path.display();
-    let what = if path.exists() {
-        format!(
-            "{d} is not a stokehold dataset (it has no {})",
-            stokehold_format::MANIFEST_FILE
-        )
-    } else {
-        format!(
-            "{d}: no such directory (a dataset is a directory with a {})",
-            stokehold_format::MANIFEST_FILE
-        )
-    };
-    crate::errors::io_error(
-        py,
-        format!(
-            "{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or \
-             TFRecords) or stokehold.ShardWriter, then open DIR; TFRecord files, WebDataset \
-             tars and Parquet files can also be opened in place (a file, a directory of them, a \
-             glob or a list)"
-        ),
-        Some(ENOENT),
-    )
 }
 
 /// A path, or a list of them (several files read in place).

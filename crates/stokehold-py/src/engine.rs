@@ -218,7 +218,7 @@ fn python_stages(py: Python<'_>, list: &Bound<'_, PyList>) -> PyResult<Vec<Arc<d
         let func = t.get_item(0)?.unbind();
         let rng: Option<String> = t.get_item(1)?.extract()?;
         let name: String = t.get_item(2)?.extract()?;
-        let stage = PyStage::new(func, rng.as_deref(), name).map_err(|m| config_error(py, m))?;
+        let stage = PyStage::new(py, func, rng.as_deref(), name)?;
         out.push(Arc::new(stage));
     }
     Ok(out)

@@ -12,7 +12,8 @@
 //!     ├── StokeholdIOError (+ OSError)      an operating-system error (errno set when known),
 //!     │                                     or a write destination that already exists
 //!     ├── SampleError               a loader stage failed on one sample (`.sample_id`)
-//!     ├── ConfigError (+ ValueError)        an invalid loader configuration or transform
+//!     ├── ConfigError (+ ValueError)        an invalid loader configuration or transform, or
+//!     │                                     files to read in place that cannot be used as given
 //!     └── IncompatibleStateError (+ ValueError)  a resume state of another dataset, seed,
 //!                                           order or version (`.field` names it)
 //!
@@ -136,7 +137,8 @@ pub fn config_error_type(py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
                 "ConfigError",
                 py.get_type::<PyValueError>(),
                 "An invalid loader configuration: a bad option value, a transform for a field \
-                 the dataset does not have, or an unknown transform stage.",
+                 the dataset does not have, or an unknown transform stage; or files to read in \
+                 place that cannot be used as given.",
             )
         })
         .map(|t| t.bind(py).clone())
@@ -263,7 +265,10 @@ pub fn to_py_err(py: Python<'_>, e: FormatError) -> PyErr {
         }
         FormatError::DestinationBusy { .. } => build(io_error_type(py), msg, Some(EBUSY)),
         FormatError::NotFound { .. } => build(io_error_type(py), msg, Some(ENOENT)),
-        FormatError::RemoteUnsupported { .. } | FormatError::Remote { .. } => config_error(py, msg),
+        // the user's to change: an unusable path, pattern, format or field choice
+        FormatError::Input { .. }
+        | FormatError::RemoteUnsupported { .. }
+        | FormatError::Remote { .. } => config_error(py, msg),
         _ => StokeholdError::new_err(msg),
     }
 }

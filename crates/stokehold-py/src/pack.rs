@@ -95,7 +95,7 @@ pub fn pack<'py>(
     let fields = fields
         .map(FieldChoice::parse_list)
         .transpose()
-        .map_err(|e| pack_err(py, e))?;
+        .map_err(|e| pack_err(py, e.into()))?;
     let options = PackOptions {
         write: DatasetWriteOptions {
             write: WriteOptions { align, zstd_level },

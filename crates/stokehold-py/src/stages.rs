@@ -88,14 +88,20 @@ impl Transform for PyStage {
 
 impl PyStage {
     /// The stage of `func` (`rng`: None, "seed" or "numpy"), called `name` in statistics.
-    pub(crate) fn new(func: Py<PyAny>, rng: Option<&str>, name: String) -> Result<PyStage, String> {
+    pub(crate) fn new(
+        py: Python<'_>,
+        func: Py<PyAny>,
+        rng: Option<&str>,
+        name: String,
+    ) -> PyResult<PyStage> {
         let rng = match rng {
             None => RngMode::None,
             Some("seed") => RngMode::Seed,
             Some("numpy") => RngMode::Numpy,
             Some(other) => {
-                return Err(format!(
-                    "Lambda rng must be None, \"seed\" or \"numpy\", got {other:?}"
+                return Err(crate::errors::config_error(
+                    py,
+                    format!("Lambda rng must be None, \"seed\" or \"numpy\", got {other:?}"),
                 ));
             }
         };

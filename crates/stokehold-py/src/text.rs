@@ -8,7 +8,7 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use stokehold::format::tokens::TokenDType;
-use stokehold::ops::text::TextTokenizer;
+use stokehold::ops::text::{TextError, TextTokenizer};
 
 use crate::errors::config_error;
 
@@ -36,12 +36,10 @@ impl Tokenizer {
     }
 
     /// The ids of one text, as `pack` makes them.
-    fn ids(&self, text: &str, out: &mut Vec<u32>) -> Result<(), String> {
+    fn ids(&self, text: &str, out: &mut Vec<u32>) -> Result<(), TextError> {
         out.clear();
         out.extend(self.bos.as_ref().map(|b| b.1));
-        self.inner
-            .encode_into(text, out)
-            .map_err(|e| e.to_string())?;
+        self.inner.encode_into(text, out)?;
         out.extend(self.eos.as_ref().map(|e| e.1));
         Ok(())
     }
@@ -93,9 +91,9 @@ impl Tokenizer {
                         self.ids(t, &mut ids)?;
                         Ok(ids.clone())
                     })
-                    .collect::<Result<Vec<Vec<u32>>, String>>()
+                    .collect::<Result<Vec<Vec<u32>>, TextError>>()
             })
-            .map_err(|e| config_error(py, e))?;
+            .map_err(|e| config_error(py, e.to_string()))?;
         let dtype = TokenDType::for_vocab(self.inner.vocab_size());
         let arrays = encoded
             .iter()

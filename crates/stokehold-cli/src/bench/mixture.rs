@@ -23,6 +23,10 @@ use serde::Deserialize;
 use stokehold::samples::mixture::{OnChange, ScheduleUnit};
 use stokehold::{MixtureSourceSpec, MixtureSpec, ScheduleEntry, Weights};
 
+// The keys of a mixture file are `MixtureSpec`'s (its defaults too), with `weights` for the
+// schedule's first entry and `sources` also as a table of name = path; the test below holds
+// them to the spec, and Python's option table (`python/stokehold/_options.py`) to both.
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {
@@ -194,12 +198,70 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
         at: e.at,
         weights: e.weights,
     }));
-    Ok(Some(MixtureSpec {
-        sources,
-        schedule,
-        unit: file.unit.unwrap_or(ScheduleUnit::Steps),
-        epoch_samples: file.epoch_samples,
-        source_column: file.source_column.unwrap_or(true),
-        on_change: file.on_change.unwrap_or_default(),
-    }))
+    // the keys given, as `MixtureSpec` spells them: one not given takes the spec's own default
+    // (`pipeline/config.rs`, the one place Rust spells it)
+    let mut spec = serde_json::json!({
+        "sources": sources,
+        "schedule": schedule,
+        "unit": file.unit,
+        "epoch_samples": file.epoch_samples,
+        "source_column": file.source_column,
+        "on_change": file.on_change,
+    });
+    if let Some(keys) = spec.as_object_mut() {
+        keys.retain(|_, v| !v.is_null());
+    }
+    Ok(Some(serde_json::from_value(spec).with_context(what)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file's keys are the spec's own (plus `weights`): a key `MixtureSpec` gains or renames
+    /// fails here until the file takes it.
+    #[test]
+    fn a_mixture_files_keys_are_the_specs() {
+        let spec = MixtureSpec {
+            sources: Vec::new(),
+            schedule: Vec::new(),
+            unit: ScheduleUnit::Steps,
+            epoch_samples: None,
+            source_column: true,
+            on_change: OnChange::default(),
+        };
+        let value = serde_json::to_value(&spec).expect("a spec serializes");
+        let mut spec_keys: Vec<&str> = value
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        spec_keys.push("weights");
+        spec_keys.sort_unstable();
+        let mut file_keys: Vec<&str> = MIXTURE_KEYS
+            .iter()
+            .copied()
+            .filter(|k| *k != "source")
+            .chain(["sources"])
+            .collect();
+        file_keys.sort_unstable();
+        assert_eq!(file_keys, spec_keys);
+    }
+
+    /// A file that gives only its sources gets `MixtureSpec`'s defaults, as Python's `Mixture()`
+    /// does.
+    #[test]
+    fn a_mixture_file_without_options_gets_the_specs_defaults() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("mix.toml");
+        std::fs::write(&path, "[sources]\nweb = \"a\"\n").expect("written");
+        let spec = read(&path).expect("read").expect("a mixture file");
+        let bare: MixtureSpec = serde_json::from_value(serde_json::json!({
+            "sources": [{"name": "web", "path": dir.path().join("a").to_string_lossy()}],
+            "schedule": [{"at": 0, "weights": []}],
+        }))
+        .expect("a bare spec");
+        assert_eq!(spec, bare);
+    }
 }

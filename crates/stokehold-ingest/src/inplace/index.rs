@@ -174,7 +174,7 @@ impl FileIndex {
 
     /// Parse a kept index, checking its checksum, its counts against its length (before any
     /// allocation) and every member against its record.
-    pub fn parse(bytes: &[u8]) -> Result<FileIndex, String> {
+    pub fn parse(bytes: &[u8]) -> Result<FileIndex, crate::Unusable> {
         let n = bytes.len();
         if n < MAGIC.len() + 8 || &bytes[..MAGIC.len()] != MAGIC {
             return Err("not a stokehold index (bad magic)".into());
@@ -195,11 +195,11 @@ impl FileIndex {
             .and_then(|v| v.checked_add(members.checked_mul(12)?))
             .and_then(|v| v.checked_add(key_bytes));
         if need != Some((body.len() - r.pos) as u64) {
-            return Err(format!(
+            return Err(crate::Unusable::from(format!(
                 "its header counts ({records} records, {members} members, {key_bytes} key bytes) \
                  do not match its {} bytes",
                 body.len()
-            ));
+            )));
         }
         let records = records as usize;
         let mut entries = Vec::with_capacity(records);
@@ -235,12 +235,16 @@ impl FileIndex {
                 .checked_add(u64::from(e.len))
                 .is_none_or(|end| end > header.size)
             {
-                return Err(format!("record {i} lies past the file's end"));
+                return Err(crate::Unusable::from(format!(
+                    "record {i} lies past the file's end"
+                )));
             }
             for m in &ms[first_member[i] as usize..first_member[i + 1] as usize] {
                 let inside = u64::from(m.offset) + u64::from(m.len) <= u64::from(e.len);
                 if !(m.name == DAMAGED || (m.name < names && inside)) {
-                    return Err(format!("a member of record {i} is outside it"));
+                    return Err(crate::Unusable::from(format!(
+                        "a member of record {i} is outside it"
+                    )));
                 }
             }
         }
@@ -261,7 +265,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], crate::Unusable> {
         let end = self
             .pos
             .checked_add(n)
@@ -272,11 +276,11 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn u32(&mut self) -> Result<u32, String> {
+    fn u32(&mut self) -> Result<u32, crate::Unusable> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, crate::Unusable> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
     }
 

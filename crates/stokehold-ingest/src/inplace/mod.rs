@@ -31,59 +31,14 @@ mod webdataset;
 
 pub use index::FileIndex;
 
-use crate::pack::FieldChoice;
+pub use crate::sources::InPlaceFormat;
+use crate::sources::{FieldChoice, Sniff, sniff, sniff_file};
 
 /// The suffix of an index kept beside its file (`train-00000.tfrecord.skhidx`).
 pub const INDEX_SUFFIX: &str = ".skhidx";
 
 /// Bytes read per request while scanning a file.
 const SCAN_CHUNK: usize = 8 << 20;
-
-/// A format of files read in place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InPlaceFormat {
-    /// TFRecord files of `tf.train.Example`s.
-    TfRecord,
-    /// WebDataset tars.
-    WebDataset,
-    /// Parquet files (Hugging Face datasets, LAION-style metadata).
-    Parquet,
-}
-
-impl InPlaceFormat {
-    /// Its name: "tfrecord", "webdataset".
-    pub fn name(self) -> &'static str {
-        match self {
-            InPlaceFormat::TfRecord => "tfrecord",
-            InPlaceFormat::WebDataset => "webdataset",
-            InPlaceFormat::Parquet => "parquet",
-        }
-    }
-
-    /// Parse a name (`tfrecord`, `webdataset` or `tar`).
-    pub fn parse(s: &str) -> Option<InPlaceFormat> {
-        match s.to_ascii_lowercase().as_str() {
-            "tfrecord" | "tfrecords" => Some(InPlaceFormat::TfRecord),
-            "webdataset" | "wds" | "tar" => Some(InPlaceFormat::WebDataset),
-            "parquet" | "pq" => Some(InPlaceFormat::Parquet),
-            _ => None,
-        }
-    }
-
-    /// The format a file's name says, if any.
-    fn of_name(name: &str) -> Option<InPlaceFormat> {
-        let n = name.to_ascii_lowercase();
-        if n.ends_with(".tfrecord") || n.ends_with(".tfrecords") {
-            Some(InPlaceFormat::TfRecord)
-        } else if n.ends_with(".tar") {
-            Some(InPlaceFormat::WebDataset)
-        } else if n.ends_with(".parquet") {
-            Some(InPlaceFormat::Parquet)
-        } else {
-            None
-        }
-    }
-}
 
 /// How files in place are opened.
 #[derive(Debug, Clone, Default)]
@@ -280,7 +235,7 @@ pub(crate) struct Chosen {
 
 impl Chosen {
     /// The fields `pack`'s chooser picked, each with the type `ty` gives its name.
-    fn typed(chosen: Vec<crate::pack::Chosen>, ty: impl Fn(&str) -> FieldType) -> Vec<Chosen> {
+    fn typed(chosen: Vec<crate::sources::Chosen>, ty: impl Fn(&str) -> FieldType) -> Vec<Chosen> {
         chosen
             .into_iter()
             .map(|c| Chosen {
@@ -289,6 +244,33 @@ impl Chosen {
                 optional: c.optional,
             })
             .collect()
+    }
+}
+
+/// Why the fields of files read in place could not be chosen.
+#[derive(Debug)]
+pub(crate) enum ChooseError {
+    /// A kept index's statistics do not parse: damage ([`FormatError::Manifest`]).
+    Index(String),
+    /// The files or the field choice give no schema: the user's to change
+    /// ([`FormatError::Input`]).
+    Input(String),
+}
+
+impl From<crate::sources::SourceError> for ChooseError {
+    fn from(e: crate::sources::SourceError) -> Self {
+        ChooseError::Input(e.to_string())
+    }
+}
+
+impl ChooseError {
+    /// The error of opening the files under `root`.
+    fn at(self, root: &Path) -> FormatError {
+        let path = root.to_path_buf();
+        match self {
+            ChooseError::Index(detail) => FormatError::Manifest { path, detail },
+            ChooseError::Input(detail) => FormatError::Input { path, detail },
+        }
     }
 }
 
@@ -322,7 +304,7 @@ fn resolve(
     options: &OpenOptions,
     inplace: &InPlaceOptions,
 ) -> Result<Resolved, FormatError> {
-    let input = |p: &Path, detail: String| FormatError::Manifest {
+    let input = |p: &Path, detail: String| FormatError::Input {
         path: p.to_path_buf(),
         detail,
     };
@@ -509,73 +491,14 @@ fn parent(p: &Path) -> PathBuf {
     }
 }
 
-/// What a file's first bytes say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sniff {
-    /// A format read in place.
-    Format(InPlaceFormat),
-    /// gzip-compressed (a `.tfrecord.gz` by another name).
-    Gzip,
-    /// Neither.
-    Unknown,
-}
-
 /// The error of a gzip-compressed file given to read in place.
 fn gzip_error(path: &Path) -> FormatError {
-    FormatError::Manifest {
+    FormatError::Input {
         path: path.to_path_buf(),
         detail: "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord \
                  files and tars uncompressed"
             .into(),
     }
-}
-
-/// The format of a file by its first bytes ([`sniff_head`]).
-fn sniff(location: &dyn Location, name: &str, meta: &ObjectMeta) -> io::Result<Sniff> {
-    let len = meta.size.min(512);
-    let read = stokehold_format::location::RangeRead {
-        name,
-        meta,
-        offset: 0,
-        len,
-    };
-    let head = location
-        .read_ranges(&[read])
-        .pop()
-        .expect("one read, one result")?;
-    Ok(sniff_head(&head))
-}
-
-/// What a local file's first bytes show (`Unknown` too when it cannot be read).
-pub(crate) fn sniff_file(path: &Path) -> Sniff {
-    let mut head = Vec::with_capacity(512);
-    let read = std::fs::File::open(path)
-        .and_then(|f| io::Read::read_to_end(&mut io::Read::take(f, 512), &mut head));
-    match read {
-        Ok(_) => sniff_head(&head),
-        Err(_) => Sniff::Unknown,
-    }
-}
-
-/// The format of a file by its first bytes (up to 512): a tar's `ustar` magic, Parquet's
-/// `PAR1`, a TFRecord's length whose masked CRC-32C matches, or gzip's magic.
-fn sniff_head(head: &[u8]) -> Sniff {
-    if head.len() >= 263 && &head[257..262] == b"ustar" {
-        return Sniff::Format(InPlaceFormat::WebDataset);
-    }
-    if head.starts_with(b"PAR1") {
-        return Sniff::Format(InPlaceFormat::Parquet);
-    }
-    if head.len() >= 12 {
-        let stored = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-        if crate::tfrecord::masked_crc32c(&head[..8]) == stored {
-            return Sniff::Format(InPlaceFormat::TfRecord);
-        }
-    }
-    if head.starts_with(&[0x1f, 0x8b]) {
-        return Sniff::Gzip;
-    }
-    Sniff::Unknown
 }
 
 /// Where the kept index of `name` in `root` lives in the index directory `dir`.
@@ -685,7 +608,7 @@ fn keep(
     if let Err(e) = r {
         let _ = std::fs::remove_file(&tmp);
         if inplace.must_keep {
-            return Err(FormatError::Manifest {
+            return Err(FormatError::Input {
                 path: dir.to_path_buf(),
                 detail: format!(
                     "cannot keep indexes here ({e}): give a writable index directory \
@@ -963,10 +886,7 @@ fn open_resolved(
             })
         }
     }
-    .map_err(|detail| FormatError::Manifest {
-        path: root.clone(),
-        detail,
-    })?;
+    .map_err(|e| e.at(&root))?;
     let mut fields = Vec::new();
     if format == InPlaceFormat::WebDataset {
         fields.push(Field::new("__key__", FieldType::String));
@@ -1093,7 +1013,7 @@ fn open_resolved(
     }
     let total: u64 = infos.iter().map(|i| i.records).sum();
     if total == 0 {
-        return Err(FormatError::Manifest {
+        return Err(FormatError::Input {
             path: root,
             detail: format!("the {} files hold no samples", scanned.len()),
         });

@@ -11,7 +11,7 @@
 //! - every **other column** (labels, short strings, small lists) is decoded once by the scan and
 //!   its values kept in the index, beside the row's place (a stokehold record of those fields).
 //!
-//! The columns map to fields as `stokehold pack` maps them ([`crate::pack::parquet`]): an image
+//! The columns map to fields as `stokehold pack` maps them ([`crate::sources::parquet`]): an image
 //! is its bytes as stored (a Hugging Face `{bytes, path}` image with only a path is a null),
 //! labels from a `ClassLabel` column give the class names.
 
@@ -40,12 +40,12 @@ use stokehold_format::{
 use super::index::{DAMAGED, FileIndex, Member};
 use super::pages::{DecodedRows, PageCache, PageKey};
 use super::{Rows, Scanned, StorageReader};
-use crate::pack::parquet::{
-    Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
-};
 use crate::parquet_pages::{
     MAX_PAGE_BYTES, MAX_PAGE_HEADER, PageHead, PageKind, Thrift, check_chunk, check_page,
     check_row_group,
+};
+use crate::sources::parquet::{
+    Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
 };
 
 /// A column whose values average at least this many bytes a row is read from the file; the
@@ -215,7 +215,7 @@ impl ChunkReader for RecordBytes {
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     format!(
         "the Parquet decoder failed ({}): the file is damaged or uses what it does not support",
-        crate::pack::parquet::panic_payload(p)
+        crate::sources::parquet::panic_payload(p)
     )
 }
 
@@ -350,7 +350,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
     let kept: Vec<usize> = (0..stats.columns.len())
         .filter(|&j| large.is_none_or(|(_, l, _)| l != j))
         .collect();
-    let kept_schema = kept_schema(&stats, &kept).map_err(|e| (footer, e))?;
+    let kept_schema = kept_schema(&stats, &kept).map_err(|e| (footer, e.0))?;
     let mut encoder = RecordEncoder::new(3);
     let mut path_only_rows = 0u64;
     let mut record = Vec::new();
@@ -512,7 +512,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
 
 /// A value of type `ty` standing for a null in the kept record (the null bitmap says it is one).
 fn placeholder(ty: &FieldType) -> FieldValue<'static> {
-    crate::pack::empty_value(ty).unwrap_or(match ty {
+    crate::sources::empty_value(ty).unwrap_or(match ty {
         FieldType::Int64 => FieldValue::Int64(0),
         FieldType::Float64 => FieldValue::Float64(0.0),
         _ => FieldValue::Image(Cow::Borrowed(&[])),
@@ -552,7 +552,7 @@ fn size_of_footer(chunks: &StorageChunks) -> u64 {
 }
 
 /// The schema of the kept columns' record.
-fn kept_schema(stats: &PqStats, kept: &[usize]) -> Result<Schema, String> {
+fn kept_schema(stats: &PqStats, kept: &[usize]) -> Result<Schema, crate::Unusable> {
     Schema::new(
         kept.iter()
             .map(|&j| {
@@ -563,7 +563,7 @@ fn kept_schema(stats: &PqStats, kept: &[usize]) -> Result<Schema, String> {
             })
             .collect(),
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string().into())
 }
 
 fn compression_name(c: Compression) -> String {
@@ -618,13 +618,13 @@ fn pages(
     let mut dictionary: Option<(u64, bool)> = None;
     while r.pos < end {
         let at = r.pos;
-        let head: PageHead = r.header().map_err(|e| (at, e))?;
-        check_page(&head, chunk.compression(), end - r.pos, max).map_err(|e| (at, e))?;
+        let head: PageHead = r.header().map_err(|e| (at, e.0))?;
+        check_page(&head, chunk.compression(), end - r.pos, max).map_err(|e| (at, e.0))?;
         let body = r.pos;
-        r.skip(head.compressed_size as u64).map_err(|e| (at, e))?;
+        r.skip(head.compressed_size as u64).map_err(|e| (at, e.0))?;
         // the writer's own checksum of the page, when it stored one
         let bad = match head.crc {
-            Some(c) => r.crc32(body, r.pos).map_err(|e| (at, e))? != c,
+            Some(c) => r.crc32(body, r.pos).map_err(|e| (at, e.0))? != c,
             None => false,
         };
         match head.kind {
@@ -666,7 +666,7 @@ fn pages(
         };
         let len = u32::try_from(p.end - lo)
             .map_err(|_| (lo, "a page range of 4 GiB or more".to_string()))?;
-        let crc = r.crc(lo, p.end).map_err(|e| (lo, e))?;
+        let crc = r.crc(lo, p.end).map_err(|e| (lo, e.0))?;
         let entry = IndexEntry {
             offset: lo,
             len,
@@ -702,7 +702,7 @@ impl<'a> Sequential<'a> {
     }
 
     /// Make bytes `..upto` of the file (at most the chunk's end) available.
-    fn fill(&mut self, upto: u64) -> Result<(), String> {
+    fn fill(&mut self, upto: u64) -> Result<(), crate::Unusable> {
         let upto = upto.min(self.end);
         let have = self.base + self.buf.len() as u64;
         if upto <= have {
@@ -716,10 +716,10 @@ impl<'a> Sequential<'a> {
         self.chunks
             .storage
             .read_at(have, &mut self.buf[old..])
-            .map_err(|e| format!("reading the column chunk: {e}"))
+            .map_err(|e| format!("reading the column chunk: {e}").into())
     }
 
-    fn header(&mut self) -> Result<PageHead, String> {
+    fn header(&mut self) -> Result<PageHead, crate::Unusable> {
         self.fill(self.pos + MAX_PAGE_HEADER as u64)?;
         let lo = (self.pos - self.base) as usize;
         let head = Thrift::new(&self.buf[lo..]).page_header()?;
@@ -727,27 +727,27 @@ impl<'a> Sequential<'a> {
         Ok(head)
     }
 
-    fn skip(&mut self, n: u64) -> Result<(), String> {
+    fn skip(&mut self, n: u64) -> Result<(), crate::Unusable> {
         self.fill(self.pos + n)?;
         self.pos += n;
         Ok(())
     }
 
     /// The CRC-32 (IEEE, Parquet's page checksum) of bytes `lo..hi` read.
-    fn crc32(&self, lo: u64, hi: u64) -> Result<u32, String> {
+    fn crc32(&self, lo: u64, hi: u64) -> Result<u32, crate::Unusable> {
         let (a, b) = ((lo - self.base) as usize, (hi - self.base) as usize);
         self.buf
             .get(a..b)
             .map(crc32fast::hash)
-            .ok_or_else(|| "a page outside the bytes read".to_string())
+            .ok_or_else(|| "a page outside the bytes read".into())
     }
 
-    fn crc(&self, lo: u64, hi: u64) -> Result<u32, String> {
+    fn crc(&self, lo: u64, hi: u64) -> Result<u32, crate::Unusable> {
         let (a, b) = ((lo - self.base) as usize, (hi - self.base) as usize);
         self.buf
             .get(a..b)
             .map(crc::crc32c)
-            .ok_or_else(|| "a page outside the bytes read".to_string())
+            .ok_or_else(|| "a page outside the bytes read".into())
     }
 }
 
@@ -784,7 +784,7 @@ pub(super) struct LargeDecoder {
 }
 
 impl LargeDecoder {
-    pub(super) fn new(l: &LargeColumn) -> Result<LargeDecoder, String> {
+    pub(super) fn new(l: &LargeColumn) -> Result<LargeDecoder, crate::Unusable> {
         let repetition = if l.max_def > 0 {
             Repetition::OPTIONAL
         } else {
@@ -861,7 +861,7 @@ impl LargeDecoder {
     }
 
     /// Every row's value in `bytes` (the pages at file offset `offset`, of row group `g`).
-    fn rows(&self, bytes: &[u8], offset: u64, g: u32) -> Result<DecodedRows, String> {
+    fn rows(&self, bytes: &[u8], offset: u64, g: u32) -> Result<DecodedRows, crate::Unusable> {
         let compression = *self
             .compression
             .get(g as usize)
@@ -1023,7 +1023,7 @@ impl PqCodec {
         }
         let (source, optional) = self.fields[i];
         let ty = &schema.fields[i].ty;
-        let empty = || match crate::pack::empty_value(ty).filter(|_| optional) {
+        let empty = || match crate::sources::empty_value(ty).filter(|_| optional) {
             Some(v) => Ok(v),
             None => Err(corrupt(format!(
                 "column {:?} is null",
@@ -1079,15 +1079,19 @@ impl PqCodec {
 /// file's columns decide the kinds and every other file must agree.
 pub(super) fn choose(
     files: &[Scanned],
-    fields: Option<&[crate::pack::FieldChoice]>,
+    fields: Option<&[crate::sources::FieldChoice]>,
     notes: &mut Vec<String>,
     source: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<(Vec<super::Chosen>, Option<Vec<String>>), String> {
+) -> Result<(Vec<super::Chosen>, Option<Vec<String>>), super::ChooseError> {
     let stats: Vec<PqStats> = files
         .iter()
         .map(|f| {
-            serde_json::from_value(f.index.header.stats.clone())
-                .map_err(|e| format!("{}: its index's statistics are not valid: {e}", f.place))
+            serde_json::from_value(f.index.header.stats.clone()).map_err(|e| {
+                super::ChooseError::Index(format!(
+                    "{}: its index's statistics are not valid: {e}",
+                    f.place
+                ))
+            })
         })
         .collect::<Result<_, _>>()?;
     let first = &stats[0];
@@ -1096,20 +1100,20 @@ pub(super) fn choose(
     for (f, s) in files.iter().zip(&stats) {
         for c in &first.columns {
             let Some(other) = s.columns.iter().find(|o| o.name == c.name) else {
-                return Err(format!(
+                return Err(super::ChooseError::Input(format!(
                     "{}: no column {:?}, which {} has: every file must have the same columns",
                     f.place, c.name, files[0].place
-                ));
+                )));
             };
             let same = matches!(
                 (c.kind, other.kind),
                 (Kind::Image | Kind::Bytes, Kind::Image | Kind::Bytes)
             ) || c.kind == other.kind;
             if !same {
-                return Err(format!(
+                return Err(super::ChooseError::Input(format!(
                     "{}: column {:?} is {:?} here but {:?} in {}: every file must have the same column types",
                     f.place, c.name, other.kind, c.kind, files[0].place
-                ));
+                )));
             }
             *counts.entry(c.name.clone()).or_default() += other.present;
         }
@@ -1124,10 +1128,10 @@ pub(super) fn choose(
                 .iter()
                 .find(|u| u.starts_with(&format!("column {:?} ", g.name)))
             {
-                return Err(format!(
+                return Err(super::ChooseError::Input(format!(
                     "fields: {why} cannot be read; columns of binary, string, integer, float and \
                      list-of-number types can"
-                ));
+                )));
             }
         }
     }
@@ -1138,7 +1142,7 @@ pub(super) fn choose(
         ));
     }
     let kind = |n: &str| first.columns.iter().find(|c| c.name == n).map(|c| c.kind);
-    let chosen = crate::pack::choose_fields(
+    let chosen = crate::sources::choose_fields(
         &counts,
         rows,
         fields,
@@ -1146,8 +1150,7 @@ pub(super) fn choose(
         |n| format!("column {n:?}"),
         notes,
         source,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let labelled: Vec<(&String, &Vec<String>)> = chosen
         .iter()
         .filter(|c| kind(&c.name) == Some(Kind::Int))

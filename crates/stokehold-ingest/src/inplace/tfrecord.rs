@@ -17,7 +17,7 @@ use super::example_view::{FeatureView, feature};
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{Rows, Scanned};
 use crate::example::decode_example;
-use crate::pack::tfrecord::{ListKind, Stats, observe, observe_one};
+use crate::sources::tfrecord::{ListKind, Stats, observe, observe_one};
 use crate::tfrecord::{TfRecordError, TfRecordReader};
 
 /// Bytes of a record's framing before its payload (length and its CRC).
@@ -119,7 +119,7 @@ pub(super) fn scan_slice(
             }
             ix.push(part.entries[r], &members, b"");
         }
-        crate::pack::tfrecord::merge(&mut stats.features, &st.features, &mut stats.conflicts);
+        crate::sources::tfrecord::merge(&mut stats.features, &st.features, &mut stats.conflicts);
         for c in st.conflicts {
             if !stats.conflicts.contains(&c) {
                 stats.conflicts.push(c);
@@ -286,7 +286,7 @@ impl RecordCodec for TfCodec {
             )
         })?;
         let Some(view) = view else {
-            return match crate::pack::empty_value(ty).filter(|_| *optional) {
+            return match crate::sources::empty_value(ty).filter(|_| *optional) {
                 Some(v) => Ok(v),
                 None => Err(corrupt(0, format!("feature {name:?} is missing"))),
             };
@@ -346,41 +346,43 @@ fn describe(v: &FeatureView<'_>) -> String {
 /// The schema's fields of TFRecord files, from their indexes' statistics, as pack chooses them.
 pub(super) fn choose(
     files: &[Scanned],
-    fields: Option<&[crate::pack::FieldChoice]>,
+    fields: Option<&[crate::sources::FieldChoice]>,
     notes: &mut Vec<String>,
     source: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<super::Chosen>, String> {
+) -> Result<Vec<super::Chosen>, super::ChooseError> {
     let mut all: BTreeMap<String, Stats> = BTreeMap::new();
     let mut conflicts = Vec::new();
     let mut records = 0u64;
     for f in files {
-        let s: TfStats = serde_json::from_value(f.index.header.stats.clone())
-            .map_err(|e| format!("{}: its index's statistics are not valid: {e}", f.place))?;
+        let s: TfStats = serde_json::from_value(f.index.header.stats.clone()).map_err(|e| {
+            super::ChooseError::Index(format!(
+                "{}: its index's statistics are not valid: {e}",
+                f.place
+            ))
+        })?;
         conflicts.extend(s.conflicts);
-        crate::pack::tfrecord::merge(&mut all, &s.features, &mut conflicts);
+        crate::sources::tfrecord::merge(&mut all, &s.features, &mut conflicts);
         records += (0..f.index.entries.len())
             .filter(|&r| !f.index.damaged(r))
             .count() as u64;
     }
-    let types =
-        crate::pack::tfrecord::feature_types(&all, &conflicts, notes).map_err(|e| e.to_string())?;
+    let types = crate::sources::tfrecord::feature_types(&all, &conflicts, notes)?;
     if types.is_empty() {
-        return Err(format!(
+        return Err(super::ChooseError::Input(format!(
             "no usable features in {records} records of {} files",
             files.len()
-        ));
+        )));
     }
     let counts: BTreeMap<String, u64> = types.keys().map(|n| (n.clone(), all[n].count)).collect();
-    let chosen = crate::pack::choose_fields(
+    let chosen = crate::sources::choose_fields(
         &counts,
         records,
         fields,
-        |n| crate::pack::tfrecord::can_be_empty(&types[n]),
+        |n| crate::sources::tfrecord::can_be_empty(&types[n]),
         |n| format!("feature {n:?}"),
         notes,
         source,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     Ok(super::Chosen::typed(chosen, |n| types[n].clone()))
 }
 

@@ -13,7 +13,7 @@ use stokehold_format::{FieldType, FieldValue, IndexEntry, RecordCodec, RecordErr
 
 use super::index::{FileIndex, Member};
 use super::{Rows, Scanned};
-use crate::pack::webdataset::{field_type, is_pickle, split_name};
+use crate::sources::webdataset::{field_type, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
 /// The statistics a tar index keeps (what pack's first pass counts).
@@ -239,7 +239,7 @@ impl RecordCodec for TarCodec {
         };
         let member = id.and_then(|id| self.index.members_of(row).iter().find(|m| m.name == id));
         let Some(m) = member else {
-            return match crate::pack::empty_value(&schema.fields[i].ty).filter(|_| *optional) {
+            return match crate::sources::empty_value(&schema.fields[i].ty).filter(|_| *optional) {
                 Some(v) => Ok(v),
                 None => Err(corrupt(0, format!("no .{ext} member, a required field"))),
             };
@@ -286,14 +286,18 @@ impl RecordCodec for TarCodec {
 /// chooses them.
 pub(super) fn choose(
     files: &[Scanned],
-    fields: Option<&[crate::pack::FieldChoice]>,
+    fields: Option<&[crate::sources::FieldChoice]>,
     notes: &mut Vec<String>,
     source: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<super::Chosen>, String> {
+) -> Result<Vec<super::Chosen>, super::ChooseError> {
     let mut all = TarStats::default();
     for f in files {
-        let s: TarStats = serde_json::from_value(f.index.header.stats.clone())
-            .map_err(|e| format!("{}: its index's statistics are not valid: {e}", f.place))?;
+        let s: TarStats = serde_json::from_value(f.index.header.stats.clone()).map_err(|e| {
+            super::ChooseError::Index(format!(
+                "{}: its index's statistics are not valid: {e}",
+                f.place
+            ))
+        })?;
         all.samples += s.samples;
         all.pickles += s.pickles;
         for (e, n) in s.counts {
@@ -301,9 +305,12 @@ pub(super) fn choose(
         }
     }
     if all.counts.is_empty() {
-        return Err(format!("no KEY.EXT members in {} tar files", files.len()));
+        return Err(super::ChooseError::Input(format!(
+            "no KEY.EXT members in {} tar files",
+            files.len()
+        )));
     }
-    let chosen = crate::pack::choose_fields(
+    let chosen = crate::sources::choose_fields(
         &all.counts,
         all.samples,
         fields,
@@ -311,8 +318,7 @@ pub(super) fn choose(
         |ext| format!("member .{ext}"),
         notes,
         source,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     Ok(super::Chosen::typed(chosen, field_type))
 }
 

@@ -148,7 +148,7 @@ fn load(job: Job, max: u64) -> Loaded {
     };
     let progressive = match check_image(&bytes) {
         Ok(p) => p,
-        Err(e) => return skip(e),
+        Err(e) => return skip(e.into()),
     };
     debug_assert!(ImageCodec::sniff(&bytes).is_some());
     let n = bytes.len() as u64;

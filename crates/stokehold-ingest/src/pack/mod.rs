@@ -25,50 +25,8 @@ use stokehold_format::{
     DatasetWriteOptions, DatasetWriter, FieldType, FieldValue, FormatError, Manifest, Schema,
 };
 
-/// The kinds of source `pack` reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum SourceKind {
-    /// A directory with one sub-directory of images per class (or images directly in it).
-    ImageFolder,
-    /// JSON Lines: one object per line, one key naming a file.
-    Jsonl,
-    /// CSV with a header row, one column naming a file.
-    Csv,
-    /// WebDataset: tar files whose members `KEY.EXT` group into samples.
-    WebDataset,
-    /// TFRecord files of `tf.train.Example` records.
-    TfRecord,
-    /// Parquet files (Hugging Face datasets, LAION-style metadata): one row per sample, one
-    /// field per column.
-    Parquet,
-}
-
-impl SourceKind {
-    /// The name used on the command line and in manifests.
-    pub fn name(self) -> &'static str {
-        match self {
-            SourceKind::ImageFolder => "image-folder",
-            SourceKind::Jsonl => "jsonl",
-            SourceKind::Csv => "csv",
-            SourceKind::WebDataset => "webdataset",
-            SourceKind::TfRecord => "tfrecord",
-            SourceKind::Parquet => "parquet",
-        }
-    }
-
-    /// Parse a name given on the command line.
-    pub fn parse(s: &str) -> Option<SourceKind> {
-        Some(match s {
-            "image-folder" | "images" | "folder" => SourceKind::ImageFolder,
-            "jsonl" | "json" => SourceKind::Jsonl,
-            "csv" => SourceKind::Csv,
-            "webdataset" | "wds" | "tar" => SourceKind::WebDataset,
-            "tfrecord" | "tfrecords" => SourceKind::TfRecord,
-            "parquet" => SourceKind::Parquet,
-            _ => return None,
-        })
-    }
-}
+use crate::sources::SourceError;
+pub use crate::sources::{FieldChoice, SourceKind};
 
 /// Options of [`pack`].
 #[derive(Debug, Clone)]
@@ -104,46 +62,6 @@ pub struct PackOptions {
 
 /// The default of [`PackOptions::max_skip_fraction`]: 1% of the inputs.
 pub const DEFAULT_MAX_SKIP_FRACTION: f64 = 0.01;
-
-/// One field chosen with `--fields` (`jpg,cls,txt?`): a WebDataset member extension, a
-/// TFRecord feature name or a Parquet column name, and whether a sample may lack it (`?`). A missing optional field is
-/// stored as an empty value (the format has no null), so only text, bytes and array fields can
-/// be optional; a sample that lacks a required one is skipped.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldChoice {
-    /// The member extension (`jpg`, `seg.png`).
-    pub name: String,
-    /// A sample may lack it.
-    pub optional: bool,
-}
-
-impl FieldChoice {
-    /// Parse a comma-separated list: `jpg,cls,txt?`.
-    pub fn parse_list(spec: &str) -> Result<Vec<FieldChoice>, PackError> {
-        let mut out: Vec<FieldChoice> = Vec::new();
-        for part in spec.split(',').map(str::trim) {
-            let (name, optional) = match part.strip_suffix('?') {
-                Some(n) => (n, true),
-                None => (part, false),
-            };
-            if name.is_empty() || name.starts_with('.') {
-                return Err(PackError::Input(format!(
-                    "--fields {spec:?}: {part:?} is not a field name (write jpg,cls,txt?)"
-                )));
-            }
-            if out.iter().any(|f| f.name == name) {
-                return Err(PackError::Input(format!(
-                    "--fields {spec:?}: {name:?} is given twice"
-                )));
-            }
-            out.push(FieldChoice {
-                name: name.to_string(),
-                optional,
-            });
-        }
-        Ok(out)
-    }
-}
 
 /// Changes made to images while packing, for decode speed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -201,7 +119,10 @@ pub struct Applied {
 /// optimisations: an image they fail on (libjpeg-turbo refuses it, e.g. a truncated file that a
 /// plain decode would still read with a warning) is kept as given and reported, never dropped.
 /// Only an image that cannot be decoded for `max_side` is an error.
-pub fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<Applied, String> {
+pub fn apply_image_policy(
+    bytes: &mut Vec<u8>,
+    policy: &ImagePolicy,
+) -> Result<Applied, crate::Unusable> {
     use stokehold_ops::jpeg::{Decoder, Pixels};
     if let Some(max_side) = policy.max_side {
         let mut d = Decoder::new().map_err(|e| e.to_string())?;
@@ -257,7 +178,7 @@ pub fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<A
                 applied.transcoded = h.progressive;
                 return Ok(applied);
             }
-            Err(e) => applied.kept = Some(e),
+            Err(e) => applied.kept = Some(e.into()),
         }
     }
     if policy.baseline && h.progressive {
@@ -281,21 +202,21 @@ pub fn apply_image_policy(bytes: &mut Vec<u8>, policy: &ImagePolicy) -> Result<A
 }
 
 /// Rewrite a JPEG losslessly with restart markers (baseline, same pixels).
-fn add_restarts(bytes: &mut Vec<u8>) -> Result<(), String> {
+fn add_restarts(bytes: &mut Vec<u8>) -> Result<(), crate::Unusable> {
     *bytes = stokehold_ops::jpeg::with_restarts(bytes)
         .map_err(|e| format!("lossless transcode with restart markers failed: {e}"))?;
     Ok(())
 }
 
 /// Refuse an image over `max_pixels` from its header alone, before anything is decoded.
-fn check_pixel_limit(bytes: &[u8], max_pixels: u64) -> Result<(), String> {
+fn check_pixel_limit(bytes: &[u8], max_pixels: u64) -> Result<(), crate::Unusable> {
     let (w, h) = match crate::jpeg::parse_header(bytes) {
         Ok(i) => (u32::from(i.width), u32::from(i.height)),
         Err(_) => stokehold_ops::decode::dimensions(bytes)
             .map_err(|e| format!("unreadable image header: {e}"))?,
     };
     stokehold_ops::jpeg::check_pixels(w.into(), h.into(), max_pixels)
-        .map_err(|e| format!("{e} (--max-pixels)"))
+        .map_err(|e| format!("{e} (--max-pixels)").into())
 }
 
 impl Default for PackOptions {
@@ -434,6 +355,16 @@ pub enum PackError {
         /// The first one skipped.
         first: Skipped,
     },
+}
+
+impl From<SourceError> for PackError {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Input(s) => PackError::Input(s),
+            SourceError::Empty(s) => PackError::Empty(s),
+            SourceError::Io { path, source } => PackError::Io { path, source },
+        }
+    }
 }
 
 impl PackError {
@@ -622,76 +553,9 @@ impl Sink<'_> {
     }
 }
 
-/// Guess the kind of `sources` from names and contents.
+/// Guess the kind of `sources` from names and contents ([`crate::sources::detect`]).
 pub fn detect(sources: &[PathBuf]) -> Result<SourceKind, PackError> {
-    let ext_kind = |p: &Path| -> Option<SourceKind> {
-        let ext = p.extension()?.to_str()?.to_ascii_lowercase();
-        Some(match ext.as_str() {
-            "jsonl" | "ndjson" | "json" => SourceKind::Jsonl,
-            "csv" => SourceKind::Csv,
-            "tar" => SourceKind::WebDataset,
-            "tfrecord" | "tfrecords" | "tfrec" => SourceKind::TfRecord,
-            "parquet" => SourceKind::Parquet,
-            _ => return None,
-        })
-    };
-    let first = sources
-        .first()
-        .ok_or_else(|| PackError::Input("no source given".into()))?;
-    if sources.len() == 1 && first.is_dir() {
-        // A directory of tars, TFRecords or Parquet files, or an image folder.
-        let mut kinds = std::collections::BTreeSet::new();
-        for e in std::fs::read_dir(first).map_err(|e| PackError::io(first, e))? {
-            let p = e.map_err(|e| PackError::io(first, e))?.path();
-            if p.is_file()
-                && let Some(
-                    k @ (SourceKind::WebDataset | SourceKind::TfRecord | SourceKind::Parquet),
-                ) = ext_kind(&p)
-            {
-                kinds.insert(k.name());
-            }
-        }
-        if kinds.is_empty() && shard_named_tfrecords(first)? {
-            kinds.insert(SourceKind::TfRecord.name());
-        }
-        return match kinds.len() {
-            0 => Ok(SourceKind::ImageFolder),
-            1 => Ok(SourceKind::parse(kinds.first().expect("one")).expect("a known name")),
-            _ => Err(PackError::Input(format!(
-                "{} holds more than one kind of file ({}): pass --from to choose",
-                first.display(),
-                kinds.iter().copied().collect::<Vec<_>>().join(", ")
-            ))),
-        };
-    }
-    let kinds: std::collections::BTreeSet<_> = sources.iter().map(|p| ext_kind(p)).collect();
-    match (kinds.len(), kinds.first()) {
-        (1, Some(Some(k))) => Ok(*k),
-        _ => Err(PackError::Input(format!(
-            "cannot tell the kind of {:?} from the file names: pass --from \
-             image-folder|jsonl|csv|webdataset|tfrecord|parquet",
-            sources
-        ))),
-    }
-}
-
-/// Whether directory `dir` holds TFRecord files without an extension, named as ImageNet's are
-/// (`train-00000-of-01024`): its first such file (by name) starts with a TFRecord header.
-fn shard_named_tfrecords(dir: &Path) -> Result<bool, PackError> {
-    let mut bare: Vec<PathBuf> = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(|e| PackError::io(dir, e))? {
-        let p = e.map_err(|e| PackError::io(dir, e))?.path();
-        let hidden = p
-            .file_name()
-            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
-        if p.is_file() && p.extension().is_none() && !hidden {
-            bare.push(p);
-        }
-    }
-    Ok(bare.iter().min().map(|p| crate::inplace::sniff_file(p))
-        == Some(crate::inplace::Sniff::Format(
-            crate::inplace::InPlaceFormat::TfRecord,
-        )))
+    Ok(crate::sources::detect(sources)?)
 }
 
 /// Pack `sources` into a new dataset at `dest`. `kind` None means [`detect`].
@@ -876,137 +740,6 @@ fn resolve(p: &Path) -> PathBuf {
     }
 }
 
-/// A field chosen by [`choose_fields`]: its name, and whether a sample may lack it.
-#[derive(Debug)]
-pub(crate) struct Chosen {
-    pub name: String,
-    pub optional: bool,
-}
-
-/// Choose the fields of a source whose samples may each hold a different set of them (the
-/// members of WebDataset samples, the features of TFRecord examples), from `counts` (how many of
-/// the `samples` hold each): the `given` ones (`--fields`), or without them every field that at
-/// least half the samples hold. A field missing from some samples is optional where
-/// `can_be_empty` allows (an empty value is stored there, and counted in
-/// `source["empty_where_missing"]`), else required (the samples without it are skipped and
-/// counted). What is left out, and why, goes to `notes`; `label` names a field in messages
-/// (`member .txt`, `feature "bbox"`).
-pub(crate) fn choose_fields(
-    counts: &std::collections::BTreeMap<String, u64>,
-    samples: u64,
-    given: Option<&[FieldChoice]>,
-    can_be_empty: impl Fn(&str) -> bool,
-    label: impl Fn(&str) -> String,
-    notes: &mut Vec<String>,
-    source: &mut serde_json::Map<String, serde_json::Value>,
-) -> Result<Vec<Chosen>, PackError> {
-    let listed = |names: &mut dyn Iterator<Item = (&String, &u64)>| {
-        names
-            .map(|(n, c)| format!("{} ({c} of {samples} samples)", label(n)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let mut chosen = Vec::new();
-    let left_out: Vec<(&String, &u64)> = match given {
-        Some(list) => {
-            for f in list {
-                if !counts.contains_key(&f.name) {
-                    return Err(PackError::Input(format!(
-                        "--fields: no sample has {} (found: {})",
-                        label(&f.name),
-                        listed(&mut counts.iter())
-                    )));
-                }
-                if f.optional && !can_be_empty(&f.name) {
-                    return Err(PackError::Input(format!(
-                        "--fields: {} cannot be optional: only text, bytes and array fields have \
-                         an empty value to store where one is missing",
-                        label(&f.name)
-                    )));
-                }
-                chosen.push(Chosen {
-                    name: f.name.clone(),
-                    optional: f.optional,
-                });
-            }
-            counts
-                .iter()
-                .filter(|(n, _)| !list.iter().any(|f| &f.name == *n))
-                .collect()
-        }
-        None => {
-            let (kept, rare): (Vec<_>, Vec<_>) = counts
-                .iter()
-                .partition(|(_, n)| n.saturating_mul(2) >= samples);
-            for (name, &n) in kept {
-                let optional = n < samples && can_be_empty(name);
-                if n < samples && !optional {
-                    notes.push(format!(
-                        "{} of {samples} samples have no {} and are skipped (--fields chooses \
-                         the fields)",
-                        samples - n,
-                        label(name)
-                    ));
-                }
-                chosen.push(Chosen {
-                    name: name.clone(),
-                    optional,
-                });
-            }
-            rare
-        }
-    };
-    if !left_out.is_empty() {
-        notes.push(format!(
-            "left out of the schema ({}): {}; --fields chooses the fields (NAME? for one stored \
-             empty where missing)",
-            if given.is_some() {
-                "not in --fields"
-            } else {
-                "in fewer than half the samples"
-            },
-            listed(&mut left_out.into_iter())
-        ));
-    }
-    if chosen.is_empty() {
-        return Err(PackError::Empty(format!(
-            "no field is in at least half the samples (found: {}); choose with --fields",
-            listed(&mut counts.iter())
-        )));
-    }
-    let mut empty = serde_json::Map::new();
-    for c in chosen.iter().filter(|c| c.optional) {
-        let missing = samples - counts[&c.name];
-        if missing > 0 {
-            notes.push(format!(
-                "{missing} of {samples} samples have no {}: stored as an empty value there",
-                label(&c.name)
-            ));
-            empty.insert(c.name.clone(), missing.into());
-        }
-    }
-    if !empty.is_empty() {
-        source.insert("empty_where_missing".into(), empty.into());
-    }
-    Ok(chosen)
-}
-
-/// The value stored for an optional field a sample lacks (or holds null): empty text, bytes or
-/// array; `None` for types without an empty value.
-pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
-    use std::borrow::Cow;
-    Some(match ty {
-        FieldType::String => FieldValue::String("".into()),
-        FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
-        FieldType::Ndarray { dtype } => FieldValue::Array(stokehold_format::ArrayValue {
-            dtype: *dtype,
-            shape: vec![0],
-            data: Cow::Borrowed(&[]),
-        }),
-        _ => return None,
-    })
-}
-
 /// Fail when more than `max_fraction` of the inputs (packed and skipped) were skipped.
 pub(crate) fn check_skips(
     skipped: &[Skipped],
@@ -1147,16 +880,16 @@ pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
 
 /// Check an image's bytes: a known codec, and for JPEG a readable frame header. Returns whether it
 /// is a progressive JPEG.
-pub(crate) fn check_image(bytes: &[u8]) -> Result<bool, String> {
+pub(crate) fn check_image(bytes: &[u8]) -> Result<bool, crate::Unusable> {
     use stokehold_format::ImageCodec;
     match ImageCodec::sniff(bytes) {
         Some(ImageCodec::Jpeg) => crate::jpeg::parse_header(bytes)
             .map(|i| i.progressive)
-            .map_err(|e| format!("corrupt JPEG: {e}")),
+            .map_err(|e| format!("corrupt JPEG: {e}").into()),
         Some(_) => Ok(false),
-        None => Err(format!(
+        None => Err(crate::Unusable::from(format!(
             "not an image (JPEG, PNG or WebP): starts with \"{}\"",
             bytes[..bytes.len().min(8)].escape_ascii()
-        )),
+        ))),
     }
 }

@@ -6,7 +6,7 @@
 //! i32 for the other narrow integers, i64, f16, f32, f64). Other types are left out, with a note.
 //!
 //! Which columns: `--fields` (by column name), or every supported column that at least half the
-//! rows hold (nulls counted from the files' statistics), as [`super::choose_fields`] does for
+//! rows hold (nulls counted from the files' statistics), as [`crate::sources::choose_fields`] does for
 //! WebDataset and TFRecord. A null in a required field skips the row, counted with its name
 //! (`data.parquet row 17`, rows counted from 0 within each file); in an optional one (`NAME?`,
 //! text, bytes and arrays only) an empty value is stored. A Hugging Face `ClassLabel` column
@@ -19,7 +19,6 @@
 //! batches whatever the file size. A file or row group that cannot be decoded
 //! fails the pack, naming the file and the row group.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -27,19 +26,18 @@ use std::sync::Arc;
 use std::sync::mpsc::{SyncSender, sync_channel};
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
-    UInt16Type, UInt32Type, UInt64Type,
-};
 use arrow_array::{Array, ArrayRef};
-use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
-use stokehold_format::{ArrayValue, DType, Field, FieldType, FieldValue, ImageCodec, Schema};
+use stokehold_format::{Field, FieldValue, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
+use crate::sources::parquet::{
+    Kind, binary_at, class_names, hf_features, kind_of, panic_payload, sniff_images, string_at,
+    struct_bytes, value_at,
+};
 
 /// A batch decoded from a row group holds at most about this many bytes (fewer rows when rows
 /// are large; at least one row).
@@ -53,64 +51,6 @@ const AHEAD: usize = 8;
 /// Row groups decoded at once (by as many reader threads, at most the pack's thread count).
 const MAX_READERS: usize = 4;
 /// Values of a binary column looked at to tell images from other bytes.
-const SNIFF: usize = 32;
-
-/// How a column becomes a field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Kind {
-    /// Binary values that are images.
-    Image,
-    /// `struct<bytes: binary, path: string>` (Hugging Face's `Image`): the bytes, or when they
-    /// are null the file at `path` (relative to the Parquet file's directory).
-    ImageStruct,
-    /// Binary values that are not images (decided from the first file's first values).
-    Bytes,
-    Str,
-    Int,
-    Float,
-    List(DType),
-}
-
-impl Kind {
-    pub(crate) fn field_type(self) -> FieldType {
-        match self {
-            Kind::Image | Kind::ImageStruct => FieldType::Image {
-                codec: ImageCodec::Auto,
-            },
-            Kind::Bytes => FieldType::Bytes,
-            Kind::Str => FieldType::String,
-            Kind::Int => FieldType::Int64,
-            Kind::Float => FieldType::Float64,
-            Kind::List(dtype) => FieldType::Ndarray { dtype },
-        }
-    }
-}
-
-/// The kind of a column of type `t` ([`crate::arrow::field_type`], the mapping every Arrow
-/// writer shares); `None` for a type pack cannot store. Binary columns come back as
-/// [`Kind::Bytes`] until their values are looked at. Lists of lists map to an ndarray, but pack
-/// reads flat lists only: a nested one, or a variable-shape tensor, is left out, with a note.
-pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
-    let nested = match t {
-        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            crate::arrow::list_element(f.data_type()).is_some()
-        }
-        t => crate::arrow::tensor_struct_element(t).is_some(),
-    };
-    if nested {
-        return None;
-    }
-    Some(match crate::arrow::field_type(t)? {
-        FieldType::Bytes => Kind::Bytes,
-        FieldType::Image { .. } => Kind::ImageStruct,
-        FieldType::String => Kind::Str,
-        FieldType::Int64 => Kind::Int,
-        FieldType::Float64 => Kind::Float,
-        FieldType::Ndarray { dtype } => Kind::List(dtype),
-    })
-}
-
 /// One Parquet file, its footer read.
 struct SourceFile {
     path: PathBuf,
@@ -137,14 +77,6 @@ fn panicked(path: &Path, p: &(dyn std::any::Any + Send)) -> PackError {
          the decoder does not support",
         path.display()
     ))
-}
-
-/// What a panic said (its `&str` or `String` payload).
-pub(crate) fn panic_payload(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_default()
 }
 
 fn open(path: &Path) -> Result<SourceFile, PackError> {
@@ -174,37 +106,6 @@ fn parquet_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
         },
         ".parquet files",
     )
-}
-
-/// The Hugging Face features of a file, by column, from the `huggingface` key of its metadata
-/// (`{"info": {"features": {"label": {"_type": "ClassLabel", "names": [...]}, ...}}}`).
-pub(crate) fn hf_features(
-    meta: &ArrowReaderMetadata,
-) -> serde_json::Map<String, serde_json::Value> {
-    let kv = meta.metadata().file_metadata().key_value_metadata();
-    kv.into_iter()
-        .flatten()
-        .find(|k| k.key == "huggingface")
-        .and_then(|k| k.value.as_deref())
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .and_then(|mut v| match v.pointer_mut("/info/features")?.take() {
-            serde_json::Value::Object(m) => Some(m),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-/// The class names of a `ClassLabel` feature.
-pub(crate) fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
-    if feature.get("_type")?.as_str()? != "ClassLabel" {
-        return None;
-    }
-    feature
-        .get("names")?
-        .as_array()?
-        .iter()
-        .map(|n| n.as_str().map(str::to_string))
-        .collect()
 }
 
 /// Rows that hold each top-level column (not null), from the statistics of its leaf columns
@@ -285,49 +186,6 @@ fn check_pages(file: &SourceFile, f: &File, g: usize, roots: &[usize]) -> Result
             Some(g),
             parquet::errors::ParquetError::General(e),
         )
-    })
-}
-
-/// Whether a binary column's name says it holds images (`image`, `img`, `jpg`, ...).
-pub(crate) fn image_by_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
-}
-
-/// [`looks_like_images`] over any reader of the file; an error names the row group.
-pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
-    reader: R,
-    meta: &ArrowReaderMetadata,
-    root: usize,
-    name: &str,
-) -> Result<bool, (Option<usize>, parquet::errors::ParquetError)> {
-    let md = meta.metadata();
-    let by_name = image_by_name(name);
-    let Some(rg) = (0..md.num_row_groups()).find(|&g| md.row_group(g).num_rows() > 0) else {
-        return Ok(by_name);
-    };
-    let mask = ProjectionMask::roots(meta.parquet_schema(), [root]);
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(reader, meta.clone())
-        .with_row_groups(vec![rg])
-        .with_projection(mask)
-        .with_batch_size(SNIFF)
-        .build()
-        .map_err(|e| (Some(rg), e))?;
-    let (mut seen, mut images) = (0usize, 0usize);
-    for batch in reader.take(1) {
-        let batch = batch.map_err(|e| (Some(rg), e.into()))?;
-        let col = batch.column(0);
-        for i in 0..col.len() {
-            if let Some(b) = binary_at(col.as_ref(), i) {
-                seen += 1;
-                images += usize::from(ImageCodec::sniff(b).is_some());
-            }
-        }
-    }
-    Ok(if seen == 0 {
-        by_name
-    } else {
-        images * 2 > seen
     })
 }
 
@@ -457,7 +315,7 @@ pub(super) fn plan<'a>(
         ));
     }
     let mut source = serde_json::Map::new();
-    let chosen = super::choose_fields(
+    let chosen = crate::sources::choose_fields(
         &counts,
         rows,
         options.fields.as_deref(),
@@ -691,145 +549,6 @@ fn read_row_group(
     Ok(true)
 }
 
-/// The bytes of binary value `i` (`None`: null, or not a binary array).
-pub(crate) fn binary_at(a: &dyn Array, i: usize) -> Option<&[u8]> {
-    if a.is_null(i) {
-        return None;
-    }
-    if let Some(b) = a.as_binary_opt::<i32>() {
-        Some(b.value(i))
-    } else if let Some(b) = a.as_binary_opt::<i64>() {
-        Some(b.value(i))
-    } else if let Some(b) = a.as_binary_view_opt() {
-        Some(b.value(i))
-    } else {
-        a.as_fixed_size_binary_opt().map(|b| b.value(i))
-    }
-}
-
-/// The text of string value `i` (`None`: null, or not a string array).
-pub(crate) fn string_at(a: &dyn Array, i: usize) -> Option<&str> {
-    if a.is_null(i) {
-        return None;
-    }
-    if let Some(s) = a.as_string_opt::<i32>() {
-        Some(s.value(i))
-    } else if let Some(s) = a.as_string_opt::<i64>() {
-        Some(s.value(i))
-    } else {
-        a.as_string_view_opt().map(|s| s.value(i))
-    }
-}
-
-/// Integer value `i` (not null) as an i64.
-fn int_at(a: &dyn Array, i: usize) -> Result<i64, String> {
-    macro_rules! prim {
-        ($t:ty) => {
-            a.as_primitive::<$t>().value(i)
-        };
-    }
-    Ok(match a.data_type() {
-        DataType::Boolean => i64::from(a.as_boolean().value(i)),
-        DataType::Int8 => prim!(Int8Type).into(),
-        DataType::Int16 => prim!(Int16Type).into(),
-        DataType::Int32 => prim!(Int32Type).into(),
-        DataType::Int64 => prim!(Int64Type),
-        DataType::UInt8 => prim!(UInt8Type).into(),
-        DataType::UInt16 => prim!(UInt16Type).into(),
-        DataType::UInt32 => prim!(UInt32Type).into(),
-        DataType::UInt64 => {
-            let v = prim!(UInt64Type);
-            i64::try_from(v).map_err(|_| format!("{v} does not fit in an int64"))?
-        }
-        t => return Err(format!("{t} is not an integer type")),
-    })
-}
-
-/// Float value `i` (not null) as an f64.
-fn float_at(a: &dyn Array, i: usize) -> Result<f64, String> {
-    Ok(match a.data_type() {
-        DataType::Float16 => a.as_primitive::<Float16Type>().value(i).to_f64(),
-        DataType::Float32 => a.as_primitive::<Float32Type>().value(i).into(),
-        DataType::Float64 => a.as_primitive::<Float64Type>().value(i),
-        t => return Err(format!("{t} is not a float type")),
-    })
-}
-
-/// The elements of list value `i` (not null).
-fn list_at(a: &dyn Array, i: usize) -> Result<ArrayRef, String> {
-    if let Some(l) = a.as_list_opt::<i32>() {
-        Ok(l.value(i))
-    } else if let Some(l) = a.as_list_opt::<i64>() {
-        Ok(l.value(i))
-    } else if let Some(l) = a.as_fixed_size_list_opt() {
-        Ok(l.value(i))
-    } else {
-        Err(format!("{} is not a list type", a.data_type()))
-    }
-}
-
-/// A list's elements as a 1-d array of `dtype`, little-endian.
-fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, String> {
-    if values.null_count() > 0 {
-        return Err(format!(
-            "{} of its {} elements are null (an array has no null elements)",
-            values.null_count(),
-            values.len()
-        ));
-    }
-    macro_rules! le {
-        ($t:ty, $conv:expr) => {
-            values
-                .as_primitive::<$t>()
-                .values()
-                .iter()
-                .flat_map(|&v| $conv(v).to_le_bytes())
-                .collect::<Vec<u8>>()
-        };
-    }
-    let data: Vec<u8> = match values.data_type() {
-        DataType::Boolean => values
-            .as_boolean()
-            .iter()
-            .map(|b| u8::from(b == Some(true)))
-            .collect(),
-        DataType::UInt8 => le!(UInt8Type, std::convert::identity),
-        DataType::Int8 => le!(Int8Type, i32::from),
-        DataType::Int16 => le!(Int16Type, i32::from),
-        DataType::Int32 => le!(Int32Type, std::convert::identity),
-        DataType::UInt16 => le!(UInt16Type, i32::from),
-        DataType::Int64 => le!(Int64Type, std::convert::identity),
-        DataType::UInt32 => le!(UInt32Type, i64::from),
-        DataType::UInt64 => {
-            let mut out = Vec::with_capacity(values.len() * 8);
-            for &v in values.as_primitive::<UInt64Type>().values() {
-                let v = i64::try_from(v).map_err(|_| format!("{v} does not fit in an int64"))?;
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            out
-        }
-        DataType::Float16 => le!(Float16Type, std::convert::identity),
-        DataType::Float32 => le!(Float32Type, std::convert::identity),
-        DataType::Float64 => le!(Float64Type, std::convert::identity),
-        t => return Err(format!("elements of type {t} are not numbers")),
-    };
-    debug_assert_eq!(data.len(), values.len() * dtype.size());
-    Ok(ArrayValue {
-        dtype,
-        shape: vec![values.len() as u64],
-        data: Cow::Owned(data),
-    })
-}
-
-/// The bytes of value `i` of a `{bytes, path}` struct column (`None`: a null struct, null
-/// bytes, or not such a struct).
-fn struct_bytes(a: &dyn Array, i: usize) -> Option<&[u8]> {
-    a.as_struct_opt()
-        .filter(|s| !s.is_null(i))
-        .and_then(|s| s.column_by_name("bytes"))
-        .and_then(|b| binary_at(b.as_ref(), i))
-}
-
 /// An image's bytes: a binary value, or a `{bytes, path}` struct's bytes or file. `Ok(None)`:
 /// null.
 fn image_at(
@@ -865,43 +584,6 @@ fn image_at(
     }
 }
 
-/// Value `i` of column `a` of kind `kind` (`Ok(None)`: null), as pack stores it; an image is
-/// its bytes as given (a `{bytes, path}` struct's bytes: a null when it has only a path).
-pub(crate) fn value_at(
-    a: &dyn Array,
-    i: usize,
-    kind: Kind,
-    max: u64,
-) -> Result<Option<FieldValue<'static>>, String> {
-    match kind {
-        Kind::Image | Kind::ImageStruct => {
-            let bytes = match kind {
-                Kind::Image => binary_at(a, i),
-                _ => struct_bytes(a, i),
-            };
-            match bytes {
-                Some(v) if v.len() as u64 > max => {
-                    Err(format!("{} bytes, over the limit of {max}", v.len()))
-                }
-                v => Ok(v.map(|v| FieldValue::Image(v.to_vec().into()))),
-            }
-        }
-        Kind::Bytes => match binary_at(a, i) {
-            Some(v) if v.len() as u64 > max => {
-                Err(format!("{} bytes, over the limit of {max}", v.len()))
-            }
-            v => Ok(v.map(|v| FieldValue::Bytes(v.to_vec().into()))),
-        },
-        Kind::Str => Ok(string_at(a, i).map(|s| FieldValue::String(s.to_string().into()))),
-        _ if a.is_null(i) => Ok(None),
-        Kind::Int => int_at(a, i).map(|v| Some(FieldValue::Int64(v))),
-        Kind::Float => float_at(a, i).map(|v| Some(FieldValue::Float64(v))),
-        Kind::List(dtype) => list_at(a, i)
-            .and_then(|l| list_value(l.as_ref(), dtype))
-            .map(|v| Some(FieldValue::Array(v))),
-    }
-}
-
 fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
     let input = format!("{} row {}", b.file, b.first_row + i as u64);
     let skip = |reason: String| {
@@ -926,7 +608,7 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
                         progressive |= p;
                         Ok(Some(FieldValue::Image(img.into())))
                     }
-                    Err(e) => Err(e),
+                    Err(e) => Err(e.into()),
                 },
                 Ok(None) => Ok(None),
                 Err(e) => Err(e),
@@ -943,15 +625,17 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
                 };
                 values.push(v);
             }
-            Ok(None) => match super::empty_value(&c.kind.field_type()).filter(|_| c.optional) {
-                Some(v) => values.push(v),
-                None => {
-                    return skip(format!(
-                        "column {name:?} is null, a required field (--fields chooses the \
+            Ok(None) => {
+                match crate::sources::empty_value(&c.kind.field_type()).filter(|_| c.optional) {
+                    Some(v) => values.push(v),
+                    None => {
+                        return skip(format!(
+                            "column {name:?} is null, a required field (--fields chooses the \
                          fields; NAME? stores text, bytes or arrays empty where null)"
-                    ));
+                        ));
+                    }
                 }
-            },
+            }
             Err(e) => return skip(format!("column {name:?}: {e}")),
         }
     }

@@ -331,7 +331,7 @@ fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
     if image {
         match check_image(&bytes) {
             Ok(p) => progressive = p,
-            Err(e) => return skip(e),
+            Err(e) => return skip(e.into()),
         }
     }
     let n = bytes.len() as u64;

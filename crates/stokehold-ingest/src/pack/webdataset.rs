@@ -11,45 +11,12 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 
-use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, Schema};
+use stokehold_format::{Field, FieldType, FieldValue, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, source_files};
+use crate::sources::choose_fields;
+use crate::sources::webdataset::{field_type, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
-
-pub(super) const IMAGE: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
-const INT: [&str; 5] = ["cls", "cls2", "class", "index", "label"];
-const TEXT: [&str; 4] = ["txt", "text", "caption", "json"];
-const PICKLE: [&str; 5] = ["pyd", "pickle", "pkl", "pt", "pth"];
-
-pub(crate) fn field_type(ext: &str) -> FieldType {
-    let e = ext.to_ascii_lowercase();
-    let last = e.rsplit('.').next().unwrap_or(&e);
-    if IMAGE.contains(&last) {
-        FieldType::Image {
-            codec: ImageCodec::Auto,
-        }
-    } else if INT.contains(&e.as_str()) {
-        FieldType::Int64
-    } else if TEXT.contains(&e.as_str()) {
-        FieldType::String
-    } else {
-        FieldType::Bytes
-    }
-}
-
-pub(crate) fn is_pickle(ext: &str) -> bool {
-    let e = ext.to_ascii_lowercase();
-    PICKLE.contains(&e.rsplit('.').next().unwrap_or(&e))
-}
-
-/// Split a member name into (sample key, extension) as WebDataset does: the extension starts at
-/// the first '.' of the last path component.
-pub(crate) fn split_name(name: &str) -> Option<(&str, &str)> {
-    let base_start = name.rfind('/').map_or(0, |i| i + 1);
-    let dot = name[base_start..].find('.')? + base_start;
-    let (key, ext) = (&name[..dot], &name[dot + 1..]);
-    (!ext.is_empty()).then_some((key, ext))
-}
 
 fn tar_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
     source_files(
@@ -134,7 +101,7 @@ pub(super) fn plan<'a>(
     }
     let mut notes = Vec::new();
     let mut source = serde_json::Map::new();
-    let chosen = super::choose_fields(
+    let chosen = choose_fields(
         &counts,
         samples,
         options.fields.as_deref(),
@@ -380,6 +347,7 @@ impl Iterator for Samples {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stokehold_format::ImageCodec;
 
     #[test]
     fn names_split_like_webdataset() {

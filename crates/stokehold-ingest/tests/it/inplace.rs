@@ -995,3 +995,67 @@ fn files_in_place_are_found_as_pack_finds_them_and_what_is_wrong_is_said() {
         r.skipped
     );
 }
+
+/// Issue #51: one table names the formats for `pack` and files in place (a `.tfrec` file is a
+/// TFRecord file to both), and what the user gave that cannot be used is a
+/// `FormatError::Input` (Python: `ConfigError`), never damage (`Manifest`, `CorruptDataError`),
+/// while a damaged file stays damage.
+#[test]
+fn a_tfrec_file_is_a_tfrecord_to_both_and_input_mistakes_are_input_errors() {
+    use stokehold_format::FormatError;
+    let tmp = tempfile::tempdir().unwrap();
+    let idx = tmp.path().join("idx");
+    let o = || in_place(&idx);
+    let dir = tmp.path().join("tfrec");
+    fs::create_dir(&dir).unwrap();
+    let all: Vec<Example> = (0..4).map(example).collect();
+    tfrecord_file(&dir.join("a.tfrec"), &all[..2]);
+    tfrecord_file(&dir.join("b.tfrec"), &all[2..]);
+    assert_eq!(
+        stokehold_ingest::detect(std::slice::from_ref(&dir)).unwrap(),
+        stokehold_ingest::SourceKind::TfRecord
+    );
+    let ds = open(std::slice::from_ref(&dir), OpenOptions::default(), &o()).unwrap();
+    assert_eq!((ds.len(), in_place_format(&ds)), (4, Some("tfrecord")));
+    assert_eq!(InPlaceFormat::parse("tfrec"), Some(InPlaceFormat::TfRecord));
+    // by its name, not its first bytes: a `.tfrec` whose first length is damaged is a damaged
+    // TFRecord file (named, with the byte), not "neither a TFRecord file, a tar nor Parquet"
+    let bad = tmp.path().join("bad");
+    fs::create_dir(&bad).unwrap();
+    let mut bytes = fs::read(dir.join("a.tfrec")).unwrap();
+    bytes[8] ^= 0xff; // the first record's length CRC
+    fs::write(bad.join("a.tfrec"), &bytes).unwrap();
+    let e = open(&[bad.join("a.tfrec")], OpenOptions::default(), &o()).unwrap_err();
+    assert!(e.is_corruption(), "{e:?}");
+    assert!(e.to_string().contains("a.tfrec"), "{e}");
+
+    // the user's mistakes: Input, each saying what to give instead
+    let other = tmp.path().join("other");
+    fs::create_dir(&other).unwrap();
+    tfrecord_file(&other.join("c.tfrecord"), &all[..1]);
+    let gz = tmp.path().join("x.tfrecord.gz");
+    fs::write(&gz, b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03gzip data").unwrap();
+    let neither = tmp.path().join("x-00000-of-00001");
+    fs::write(&neither, b"neither").unwrap();
+    let nope = InPlaceOptions {
+        fields: Some(FieldChoice::parse_list("nope").unwrap()),
+        ..o()
+    };
+    let cases: Vec<(Vec<PathBuf>, InPlaceOptions, &str)> = vec![
+        (
+            vec![dir.join("a.tfrec"), other.join("c.tfrecord")],
+            o(),
+            "one directory",
+        ),
+        (vec![gz], o(), "gzip-compressed"),
+        (vec![neither], o(), "format="),
+        (vec![dir.clone()], nope, "nope"),
+        (vec![], o(), "no files were given"),
+    ];
+    for (paths, options, says) in cases {
+        let e = open_in_place(&paths, OpenOptions::default(), &options).unwrap_err();
+        assert!(matches!(e, FormatError::Input { .. }), "{paths:?}: {e:?}");
+        assert!(!e.is_corruption());
+        assert!(e.to_string().contains(says), "{paths:?}: {e}");
+    }
+}
