@@ -20,14 +20,15 @@
 
 use std::ops::Range;
 
-use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
-use stokehold_format::{Dataset, FormatError};
+use stokehold_format::FormatError;
+use stokehold_storage::Dataset;
+use stokehold_storage::read_batch::{self, ReadBatch, ReadRequest};
 
 use crate::cache::RecordCache;
 use crate::sampler::Shuffle;
 
 /// Largest gap between two ranges read in one request (the gap's bytes are read and dropped).
-pub const MAX_GAP: u64 = stokehold_format::storage::HINT_GAP;
+pub const MAX_GAP: u64 = stokehold_format::source::HINT_GAP;
 /// Largest single coalesced read.
 pub const MAX_RUN: u64 = 8 << 20;
 /// With direct I/O, runs are cut at this size so that their pieces are read in parallel lanes
@@ -131,10 +132,10 @@ impl<'a> ByteSource<'a> {
             Readahead::Off
         } else if shards
             .first()
-            .is_some_and(|s| s.source().kind() == "remote")
+            .is_some_and(|s| s.source().profile().is_network())
         {
-            // every read is a request with its latency: hints always pay (shards copied to a
-            // disk cache are local files once copied)
+            // every read is a request with its latency: hints always pay (a shard behind a disk
+            // cache has its source's profile until its copy lands, a local file's after)
             Readahead::Fetch
         } else if mean_bytes >= READAHEAD_MIN_SAMPLE {
             Readahead::Advise
@@ -347,7 +348,7 @@ fn read_cached_then_batch(
 }
 
 fn max_run(ds: &Dataset, k: usize) -> u64 {
-    if ds.shards()[k].source().kind() == "direct" {
+    if ds.shards()[k].source().profile().is_direct() {
         MAX_DIRECT_RUN
     } else {
         MAX_RUN
@@ -361,8 +362,8 @@ fn max_run(ds: &Dataset, k: usize) -> u64 {
 /// Object storage: none (ranges side by side or overlapping only): the bytes come from ranges
 /// fetched ahead, which count each hinted range read by the read that covers it, so a read must
 /// not cover another task's range in a gap.
-fn max_gap(ds: &Dataset, k: usize, before: u64, after: u64) -> u64 {
-    if ds.shards()[k].source().kind() == "remote" {
+pub fn max_gap(ds: &Dataset, k: usize, before: u64, after: u64) -> u64 {
+    if ds.shards()[k].source().profile().is_network() {
         0
     } else {
         before.max(after).clamp(MIN_GAP, MAX_GAP)
@@ -518,7 +519,7 @@ impl Fetched {
         let runs = &self.runs;
         let direct = runs
             .iter()
-            .any(|r| ds.shards()[r.shard].source().kind() == "direct");
+            .any(|r| ds.shards()[r.shard].source().profile().is_direct());
         let buf = &mut self.buf[..total];
         let ok = if direct && runs.len() > 1 {
             read_parallel(ds, runs, buf)
@@ -604,9 +605,8 @@ fn failed(e: &std::io::Error) -> Src {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stokehold_format::{
-        Access, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
-    };
+    use stokehold_format::{FieldValue, Schema};
+    use stokehold_storage::{Access, DatasetWriteOptions, DatasetWriter, OpenOptions};
 
     fn dataset(dir: &std::path::Path, access: Access) -> Dataset {
         let path = dir.join("ds");
@@ -668,7 +668,7 @@ mod tests {
         for access in [Access::Pread, Access::Direct] {
             let ds = dataset(tmp.path(), Access::Pread);
             let probe = ds.shards()[0].path().to_path_buf();
-            if access == Access::Direct && !stokehold_format::storage::supports_direct(&probe) {
+            if access == Access::Direct && !stokehold_storage::file::supports_direct(&probe) {
                 continue;
             }
             let ds = dataset(tmp.path(), access);

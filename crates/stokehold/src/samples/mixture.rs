@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use stokehold_format::DType;
-use stokehold_format::remote::RemoteStats;
+use stokehold_storage::remote::RemoteStats;
 
 use crate::blend::{Blend, BlendDef, BlendSource, BlendState, Phase, UNIT, quantize};
 use crate::cache::CacheStats;

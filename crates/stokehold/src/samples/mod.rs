@@ -164,7 +164,7 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     }
 
     /// The requests made to the object store the samples are read from (`None`: local).
-    fn remote_stats(&self) -> Option<stokehold_format::remote::RemoteStats> {
+    fn remote_stats(&self) -> Option<stokehold_storage::remote::RemoteStats> {
         self.source().and_then(|s| s.dataset.remote_stats())
     }
 
