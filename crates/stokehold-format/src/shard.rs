@@ -20,6 +20,7 @@ use crate::error::{FormatError, Result, escape};
 use crate::limits::Limits;
 use crate::record::{FieldValue, RecordCodec, RecordEncoder, RecordFields, RecordView};
 use crate::schema::Schema;
+pub use crate::source::ShardSource;
 use crate::source::Storage;
 
 /// Magic bytes that open every shard.
@@ -798,9 +799,6 @@ pub fn read_structure(path: &Path, source: &dyn Storage, limits: Limits) -> Resu
         }
     }
 }
-
-/// Where a shard's bytes come from: any [`Storage`] backend.
-pub type ShardSource = Box<dyn Storage>;
 
 /// An open, validated shard: its meta, its index in memory (16 bytes per record), and the source
 /// of its bytes. Reading a record is one positional read (or a slice of a map).

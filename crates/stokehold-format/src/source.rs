@@ -120,6 +120,9 @@ pub fn copy_from(bytes: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Where a shard's bytes come from: any [`Storage`] backend.
+pub type ShardSource = Box<dyn Storage>;
+
 /// Bytes held in memory.
 #[derive(Debug, Clone)]
 pub struct Memory {
@@ -158,6 +161,6 @@ impl Storage for Memory {
 }
 
 /// A shard source over bytes in memory (a shard written to a buffer, a test's bytes).
-pub fn memory_source(bytes: Vec<u8>) -> crate::shard::ShardSource {
+pub fn memory_source(bytes: Vec<u8>) -> ShardSource {
     Box::new(Memory::new(bytes))
 }
