@@ -315,7 +315,9 @@ impl Storage for SharedShard {
     /// The source's profile (the network for a remote dataset) until the local copy lands, a
     /// local file's after: the fetcher's readahead and gap policy follow where reads go.
     fn profile(&self) -> ReadProfile {
-        match self.handle.get() {
+        // asked per coalesced read: a read lock, no clone of the copy's handle
+        let local = self.handle.0.read().unwrap_or_else(|p| p.into_inner());
+        match local.as_ref() {
             Some(l) => l.file.profile(),
             None => self.source.profile(),
         }
