@@ -59,5 +59,5 @@ r1=$(cut -d' ' -f1 "$WORK/scaling.txt" | median); r2=$(cut -d' ' -f2 "$WORK/scal
 printf 'image pipeline (RandomResizedCrop(224)+flip): --threads 2 %.0f images/s vs --threads 1 %.0f: %.2fx (target >= 1.9)\n' \
   "$r2" "$r1" "$(calc "$r2 / $r1")"
 
-echo "format-level harness (cargo bench -p stokehold-format --bench format):"
-cargo bench -q -p stokehold-format --bench format 2>/dev/null | sed 's/^/  /'
+echo "format-level harness (cargo bench -p stokehold-storage --bench format):"
+cargo bench -q -p stokehold-storage --bench format 2>/dev/null | sed 's/^/  /'

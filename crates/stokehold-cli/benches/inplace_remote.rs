@@ -11,11 +11,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use stokehold::format::remote::testing::{self, FaultProxy, Faults, S3Server};
+use stokehold_testkit as testing;
+
 use stokehold::format::{Dataset, OpenOptions};
 use stokehold::{EngineSpec, Loader};
 use stokehold_ingest::example::{Example, Feature, encode_example};
 use stokehold_ingest::inplace::{InPlaceOptions, open};
+use stokehold_testkit::{FaultProxy, Faults, S3Server};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)

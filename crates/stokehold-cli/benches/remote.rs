@@ -36,9 +36,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::thread::{CpuSet, sched_getaffinity, sched_setaffinity};
-use stokehold::format::remote::testing::{self, FaultProxy, Faults, S3Server};
 use stokehold::format::{Dataset, OpenOptions};
 use stokehold::{EngineSpec, Loader};
+use stokehold_testkit as testing;
+use stokehold_testkit::{FaultProxy, Faults, S3Server};
 
 fn env(name: &str, default: usize) -> usize {
     std::env::var(name)

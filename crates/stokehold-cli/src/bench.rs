@@ -597,7 +597,7 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     // what the storage gives for this access pattern, briefly (1 s a measurement); local files
     // only (no request counts): the measurement of object storage comes with its prefetcher
     let mut storage_use = None;
-    if !a.no_storage && ds.remote_stats().is_none() {
+    if !a.no_storage && stokehold_storage::Place::of(ds.dir()).is_local() {
         let report = storage_bench::measure(
             &ds,
             &StorageOptions {

@@ -8,11 +8,10 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use stokehold_format::{
-    DatasetWriteOptions, FieldType, FieldValue, ImageCodec, Limits, Manifest, VerifyOptions,
-    WriteOptions, verify_dataset,
-};
+use stokehold_format::{FieldType, FieldValue, ImageCodec, Limits, Manifest, WriteOptions};
 use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions, Skipped, SourceKind};
+use stokehold_storage::ManifestIo;
+use stokehold_storage::{DatasetWriteOptions, VerifyOptions, verify_dataset};
 
 use crate::local_path;
 use crate::progress::Bar;
@@ -491,7 +490,7 @@ pub fn verify(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             // (as `inspect`, `bench` and Python's Dataset open it)
             Err(stokehold_format::FormatError::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound
-                    && stokehold_format::url_scheme(&a.dataset).is_some() =>
+                    && stokehold_storage::Place::of(&a.dataset).is_remote() =>
             {
                 return verify_in_place(a, out);
             }
@@ -556,11 +555,11 @@ fn failed(
 /// or each scanned again), then read and decode every sample, checking each record's
 /// checksum (a TFRecord's CRC-32C of its data; for a tar member, the one its scan recorded).
 fn verify_in_place(a: VerifyArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
-    let options = stokehold_format::OpenOptions {
+    let options = stokehold_storage::OpenOptions {
         access: if a.no_mmap {
-            stokehold_format::Access::Pread
+            stokehold_storage::Access::Pread
         } else {
-            stokehold_format::Access::Auto
+            stokehold_storage::Access::Auto
         },
         verify_records: true,
         storage_options: a.storage.map(),
@@ -622,7 +621,7 @@ pub fn index(a: IndexArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
     inplace.beside = a.beside;
     inplace.rebuild = a.rebuild;
     inplace.must_keep = true;
-    let options = stokehold_format::OpenOptions {
+    let options = stokehold_storage::OpenOptions {
         storage_options: a.storage.map(),
         ..Default::default()
     };

@@ -44,10 +44,10 @@ enum Command {
 
 /// The parser of every path argument that is written, or read as a local file: a local path, or
 /// an error for a URL (`s3://...`), which these do not read or write yet (see
-/// `stokehold_format::location`). Datasets that are only read take [`dataset_location`].
+/// `stokehold_storage::location`). Datasets that are only read take [`dataset_location`].
 pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
     let p = std::path::PathBuf::from(s);
-    stokehold_format::require_local(&p).map_err(|e| e.to_string())?;
+    stokehold_storage::require_local(&p).map_err(|e| e.to_string())?;
     Ok(p)
 }
 
@@ -57,12 +57,12 @@ pub(crate) fn local_path(s: &str) -> Result<std::path::PathBuf, String> {
 /// [`local_path`].
 pub(crate) fn dataset_location(s: &str) -> Result<std::path::PathBuf, String> {
     let p = std::path::PathBuf::from(s);
-    stokehold_format::local_path(&p).map_err(|e| e.to_string())?;
+    stokehold_storage::local_path(&p).map_err(|e| e.to_string())?;
     Ok(p)
 }
 
 /// The parser of every thread-count option: a number from 0 (one per core) to
-/// [`stokehold_format::max_threads`], refused beyond it with the reason (a huge count once ran
+/// [`stokehold_storage::max_threads`], refused beyond it with the reason (a huge count once ran
 /// `pack` for 26 minutes on 23,590 threads).
 pub(crate) fn thread_count(s: &str) -> Result<usize, String> {
     if s.trim().starts_with('-') {
@@ -74,7 +74,7 @@ pub(crate) fn thread_count(s: &str) -> Result<usize, String> {
         .trim()
         .parse()
         .map_err(|_| format!("a number of threads (0: one per core), got {s:?}"))?;
-    stokehold_format::check_threads("the thread count", n)
+    stokehold_storage::check_threads("the thread count", n)
 }
 
 /// `--storage-option KEY=VALUE`, repeatable: options of an object store, for datasets at
@@ -143,9 +143,9 @@ fn in_place_format(s: &str) -> anyhow::Result<stokehold_ingest::inplace::InPlace
 /// in place (a TFRecord file, a tar, a directory or glob of them, at a path or URL).
 pub(crate) fn open_dataset(
     dataset: &std::path::Path,
-    options: stokehold_format::OpenOptions,
+    options: stokehold_storage::OpenOptions,
     inplace: &InPlaceArgs,
-) -> anyhow::Result<stokehold_format::Dataset> {
+) -> anyhow::Result<stokehold_storage::Dataset> {
     let o = inplace.options()?;
     stokehold_ingest::inplace::open(&[dataset.to_path_buf()], options, &o)
         .map_err(|e| open_error(dataset, e))

@@ -13,7 +13,7 @@ pub fn fuzz_shard(data: &[u8]) {
         max_decompressed_bytes: 1 << 20,
         ..Limits::default()
     };
-    let source = Box::new(crate::storage::Memory::new(data.to_vec()));
+    let source = Box::new(crate::source::Memory::new(data.to_vec()));
     let Ok(reader) = ShardReader::from_source("fuzz.skh", source, limits) else {
         return;
     };
@@ -99,4 +99,31 @@ fn parse_whole(data: &[u8], limits: &Limits, path: &Path) -> Option<Vec<IndexEnt
         path,
     )
     .ok()
+}
+
+/// Run the container parser of a decoded part ([`crate::container::PartFooter`]) on arbitrary
+/// bytes taken as a whole part (its magic and version taken from its own footer, so that the
+/// checks past them are reached), and [`crate::container::sealed_body`] on them. Every entry of
+/// an accepted index must lie inside the pixels. Must never panic.
+pub fn fuzz_containers(data: &[u8]) {
+    use crate::container::{PartFooter, sealed_body};
+    let _ = sealed_body(data, b"SKHIDX\0\x01", "index");
+    let size = data.len() as u64;
+    if size < PartFooter::LEN {
+        return;
+    }
+    let footer = &data[data.len() - PartFooter::LEN as usize..];
+    let magic: [u8; 8] = footer[..8].try_into().expect("8 bytes");
+    let version = u32::from_le_bytes(footer[8..12].try_into().expect("4 bytes"));
+    let Ok(f) = PartFooter::parse(footer, size, &magic, version) else {
+        return;
+    };
+    let r = f.index_range();
+    assert!(r.end + PartFooter::LEN == size, "{f:?}");
+    let Ok(entries) = f.parse_index(&data[r.start as usize..r.end as usize]) else {
+        return;
+    };
+    for e in entries {
+        assert!(e.offset + e.pixels() <= f.data_end, "{e:?}");
+    }
 }

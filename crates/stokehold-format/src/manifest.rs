@@ -59,18 +59,6 @@ fn one() -> u32 {
 }
 
 impl Manifest {
-    /// Read and validate the manifest of the dataset in `location`, reading at most
-    /// `limits.max_manifest_bytes`.
-    pub fn read(location: &dyn crate::location::Location, limits: &Limits) -> Result<Manifest> {
-        let bytes = crate::location::read_small(
-            location,
-            MANIFEST_FILE,
-            limits.max_manifest_bytes,
-            "manifest size",
-        )?;
-        Manifest::parse(&bytes, &location.place(MANIFEST_FILE), limits)
-    }
-
     /// Parse and validate manifest bytes. `path` is used in messages.
     pub fn parse(bytes: &[u8], path: &Path, limits: &Limits) -> Result<Manifest> {
         let err = |detail: String| FormatError::Manifest {

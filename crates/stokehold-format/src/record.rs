@@ -226,7 +226,7 @@ pub fn array_bytes(shape: &[u64], dtype: DType) -> Option<u64> {
 
 /// The decoder of records that are not stokehold records: the records of files read in place
 /// (a TFRecord file's `tf.train.Example`s, a WebDataset tar's samples), which the opener of such
-/// files gives each of their shards ([`crate::ShardReader::with_codec`]). Sans I/O: it decodes
+/// files gives each of their shards ([`crate::ShardReader::in_place`]). Sans I/O: it decodes
 /// the bytes of one record, as its index entry located them.
 pub trait RecordCodec: Send + Sync + std::fmt::Debug {
     /// The name of the files' format, for messages ("TFRecord", "WebDataset tar").

@@ -20,7 +20,8 @@ use crate::error::{FormatError, Result, escape};
 use crate::limits::Limits;
 use crate::record::{FieldValue, RecordCodec, RecordEncoder, RecordFields, RecordView};
 use crate::schema::Schema;
-use crate::storage::{PreadFile, Storage};
+pub use crate::source::ShardSource;
+use crate::source::Storage;
 
 /// Magic bytes that open every shard.
 pub const HEADER_MAGIC: &[u8; 8] = b"STKHSHRD";
@@ -799,9 +800,6 @@ pub fn read_structure(path: &Path, source: &dyn Storage, limits: Limits) -> Resu
     }
 }
 
-/// Where a shard's bytes come from: any [`Storage`] backend.
-pub type ShardSource = Box<dyn Storage>;
-
 /// An open, validated shard: its meta, its index in memory (16 bytes per record), and the source
 /// of its bytes. Reading a record is one positional read (or a slice of a map).
 #[derive(Debug)]
@@ -820,13 +818,6 @@ pub struct ShardReader {
 }
 
 impl ShardReader {
-    /// Open a shard file with positional reads.
-    pub fn open(path: impl AsRef<Path>, limits: Limits) -> Result<ShardReader> {
-        let path = path.as_ref();
-        let f = PreadFile::open(path).map_err(|e| FormatError::io(path, None, e))?;
-        ShardReader::from_source(path, Box::new(f), limits)
-    }
-
     /// Open a shard from a source. `path` is used in messages.
     ///
     /// Drives a [`ShardOpening`] with the source's positional reads: the header and the trailer,
@@ -1103,7 +1094,7 @@ impl ShardReader {
     }
 
     /// What a failed read of bytes `[lo, hi)` is (as [`ShardReader::read_range`] reports it,
-    /// for reads made elsewhere, e.g. in a [`crate::read_batch::ReadBatch`]): past the file's end,
+    /// for reads made elsewhere, e.g. in a batch of reads by `stokehold-storage`): past the file's end,
     /// [`FormatError::Truncated`] naming the record that holds `lo`; otherwise
     /// [`FormatError::Io`] naming the path and `lo`.
     pub fn range_error(&self, lo: u64, hi: u64, e: io::Error) -> FormatError {

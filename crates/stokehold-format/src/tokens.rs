@@ -13,7 +13,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::Dataset;
 use crate::error::{FormatError, Result};
 use crate::manifest::{MANIFEST_FILE, Manifest};
 use crate::record::RecordError;
@@ -214,21 +213,22 @@ impl TokenMeta {
         TokenMeta::deserialize(v).map_err(|e| err(format!("source.tokens is invalid: {e}")))
     }
 
-    /// The token meta of an open dataset, after checking that its schema is [`token_schema`]
-    /// (errors name the dataset's manifest).
-    pub fn from_dataset(ds: &Dataset) -> Result<TokenMeta> {
-        let path = ds.dir().join(MANIFEST_FILE);
-        if !is_token_schema(ds.schema()) {
+    /// The token meta of the dataset in `dir` described by `manifest`, after checking that its
+    /// schema is [`token_schema`] (errors name the dataset's manifest). `stokehold-storage` calls
+    /// it for an open dataset (`TokenMeta::from_dataset`).
+    pub fn of_dataset(manifest: &Manifest, dir: &Path) -> Result<TokenMeta> {
+        let path = dir.join(MANIFEST_FILE);
+        if !is_token_schema(&manifest.schema) {
             return Err(FormatError::Manifest {
                 path,
                 detail: format!(
                     "not a token dataset: the schema is {}, not {}",
-                    ds.schema(),
+                    manifest.schema,
                     token_schema()
                 ),
             });
         }
-        TokenMeta::from_manifest(ds.manifest(), &path)
+        TokenMeta::from_manifest(manifest, &path)
     }
 
     /// As JSON, for `source.tokens`.
@@ -467,9 +467,11 @@ impl TokenIndex {
 
     /// Index the documents of a token dataset with the meta of its manifest, and check the
     /// meta's `total_tokens` against them ([`TokenIndex::check_meta`]).
-    pub fn from_dataset(ds: &Dataset, meta: &TokenMeta) -> Result<TokenIndex> {
-        let index = TokenIndex::from_shards(ds.shards(), meta.dtype)?;
-        index.check_meta(meta, &ds.dir().join(MANIFEST_FILE))?;
+    /// `dir` is the dataset's (its manifest is named in errors); `stokehold-storage` calls it
+    /// for an open dataset (`TokenIndex::from_dataset`).
+    pub fn of_dataset(shards: &[ShardReader], dir: &Path, meta: &TokenMeta) -> Result<TokenIndex> {
+        let index = TokenIndex::from_shards(shards, meta.dtype)?;
+        index.check_meta(meta, &dir.join(MANIFEST_FILE))?;
         Ok(index)
     }
 

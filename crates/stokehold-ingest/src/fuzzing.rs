@@ -87,3 +87,20 @@ pub fn replay_corpus(dir: &Path, f: fn(&[u8])) -> usize {
     }
     count
 }
+
+/// Reads `data` as a kept index of a file read in place (`.skhidx`, through the format's checked
+/// container parser); an accepted index's tables must agree with its header. Must never panic.
+pub fn fuzz_file_index(data: &[u8]) {
+    let Ok(ix) = crate::inplace::index::FileIndex::parse(data) else {
+        return;
+    };
+    assert_eq!(ix.entries.len() as u64, ix.header.records);
+    assert_eq!(ix.members.len() as u64, ix.header.members);
+    for r in 0..ix.entries.len() {
+        let _ = (ix.members_of(r), ix.key_of(r), ix.damaged(r));
+    }
+    assert_eq!(
+        crate::inplace::index::FileIndex::parse(&ix.to_bytes()).as_ref(),
+        Ok(&ix)
+    );
+}

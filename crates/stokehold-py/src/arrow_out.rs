@@ -20,7 +20,8 @@ use arrow_array::{
 use arrow_buffer::{MutableBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field};
 use stokehold_format::tokens::TokenDType;
-use stokehold_format::{Dataset, FieldType, FieldValue, FormatError};
+use stokehold_format::{FieldType, FieldValue, FormatError};
+use stokehold_storage::Dataset;
 
 /// Largest single read of a shard's records (a span of consecutive records is cut there).
 pub const MAX_SPAN: u64 = 64 << 20;

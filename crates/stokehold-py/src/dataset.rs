@@ -10,10 +10,12 @@ use std::sync::Arc;
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyList, PyString, PyTuple};
+use stokehold_format::FieldValue;
 use stokehold_format::tokens::{TokenDType, TokenIndex, TokenMeta, is_token_schema};
-use stokehold_format::{Access, Dataset as FormatDataset, FieldValue, OpenOptions};
 use stokehold_ingest::FieldChoice;
 use stokehold_ingest::inplace::{InPlaceFormat, InPlaceOptions};
+use stokehold_storage::{Access, Dataset as FormatDataset, OpenOptions};
+use stokehold_storage::{TokenIndexOf, TokenMetaOf};
 
 use crate::convert::sample_to_py;
 use crate::errors::to_py_err;
@@ -314,9 +316,10 @@ impl Dataset {
     /// choice), or "remote" (ranged GETs from object storage).
     #[getter]
     fn access(&self) -> &'static str {
-        match self.inner.shards().first().map(|s| s.source().kind()) {
-            Some("remote") => "remote",
-            _ => self.inner.access().name(),
+        if self.inner.read_profile().is_network() {
+            "remote"
+        } else {
+            self.inner.access().name()
         }
     }
 

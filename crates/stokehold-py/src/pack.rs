@@ -8,8 +8,9 @@ use crate::errors::ENOENT;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use stokehold_format::{DatasetWriteOptions, WriteOptions};
+use stokehold_format::WriteOptions;
 use stokehold_ingest::{FieldChoice, ImagePolicy, PackError, PackOptions, SourceKind};
+use stokehold_storage::DatasetWriteOptions;
 
 use crate::errors::{config_error, io_error, stokehold_error, to_py_err};
 

@@ -1,4 +1,4 @@
-//! Datasets written by many writers (`stokehold_format::parts`), for `stokehold.ray`: one
+//! Datasets written by many writers (`stokehold_storage::parts`), for `stokehold.ray`: one
 //! `PartWriter` per write task, `prepare_parts` / `commit_parts` / `abort_parts` on the driver.
 
 use std::borrow::Cow;
@@ -7,9 +7,10 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use stokehold_format::parts::{self, Commit};
-use stokehold_format::{FieldValue, ImageCodec, PartWriter as FormatPartWriter, ShardInfo};
+use stokehold_format::{FieldValue, ImageCodec, ShardInfo};
 use stokehold_ingest::{DEFAULT_RESTART_MARKERS, ImagePolicy, apply_image_policy};
+use stokehold_storage::PartWriter as FormatPartWriter;
+use stokehold_storage::parts::{self, Commit};
 
 use crate::convert::prepare;
 use crate::errors::{schema_error, stokehold_error, to_py_err};

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
-use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, Schema, WriteOptions};
+use stokehold_format::{FieldValue, Schema, WriteOptions};
+use stokehold_storage::{DatasetWriteOptions, DatasetWriter};
 
 use crate::convert::{Prepared, prepare};
 use crate::errors::{schema_error, stokehold_error, to_py_err};

@@ -238,7 +238,7 @@ fn direct_reads(dir: &Path) {
     let path = dir.join("rec-direct");
     write(&path, n, record);
     let files = shard_files(&path);
-    if !stokehold::format::storage::supports_direct(&files[0]) {
+    if !stokehold::storage::file::supports_direct(&files[0]) {
         println!("direct reads: skipped (no O_DIRECT on {})", dir.display());
         return;
     }

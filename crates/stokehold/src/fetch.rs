@@ -23,14 +23,15 @@
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
-use stokehold_format::read_batch::{self, ReadBatch, ReadRequest};
-use stokehold_format::{Dataset, FormatError};
+use stokehold_format::FormatError;
+use stokehold_storage::Dataset;
+use stokehold_storage::read_batch::{self, ReadBatch, ReadRequest};
 
 use crate::cache::RecordCache;
 use crate::sampler::Shuffle;
 
 /// Largest gap between two ranges read in one request (the gap's bytes are read and dropped).
-pub const MAX_GAP: u64 = stokehold_format::storage::HINT_GAP;
+pub const MAX_GAP: u64 = stokehold_format::source::HINT_GAP;
 /// Largest single coalesced read.
 pub const MAX_RUN: u64 = 8 << 20;
 /// With direct I/O, runs are cut at this size so that their pieces are read in parallel lanes
@@ -170,10 +171,10 @@ impl ByteSource {
             Readahead::Off
         } else if shards
             .first()
-            .is_some_and(|s| s.source().kind() == "remote")
+            .is_some_and(|s| s.source().profile().is_network())
         {
-            // every read is a request with its latency: hints always pay (shards copied to a
-            // disk cache are local files once copied)
+            // every read is a request with its latency: hints always pay (a shard behind a disk
+            // cache has its source's profile until its copy lands, a local file's after)
             Readahead::Fetch
         } else if mean_bytes >= READAHEAD_MIN_SAMPLE {
             Readahead::Advise
@@ -218,11 +219,11 @@ pub fn readahead(sources: &[ByteSource], mean_bytes: u64) -> Readahead {
 }
 
 /// The requests made to the object stores `sources` are read from, summed (`None`: all local).
-pub fn remote_stats(sources: &[ByteSource]) -> Option<stokehold_format::remote::RemoteStats> {
+pub fn remote_stats(sources: &[ByteSource]) -> Option<stokehold_storage::remote::RemoteStats> {
     if let [one] = sources {
         return one.dataset.remote_stats();
     }
-    let mut total: Option<stokehold_format::remote::RemoteStats> = None;
+    let mut total: Option<stokehold_storage::remote::RemoteStats> = None;
     for r in sources.iter().filter_map(|s| s.dataset.remote_stats()) {
         let t = total.get_or_insert_with(Default::default);
         t.requests += r.requests;
@@ -459,12 +460,12 @@ fn storage(
     sources: &[ByteSource],
     source: u16,
     k: usize,
-) -> &dyn stokehold_format::storage::Storage {
+) -> &dyn stokehold_format::Storage {
     &**sources[usize::from(source)].dataset.shards()[k].source()
 }
 
 fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
-    if storage(sources, source, k).kind() == "direct" {
+    if storage(sources, source, k).profile().is_direct() {
         MAX_DIRECT_RUN
     } else {
         MAX_RUN
@@ -478,8 +479,8 @@ fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
 /// Object storage: none (ranges side by side or overlapping only): the bytes come from ranges
 /// fetched ahead, which count each hinted range read by the read that covers it, so a read must
 /// not cover another task's range in a gap.
-fn max_gap(sources: &[ByteSource], source: u16, k: usize, before: u64, after: u64) -> u64 {
-    if storage(sources, source, k).kind() == "remote" {
+pub fn max_gap(sources: &[ByteSource], source: u16, k: usize, before: u64, after: u64) -> u64 {
+    if storage(sources, source, k).profile().is_network() {
         0
     } else {
         before.max(after).clamp(MIN_GAP, MAX_GAP)
@@ -654,7 +655,7 @@ impl Fetched {
         let runs = &self.runs;
         let direct = runs
             .iter()
-            .any(|r| storage(sources, r.source, r.shard).kind() == "direct");
+            .any(|r| storage(sources, r.source, r.shard).profile().is_direct());
         let buf = &mut self.buf[..total];
         let ok = if direct && runs.len() > 1 {
             read_parallel(sources, runs, buf)
@@ -741,9 +742,8 @@ fn failed(e: &std::io::Error) -> Src {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stokehold_format::{
-        Access, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
-    };
+    use stokehold_format::{FieldValue, Schema};
+    use stokehold_storage::{Access, DatasetWriteOptions, DatasetWriter, OpenOptions};
 
     fn dataset(dir: &std::path::Path, access: Access) -> Arc<Dataset> {
         dataset_salted(dir, access, 0)
@@ -812,7 +812,7 @@ mod tests {
         for access in [Access::Pread, Access::Direct] {
             let ds = dataset(tmp.path(), Access::Pread);
             let probe = ds.shards()[0].path().to_path_buf();
-            if access == Access::Direct && !stokehold_format::storage::supports_direct(&probe) {
+            if access == Access::Direct && !stokehold_storage::file::supports_direct(&probe) {
                 continue;
             }
             let ds = dataset(tmp.path(), access);

@@ -29,8 +29,14 @@
 //! assert_eq!(batches.len(), 10);
 //! ```
 
-pub use stokehold_format as format;
+/// The dataset format (`stokehold_format`, sans-IO) and its storage (`stokehold_storage`:
+/// locations, the dataset reader and writer), under one path for users of the engine.
+pub mod format {
+    pub use stokehold_format::*;
+    pub use stokehold_storage::*;
+}
 pub use stokehold_ops as ops;
+pub use stokehold_storage as storage;
 
 mod batch;
 /// The order of a mixture of datasets (blending, each source's passes).

@@ -2,7 +2,8 @@
 //! global: the state saved on any rank resumes every rank of any new world size.
 
 use serde::{Deserialize, Serialize};
-use stokehold_format::{Dataset, crc};
+use stokehold_format::crc;
+use stokehold_storage::Dataset;
 
 use crate::error::{EngineError, Result};
 use crate::order::OrderState;

@@ -93,7 +93,7 @@ pub struct Stats {
     pub profiled: bool,
     /// Requests to the object store the dataset is read from (since it was opened; `None` for a
     /// local dataset): retries, failures, bytes, and how the order-aware prefetch fared.
-    pub storage: Option<stokehold_format::remote::RemoteStats>,
+    pub storage: Option<stokehold_storage::remote::RemoteStats>,
     /// The groups of the samples ([`crate::order::Groups`]: a mixture's sources), in order
     /// (empty without groups).
     pub groups: Vec<GroupStats>,

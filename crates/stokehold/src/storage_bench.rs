@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use stokehold_format::Dataset;
+use stokehold_storage::Dataset;
 
 use crate::sampler::{EpochOrder, Shuffle};
 
@@ -358,7 +358,8 @@ pub fn measure(ds: &Dataset, options: &StorageOptions) -> Result<StorageReport, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+    use stokehold_format::{FieldValue, Schema};
+    use stokehold_storage::{DatasetWriteOptions, DatasetWriter};
 
     #[test]
     fn reads_every_record_of_a_small_dataset() {

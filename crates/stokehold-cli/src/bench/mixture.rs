@@ -179,7 +179,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
             .path
             .clone()
             .with_context(|| format!("source '{}' has no path", s.name))?;
-        if !p.contains("://") && Path::new(&p).is_relative() {
+        if stokehold_storage::Place::of(Path::new(&p)).is_local() && Path::new(&p).is_relative() {
             s.path = Some(base.join(&p).to_string_lossy().into_owned());
         }
     }

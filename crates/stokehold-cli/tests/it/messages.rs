@@ -170,7 +170,7 @@ fn a_thread_count_beyond_four_per_core_or_a_shard_size_of_0_is_refused_before_an
     let (ds, _, _) = packed(tmp.path(), 3);
     let imgs = tmp.path().join("imgs").to_str().unwrap().to_string();
     let out = tmp.path().join("out").to_str().unwrap().to_string();
-    let max = stokehold_format::max_threads();
+    let max = stokehold_storage::max_threads();
     for args in [
         vec!["pack", &imgs, &out, "--threads", "100000"],
         vec!["verify", &ds, "--threads", "100000"],

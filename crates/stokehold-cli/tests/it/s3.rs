@@ -4,8 +4,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use stokehold_format::remote::testing::{self, S3Server};
-use stokehold_format::{DatasetWriteOptions, DatasetWriter, FieldValue, Schema};
+use stokehold_testkit as testing;
+
+use stokehold_format::{FieldValue, Schema};
+use stokehold_storage::{DatasetWriteOptions, DatasetWriter};
+use stokehold_testkit::S3Server;
 
 fn stokehold(server: &S3Server, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_stokehold"))
@@ -76,7 +79,7 @@ fn inspect_verify_and_bench_read_a_dataset_in_s3() {
         .unwrap();
     let mut bytes = std::fs::read(&shard).unwrap();
     bytes[100] ^= 0x40;
-    let store = stokehold_format::remote::RemoteStore::open(
+    let store = stokehold_storage::remote::RemoteStore::open(
         "s3://cli/datasets/damaged",
         &testing::options(&server.endpoint()),
     )
@@ -177,10 +180,10 @@ fn pack_writes_a_dataset_to_s3_with_storage_option_flags_and_refuses_an_existing
         ],
     );
     assert_eq!(code, 0, "{out}{err}");
-    let a = stokehold_format::Dataset::open(&local).unwrap();
-    let b = stokehold_format::Dataset::open_with(
+    let a = stokehold_storage::Dataset::open(&local).unwrap();
+    let b = stokehold_storage::Dataset::open_with(
         url,
-        stokehold_format::OpenOptions {
+        stokehold_storage::OpenOptions {
             storage_options: testing::options(&server.endpoint()),
             ..Default::default()
         },

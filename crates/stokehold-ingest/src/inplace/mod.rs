@@ -17,9 +17,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stokehold_format::{
-    DATASET_VERSION, Dataset, FORMAT_NAME, Field, FieldType, FormatError, Location, MANIFEST_FILE,
-    Manifest, ObjectMeta, OpenOptions, Schema, ShardInfo, ShardReader, Storage, crc,
+    DATASET_VERSION, FORMAT_NAME, Field, FieldType, FormatError, MANIFEST_FILE, Manifest, Schema,
+    ShardInfo, ShardReader, Storage, crc,
 };
+use stokehold_storage::{Dataset, Location, NodeDir, ObjectMeta, OpenOptions};
 
 pub mod example_view;
 pub mod index;
@@ -81,7 +82,7 @@ pub fn default_index_dir() -> Option<PathBuf> {
 /// to read in place. A URL counts as a dataset unless its last component names files
 /// (an extension of a format read in place, or a pattern).
 pub fn is_packed(path: &Path) -> bool {
-    if stokehold_format::url_scheme(path).is_some() {
+    if stokehold_storage::Place::of(path).is_remote() {
         let last = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -95,7 +96,7 @@ pub fn is_packed(path: &Path) -> bool {
 /// a format read in place and no pattern (`s3://b/tfrecords` is the prefix `s3://b/tfrecords/`).
 fn as_prefix(path: &Path) -> PathBuf {
     let text = path.to_string_lossy();
-    if stokehold_format::url_scheme(path).is_none() || text.ends_with('/') {
+    if stokehold_storage::Place::of(path).is_local() || text.ends_with('/') {
         return path.to_path_buf();
     }
     let last = path
@@ -123,7 +124,7 @@ pub fn open(
     inplace: &InPlaceOptions,
 ) -> Result<Dataset, FormatError> {
     match paths {
-        [one] if is_packed(one) && stokehold_format::url_scheme(one).is_some() => {
+        [one] if is_packed(one) && stokehold_storage::Place::of(one).is_remote() => {
             // a prefix in object storage: a dataset when it holds a manifest, else the files
             // under it read in place when there are any (`s3://b/tfrecords`), else the
             // manifest's error
@@ -141,7 +142,7 @@ pub fn open(
             }
         }
         [one] if is_packed(one) => Dataset::open_with(one, options),
-        [one] if inplace.format.is_none() && stokehold_format::url_scheme(one).is_none() => {
+        [one] if inplace.format.is_none() && stokehold_storage::Place::of(one).is_local() => {
             match local_kind(one) {
                 // files found by their first bytes are found so again by `resolve`, one by one
                 // (a README among them is left out)
@@ -317,7 +318,7 @@ fn resolve(
     let mut sniffed: BTreeMap<String, InPlaceFormat> = BTreeMap::new();
     let mut files: BTreeMap<String, ObjectMeta> = BTreeMap::new();
     for p in paths {
-        let local_dir = stokehold_format::url_scheme(p).is_none() && p.is_dir();
+        let local_dir = stokehold_storage::Place::of(p).is_local() && p.is_dir();
         let last = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -331,7 +332,7 @@ fn resolve(
         };
         match &root {
             None => {
-                let loc = stokehold_format::locate(&dir, &options.storage_options)?;
+                let loc = stokehold_storage::locate(&dir, &options.storage_options)?;
                 root = Some((dir.clone(), loc));
             }
             Some((r, _)) if *r != dir => {
@@ -535,7 +536,7 @@ fn kept(
     dir: Option<&Path>,
 ) -> Option<FileIndex> {
     let bytes = if inplace.beside {
-        stokehold_format::location::read_small(
+        stokehold_storage::location::read_small(
             location,
             &format!("{name}{INDEX_SUFFIX}"),
             MAX_INDEX_BYTES,
@@ -558,8 +559,9 @@ fn kept(
         .then_some(ix)
 }
 
-/// Keep `ix` (the index of `name`): beside the file, or in the index directory (written to a
-/// temporary name, then renamed: a reader sees the old index or the new one). Failing to keep
+/// Keep `ix` (the index of `name`): beside the file, or in the index directory (a node-local
+/// directory, `NodeDir`: claimed, written to a temporary name, then renamed, so a reader sees the
+/// old index or the new one; another process keeping the same index at once keeps it alone). Failing to keep
 /// it in the index directory only costs a scan next time (said once on stderr); beside the
 /// file, which was asked for, it is an error.
 fn keep(
@@ -589,10 +591,24 @@ fn keep(
     }
     let Some(dir) = dir else { return Ok(()) };
     let path = kept_path(dir, root, name);
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let r = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&tmp, &bytes))
-        .and_then(|()| std::fs::rename(&tmp, &path));
+    let entry = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut tmp = None;
+    let r = NodeDir::create(dir).and_then(|d| {
+        // orphans of a process that died while keeping one, once a process
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(|| {
+            d.sweep();
+        });
+        let Some(_claim) = d.claim(&entry, false)? else {
+            return Ok(()); // another process is keeping this index
+        };
+        let t = tmp.insert(d.temp_path(&entry));
+        std::fs::write(&*t, &bytes)?;
+        d.publish(&*t, &entry).map(|_| ())
+    });
     if r.is_ok() && inplace.index_dir.is_none() {
         // the first index kept in the default directory says where (once a process)
         static WHERE: std::sync::Once = std::sync::Once::new();
@@ -606,7 +622,9 @@ fn keep(
         });
     }
     if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
+        if let Some(tmp) = &tmp {
+            let _ = std::fs::remove_file(tmp);
+        }
         if inplace.must_keep {
             return Err(FormatError::Input {
                 path: dir.to_path_buf(),
@@ -900,8 +918,8 @@ fn open_resolved(
     let bytes: u64 = scanned.iter().map(|s| s.meta.size).sum();
     let access = options
         .access
-        .resolve(bytes, stokehold_format::storage::physical_memory());
-    let fallback = options.access == stokehold_format::Access::Auto;
+        .resolve(bytes, stokehold_storage::file::physical_memory());
+    let fallback = options.access == stokehold_storage::Access::Auto;
     let mut shards = Vec::with_capacity(scanned.len());
     let mut infos = Vec::with_capacity(scanned.len());
     let mut lacks = Lacking::default();
@@ -909,7 +927,7 @@ fn open_resolved(
     let page_cache = (format == InPlaceFormat::Parquet).then(|| {
         Arc::new(PageCache::new(PageCache::budget(
             inplace.page_cache,
-            stokehold_format::storage::physical_memory(),
+            stokehold_storage::file::physical_memory(),
         )))
     });
     for s in &scanned {

@@ -4,7 +4,7 @@
 //! Every source is read in a fixed order (sorted file names, archive order), its samples are
 //! loaded and encoded in parallel in chunks, and the chunks are written in order, so the output
 //! is identical for identical input whatever the thread count. The dataset appears at its
-//! destination only when complete (see [`stokehold_format::DatasetWriter`]). Inputs that cannot be
+//! destination only when complete (see [`stokehold_storage::DatasetWriter`]). Inputs that cannot be
 //! used (unreadable files, non-images, corrupt records, links in tars) are reported by name and
 //! skipped, with a count at the end and a `skipped.txt` in the dataset; with `strict` the first
 //! one is fatal.
@@ -21,9 +21,8 @@ use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 use stokehold_format::record::RecordEncoder;
-use stokehold_format::{
-    DatasetWriteOptions, DatasetWriter, FieldType, FieldValue, FormatError, Manifest, Schema,
-};
+use stokehold_format::{FieldType, FieldValue, FormatError, Manifest, Schema};
+use stokehold_storage::{DatasetWriteOptions, DatasetWriter};
 
 use crate::sources::SourceError;
 pub use crate::sources::{FieldChoice, SourceKind};
@@ -688,14 +687,14 @@ pub fn pack(
 /// pack.)
 pub(crate) fn check_paths(sources: &[PathBuf], dest: &Path) -> Result<(), PackError> {
     for p in sources {
-        stokehold_format::require_local(p)?;
+        stokehold_storage::require_local(p)?;
         if let Err(e) = std::fs::symlink_metadata(p)
             && e.kind() == std::io::ErrorKind::NotFound
         {
             return Err(PackError::MissingSource { path: p.clone() });
         }
     }
-    let Some(dest) = stokehold_format::local_path(dest)? else {
+    let Some(dest) = stokehold_storage::local_path(dest)? else {
         return Ok(()); // an object store: nothing to overlap with the local sources
     };
     let d = resolve(dest);
@@ -766,7 +765,7 @@ pub(crate) fn thread_pool(
     name: &'static str,
 ) -> Result<rayon::ThreadPool, PackError> {
     let threads =
-        match stokehold_format::check_threads("threads", threads).map_err(PackError::Input)? {
+        match stokehold_storage::check_threads("threads", threads).map_err(PackError::Input)? {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
             n => n,
         };

@@ -12,10 +12,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use stokehold_format::DatasetWriter;
 pub use stokehold_format::tokens::{TOKENIZER_FILE, TOKENS_FIELD, token_schema};
 use stokehold_format::tokens::{TokenDType, TokenIdOutOfRange, TokenMeta};
 use stokehold_ops::text::{TextError, TextTokenizer};
+use stokehold_storage::DatasetWriter;
 
 use super::{PackError, PackOptions, PackReport, Progress, Skipped, SourceKind};
 
@@ -251,7 +251,7 @@ pub fn pack_tokens(
     progress: &dyn Progress,
 ) -> Result<PackReport, PackError> {
     super::check_paths(sources, dest)?;
-    stokehold_format::require_local(&tokens.tokenizer)?;
+    stokehold_storage::require_local(&tokens.tokenizer)?;
     let text_err = |e: TextError| PackError::Input(e.to_string());
     let tok = TextTokenizer::from_file(&tokens.tokenizer).map_err(text_err)?;
     let tokenizer_bytes =

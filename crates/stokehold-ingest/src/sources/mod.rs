@@ -17,7 +17,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
-use stokehold_format::{FieldType, FieldValue, FormatError, Location, ObjectMeta};
+use stokehold_format::{FieldType, FieldValue, FormatError};
+use stokehold_storage::{Location, ObjectMeta};
 
 pub mod parquet;
 pub mod tfrecord;
@@ -234,7 +235,7 @@ pub fn sniff_head(head: &[u8]) -> Sniff {
 /// The format of file `name` of `location` by its first bytes ([`sniff_head`]).
 pub fn sniff(location: &dyn Location, name: &str, meta: &ObjectMeta) -> io::Result<Sniff> {
     let len = meta.size.min(512);
-    let read = stokehold_format::location::RangeRead {
+    let read = stokehold_storage::location::RangeRead {
         name,
         meta,
         offset: 0,
@@ -542,7 +543,7 @@ pub fn not_a_dataset(path: &Path, e: &FormatError, front: Front) -> Option<Strin
                 || front == Front::Cli && source.kind() == io::ErrorKind::NotADirectory)
                 && p.file_name() == Some(std::ffi::OsStr::new(MANIFEST_FILE))
     );
-    if !missing_manifest || stokehold_format::url_scheme(path).is_some() {
+    if !missing_manifest || stokehold_storage::Place::of(path).is_remote() {
         return None;
     }
     let d = path.display();

@@ -4,13 +4,14 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use stokehold_format::{Dataset, FieldValue, OpenOptions};
+use stokehold_format::FieldValue;
 use stokehold_ingest::example::{Example, Feature, encode_example};
 use stokehold_ingest::inplace::{
     INDEX_SUFFIX, InPlaceFormat, InPlaceOptions, in_place_format, index_files, open, open_in_place,
 };
 use stokehold_ingest::tfrecord::write_record;
 use stokehold_ingest::{FieldChoice, ImagePolicy, NoProgress, PackOptions, pack};
+use stokehold_storage::{Dataset, OpenOptions};
 
 use crate::common::jpeg;
 

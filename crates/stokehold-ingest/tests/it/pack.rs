@@ -4,11 +4,12 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use stokehold_format::{Dataset, FieldType, FieldValue};
+use stokehold_format::{FieldType, FieldValue};
 use stokehold_ingest::example::{Example, Feature, encode_example};
 use stokehold_ingest::sample_data::{SampleSpec, write_image_folder};
 use stokehold_ingest::tfrecord::write_record;
 use stokehold_ingest::{NoProgress, PackError, PackOptions, SourceKind, pack};
+use stokehold_storage::Dataset;
 
 fn small_images(dir: &Path, n: usize, classes: usize) {
     let spec = SampleSpec {

@@ -15,8 +15,9 @@ use arrow_schema::{DataType, Field, Fields};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
-use stokehold_format::{ArrayValue, DType, Dataset, FieldValue};
+use stokehold_format::{ArrayValue, DType, FieldValue};
 use stokehold_ingest::{FieldChoice, NoProgress, PackError, PackOptions, SourceKind, pack};
+use stokehold_storage::Dataset;
 
 use crate::common;
 use common::{jpeg, packed, tree};

@@ -4,10 +4,11 @@ use std::fs;
 use std::path::PathBuf;
 
 use stokehold_format::record::RecordEncoder;
-use stokehold_format::{Dataset, FieldValue, TokenDType};
+use stokehold_format::{FieldValue, TokenDType};
 use stokehold_ingest::pack::tokens::token_schema;
 use stokehold_ingest::{NoProgress, PackError, PackOptions, TokenOptions, pack_tokens};
 use stokehold_ops::text::{TextTokenizer, synthetic_documents, train_word_level};
+use stokehold_storage::Dataset;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -55,7 +56,7 @@ fn topts(f: &Fixture) -> TokenOptions {
 fn opts(threads: usize) -> PackOptions {
     PackOptions {
         threads,
-        write: stokehold_format::DatasetWriteOptions {
+        write: stokehold_storage::DatasetWriteOptions {
             target_shard_bytes: 64 << 10,
             ..Default::default()
         },

@@ -48,7 +48,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::FlockOperation;
+use stokehold_format::container::{PartEntry, PartFooter};
 use stokehold_format::crc;
+use stokehold_storage::FreeSpace;
 
 use crate::cache::decoded_image::DecodedImage;
 use crate::error::Result;
@@ -59,16 +61,13 @@ use crate::stats::CacheStats;
 pub const PREFIX_VERSION: u32 = 1;
 
 const MAGIC: &[u8; 8] = b"SKHDPX01";
-const FOOTER: u64 = 32;
-const ENTRY: u64 = 32;
+const FOOTER: u64 = PartFooter::LEN;
+const ENTRY: u64 = PartEntry::LEN;
 /// A part is published when it reaches this many bytes of pixels.
 const PART_BYTES: u64 = 256 << 20;
-/// Writing stops when the filesystem would keep less than this fraction of itself free...
-const KEEP_FREE: f64 = 0.05;
-/// ...or, on a large filesystem, less than this many bytes.
-const KEEP_FREE_MAX: u64 = 1 << 30;
-/// The environment variable that sets the floor of free bytes instead.
-pub const KEEP_FREE_ENV: &str = "STOKEHOLD_KEEP_FREE";
+/// The environment variable that sets the floor of free bytes (the node-local directories' one
+/// floor, `stokehold_storage::FreeSpace`: 5% of the filesystem, at most 1 GiB, by default).
+pub use stokehold_storage::node_dir::KEEP_FREE_ENV;
 /// Parts started by this process (unique names, whatever the number of caches).
 static NEXT_PART: AtomicU64 = AtomicU64::new(0);
 /// A part that has held images this long is published at the next image (other processes see
@@ -100,39 +99,28 @@ impl Loc {
     }
 
     fn encode(&self, id: u64) -> [u8; ENTRY as usize] {
-        let mut b = [0u8; ENTRY as usize];
-        b[0..8].copy_from_slice(&id.to_le_bytes());
-        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        b[16..20].copy_from_slice(&self.width.to_le_bytes());
-        b[20..24].copy_from_slice(&self.height.to_le_bytes());
-        b[24..28].copy_from_slice(&u32::from(self.channels).to_le_bytes());
-        b[28..32].copy_from_slice(&self.crc.to_le_bytes());
-        b
+        PartEntry {
+            id,
+            offset: self.offset,
+            width: self.width,
+            height: self.height,
+            channels: self.channels,
+            crc: self.crc,
+        }
+        .encode()
     }
 
-    /// Decode an index entry of part `part` whose pixels end at `data_end`; `None` when it does
-    /// not describe pixels inside that range.
-    fn decode(b: &[u8], part: u32, data_end: u64) -> Option<(u64, Loc)> {
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let channels = u8::try_from(u32_at(24))
-            .ok()
-            .filter(|c| *c == 1 || *c == 3)?;
+    /// The place of an entry of part `part` (checked by the format's container parser).
+    fn of(e: &PartEntry, part: u32) -> (u64, Loc) {
         let loc = Loc {
             part,
-            offset: u64_at(8),
-            width: u32_at(16),
-            height: u32_at(20),
-            channels,
-            crc: u32_at(28),
+            offset: e.offset,
+            width: e.width,
+            height: e.height,
+            channels: e.channels,
+            crc: e.crc,
         };
-        let fits = loc.width > 0
-            && loc.height > 0
-            && loc
-                .offset
-                .checked_add(loc.len())
-                .is_some_and(|end| end <= data_end);
-        fits.then_some((u64_at(0), loc))
+        (e.id, loc)
     }
 }
 
@@ -592,19 +580,14 @@ impl DecodedDisk {
 
     /// A new part file, locked, registered as a part (so this process can read it at once).
     fn start_part(&self) -> std::result::Result<Writer, String> {
-        if let Ok(s) = rustix::fs::statvfs(&self.dir) {
-            let total = s.f_blocks.saturating_mul(s.f_frsize);
-            let free = s.f_bavail.saturating_mul(s.f_frsize);
-            let floor = self
-                .keep_free
-                .unwrap_or(((total as f64 * KEEP_FREE) as u64).min(KEEP_FREE_MAX));
-            if free.saturating_sub(self.part_bytes) < floor {
-                return Err(format!(
-                    "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} (or decoded_cache_keep_free=) sets the floor)",
-                    crate::units::ByteSize(floor),
-                    crate::units::ByteSize(free),
-                ));
-            }
+        if let Ok(space) = FreeSpace::of(&self.dir)
+            && let Err(floor) = space.check(self.part_bytes, self.keep_free)
+        {
+            return Err(format!(
+                "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} (or decoded_cache_keep_free=) sets the floor)",
+                crate::units::ByteSize(floor),
+                crate::units::ByteSize(space.free),
+            ));
         }
         loop {
             let n = NEXT_PART.fetch_add(1, Ordering::Relaxed);
@@ -838,38 +821,18 @@ fn read_part(path: &Path, part: u32) -> std::result::Result<Part, String> {
     let mut footer = [0u8; FOOTER as usize];
     file.read_exact_at(&mut footer, size - FOOTER)
         .map_err(|e| e.to_string())?;
-    if &footer[0..8] != MAGIC {
-        return Err("no part footer".into());
-    }
-    let u32_at = |i: usize| u32::from_le_bytes(footer[i..i + 4].try_into().expect("4 bytes"));
-    let u64_at = |i: usize| u64::from_le_bytes(footer[i..i + 8].try_into().expect("8 bytes"));
-    let (version, index_crc, count, data_end) = (u32_at(8), u32_at(12), u64_at(16), u64_at(24));
-    if version != PREFIX_VERSION {
-        return Err(format!("written by prefix version {version}"));
-    }
-    // the index must fill the file exactly between the pixels and the footer
-    let index_len = count
-        .checked_mul(ENTRY)
-        .filter(|&l| data_end.checked_add(l).and_then(|e| e.checked_add(FOOTER)) == Some(size))
-        .ok_or_else(|| {
-            format!(
-                "its footer's count {count} and pixel end {data_end} do not fit its {size} bytes"
-            )
-        })?;
-    let mut index = vec![0u8; index_len as usize];
-    file.read_exact_at(&mut index, data_end)
+    // the one checked parser of our containers: the index must fill the file exactly between
+    // the pixels and the footer, so its length is bounded by the file's before it is allocated
+    let footer = PartFooter::parse(&footer, size, MAGIC, PREFIX_VERSION)?;
+    let range = footer.index_range();
+    let mut index = vec![0u8; (range.end - range.start) as usize];
+    file.read_exact_at(&mut index, range.start)
         .map_err(|e| e.to_string())?;
-    if crc::crc32c(&index) != index_crc {
-        return Err("its index fails its checksum".into());
-    }
-    let entries = index
-        .chunks_exact(ENTRY as usize)
-        .enumerate()
-        .map(|(i, b)| {
-            Loc::decode(b, part, data_end)
-                .ok_or_else(|| format!("index entry {i} points outside the pixels"))
-        })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let entries = footer
+        .parse_index(&index)?
+        .iter()
+        .map(|e| Loc::of(e, part))
+        .collect();
     Ok(Part { file, entries })
 }
 

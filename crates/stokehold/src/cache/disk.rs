@@ -3,7 +3,8 @@
 //! until their local copy is ready, and copied into the cache directory by a background thread in
 //! the dataset's shard order.
 //!
-//! Rules (rows E1–E3 of the reliability matrix):
+//! Rules (rows E1–E3 of the reliability matrix); the claim, the publication and the sweep are
+//! the protocol of every node-local directory (`stokehold_storage::NodeDir`):
 //! - **Atomic publication.** A shard is copied to `NAME.tmp-PID`, its CRC-32C computed on the
 //!   way and compared with the manifest's, the file synced, then renamed to `NAME` and the
 //!   directory synced. A file without the `.tmp-` suffix is complete and checked.
@@ -36,9 +37,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use rustix::fs::FlockOperation;
-use stokehold_format::storage::{PreadFile, Storage};
-use stokehold_format::{Access, Dataset, FormatError, Manifest, OpenOptions, ShardReader, crc};
+use stokehold_format::{FormatError, Manifest, ShardReader, crc};
+use stokehold_format::{ReadProfile, Storage};
+use stokehold_storage::ManifestIo;
+use stokehold_storage::file::PreadFile;
+use stokehold_storage::{Access, Dataset, NodeDir, OpenOptions};
 
 use crate::error::{EngineError, Result};
 
@@ -60,7 +63,7 @@ pub struct DiskCacheStats {
 /// A cache directory with a size limit. See the module documentation.
 #[derive(Debug)]
 pub struct DiskCache {
-    dir: PathBuf,
+    dir: NodeDir,
     limit: u64,
     fetched: AtomicU64,
     reused: AtomicU64,
@@ -73,39 +76,12 @@ pub struct DiskCache {
     fault: Mutex<Option<(u64, bool)>>,
 }
 
-fn is_tmp(name: &str) -> Option<&str> {
-    name.split_once(".tmp-").map(|(base, _)| base)
-}
-
-fn lock_path(dir: &Path, entry: &str) -> PathBuf {
-    dir.join(format!("{entry}.lock"))
-}
-
-/// Take `path`'s exclusive lock, without waiting when `wait` is false (then `None` if taken).
-fn lock(path: &Path, wait: bool) -> io::Result<Option<File>> {
-    let f = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
-    let op = if wait {
-        FlockOperation::LockExclusive
-    } else {
-        FlockOperation::NonBlockingLockExclusive
-    };
-    match rustix::fs::flock(&f, op) {
-        Ok(()) => Ok(Some(f)),
-        Err(e) if e == rustix::io::Errno::WOULDBLOCK => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 impl DiskCache {
     /// Open (creating it) the cache directory `dir` with a size limit, and sweep orphaned
     /// temporary files.
     pub fn open(dir: impl Into<PathBuf>, limit: u64) -> Result<Arc<DiskCache>> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(|e| FormatError::io(&dir, None, e))?;
+        let dir = NodeDir::create(&dir).map_err(|e| FormatError::io(&dir, None, e))?;
         let cache = DiskCache {
             dir,
             limit,
@@ -131,25 +107,12 @@ impl DiskCache {
 
     /// The directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.dir()
     }
 
     /// Remove temporary files no live process is writing; returns how many.
     pub fn sweep(&self) -> usize {
-        let Ok(rd) = fs::read_dir(&self.dir) else {
-            return 0;
-        };
-        let mut n = 0;
-        for e in rd.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(base) = is_tmp(&name) else { continue };
-            // The writer holds the entry's lock for as long as it writes.
-            if let Ok(Some(_held)) = lock(&lock_path(&self.dir, base), false)
-                && fs::remove_file(e.path()).is_ok()
-            {
-                n += 1;
-            }
-        }
+        let n = self.dir.sweep();
         self.swept.fetch_add(n as u64, Ordering::Relaxed);
         n
     }
@@ -167,19 +130,7 @@ impl DiskCache {
 
     /// Complete entries: (name, bytes, modification time).
     fn entries(&self) -> Vec<(String, u64, std::time::SystemTime)> {
-        let Ok(rd) = fs::read_dir(&self.dir) else {
-            return Vec::new();
-        };
-        rd.flatten()
-            .filter_map(|e| {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if name.ends_with(".lock") || is_tmp(&name).is_some() {
-                    return None;
-                }
-                let m = e.metadata().ok()?;
-                Some((name, m.len(), m.modified().ok()?))
-            })
-            .collect()
+        self.dir.entries()
     }
 
     /// Make room for `need` more bytes, evicting least recently used entries of other datasets
@@ -199,7 +150,7 @@ impl DiskCache {
             if name.starts_with(keep) {
                 continue;
             }
-            if fs::remove_file(self.dir.join(&name)).is_ok() {
+            if fs::remove_file(self.dir.path(&name)).is_ok() {
                 used -= len;
                 self.evicted.fetch_add(1, Ordering::Relaxed);
             }
@@ -218,14 +169,14 @@ impl DiskCache {
         crc: u32,
         keep: &str,
     ) -> io::Result<Option<PathBuf>> {
-        let final_path = self.dir.join(entry);
+        let final_path = self.dir.path(entry);
         let found = |p: &Path| fs::metadata(p).is_ok_and(|m| m.len() == len);
         if found(&final_path) {
             touch(&final_path);
             self.reused.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(final_path));
         }
-        let Some(_lock) = lock(&lock_path(&self.dir, entry), false)? else {
+        let Some(_claim) = self.dir.claim(entry, false)? else {
             return Ok(None);
         };
         if found(&final_path) {
@@ -243,15 +194,14 @@ impl DiskCache {
                 ));
             }
         }
-        let tmp = self.dir.join(format!("{entry}.tmp-{}", std::process::id()));
+        let tmp = self.dir.temp_path(entry);
         let fault = *self.fault.lock().unwrap_or_else(|p| p.into_inner());
         let r = copy_checked(src, source, &tmp, len, crc, fault);
         if let Err(e) = r {
             let _ = fs::remove_file(&tmp);
             return Err(e);
         }
-        fs::rename(&tmp, &final_path)?;
-        File::open(&self.dir).and_then(|d| d.sync_all())?;
+        self.dir.publish(&tmp, entry)?;
         self.fetched.fetch_add(1, Ordering::Relaxed);
         Ok(Some(final_path))
     }
@@ -362,6 +312,17 @@ impl Storage for SharedShard {
         "disk-cache"
     }
 
+    /// The source's profile (the network for a remote dataset) until the local copy lands, a
+    /// local file's after: the fetcher's readahead and gap policy follow where reads go.
+    fn profile(&self) -> ReadProfile {
+        // asked per coalesced read: a read lock, no clone of the copy's handle
+        let local = self.handle.0.read().unwrap_or_else(|p| p.into_inner());
+        match local.as_ref() {
+            Some(l) => l.file.profile(),
+            None => self.source.profile(),
+        }
+    }
+
     fn will_read(&self, records: &[(u64, u64)]) {
         match self.handle.get() {
             Some(l) => l.file.will_read(records),
@@ -421,7 +382,7 @@ fn fetcher(cache: Arc<DiskCache>, mut queue: VecDeque<Job>, keep: String) {
                 eprintln!(
                     "stokehold: not caching {} in {}: {e}; reading it from its source",
                     job.src.display(),
-                    cache.dir.display()
+                    cache.dir().display()
                 );
             }
         }
@@ -505,7 +466,7 @@ pub fn open_dataset(
     cache: &Arc<DiskCache>,
     options: OpenOptions,
 ) -> Result<(Dataset, CacheProgress)> {
-    let location = stokehold_format::locate(dir, &options.storage_options)?;
+    let location = stokehold_storage::locate(dir, &options.storage_options)?;
     let manifest = Manifest::read(&*location, &options.limits)?;
     let largest = manifest.shards.iter().map(|s| s.bytes).max().unwrap_or(0);
     if largest > cache.limit {
@@ -574,7 +535,7 @@ pub fn open_dataset(
 mod tests {
     use std::path::Path;
 
-    use stokehold_format::conformance::check_storage;
+    use stokehold_storage::conformance::check_storage;
 
     use super::*;
 
@@ -607,5 +568,27 @@ mod tests {
             }))
         };
         check_storage("disk-cache (copy)", dir.path(), &copied).unwrap();
+    }
+
+    /// A cached shard has its source's read profile until its copy lands, a local file's after
+    /// (the fetcher's readahead and gap policy follow it; the S3 case is in `tests/it`).
+    #[test]
+    fn a_cached_shard_has_its_sources_profile_until_its_copy_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join("copy");
+        fs::write(&copy, [7u8; 64]).unwrap();
+        let handle = Arc::new(CachedShardHandle::default());
+        let shard = SharedShard {
+            source: Arc::new(stokehold_format::Memory::new(vec![7u8; 64])),
+            handle: handle.clone(),
+        };
+        assert_eq!(shard.profile(), ReadProfile::Memory);
+        handle.set(Local {
+            file: PreadFile::open(&copy).unwrap(),
+            path: copy,
+        });
+        assert_eq!(shard.profile(), ReadProfile::LocalFile);
+        handle.take();
+        assert_eq!(shard.profile(), ReadProfile::Memory, "a discarded copy");
     }
 }

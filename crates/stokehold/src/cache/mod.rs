@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use crossbeam_channel::{Sender, unbounded};
-use stokehold_format::Dataset;
+use stokehold_storage::Dataset;
 
 use crate::cache::decoded_disk::DecodedDisk;
 pub use crate::cache::decoded_image::DecodedImage;

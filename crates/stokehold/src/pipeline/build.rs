@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use stokehold_format::{Dataset, OpenOptions};
+use stokehold_storage::{Dataset, OpenOptions};
 
 use crate::cache::disk::{self, DiskCache};
 use crate::error::{EngineError, Result};

@@ -150,9 +150,9 @@ impl DecodedCacheConfig {
 }
 
 /// Half of physical memory (1 GiB where it is unknown): what an `auto` cache budget means.
-/// The one memory probe is [`stokehold_format::storage::physical_memory`].
+/// The one memory probe is [`stokehold_storage::file::physical_memory`].
 pub fn half_of_memory() -> u64 {
-    match stokehold_format::storage::physical_memory() {
+    match stokehold_storage::file::physical_memory() {
         0 => 1 << 30,
         m => m / 2,
     }
@@ -211,7 +211,7 @@ impl LoaderConfig {
                 self.prefetch
             ));
         }
-        if let Err(m) = stokehold_format::check_threads("threads", self.threads) {
+        if let Err(m) = stokehold_storage::check_threads("threads", self.threads) {
             return bad(m);
         }
         if let ErrorPolicy::Skip { max_fraction, .. } = self.on_error
@@ -223,7 +223,7 @@ impl LoaderConfig {
             return bad("memory_budget must be at least 1 byte (or \"auto\")".into());
         }
         // a budget beyond the machine's memory is a typo (a unit too many), not a plan
-        let ram = stokehold_format::storage::physical_memory();
+        let ram = stokehold_storage::file::physical_memory();
         let over = |what: &str, b: &Budget| match b {
             Budget::Bytes(ByteSize(n)) if ram > 0 && *n > ram => Some(format!(
                 "{what} {} is more than this machine's memory ({}): give at most that (or \"auto\")",
@@ -273,7 +273,7 @@ impl LoaderConfig {
 /// (2 GiB where physical memory is unknown).
 pub fn default_memory_budget() -> u64 {
     const CAP: u64 = 2 << 30;
-    match stokehold_format::storage::physical_memory() {
+    match stokehold_storage::file::physical_memory() {
         0 => CAP,
         m => (m / 10).clamp(64 << 20, CAP),
     }
@@ -610,7 +610,7 @@ mod tests {
             e.contains("prefetch must be at most 256 batches, got 257"),
             "{e}"
         );
-        let ram = stokehold_format::storage::physical_memory();
+        let ram = stokehold_storage::file::physical_memory();
         if ram == 0 {
             return; // unknown here: no bound to check against
         }
@@ -669,7 +669,7 @@ mod tests {
         );
         let e = spec(r#"{"threads": -2}"#).unwrap_err().to_string();
         assert!(e.contains("expected a non-negative integer"), "{e}");
-        let max = stokehold_format::max_threads();
+        let max = stokehold_storage::max_threads();
         let threads = |threads| {
             LoaderConfig {
                 threads,

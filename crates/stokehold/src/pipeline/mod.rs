@@ -22,7 +22,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use stokehold_format::Dataset;
+use stokehold_storage::Dataset;
 
 use crate::batch::BufferPool;
 use crate::error::{EngineError, Result};
@@ -300,7 +300,7 @@ impl Loader {
         )?;
         let memory_budget = config.memory_budget_bytes();
         let batch_bytes = crate::samples::batch_bytes(&*samples, config.batch_size);
-        let ram = stokehold_format::storage::physical_memory();
+        let ram = stokehold_storage::file::physical_memory();
         if ram > 0 && batch_bytes > ram / 2 {
             return Err(EngineError::Config(format!(
                 "one batch of {} samples would take about {}, more than half this machine's \

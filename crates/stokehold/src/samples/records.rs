@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stokehold_format::{Dataset, FieldValue, FormatError, Held};
+use stokehold_format::{FieldValue, FormatError, Held};
+use stokehold_storage::Dataset;
 
 use crate::cache::disk::{CacheProgress, DiskCache};
 use crate::cache::{CacheStats, DecodedCache, RecordCache, dataset_key};

@@ -25,7 +25,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use stokehold_format::tokens::{DocPiece, TokenIndex, TokenMeta, TokenReads};
-use stokehold_format::{DType, Dataset, IndexEntry, TokenDType};
+use stokehold_format::{DType, IndexEntry, TokenDType};
+use stokehold_storage::Dataset;
+use stokehold_storage::{TokenIndexOf, TokenMetaOf};
 
 use crate::cache::{CacheStats, RecordCache, dataset_key};
 use crate::error::{EngineError, Result};

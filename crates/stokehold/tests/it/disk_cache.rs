@@ -254,7 +254,8 @@ fn four_processes_share_one_cache_and_each_shard_is_fetched_once() {
 /// the copies and sends no GET for records; the loader over it gives the local batches.
 #[test]
 fn a_dataset_in_s3_is_copied_to_the_cache_and_later_runs_read_it_locally() {
-    use stokehold::format::remote::testing::{self, S3Server};
+    use stokehold_testkit as testing;
+    use stokehold_testkit::S3Server;
     let tmp = tempfile::tempdir().unwrap();
     let src = dataset(tmp.path(), 60);
     let local = Dataset::open(&src).unwrap();
@@ -292,4 +293,59 @@ fn a_dataset_in_s3_is_copied_to_the_cache_and_later_runs_read_it_locally() {
     );
     // the same names for the same URL with or without a trailing slash
     assert_eq!(complete(cache.dir()).len(), n);
+}
+
+/// A dataset in object storage read through the cache is read with the network's readahead and
+/// gap policy while its shards' reads go to the store, and with a local file's once their copies
+/// have landed. (The fetcher asked `kind() == "remote"`, which a cached shard, "disk-cache", never
+/// is: a remote dataset behind `cache_dir` got the local-file policy for its remote reads.)
+#[test]
+fn a_dataset_in_s3_behind_the_cache_reads_with_the_network_policy_until_its_copies_land() {
+    use stokehold::fetch::{ByteSource, MAX_GAP, READAHEAD_MIN_SAMPLE, Readahead};
+    use stokehold::format::ReadProfile;
+    use stokehold_testkit as testing;
+    use stokehold_testkit::S3Server;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dataset(tmp.path(), 60);
+    let server = S3Server::shared();
+    server.create_bucket("diskcacheprofile").unwrap();
+    let url = "s3://diskcacheprofile/ds";
+    let storage_options = testing::options(&server.endpoint());
+    testing::upload_dir(&src, url, &storage_options).unwrap();
+    let options = OpenOptions {
+        storage_options,
+        ..OpenOptions::default()
+    };
+    let profiles = |ds: &Dataset| {
+        ds.shards()
+            .iter()
+            .map(|s| s.source().profile())
+            .collect::<Vec<_>>()
+    };
+
+    // every copy fails: the shards stay on the store
+    let full = DiskCache::open(tmp.path().join("full"), 1 << 30).unwrap();
+    full.inject_copy_fault(Some((0, false)));
+    let (ds, progress) = open_dataset(Path::new(url), &full, options.clone()).unwrap();
+    assert!(!progress.wait(&full, Duration::from_secs(30)));
+    assert_eq!(progress.ready(), 0);
+    let n = ds.shards().len();
+    assert_eq!(profiles(&ds), vec![ReadProfile::Network; n]);
+    let bytes = ByteSource::new(std::sync::Arc::new(ds), None);
+    assert_eq!(bytes.readahead(READAHEAD_MIN_SAMPLE), Readahead::Fetch);
+    assert_eq!(bytes.readahead(1), Readahead::Fetch, "small samples too");
+    let sources = std::slice::from_ref(&bytes);
+    assert_eq!(stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP), 0);
+    drop(bytes);
+
+    // copies land: local files from then on
+    let cache = DiskCache::open(tmp.path().join("cache"), 1 << 30).unwrap();
+    let (ds, progress) = open_dataset(Path::new(url), &cache, options).unwrap();
+    assert!(progress.wait(&cache, Duration::from_secs(30)));
+    assert_eq!(profiles(&ds), vec![ReadProfile::LocalFile; n]);
+    let bytes = ByteSource::new(std::sync::Arc::new(ds), None);
+    assert_eq!(bytes.readahead(READAHEAD_MIN_SAMPLE), Readahead::Advise);
+    assert_eq!(bytes.readahead(1), Readahead::Off);
+    let sources = std::slice::from_ref(&bytes);
+    assert_eq!(stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP), MAX_GAP);
 }

@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
-use stokehold::format::remote::testing::{self, S3Server};
+use stokehold_testkit as testing;
+
 use stokehold::format::{
     Dataset, DatasetWriteOptions, DatasetWriter, FieldValue, OpenOptions, Schema,
 };
 use stokehold::{EngineSpec, Loader};
+use stokehold_testkit::S3Server;
 
 /// 400 records of 20 KB over shards of about 1 MiB (8 shards).
 fn dataset(dir: &std::path::Path) -> std::path::PathBuf {

@@ -592,7 +592,8 @@ fn the_ram_cache_serves_token_windows_with_the_same_bytes() {
 
 #[test]
 fn token_windows_from_s3_are_fetched_ahead_and_are_the_local_ones() {
-    use stokehold::format::remote::testing::{self, S3Server};
+    use stokehold_testkit as testing;
+    use stokehold_testkit::S3Server;
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("ds");
     let local = write(&path, &lengths(800), false);

@@ -1,0 +1,406 @@
+//! The one checked parser of stokehold's own binary containers beside the shard format: the kept
+//! index of a file read in place (`.skhidx`, written by `stokehold-ingest`) and a part of the
+//! decoded cache (`.skdc`, written by the engine). Both are read only through these functions,
+//! with a shard's discipline: every count is checked against the bytes that are there before it
+//! sizes an allocation, every region against its CRC-32C, a JSON header against
+//! [`Limits::max_meta_bytes`] (as a shard's meta block), and nothing panics on any input (the
+//! fuzz entry point [`crate::fuzzing::fuzz_containers`] runs them on arbitrary bytes).
+//!
+//! - [`Cursor`]: little-endian fields read in order, each bounded by what is left.
+//! - [`sealed_body`] / [`seal`]: a container that starts with a magic and ends with the CRC-32C
+//!   of everything before it (a kept index).
+//! - [`PartFooter`] / [`PartEntry`]: a decoded part, pixels then an index of 32-byte entries
+//!   then a 32-byte footer that locates the index (opened from its end, as a shard).
+
+use std::ops::Range;
+
+use crate::crc;
+use crate::limits::Limits;
+
+/// Why a container was refused: what was wrong, in words (the caller names the file).
+pub type ContainerResult<T> = Result<T, String>;
+
+/// Little-endian fields read in order from a container's bytes; every read is bounded by the
+/// bytes left, and every table is checked against them before it is allocated.
+#[derive(Debug, Clone)]
+pub struct Cursor<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    /// Read `bytes` from `pos`.
+    pub fn new(bytes: &'a [u8], pos: usize) -> Cursor<'a> {
+        Cursor { bytes, pos }
+    }
+
+    /// The position of the next read.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes left.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len().saturating_sub(self.pos)
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize) -> ContainerResult<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or("it ends early")?;
+        let s = &self.bytes[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    /// The next little-endian `u32`.
+    pub fn u32(&mut self) -> ContainerResult<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    /// The next little-endian `u64`.
+    pub fn u64(&mut self) -> ContainerResult<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// A table of `count` items of `size` bytes each, decoded by `item`: the count is checked
+    /// against the bytes left before anything is allocated.
+    pub fn table<T>(
+        &mut self,
+        count: u64,
+        size: usize,
+        mut item: impl FnMut(&mut Cursor<'a>) -> ContainerResult<T>,
+    ) -> ContainerResult<Vec<T>> {
+        let fits = usize::try_from(count)
+            .ok()
+            .and_then(|n| n.checked_mul(size))
+            .is_some_and(|bytes| bytes <= self.remaining());
+        if !fits {
+            return Err(format!(
+                "a table of {count} items of {size} bytes does not fit its {} bytes left",
+                self.remaining()
+            ));
+        }
+        let mut v = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            v.push(item(self)?);
+        }
+        Ok(v)
+    }
+
+    /// `count` little-endian `u32`s (checked as [`Cursor::table`]).
+    pub fn u32s(&mut self, count: u64) -> ContainerResult<Vec<u32>> {
+        self.table(count, 4, Cursor::u32)
+    }
+
+    /// A JSON header of `len` bytes, at most `limits.max_meta_bytes` (as a shard's meta block).
+    pub fn json_header<T: serde::de::DeserializeOwned>(
+        &mut self,
+        len: usize,
+        limits: &Limits,
+    ) -> ContainerResult<T> {
+        if len as u64 > limits.max_meta_bytes {
+            return Err(format!(
+                "its header of {len} bytes is over the limit of {} bytes",
+                limits.max_meta_bytes
+            ));
+        }
+        serde_json::from_slice(self.take(len)?).map_err(|e| format!("its header is not valid: {e}"))
+    }
+}
+
+/// The body of a sealed container: `bytes` (at least the magic, a `u32` and the checksum) must
+/// start with `magic` and end with the CRC-32C of
+/// everything before those last 4 bytes; the body is everything before the checksum (the magic
+/// included, so that offsets are the object's).
+pub fn sealed_body<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> ContainerResult<&'a [u8]> {
+    if bytes.len() < magic.len() + 8 || &bytes[..magic.len()] != magic {
+        return Err(format!("not a stokehold {what} (bad magic)"));
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+    if crc::crc32c(body) != stored {
+        return Err("its checksum does not match (damaged)".into());
+    }
+    Ok(body)
+}
+
+/// Seal `body` (which starts with its magic): append the CRC-32C of it.
+pub fn seal(mut body: Vec<u8>) -> Vec<u8> {
+    let c = crc::crc32c(&body);
+    body.extend_from_slice(&c.to_le_bytes());
+    body
+}
+
+/// The footer of a decoded part: `magic (8) | version u32 | index CRC-32C u32 | count u64 |
+/// pixel end u64`, the last [`PartFooter::LEN`] bytes of the part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartFooter {
+    /// The version of the decoding that made the pixels.
+    pub version: u32,
+    /// CRC-32C of the index.
+    pub index_crc: u32,
+    /// Images in the part.
+    pub count: u64,
+    /// One past the last byte of pixels: the index starts there.
+    pub data_end: u64,
+}
+
+impl PartFooter {
+    /// Bytes of a footer.
+    pub const LEN: u64 = 32;
+
+    /// Parse the footer of a part of `size` bytes, written with `magic` by decoding `version`:
+    /// the index it locates must fill the part exactly between the pixels and the footer.
+    pub fn parse(
+        footer: &[u8],
+        size: u64,
+        magic: &[u8; 8],
+        version: u32,
+    ) -> ContainerResult<PartFooter> {
+        if size < Self::LEN || footer.len() as u64 != Self::LEN {
+            return Err(format!("{size} bytes, shorter than its footer"));
+        }
+        if &footer[0..8] != magic {
+            return Err("no part footer".into());
+        }
+        let mut c = Cursor::new(footer, 8);
+        let f = PartFooter {
+            version: c.u32()?,
+            index_crc: c.u32()?,
+            count: c.u64()?,
+            data_end: c.u64()?,
+        };
+        if f.version != version {
+            return Err(format!("written by prefix version {}", f.version));
+        }
+        let fits = f.count.checked_mul(PartEntry::LEN).is_some_and(|l| {
+            f.data_end
+                .checked_add(l)
+                .and_then(|e| e.checked_add(Self::LEN))
+                == Some(size)
+        });
+        if !fits {
+            return Err(format!(
+                "its footer's count {} and pixel end {} do not fit its {size} bytes",
+                f.count, f.data_end
+            ));
+        }
+        Ok(f)
+    }
+
+    /// The byte range of the index (checked by [`PartFooter::parse`] against the part's size).
+    pub fn index_range(&self) -> Range<u64> {
+        self.data_end..self.data_end + self.count * PartEntry::LEN
+    }
+
+    /// Parse the index the footer locates: its checksum, then each entry inside the pixels.
+    pub fn parse_index(&self, index: &[u8]) -> ContainerResult<Vec<PartEntry>> {
+        if index.len() as u64 != self.count * PartEntry::LEN {
+            return Err("its index is not the length its footer says".into());
+        }
+        if crc::crc32c(index) != self.index_crc {
+            return Err("its index fails its checksum".into());
+        }
+        let mut c = Cursor::new(index, 0);
+        let mut i = 0u64;
+        c.table(self.count, PartEntry::LEN as usize, |c| {
+            let e = PartEntry::decode(c.take(PartEntry::LEN as usize)?, self.data_end)
+                .ok_or_else(|| format!("index entry {i} points outside the pixels"));
+            i += 1;
+            e
+        })
+    }
+}
+
+/// One image of a decoded part: `id u64 | offset u64 | width u32 | height u32 | channels u32 |
+/// CRC-32C of the pixels u32`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartEntry {
+    /// The sample id.
+    pub id: u64,
+    /// Where its pixels start in the part.
+    pub offset: u64,
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// 1 or 3.
+    pub channels: u8,
+    /// CRC-32C of the pixels.
+    pub crc: u32,
+}
+
+impl PartEntry {
+    /// Bytes of an entry.
+    pub const LEN: u64 = 32;
+
+    /// Bytes of its pixels.
+    pub fn pixels(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height) * u64::from(self.channels)
+    }
+
+    /// The entry's bytes.
+    pub fn encode(&self) -> [u8; Self::LEN as usize] {
+        let mut b = [0u8; Self::LEN as usize];
+        b[0..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        b[16..20].copy_from_slice(&self.width.to_le_bytes());
+        b[20..24].copy_from_slice(&self.height.to_le_bytes());
+        b[24..28].copy_from_slice(&u32::from(self.channels).to_le_bytes());
+        b[28..32].copy_from_slice(&self.crc.to_le_bytes());
+        b
+    }
+
+    /// Decode an entry of a part whose pixels end at `data_end`; `None` when it does not
+    /// describe pixels inside that range (or `b` is not one entry).
+    pub fn decode(b: &[u8], data_end: u64) -> Option<PartEntry> {
+        if b.len() as u64 != Self::LEN {
+            return None;
+        }
+        let mut c = Cursor::new(b, 0);
+        let id = c.u64().ok()?;
+        let offset = c.u64().ok()?;
+        let width = c.u32().ok()?;
+        let height = c.u32().ok()?;
+        let channels = u8::try_from(c.u32().ok()?)
+            .ok()
+            .filter(|c| *c == 1 || *c == 3)?;
+        let crc = c.u32().ok()?;
+        let e = PartEntry {
+            id,
+            offset,
+            width,
+            height,
+            channels,
+            crc,
+        };
+        let fits = width > 0
+            && height > 0
+            && offset
+                .checked_add(e.pixels())
+                .is_some_and(|end| end <= data_end);
+        fits.then_some(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAGIC: &[u8; 8] = b"TESTPART";
+
+    fn part(entries: &[PartEntry], data_end: u64, version: u32) -> Vec<u8> {
+        let mut out = vec![0u8; data_end as usize];
+        let mut index = Vec::new();
+        for e in entries {
+            index.extend_from_slice(&e.encode());
+        }
+        out.extend_from_slice(&index);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&crc::crc32c(&index).to_le_bytes());
+        out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+        out.extend_from_slice(&data_end.to_le_bytes());
+        out
+    }
+
+    fn open(bytes: &[u8], version: u32) -> ContainerResult<Vec<PartEntry>> {
+        let size = bytes.len() as u64;
+        let footer = &bytes[bytes.len().saturating_sub(32)..];
+        let f = PartFooter::parse(footer, size, MAGIC, version)?;
+        let r = f.index_range();
+        f.parse_index(&bytes[r.start as usize..r.end as usize])
+    }
+
+    #[test]
+    fn a_part_round_trips_and_every_damage_is_refused() {
+        let e = PartEntry {
+            id: 9,
+            offset: 4,
+            width: 2,
+            height: 3,
+            channels: 3,
+            crc: 77,
+        };
+        let good = part(&[e], 40, 1);
+        assert_eq!(open(&good, 1).unwrap(), vec![e]);
+        assert!(open(&good, 2).unwrap_err().contains("prefix version 1"));
+        // an entry past the pixels
+        let far = PartEntry { offset: 30, ..e };
+        assert!(
+            open(&part(&[far], 40, 1), 1)
+                .unwrap_err()
+                .contains("outside")
+        );
+        // a flipped index byte
+        let mut bad = good.clone();
+        bad[41] ^= 1;
+        assert!(open(&bad, 1).unwrap_err().contains("checksum"));
+        // a count that does not fit
+        let mut big = good.clone();
+        let n = big.len();
+        big[n - 16..n - 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(open(&big, 1).unwrap_err().contains("do not fit"));
+        assert!(open(&good[..10], 1).is_err());
+    }
+
+    #[test]
+    fn a_table_larger_than_what_is_left_is_refused_before_allocating() {
+        let bytes = [0u8; 16];
+        let mut c = Cursor::new(&bytes, 0);
+        assert!(c.u32s(5).is_err());
+        assert_eq!(c.u32s(4).unwrap(), vec![0; 4]);
+        let mut c = Cursor::new(&bytes, 0);
+        assert!(c.table(u64::MAX, 12, |c| c.u32()).is_err());
+    }
+
+    #[test]
+    fn a_sealed_container_checks_its_magic_and_checksum() {
+        let mut body = MAGIC.to_vec();
+        body.extend_from_slice(b"hello");
+        let sealed = seal(body.clone());
+        assert_eq!(sealed_body(&sealed, MAGIC, "thing").unwrap(), &body[..]);
+        let mut bad = sealed.clone();
+        bad[9] ^= 1;
+        assert!(
+            sealed_body(&bad, MAGIC, "thing")
+                .unwrap_err()
+                .contains("damaged")
+        );
+        assert!(
+            sealed_body(b"NOTMAGIC....", MAGIC, "thing")
+                .unwrap_err()
+                .contains("bad magic")
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Mutated and cut parts never panic the parser (`fuzz_containers` asserts what an
+        /// accepted part promises).
+        #[test]
+        fn mutated_parts_never_panic(
+            edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..8),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let e = |id, offset| PartEntry { id, offset, width: 2, height: 2, channels: 1, crc: 5 };
+            let mut b = part(&[e(1, 0), e(2, 4), e(3, 8)], 12, 1);
+            for (at, v) in edits {
+                let i = at.index(b.len());
+                b[i] = v;
+            }
+            let keep = cut.index(b.len() + 1);
+            crate::fuzzing::fuzz_containers(&b);
+            crate::fuzzing::fuzz_containers(&b[..keep]);
+        }
+    }
+}
