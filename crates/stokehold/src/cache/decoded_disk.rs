@@ -18,7 +18,8 @@
 //!   appear: at every epoch's end, and on a miss when the directory changed (at most every
 //!   [`REFRESH_EVERY`]). So the ranks of a node, started together, decode each image once: what
 //!   one rank decoded in an epoch, the others read in the next.
-//! - **One copy per node.** Publication holds the directory's lock (`publish.lock`): under it
+//! - **One copy per node.** Publication holds the directory's claim (`publish.lock`, the claim of
+//!   every node-local directory, `stokehold_storage::claim_file`): under it
 //!   the publisher first picks up the parts published before, then leaves out of its own part
 //!   every image another part already holds (rewriting the part without them), so two processes
 //!   that decoded the same image at the same time store it once. An image is never written when
@@ -641,16 +642,11 @@ impl DecodedDisk {
     /// footer and rename it to its published name.
     fn publish(&self, w: &mut Option<Writer>) {
         let Some(mut part) = w.take() else { return };
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.dir.join(PUBLISH_LOCK));
-        // without the lock (an unwritable directory) the part is still published: at worst an
-        // image is stored twice
-        let _guard = lock
+        // the node-local directories' claim, waited for; without it (an unwritable directory)
+        // the part is still published: at worst an image is stored twice
+        let _guard = stokehold_storage::claim_file(&self.dir.join(PUBLISH_LOCK), true)
             .ok()
-            .filter(|f| rustix::fs::flock(f, FlockOperation::LockExclusive).is_ok());
+            .flatten();
         self.refresh();
         let theirs: Vec<bool> = {
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
