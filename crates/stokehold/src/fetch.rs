@@ -456,11 +456,7 @@ fn read_cached_then_batch(
 }
 
 /// The storage of shard `k` of source `source` (both checked when the range was taken).
-fn storage(
-    sources: &[ByteSource],
-    source: u16,
-    k: usize,
-) -> &dyn stokehold_format::Storage {
+fn storage(sources: &[ByteSource], source: u16, k: usize) -> &dyn stokehold_format::Storage {
     &**sources[usize::from(source)].dataset.shards()[k].source()
 }
 

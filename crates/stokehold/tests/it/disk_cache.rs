@@ -335,7 +335,10 @@ fn a_dataset_in_s3_behind_the_cache_reads_with_the_network_policy_until_its_copi
     assert_eq!(bytes.readahead(READAHEAD_MIN_SAMPLE), Readahead::Fetch);
     assert_eq!(bytes.readahead(1), Readahead::Fetch, "small samples too");
     let sources = std::slice::from_ref(&bytes);
-    assert_eq!(stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP), 0);
+    assert_eq!(
+        stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP),
+        0
+    );
     drop(bytes);
 
     // copies land: local files from then on
@@ -347,5 +350,8 @@ fn a_dataset_in_s3_behind_the_cache_reads_with_the_network_policy_until_its_copi
     assert_eq!(bytes.readahead(READAHEAD_MIN_SAMPLE), Readahead::Advise);
     assert_eq!(bytes.readahead(1), Readahead::Off);
     let sources = std::slice::from_ref(&bytes);
-    assert_eq!(stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP), MAX_GAP);
+    assert_eq!(
+        stokehold::fetch::max_gap(sources, 0, 0, MAX_GAP, MAX_GAP),
+        MAX_GAP
+    );
 }
