@@ -124,13 +124,13 @@ def given(front: str, values: Mapping[str, Any]) -> Dict[str, Any]:
             if not isinstance(v, bool) and type(v).__name__ != "bool_":
                 raise ConfigError(f"{o.name} must be True or False, got {v!r}")
             v = bool(v)
+        elif o.kind == "choice":
+            if not isinstance(v, str) or v not in o.choices:
+                raise ConfigError(f"{o.name} must be {_either(o.choices)}, got {v!r}")
         elif v is None or (o.kind == "bytes" and v == "auto"):
             pass
         elif o.kind == "count":
             v = to_int(o.name, v, 1, o.high, o.what)
-        elif o.kind == "choice":
-            if not isinstance(v, str) or v not in o.choices:
-                raise ConfigError(f"{o.name} must be {_either(o.choices)}, got {v!r}")
         elif o.kind == "path":
             try:
                 v = os.fspath(v)
