@@ -35,6 +35,7 @@ mod dataset;
 pub mod file;
 mod locate;
 pub mod location;
+pub mod node_budget;
 pub mod node_dir;
 pub mod parts;
 mod publish;
