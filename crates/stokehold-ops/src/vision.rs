@@ -137,6 +137,9 @@ pub struct Bicubic {
     x: Coeffs,
     y: Coeffs,
     mid: Vec<u8>,
+    /// The horizontal pass's rows transposed (columns as rows), and its output so.
+    cols: Vec<u8>,
+    cols_out: Vec<u8>,
 }
 
 impl Bicubic {
@@ -181,9 +184,26 @@ impl Bicubic {
         let last = self.y.start[oh - 1] + self.y.len[oh - 1];
         let (rows, rows_from, row_w): (&[u8], usize, usize) = if need_h {
             let (lo, hi) = if need_v { (first, last) } else { (0, sh) };
-            self.mid.clear();
-            self.mid.resize((hi - lo) * ow * c, 0);
-            horizontal(src.data, sw * c, lo..hi, &self.x, c, ow, &mut self.mid);
+            let n = hi - lo;
+            self.mid.resize(n * ow * c, 0);
+            if n >= 8 {
+                // the horizontal pass as a vertical one over the transposed rows (the same
+                // sums, in the loop that vectorises), then transposed back
+                // (every byte is written below: a buffer of the right size is reused as is)
+                self.cols.resize(sw * n * c, 0);
+                transpose(
+                    &src.data[lo * sw * c..hi * sw * c],
+                    n,
+                    sw,
+                    c,
+                    &mut self.cols,
+                );
+                self.cols_out.resize(ow * n * c, 0);
+                vertical(&self.cols, n * c, 0, &self.x, ow, &mut self.cols_out);
+                transpose(&self.cols_out, ow, n, c, &mut self.mid);
+            } else {
+                horizontal(src.data, sw * c, lo..hi, &self.x, c, ow, &mut self.mid);
+            }
             (&self.mid, lo, ow)
         } else {
             (src.data, 0, sw)
@@ -194,6 +214,50 @@ impl Bicubic {
             dst.copy_from_slice(&rows[..oh * row_w * c]);
         }
         Ok(())
+    }
+}
+
+/// `src`, `rows` rows of `cols` pixels of `c` bytes, transposed into `out` (`cols` rows of
+/// `rows` pixels), in tiles that stay in cache.
+fn transpose(src: &[u8], rows: usize, cols: usize, c: usize, out: &mut [u8]) {
+    match c {
+        3 => transpose_px::<3>(src, rows, cols, out),
+        1 => transpose_px::<1>(src, rows, cols, out),
+        _ => transpose_px_any(src, rows, cols, c, out),
+    }
+}
+
+/// [`transpose`] of pixels of `C` bytes (copied as arrays: no call per pixel).
+fn transpose_px<const C: usize>(src: &[u8], rows: usize, cols: usize, out: &mut [u8]) {
+    const T: usize = 32;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                let n = T.min(cols - c0);
+                let from = &src[(r * cols + c0) * C..(r * cols + c0 + n) * C];
+                for (j, px) in from.chunks_exact(C).enumerate() {
+                    let px: [u8; C] = px.try_into().expect("C bytes");
+                    let at = ((c0 + j) * rows + r) * C;
+                    let to: &mut [u8; C] = (&mut out[at..at + C]).try_into().expect("C bytes");
+                    *to = px;
+                }
+            }
+        }
+    }
+}
+
+fn transpose_px_any(src: &[u8], rows: usize, cols: usize, c: usize, out: &mut [u8]) {
+    const T: usize = 32;
+    for r0 in (0..rows).step_by(T) {
+        for c0 in (0..cols).step_by(T) {
+            for r in r0..(r0 + T).min(rows) {
+                let from = &src[(r * cols + c0) * c..];
+                for (j, px) in from.chunks_exact(c).take(T.min(cols - c0)).enumerate() {
+                    let at = ((c0 + j) * rows + r) * c;
+                    out[at..at + c].copy_from_slice(px);
+                }
+            }
+        }
     }
 }
 
