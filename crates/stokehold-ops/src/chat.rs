@@ -25,9 +25,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use indexmap::IndexMap;
 use minijinja::value::{Kwargs, ValueKind};
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use minijinja::{Environment, Error as JinjaError, ErrorKind};
 
 use crate::text::{TextError, TextTokenizer};
+
+/// The values templates see (minijinja's), for callers that build conversations.
+pub use minijinja::Value;
 
 /// Name of the template inside the environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -646,7 +649,8 @@ fn map_entries(v: &Value) -> Result<Vec<(Value, Value)>, JinjaError> {
     Ok(out)
 }
 
-fn map_from(entries: Vec<(Value, Value)>) -> Value {
+/// A map value (a dict) with `entries` in their order.
+pub fn map_from(entries: Vec<(Value, Value)>) -> Value {
     let m: IndexMap<Value, Value> = entries.into_iter().collect();
     Value::from(m)
 }
