@@ -497,3 +497,14 @@ def test_python_values_as_transformers_sees_them(models):
     conv = [{"role": "user", "content": "x", "tool_calls": None, "n": np.int64(3), "f": np.float32(0.5),
              "b": np.bool_(False), "t": (1, 2), "o": object()}]
     assert ct.render(conv) == tok.apply_chat_template(conv, chat_template=t, tokenize=False)
+
+
+def test_printing_is_pythons(models):
+    """Values printed with {{ }} read as Jinja2 prints them: Python's repr of lists and dicts,
+    True/False/None, floats as repr."""
+    t = ("{% for m in messages %}{{ m }}|{{ m.get('b') }}|{{ m.get('zz') }}|{{ [1, \"it's\", none, 2.5, 1e-7] }}"
+         "|{{ m.role == 'user' }}|{{ 3 / 2 }}|{{ {'k': ['v']} }}{% endfor %}")
+    ct = ChatTemplate(models["chatml"], template=t)
+    tok = hf(models["chatml"])
+    conv = [{"role": "user", "content": "a\tb\n'c'", "b": np.bool_(True), "n": 1.0, "u": "ü\x07"}]
+    assert ct.render(conv) == tok.apply_chat_template(conv, chat_template=t, tokenize=False)

@@ -587,15 +587,88 @@ fn generation_filter(body: String) -> Value {
     Value::from_safe_string(s)
 }
 
-/// Python's printing of values in `{{ }}`: `True`, `False`, `None`, `repr(float)`.
+/// Python's `repr` of a string: single quotes unless it holds `'` and no `"`.
+fn py_str_repr(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || (0x7f..0xa0).contains(&(c as u32)) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+}
+
+/// Python's `repr` of a value (how Jinja2 prints a list or dict: `['a', 1, None]`).
+fn py_repr(v: &Value, out: &mut String, depth: usize) -> Result<(), JinjaError> {
+    if depth > 512 {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            "a value nested too deeply to print",
+        ));
+    }
+    match v.kind() {
+        ValueKind::None => out.push_str("None"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
+        ValueKind::Number if !v.is_integer() => out.push_str(&py_float(f64::try_from(v.clone())?)),
+        ValueKind::String => py_str_repr(v.as_str().unwrap_or_default(), out),
+        ValueKind::Seq => {
+            out.push('[');
+            for (i, item) in v.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(&item, out, depth + 1)?;
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            out.push('{');
+            for (i, k) in v.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(&k, out, depth + 1)?;
+                out.push_str(": ");
+                py_repr(&v.get_item(&k)?, out, depth + 1)?;
+            }
+            out.push('}');
+        }
+        _ => {
+            let _ = write!(out, "{v}");
+        }
+    }
+    Ok(())
+}
+
+/// Python's printing of values in `{{ }}`: `True`, `False`, `None`, `repr(float)`, lists and
+/// dicts as Python's `repr` (strings and the rest as minijinja prints them).
 fn python_formatter(
     out: &mut minijinja::Output<'_>,
     state: &mut minijinja::State<'_, '_>,
     value: &Value,
 ) -> Result<(), JinjaError> {
     let text = match value.kind() {
-        ValueKind::Bool => Some(if value.is_true() { "True" } else { "False" }.to_string()),
-        ValueKind::None => Some("None".to_string()),
+        ValueKind::Bool | ValueKind::None | ValueKind::Seq | ValueKind::Map => {
+            let mut s = String::new();
+            py_repr(value, &mut s, 0)?;
+            Some(s)
+        }
         ValueKind::Number if !value.is_integer() => Some(py_float(f64::try_from(value.clone())?)),
         _ => None,
     };
