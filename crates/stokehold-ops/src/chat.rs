@@ -1171,9 +1171,20 @@ impl ChatTemplate {
                 };
                 if rendered.generation {
                     overlap_mask(offsets, spans, &mut mask);
-                } else {
+                } else if !spans.is_empty() {
+                    // byte offset of each character (and of the end), for the text of a token
+                    let mut char_bytes: Vec<usize> =
+                        rendered.text.char_indices().map(|(b, _)| b).collect();
+                    char_bytes.push(rendered.text.len());
                     for &span in spans {
-                        self.mask_turn(&rendered.text, &input_ids, offsets, span, &mut mask);
+                        self.mask_turn(
+                            &rendered.text,
+                            &char_bytes,
+                            &input_ids,
+                            offsets,
+                            span,
+                            &mut mask,
+                        );
                     }
                 }
             }
@@ -1183,9 +1194,11 @@ impl ChatTemplate {
 
     /// Mask the tokens of one assistant content span and the end-of-turn token after it: the
     /// first special token that follows with only whitespace tokens between (those are masked too).
+    #[allow(clippy::too_many_arguments)]
     fn mask_turn(
         &self,
         text: &str,
+        char_bytes: &[usize],
         ids: &[u32],
         offsets: &[(usize, usize)],
         span: (usize, usize),
@@ -1212,7 +1225,8 @@ impl ChatTemplate {
                 return;
             }
             let (ts, te) = offsets[t];
-            let piece: String = text.chars().skip(ts).take(te.saturating_sub(ts)).collect();
+            let byte = |c: usize| char_bytes[c.min(char_bytes.len() - 1)];
+            let piece = &text[byte(ts)..byte(te.max(ts))];
             if !piece.trim().is_empty() {
                 return;
             }
