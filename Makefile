@@ -47,8 +47,9 @@ $(VENV)/.base: pyproject.toml
 # list in python/requirements/ changes, not when this Makefile does) and only where used:
 #   .s3          moto's S3-compatible server: the object-storage tests (Rust and Python) start it on
 #                127.0.0.1 (`make test-rust` needs only this group)
-#   .test-tools  pytest, mypy, auditwheel, tokenizers, pyarrow and Hugging Face `datasets` (Parquet
-#                files and datasets made in the tests; no downloads)
+#   .test-tools  pytest, mypy, auditwheel, tokenizers, transformers (chat templates compared with
+#                ours), pyarrow and Hugging Face `datasets` (Parquet files and datasets made in
+#                the tests; no downloads)
 #   .frameworks  real PyTorch, JAX and Ray Data for the integration tests (CPU is enough; PyPI's
 #                Linux torch wheel is the CUDA build, ~4 GB with its libraries: install the CPU
 #                build into .venv first to avoid it, see the README)

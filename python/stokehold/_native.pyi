@@ -27,6 +27,7 @@ __version__: str
 DEFAULT_RESTART_MARKERS: bool
 """Whether packing rewrites JPEGs with restart markers unless told otherwise (``True``)."""
 __all__ = [
+    "_ChatTemplate",
     "__version__",
     "DEFAULT_RESTART_MARKERS",
     "Dataset",
@@ -170,6 +171,39 @@ class _EngineIter:
         """Batches left in this epoch (0 once finished)."""
     def close(self) -> None:
         """Stop this run now (its worker threads are joined); the loader keeps its position."""
+
+@final
+class _ChatTemplate:
+    """The native half of :class:`stokehold.text.ChatTemplate` (chat templates rendered,
+    tokenized and masked in Rust).
+
+    :raises ConfigError: the tokenizer, its config or the template cannot be loaded, or a
+        conversation cannot be encoded (the message names its index).
+    """
+
+    def __new__(
+        cls,
+        tokenizer: Union[str, "os.PathLike[str]"],
+        template: Optional[str] = None,
+        messages: str = "messages",
+        loss_on: str = "assistant",
+        add_generation_prompt: bool = False,
+        template_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> "_ChatTemplate": ...
+    def render(self, conversation: Any) -> str:
+        """The rendered text of one conversation."""
+    def encode(self, conversation: Any) -> Tuple[Any, Any]:
+        """``(input_ids int32, assistant_masks uint8)`` numpy arrays of one conversation."""
+    def encode_batch(self, conversations: Any, threads: int = 0) -> Tuple[Any, Any, Any]:
+        """``(input_ids int32, assistant_masks uint8, offsets int64 [n + 1])`` of many
+        conversations, encoded on native threads without the GIL."""
+    @property
+    def has_generation(self) -> bool: ...
+    @property
+    def template(self) -> str: ...
+    @property
+    def special_tokens(self) -> List[Tuple[str, str]]: ...
+
 
 @final
 class Qwen2VL:

@@ -6,14 +6,18 @@ datasets of text too small to be worth packing (``stokehold pack --tokenizer`` a
     batch["text"]  # int32 [64, 128], padded with pad_id
 
 Without ``max_length`` each sample is a 1-d array of its own length (a list column).
+
+:class:`ChatTemplate` renders conversations with the model's chat template, tokenizes them and
+computes the loss mask, natively (the same tokens and mask as ``transformers``'
+``apply_chat_template``; ``docs/text.md``).
 """
 
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
-from ._native import Tokenizer
+from ._native import Tokenizer, _ChatTemplate
 
-__all__ = ["Tokenize", "Tokenizer"]
+__all__ = ["ChatTemplate", "Tokenize", "Tokenizer"]
 
 
 class Tokenize:
@@ -65,3 +69,120 @@ class Tokenize:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenize) and other._spec() == self._spec()
+
+
+class ChatTemplate:
+    """A model's chat template, rendered, tokenized and masked natively (no Python per token).
+
+    Gives the same ``input_ids`` as ``transformers``'
+    ``tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+    return_assistant_tokens_mask=True)``, and for templates with ``{% generation %}`` blocks
+    the same ``assistant_masks``.
+
+    :param tokenizer: a ``tokenizer.json``, or a directory holding ``tokenizer.json`` and
+        ``tokenizer_config.json`` (a ``tokenizer_config.json`` beside a ``tokenizer.json`` file is
+        read too); the config gives the default template (``chat_template``: a string, or a list
+        of named templates of which ``"default"`` is used) and ``bos_token``, ``eos_token``, ...
+    :param template: the template's text, or the name of one of the config's named templates
+        (default: the config's).
+    :param messages: the field holding the conversation when a row (a dict) is passed.
+    :param loss_on: ``"assistant"``: tokens inside ``{% generation %}`` blocks, or, for templates
+        without them, each assistant message's content and the end-of-turn token after it;
+        ``"last"``: the same for the last assistant turn only; ``"all"``: every token.
+    :param add_generation_prompt: as ``apply_chat_template``'s (``False`` for training data).
+    :param template_kwargs: more variables for the template (``apply_chat_template``'s
+        ``**kwargs``: ``tools``, ``documents``, ``date_string``, ...).
+    :raises ConfigError: the tokenizer, its config or the template cannot be loaded or compiled;
+        when encoding, a conversation the template raises on (the message names its index and
+        the template's message) or that is not a list of messages.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Union[str, "os.PathLike[str]"],
+        template: Optional[str] = None,
+        messages: str = "messages",
+        loss_on: str = "assistant",
+        *,
+        add_generation_prompt: bool = False,
+        template_kwargs: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        self.tokenizer = os.fspath(tokenizer)
+        self.messages = messages
+        self.loss_on = loss_on
+        self.add_generation_prompt = add_generation_prompt
+        self.template_kwargs = dict(template_kwargs or {})
+        self._template_arg = template
+        self._native = _ChatTemplate(
+            self.tokenizer,
+            template,
+            messages,
+            loss_on,
+            add_generation_prompt,
+            self.template_kwargs,
+        )
+
+    @property
+    def template(self) -> str:
+        """The template's text."""
+        return self._native.template
+
+    @property
+    def has_generation(self) -> bool:
+        """Whether the template marks ``{% generation %}`` blocks."""
+        return self._native.has_generation
+
+    def render(self, conversation: Any) -> str:
+        """The text the template renders for one conversation (a list of messages, or a row
+        holding one under :attr:`messages`)."""
+        return self._native.render(conversation)
+
+    def encode(self, conversation: Any) -> Dict[str, Any]:
+        """Encode one conversation: ``{"input_ids": int32 array, "assistant_masks": uint8
+        array}`` (1 where the loss applies, per ``loss_on``)."""
+        ids, mask = self._native.encode(conversation)
+        return {"input_ids": ids, "assistant_masks": mask}
+
+    def encode_batch(self, conversations: Iterable[Any], threads: int = 0) -> Dict[str, Any]:
+        """Encode many conversations on ``threads`` native threads (0: every core), without the
+        GIL: ``{"input_ids": int32, "assistant_masks": uint8, "offsets": int64 [n + 1]}``, the
+        tokens of conversation ``i`` being ``input_ids[offsets[i]:offsets[i + 1]]``."""
+        ids, masks, offsets = self._native.encode_batch(list(conversations), threads)
+        return {"input_ids": ids, "assistant_masks": masks, "offsets": offsets}
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return (
+            _rebuild_chat_template,
+            (
+                self.tokenizer,
+                self._template_arg,
+                self.messages,
+                self.loss_on,
+                self.add_generation_prompt,
+                self.template_kwargs,
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatTemplate({self.tokenizer!r}, messages={self.messages!r}, "
+            f"loss_on={self.loss_on!r})"
+        )
+
+
+def _rebuild_chat_template(
+    tokenizer: str,
+    template: Optional[str],
+    messages: str,
+    loss_on: str,
+    add_generation_prompt: bool,
+    template_kwargs: Dict[str, Any],
+) -> ChatTemplate:
+    return ChatTemplate(
+        tokenizer,
+        template,
+        messages,
+        loss_on,
+        add_generation_prompt=add_generation_prompt,
+        template_kwargs=template_kwargs,
+    )

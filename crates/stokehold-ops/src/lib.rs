@@ -4,8 +4,10 @@
 //!
 //! This crate knows nothing of datasets, shards or threads, and depends on no other stokehold
 //! crate: each kernel takes bytes or pixels and writes into a caller-provided buffer.
-//! Tokenization lives in [`text`] (which reads one file: a `tokenizer.json`).
+//! Tokenization lives in [`text`] (which reads one file: a `tokenizer.json`), chat templates
+//! (render, tokenize, loss mask) in [`chat`].
 
+pub mod chat;
 pub mod color;
 pub mod decode;
 mod error;

@@ -6,6 +6,7 @@
 //! - [`parts`]: datasets written by many writers (`stokehold.ray`'s Datasink): `PartWriter`,
 //!   `prepare_parts`, `commit_parts`, `abort_parts`.
 //! - [`text::Tokenizer`]: `stokehold.text.Tokenizer`, the tokenizer of `pack --tokenizer`.
+//! - [`chat::ChatTemplate`]: `stokehold.text.ChatTemplate`'s native half (chat templates).
 //! - [`engine::Engine`]: the one loading engine behind `stokehold.Loader` and
 //!   `stokehold.SequenceLoader` (the Python classes in `python/stokehold/_loader.py` and
 //!   `_sequence.py`); [`buffer`] hands its batches to numpy without a copy; [`stages`] runs
@@ -17,6 +18,7 @@
 
 pub mod arrow_out;
 pub mod buffer;
+pub mod chat;
 pub mod convert;
 pub mod dataset;
 pub mod engine;
@@ -47,6 +49,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<text::Tokenizer>()?;
     m.add_class::<vision::Qwen2Vl>()?;
     parts::register(m)?;
+    chat::register(m)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(pack::pack, m)?)?;
     engine::register(m)?;
