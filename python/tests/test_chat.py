@@ -275,25 +275,43 @@ def conversations(name, n=50, seed=0):
     return out
 
 
-@pytest.fixture(scope="module")
-def tokenizer_file(tmp_path_factory):
+def train_tokenizer(root, kind):
+    """A byte-level BPE (as Qwen's and Llama 3's) or a SentencePiece-style one (Metaspace
+    pre-tokenizer, byte fallback, as Llama 2's and Mistral's), with the templates' special
+    tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     rng = random.Random(7)
     corpus = [words(rng, 5, 40) for _ in range(3000)]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(
-        vocab_size=800,
-        special_tokens=SPECIALS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    if kind == "bytelevel":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.post_processor = processors.ByteLevel(trim_offsets=True)
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first")
+        tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="first")
+        alphabet = [f"<0x{b:02X}>" for b in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=SPECIALS, initial_alphabet=alphabet)
     tok.train_from_iterator(corpus, trainer)
-    path = tmp_path_factory.mktemp("chat-tok") / "tokenizer.json"
+    path = root / "tokenizer.json"
     tok.save(str(path))
     return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer_file(tmp_path_factory):
+    return train_tokenizer(tmp_path_factory.mktemp("chat-tok"), "bytelevel")
+
+
+@pytest.fixture(scope="module")
+def sp_models(tmp_path_factory):
+    """The templates over a SentencePiece-style tokenizer."""
+    root = tmp_path_factory.mktemp("chat-sp")
+    tok = train_tokenizer(root, "metaspace")
+    return {name: model_dir(root, tok, name, TEMPLATES[name]) for name in ("chatml", "sysdefault", "strict", "generation")}
 
 
 def model_dir(root, tokenizer_file, name, template, **config):
@@ -342,10 +360,16 @@ def ours(models, name, **kw):
     return ChatTemplate(models[name], template_kwargs=KWARGS.get(name), **kw)
 
 
-@pytest.mark.parametrize("name", sorted(TEMPLATES))
-def test_tokens_match_transformers(models, name):
+@pytest.mark.parametrize(
+    "name, tokenizer",
+    [(name, "bytelevel") for name in sorted(TEMPLATES)]
+    + [(name, "metaspace") for name in ("chatml", "generation", "strict", "sysdefault")],
+)
+def test_tokens_match_transformers(models, sp_models, name, tokenizer):
     """The same input_ids as apply_chat_template on ~50 conversations per template, one at a
     time and in a batch on native threads; for templates with {% generation %}, the same mask."""
+    if tokenizer == "metaspace":
+        models = sp_models
     tok = hf(models[name])
     ct = ours(models, name)
     assert ct.has_generation == name.startswith("generation")

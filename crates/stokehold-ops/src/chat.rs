@@ -144,6 +144,12 @@ pub struct Rendered {
     pub spans: Vec<(usize, usize)>,
     /// Whether `spans` are generation blocks (else assistant contents).
     pub generation: bool,
+    /// Per span, the turn it belongs to: the generation block's number, or the assistant
+    /// message's (the first assistant message is 0; a message in parts may have several spans).
+    pub turns: Vec<usize>,
+    /// The last turn (the last generation block, or the last assistant message, even one whose
+    /// content is empty and so has no span); `None` without any.
+    pub last_turn: Option<usize>,
 }
 
 /// What a `tokenizer_config.json` says that templates use.
@@ -1062,22 +1068,26 @@ impl ChatTemplate {
         let text = self.render_messages(Value::from(plain))?;
         if self.has_generation {
             let (text, spans) = strip_marks(&text, GEN_START, GEN_END)?;
+            let turns: Vec<usize> = (0..spans.len()).collect();
+            let last_turn = spans.len().checked_sub(1);
             return Ok(Rendered {
                 text,
                 spans,
                 generation: true,
+                turns,
+                last_turn,
             });
         }
         if self.loss_on == LossOn::All {
             return Ok(Rendered {
                 text,
-                spans: Vec::new(),
-                generation: false,
+                ..Rendered::default()
             });
         }
         // Assistant contents: render again with them marked.
-        let mut expected = 0usize;
-        let mut cores: Vec<String> = Vec::new();
+        let mut owners: Vec<usize> = Vec::new();
+        let mut cores: Vec<(String, usize)> = Vec::new();
+        let mut assistants = 0usize;
         let marked: Vec<Value> =
             msgs.iter()
                 .map(|m| {
@@ -1087,16 +1097,18 @@ impl ChatTemplate {
                     if !is_assistant {
                         return map_from(m.clone());
                     }
+                    let turn = assistants;
+                    assistants += 1;
                     let entries =
                         m.iter()
                             .map(|(k, v)| {
                                 if k.as_str() == Some("content") {
                                     let (mv, n) = mark_content(v);
-                                    expected += n;
+                                    owners.extend(std::iter::repeat_n(turn, n));
                                     if let Some(s) = v.as_str() {
                                         let core = s.trim();
                                         if !core.is_empty() {
-                                            cores.push(core.to_string());
+                                            cores.push((core.to_string(), turn));
                                         }
                                     } else if let Ok(it) = v.try_iter() {
                                         for p in it {
@@ -1104,7 +1116,7 @@ impl ChatTemplate {
                                                 t.as_str().map(|s| s.trim().to_string())
                                             }) && !t.is_empty()
                                             {
-                                                cores.push(t);
+                                                cores.push((t, turn));
                                             }
                                         }
                                     }
@@ -1120,22 +1132,26 @@ impl ChatTemplate {
         let marked_text = self.render_messages(Value::from(marked))?;
         if let Ok((stripped, spans)) = strip_marks(&marked_text, MSG_START, MSG_END)
             && stripped == text
-            && spans.len() == expected
+            && spans.len() == owners.len()
         {
             return Ok(Rendered {
                 text,
                 spans,
                 generation: false,
+                turns: owners,
+                last_turn: assistants.checked_sub(1),
             });
         }
         // The template changed the marked text: find each content in order instead.
         let mut spans = Vec::new();
+        let mut turns = Vec::new();
         let mut cursor = 0usize; // bytes
-        for core in &cores {
+        for (core, turn) in &cores {
             if let Some(pos) = text[cursor..].find(core.as_str()) {
                 let start = cursor + pos;
                 let end = start + core.len();
                 spans.push((text[..start].chars().count(), text[..end].chars().count()));
+                turns.push(*turn);
                 cursor = end;
             }
         }
@@ -1143,6 +1159,8 @@ impl ChatTemplate {
             text,
             spans,
             generation: false,
+            turns,
+            last_turn: assistants.checked_sub(1),
         })
     }
 
@@ -1161,28 +1179,31 @@ impl ChatTemplate {
         match self.loss_on {
             LossOn::All => mask.fill(1),
             LossOn::Assistant | LossOn::Last => {
-                let spans: &[(usize, usize)] = if self.loss_on == LossOn::Last {
-                    match rendered.spans.last() {
-                        Some(last) => std::slice::from_ref(last),
-                        None => &[],
-                    }
-                } else {
-                    &rendered.spans
-                };
+                let selected: Vec<usize> = (0..rendered.spans.len())
+                    .filter(|&i| {
+                        self.loss_on == LossOn::Assistant
+                            || Some(rendered.turns[i]) == rendered.last_turn
+                    })
+                    .collect();
                 if rendered.generation {
-                    overlap_mask(offsets, spans, &mut mask);
-                } else if !spans.is_empty() {
+                    let spans: Vec<(usize, usize)> =
+                        selected.iter().map(|&i| rendered.spans[i]).collect();
+                    overlap_mask(offsets, &spans, &mut mask);
+                } else if !selected.is_empty() {
                     // byte offset of each character (and of the end), for the text of a token
                     let mut char_bytes: Vec<usize> =
                         rendered.text.char_indices().map(|(b, _)| b).collect();
                     char_bytes.push(rendered.text.len());
-                    for &span in spans {
+                    for &i in &selected {
+                        // the end of turn follows the last span of a message (not each part)
+                        let last_of_turn = rendered.turns.get(i + 1) != Some(&rendered.turns[i]);
                         self.mask_turn(
                             &rendered.text,
                             &char_bytes,
                             &input_ids,
                             offsets,
-                            span,
+                            rendered.spans[i],
+                            last_of_turn,
                             &mut mask,
                         );
                     }
@@ -1202,6 +1223,7 @@ impl ChatTemplate {
         ids: &[u32],
         offsets: &[(usize, usize)],
         span: (usize, usize),
+        end_of_turn: bool,
         mask: &mut [u8],
     ) {
         let mut last = None;
@@ -1215,6 +1237,9 @@ impl ChatTemplate {
             }
         }
         let Some(last) = last else { return };
+        if !end_of_turn {
+            return;
+        }
         let mut between = Vec::new();
         for t in last + 1..ids.len() {
             if self.special_ids.contains(&ids[t]) {
@@ -1425,6 +1450,24 @@ mod tests {
             .encode(&c, 0)
             .unwrap();
         assert_eq!(masked_text(&t, &last), "the user </s>");
+    }
+
+    #[test]
+    fn parts_mask_each_text_and_one_end_of_turn() {
+        let parts = "{% for m in messages %}[{{ m.role }}] {% if m.content is string %}{{ m.content }}{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text }}{% else %}<|im_start|>{% endif %}{% endfor %}{% endif %}{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}";
+        let cfg = r#"{"eos_token": "</s>"}"#;
+        let c = conv(
+            r#"[{"role":"user","content":[{"type":"image"},{"type":"text","text":"why"}]},{"role":"assistant","content":[{"type":"text","text":"yes "},{"type":"image"},{"type":"text","text":"the user"}]},{"role":"user","content":"hello"},{"role":"assistant","content":""}]"#,
+        );
+        let t = template(parts, Some(cfg), LossOn::Assistant);
+        let enc = t.encode(&c, 0).unwrap();
+        // the image placeholder between the parts is not the end of the turn; the empty turn
+        // masks nothing
+        assert_eq!(masked_text(&t, &enc), "yes the user </s>");
+        let last = template(parts, Some(cfg), LossOn::Last)
+            .encode(&c, 0)
+            .unwrap();
+        assert!(last.mask.iter().all(|&m| m == 0), "{last:?}");
     }
 
     #[test]
