@@ -13,13 +13,17 @@ pub struct ByteSize(pub u64);
 /// `M`/`MB`, `G`/`GB`, `T`/`TB`) or binary (`KiB`, `MiB`, `GiB`, `TiB`), case-insensitive,
 /// spaces ignored. The one parser of sizes: the CLI's flags and the configuration's strings
 /// (hence the Python keyword arguments) go through it.
-pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
+pub fn parse_bytes(text: &str) -> std::result::Result<u64, NotAByteCount> {
     let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let what = || format!("{text:?} is not a byte count (e.g. 4096, 500MB, 16GiB, 1.5G)");
+    let what = || {
+        NotAByteCount(format!(
+            "{text:?} is not a byte count (e.g. 4096, 500MB, 16GiB, 1.5G)"
+        ))
+    };
     let v: f64 = num.parse().map_err(|_| what())?;
     let mult: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
@@ -32,17 +36,35 @@ pub fn parse_bytes(text: &str) -> std::result::Result<u64, String> {
         "t" | "tb" => 1_000_000_000_000,
         "tib" => 1 << 40,
         _ => {
-            return Err(format!(
+            return Err(NotAByteCount(format!(
                 "{text:?} is not a byte count: unknown unit {unit:?} (use B, K, KiB, M, MiB, G, \
                  GiB, T, TiB)"
-            ));
+            )));
         }
     };
     let bytes = v * mult as f64;
     if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(format!("{text:?} is too large a byte count"));
+        return Err(NotAByteCount(format!("{text:?} is too large a byte count")));
     }
     Ok(bytes as u64)
+}
+
+/// Why a text is not a byte count ([`parse_bytes`]): what was given and what to give instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAByteCount(String);
+
+impl std::ops::Deref for NotAByteCount {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<NotAByteCount> for String {
+    fn from(e: NotAByteCount) -> String {
+        e.0
+    }
 }
 
 impl std::fmt::Display for ByteSize {
@@ -64,8 +86,8 @@ impl std::fmt::Display for ByteSize {
 }
 
 impl std::str::FromStr for ByteSize {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<ByteSize, String> {
+    type Err = NotAByteCount;
+    fn from_str(s: &str) -> std::result::Result<ByteSize, NotAByteCount> {
         parse_bytes(s).map(ByteSize)
     }
 }

@@ -21,20 +21,22 @@ impl TransformSpec {
     /// This spec as a built-in stage with typed parameters; `None` when its name is no built-in
     /// stage (a Python callable, say); an error message (naming the parameter) when a parameter
     /// is unknown or of the wrong form.
-    pub fn stage(&self) -> Option<Result<Stage, String>> {
-        fn parse<T: serde::de::DeserializeOwned>(params: &serde_json::Value) -> Result<T, String> {
+    pub fn stage(&self) -> Option<Result<Stage, BadParams>> {
+        fn parse<T: serde::de::DeserializeOwned>(
+            params: &serde_json::Value,
+        ) -> Result<T, BadParams> {
             let empty = serde_json::Value::Object(serde_json::Map::new());
             let v = if params.is_null() { &empty } else { params };
             serde_path_to_error::deserialize(v).map_err(|e| {
                 let path = e.path().to_string();
                 let inner = e.inner().to_string();
-                match (path.as_str(), inner.starts_with("must")) {
+                BadParams(match (path.as_str(), inner.starts_with("must")) {
                     // (an unknown field's message names it already)
                     ("." | "", _) => inner,
                     _ if inner.starts_with("unknown field") => inner,
                     (_, true) => format!("{path} {inner}"),
                     (_, false) => format!("{path}: {inner}"),
-                }
+                })
             })
         }
         let p = &self.params;
@@ -50,6 +52,31 @@ impl TransformSpec {
             "tokenize" => parse(p).map(Stage::Tokenize),
             _ => return None,
         })
+    }
+}
+
+/// Why a built-in stage's parameters cannot be used (naming the parameter): an unknown one, or
+/// one of the wrong form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BadParams(String);
+
+impl std::ops::Deref for BadParams {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for BadParams {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<BadParams> for String {
+    fn from(e: BadParams) -> String {
+        e.0
     }
 }
 
@@ -373,7 +400,7 @@ impl Default for Tokenize {
 mod tests {
     use super::*;
 
-    fn spec(name: &str, params: serde_json::Value) -> Result<Stage, String> {
+    fn spec(name: &str, params: serde_json::Value) -> Result<Stage, BadParams> {
         TransformSpec {
             name: name.into(),
             params,
