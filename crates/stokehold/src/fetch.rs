@@ -261,12 +261,13 @@ pub fn hint(
             })
             .map(|r| (r.source, r.shard, r.lo, r.hi)),
     );
-    let mut first: std::collections::HashMap<(u16, usize), usize> =
-        std::collections::HashMap::new();
+    // a shard named by source and index in one word (shards are fewer than 2^48)
+    let key = |s: u16, k: usize| (u64::from(s) << 48) | k as u64;
+    let mut first: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for (i, &(s, k, _, _)) in scratch.iter().enumerate() {
-        first.entry((s, k)).or_insert(i);
+        first.entry(key(s, k)).or_insert(i);
     }
-    scratch.sort_unstable_by_key(|&(s, k, lo, hi)| (first[&(s, k)], lo, hi));
+    scratch.sort_unstable_by_key(|&(s, k, lo, hi)| (first[&key(s, k)], lo, hi));
     let mut records: Vec<(u64, u64)> = Vec::new();
     let mut i = 0;
     while i < scratch.len() {
@@ -463,8 +464,8 @@ fn storage(
     &**sources[usize::from(source)].dataset.shards()[k].source()
 }
 
-fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
-    if storage(sources, source, k).kind() == "direct" {
+fn max_run(storage: &dyn stokehold_format::storage::Storage) -> u64 {
+    if storage.kind() == "direct" {
         MAX_DIRECT_RUN
     } else {
         MAX_RUN
@@ -478,8 +479,8 @@ fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
 /// Object storage: none (ranges side by side or overlapping only): the bytes come from ranges
 /// fetched ahead, which count each hinted range read by the read that covers it, so a read must
 /// not cover another task's range in a gap.
-fn max_gap(sources: &[ByteSource], source: u16, k: usize, before: u64, after: u64) -> u64 {
-    if storage(sources, source, k).kind() == "remote" {
+fn max_gap(remote: bool, before: u64, after: u64) -> u64 {
+    if remote {
         0
     } else {
         before.max(after).clamp(MIN_GAP, MAX_GAP)
@@ -589,9 +590,11 @@ impl Fetched {
             return;
         }
         let slots = &self.slots;
+        // by source, shard and position (source and shard in one word: shards are fewer than
+        // 2^48)
         self.pending.sort_unstable_by_key(|&i| {
             let r = &slots[i].0;
-            (r.source, r.shard, r.lo, r.hi)
+            ((u64::from(r.source) << 48) | r.shard as u64, r.lo, r.hi)
         });
         // runs: [start, end) of `pending`, same shard, small gaps (or overlaps), bounded size
         let mut too_large = Vec::new();
@@ -600,17 +603,19 @@ impl Fetched {
         while start < self.pending.len() {
             let first = slots[self.pending[start]].0;
             let (source, k, lo) = (first.source, first.shard, first.lo);
+            // the run's storage decides its gaps and length (asked once per run)
+            let st = storage(sources, source, k);
+            let (remote, run_max) = (st.kind() == "remote", max_run(st));
             let mut last_end = first.hi;
             let mut prev_len = first.len();
             let mut end = start + 1;
             while end < self.pending.len() {
                 let r = slots[self.pending[end]].0;
                 let new_end = last_end.max(r.hi);
-                let gap = max_gap(sources, source, k, prev_len, r.len());
                 if r.source != source
                     || r.shard != k
-                    || r.lo > last_end + gap
-                    || new_end - lo > max_run(sources, source, k)
+                    || r.lo > last_end + max_gap(remote, prev_len, r.len())
+                    || new_end - lo > run_max
                 {
                     break;
                 }
