@@ -464,14 +464,6 @@ fn storage(
     &**sources[usize::from(source)].dataset.shards()[k].source()
 }
 
-fn max_run(storage: &dyn stokehold_format::storage::Storage) -> u64 {
-    if storage.kind() == "direct" {
-        MAX_DIRECT_RUN
-    } else {
-        MAX_RUN
-    }
-}
-
 /// Largest gap coalesced in a task's read, between ranges of `before` and `after` bytes: one
 /// that costs less than the request it saves. At most [`MAX_GAP`], and at most the larger of the
 /// two ranges (at least [`MIN_GAP`]): reading 64 KiB of gap to join two 8 KiB token windows copies
@@ -561,8 +553,11 @@ impl Fetched {
         self.requests = 0;
         self.used = 0;
         // per source with a RAM cache: (hits, misses), counted in bulk
+        let counting = sources.iter().any(|s| s.cache().is_some());
         self.counts.clear();
-        self.counts.resize(sources.len(), (0, 0));
+        if counting {
+            self.counts.resize(sources.len(), (0, 0));
+        }
         for (i, r) in ranges.iter().enumerate() {
             let Some(src) = sources
                 .get(usize::from(r.source))
@@ -572,11 +567,17 @@ impl Fetched {
                 self.slots.push((*r, failed(&e)));
                 continue;
             };
-            if src.memory(r, true).is_some() {
-                self.counts[usize::from(r.source)].0 += 1;
+            let hit = src.memory(r, true).is_some();
+            if let Some(c) = self.counts.get_mut(usize::from(r.source)) {
+                if hit {
+                    c.0 += 1;
+                } else {
+                    c.1 += 1;
+                }
+            }
+            if hit {
                 self.slots.push((*r, Src::Memory));
             } else {
-                self.counts[usize::from(r.source)].1 += 1;
                 self.pending.push(i);
                 self.slots.push((*r, Src::Buffer(0..0)));
             }
@@ -605,7 +606,13 @@ impl Fetched {
             let (source, k, lo) = (first.source, first.shard, first.lo);
             // the run's storage decides its gaps and length (asked once per run)
             let st = storage(sources, source, k);
-            let (remote, run_max) = (st.kind() == "remote", max_run(st));
+            let kind = st.kind();
+            let remote = kind == "remote";
+            let run_max = if kind == "direct" {
+                MAX_DIRECT_RUN
+            } else {
+                MAX_RUN
+            };
             let mut last_end = first.hi;
             let mut prev_len = first.len();
             let mut end = start + 1;
