@@ -262,12 +262,13 @@ pub fn hint(
             })
             .map(|r| (r.source, r.shard, r.lo, r.hi)),
     );
-    let mut first: std::collections::HashMap<(u16, usize), usize> =
-        std::collections::HashMap::new();
+    // a shard named by source and index in one word (shards are fewer than 2^48)
+    let key = |s: u16, k: usize| (u64::from(s) << 48) | k as u64;
+    let mut first: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     for (i, &(s, k, _, _)) in scratch.iter().enumerate() {
-        first.entry((s, k)).or_insert(i);
+        first.entry(key(s, k)).or_insert(i);
     }
-    scratch.sort_unstable_by_key(|&(s, k, lo, hi)| (first[&(s, k)], lo, hi));
+    scratch.sort_unstable_by_key(|&(s, k, lo, hi)| (first[&key(s, k)], lo, hi));
     let mut records: Vec<(u64, u64)> = Vec::new();
     let mut i = 0;
     while i < scratch.len() {
@@ -460,14 +461,6 @@ fn storage(sources: &[ByteSource], source: u16, k: usize) -> &dyn stokehold_form
     &**sources[usize::from(source)].dataset.shards()[k].source()
 }
 
-fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
-    if storage(sources, source, k).profile().is_direct() {
-        MAX_DIRECT_RUN
-    } else {
-        MAX_RUN
-    }
-}
-
 /// Largest gap coalesced in a task's read, between ranges of `before` and `after` bytes: one
 /// that costs less than the request it saves. At most [`MAX_GAP`], and at most the larger of the
 /// two ranges (at least [`MIN_GAP`]): reading 64 KiB of gap to join two 8 KiB token windows copies
@@ -476,7 +469,16 @@ fn max_run(sources: &[ByteSource], source: u16, k: usize) -> u64 {
 /// fetched ahead, which count each hinted range read by the read that covers it, so a read must
 /// not cover another task's range in a gap.
 pub fn max_gap(sources: &[ByteSource], source: u16, k: usize, before: u64, after: u64) -> u64 {
-    if storage(sources, source, k).profile().is_network() {
+    gap(
+        storage(sources, source, k).profile().is_network(),
+        before,
+        after,
+    )
+}
+
+/// [`max_gap`] once the run's storage is known (`remote`: it reads from object storage).
+fn gap(remote: bool, before: u64, after: u64) -> u64 {
+    if remote {
         0
     } else {
         before.max(after).clamp(MIN_GAP, MAX_GAP)
@@ -557,8 +559,11 @@ impl Fetched {
         self.requests = 0;
         self.used = 0;
         // per source with a RAM cache: (hits, misses), counted in bulk
+        let counting = sources.iter().any(|s| s.cache().is_some());
         self.counts.clear();
-        self.counts.resize(sources.len(), (0, 0));
+        if counting {
+            self.counts.resize(sources.len(), (0, 0));
+        }
         for (i, r) in ranges.iter().enumerate() {
             let Some(src) = sources
                 .get(usize::from(r.source))
@@ -568,11 +573,17 @@ impl Fetched {
                 self.slots.push((*r, failed(&e)));
                 continue;
             };
-            if src.memory(r, true).is_some() {
-                self.counts[usize::from(r.source)].0 += 1;
+            let hit = src.memory(r, true).is_some();
+            if let Some(c) = self.counts.get_mut(usize::from(r.source)) {
+                if hit {
+                    c.0 += 1;
+                } else {
+                    c.1 += 1;
+                }
+            }
+            if hit {
                 self.slots.push((*r, Src::Memory));
             } else {
-                self.counts[usize::from(r.source)].1 += 1;
                 self.pending.push(i);
                 self.slots.push((*r, Src::Buffer(0..0)));
             }
@@ -586,9 +597,11 @@ impl Fetched {
             return;
         }
         let slots = &self.slots;
+        // by source, shard and position (source and shard in one word: shards are fewer than
+        // 2^48)
         self.pending.sort_unstable_by_key(|&i| {
             let r = &slots[i].0;
-            (r.source, r.shard, r.lo, r.hi)
+            ((u64::from(r.source) << 48) | r.shard as u64, r.lo, r.hi)
         });
         // runs: [start, end) of `pending`, same shard, small gaps (or overlaps), bounded size
         let mut too_large = Vec::new();
@@ -597,17 +610,24 @@ impl Fetched {
         while start < self.pending.len() {
             let first = slots[self.pending[start]].0;
             let (source, k, lo) = (first.source, first.shard, first.lo);
+            // the run's storage decides its gaps and length (asked once per run)
+            let profile = storage(sources, source, k).profile();
+            let remote = profile.is_network();
+            let run_max = if profile.is_direct() {
+                MAX_DIRECT_RUN
+            } else {
+                MAX_RUN
+            };
             let mut last_end = first.hi;
             let mut prev_len = first.len();
             let mut end = start + 1;
             while end < self.pending.len() {
                 let r = slots[self.pending[end]].0;
                 let new_end = last_end.max(r.hi);
-                let gap = max_gap(sources, source, k, prev_len, r.len());
                 if r.source != source
                     || r.shard != k
-                    || r.lo > last_end + gap
-                    || new_end - lo > max_run(sources, source, k)
+                    || r.lo > last_end + gap(remote, prev_len, r.len())
+                    || new_end - lo > run_max
                 {
                     break;
                 }

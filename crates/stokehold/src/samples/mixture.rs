@@ -964,16 +964,19 @@ impl Samples for Mixture {
                 "sample {k} of a mixture's task was not planned"
             )));
         };
-        let s = s as usize;
-        let (_, local) = self.source_of(id);
+        let (s, kk) = (s as usize, kk as usize);
+        // the sample's id in its source, as planned (the group keeps it)
+        let Some(&local) = held.sc().groups[s].get(kk) else {
+            return Err(EngineError::Worker(format!(
+                "sample {id} of a mixture's task was not planned"
+            )));
+        };
         let view = TaskView {
             first: held.sc().first[s],
             source: held.io.view().source + self.first_byte_source[s],
         };
         held.enter(s, view);
-        let r = self.sources[s]
-            .samples
-            .fill(local, kk as usize, held.io, cx, out);
+        let r = self.sources[s].samples.fill(local, kk, held.io, cx, out);
         held.leave();
         drop(held);
         if self.source_column {
