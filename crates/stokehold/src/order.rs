@@ -10,38 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::sampler::{EpochOrder, Shuffle, Slot};
 use crate::samples::Samples;
 
-/// An order's own part of a resume state: a JSON object only the order reads (saved under the
-/// state's `mixture` key, the name the first order with a state of its own gave it).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct OrderState(pub serde_json::Map<String, serde_json::Value>);
-
-impl OrderState {
-    /// `value` as an order state (`value` serialises to a JSON object).
-    pub fn of<T: serde::Serialize>(value: &T) -> OrderState {
-        match serde_json::to_value(value) {
-            Ok(serde_json::Value::Object(m)) => OrderState(m),
-            _ => OrderState(serde_json::Map::new()),
-        }
-    }
-
-    /// The state read as a `T`; `Err` names the key at fault (for `field`'s
-    /// [`EngineError::InvalidState`]).
-    pub fn read<T: serde::de::DeserializeOwned>(&self, field: &str) -> Result<T> {
-        let v = serde_json::Value::Object(self.0.clone());
-        serde_path_to_error::deserialize(&v).map_err(|e| {
-            let path = e.path().to_string();
-            let detail = e.into_inner().to_string();
-            EngineError::InvalidState {
-                field: Some(field.to_string()),
-                detail: match path.as_str() {
-                    "" | "." | "?" => detail,
-                    p => format!("{p}: {detail}"),
-                },
-            }
-        })
-    }
-}
+pub use crate::state::OrderState;
 
 /// How the positions of an epoch map to samples, and what a resume state keeps of it.
 pub trait Order: Send + Sync + std::fmt::Debug + 'static {

@@ -27,7 +27,6 @@ pub mod mixture;
 pub mod records;
 pub mod tokens;
 
-pub use crate::order::Loadable;
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};
