@@ -160,6 +160,19 @@ impl DiskCache {
 
     /// The local copy of `src` (`len` bytes, whole-file CRC-32C `crc`) as entry `entry`: found,
     /// or copied now. `Ok(None)` when another process holds the entry's lock (try later).
+    /// The copy of `entry` when it is already in the cache (its length as the manifest says: its
+    /// name holds the shard's CRC-32C, and it was checked when copied), touched and counted as
+    /// reused.
+    fn existing(&self, entry: &str, len: u64) -> Option<PathBuf> {
+        let path = self.dir.path(entry);
+        if !fs::metadata(&path).is_ok_and(|m| m.len() == len) {
+            return None;
+        }
+        touch(&path);
+        self.reused.fetch_add(1, Ordering::Relaxed);
+        Some(path)
+    }
+
     fn fetch(
         &self,
         src: &Path,
@@ -171,10 +184,8 @@ impl DiskCache {
     ) -> io::Result<Option<PathBuf>> {
         let final_path = self.dir.path(entry);
         let found = |p: &Path| fs::metadata(p).is_ok_and(|m| m.len() == len);
-        if found(&final_path) {
-            touch(&final_path);
-            self.reused.fetch_add(1, Ordering::Relaxed);
-            return Ok(Some(final_path));
+        if let Some(path) = self.existing(entry, len) {
+            return Ok(Some(path));
         }
         let Some(_claim) = self.dir.claim(entry, false)? else {
             return Ok(None);
@@ -495,19 +506,30 @@ pub fn open_dataset(
     let opened = location.open_shards(&names, &options.limits, Access::Pread, false)?;
     let mut shards = Vec::with_capacity(manifest.shards.len());
     let mut jobs = Vec::with_capacity(manifest.shards.len());
+    let mut handles = Vec::with_capacity(manifest.shards.len());
     for (k, (structure, source)) in opened.into_iter().enumerate() {
         let info = &manifest.shards[k];
         let path = names[k].1.clone();
         let source: Arc<dyn Storage> = source.into();
         let handle = Arc::new(CachedShardHandle::default());
-        jobs.push(Job {
-            src: path.clone(),
-            source: Arc::clone(&source),
-            entry: format!("{keep}{:08x}-{}", info.crc32c, info.file),
-            len: info.bytes,
-            crc: info.crc32c,
-            shard: Arc::clone(&handle),
-        });
+        let entry = format!("{keep}{:08x}-{}", info.crc32c, info.file);
+        // a copy already there is read from the start (so the first batches' reads and the
+        // readahead policy are the local file's); the others are copied in the background
+        let ready = cache
+            .existing(&entry, info.bytes)
+            .and_then(|p| PreadFile::open(&p).ok().map(|file| Local { path: p, file }));
+        match ready {
+            Some(local) => handle.set(local),
+            None => jobs.push(Job {
+                src: path.clone(),
+                source: Arc::clone(&source),
+                entry,
+                len: info.bytes,
+                crc: info.crc32c,
+                shard: Arc::clone(&handle),
+            }),
+        }
+        handles.push((Arc::clone(&handle), info.bytes));
         let storage = SharedShard { source, handle };
         shards.push(ShardReader::from_structure(
             &path,
@@ -519,8 +541,8 @@ pub fn open_dataset(
     let mut ds = Dataset::from_parts(dir.to_path_buf(), manifest, shards, options.verify_records)?;
     ds.set_location(location);
     let progress = CacheProgress {
-        shards: jobs.iter().map(|j| Arc::clone(&j.shard)).collect(),
-        bytes: jobs.iter().map(|j| j.len).collect(),
+        shards: handles.iter().map(|(h, _)| Arc::clone(h)).collect(),
+        bytes: handles.iter().map(|&(_, b)| b).collect(),
     };
     let c = Arc::clone(cache);
     let queue: VecDeque<Job> = jobs.into();
