@@ -74,7 +74,7 @@ pub(crate) fn thread_count(s: &str) -> Result<usize, String> {
         .trim()
         .parse()
         .map_err(|_| format!("a number of threads (0: one per core), got {s:?}"))?;
-    stokehold_storage::check_threads("the thread count", n)
+    stokehold_storage::check_threads("the thread count", n).map_err(|e| e.to_string())
 }
 
 /// `--storage-option KEY=VALUE`, repeatable: options of an object store, for datasets at

@@ -17,8 +17,79 @@ use std::ops::Range;
 use crate::crc;
 use crate::limits::Limits;
 
-/// Why a container was refused: what was wrong, in words (the caller names the file).
-pub type ContainerResult<T> = Result<T, String>;
+/// Why a container was refused (the caller names the file). A typed error: what was wrong, and
+/// the counts that made it so.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ContainerError {
+    /// A field or region runs past the end of the bytes.
+    #[error("it ends early")]
+    EndsEarly,
+    /// A table's count does not fit the bytes that are left.
+    #[error("a table of {count} items of {size} bytes does not fit its {left} bytes left")]
+    TableTooLarge {
+        /// Items the table declares.
+        count: u64,
+        /// Bytes per item.
+        size: usize,
+        /// Bytes left after the table's start.
+        left: usize,
+    },
+    /// A JSON header over the meta limit.
+    #[error("its header of {len} bytes is over the limit of {limit} bytes")]
+    HeaderTooLarge {
+        /// Bytes the header declares.
+        len: usize,
+        /// The limit ([`Limits::max_meta_bytes`]).
+        limit: u64,
+    },
+    /// A JSON header that does not parse into what it must be.
+    #[error("its header is not valid: {0}")]
+    BadHeader(#[from] serde_json::Error),
+    /// Not this kind of container.
+    #[error("not a stokehold {what} (bad magic)")]
+    BadMagic {
+        /// What was expected ("index", ...).
+        what: String,
+    },
+    /// The container's CRC-32C does not match its bytes.
+    #[error("its checksum does not match (damaged)")]
+    Checksum,
+    /// A part too short to hold its footer.
+    #[error("{size} bytes, shorter than its footer")]
+    ShorterThanFooter {
+        /// The part's size.
+        size: u64,
+    },
+    /// The footer's magic is missing.
+    #[error("no part footer")]
+    NoFooter,
+    /// Written by another version of the decoding.
+    #[error("written by prefix version {0}")]
+    Version(u32),
+    /// The footer's count and pixel end do not add up to the part's size.
+    #[error("its footer's count {count} and pixel end {data_end} do not fit its {size} bytes")]
+    FooterMismatch {
+        /// Entries the footer declares.
+        count: u64,
+        /// Where it says the pixels end.
+        data_end: u64,
+        /// The part's size.
+        size: u64,
+    },
+    /// The index is not the length its footer says.
+    #[error("its index is not the length its footer says")]
+    IndexLength,
+    /// The index fails its CRC-32C.
+    #[error("its index fails its checksum")]
+    IndexChecksum,
+    /// An index entry points outside the pixels.
+    #[error("index entry {0} points outside the pixels")]
+    EntryOutside(u64),
+}
+
+/// The result of parsing a container.
+pub type ContainerResult<T> = Result<T, ContainerError>;
 
 /// Little-endian fields read in order from a container's bytes; every read is bounded by the
 /// bytes left, and every table is checked against them before it is allocated.
@@ -50,7 +121,7 @@ impl<'a> Cursor<'a> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.bytes.len())
-            .ok_or("it ends early")?;
+            .ok_or(ContainerError::EndsEarly)?;
         let s = &self.bytes[self.pos..end];
         self.pos = end;
         Ok(s)
@@ -83,10 +154,11 @@ impl<'a> Cursor<'a> {
             .and_then(|n| n.checked_mul(size))
             .is_some_and(|bytes| bytes <= self.remaining());
         if !fits {
-            return Err(format!(
-                "a table of {count} items of {size} bytes does not fit its {} bytes left",
-                self.remaining()
-            ));
+            return Err(ContainerError::TableTooLarge {
+                count,
+                size,
+                left: self.remaining(),
+            });
         }
         let mut v = Vec::with_capacity(count as usize);
         for _ in 0..count {
@@ -107,12 +179,12 @@ impl<'a> Cursor<'a> {
         limits: &Limits,
     ) -> ContainerResult<T> {
         if len as u64 > limits.max_meta_bytes {
-            return Err(format!(
-                "its header of {len} bytes is over the limit of {} bytes",
-                limits.max_meta_bytes
-            ));
+            return Err(ContainerError::HeaderTooLarge {
+                len,
+                limit: limits.max_meta_bytes,
+            });
         }
-        serde_json::from_slice(self.take(len)?).map_err(|e| format!("its header is not valid: {e}"))
+        Ok(serde_json::from_slice(self.take(len)?)?)
     }
 }
 
@@ -122,12 +194,12 @@ impl<'a> Cursor<'a> {
 /// included, so that offsets are the object's).
 pub fn sealed_body<'a>(bytes: &'a [u8], magic: &[u8; 8], what: &str) -> ContainerResult<&'a [u8]> {
     if bytes.len() < magic.len() + 8 || &bytes[..magic.len()] != magic {
-        return Err(format!("not a stokehold {what} (bad magic)"));
+        return Err(ContainerError::BadMagic { what: what.into() });
     }
     let (body, tail) = bytes.split_at(bytes.len() - 4);
     let stored = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
     if crc::crc32c(body) != stored {
-        return Err("its checksum does not match (damaged)".into());
+        return Err(ContainerError::Checksum);
     }
     Ok(body)
 }
@@ -166,10 +238,10 @@ impl PartFooter {
         version: u32,
     ) -> ContainerResult<PartFooter> {
         if size < Self::LEN || footer.len() as u64 != Self::LEN {
-            return Err(format!("{size} bytes, shorter than its footer"));
+            return Err(ContainerError::ShorterThanFooter { size });
         }
         if &footer[0..8] != magic {
-            return Err("no part footer".into());
+            return Err(ContainerError::NoFooter);
         }
         let mut c = Cursor::new(footer, 8);
         let f = PartFooter {
@@ -179,7 +251,7 @@ impl PartFooter {
             data_end: c.u64()?,
         };
         if f.version != version {
-            return Err(format!("written by prefix version {}", f.version));
+            return Err(ContainerError::Version(f.version));
         }
         let fits = f.count.checked_mul(PartEntry::LEN).is_some_and(|l| {
             f.data_end
@@ -188,10 +260,11 @@ impl PartFooter {
                 == Some(size)
         });
         if !fits {
-            return Err(format!(
-                "its footer's count {} and pixel end {} do not fit its {size} bytes",
-                f.count, f.data_end
-            ));
+            return Err(ContainerError::FooterMismatch {
+                count: f.count,
+                data_end: f.data_end,
+                size,
+            });
         }
         Ok(f)
     }
@@ -204,16 +277,16 @@ impl PartFooter {
     /// Parse the index the footer locates: its checksum, then each entry inside the pixels.
     pub fn parse_index(&self, index: &[u8]) -> ContainerResult<Vec<PartEntry>> {
         if index.len() as u64 != self.count * PartEntry::LEN {
-            return Err("its index is not the length its footer says".into());
+            return Err(ContainerError::IndexLength);
         }
         if crc::crc32c(index) != self.index_crc {
-            return Err("its index fails its checksum".into());
+            return Err(ContainerError::IndexChecksum);
         }
         let mut c = Cursor::new(index, 0);
         let mut i = 0u64;
         c.table(self.count, PartEntry::LEN as usize, |c| {
             let e = PartEntry::decode(c.take(PartEntry::LEN as usize)?, self.data_end)
-                .ok_or_else(|| format!("index entry {i} points outside the pixels"));
+                .ok_or(ContainerError::EntryOutside(i));
             i += 1;
             e
         })
@@ -332,23 +405,34 @@ mod tests {
         };
         let good = part(&[e], 40, 1);
         assert_eq!(open(&good, 1).unwrap(), vec![e]);
-        assert!(open(&good, 2).unwrap_err().contains("prefix version 1"));
+        assert!(
+            open(&good, 2)
+                .unwrap_err()
+                .to_string()
+                .contains("prefix version 1")
+        );
         // an entry past the pixels
         let far = PartEntry { offset: 30, ..e };
         assert!(
             open(&part(&[far], 40, 1), 1)
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         // a flipped index byte
         let mut bad = good.clone();
         bad[41] ^= 1;
-        assert!(open(&bad, 1).unwrap_err().contains("checksum"));
+        assert!(open(&bad, 1).unwrap_err().to_string().contains("checksum"));
         // a count that does not fit
         let mut big = good.clone();
         let n = big.len();
         big[n - 16..n - 8].copy_from_slice(&u64::MAX.to_le_bytes());
-        assert!(open(&big, 1).unwrap_err().contains("do not fit"));
+        assert!(
+            open(&big, 1)
+                .unwrap_err()
+                .to_string()
+                .contains("do not fit")
+        );
         assert!(open(&good[..10], 1).is_err());
     }
 
@@ -373,11 +457,13 @@ mod tests {
         assert!(
             sealed_body(&bad, MAGIC, "thing")
                 .unwrap_err()
+                .to_string()
                 .contains("damaged")
         );
         assert!(
             sealed_body(b"NOTMAGIC....", MAGIC, "thing")
                 .unwrap_err()
+                .to_string()
                 .contains("bad magic")
         );
     }

@@ -52,7 +52,7 @@ pub use record::{
     ArrayValue, CodecCacheStats, FieldValue, Held, RecordCodec, RecordEncoder, RecordError,
     RecordFields, RecordView,
 };
-pub use schema::{Compression, DType, Field, FieldType, ImageCodec, Schema};
+pub use schema::{Compression, DType, Field, FieldType, ImageCodec, InvalidFieldType, Schema};
 pub use shard::{
     Header, IndexEntry, OpenStep, SHARD_VERSION, ShardMeta, ShardOpening, ShardReader, ShardSource,
     ShardStructure, ShardSummary, ShardWriter, Trailer, WriteError, WriteOptions, parse_index,

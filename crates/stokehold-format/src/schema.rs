@@ -189,10 +189,27 @@ struct RawField {
     compression: Option<Compression>,
 }
 
-impl TryFrom<RawField> for Field {
-    type Error = String;
+/// A field of a schema whose type is not one stokehold knows (or lacks its dtype or codec).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "field {name:?}: invalid type {ty:?} (with dtype {dtype:?}, codec {codec:?}); expected \
+     bytes, string, int64, float64, ndarray with a dtype, or image with a codec"
+)]
+pub struct InvalidFieldType {
+    /// The field's name.
+    pub name: String,
+    /// The type it names.
+    pub ty: String,
+    /// The dtype it gives.
+    pub dtype: Option<DType>,
+    /// The codec it gives.
+    pub codec: Option<ImageCodec>,
+}
 
-    fn try_from(r: RawField) -> std::result::Result<Field, String> {
+impl TryFrom<RawField> for Field {
+    type Error = InvalidFieldType;
+
+    fn try_from(r: RawField) -> std::result::Result<Field, InvalidFieldType> {
         let ty = match (r.ty.as_str(), r.dtype, r.codec) {
             ("bytes", None, None) => FieldType::Bytes,
             ("string", None, None) => FieldType::String,
@@ -200,12 +217,13 @@ impl TryFrom<RawField> for Field {
             ("float64", None, None) => FieldType::Float64,
             ("ndarray", Some(dtype), None) => FieldType::Ndarray { dtype },
             ("image", None, Some(codec)) => FieldType::Image { codec },
-            (t, d, c) => {
-                return Err(format!(
-                    "field {:?}: invalid type {t:?} (with dtype {d:?}, codec {c:?}); expected \
-                     bytes, string, int64, float64, ndarray with a dtype, or image with a codec",
-                    r.name
-                ));
+            (_, dtype, codec) => {
+                return Err(InvalidFieldType {
+                    name: r.name,
+                    ty: r.ty,
+                    dtype,
+                    codec,
+                });
             }
         };
         Ok(Field {

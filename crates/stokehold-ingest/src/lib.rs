@@ -38,6 +38,12 @@ impl From<&str> for Unusable {
     }
 }
 
+impl From<stokehold_format::container::ContainerError> for Unusable {
+    fn from(e: stokehold_format::container::ContainerError) -> Self {
+        Unusable(e.to_string())
+    }
+}
+
 impl std::ops::Deref for Unusable {
     type Target = str;
     fn deref(&self) -> &str {

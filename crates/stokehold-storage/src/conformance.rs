@@ -34,8 +34,25 @@ impl Lcg {
     }
 }
 
-fn fail(name: &str, what: impl std::fmt::Display) -> String {
-    format!("storage {name:?}: {what}")
+/// What a backend did against the contract: which backend (a [`Storage`] or a [`Location`]), and
+/// the call and its result.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {name:?}: {what}")]
+pub struct Nonconforming {
+    /// "storage" or "location".
+    pub kind: &'static str,
+    /// The backend's label.
+    pub name: String,
+    /// The call and what it did.
+    pub what: String,
+}
+
+fn fail(name: &str, what: impl std::fmt::Display) -> Nonconforming {
+    Nonconforming {
+        kind: "storage",
+        name: name.into(),
+        what: what.to_string(),
+    }
 }
 
 fn check_range(
@@ -44,7 +61,7 @@ fn check_range(
     data: &[u8],
     offset: u64,
     len: usize,
-) -> Result<(), String> {
+) -> Result<(), Nonconforming> {
     let mut buf = vec![0xA5u8; len];
     s.read_at(offset, &mut buf)
         .map_err(|e| fail(name, format!("read_at({offset}, {len}): {e}")))?;
@@ -66,7 +83,7 @@ fn check_range(
     Ok(())
 }
 
-fn expect_eof(s: &dyn Storage, name: &str, offset: u64, len: usize) -> Result<(), String> {
+fn expect_eof(s: &dyn Storage, name: &str, offset: u64, len: usize) -> Result<(), Nonconforming> {
     let mut buf = vec![0u8; len];
     match s.read_at(offset, &mut buf) {
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {}
@@ -96,7 +113,7 @@ fn expect_eof(s: &dyn Storage, name: &str, offset: u64, len: usize) -> Result<()
 /// a multi-megabyte file): sizes, exact reads at every alignment, reads that end at the last byte,
 /// reads past the end and overflowing ranges (errors, not panics or short reads), zero-copy slices
 /// agreeing with reads, readahead hints with no visible effect, and concurrent readers.
-pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), String> {
+pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), Nonconforming> {
     let a = DIRECT_ALIGN;
     for (i, len) in [0, 1, a - 1, a, a + 1, 3 * a + 17, 4 << 20]
         .into_iter()
@@ -180,7 +197,7 @@ pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), Str
                                 let l = r.below((n - off).min(2 * a as u64) + 1) as usize;
                                 check_range(s, name, data, off, l)?;
                             }
-                            Ok::<(), String>(())
+                            Ok::<(), Nonconforming>(())
                         })
                     })
                     .collect();
@@ -195,8 +212,12 @@ pub fn check_storage(name: &str, dir: &Path, open: Opener<'_>) -> Result<(), Str
     Ok(())
 }
 
-fn lfail(name: &str, what: impl std::fmt::Display) -> String {
-    format!("location {name:?}: {what}")
+fn lfail(name: &str, what: impl std::fmt::Display) -> Nonconforming {
+    Nonconforming {
+        kind: "location",
+        name: name.into(),
+        what: what.to_string(),
+    }
 }
 
 fn read_one(
@@ -217,7 +238,7 @@ fn read_one(
         .unwrap_or_else(|| Err(io::Error::other("read_ranges returned nothing")))
 }
 
-fn head_of(loc: &dyn Location, label: &str, name: &str) -> Result<ObjectMeta, String> {
+fn head_of(loc: &dyn Location, label: &str, name: &str) -> Result<ObjectMeta, Nonconforming> {
     loc.head(name)
         .map_err(|e| lfail(label, format!("head({name:?}): {e}")))
 }
@@ -229,7 +250,7 @@ fn head_of(loc: &dyn Location, label: &str, name: &str) -> Result<ObjectMeta, St
 /// `put` (whole, replacing, a new version), `put_if_absent` (only once), `writer` (the object
 /// appears only at `finish`; dropped unfinished it leaves nothing), `delete` (a missing object
 /// too), and `list` showing exactly the objects with their sizes.
-pub fn check_location(label: &str, loc: &dyn Location) -> Result<(), String> {
+pub fn check_location(label: &str, loc: &dyn Location) -> Result<(), Nonconforming> {
     let listed = loc.list().map_err(|e| lfail(label, format!("list: {e}")))?;
     if !listed.is_empty() {
         return Err(lfail(label, format!("not empty: {:?}", listed.keys())));

@@ -52,6 +52,6 @@ pub use locate::{ManifestIo, OpenShard, locate};
 pub use location::{LocalDir, Location, MemoryDir, ObjectMeta, Place, local_path, require_local};
 pub use node_dir::{Claim, ClaimError, FreeSpace, NodeDir, claim_file};
 pub use parts::{Commit, PartWriter, abort_parts, commit_parts, prepare_parts};
-pub use threads::{check_threads, max_threads};
+pub use threads::{TooManyThreads, check_threads, max_threads};
 pub use verify::{VerifyOptions, VerifyReport, verify_dataset};
 pub use writer::{DatasetWriteOptions, DatasetWriter, EXTRA_FILES, sweep_stale_staging};

@@ -9,17 +9,32 @@ pub fn max_threads() -> usize {
     cores.saturating_mul(4).max(16)
 }
 
-/// `threads` (an option named `what`; 0 means one per core) if at most [`max_threads`], else a
-/// message saying the bound and why.
-pub fn check_threads(what: &str, threads: usize) -> Result<usize, String> {
+/// A thread option over [`max_threads`]: the bound and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what} must be at most {max} on this machine (4 per core, at least 16; 0 means one per \
+     core), got {got}: more threads than that only add memory and scheduling"
+)]
+pub struct TooManyThreads {
+    /// The option's name.
+    pub what: String,
+    /// The bound on this machine.
+    pub max: usize,
+    /// What was asked.
+    pub got: usize,
+}
+
+/// `threads` (an option named `what`; 0 means one per core) if at most [`max_threads`].
+pub fn check_threads(what: &str, threads: usize) -> Result<usize, TooManyThreads> {
     let max = max_threads();
     if threads <= max {
         return Ok(threads);
     }
-    Err(format!(
-        "{what} must be at most {max} on this machine (4 per core, at least 16; 0 means one per \
-         core), got {threads}: more threads than that only add memory and scheduling"
-    ))
+    Err(TooManyThreads {
+        what: what.into(),
+        max,
+        got: threads,
+    })
 }
 
 #[cfg(test)]
@@ -32,7 +47,7 @@ mod tests {
         assert!(max >= 16);
         assert_eq!(check_threads("threads", 0), Ok(0));
         assert_eq!(check_threads("threads", max), Ok(max));
-        let err = check_threads("--threads", 100_000).unwrap_err();
+        let err = check_threads("--threads", 100_000).unwrap_err().to_string();
         assert!(err.starts_with(&format!("--threads must be at most {max} on this machine")));
         assert!(err.ends_with("got 100000: more threads than that only add memory and scheduling"));
     }

@@ -764,11 +764,12 @@ pub(crate) fn thread_pool(
     threads: usize,
     name: &'static str,
 ) -> Result<rayon::ThreadPool, PackError> {
-    let threads =
-        match stokehold_storage::check_threads("threads", threads).map_err(PackError::Input)? {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            n => n,
-        };
+    let threads = match stokehold_storage::check_threads("threads", threads)
+        .map_err(|e| PackError::Input(e.to_string()))?
+    {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .thread_name(move |i| format!("stokehold-{name}-{i}"))

@@ -114,6 +114,44 @@ fn truthy(v: Option<String>) -> bool {
     v.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes"))
 }
 
+/// What is wrong with a store's set-up before any request ([`Setup::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Misconfigured {
+    /// An Azure store whose account is named nowhere.
+    #[error(
+        "no storage account is named for {url}: set AZURE_STORAGE_ACCOUNT_NAME (or \
+         storage_options azure_storage_account_name=), or give the account in the URL \
+         (abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH)"
+    )]
+    NoAzureAccount {
+        /// The dataset's URL.
+        url: String,
+    },
+    /// A Google Cloud store without credentials, off Google Cloud.
+    #[error("{}", no_gcs_credentials(.url))]
+    NoGcsCredentials {
+        /// The dataset's URL.
+        url: String,
+    },
+    /// An Azure store without credentials, off Azure.
+    #[error("{}", no_azure_credentials(.url))]
+    NoAzureCredentials {
+        /// The dataset's URL.
+        url: String,
+    },
+    /// A plain-HTTP endpoint that is not allowed.
+    #[error(
+        "the endpoint {endpoint} is plain HTTP, which is refused unless allowed: set \
+         AWS_ALLOW_HTTP=true (or storage_options allow_http=true) for a test server, or give an \
+         https:// endpoint"
+    )]
+    PlainHttp {
+        /// The endpoint as given.
+        endpoint: String,
+    },
+}
+
 impl Setup {
     /// The set-up of an S3 builder (environment and options applied).
     pub fn of_s3(url: &str, b: &AmazonS3Builder) -> Setup {
@@ -203,7 +241,7 @@ impl Setup {
     /// What is wrong before any request: a plain-HTTP endpoint that is not allowed (the client
     /// would fail every request with "builder error", naming nothing); an Azure store with no
     /// account; a Google Cloud or Azure store with no credentials off that cloud.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Misconfigured> {
         let asks_metadata = !self.credentials && !self.metadata_named;
         let off = match self.kind {
             Kind::Gcs if asks_metadata => off_gcp(&read_dmi()),
@@ -214,19 +252,24 @@ impl Setup {
     }
 
     /// [`Setup::check`] on a machine that is (`off`: certainly not) a VM of the store's cloud.
-    fn check_on(&self, off: bool) -> Result<(), String> {
+    fn check_on(&self, off: bool) -> Result<(), Misconfigured> {
         if self.kind == Kind::Azure && self.no_account {
-            return Err(format!(
-                "no storage account is named for {}: set AZURE_STORAGE_ACCOUNT_NAME (or \
-                 storage_options azure_storage_account_name=), or give the account in the URL \
-                 (abfs://CONTAINER@ACCOUNT.dfs.core.windows.net/PATH)",
-                self.url
-            ));
+            return Err(Misconfigured::NoAzureAccount {
+                url: self.url.clone(),
+            });
         }
         if !self.credentials && !self.metadata_named && off {
             match self.kind {
-                Kind::Gcs => return Err(no_gcs_credentials(&self.url)),
-                Kind::Azure => return Err(no_azure_credentials(&self.url)),
+                Kind::Gcs => {
+                    return Err(Misconfigured::NoGcsCredentials {
+                        url: self.url.clone(),
+                    });
+                }
+                Kind::Azure => {
+                    return Err(Misconfigured::NoAzureCredentials {
+                        url: self.url.clone(),
+                    });
+                }
                 _ => {}
             }
         }
@@ -236,11 +279,9 @@ impl Setup {
                     && !self.allow_http
                     && ep.to_ascii_lowercase().starts_with("http://") =>
             {
-                Err(format!(
-                    "the endpoint {ep} is plain HTTP, which is refused unless allowed: set \
-                     AWS_ALLOW_HTTP=true (or storage_options allow_http=true) for a test server, \
-                     or give an https:// endpoint"
-                ))
+                Err(Misconfigured::PlainHttp {
+                    endpoint: ep.clone(),
+                })
             }
             _ => Ok(()),
         }
@@ -405,7 +446,10 @@ mod tests {
 
     #[test]
     fn plain_http_is_refused_before_any_request_naming_the_variable() {
-        let e = s3(Some("http://127.0.0.1:9000"), true).check().unwrap_err();
+        let e = s3(Some("http://127.0.0.1:9000"), true)
+            .check()
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("AWS_ALLOW_HTTP=true") && e.contains("http://127.0.0.1:9000"),
             "{e}"
@@ -425,7 +469,7 @@ mod tests {
             kind: Kind::Gcs,
             ..Setup::default()
         };
-        let e = gcs.check_on(true).unwrap_err();
+        let e = gcs.check_on(true).unwrap_err().to_string();
         assert!(
             e.contains("no credentials were found for gs://b/ds")
                 && e.contains("GOOGLE_APPLICATION_CREDENTIALS")
@@ -444,7 +488,7 @@ mod tests {
             kind: Kind::Azure,
             ..Setup::default()
         };
-        let e = az.check_on(true).unwrap_err();
+        let e = az.check_on(true).unwrap_err().to_string();
         assert!(
             e.contains("no credentials were found for az://c/ds")
                 && e.contains("AZURE_STORAGE_ACCOUNT_KEY")
@@ -456,7 +500,7 @@ mod tests {
             credentials: true,
             ..az.clone()
         };
-        let e = no_account.check_on(false).unwrap_err();
+        let e = no_account.check_on(false).unwrap_err().to_string();
         assert!(
             e.contains("no storage account is named for az://c/ds")
                 && e.contains("AZURE_STORAGE_ACCOUNT_NAME"),

@@ -57,7 +57,7 @@ pub const DEFAULT_RETRIES: usize = 10;
 /// (idle tokio workers look for work before they park), for no throughput; one thread serves a
 /// few thousand GETs a second.
 fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
-    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    static RT: OnceLock<io::Result<tokio::runtime::Runtime>> = OnceLock::new();
     RT.get_or_init(|| {
         let threads = std::env::var("STOKEHOLD_IO_THREADS")
             .ok()
@@ -71,7 +71,6 @@ fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
             .thread_name("stokehold-io")
             .enable_all()
             .build()
-            .map_err(|e| e.to_string())
     })
     .as_ref()
     .map_err(|e| io::Error::other(format!("cannot start the object-storage I/O runtime: {e}")))
@@ -234,7 +233,7 @@ impl RemoteStore {
                     bucket: parsed.host_str().unwrap_or_default().to_string(),
                     ..diagnose::Setup::of_s3(&url, &b)
                 };
-                setup.check().map_err(&bad)?;
+                setup.check().map_err(|e| bad(e.to_string()))?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }
@@ -245,7 +244,7 @@ impl RemoteStore {
                     b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
                 }
                 setup = diagnose::Setup::of_gcs(&url, &b);
-                setup.check().map_err(&bad)?;
+                setup.check().map_err(|e| bad(e.to_string()))?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }
@@ -256,7 +255,7 @@ impl RemoteStore {
                     b = b.with_config(k.parse().map_err(|_| unknown(&k))?, v);
                 }
                 setup = diagnose::Setup::of_azure(&url, &b);
-                setup.check().map_err(&bad)?;
+                setup.check().map_err(|e| bad(e.to_string()))?;
                 let b = b.with_retry(retry).with_http_connector(connector);
                 Arc::new(b.build().map_err(|e| bad(store_error(&e)))?)
             }

@@ -49,13 +49,36 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use rustix::fs::FlockOperation;
-use stokehold_format::container::{PartEntry, PartFooter};
+use stokehold_format::container::{ContainerError, PartEntry, PartFooter};
 use stokehold_format::crc;
 use stokehold_storage::FreeSpace;
 
 use crate::cache::decoded_image::DecodedImage;
 use crate::error::Result;
 use crate::stats::CacheStats;
+
+/// Why a part could not be written or read: it only stops the cache's writing, or has one
+/// part ignored (the images are computed again), so it is said on stderr, never returned.
+#[derive(Debug, thiserror::Error)]
+enum PartError {
+    #[error("{0}")]
+    Io(#[from] io::Error),
+    #[error("creating {path}: {source}")]
+    Create { path: PathBuf, source: io::Error },
+    #[error(
+        "its filesystem would keep less than {floor} free ({free} free now; {KEEP_FREE_ENV} (or decoded_cache_keep_free=) sets the floor)"
+    )]
+    Floor {
+        floor: crate::units::ByteSize,
+        free: crate::units::ByteSize,
+    },
+    #[error("{0}")]
+    Container(#[from] ContainerError),
+    #[error("a lock of the cache was poisoned by a panic")]
+    Poisoned,
+    #[error("too many parts")]
+    TooManyParts,
+}
 
 /// Bumped whenever the prefix's pixels change (decoder, resizer, colour conversion), so that a
 /// directory written by another version is never read.
@@ -525,7 +548,7 @@ impl DecodedDisk {
             match self.start_part() {
                 Ok(new) => *w = Some(new),
                 Err(e) => {
-                    self.stop(&e);
+                    self.stop(&e.to_string());
                     return;
                 }
             }
@@ -580,15 +603,14 @@ impl DecodedDisk {
     }
 
     /// A new part file, locked, registered as a part (so this process can read it at once).
-    fn start_part(&self) -> std::result::Result<Writer, String> {
+    fn start_part(&self) -> std::result::Result<Writer, PartError> {
         if let Ok(space) = FreeSpace::of(&self.dir)
             && let Err(floor) = space.check(self.part_bytes, self.keep_free)
         {
-            return Err(format!(
-                "its filesystem would keep less than {} free ({} free now; {KEEP_FREE_ENV} (or decoded_cache_keep_free=) sets the floor)",
-                crate::units::ByteSize(floor),
-                crate::units::ByteSize(space.free),
-            ));
+            return Err(PartError::Floor {
+                floor: crate::units::ByteSize(floor),
+                free: crate::units::ByteSize(space.free),
+            });
         }
         loop {
             let n = NEXT_PART.fetch_add(1, Ordering::Relaxed);
@@ -605,7 +627,7 @@ impl DecodedDisk {
             {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(format!("creating {}: {e}", tmp.display())),
+                Err(source) => return Err(PartError::Create { path: tmp, source }),
             };
             if !try_lock(&file).unwrap_or(false) {
                 continue; // a sweeper holds it for a moment: take another name
@@ -619,8 +641,8 @@ impl DecodedDisk {
                 continue;
             }
             let file = Arc::new(file);
-            let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
-            let part = u32::try_from(parts.len()).map_err(|_| "too many parts".to_string())?;
+            let mut parts = self.parts.write().map_err(|_| PartError::Poisoned)?;
+            let part = u32::try_from(parts.len()).map_err(|_| PartError::TooManyParts)?;
             parts.push(PartFile {
                 file: Arc::clone(&file),
                 name: tmp.clone(),
@@ -718,14 +740,17 @@ impl DecodedDisk {
     /// The part `part` rewritten with the images `keep` only (the others are in other parts):
     /// a new tmp file, locked, taking the old one's place as part `part.part`; the index points
     /// the kept images at it and the others at the parts that hold them.
-    fn compact(&self, part: &Writer, keep: &[(u64, Loc)]) -> std::result::Result<Writer, String> {
+    fn compact(
+        &self,
+        part: &Writer,
+        keep: &[(u64, Loc)],
+    ) -> std::result::Result<Writer, PartError> {
         let mut new = self.start_part()?;
         for (id, loc) in keep {
             let mut data = vec![0u8; loc.len() as usize];
             part.file
                 .read_exact_at(&mut data, loc.offset)
-                .and_then(|()| new.file.write_all_at(&data, new.at))
-                .map_err(|e| e.to_string())?;
+                .and_then(|()| new.file.write_all_at(&data, new.at))?;
             new.entries.push((
                 *id,
                 Loc {
@@ -737,7 +762,7 @@ impl DecodedDisk {
             new.at += loc.len();
         }
         let _ = fs::remove_file(&part.tmp);
-        let mut parts = self.parts.write().map_err(|_| "poisoned".to_string())?;
+        let mut parts = self.parts.write().map_err(|_| PartError::Poisoned)?;
         // the new file takes the old part's number; its own slot is left unused
         if let Some(slot) = parts.get_mut(new.part as usize) {
             slot.name = PathBuf::new();
@@ -747,7 +772,7 @@ impl DecodedDisk {
             f.name = new.tmp.clone();
         }
         drop(parts);
-        let mut index = self.index.write().map_err(|_| "poisoned".to_string())?;
+        let mut index = self.index.write().map_err(|_| PartError::Poisoned)?;
         for (id, loc) in &new.entries {
             index.insert(*id, *loc);
         }
@@ -808,22 +833,20 @@ struct Part {
 }
 
 /// Open a published part (number `part` in this process) and check its footer and index.
-fn read_part(path: &Path, part: u32) -> std::result::Result<Part, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
-    let size = file.metadata().map_err(|e| e.to_string())?.len();
+fn read_part(path: &Path, part: u32) -> std::result::Result<Part, PartError> {
+    let file = File::open(path)?;
+    let size = file.metadata()?.len();
     if size < FOOTER {
-        return Err(format!("{size} bytes, shorter than its footer"));
+        return Err(ContainerError::ShorterThanFooter { size }.into());
     }
     let mut footer = [0u8; FOOTER as usize];
-    file.read_exact_at(&mut footer, size - FOOTER)
-        .map_err(|e| e.to_string())?;
+    file.read_exact_at(&mut footer, size - FOOTER)?;
     // the one checked parser of our containers: the index must fill the file exactly between
     // the pixels and the footer, so its length is bounded by the file's before it is allocated
     let footer = PartFooter::parse(&footer, size, MAGIC, PREFIX_VERSION)?;
     let range = footer.index_range();
     let mut index = vec![0u8; (range.end - range.start) as usize];
-    file.read_exact_at(&mut index, range.start)
-        .map_err(|e| e.to_string())?;
+    file.read_exact_at(&mut index, range.start)?;
     let entries = footer
         .parse_index(&index)?
         .iter()
@@ -944,13 +967,14 @@ mod tests {
         let mut huge = bytes.clone();
         huge[n - 16..n - 8].copy_from_slice(&(u64::MAX / 64).to_le_bytes());
         fs::write(&part, &huge).unwrap();
-        let err = read_part(&part, 0).unwrap_err();
+        let err = read_part(&part, 0).unwrap_err().to_string();
         assert!(err.contains("do not fit"), "{err}");
         // truncated
         fs::write(&part, &bytes[..10]).unwrap();
         assert!(
             read_part(&part, 0)
                 .unwrap_err()
+                .to_string()
                 .contains("shorter than its footer")
         );
     }

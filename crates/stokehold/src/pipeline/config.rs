@@ -212,7 +212,7 @@ impl LoaderConfig {
             ));
         }
         if let Err(m) = stokehold_storage::check_threads("threads", self.threads) {
-            return bad(m);
+            return bad(m.to_string());
         }
         if let ErrorPolicy::Skip { max_fraction, .. } = self.on_error
             && !(0.0..=1.0).contains(&max_fraction)

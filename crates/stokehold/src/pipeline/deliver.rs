@@ -278,12 +278,12 @@ impl BatchIter {
         // mixture's sources), checked here, in the order of delivery
         let failed_ids: Vec<u64> = failed.iter().map(|&slot| batch.ids[slot]).collect();
         let groups = self.core.groups.as_ref();
-        if let Err(detail) = groups.map_or(Ok(()), |g| {
+        if let Err(over) = groups.map_or(Ok(()), |g| {
             g.check_skips(self.run.epoch, &failed_ids, epoch_samples)
         }) {
             let (_, first) = failures.into_iter().next().expect("not empty");
             return Err(EngineError::TooManyFailures {
-                detail,
+                detail: over.to_string(),
                 first: Box::new(first),
             });
         }

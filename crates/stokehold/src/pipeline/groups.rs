@@ -84,7 +84,7 @@ impl GroupAccounts {
         epoch: u64,
         ids: &[u64],
         epoch_samples: u64,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(), OverBudget> {
         if !self.budgets {
             return Ok(());
         }
@@ -102,15 +102,14 @@ impl GroupAccounts {
             let share = shares.get(g).map_or(1.0, |s| s.weight);
             let budget = f * share * epoch_samples as f64;
             if skips.1[g] as f64 > budget {
-                return Err(format!(
-                    "{} samples of {} '{}' skipped this epoch, more than its budget \
-                     ({:.1}% of its share, about {:.0} of this rank's {epoch_samples} samples)",
-                    skips.1[g],
-                    self.groups.noun(),
-                    self.groups.names()[g],
-                    f * 100.0,
-                    share * epoch_samples as f64
-                ));
+                return Err(OverBudget {
+                    skipped: skips.1[g],
+                    noun: self.groups.noun(),
+                    name: self.groups.names()[g].clone(),
+                    fraction: f,
+                    budget: share * epoch_samples as f64,
+                    epoch_samples,
+                });
             }
         }
         Ok(())
@@ -176,4 +175,21 @@ impl GroupAccounts {
             }
         }
     }
+}
+
+/// A group's skips passed its budget this epoch (what [`GroupAccounts::check_skips`] refuses).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{skipped} samples of {noun} '{name}' skipped this epoch, more than its budget \
+     ({:.1}% of its share, about {:.0} of this rank's {epoch_samples} samples)",
+    .fraction * 100.0,
+    .budget
+)]
+pub(crate) struct OverBudget {
+    skipped: u64,
+    noun: &'static str,
+    name: String,
+    fraction: f64,
+    budget: f64,
+    epoch_samples: u64,
 }
