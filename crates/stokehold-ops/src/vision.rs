@@ -169,7 +169,7 @@ impl Bicubic {
         if ow == 0 || oh == 0 {
             return Err(OpsError::Invalid(format!("output size {ow}x{oh}")));
         }
-        dst.clear();
+        // every byte is written below: a buffer of the right size is reused as it is
         dst.resize(ow * oh * c, 0);
         if (sw, sh) == (ow, oh) {
             dst.copy_from_slice(src.data);
@@ -319,6 +319,11 @@ fn vertical(rows: &[u8], stride: usize, rows_from: usize, y: &Coeffs, oh: usize,
     vertical_body(rows, stride, rows_from, y, oh, out);
 }
 
+/// [`vertical_body`]'s sums with AVX2, 16 bytes of a row at a time kept in registers over all
+/// the taps. A 22-bit weight `w` is split as `wh · 2^15 + wl` (`wl` in `0..2^15`, both fit
+/// 16 bits), so two taps of 16 pixels are four `vpmaddwd`s; `Σ p·wl` stays in `i32` for up to
+/// 257 taps (wider windows take the plain loop) and `(Σ p·wh) · 2^15 + Σ p·wl` is the exact sum
+/// (wrapping arithmetic, and the true sum fits `i32`), so the bytes are [`vertical_body`]'s.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn vertical_avx2(
@@ -329,7 +334,79 @@ fn vertical_avx2(
     oh: usize,
     out: &mut [u8],
 ) {
-    vertical_body(rows, stride, rows_from, y, oh, out);
+    use std::arch::x86_64::*;
+
+    if y.ksize > 256 || stride < 16 {
+        vertical_body(rows, stride, rows_from, y, oh, out);
+        return;
+    }
+    let half = _mm256_set1_epi32(1i32 << (PRECISION_BITS - 1));
+    let chunks = stride / 16;
+    // the weights of a row as (wl, wh) pairs of taps, each broadcast over the lanes
+    let mut pairs: Vec<(__m256i, __m256i)> = Vec::with_capacity(y.ksize.div_ceil(2));
+    for (yy, line) in out.chunks_exact_mut(stride).enumerate().take(oh) {
+        let (s, n) = (y.start[yy] - rows_from, y.len[yy]);
+        let k = &y.k[yy * y.ksize..yy * y.ksize + n];
+        // every source row this output row reads lies in `rows`
+        assert!((s + n) * stride <= rows.len(), "rows cover the window");
+        pairs.clear();
+        for t in k.chunks(2) {
+            let (a, b) = (t[0], t.get(1).copied().unwrap_or(0));
+            let lo = |w: i32| (w & 0x7FFF) as i16;
+            let hi = |w: i32| (w >> 15) as i16;
+            pairs.push((
+                _mm256_set1_epi32(i32::from(lo(a)) as u16 as i32 | i32::from(lo(b)) << 16),
+                _mm256_set1_epi32(i32::from(hi(a)) as u16 as i32 | i32::from(hi(b)) << 16),
+            ));
+        }
+        for ch in 0..chunks {
+            let x = ch * 16;
+            let (mut lo0, mut lo1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let (mut hi0, mut hi1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for (i, &(wl, wh)) in pairs.iter().enumerate() {
+                let j = 2 * i;
+                // the second row of an odd last pair is the first again, with weight 0
+                let j1 = if j + 1 < n { j + 1 } else { j };
+                // SAFETY: rows `s + j` and `s + j1` are inside `rows` (asserted above), and
+                // `x + 16 <= stride`: each load reads 16 bytes of one row.
+                let (a, b) = unsafe {
+                    (
+                        _mm_loadu_si128(rows.as_ptr().add((s + j) * stride + x).cast()),
+                        _mm_loadu_si128(rows.as_ptr().add((s + j1) * stride + x).cast()),
+                    )
+                };
+                let p0 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b));
+                let p1 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(a, b));
+                lo0 = _mm256_add_epi32(lo0, _mm256_madd_epi16(p0, wl));
+                lo1 = _mm256_add_epi32(lo1, _mm256_madd_epi16(p1, wl));
+                hi0 = _mm256_add_epi32(hi0, _mm256_madd_epi16(p0, wh));
+                hi1 = _mm256_add_epi32(hi1, _mm256_madd_epi16(p1, wh));
+            }
+            let t0 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi0, 15), lo0), half);
+            let t1 = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi1, 15), lo1), half);
+            // clip8: the sum >> 22, saturated to 0..=255 (as clip8's two bounds)
+            let s16 = _mm256_packs_epi32(
+                _mm256_srai_epi32(t0, PRECISION_BITS as i32),
+                _mm256_srai_epi32(t1, PRECISION_BITS as i32),
+            );
+            let s16 = _mm256_permute4x64_epi64(s16, 0b11_01_10_00);
+            let bytes = _mm_packus_epi16(
+                _mm256_castsi256_si128(s16),
+                _mm256_extracti128_si256(s16, 1),
+            );
+            // SAFETY: `x + 16 <= stride == line.len()`.
+            unsafe { _mm_storeu_si128(line.as_mut_ptr().add(x).cast(), bytes) };
+        }
+        // the last bytes of the row, as the plain loop does
+        let half = 1i32 << (PRECISION_BITS - 1);
+        for x in chunks * 16..stride {
+            let mut ss = half;
+            for (j, &w) in k.iter().enumerate() {
+                ss += i32::from(rows[(s + j) * stride + x]) * w;
+            }
+            line[x] = clip8(ss);
+        }
+    }
 }
 
 #[inline(always)]
@@ -452,6 +529,8 @@ pub struct VisionWorkspace {
     decoded: Pixels,
     resized: Vec<u8>,
     bicubic: Bicubic,
+    /// [`Qwen2Vl::patchify`]'s planes of a band of patch rows.
+    strip: Vec<f32>,
 }
 
 impl VisionWorkspace {
@@ -467,6 +546,7 @@ impl VisionWorkspace {
             },
             resized: Vec::new(),
             bicubic: Bicubic::new(),
+            strip: Vec::new(),
         })
     }
 
@@ -590,7 +670,13 @@ impl Qwen2Vl {
         let grid = self.grid(w, h)?;
         let (th, tw) = (grid[1] * self.patch_size, grid[2] * self.patch_size);
         ws.decode_resized(data, Some((tw, th)), self.dct_scaling, max_pixels_decoded)?;
-        self.patchify(&ws.resized, tw as usize, th as usize, pixel_values);
+        self.patchify(
+            &ws.resized,
+            tw as usize,
+            th as usize,
+            &mut ws.strip,
+            pixel_values,
+        );
         Ok(grid)
     }
 
@@ -599,16 +685,18 @@ impl Qwen2Vl {
     /// order, each row (channel, frame, y, x); the image repeated over the frames. Values as
     /// the PIL processor computes them: `f32(p · (1/255) in f64)`, then `(v − mean) / std` in
     /// `f32`.
-    fn patchify(&self, px: &[u8], w: usize, h: usize, out: &mut Vec<f32>) {
+    ///
+    /// A band of `merge_size` patch rows is first turned into three planes of floats (one table
+    /// lookup a byte), then each row of `pixel_values` is copied from them a patch line at a
+    /// time, appended (no buffer is zeroed first).
+    fn patchify(&self, px: &[u8], w: usize, h: usize, strip: &mut Vec<f32>, out: &mut Vec<f32>) {
         let (ps, m, tps) = (
             self.patch_size as usize,
             self.merge_size as usize,
             self.temporal_patch_size as usize,
         );
         let (gh, gw) = (h / ps, w / ps);
-        let row_len = self.row_len();
-        let base = out.len();
-        out.resize(base + gh * gw * row_len, 0.0);
+        out.reserve(gh * gw * self.row_len());
         // the value of every byte per channel, once
         let mut lut = [[0f32; 256]; 3];
         for (c, t) in lut.iter_mut().enumerate() {
@@ -617,31 +705,53 @@ impl Qwen2Vl {
                 *v = (r - self.mean[c]) / self.std[c];
             }
         }
-        let mut row = base;
+        let band = m * ps * w;
+        strip.resize(3 * band, 0.0);
         for bh in 0..gh / m {
+            let rows = &px[bh * band * 3..(bh + 1) * band * 3];
+            let (r, gb) = strip.split_at_mut(band);
+            let (g, b) = gb.split_at_mut(band);
+            for (((rgb, r), g), b) in rows.chunks_exact(3).zip(r).zip(g).zip(b) {
+                *r = lut[0][usize::from(rgb[0])];
+                *g = lut[1][usize::from(rgb[1])];
+                *b = lut[2][usize::from(rgb[2])];
+            }
             for bw in 0..gw / m {
                 for mh in 0..m {
                     for mw in 0..m {
-                        let (y0, x0) = ((bh * m + mh) * ps, (bw * m + mw) * ps);
-                        let dst = &mut out[row..row + row_len];
-                        for (c, t) in lut.iter().enumerate() {
-                            let plane = &mut dst[c * tps * ps * ps..(c + 1) * tps * ps * ps];
-                            let (first, rest) = plane.split_at_mut(ps * ps);
-                            for py in 0..ps {
-                                let src = &px[((y0 + py) * w + x0) * 3..];
-                                for pxx in 0..ps {
-                                    first[py * ps + pxx] = t[usize::from(src[pxx * 3 + c])];
+                        let (y0, x0) = (mh * ps, (bw * m + mw) * ps);
+                        for plane in strip.chunks_exact(band) {
+                            let first = out.len();
+                            // the common patch sides with a known length: copies inlined
+                            match ps {
+                                14 => patch_lines::<14>(plane, w, y0, x0, out),
+                                16 => patch_lines::<16>(plane, w, y0, x0, out),
+                                _ => {
+                                    for py in 0..ps {
+                                        out.extend_from_slice(&plane[(y0 + py) * w + x0..][..ps]);
+                                    }
                                 }
                             }
-                            for frame in rest.chunks_exact_mut(ps * ps) {
-                                frame.copy_from_slice(first);
+                            for _ in 1..tps {
+                                out.extend_from_within(first..first + ps * ps);
                             }
                         }
-                        row += row_len;
                     }
                 }
             }
         }
+    }
+}
+
+/// The `PS` lines of `PS` floats of the patch at (`y0`, `x0`) of `plane` (`w` floats a line),
+/// appended to `out`.
+#[inline(always)]
+fn patch_lines<const PS: usize>(plane: &[f32], w: usize, y0: usize, x0: usize, out: &mut Vec<f32>) {
+    for py in 0..PS {
+        let line: &[f32; PS] = plane[(y0 + py) * w + x0..][..PS]
+            .try_into()
+            .expect("PS floats");
+        out.extend_from_slice(line);
     }
 }
 
@@ -764,6 +874,47 @@ mod tests {
     }
 
     #[test]
+    fn the_vertical_pass_gives_the_plain_loops_bytes_at_every_width_and_window() {
+        // a fixed pseudo-random image, with edges at 0 and 255 (the clamps of clip8)
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut byte = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            match (state >> 60) as u8 {
+                0 => 0,
+                1 => 255,
+                _ => (state >> 33) as u8,
+            }
+        };
+        // strides around the 16-byte chunks; up, slight and strong reductions, and a window
+        // wider than the SIMD loop takes (> 256 taps)
+        for (stride, ih, oh) in [
+            (1, 9, 20),
+            (15, 40, 41),
+            (16, 40, 39),
+            (17, 100, 31),
+            (47, 375, 364),
+            (96, 64, 128),
+            (33, 3000, 7),
+            (18, 20000, 30),
+        ] {
+            let rows: Vec<u8> = (0..stride * ih).map(|_| byte()).collect();
+            let mut y = Coeffs::default();
+            y.compute(ih, oh);
+            let mut simd = vec![0u8; stride * oh];
+            let mut plain = vec![1u8; stride * oh];
+            vertical(&rows, stride, 0, &y, oh, &mut simd);
+            vertical_body(&rows, stride, 0, &y, oh, &mut plain);
+            assert!(
+                simd == plain,
+                "stride {stride}, {ih} -> {oh} rows (ksize {})",
+                y.ksize
+            );
+        }
+    }
+
+    #[test]
     fn bicubic_keeps_flat_areas_flat_and_copies_the_same_size() {
         let src = vec![77u8; 40 * 30 * 3];
         let view = PixelsRef {
@@ -809,7 +960,7 @@ mod tests {
             })
             .collect();
         let mut out = Vec::new();
-        q.patchify(&px, w, h, &mut out);
+        q.patchify(&px, w, h, &mut Vec::new(), &mut out);
         let row_len = q.row_len();
         assert_eq!(out.len(), 2 * 4 * row_len); // grid 2x4 patches
         let v = |p: u8| (f64::from(p) * (1.0 / 255.0)) as f32;
