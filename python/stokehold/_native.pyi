@@ -192,9 +192,11 @@ class _ChatTemplate:
     ) -> "_ChatTemplate": ...
     def render(self, conversation: Any) -> str:
         """The rendered text of one conversation."""
-    def encode(self, conversation: Any) -> Tuple[Any, Any]:
+    def encode(self, conversation: Any, expand: Optional[Tuple[int, List[int]]] = None) -> Tuple[Any, Any]:
         """``(input_ids int32, assistant_masks uint8)`` numpy arrays of one conversation."""
-    def encode_batch(self, conversations: Any, threads: int = 0) -> Tuple[Any, Any, Any]:
+    def encode_batch(
+        self, conversations: Any, threads: int = 0, expand: Optional[Tuple[int, List[List[int]]]] = None
+    ) -> Tuple[Any, Any, Any]:
         """``(input_ids int32, assistant_masks uint8, offsets int64 [n + 1])`` of many
         conversations, encoded on native threads without the GIL."""
     @property
@@ -203,6 +205,7 @@ class _ChatTemplate:
     def template(self) -> str: ...
     @property
     def special_tokens(self) -> List[Tuple[str, str]]: ...
+    def token_id(self, token: str) -> Optional[int]: ...
 
 
 @final
@@ -229,6 +232,8 @@ class Qwen2VL:
     ) -> "Qwen2VL": ...
     def grid(self, width: int, height: int) -> Tuple[int, int, int]:
         """The grid ``(t, h, w)`` in patches of a ``width`` x ``height`` image (its size alone)."""
+    def dimensions(self, data: bytes) -> Tuple[int, int]:
+        """The ``(width, height)`` an encoded image declares (its header alone)."""
     def num_tokens(self, width: int, height: int) -> int:
         """The tokens such an image becomes in the language model (``t*h*w // merge_size**2``)."""
     def __call__(self, images: List[bytes], *, threads: int = 2) -> Tuple[Any, Any]:

@@ -13,9 +13,9 @@ computes the loss mask, natively (the same tokens and mask as ``transformers``'
 """
 
 import os
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._native import Tokenizer, _ChatTemplate
+from ._native import ConfigError, Tokenizer, _ChatTemplate
 
 __all__ = ["ChatTemplate", "Tokenize", "Tokenizer"]
 
@@ -92,6 +92,12 @@ class ChatTemplate:
     :param add_generation_prompt: as ``apply_chat_template``'s (``False`` for training data).
     :param template_kwargs: more variables for the template (``apply_chat_template``'s
         ``**kwargs``: ``tools``, ``documents``, ``date_string``, ...).
+    :param images: the field of a row holding the sample's images (a list), for conversations
+        whose messages hold ``{"type": "image"}`` parts: the k-th image part takes the k-th image.
+    :param vision: the vision processor (:class:`stokehold.vision.Qwen2VL`) that says how many
+        tokens each image becomes: each image placeholder the template renders is expanded to
+        that many, as ``transformers``' processors do (``Qwen2VLProcessor.apply_chat_template``).
+    :param image_token: the placeholder token the template renders per image.
     :raises ConfigError: the tokenizer, its config or the template cannot be loaded or compiled;
         when encoding, a conversation the template raises on (the message names its index and
         the template's message) or that is not a list of messages.
@@ -106,8 +112,14 @@ class ChatTemplate:
         *,
         add_generation_prompt: bool = False,
         template_kwargs: Optional[Dict[str, Any]] = None,
+        images: Optional[str] = None,
+        vision: Any = None,
+        image_token: str = "<|image_pad|>",
     ) -> None:
         self.tokenizer = os.fspath(tokenizer)
+        self.images = images
+        self.vision = vision
+        self.image_token = image_token
         self.messages = messages
         self.loss_on = loss_on
         self.add_generation_prompt = add_generation_prompt
@@ -121,6 +133,42 @@ class ChatTemplate:
             add_generation_prompt,
             self.template_kwargs,
         )
+        self._image_token_id: Optional[int] = None
+        if vision is not None:
+            if not hasattr(vision, "num_tokens"):
+                raise ConfigError(f"vision must be a vision processor (stokehold.vision.Qwen2VL), got {vision!r}")
+            self._image_token_id = self._native.token_id(image_token)
+            if self._image_token_id is None:
+                raise ConfigError(
+                    f"image_token {image_token!r} is not a token of the tokenizer {self.tokenizer}: "
+                    "give the placeholder token its chat template renders per image"
+                )
+        elif images is not None:
+            raise ConfigError("images= needs vision= (the processor that says how many tokens an image becomes)")
+
+    def _image_tokens(self, conversation: Any, images: Optional[Sequence[Any]], index: int) -> Optional[Tuple[int, List[int]]]:
+        """The expansion of one conversation's image placeholders: (placeholder id, tokens per image)."""
+        if self.vision is None:
+            if images is not None:
+                raise ConfigError("images were given to a ChatTemplate without vision=")
+            return None
+        if images is None:
+            if self.images is not None and isinstance(conversation, Mapping):
+                images = conversation.get(self.images)
+            images = [] if images is None else images
+        counts = []
+        for k, im in enumerate(images):
+            if isinstance(im, (bytes, bytearray, memoryview)):
+                w, h = self.vision.dimensions(bytes(im))
+            elif isinstance(im, (tuple, list)) and len(im) == 2:
+                w, h = im
+            else:
+                raise ConfigError(
+                    f"conversation {index}: image {k} is neither encoded bytes nor a (width, height) pair: {type(im).__name__}"
+                )
+            counts.append(int(self.vision.num_tokens(int(w), int(h))))
+        assert self._image_token_id is not None
+        return (self._image_token_id, counts)
 
     @property
     def template(self) -> str:
@@ -137,17 +185,32 @@ class ChatTemplate:
         holding one under :attr:`messages`)."""
         return self._native.render(conversation)
 
-    def encode(self, conversation: Any) -> Dict[str, Any]:
+    def encode(self, conversation: Any, images: Optional[Sequence[Any]] = None) -> Dict[str, Any]:
         """Encode one conversation: ``{"input_ids": int32 array, "assistant_masks": uint8
-        array}`` (1 where the loss applies, per ``loss_on``)."""
-        ids, mask = self._native.encode(conversation)
+        array}`` (1 where the loss applies, per ``loss_on``).
+
+        With ``vision=``, each image placeholder is expanded to its image's tokens; ``images``
+        (default: the row's :attr:`images` field) lists the sample's images as encoded bytes
+        (only the header is read) or ``(width, height)`` pairs."""
+        ids, mask = self._native.encode(conversation, self._image_tokens(conversation, images, 0))
         return {"input_ids": ids, "assistant_masks": mask}
 
-    def encode_batch(self, conversations: Iterable[Any], threads: int = 0) -> Dict[str, Any]:
+    def encode_batch(
+        self, conversations: Iterable[Any], threads: int = 0, images: Optional[Sequence[Optional[Sequence[Any]]]] = None
+    ) -> Dict[str, Any]:
         """Encode many conversations on ``threads`` native threads (0: every core), without the
         GIL: ``{"input_ids": int32, "assistant_masks": uint8, "offsets": int64 [n + 1]}``, the
-        tokens of conversation ``i`` being ``input_ids[offsets[i]:offsets[i + 1]]``."""
-        ids, masks, offsets = self._native.encode_batch(list(conversations), threads)
+        tokens of conversation ``i`` being ``input_ids[offsets[i]:offsets[i + 1]]``. ``images``:
+        per conversation, as :meth:`encode`'s."""
+        convs = list(conversations)
+        expand = None
+        if self.vision is not None or images is not None:
+            per = list(images) if images is not None else [None] * len(convs)
+            if len(per) != len(convs):
+                raise ConfigError(f"images are given for {len(per)} conversations, not {len(convs)}")
+            parts = [self._image_tokens(c, im, i) for i, (c, im) in enumerate(zip(convs, per))]
+            expand = (parts[0][0], [p[1] for p in parts]) if parts and parts[0] is not None else None
+        ids, masks, offsets = self._native.encode_batch(convs, threads, expand)
         return {"input_ids": ids, "assistant_masks": masks, "offsets": offsets}
 
     def __reduce__(self) -> Tuple[Any, ...]:
@@ -160,6 +223,9 @@ class ChatTemplate:
                 self.loss_on,
                 self.add_generation_prompt,
                 self.template_kwargs,
+                self.images,
+                self.vision,
+                self.image_token,
             ),
         )
 
@@ -177,6 +243,9 @@ def _rebuild_chat_template(
     loss_on: str,
     add_generation_prompt: bool,
     template_kwargs: Dict[str, Any],
+    images: Optional[str] = None,
+    vision: Any = None,
+    image_token: str = "<|image_pad|>",
 ) -> ChatTemplate:
     return ChatTemplate(
         tokenizer,
@@ -185,4 +254,7 @@ def _rebuild_chat_template(
         loss_on,
         add_generation_prompt=add_generation_prompt,
         template_kwargs=template_kwargs,
+        images=images,
+        vision=vision,
+        image_token=image_token,
     )

@@ -532,3 +532,106 @@ def test_printing_is_pythons(models):
     tok = hf(models["chatml"])
     conv = [{"role": "user", "content": "a\tb\n'c'", "b": np.bool_(True), "n": 1.0, "u": "ü\x07"}]
     assert ct.render(conv) == tok.apply_chat_template(conv, chat_template=t, tokenize=False)
+
+
+# Qwen2-VL style: each image part renders <|vision_start|><|image_pad|><|vision_end|>, assistant
+# turns (their image parts too) inside generation blocks
+VL_PARTS = ("{%- if message.content is string %}{{ message.content }}{%- else %}{%- for part in message.content %}"
+            "{%- if part.type == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+            "{%- elif part.type == 'text' %}{{ part.text }}{%- endif %}{%- endfor %}{%- endif %}<|im_end|>")
+QWEN_VL = ("{%- for message in messages %}<|im_start|>{{ message.role }}\n"
+           "{%- if message.role == 'assistant' %}{% generation %}" + VL_PARTS + "{% endgeneration %}"
+           "{%- else %}" + VL_PARTS + "{%- endif %}\n{%- endfor %}")
+
+
+@pytest.fixture(scope="module")
+def vl_model(tmp_path_factory):
+    """A tokenizer with Qwen2-VL's vision tokens, and the template above in its config."""
+    global SPECIALS
+    root = tmp_path_factory.mktemp("chat-vl")
+    saved = SPECIALS
+    SPECIALS = saved + ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>"]
+    try:
+        tok = train_tokenizer(root, "bytelevel")
+    finally:
+        SPECIALS = saved
+    return model_dir(root, tok, "qwen_vl", QWEN_VL, eos_token="<|im_end|>")
+
+
+def vl_conversations(n, seed):
+    """Conversations with 0-3 images in user (and some assistant) turns; the images' sizes."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        conv, sizes = [], []
+        for _t in range(rng.randint(1, 3)):
+            for role in ("user", "assistant"):
+                parts = [{"type": "text", "text": text(rng, role)}]
+                for _k in range(rng.choice([0, 0, 1, 2]) if role == "user" else rng.choice([0, 0, 0, 1])):
+                    parts.insert(rng.randint(0, len(parts)), {"type": "image"})
+                    sizes.append((rng.randint(20, 900), rng.randint(20, 700)))
+                conv.append({"role": role, "content": parts if len(parts) > 1 or rng.random() < 0.5 else parts[0]["text"]})
+        out.append((conv, sizes))
+    return out
+
+
+def jpeg_of(size):
+    import io
+
+    from PIL import Image
+
+    b = io.BytesIO()
+    Image.new("RGB", size, (90, 140, 200)).save(b, format="JPEG")
+    return b.getvalue()
+
+
+def test_image_placeholders_expand_as_qwen2vl_processor_does(vl_model):
+    """input_ids and assistant_masks equal Qwen2VLProcessor.apply_chat_template's: each
+    <|image_pad|> expanded to its image's tokens (grid from the size alone, images given as
+    encoded bytes whose header is read, or as (width, height)), expanded tokens in a generation
+    block masked as the processor masks them."""
+    from PIL import Image
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    from stokehold.vision import Qwen2VL
+
+    budget = dict(min_pixels=56 * 56, max_pixels=28 * 28 * 256)
+    proc = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**budget), tokenizer=hf(vl_model),
+                            video_processor=Qwen2VLVideoProcessor(), chat_template=QWEN_VL)
+    ct = ChatTemplate(vl_model, images="images", vision=Qwen2VL(**budget))
+    convs = vl_conversations(40, seed=3)
+    assert sum(len(s) for _, s in convs) > 30
+    for i, (conv, sizes) in enumerate(convs):
+        kw = {"images": [Image.new("RGB", s) for s in sizes]} if sizes else {}
+        want = proc.apply_chat_template(conv, tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **kw)
+        ids, mask = np.asarray(want["input_ids"])[0].tolist(), np.asarray(want["assistant_masks"])[0].tolist()
+        got = ct.encode({"messages": conv, "images": [jpeg_of(s) for s in sizes]})
+        assert got["input_ids"].tolist() == ids, i
+        assert got["assistant_masks"].tolist() == mask, i
+        assert ct.encode(conv, images=sizes)["input_ids"].tolist() == ids
+    batch = ct.encode_batch([c for c, _ in convs], threads=3, images=[s for _, s in convs])
+    for i, (conv, sizes) in enumerate(convs):
+        one = ct.encode(conv, images=sizes)["input_ids"]
+        assert batch["input_ids"][batch["offsets"][i]:batch["offsets"][i + 1]].tolist() == one.tolist()
+
+
+def test_image_placeholders_that_do_not_match_the_images_are_named(vl_model, tokenizer_file, tmp_path):
+    from stokehold.vision import Qwen2VL
+
+    ct = ChatTemplate(vl_model, vision=Qwen2VL())
+    conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hello"}]}]
+    with pytest.raises(ConfigError, match=r"conversation 0: 1 image placeholders \(token \d+\) for 2 images"):
+        ct.encode(conv, images=[(64, 64), (64, 64)])
+    with pytest.raises(ConfigError, match=r"conversation 1: 1 image placeholders \(token \d+\) for 0 images"):
+        ct.encode_batch([[{"role": "user", "content": "no image"}], conv], images=[[], []])
+    with pytest.raises(ConfigError, match="image 0 is neither encoded bytes nor a"):
+        ct.encode(conv, images=["cat.jpg"])
+    with pytest.raises(ConfigError, match="images= needs vision="):
+        ChatTemplate(vl_model, images="images")
+    with pytest.raises(ConfigError, match="is not a token of the tokenizer"):
+        ChatTemplate(vl_model, vision=Qwen2VL(), image_token="<|no_such|>")
+    again = pickle.loads(pickle.dumps(ChatTemplate(vl_model, images="images", vision=Qwen2VL(max_pixels=28 * 28 * 64))))
+    assert again.encode(conv, images=[(640, 480)])["input_ids"].tolist() == \
+        ChatTemplate(vl_model, vision=Qwen2VL(max_pixels=28 * 28 * 64)).encode(conv, images=[(640, 480)])["input_ids"].tolist()

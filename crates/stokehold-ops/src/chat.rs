@@ -1027,6 +1027,11 @@ impl ChatTemplate {
         self.loss_on
     }
 
+    /// The id of a token of the vocabulary (added and special tokens included) by its text.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.tokenizer.inner().token_to_id(token)
+    }
+
     /// The special tokens passed to the template (`bos_token`, ...), from the config.
     pub fn special_tokens(&self) -> &[(String, String)] {
         &self.special_tokens
@@ -1341,6 +1346,60 @@ impl ChatTemplate {
     }
 }
 
+/// Expand the image placeholders of an encoded conversation: the `k`-th occurrence of the token
+/// `placeholder` becomes `tokens[k]` copies of it, each with the placeholder's mask value, as
+/// `transformers`' processors expand `<|image_pad|>` in the text before tokenizing (and shift
+/// the assistant spans past the expansion). The number of placeholders must be the number of
+/// images, and the expanded length at most `max_len`. Errors name conversation `index`.
+pub fn expand_placeholders(
+    enc: &mut ChatEncoding,
+    placeholder: u32,
+    tokens: &[u64],
+    max_len: u64,
+    index: u64,
+) -> Result<(), ChatError> {
+    let err = |detail: String| ChatError::Conversation { index, detail };
+    let found = enc.input_ids.iter().filter(|&&t| t == placeholder).count();
+    if found != tokens.len() {
+        return Err(err(format!(
+            "{found} image placeholders (token {placeholder}) for {} images: each image of the \
+             sample needs one {{\"type\": \"image\"}} part in its messages, in order",
+            tokens.len()
+        )));
+    }
+    if found == 0 {
+        return Ok(());
+    }
+    let len = tokens
+        .iter()
+        .try_fold(enc.input_ids.len() as u64 - found as u64, |a, &t| {
+            a.checked_add(t)
+        })
+        .filter(|&l| l <= max_len)
+        .ok_or_else(|| {
+            err(format!(
+                "its images expand it past {max_len} tokens ({} images)",
+                tokens.len()
+            ))
+        })?;
+    let mut ids = Vec::with_capacity(len as usize);
+    let mut mask = Vec::with_capacity(len as usize);
+    let mut next = tokens.iter();
+    for (&t, &m) in enc.input_ids.iter().zip(&enc.mask) {
+        if t == placeholder {
+            let n = *next.next().expect("counted above") as usize;
+            ids.extend(std::iter::repeat_n(t, n));
+            mask.extend(std::iter::repeat_n(m, n));
+        } else {
+            ids.push(t);
+            mask.push(m);
+        }
+    }
+    enc.input_ids = ids;
+    enc.mask = mask;
+    Ok(())
+}
+
 /// A conversation (or any template value) from JSON text, keys in their order.
 pub fn value_from_json(json: &str) -> Result<Value, String> {
     serde_json::from_str::<Value>(json).map_err(|e| e.to_string())
@@ -1352,6 +1411,32 @@ mod tests {
 
     const CHATML: &str = "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}<|im_start|>system\nYou are helpful.<|im_end|>\n{% endif %}<|im_start|>{{ message['role'] }}\n{% if message['role'] == 'assistant' %}{% generation %}{{ message['content'] }}<|im_end|>{% endgeneration %}{% else %}{{ message['content'] }}<|im_end|>{% endif %}\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
     const PLAIN: &str = "{{ bos_token }}{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}{{ raise_exception('bad role: ' + m.role) }}{% endif %}[{{ m.role }}] {{ m.content | trim }}{% if m.role == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}";
+
+    #[test]
+    fn image_placeholders_expand_to_each_images_tokens_keeping_their_mask() {
+        let mut enc = ChatEncoding {
+            input_ids: vec![1, 9, 2, 9, 3],
+            mask: vec![0, 0, 0, 1, 1],
+        };
+        expand_placeholders(&mut enc, 9, &[2, 3], 100, 7).unwrap();
+        assert_eq!(enc.input_ids, vec![1, 9, 9, 2, 9, 9, 9, 3]);
+        assert_eq!(enc.mask, vec![0, 0, 0, 0, 1, 1, 1, 1]);
+        // a count of images other than the placeholders', and a length over the bound
+        let mut two = ChatEncoding {
+            input_ids: vec![9, 9],
+            mask: vec![0, 0],
+        };
+        let e = expand_placeholders(&mut two.clone(), 9, &[4], 100, 3).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("conversation 3: 2 image placeholders (token 9) for 1 images"),
+            "{e}"
+        );
+        let e = expand_placeholders(&mut two.clone(), 9, &[u64::MAX, 2], 100, 4).unwrap_err();
+        assert!(e.to_string().contains("past 100 tokens"), "{e}");
+        expand_placeholders(&mut two, 9, &[0, 1], 100, 5).unwrap();
+        assert_eq!(two.input_ids, vec![9]);
+    }
 
     fn tokenizer() -> TextTokenizer {
         let texts: Vec<String> = (0..50)

@@ -664,20 +664,53 @@ impl Qwen2Vl {
         max_pixels_decoded: u64,
         pixel_values: &mut Vec<f32>,
     ) -> Result<[u32; 3]> {
+        let grid = self.image_grid(ws, data, max_pixels_decoded)?;
+        let at = pixel_values.len();
+        pixel_values.resize(at + self.values(grid), 0.0);
+        self.process_into(ws, data, max_pixels_decoded, grid, &mut pixel_values[at..])?;
+        Ok(grid)
+    }
+
+    /// The grid of an encoded image, from its header (nothing decoded); its declared size
+    /// checked against `max_pixels_decoded`.
+    pub fn image_grid(
+        &self,
+        ws: &mut VisionWorkspace,
+        data: &[u8],
+        max_pixels_decoded: u64,
+    ) -> Result<[u32; 3]> {
         self.check()?;
         let (w, h) = ws.dimensions(data)?;
         crate::jpeg::check_pixels(u64::from(w), u64::from(h), max_pixels_decoded)?;
-        let grid = self.grid(w, h)?;
+        self.grid(w, h)
+    }
+
+    /// Floats of `pixel_values` an image of grid `grid` fills.
+    pub fn values(&self, grid: [u32; 3]) -> usize {
+        grid.iter().map(|&g| g as usize).product::<usize>() * self.row_len()
+    }
+
+    /// Process one encoded image whose grid ([`Qwen2Vl::image_grid`]) is `grid` into `out`,
+    /// exactly [`Qwen2Vl::values`] floats (a slice of a batch's buffer: no copy after).
+    pub fn process_into(
+        &self,
+        ws: &mut VisionWorkspace,
+        data: &[u8],
+        max_pixels_decoded: u64,
+        grid: [u32; 3],
+        out: &mut [f32],
+    ) -> Result<()> {
+        if out.len() != self.values(grid) || self.image_grid(ws, data, max_pixels_decoded)? != grid
+        {
+            return Err(OpsError::Invalid(format!(
+                "{} floats for an image of grid {grid:?}",
+                out.len()
+            )));
+        }
         let (th, tw) = (grid[1] * self.patch_size, grid[2] * self.patch_size);
         ws.decode_resized(data, Some((tw, th)), self.dct_scaling, max_pixels_decoded)?;
-        self.patchify(
-            &ws.resized,
-            tw as usize,
-            th as usize,
-            &mut ws.strip,
-            pixel_values,
-        );
-        Ok(grid)
+        self.patchify(&ws.resized, tw as usize, th as usize, &mut ws.strip, out);
+        Ok(())
     }
 
     /// Rescale, normalise and lay out packed RGB `px` (`w`×`h`, multiples of the factor) as
@@ -688,15 +721,16 @@ impl Qwen2Vl {
     ///
     /// A band of `merge_size` patch rows is first turned into three planes of floats (one table
     /// lookup a byte), then each row of `pixel_values` is copied from them a patch line at a
-    /// time, appended (no buffer is zeroed first).
-    fn patchify(&self, px: &[u8], w: usize, h: usize, strip: &mut Vec<f32>, out: &mut Vec<f32>) {
+    /// time into `out` (exactly the image's floats).
+    fn patchify(&self, px: &[u8], w: usize, h: usize, strip: &mut Vec<f32>, out: &mut [f32]) {
         let (ps, m, tps) = (
             self.patch_size as usize,
             self.merge_size as usize,
             self.temporal_patch_size as usize,
         );
         let (gh, gw) = (h / ps, w / ps);
-        out.reserve(gh * gw * self.row_len());
+        debug_assert_eq!(out.len(), gh * gw * self.row_len());
+        let mut at = 0;
         // the value of every byte per channel, once
         let mut lut = [[0f32; 256]; 3];
         for (c, t) in lut.iter_mut().enumerate() {
@@ -721,20 +755,21 @@ impl Qwen2Vl {
                     for mw in 0..m {
                         let (y0, x0) = (mh * ps, (bw * m + mw) * ps);
                         for plane in strip.chunks_exact(band) {
-                            let first = out.len();
+                            let first = &mut out[at..at + ps * ps];
                             // the common patch sides with a known length: copies inlined
                             match ps {
-                                14 => patch_lines::<14>(plane, w, y0, x0, out),
-                                16 => patch_lines::<16>(plane, w, y0, x0, out),
+                                14 => patch_lines::<14>(plane, w, y0, x0, first),
+                                16 => patch_lines::<16>(plane, w, y0, x0, first),
                                 _ => {
-                                    for py in 0..ps {
-                                        out.extend_from_slice(&plane[(y0 + py) * w + x0..][..ps]);
+                                    for (py, line) in first.chunks_exact_mut(ps).enumerate() {
+                                        line.copy_from_slice(&plane[(y0 + py) * w + x0..][..ps]);
                                     }
                                 }
                             }
-                            for _ in 1..tps {
-                                out.extend_from_within(first..first + ps * ps);
+                            for f in 1..tps {
+                                out.copy_within(at..at + ps * ps, at + f * ps * ps);
                             }
+                            at += tps * ps * ps;
                         }
                     }
                 }
@@ -744,14 +779,14 @@ impl Qwen2Vl {
 }
 
 /// The `PS` lines of `PS` floats of the patch at (`y0`, `x0`) of `plane` (`w` floats a line),
-/// appended to `out`.
+/// into `out` (`PS * PS` floats).
 #[inline(always)]
-fn patch_lines<const PS: usize>(plane: &[f32], w: usize, y0: usize, x0: usize, out: &mut Vec<f32>) {
-    for py in 0..PS {
+fn patch_lines<const PS: usize>(plane: &[f32], w: usize, y0: usize, x0: usize, out: &mut [f32]) {
+    for (py, to) in out.chunks_exact_mut(PS).enumerate() {
         let line: &[f32; PS] = plane[(y0 + py) * w + x0..][..PS]
             .try_into()
             .expect("PS floats");
-        out.extend_from_slice(line);
+        to.copy_from_slice(line);
     }
 }
 
@@ -959,7 +994,7 @@ mod tests {
                 [(x * 4) as u8, (y * 8) as u8, 200]
             })
             .collect();
-        let mut out = Vec::new();
+        let mut out = vec![0f32; (w / 14) * (h / 14) * q.row_len()];
         q.patchify(&px, w, h, &mut Vec::new(), &mut out);
         let row_len = q.row_len();
         assert_eq!(out.len(), 2 * 4 * row_len); // grid 2x4 patches

@@ -9,13 +9,31 @@ use numpy::PyArray1;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use stokehold_ops::chat::{
-    ChatError, ChatOptions, ChatTemplate as Template, LossOn, Value, map_from,
+    ChatEncoding, ChatError, ChatOptions, ChatTemplate as Template, LossOn, Value,
+    expand_placeholders, map_from,
 };
 
 use crate::errors::config_error;
 
 /// Deepest nesting of a conversation accepted from Python.
 const MAX_DEPTH: usize = 128;
+
+/// The longest conversation its images may expand it to (tokens).
+const MAX_EXPANDED: u64 = 1 << 31;
+
+/// Image placeholders to expand: the placeholder's id and, per conversation, its images' tokens.
+type Expand = (u32, Vec<Vec<u64>>);
+
+/// `enc` (conversation `index`, its images `tokens`) with its placeholders expanded.
+fn expand(
+    mut enc: ChatEncoding,
+    placeholder: u32,
+    tokens: &[u64],
+    index: u64,
+) -> Result<ChatEncoding, ChatError> {
+    expand_placeholders(&mut enc, placeholder, tokens, MAX_EXPANDED, index)?;
+    Ok(enc)
+}
 
 /// A Python object as a template value, as `transformers`' `_plain_template_data` sees it: JSON
 /// scalars, dicts, lists and tuples as they are, numpy scalars as their Python value, anything
@@ -171,17 +189,26 @@ impl ChatTemplate {
             .map_err(|detail| chat_err(py, ChatError::Conversation { index: 0, detail }))
     }
 
-    /// `(input_ids int32, assistant_masks uint8)` of one conversation.
+    /// `(input_ids int32, assistant_masks uint8)` of one conversation; with `expand`
+    /// (`(placeholder id, [tokens of each image])`) each image placeholder expanded.
+    #[pyo3(signature = (conversation, expand = None))]
     #[allow(clippy::type_complexity)]
     fn encode<'py>(
         &self,
         py: Python<'py>,
         conversation: &Bound<'py, PyAny>,
+        expand: Option<(u32, Vec<u64>)>,
     ) -> PyResult<(Bound<'py, PyArray1<i32>>, Bound<'py, PyArray1<u8>>)> {
         let conv = self.conversation(conversation, 0)?;
         let inner = Arc::clone(&self.inner);
         let enc = py
-            .detach(move || inner.encode(&conv, 0))
+            .detach(move || {
+                let enc = inner.encode(&conv, 0)?;
+                match &expand {
+                    Some((id, tokens)) => self::expand(enc, *id, tokens, 0),
+                    None => Ok(enc),
+                }
+            })
             .map_err(|e| chat_err(py, e))?;
         let ids = ids_i32(py, &enc.input_ids)?;
         Ok((
@@ -193,13 +220,16 @@ impl ChatTemplate {
     /// Many conversations on `threads` native threads (0: every core) without the GIL:
     /// `(input_ids int32, assistant_masks uint8, offsets int64 [n + 1])`, conversation `i`
     /// being `input_ids[offsets[i]:offsets[i + 1]]`.
-    #[pyo3(signature = (conversations, threads = 0))]
+    /// With `expand` (`(placeholder id, [[tokens of each image] per conversation])`), each
+    /// conversation's image placeholders expanded.
+    #[pyo3(signature = (conversations, threads = 0, expand = None))]
     #[allow(clippy::type_complexity)]
     fn encode_batch<'py>(
         &self,
         py: Python<'py>,
         conversations: &Bound<'py, PyAny>,
         threads: usize,
+        expand: Option<Expand>,
     ) -> PyResult<(
         Bound<'py, PyArray1<i32>>,
         Bound<'py, PyArray1<u8>>,
@@ -209,9 +239,32 @@ impl ChatTemplate {
         for (i, c) in conversations.try_iter()?.enumerate() {
             convs.push(self.conversation(&c?, i)?);
         }
+        if let Some((_, per)) = &expand
+            && per.len() != convs.len()
+        {
+            return Err(config_error(
+                py,
+                format!(
+                    "images are given for {} conversations, not {}",
+                    per.len(),
+                    convs.len()
+                ),
+            ));
+        }
         let inner = Arc::clone(&self.inner);
         let encs = py
-            .detach(move || inner.encode_many(&convs, threads, 0))
+            .detach(move || {
+                let encs = inner.encode_many(&convs, threads, 0)?;
+                match expand {
+                    Some((id, per)) => encs
+                        .into_iter()
+                        .zip(&per)
+                        .enumerate()
+                        .map(|(i, (e, t))| self::expand(e, id, t, i as u64))
+                        .collect(),
+                    None => Ok(encs),
+                }
+            })
             .map_err(|e| chat_err(py, e))?;
         let total: usize = encs.iter().map(|e| e.input_ids.len()).sum();
         let mut ids = Vec::with_capacity(total);
@@ -240,6 +293,12 @@ impl ChatTemplate {
     #[getter]
     fn template(&self) -> String {
         self.inner.template().to_string()
+    }
+
+    /// The id of a token (added and special tokens included) by its text; `None` when the
+    /// vocabulary has no such token.
+    fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_id(token)
     }
 
     /// The special tokens the template sees (`bos_token`, ...), from the tokenizer's config.

@@ -3,7 +3,7 @@
 
 use numpy::{PyArray1, PyArrayMethods};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyTuple};
 use stokehold::ops::DEFAULT_MAX_PIXELS;
 use stokehold::ops::vision::{Qwen2Vl as Params, VisionWorkspace};
 
@@ -65,6 +65,43 @@ impl Qwen2Vl {
         Ok(Qwen2Vl { params })
     }
 
+    /// Its parameters as keyword arguments (pickling: `__reduce__` calls the class with them).
+    fn __getnewargs_ex__<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyTuple>, Bound<'py, PyDict>)> {
+        let p = &self.params;
+        let kw = PyDict::new(py);
+        kw.set_item("min_pixels", p.min_pixels)?;
+        kw.set_item("max_pixels", p.max_pixels)?;
+        kw.set_item("patch_size", p.patch_size)?;
+        kw.set_item("merge_size", p.merge_size)?;
+        kw.set_item("temporal_patch_size", p.temporal_patch_size)?;
+        kw.set_item("image_mean", p.mean.to_vec())?;
+        kw.set_item("image_std", p.std.to_vec())?;
+        kw.set_item("dct_scaling", p.dct_scaling)?;
+        Ok((PyTuple::empty(py), kw))
+    }
+
+    fn __repr__(&self) -> String {
+        let p = &self.params;
+        format!(
+            "Qwen2VL(min_pixels={}, max_pixels={}, patch_size={}, merge_size={}, temporal_patch_size={}, dct_scaling={})",
+            p.min_pixels,
+            p.max_pixels,
+            p.patch_size,
+            p.merge_size,
+            p.temporal_patch_size,
+            if p.dct_scaling { "True" } else { "False" }
+        )
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<Qwen2Vl>()
+            .is_ok_and(|o| o.get().params == self.params)
+    }
+
     /// The grid `(t, h, w)` in patches of a `width` x `height` image (from its size alone).
     fn grid(&self, py: Python<'_>, width: u32, height: u32) -> PyResult<(u32, u32, u32)> {
         let [t, h, w] = self
@@ -81,6 +118,14 @@ impl Qwen2Vl {
             .map_err(|e| config_error(py, e.to_string()))
     }
 
+    /// The `(width, height)` an encoded image declares (its header alone: nothing is decoded).
+    fn dimensions(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<(u32, u32)> {
+        let mut ws = VisionWorkspace::new().map_err(|e| image_error(0, e))?;
+        let bytes = data.as_bytes();
+        py.detach(|| ws.dimensions(bytes))
+            .map_err(|e| image_error(0, e))
+    }
+
     /// Process encoded images (a list of `bytes`) on `threads` native threads (default: 2, at
     /// most one per image): returns `(pixel_values, image_grid_thw)`, float32 `[patches,
     /// 3 * temporal_patch_size * patch_size**2]` and int64 `[images, 3]`, in the images' order.
@@ -94,50 +139,81 @@ impl Qwen2Vl {
         let data: Vec<&[u8]> = images.iter().map(|b| b.as_bytes()).collect();
         let threads = threads.clamp(1, data.len().max(1));
         let params = &self.params;
-        // each thread takes every `threads`-th image; results are put back in order
-        let results = py.detach(|| {
+        let row = params.row_len();
+        // every image's grid from its header first, so the batch's buffer is allocated once and
+        // each thread writes its images' rows in place
+        let mut ws = VisionWorkspace::new().map_err(|e| image_error(0, e))?;
+        let grids = py
+            .detach(|| {
+                data.iter()
+                    .enumerate()
+                    .map(|(i, d)| {
+                        params
+                            .image_grid(&mut ws, d, DEFAULT_MAX_PIXELS)
+                            .map_err(|e| (i, e))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|(i, e)| image_error(i, e))?;
+        let total: usize = grids.iter().map(|&g| params.values(g)).sum();
+        let mut pixels = vec![0f32; total];
+        let mut slices: Vec<(usize, &mut [f32])> = Vec::with_capacity(data.len());
+        let mut rest = pixels.as_mut_slice();
+        for (i, &g) in grids.iter().enumerate() {
+            let (this, tail) = rest.split_at_mut(params.values(g));
+            slices.push((i, this));
+            rest = tail;
+        }
+        // thread t takes every `threads`-th image
+        let mut per: Vec<Vec<(usize, &mut [f32])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, sl) in slices {
+            per[i % threads].push((i, sl));
+        }
+        let (data, grids) = (&data, &grids);
+        let first_err = py.detach(move || {
             std::thread::scope(|s| {
-                let handles: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let data = &data;
+                let handles: Vec<_> = per
+                    .into_iter()
+                    .map(|mine| {
                         s.spawn(move || {
                             let mut ws = VisionWorkspace::new().map_err(|e| (0, e))?;
-                            let mut out = Vec::new();
-                            for i in (t..data.len()).step_by(threads) {
-                                let mut pv = Vec::new();
-                                let grid = params
-                                    .process(&mut ws, data[i], DEFAULT_MAX_PIXELS, &mut pv)
+                            for (i, out) in mine {
+                                params
+                                    .process_into(
+                                        &mut ws,
+                                        data[i],
+                                        DEFAULT_MAX_PIXELS,
+                                        grids[i],
+                                        out,
+                                    )
                                     .map_err(|e| (i, e))?;
-                                out.push((i, grid, pv));
                             }
-                            Ok::<_, (usize, OpsError)>(out)
+                            Ok::<(), (usize, OpsError)>(())
                         })
                     })
                     .collect();
-                let mut all = Vec::with_capacity(data.len());
+                let mut errs = Vec::new();
                 for h in handles {
                     match h.join() {
-                        Ok(r) => all.extend(r?),
-                        Err(_) => {
-                            return Err((0, OpsError::Invalid("a worker panicked".into())));
-                        }
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => errs.push(e),
+                        Err(_) => errs.push((0, OpsError::Invalid("a worker panicked".into()))),
                     }
                 }
-                all.sort_by_key(|(i, _, _)| *i);
-                Ok(all)
+                // the image of the lowest index, whatever thread met it
+                errs.into_iter().min_by_key(|(i, _)| *i)
             })
         });
-        let all = results.map_err(|(i, e)| image_error(i, e))?;
-        let row = params.row_len();
-        let mut pixels = Vec::with_capacity(all.iter().map(|(_, _, p)| p.len()).sum());
-        let mut grids = Vec::with_capacity(all.len() * 3);
-        for (_, g, p) in &all {
-            pixels.extend_from_slice(p);
-            grids.extend(g.iter().map(|&v| i64::from(v)));
+        if let Some((i, e)) = first_err {
+            return Err(image_error(i, e));
         }
+        let grid_values: Vec<i64> = grids
+            .iter()
+            .flat_map(|g| g.iter().map(|&v| i64::from(v)))
+            .collect();
         let rows = pixels.len() / row;
         let pv = PyArray1::from_vec(py, pixels).reshape([rows, row])?;
-        let gr = PyArray1::from_vec(py, grids).reshape([all.len(), 3])?;
+        let gr = PyArray1::from_vec(py, grid_values).reshape([grids.len(), 3])?;
         PyTuple::new(py, [pv.into_any(), gr.into_any()])
     }
 }
