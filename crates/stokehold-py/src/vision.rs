@@ -22,11 +22,53 @@ fn image_error(i: usize, e: OpsError) -> PyErr {
     }
 }
 
+/// Ask for transparent huge pages over the 2 MiB-aligned interior of a large buffer not yet
+/// touched (a fresh zeroed allocation): its first writes then fault in 2 MiB at a time. Only
+/// advice: where the kernel does not take it nothing changes.
+fn advise_huge_pages(buf: &mut [f32]) {
+    const HUGE: usize = 2 << 20;
+    let bytes = std::mem::size_of_val(buf);
+    if bytes < 2 * HUGE {
+        return;
+    }
+    let start = buf.as_mut_ptr() as usize;
+    let (lo, hi) = (start.next_multiple_of(HUGE), (start + bytes) / HUGE * HUGE);
+    if hi > lo {
+        // SAFETY: `lo..hi` lies inside `buf`, memory this function borrows mutably;
+        // MADV_HUGEPAGE changes how the kernel backs the pages, never their contents.
+        let _ = unsafe {
+            rustix::mm::madvise(
+                lo as *mut std::ffi::c_void,
+                hi - lo,
+                rustix::mm::Advice::LinuxHugepage,
+            )
+        };
+    }
+}
+
 /// Qwen2-VL's image processor (also Qwen2.5-VL's and Qwen3-VL's), natively.
 #[derive(Debug)]
 #[pyclass(module = "stokehold.vision", name = "Qwen2VL", frozen)]
 pub struct Qwen2Vl {
     params: Params,
+    /// Workspaces kept between calls (their decoder and grown buffers), one taken per thread.
+    pool: std::sync::Mutex<Vec<VisionWorkspace>>,
+}
+
+impl Qwen2Vl {
+    /// A workspace from the pool, or a new one.
+    fn workspace(&self) -> Result<VisionWorkspace, OpsError> {
+        let kept = self.pool.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        kept.map_or_else(VisionWorkspace::new, Ok)
+    }
+
+    /// Return a workspace to the pool (at most a few are kept).
+    fn give_back(&self, ws: VisionWorkspace) {
+        let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        if pool.len() < 16 {
+            pool.push(ws);
+        }
+    }
 }
 
 #[pymethods]
@@ -62,7 +104,10 @@ impl Qwen2Vl {
         params
             .grid(1024, 1024)
             .map_err(|e| config_error(py, format!("Qwen2VL: {e}")))?;
-        Ok(Qwen2Vl { params })
+        Ok(Qwen2Vl {
+            params,
+            pool: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
     /// Its parameters as keyword arguments (pickling: `__reduce__` calls the class with them).
@@ -120,10 +165,11 @@ impl Qwen2Vl {
 
     /// The `(width, height)` an encoded image declares (its header alone: nothing is decoded).
     fn dimensions(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<(u32, u32)> {
-        let mut ws = VisionWorkspace::new().map_err(|e| image_error(0, e))?;
+        let mut ws = self.workspace().map_err(|e| image_error(0, e))?;
         let bytes = data.as_bytes();
-        py.detach(|| ws.dimensions(bytes))
-            .map_err(|e| image_error(0, e))
+        let dims = py.detach(|| ws.dimensions(bytes));
+        self.give_back(ws);
+        dims.map_err(|e| image_error(0, e))
     }
 
     /// Process encoded images (a list of `bytes`) on `threads` native threads (default: 2, at
@@ -142,7 +188,7 @@ impl Qwen2Vl {
         let row = params.row_len();
         // every image's grid from its header first, so the batch's buffer is allocated once and
         // each thread writes its images' rows in place
-        let mut ws = VisionWorkspace::new().map_err(|e| image_error(0, e))?;
+        let mut ws = self.workspace().map_err(|e| image_error(0, e))?;
         let grids = py
             .detach(|| {
                 data.iter()
@@ -155,8 +201,10 @@ impl Qwen2Vl {
                     .collect::<Result<Vec<_>, _>>()
             })
             .map_err(|(i, e)| image_error(i, e))?;
+        self.give_back(ws);
         let total: usize = grids.iter().map(|&g| params.values(g)).sum();
         let mut pixels = vec![0f32; total];
+        advise_huge_pages(&mut pixels);
         let mut slices: Vec<(usize, &mut [f32])> = Vec::with_capacity(data.len());
         let mut rest = pixels.as_mut_slice();
         for (i, &g) in grids.iter().enumerate() {
@@ -169,14 +217,14 @@ impl Qwen2Vl {
         for (i, sl) in slices {
             per[i % threads].push((i, sl));
         }
-        let (data, grids) = (&data, &grids);
+        let (data, grids, this) = (&data, &grids, self);
         let first_err = py.detach(move || {
             std::thread::scope(|s| {
                 let handles: Vec<_> = per
                     .into_iter()
                     .map(|mine| {
                         s.spawn(move || {
-                            let mut ws = VisionWorkspace::new().map_err(|e| (0, e))?;
+                            let mut ws = this.workspace().map_err(|e| (0, e))?;
                             for (i, out) in mine {
                                 params
                                     .process_into(
@@ -188,6 +236,7 @@ impl Qwen2Vl {
                                     )
                                     .map_err(|e| (i, e))?;
                             }
+                            this.give_back(ws);
                             Ok::<(), (usize, OpsError)>(())
                         })
                     })
