@@ -232,6 +232,7 @@ class Qwen2VL:
     ) -> "Qwen2VL": ...
     def grid(self, width: int, height: int) -> Tuple[int, int, int]:
         """The grid ``(t, h, w)`` in patches of a ``width`` x ``height`` image (its size alone)."""
+    def _spec(self) -> Dict[str, Any]: ...
     def dimensions(self, data: bytes) -> Tuple[int, int]:
         """The ``(width, height)`` an encoded image declares (its header alone)."""
     def num_tokens(self, width: int, height: int) -> int:

@@ -9,8 +9,31 @@
 take the same parameters): a JPEG decoded at full size gives the PIL processor's values bit for
 bit; with ``dct_scaling`` (the default) a JPEG at least twice the target in both axes is decoded
 at 1/2, 1/4 or 1/8 scale first, within the bound ``docs/vision.md`` states.
+
+As a loader stage, ``Loader(ds, 16, transforms={"image": Qwen2VL(...)})`` runs it on the loader's
+threads: each sample's ``batch["image"]`` is a float32 array ``[grid_h / m, grid_w / m, m * m,
+row]`` (rows in the model's order); :func:`collate` turns a batch's list of them into
+``(pixel_values, image_grid_thw)``.
 """
+
+from typing import Any, Sequence, Tuple
+
+import numpy as np
 
 from ._native import Qwen2VL
 
-__all__ = ["Qwen2VL"]
+__all__ = ["Qwen2VL", "collate"]
+
+
+def collate(images: Sequence[Any], merge_size: int = 2) -> Tuple[Any, Any]:
+    """``(pixel_values, image_grid_thw)`` of a batch's images as the ``Qwen2VL`` stage gives them
+    (``batch["image"]``): float32 ``[patches, row]`` (the images' rows one after the other) and
+    int64 ``[images, 3]``, what ``Qwen2VLImageProcessor`` returns for the same images."""
+    arrays = [np.asarray(a) for a in images]
+    for a in arrays:
+        if a.ndim != 4 or a.shape[2] % (merge_size * merge_size):
+            raise ValueError(f"not a Qwen2VL stage output of merge_size {merge_size}: shape {a.shape}")
+    rows = [a.reshape(-1, a.shape[-1]) for a in arrays]
+    grids = [(a.shape[2] // (merge_size * merge_size), a.shape[0] * merge_size, a.shape[1] * merge_size) for a in arrays]
+    pixel_values = np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+    return pixel_values, np.asarray(grids, dtype=np.int64).reshape(-1, 3)

@@ -116,3 +116,33 @@ def test_bad_images_and_bad_parameters_are_named():
         Qwen2VL(min_pixels=10_000, max_pixels=100)
     with pytest.raises(stokehold.ConfigError):
         Qwen2VL(patch_size=0)
+
+
+def test_the_processor_as_a_loader_stage_gives_the_calls_values_in_the_models_order(tmp_path):
+    """Loader(transforms={"image": Qwen2VL(...)}) on 2 threads: each sample's array reshaped is
+    what the processor's call gives that image, collate() gives the batch's pixel_values and
+    image_grid_thw as transformers' processor lays them out; a damaged image is named by the
+    loader's error policy; the stage pickles with the loader's options."""
+    from stokehold.vision import collate
+
+    sizes = [(300, 200), (64, 64), (640, 480), (200, 900), (37, 501), (1200, 800), (90, 90), (500, 375)]
+    images = [jpeg(w, h, seed=i) for i, (w, h) in enumerate(sizes)]
+    with stokehold.ShardWriter(tmp_path / "ds", {"image": "image:jpeg", "n": "int64"}, shard_size=3) as w:
+        for i, im in enumerate(images):
+            w.write({"image": im, "n": i})
+    proc = Qwen2VL(max_pixels=28 * 28 * 300)
+    loader = stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"image": proc}, shuffle=True, seed=5, threads=2)
+    seen = []
+    for batch in loader:
+        pv, grid = collate(batch["image"])
+        want_pv, want_grid = proc([images[n] for n in batch["n"]], threads=1)
+        assert np.array_equal(grid, want_grid) and np.array_equal(pv, want_pv)
+        ref = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 300)
+        pil = ref(images=[Image.open(io.BytesIO(images[n])).convert("RGB") for n in batch["n"]], return_tensors="np")
+        assert np.array_equal(pil["image_grid_thw"], grid) and pil["pixel_values"].shape == pv.shape
+        seen += list(batch["n"])
+    assert sorted(seen) == list(range(len(images)))
+    with pytest.raises(stokehold.ConfigError, match="qwen2vl: must be the only stage"):
+        stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"image": [proc, proc]})
+    with pytest.raises(stokehold.ConfigError, match="qwen2vl needs encoded image bytes, and the field is of type int64"):
+        stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"n": proc})

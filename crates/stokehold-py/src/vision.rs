@@ -128,6 +128,15 @@ impl Qwen2Vl {
         Ok((PyTuple::empty(py), kw))
     }
 
+    /// The stage spec the loaders send to the engine (`transforms={"image": Qwen2VL(...)}`).
+    fn _spec<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (_, params) = self.__getnewargs_ex__(py)?;
+        let spec = PyDict::new(py);
+        spec.set_item("name", "qwen2vl")?;
+        spec.set_item("params", params)?;
+        Ok(spec)
+    }
+
     fn __repr__(&self) -> String {
         let p = &self.params;
         format!(

@@ -167,7 +167,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                 out.dtype = p.dtype;
                 finished = true;
             }
-            Stage::Tokenize(_) => {
+            Stage::Tokenize(_) | Stage::Qwen2Vl(_) => {
                 return Err(bad(
                     column,
                     format!("{:?} is not an image stage ({})", s.name, STAGES.join(", ")),

@@ -10,6 +10,7 @@ pub mod image;
 pub mod spec;
 mod stage_spec;
 pub mod text;
+pub mod vision;
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -28,8 +28,22 @@ pub fn build_column(
     if specs.is_empty() {
         return Ok(column);
     }
-    if let Some(planned) = crate::stages::text::plan(field, specs) {
+    if let Some(planned) = crate::stages::text::plan(field, specs)
+        .or_else(|| crate::stages::vision::plan(field, specs))
+    {
         let (t, output) = planned?;
+        if t.name() == crate::stages::vision::QWEN2VL
+            && let Some(f) = schema.index_of(field).map(|i| &schema.fields[i])
+            && !matches!(
+                f.ty,
+                stokehold_format::FieldType::Bytes | stokehold_format::FieldType::Image { .. }
+            )
+        {
+            return Err(EngineError::Config(format!(
+                "column {field:?}: qwen2vl needs encoded image bytes, and the field is of type {}",
+                f.ty
+            )));
+        }
         column.transforms = vec![t];
         column.output = output;
         return Ok(column);
@@ -78,10 +92,11 @@ pub fn build_column(
             Some(t) => transforms.push(t),
             None => {
                 return Err(EngineError::Config(format!(
-                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {})",
+                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {}, {})",
                     s.name,
                     BUILT_IN.join(", "),
-                    crate::stages::text::TOKENIZE
+                    crate::stages::text::TOKENIZE,
+                    crate::stages::vision::QWEN2VL
                 )));
             }
         }

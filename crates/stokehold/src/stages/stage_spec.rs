@@ -50,6 +50,7 @@ impl TransformSpec {
             "to_tensor" => parse(p).map(Stage::ToTensor),
             "normalize" => parse(p).map(Stage::Normalize),
             "tokenize" => parse(p).map(Stage::Tokenize),
+            "qwen2vl" => parse(p).map(Stage::Qwen2Vl),
             _ => return None,
         })
     }
@@ -102,6 +103,8 @@ pub enum Stage {
     Normalize(Normalize),
     /// `tokenize`.
     Tokenize(Tokenize),
+    /// `qwen2vl`: Qwen2-VL's image processor.
+    Qwen2Vl(Qwen2VlParams),
 }
 
 /// No parameters.
@@ -351,6 +354,44 @@ pub struct Normalize {
     pub dtype: OutDType,
     /// Where the channels go.
     pub layout: Layout,
+}
+
+/// `qwen2vl`'s parameters (`stokehold.vision.Qwen2VL`'s, with its defaults).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Qwen2VlParams {
+    /// Fewest pixels after the resize.
+    pub min_pixels: u64,
+    /// Most pixels after the resize.
+    pub max_pixels: u64,
+    /// A patch's side.
+    pub patch_size: u32,
+    /// Patches merged into a token, per side.
+    pub merge_size: u32,
+    /// Frames a patch spans.
+    pub temporal_patch_size: u32,
+    /// Per-channel mean.
+    pub image_mean: [f32; 3],
+    /// Per-channel standard deviation.
+    pub image_std: [f32; 3],
+    /// Decode large JPEGs at a DCT scale first.
+    pub dct_scaling: bool,
+}
+
+impl Default for Qwen2VlParams {
+    fn default() -> Self {
+        let d = stokehold_ops::vision::Qwen2Vl::default();
+        Qwen2VlParams {
+            min_pixels: d.min_pixels,
+            max_pixels: d.max_pixels,
+            patch_size: d.patch_size,
+            merge_size: d.merge_size,
+            temporal_patch_size: d.temporal_patch_size,
+            image_mean: d.mean,
+            image_std: d.std,
+            dct_scaling: d.dct_scaling,
+        }
+    }
 }
 
 /// `tokenize`'s parameters.

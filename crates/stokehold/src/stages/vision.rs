@@ -1,0 +1,110 @@
+//! The `qwen2vl` stage: Qwen2-VL's image processor (`stokehold_ops::vision::Qwen2Vl`) on the
+//! loader's threads, over an image (or bytes) field.
+//!
+//! Spec: `{"name": "qwen2vl", "params": {"min_pixels", "max_pixels", "patch_size",
+//! "merge_size", "temporal_patch_size", "image_mean", "image_std", "dct_scaling"}}` (all
+//! optional: `stokehold.vision.Qwen2VL`'s defaults). Each sample's value is a float32 array of
+//! shape `[grid_h / m, grid_w / m, m * m, row]` (`m` the merge size, `row` =
+//! `3 * temporal_patch_size * patch_size²`): its rows in the model's order (by merge block, then
+//! within it), so `reshape(-1, row)` is that image's `pixel_values` and the shape gives its
+//! grid `(1, shape[0] * m, shape[1] * m)`. A list column (images differ in size).
+
+use std::cell::RefCell;
+use std::sync::Arc;
+
+use stokehold_format::{DType, FieldValue};
+use stokehold_ops::DEFAULT_MAX_PIXELS;
+use stokehold_ops::vision::{Qwen2Vl, VisionWorkspace};
+
+use crate::error::{EngineError, Result};
+use crate::stages::stage_spec::{Stage, TransformSpec};
+use crate::stages::{Output, SampleCtx, StageError, StageResult, Transform, Value, tensor};
+
+/// The stage's name in specs.
+pub const QWEN2VL: &str = "qwen2vl";
+
+thread_local! {
+    /// This worker thread's decoder and buffers (kept between samples).
+    static WORKSPACE: RefCell<Option<VisionWorkspace>> = const { RefCell::new(None) };
+}
+
+/// The stage.
+#[derive(Debug)]
+pub struct Qwen2VlStage {
+    proc: Qwen2Vl,
+}
+
+fn bad(column: &str, m: impl std::fmt::Display) -> EngineError {
+    EngineError::Config(format!("column {column:?}: qwen2vl: {m}"))
+}
+
+/// Plan a column whose chain is one `qwen2vl` stage; None when the chain has none.
+pub fn plan(column: &str, specs: &[TransformSpec]) -> Option<Result<(Arc<dyn Transform>, Output)>> {
+    if !specs.iter().any(|s| s.name == QWEN2VL) {
+        return None;
+    }
+    let [spec] = specs else {
+        return Some(Err(bad(column, "must be the only stage of its column")));
+    };
+    let p = match spec.stage() {
+        Some(Ok(Stage::Qwen2Vl(p))) => p,
+        Some(Err(e)) => return Some(Err(bad(column, e))),
+        _ => return Some(Err(bad(column, "not a qwen2vl stage"))),
+    };
+    let proc = Qwen2Vl {
+        min_pixels: p.min_pixels,
+        max_pixels: p.max_pixels,
+        patch_size: p.patch_size,
+        merge_size: p.merge_size,
+        temporal_patch_size: p.temporal_patch_size,
+        mean: p.image_mean,
+        std: p.image_std,
+        dct_scaling: p.dct_scaling,
+    };
+    // the parameters checked once, on a size every valid processor takes
+    if let Err(e) = proc.grid(1024, 1024) {
+        return Some(Err(bad(column, e)));
+    }
+    let stage: Arc<dyn Transform> = Arc::new(Qwen2VlStage { proc });
+    Some(Ok((stage, Output::List)))
+}
+
+impl Transform for Qwen2VlStage {
+    fn name(&self) -> &str {
+        QWEN2VL
+    }
+
+    fn apply<'a>(&self, x: Value<'a>, _: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
+        let data = match &x {
+            FieldValue::Image(b) | FieldValue::Bytes(b) => b.as_ref(),
+            other => {
+                return Err(format!("expects encoded image bytes, got {}", other.kind()).into());
+            }
+        };
+        let p = &self.proc;
+        let (grid, values) = WORKSPACE.with(|cell| -> StageResult<([u32; 3], Vec<f32>)> {
+            let mut slot = cell.borrow_mut();
+            let ws = match slot.as_mut() {
+                Some(ws) => ws,
+                None => slot.insert(VisionWorkspace::new().map_err(StageError::from)?),
+            };
+            let grid = p
+                .image_grid(ws, data, DEFAULT_MAX_PIXELS)
+                .map_err(StageError::from)?;
+            let mut values = vec![0f32; p.values(grid)];
+            p.process_into(ws, data, DEFAULT_MAX_PIXELS, grid, &mut values)
+                .map_err(StageError::from)?;
+            Ok((grid, values))
+        })?;
+        let m = u64::from(p.merge_size);
+        let shape = vec![
+            u64::from(grid[1]) / m,
+            u64::from(grid[2]) / m,
+            m * m * u64::from(grid[0]),
+            p.row_len() as u64,
+        ];
+        // the format's arrays are little-endian, as f32 is in memory on the targets built for
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Ok(tensor(DType::F32, shape, bytes))
+    }
+}
