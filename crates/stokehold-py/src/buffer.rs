@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList};
 use stokehold::format::DType;
 use stokehold::{Batch, Buffer, BufferPool, ColumnData};
 
-use crate::convert::value_to_py;
+use crate::convert::value_into_py;
 use crate::errors::stokehold_error;
 use crate::fork::FORK_GENERATION;
 
@@ -136,8 +136,8 @@ pub(crate) fn batch_to_py(
             }
             ColumnData::List(items) => {
                 let list = PyList::empty(py);
-                for v in &items {
-                    list.append(value_to_py(py, v)?)?;
+                for v in items {
+                    list.append(value_into_py(py, v)?)?;
                 }
                 d.set_item(name, list)?;
             }

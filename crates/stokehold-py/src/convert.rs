@@ -40,6 +40,25 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &FieldValue<'_>) -> PyResult<Bound<'
     })
 }
 
+/// One owned field value as a Python object: an array's own buffer becomes the numpy array's (no
+/// copy); other values as [`value_to_py`].
+pub fn value_into_py<'py>(py: Python<'py>, v: FieldValue<'_>) -> PyResult<Bound<'py, PyAny>> {
+    match v {
+        FieldValue::Array(ArrayValue {
+            dtype,
+            shape,
+            data: std::borrow::Cow::Owned(bytes),
+        }) => {
+            // numpy views the moved buffer; `view` reinterprets its bytes (an unaligned buffer
+            // stays valid numpy, only slower), `reshape` of a contiguous array is a view too
+            let flat = PyArray1::<u8>::from_vec(py, bytes);
+            let typed = flat.call_method1("view", (numpy_dtype(dtype),))?;
+            typed.call_method1("reshape", (shape,))
+        }
+        other => value_to_py(py, &other),
+    }
+}
+
 /// A sample as a dict: field name → value, in schema order.
 pub fn sample_to_py<'py>(
     py: Python<'py>,

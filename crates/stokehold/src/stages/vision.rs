@@ -82,7 +82,7 @@ impl Transform for Qwen2VlStage {
             }
         };
         let p = &self.proc;
-        let (grid, values) = WORKSPACE.with(|cell| -> StageResult<([u32; 3], Vec<f32>)> {
+        let (grid, bytes) = WORKSPACE.with(|cell| -> StageResult<([u32; 3], Vec<u8>)> {
             let mut slot = cell.borrow_mut();
             let ws = match slot.as_mut() {
                 Some(ws) => ws,
@@ -91,10 +91,21 @@ impl Transform for Qwen2VlStage {
             let grid = p
                 .image_grid(ws, data, DEFAULT_MAX_PIXELS)
                 .map_err(StageError::from)?;
-            let mut values = vec![0f32; p.values(grid)];
-            p.process_into(ws, data, DEFAULT_MAX_PIXELS, grid, &mut values)
-                .map_err(StageError::from)?;
-            Ok((grid, values))
+            let n = p.values(grid);
+            // the value's bytes (the format's arrays are little-endian, as f32 is in memory on
+            // the targets built for), written in place when the allocation is f32-aligned
+            let mut bytes = vec![0u8; n * 4];
+            match bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes) {
+                Ok(values) => p.process_into(ws, data, DEFAULT_MAX_PIXELS, grid, values),
+                Err(_) => {
+                    let mut values = vec![0f32; n];
+                    let r = p.process_into(ws, data, DEFAULT_MAX_PIXELS, grid, &mut values);
+                    bytes.copy_from_slice(bytemuck::cast_slice(&values));
+                    r
+                }
+            }
+            .map_err(StageError::from)?;
+            Ok((grid, bytes))
         })?;
         let m = u64::from(p.merge_size);
         let shape = vec![
@@ -103,8 +114,6 @@ impl Transform for Qwen2VlStage {
             m * m * u64::from(grid[0]),
             p.row_len() as u64,
         ];
-        // the format's arrays are little-endian, as f32 is in memory on the targets built for
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         Ok(tensor(DType::F32, shape, bytes))
     }
 }
