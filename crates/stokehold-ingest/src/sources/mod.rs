@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use stokehold_format::{FieldType, FieldValue, FormatError};
 use stokehold_storage::{Location, ObjectMeta};
 
+pub mod jsonl;
 pub mod parquet;
 pub mod tfrecord;
 pub mod webdataset;
@@ -55,8 +56,8 @@ impl SourceError {
     }
 }
 
-/// The kinds of source stokehold reads: all of them `pack`s, the last three it also reads in
-/// place ([`InPlaceFormat`]).
+/// The kinds of source stokehold reads: all of them `pack`s; JSONL and the last three it also
+/// reads in place ([`InPlaceFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SourceKind {
     /// A directory with one sub-directory of images per class (or images directly in it).
@@ -155,14 +156,17 @@ pub enum InPlaceFormat {
     WebDataset,
     /// Parquet files (Hugging Face datasets, LAION-style metadata).
     Parquet,
+    /// JSON Lines (`.jsonl`, `.ndjson`): one sample per non-empty line, one field per key.
+    Jsonl,
 }
 
 impl InPlaceFormat {
     /// Every format read in place, in the order messages list them.
-    pub const ALL: [InPlaceFormat; 3] = [
+    pub const ALL: [InPlaceFormat; 4] = [
         InPlaceFormat::TfRecord,
         InPlaceFormat::WebDataset,
         InPlaceFormat::Parquet,
+        InPlaceFormat::Jsonl,
     ];
 
     /// Its kind of source.
@@ -171,6 +175,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => SourceKind::TfRecord,
             InPlaceFormat::WebDataset => SourceKind::WebDataset,
             InPlaceFormat::Parquet => SourceKind::Parquet,
+            InPlaceFormat::Jsonl => SourceKind::Jsonl,
         }
     }
 
@@ -189,8 +194,14 @@ impl InPlaceFormat {
         SourceKind::parse(s).and_then(InPlaceFormat::of_kind)
     }
 
-    /// The format a file's name says ([`SourceKind::of_name`]), if any.
+    /// The format a file's name says ([`SourceKind::of_name`]), if any. A `.json` file is
+    /// not taken for JSON Lines by its name (it is mostly one JSON document, a manifest among
+    /// them): `format="jsonl"` reads it so.
     pub fn of_name(name: &str) -> Option<InPlaceFormat> {
+        let ext = Path::new(name).extension()?.to_str()?;
+        if ext.eq_ignore_ascii_case("json") {
+            return None;
+        }
         SourceKind::of_name(name).and_then(InPlaceFormat::of_kind)
     }
 
@@ -506,6 +517,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => "TFRecord files",
             InPlaceFormat::WebDataset => "WebDataset tars",
             InPlaceFormat::Parquet => "Parquet files",
+            InPlaceFormat::Jsonl => "JSONL files",
         }
     }
 
@@ -515,6 +527,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => "TFRecord",
             InPlaceFormat::WebDataset => "WebDataset",
             InPlaceFormat::Parquet => "Parquet",
+            InPlaceFormat::Jsonl => "JSONL",
         }
     }
 }
@@ -621,7 +634,17 @@ mod tests {
             InPlaceFormat::of_name("shard-000.tar"),
             Some(InPlaceFormat::WebDataset)
         );
-        assert_eq!(InPlaceFormat::of_name("rows.jsonl"), None);
+        assert_eq!(
+            InPlaceFormat::of_name("rows.jsonl"),
+            Some(InPlaceFormat::Jsonl)
+        );
+        assert_eq!(
+            InPlaceFormat::of_name("rows.NDJSON"),
+            Some(InPlaceFormat::Jsonl)
+        );
+        // one JSON document (a manifest) is not JSON Lines by its name
+        assert_eq!(InPlaceFormat::of_name("manifest.json"), None);
+        assert_eq!(InPlaceFormat::parse("jsonl"), Some(InPlaceFormat::Jsonl));
         assert_eq!(InPlaceFormat::of_name("train-00000-of-01024"), None);
         for (name, kind) in NAMES {
             assert_eq!(SourceKind::parse(name), Some(kind), "{name}");
@@ -638,6 +661,9 @@ mod tests {
             assert_eq!(InPlaceFormat::parse(f.name()), Some(f));
             assert_eq!(SourceKind::parse(f.name()), Some(f.kind()));
         }
-        assert_eq!(InPlaceFormat::names(), "tfrecord, webdataset or parquet");
+        assert_eq!(
+            InPlaceFormat::names(),
+            "tfrecord, webdataset, parquet or jsonl"
+        );
     }
 }

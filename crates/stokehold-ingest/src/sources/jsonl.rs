@@ -1,0 +1,638 @@
+//! JSON Lines as rows of fields: what a line's values are (one pass of `serde_json` over the
+//! line's bytes, no tree built), the kinds the field types are inferred from, and a value's
+//! canonical JSON text (compact, keys in the order the line gives them, as Python's
+//! `json.dumps(v, separators=(",", ":"), ensure_ascii=False)` writes a parsed value).
+//!
+//! Read in place (`inplace/jsonl.rs`) a line is parsed when a sample is read: a line that is not
+//! a JSON object, or lacks a required key, is a corrupt sample then.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
+use stokehold_format::FieldType;
+
+/// The kind of a JSON value, as a field's type is inferred from the kinds of its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `null`.
+    Null,
+    /// `true` / `false`.
+    Bool,
+    /// An integer that fits an i64 (or a u64: then read as a float).
+    Int,
+    /// Any other number.
+    Float,
+    /// A string.
+    Str,
+    /// A list or an object (kept as its canonical JSON text).
+    Json,
+}
+
+impl Kind {
+    /// In messages: "a string", "a list or object", ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Null => "null",
+            Kind::Bool => "a boolean",
+            Kind::Int => "an integer",
+            Kind::Float => "a number",
+            Kind::Str => "a string",
+            Kind::Json => "a list or object",
+        }
+    }
+}
+
+/// One value of a line, as read for a field.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Got<'a> {
+    /// `null`.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// Another number.
+    Float(f64),
+    /// A string (borrowed from the line when it has no escapes).
+    Str(Cow<'a, str>),
+    /// A list or an object: its canonical JSON text.
+    Json(String),
+}
+
+impl Got<'_> {
+    /// Its kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            Got::Null => Kind::Null,
+            Got::Bool(_) => Kind::Bool,
+            Got::Int(_) => Kind::Int,
+            Got::Float(_) => Kind::Float,
+            Got::Str(_) => Kind::Str,
+            Got::Json(_) => Kind::Json,
+        }
+    }
+}
+
+impl<'a> Got<'a> {
+    /// The value as the text a `string` field holds: a string as it is, anything else as its
+    /// canonical JSON text (`null` gives `None`).
+    pub fn into_text(self) -> Option<Cow<'a, str>> {
+        Some(match self {
+            Got::Null => return None,
+            Got::Str(s) => s,
+            Got::Json(t) => Cow::Owned(t),
+            Got::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
+            Got::Int(i) => Cow::Owned(i.to_string()),
+            Got::Float(f) => Cow::Owned(float_text(f)),
+        })
+    }
+}
+
+/// A float as JSON writes it (`1.0`, `1e+20` as serde_json's shortest round trip).
+fn float_text(f: f64) -> String {
+    serde_json::Number::from_f64(f).map_or_else(|| "null".into(), |n| n.to_string())
+}
+
+/// Why a line gives no values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadLine {
+    /// Not valid JSON (serde_json's message: what, and the column).
+    NotJson(String),
+    /// Valid JSON, but not an object.
+    NotObject(Kind),
+}
+
+impl fmt::Display for BadLine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadLine::NotJson(e) => write!(f, "not valid JSON ({e})"),
+            BadLine::NotObject(k) => write!(f, "not a JSON object (it is {})", k.describe()),
+        }
+    }
+}
+
+/// The value of key `key` in the JSON object that is `line` (`None`: the object has no such
+/// key; the last one when it has several, as Python's `json.loads` keeps). The whole line is
+/// checked, whichever key is asked for.
+pub fn find<'a>(line: &'a [u8], key: &str) -> Result<Option<Got<'a>>, BadLine> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let got = de
+        .deserialize_any(FindVisitor { key })
+        .map_err(|e| BadLine::NotJson(e.to_string()))?;
+    de.end().map_err(|e| BadLine::NotJson(e.to_string()))?;
+    got.map_err(BadLine::NotObject)
+}
+
+/// The keys of the JSON object that is `line`, in order, each with its value's kind.
+pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind)>, BadLine> {
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let got = de
+        .deserialize_any(KeysVisitor)
+        .map_err(|e| BadLine::NotJson(e.to_string()))?;
+    de.end().map_err(|e| BadLine::NotJson(e.to_string()))?;
+    got.map_err(BadLine::NotObject)
+}
+
+/// The canonical JSON text of the JSON value `text` (compact; keys in their order; strings
+/// escaped as serde_json escapes them, non-ASCII kept as UTF-8).
+pub fn canonical(text: &[u8]) -> Result<String, String> {
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let mut out = String::with_capacity(text.len());
+    Canon(&mut out)
+        .deserialize(&mut de)
+        .map_err(|e| e.to_string())?;
+    de.end().map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+struct FindVisitor<'k> {
+    key: &'k str,
+}
+
+/// A non-object line's kind, through a visitor's result.
+type OrKind<T> = Result<T, Kind>;
+
+macro_rules! not_object {
+    () => {
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Bool))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Int))
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Int))
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Float))
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Str))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Err(Kind::Null))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(Err(Kind::Json))
+        }
+    };
+}
+
+impl<'de> Visitor<'de> for FindVisitor<'_> {
+    type Value = OrKind<Option<Got<'de>>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    not_object!();
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(k) = map.next_key_seed(KeySeed)? {
+            if k == self.key {
+                found = Some(map.next_value_seed(GotSeed)?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(Ok(found))
+    }
+}
+
+struct KeysVisitor;
+
+impl<'de> Visitor<'de> for KeysVisitor {
+    type Value = OrKind<Vec<(String, Kind)>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    not_object!();
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out: Vec<(String, Kind)> = Vec::new();
+        while let Some(k) = map.next_key_seed(KeySeed)? {
+            let kind = map.next_value_seed(KindSeed)?;
+            // a repeated key: the last value counts, as Python keeps it
+            match out.iter_mut().find(|(n, _)| *n == k) {
+                Some(slot) => slot.1 = kind,
+                None => out.push((k.into_owned(), kind)),
+            }
+        }
+        Ok(Ok(out))
+    }
+}
+
+/// A key, borrowed from the line when it has no escapes.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+struct KeyVisitor;
+
+impl<'de> Visitor<'de> for KeyVisitor {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
+}
+
+/// A value's kind, the value itself skipped.
+struct KindSeed;
+
+impl<'de> DeserializeSeed<'de> for KindSeed {
+    type Value = Kind;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(KindVisitor)
+    }
+}
+
+struct KindVisitor;
+
+impl<'de> Visitor<'de> for KindVisitor {
+    type Value = Kind;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
+        Ok(Kind::Bool)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
+        Ok(Kind::Int)
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Kind, E> {
+        Ok(if i64::try_from(v).is_ok() {
+            Kind::Int
+        } else {
+            Kind::Float
+        })
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
+        Ok(Kind::Float)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
+        Ok(Kind::Str)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
+        Ok(Kind::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Kind::Json)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Kind::Json)
+    }
+}
+
+/// A value as read for a field ([`Got`]).
+struct GotSeed;
+
+impl<'de> DeserializeSeed<'de> for GotSeed {
+    type Value = Got<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(GotVisitor)
+    }
+}
+
+struct GotVisitor;
+
+impl<'de> Visitor<'de> for GotVisitor {
+    type Value = Got<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Got::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Got::Int(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(match i64::try_from(v) {
+            Ok(i) => Got::Int(i),
+            Err(_) => Got::Float(v as f64),
+        })
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(Got::Float(v))
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Got::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Got::Str(Cow::Owned(v.to_string())))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Got::Str(Cow::Owned(v)))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(Got::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = String::new();
+        CanonVisitor(&mut out).visit_seq(seq)?;
+        Ok(Got::Json(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        let mut out = String::new();
+        CanonVisitor(&mut out).visit_map(map)?;
+        Ok(Got::Json(out))
+    }
+}
+
+/// Writes the value it reads as canonical JSON text.
+struct Canon<'o>(&'o mut String);
+
+impl<'de> DeserializeSeed<'de> for Canon<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(CanonVisitor(self.0))
+    }
+}
+
+struct CanonVisitor<'o>(&'o mut String);
+
+impl CanonVisitor<'_> {
+    fn string(&mut self, s: &str) {
+        self.0
+            .push_str(&serde_json::to_string(s).expect("a string serializes"));
+    }
+}
+
+impl<'de> Visitor<'de> for CanonVisitor<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.0.push_str(if v { "true" } else { "false" });
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.0.push_str(&v.to_string());
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.0.push_str(&v.to_string());
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.0.push_str(&float_text(v));
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<(), E> {
+        self.string(v);
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.push_str("null");
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.push('[');
+        let mut first = true;
+        loop {
+            let at = self.0.len();
+            if !first {
+                self.0.push(',');
+            }
+            if seq.next_element_seed(Canon(&mut *self.0))?.is_none() {
+                self.0.truncate(at);
+                break;
+            }
+            first = false;
+        }
+        self.0.push(']');
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.0.push('{');
+        let mut first = true;
+        while let Some(k) = map.next_key_seed(KeySeed)? {
+            if !first {
+                self.0.push(',');
+            }
+            first = false;
+            self.0
+                .push_str(&serde_json::to_string(&*k).expect("a string serializes"));
+            self.0.push(':');
+            map.next_value_seed(Canon(&mut *self.0))?;
+        }
+        self.0.push('}');
+        Ok(())
+    }
+}
+
+/// What the first lines of a file hold of each key, for the field choice.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyStats {
+    /// The key.
+    pub name: String,
+    /// Lines whose value is not null.
+    pub count: u64,
+    /// Values by kind.
+    pub null: u64,
+    /// Booleans.
+    pub bool: u64,
+    /// Integers.
+    pub int: u64,
+    /// Other numbers.
+    pub float: u64,
+    /// Strings.
+    pub str: u64,
+    /// Lists and objects.
+    pub json: u64,
+}
+
+impl KeyStats {
+    fn add(&mut self, kind: Kind) {
+        match kind {
+            Kind::Null => self.null += 1,
+            Kind::Bool => self.bool += 1,
+            Kind::Int => self.int += 1,
+            Kind::Float => self.float += 1,
+            Kind::Str => self.str += 1,
+            Kind::Json => self.json += 1,
+        }
+        if kind != Kind::Null {
+            self.count += 1;
+        }
+    }
+
+    fn merge(&mut self, o: &KeyStats) {
+        self.count += o.count;
+        self.null += o.null;
+        self.bool += o.bool;
+        self.int += o.int;
+        self.float += o.float;
+        self.str += o.str;
+        self.json += o.json;
+    }
+
+    /// The field type its values make: int64 (integers, booleans as 0/1), float64 (numbers),
+    /// string (strings; lists and objects as their canonical JSON text; mixed kinds as each
+    /// value's text); `None` when every value is null.
+    pub fn field_type(&self) -> Option<FieldType> {
+        let numbers = self.int + self.float;
+        Some(if self.count == 0 {
+            return None;
+        } else if self.str + self.json == 0 && self.float == 0 {
+            FieldType::Int64
+        } else if self.str + self.json + self.bool == 0 && numbers > 0 {
+            FieldType::Float64
+        } else {
+            FieldType::String
+        })
+    }
+}
+
+/// What the first lines of a file hold: how many were read, how many were not a JSON object
+/// (and where the first was), and each key in the order the lines name them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineStats {
+    /// Lines read.
+    pub lines: u64,
+    /// Of them, lines that are not a JSON object.
+    pub invalid: u64,
+    /// The first of those: its line number and why.
+    pub first_invalid: Option<(u64, String)>,
+    /// The keys, in the order the lines first name them.
+    pub keys: Vec<KeyStats>,
+}
+
+impl LineStats {
+    /// Observe one line (number `line`, from 1).
+    pub fn observe(&mut self, line_no: u64, line: &[u8]) {
+        self.lines += 1;
+        match keys(line) {
+            Ok(ks) => {
+                for (name, kind) in ks {
+                    match self.keys.iter_mut().find(|k| k.name == name) {
+                        Some(k) => k.add(kind),
+                        None => {
+                            let mut k = KeyStats {
+                                name,
+                                ..KeyStats::default()
+                            };
+                            k.add(kind);
+                            self.keys.push(k);
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                self.invalid += 1;
+                if self.first_invalid.is_none() {
+                    self.first_invalid = Some((line_no, e.to_string()));
+                }
+            }
+        }
+    }
+
+    /// Add another file's statistics.
+    pub fn merge(&mut self, o: &LineStats) {
+        self.lines += o.lines;
+        self.invalid += o.invalid;
+        for k in &o.keys {
+            match self.keys.iter_mut().find(|m| m.name == k.name) {
+                Some(m) => m.merge(k),
+                None => self.keys.push(k.clone()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_found_and_canonical() {
+        let line = br#"{"a": 1, "messages": [ {"role":"user", "content": "h\u00e9\n"}, {"z":1.5e3,"b":null} ], "s": "x\"y", "a": -2}"#;
+        assert_eq!(find(line, "a").unwrap(), Some(Got::Int(-2)));
+        assert_eq!(
+            find(line, "messages").unwrap(),
+            Some(Got::Json(
+                r#"[{"role":"user","content":"hé\n"},{"z":1500.0,"b":null}]"#.into()
+            ))
+        );
+        assert_eq!(
+            find(line, "s").unwrap(),
+            Some(Got::Str(Cow::Owned("x\"y".into())))
+        );
+        assert_eq!(find(line, "nope").unwrap(), None);
+        assert!(matches!(find(b"{\"a\":1", "a"), Err(BadLine::NotJson(_))));
+        assert!(matches!(
+            find(b"{\"a\":1} x", "a"),
+            Err(BadLine::NotJson(_))
+        ));
+        assert_eq!(find(b"[1,2]", "a"), Err(BadLine::NotObject(Kind::Json)));
+        // a bad value past the key asked for still makes the line bad
+        assert!(matches!(
+            find(b"{\"a\":1,\"b\":tru}", "a"),
+            Err(BadLine::NotJson(_))
+        ));
+        assert_eq!(
+            canonical(b" { \"b\" : [1, 2.0, true] , \"a\":{}} ").unwrap(),
+            r#"{"b":[1,2.0,true],"a":{}}"#
+        );
+        assert_eq!(
+            keys(br#"{"x": "1", "y": [1], "z": null, "w": 18446744073709551615}"#).unwrap(),
+            vec![
+                ("x".into(), Kind::Str),
+                ("y".into(), Kind::Json),
+                ("z".into(), Kind::Null),
+                ("w".into(), Kind::Float)
+            ]
+        );
+    }
+
+    #[test]
+    fn types_follow_the_kinds() {
+        let t = |line: &[&[u8]]| {
+            let mut s = LineStats::default();
+            for (i, l) in line.iter().enumerate() {
+                s.observe(i as u64 + 1, l);
+            }
+            s.keys
+                .iter()
+                .map(|k| (k.name.clone(), k.field_type()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            t(&[
+                br#"{"i":1,"f":1,"s":"a","j":[1],"n":null,"b":true}"#,
+                br#"{"i":2,"f":0.5,"s":"b","j":{},"b":false}"#
+            ]),
+            vec![
+                ("i".into(), Some(FieldType::Int64)),
+                ("f".into(), Some(FieldType::Float64)),
+                ("s".into(), Some(FieldType::String)),
+                ("j".into(), Some(FieldType::String)),
+                ("n".into(), None),
+                ("b".into(), Some(FieldType::Int64)),
+            ]
+        );
+    }
+}
