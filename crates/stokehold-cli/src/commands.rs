@@ -294,7 +294,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The dataset directory (or URL), or TFRecord, WebDataset or Parquet files to read in
+    /// The dataset directory (or URL), or TFRecord, WebDataset, Parquet or JSONL files to read in
     /// place: a file, a directory of them, or a glob in quotes ('data/train-*.tfrecord').
     #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,

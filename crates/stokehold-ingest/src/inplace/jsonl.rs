@@ -10,25 +10,19 @@
 //! than the record limit is kept as a damaged record (reading it is an error that says so),
 //! and no buffer is ever sized by it.
 
-use std::borrow::Cow;
 use std::io::Read;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use stokehold_format::{FieldType, FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
+use stokehold_format::{FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
 
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{ChooseError, Chosen, Scanned};
-use crate::sources::jsonl::{BadLine, Got, LineStats, find};
-
-/// Lines parsed at scan time to choose the fields (the first ones of each file).
-pub const SAMPLED_LINES: u64 = 1000;
+use crate::sources::jsonl::{BOM, LineStats, SAMPLED_LINES, field_value, is_blank};
 
 /// Blank lines whose places are kept exactly (for line numbers in messages); past them, line
 /// numbers are said as at least.
 const MAX_BLANKS: usize = 100_000;
-
-const BOM: &[u8] = b"\xef\xbb\xbf";
 
 /// What a JSONL index keeps besides its records.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,7 +78,7 @@ impl Lines {
     fn push(&mut self, start: u64, line: &[u8]) {
         self.lines += 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(u8::is_ascii_whitespace) {
+        if is_blank(line) {
             self.blanks += 1;
             if self.blank.len() < MAX_BLANKS {
                 self.blank.push(self.entries.len() as u64);
@@ -349,45 +343,12 @@ impl RecordCodec for JsonlCodec {
             )));
         }
         let (key, optional) = &self.fields[i];
-        let ty = &schema.fields[i].ty;
-        let got = match find(bytes, key) {
-            Ok(v) => v,
-            Err(e @ BadLine::NotJson(_)) | Err(e @ BadLine::NotObject(_)) => {
-                return Err(corrupt(e.to_string()));
-            }
-        };
-        let got = match got {
-            None | Some(Got::Null) => {
-                return match crate::sources::empty_value(ty).filter(|_| *optional) {
-                    Some(v) => Ok(v),
-                    None if got.is_none() => Err(corrupt(format!("has no key {key:?}"))),
-                    None => Err(corrupt(format!("key {key:?} is null"))),
-                };
-            }
-            Some(v) => v,
-        };
-        let kind = got.kind();
-        Ok(match (ty, got) {
-            (FieldType::Int64, Got::Int(v)) => FieldValue::Int64(v),
-            (FieldType::Int64, Got::Bool(b)) => FieldValue::Int64(i64::from(b)),
-            (FieldType::Float64, Got::Int(v)) => FieldValue::Float64(v as f64),
-            (FieldType::Float64, Got::Float(v)) => FieldValue::Float64(v),
-            (FieldType::String, v) => {
-                FieldValue::String(v.into_text().unwrap_or(Cow::Borrowed("")))
-            }
-            (ty, _) => {
-                return Err(corrupt(format!(
-                    "key {key:?} is {}, which does not fit its field type {ty}",
-                    kind.describe()
-                )));
-            }
-        })
+        field_value(bytes, key, &schema.fields[i].ty, *optional).map_err(corrupt)
     }
 }
 
-/// The schema's fields of JSONL files, from the first lines of each, in the order the lines
-/// name their keys: every key that at least half the lines hold with a value other than null
-/// (pack's rule); a key missing from some is optional when its type is string.
+/// The schema's fields of JSONL files, from the first lines of each
+/// ([`crate::sources::jsonl::choose`], as `pack` chooses them).
 pub(super) fn choose(
     files: &[Scanned],
     given: Option<&[crate::sources::FieldChoice]>,
@@ -406,49 +367,15 @@ pub(super) fn choose(
         }
         all.merge(&s.lines);
     }
-    let objects = all.lines - all.invalid;
-    let mut types = std::collections::BTreeMap::new();
-    for k in &all.keys {
-        match k.field_type() {
-            Some(t) => {
-                types.insert(k.name.clone(), t);
-            }
-            None => notes.push(format!(
-                "key {:?} is null in every one of the first lines: left out",
-                k.name
-            )),
-        }
-    }
-    if types.is_empty() {
-        return Err(ChooseError::Input(format!(
-            "no usable keys in the first {} lines of {} files ({} of them JSON objects)",
-            all.lines,
-            files.len(),
-            objects
-        )));
-    }
-    let counts = all
-        .keys
-        .iter()
-        .filter(|k| types.contains_key(&k.name))
-        .map(|k| (k.name.clone(), k.count))
-        .collect();
-    let chosen = crate::sources::choose_fields(
-        &counts,
-        objects,
-        given,
-        |n| types[n] == FieldType::String,
-        |n| format!("key {n:?}"),
-        notes,
-        source,
-    )?;
-    let mut chosen = Chosen::typed(chosen, |n| types[n].clone());
-    if given.is_none() {
-        // in the order the lines name them
-        chosen.sort_by_key(|c| all.keys.iter().position(|k| k.name == c.name));
-    }
-    source.insert("sampled_lines".into(), all.lines.into());
-    Ok(chosen)
+    let fields = crate::sources::jsonl::choose(&all, files.len(), given, notes, source)?;
+    Ok(fields
+        .into_iter()
+        .map(|f| Chosen {
+            name: f.name,
+            ty: f.ty,
+            optional: f.optional,
+        })
+        .collect())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! one is fatal.
 
 mod image_folder;
+mod jsonl;
 pub(crate) mod parquet;
 mod table;
 pub(crate) mod tfrecord;

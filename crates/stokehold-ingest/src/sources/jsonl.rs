@@ -11,7 +11,152 @@ use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use stokehold_format::FieldType;
+use stokehold_format::{FieldType, FieldValue};
+
+use super::{FieldChoice, SourceError};
+
+/// Lines parsed to choose the fields (the first ones of each file).
+pub const SAMPLED_LINES: u64 = 1000;
+
+/// A UTF-8 byte order mark, skipped at a file's start.
+pub const BOM: &[u8] = b"\xef\xbb\xbf";
+
+/// The lines of a JSONL file's bytes that are samples: each one's number (from 1), byte offset
+/// and bytes (without its `\n` or `\r\n`). Blank lines (only whitespace) are not samples; a
+/// byte order mark at the start is skipped; the last line may have no newline.
+pub fn lines(all: &[u8]) -> impl Iterator<Item = (u64, usize, &[u8])> {
+    let mut pos = if all.starts_with(BOM) { BOM.len() } else { 0 };
+    let mut n = 0u64;
+    std::iter::from_fn(move || {
+        while pos < all.len() {
+            let end = memchr::memchr(b'\n', &all[pos..]).map_or(all.len(), |i| pos + i);
+            let start = pos;
+            pos = end + 1;
+            n += 1;
+            let line = &all[start..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if !is_blank(line) {
+                return Some((n, start, line));
+            }
+        }
+        None
+    })
+}
+
+/// Whether a line is blank (only whitespace): not a sample.
+pub fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// Field `key` of type `ty` of the JSON object that is `line`: an int64 from an integer or a
+/// boolean, a float64 from a number, a string from a string (as it is) or any other value (its
+/// canonical JSON text); a missing or null key gives the type's empty value where the field
+/// is `optional`. The error says what is wrong (without the line's place).
+pub fn field_value<'a>(
+    line: &'a [u8],
+    key: &str,
+    ty: &FieldType,
+    optional: bool,
+) -> Result<FieldValue<'a>, String> {
+    let got = find(line, key).map_err(|e| e.to_string())?;
+    let got = match got {
+        None | Some(Got::Null) => {
+            return match super::empty_value(ty).filter(|_| optional) {
+                Some(v) => Ok(v),
+                None if got.is_none() => Err(format!("has no key {key:?}")),
+                None => Err(format!("key {key:?} is null")),
+            };
+        }
+        Some(v) => v,
+    };
+    let kind = got.kind();
+    Ok(match (ty, got) {
+        (FieldType::Int64, Got::Int(v)) => FieldValue::Int64(v),
+        (FieldType::Int64, Got::Bool(b)) => FieldValue::Int64(i64::from(b)),
+        (FieldType::Float64, Got::Int(v)) => FieldValue::Float64(v as f64),
+        (FieldType::Float64, Got::Float(v)) => FieldValue::Float64(v),
+        (FieldType::String, v) => FieldValue::String(v.into_text().unwrap_or(Cow::Borrowed(""))),
+        (ty, _) => {
+            return Err(format!(
+                "key {key:?} is {}, which does not fit its field type {ty}",
+                kind.describe()
+            ));
+        }
+    })
+}
+
+/// A field of JSON Lines: its key, type, and whether a line may lack it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonlField {
+    /// The key.
+    pub name: String,
+    /// Its type.
+    pub ty: FieldType,
+    /// A line may lack it (or hold null): stored empty there.
+    pub optional: bool,
+}
+
+/// The fields of JSON Lines from their first lines' statistics (`all`, over `files` files), in
+/// the order the lines name their keys: `given` (`--fields`), or every key that at least half
+/// the lines hold with a value other than null (pack's rule); a key missing from some is
+/// optional when its type is string. Keys null in every line are left out (said in `notes`).
+pub fn choose(
+    all: &LineStats,
+    files: usize,
+    given: Option<&[FieldChoice]>,
+    notes: &mut Vec<String>,
+    source: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<Vec<JsonlField>, SourceError> {
+    let objects = all.lines - all.invalid;
+    let mut types = std::collections::BTreeMap::new();
+    for k in &all.keys {
+        match k.field_type() {
+            Some(t) => {
+                types.insert(k.name.clone(), t);
+            }
+            None => notes.push(format!(
+                "key {:?} is null in every one of the first lines: left out",
+                k.name
+            )),
+        }
+    }
+    if types.is_empty() {
+        return Err(SourceError::Empty(format!(
+            "no usable keys in the first {} lines of {files} files ({objects} of them JSON \
+             objects)",
+            all.lines
+        )));
+    }
+    let counts = all
+        .keys
+        .iter()
+        .filter(|k| types.contains_key(&k.name))
+        .map(|k| (k.name.clone(), k.count))
+        .collect();
+    let chosen = super::choose_fields(
+        &counts,
+        objects,
+        given,
+        |n| types[n] == FieldType::String,
+        |n| format!("key {n:?}"),
+        notes,
+        source,
+    )?;
+    let mut out: Vec<JsonlField> = chosen
+        .into_iter()
+        .map(|c| JsonlField {
+            ty: types[&c.name].clone(),
+            name: c.name,
+            optional: c.optional,
+        })
+        .collect();
+    if given.is_none() {
+        // in the order the lines name them
+        out.sort_by_key(|c| all.keys.iter().position(|k| k.name == c.name));
+    }
+    source.insert("sampled_lines".into(), all.lines.into());
+    Ok(out)
+}
 
 /// The kind of a JSON value, as a field's type is inferred from the kinds of its values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -136,7 +136,7 @@ impl SourceKind {
         EXTENSIONS.iter().find(|(e, _)| *e == ext).map(|(_, k)| *k)
     }
 
-    /// The kinds named by `names` in messages: `tfrecord, webdataset or parquet`.
+    /// The kinds named by `names` in messages: `tfrecord, webdataset, parquet or jsonl`.
     pub fn listed(kinds: &[SourceKind]) -> String {
         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         match names.split_last() {
@@ -205,7 +205,7 @@ impl InPlaceFormat {
         SourceKind::of_name(name).and_then(InPlaceFormat::of_kind)
     }
 
-    /// The names of the formats read in place, for messages: `tfrecord, webdataset or parquet`.
+    /// The names of the formats read in place, for messages: `tfrecord, webdataset, parquet or jsonl`.
     pub fn names() -> String {
         SourceKind::listed(&InPlaceFormat::ALL.map(InPlaceFormat::kind))
     }

@@ -164,7 +164,7 @@ fn a_line_over_the_limit_is_refused_without_being_read() {
         );
     }
     // the streaming scan (no mapping: object storage) finds the same
-    let r = index_files(&[file.clone()], &OpenOptions::default(), &o).unwrap();
+    let r = index_files(std::slice::from_ref(&file), &OpenOptions::default(), &o).unwrap();
     assert_eq!((r.records, r.damaged), (4, 2));
 }
 
@@ -182,16 +182,31 @@ fn the_jsonl_index_is_kept_reused_and_rebuilt_when_the_file_changes() {
     };
     write("a.jsonl", 5);
     write("b.ndjson", 3);
-    let r = index_files(&[dir.clone()], &OpenOptions::default(), &in_place(&idx)).unwrap();
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
     assert_eq!(
         (r.format, r.files, r.scanned, r.records),
         ("jsonl", 2, 2, 8)
     );
-    let r = index_files(&[dir.clone()], &OpenOptions::default(), &in_place(&idx)).unwrap();
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
     assert_eq!((r.scanned, r.records), (0, 8), "kept indexes are reused");
     std::thread::sleep(std::time::Duration::from_millis(20));
     write("b.ndjson", 4);
-    let r = index_files(&[dir.clone()], &OpenOptions::default(), &in_place(&idx)).unwrap();
+    let r = index_files(
+        std::slice::from_ref(&dir),
+        &OpenOptions::default(),
+        &in_place(&idx),
+    )
+    .unwrap();
     assert_eq!(
         (r.scanned, r.records),
         (1, 9),
@@ -221,4 +236,65 @@ fn compressed_jsonl_is_refused_with_what_to_do() {
         e.contains("convs.jsonl.gz") && e.contains("decompress"),
         "{e}"
     );
+}
+
+#[test]
+fn pack_of_jsonl_gives_the_samples_read_in_place() {
+    use stokehold_ingest::{NoProgress, PackOptions, pack};
+    let tmp = tempfile::tempdir().unwrap();
+    let idx = tmp.path().join("idx");
+    let file = tmp.path().join("chat.jsonl");
+    let mut body = String::from("\u{feff}");
+    for i in 0..40 {
+        let msgs = serde_json::json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": format!("question {i} \u{e9}\t\"q\"")},
+            {"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}")}]},
+        ]);
+        // `source` is missing from some lines: an optional string, empty there
+        let source = if i % 3 == 0 {
+            String::new()
+        } else {
+            format!(", \"source\": \"s{i}\"")
+        };
+        body.push_str(&format!(
+            "{{\"messages\": {msgs}, \"turns\": {}, \"quality\": {}{source}}}\r\n",
+            i % 4,
+            i as f64 / 8.0
+        ));
+        if i % 10 == 0 {
+            body.push('\n');
+        }
+    }
+    body.push_str("{\"messages\": not json}\n"); // skipped by pack, corrupt in place
+    body.push_str("{\"messages\": [], \"turns\": 0, \"quality\": 1.5}"); // no newline
+    fs::write(&file, &body).unwrap();
+
+    let o = PackOptions {
+        threads: 2,
+        max_skip_fraction: 1.0,
+        ..PackOptions::default()
+    };
+    let out = tmp.path().join("packed");
+    pack(std::slice::from_ref(&file), &out, None, &o, &NoProgress).unwrap();
+    let packed = Dataset::open(&out).unwrap();
+    let ds = opened(&file, &in_place(&idx));
+    assert_eq!(packed.schema(), ds.schema());
+    assert_eq!(
+        ds.schema().to_string(),
+        "messages: string, turns: int64, quality: float64, source: string"
+    );
+    assert_eq!((ds.len(), packed.len()), (42, 41));
+    let mut read: Vec<Vec<FieldValue<'static>>> = Vec::new();
+    for i in 0..ds.len() {
+        match ds.get(i) {
+            Ok(s) => read.push(s),
+            Err(e) => assert!(i == 40 && e.to_string().contains("line 45:"), "{e}"),
+        }
+    }
+    let packs: Vec<Vec<FieldValue<'static>>> =
+        (0..packed.len()).map(|i| packed.get(i).unwrap()).collect();
+    assert_eq!(read, packs);
+    assert_eq!(text(&read[0][3]), "");
+    assert_eq!(text(&read[1][3]), "s1");
 }
