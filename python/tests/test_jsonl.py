@@ -1,8 +1,9 @@
 """Conversations read where they are (issue #52, item 1): JSON Lines read in place (one sample per
 non-empty line, a kept index of line offsets), Parquet / Hugging Face ``list<struct<role, content>>``
-columns as the canonical JSON text of each row's messages, and the ``prompt`` / ``completion``
-pair form. A ``messages`` field is a ``string`` field whose text is the JSON of the list of
-messages: ``json.loads`` gives back what the file holds (pyarrow's ``to_pylist()``)."""
+columns as the canonical JSON text of each row's messages, the ``prompt`` / ``completion`` pair
+form, and the ``json`` field type. A ``messages`` field is a ``json`` field whose value (a str)
+is the canonical JSON text of the list of messages: ``json.loads`` gives back what the file holds
+(pyarrow's ``to_pylist()``)."""
 
 import json
 
@@ -42,7 +43,7 @@ def convs(tmp_path):
 def test_jsonl_conversations_in_place_are_samples_and_bad_lines_are_counted(convs, tmp_path):
     ds = stokehold.Dataset(convs, index_dir=tmp_path / "ix")
     assert ds.in_place == "jsonl"
-    assert ds.schema == {"conv_id": "int64", "messages": "string"}
+    assert ds.schema == {"conv_id": "int64", "messages": "json"}
     assert len(ds) == 30  # the blank line is not a sample
     assert json.loads(ds[0]["messages"]) == conversation(0)
     assert ds[29]["conv_id"] == 29 and json.loads(ds[29]["messages"]) == conversation(29)
@@ -114,7 +115,7 @@ def test_parquet_conversations_are_json_text_equal_to_pyarrow(tmp_path):
     run("pack", path, out)
     want = {c: table.column(c).to_pylist() for c in ("messages", "parts")}
     for ds in (stokehold.Dataset(path, index_dir=tmp_path / "ix"), stokehold.Dataset(out)):
-        assert ds.schema["messages"] == "string" and ds.schema["parts"] == "string", ds.schema
+        assert ds.schema["messages"] == "json" and ds.schema["parts"] == "json", ds.schema
         assert len(ds) == n
         for i in range(n):
             s = ds[i]
@@ -122,3 +123,22 @@ def test_parquet_conversations_are_json_text_equal_to_pyarrow(tmp_path):
                 assert json.loads(s[c]) == want[c][i], (c, i)
             # compact, keys in the struct's order
             assert s["messages"] == json.dumps(want["messages"][i], separators=(",", ":"), ensure_ascii=False)
+
+
+def test_a_json_field_is_checked_and_canonical_when_written_and_read_as_its_text(tmp_path):
+    out = tmp_path / "ds"
+    with stokehold.ShardWriter(out, {"messages": "json", "n": "int64"}) as w:
+        w.write({"messages": conversation(1), "n": 1})  # a value: json.dumps writes it
+        w.write({"messages": ' [ {"role" : "user", "content": "h\\u00e9"} ] ', "n": 2})  # JSON text
+        with pytest.raises(stokehold.SchemaError, match="not one JSON value"):
+            w.write({"messages": "[1,", "n": 3})
+        with pytest.raises(stokehold.SchemaError, match="messages"):
+            w.write({"messages": {1, 2}, "n": 4})  # a set: json.dumps refuses it
+    ds = stokehold.Dataset(out)
+    assert ds.schema == {"messages": "json", "n": "int64"}
+    assert len(ds) == 2
+    assert ds[0]["messages"] == json.dumps(conversation(1), separators=(",", ":"), ensure_ascii=False)
+    assert ds[1]["messages"] == '[{"role":"user","content":"h\u00e9"}]'
+    # in a batch, a json field is a list of str, one JSON text per sample
+    (batch,) = list(stokehold.Loader(ds, 2, shuffle=False))
+    assert [json.loads(t) for t in batch["messages"]] == [conversation(1), [{"role": "user", "content": "h\u00e9"}]]

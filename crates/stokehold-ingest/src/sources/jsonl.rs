@@ -50,8 +50,9 @@ pub fn is_blank(line: &[u8]) -> bool {
 
 /// Field `key` of type `ty` of the JSON object that is `line`: an int64 from an integer or a
 /// boolean, a float64 from a number, a string from a string (as it is) or any other value (its
-/// canonical JSON text); a missing or null key gives the type's empty value where the field
-/// is `optional`. The error says what is wrong (without the line's place).
+/// canonical JSON text), a json field from any value (its canonical JSON text, `null` too); a
+/// missing (or, but for json, null) key gives the type's empty value where the field is
+/// `optional`. The error says what is wrong (without the line's place).
 pub fn field_value<'a>(
     line: &'a [u8],
     key: &str,
@@ -60,6 +61,7 @@ pub fn field_value<'a>(
 ) -> Result<FieldValue<'a>, String> {
     let got = find(line, key).map_err(|e| e.to_string())?;
     let got = match got {
+        Some(Got::Null) if *ty == FieldType::Json => return Ok(FieldValue::String("null".into())),
         None | Some(Got::Null) => {
             return match super::empty_value(ty).filter(|_| optional) {
                 Some(v) => Ok(v),
@@ -76,6 +78,11 @@ pub fn field_value<'a>(
         (FieldType::Float64, Got::Int(v)) => FieldValue::Float64(v as f64),
         (FieldType::Float64, Got::Float(v)) => FieldValue::Float64(v),
         (FieldType::String, v) => FieldValue::String(v.into_text().unwrap_or(Cow::Borrowed(""))),
+        (FieldType::Json, Got::Json(t)) => FieldValue::String(Cow::Owned(t)),
+        (FieldType::Json, Got::Str(s)) => FieldValue::String(Cow::Owned(
+            serde_json::to_string(&*s).expect("a string serializes"),
+        )),
+        (FieldType::Json, v) => FieldValue::String(v.into_text().unwrap_or(Cow::Borrowed("null"))),
         (ty, _) => {
             return Err(format!(
                 "key {key:?} is {}, which does not fit its field type {ty}",
@@ -92,7 +99,7 @@ pub struct JsonlField {
     pub name: String,
     /// Its type.
     pub ty: FieldType,
-    /// A line may lack it (or hold null): stored empty there.
+    /// A line may lack it (or hold null): stored empty there (`null` for json).
     pub optional: bool,
 }
 
@@ -137,7 +144,7 @@ pub fn choose(
         &counts,
         objects,
         given,
-        |n| types[n] == FieldType::String,
+        |n| matches!(types[n], FieldType::String | FieldType::Json),
         |n| format!("key {n:?}"),
         notes,
         source,
@@ -235,10 +242,7 @@ impl<'a> Got<'a> {
     }
 }
 
-/// A float as JSON writes it (`1.0`, `1e+20` as serde_json's shortest round trip).
-fn float_text(f: f64) -> String {
-    serde_json::Number::from_f64(f).map_or_else(|| "null".into(), |n| n.to_string())
-}
+use stokehold_format::json::float_text;
 
 /// Why a line gives no values.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,17 +284,8 @@ pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind)>, BadLine> {
     got.map_err(BadLine::NotObject)
 }
 
-/// The canonical JSON text of the JSON value `text` (compact; keys in their order; strings
-/// escaped as serde_json escapes them, non-ASCII kept as UTF-8).
-pub fn canonical(text: &[u8]) -> Result<String, String> {
-    let mut de = serde_json::Deserializer::from_slice(text);
-    let mut out = String::with_capacity(text.len());
-    Canon(&mut out)
-        .deserialize(&mut de)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
-    Ok(out)
-}
+use stokehold_format::json::CanonVisitor;
+pub use stokehold_format::json::canonical;
 
 struct FindVisitor<'k> {
     key: &'k str,
@@ -506,89 +501,6 @@ impl<'de> Visitor<'de> for GotVisitor {
     }
 }
 
-/// Writes the value it reads as canonical JSON text.
-struct Canon<'o>(&'o mut String);
-
-impl<'de> DeserializeSeed<'de> for Canon<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(CanonVisitor(self.0))
-    }
-}
-
-struct CanonVisitor<'o>(&'o mut String);
-
-impl CanonVisitor<'_> {
-    fn string(&mut self, s: &str) {
-        self.0
-            .push_str(&serde_json::to_string(s).expect("a string serializes"));
-    }
-}
-
-impl<'de> Visitor<'de> for CanonVisitor<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
-        self.0.push_str(if v { "true" } else { "false" });
-        Ok(())
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
-        Ok(())
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
-        self.0.push_str(&v.to_string());
-        Ok(())
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
-        self.0.push_str(&float_text(v));
-        Ok(())
-    }
-    fn visit_str<E: de::Error>(mut self, v: &str) -> Result<(), E> {
-        self.string(v);
-        Ok(())
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.0.push_str("null");
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        self.0.push('[');
-        let mut first = true;
-        loop {
-            let at = self.0.len();
-            if !first {
-                self.0.push(',');
-            }
-            if seq.next_element_seed(Canon(&mut *self.0))?.is_none() {
-                self.0.truncate(at);
-                break;
-            }
-            first = false;
-        }
-        self.0.push(']');
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        self.0.push('{');
-        let mut first = true;
-        while let Some(k) = map.next_key_seed(KeySeed)? {
-            if !first {
-                self.0.push(',');
-            }
-            first = false;
-            self.0
-                .push_str(&serde_json::to_string(&*k).expect("a string serializes"));
-            self.0.push(':');
-            map.next_value_seed(Canon(&mut *self.0))?;
-        }
-        self.0.push('}');
-        Ok(())
-    }
-}
-
 /// What the first lines of a file hold of each key, for the field choice.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyStats {
@@ -636,8 +548,8 @@ impl KeyStats {
     }
 
     /// The field type its values make: int64 (integers, booleans as 0/1), float64 (numbers),
-    /// string (strings; lists and objects as their canonical JSON text; mixed kinds as each
-    /// value's text); `None` when every value is null.
+    /// json (lists and objects), string (strings; mixed kinds as each value's text, a list or
+    /// object as its canonical JSON text); `None` when every value is null.
     pub fn field_type(&self) -> Option<FieldType> {
         let numbers = self.int + self.float;
         Some(if self.count == 0 {
@@ -646,6 +558,8 @@ impl KeyStats {
             FieldType::Int64
         } else if self.str + self.json + self.bool == 0 && numbers > 0 {
             FieldType::Float64
+        } else if self.str + self.bool + numbers == 0 {
+            FieldType::Json
         } else {
             FieldType::String
         })
@@ -774,7 +688,7 @@ mod tests {
                 ("i".into(), Some(FieldType::Int64)),
                 ("f".into(), Some(FieldType::Float64)),
                 ("s".into(), Some(FieldType::String)),
-                ("j".into(), Some(FieldType::String)),
+                ("j".into(), Some(FieldType::Json)),
                 ("n".into(), None),
                 ("b".into(), Some(FieldType::Int64)),
             ]

@@ -490,6 +490,7 @@ pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
     use std::borrow::Cow;
     Some(match ty {
         FieldType::String => FieldValue::String("".into()),
+        FieldType::Json => FieldValue::String("null".into()),
         FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
         FieldType::Ndarray { dtype } => FieldValue::Array(stokehold_format::ArrayValue {
             dtype: *dtype,

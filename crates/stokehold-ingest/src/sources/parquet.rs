@@ -35,8 +35,8 @@ pub(crate) enum Kind {
     Float,
     List(DType),
     /// Structs, and lists of structs or strings (a conversation's
-    /// `list<struct<role: string, content: string>>`): a string field holding the value's
-    /// canonical JSON text (what `json.dumps(v, separators=(",", ":"), ensure_ascii=False)`
+    /// `list<struct<role: string, content: string>>`): a json field, the value's canonical JSON
+    /// text (what `json.dumps(v, separators=(",", ":"), ensure_ascii=False)`
     /// writes of pyarrow's `to_pylist()` value; struct fields in their order).
     Json,
 }
@@ -52,7 +52,7 @@ impl Kind {
             Kind::Int => FieldType::Int64,
             Kind::Float => FieldType::Float64,
             Kind::List(dtype) => FieldType::Ndarray { dtype },
-            Kind::Json => FieldType::String,
+            Kind::Json => FieldType::Json,
         }
     }
 }
@@ -78,6 +78,7 @@ pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
         FieldType::Bytes => Kind::Bytes,
         FieldType::Image { .. } => Kind::ImageStruct,
         FieldType::String => Kind::Str,
+        FieldType::Json => Kind::Json,
         FieldType::Int64 => Kind::Int,
         FieldType::Float64 => Kind::Float,
         FieldType::Ndarray { dtype } => Kind::List(dtype),
@@ -443,6 +444,7 @@ pub(crate) fn value_at(
                     out.len()
                 ));
             }
+            // a null is a missing value (stored `null` where the field is optional)
             Ok(Some(FieldValue::String(out.into())))
         }
     }

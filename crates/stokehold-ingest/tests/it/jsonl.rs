@@ -1,5 +1,5 @@
 //! JSON Lines read in place: one sample per non-empty line, fields inferred from the first
-//! lines, lists and objects (a conversation's `messages`) as their canonical JSON text, bad
+//! lines, lists and objects (a conversation's `messages`) json fields of canonical JSON text, bad
 //! lines corrupt samples named by file, line, byte offset and sample, the index kept and
 //! rebuilt when the file changes.
 
@@ -56,10 +56,10 @@ fn jsonl_in_place_reads_every_line_as_a_sample_whatever_its_line_ends() {
     let ds = opened(&file, &in_place(&idx));
     assert_eq!(in_place_format(&ds), Some("jsonl"));
     assert_eq!(ds.len(), 3);
-    // fields in the order the lines name them; lists and objects are strings of JSON text
+    // fields in the order the lines name them; lists and objects are json fields (canonical text)
     assert_eq!(
         ds.schema().to_string(),
-        "id: int64, messages: string, score: float64, ok: int64"
+        "id: int64, messages: json, score: float64, ok: int64"
     );
     let rows: Vec<Vec<FieldValue<'static>>> = (0..3).map(|i| ds.get(i).unwrap()).collect();
     assert_eq!(rows[0][0], FieldValue::Int64(1));
@@ -282,7 +282,7 @@ fn pack_of_jsonl_gives_the_samples_read_in_place() {
     assert_eq!(packed.schema(), ds.schema());
     assert_eq!(
         ds.schema().to_string(),
-        "messages: string, turns: int64, quality: float64, source: string"
+        "messages: json, turns: int64, quality: float64, source: string"
     );
     assert_eq!((ds.len(), packed.len()), (42, 41));
     let mut read: Vec<Vec<FieldValue<'static>>> = Vec::new();
