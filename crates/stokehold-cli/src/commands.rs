@@ -66,8 +66,8 @@ pub struct PackArgs {
     /// 1 allows any).
     #[arg(long, value_name = "F", default_value_t = stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION, value_parser = fraction)]
     max_skip_fraction: f64,
-    /// WebDataset, TFRecord, Parquet: the member extensions, feature names or column names to
-    /// pack, e.g. jpg,cls,txt? (NAME? marks a text, bytes or array field a sample may lack or
+    /// WebDataset, TFRecord, Parquet, JSONL: the member extensions, feature names, column names
+    /// or keys to pack, e.g. jpg,cls,txt? (NAME? marks a text, bytes or array field a sample may lack or
     /// hold null: stored empty there). Default: every one at least half the samples have.
     #[arg(long, value_name = "LIST")]
     fields: Option<String>,

@@ -211,6 +211,14 @@ pub(super) fn plan<'a>(
             return super::jsonl::plan(src, all, &stats, options);
         }
     }
+    if options.fields.is_some() {
+        return Err(PackError::Input(format!(
+            "{}: --fields chooses the keys of JSON Lines that name no files; a table of files \
+             ({}) has fixed fields",
+            src.display(),
+            kind.name()
+        )));
+    }
     progress.start("reading table", None, None);
     let mut skipped = Vec::new();
     let table = if csv {

@@ -297,4 +297,25 @@ fn pack_of_jsonl_gives_the_samples_read_in_place() {
     assert_eq!(read, packs);
     assert_eq!(text(&read[0][3]), "");
     assert_eq!(text(&read[1][3]), "s1");
+
+    // --fields / fields= choose the keys alike, in the order given
+    use stokehold_ingest::FieldChoice;
+    let chosen = FieldChoice::parse_list("source?,messages").unwrap();
+    let o = PackOptions {
+        fields: Some(chosen.clone()),
+        ..o
+    };
+    let out = tmp.path().join("some");
+    pack(std::slice::from_ref(&file), &out, None, &o, &NoProgress).unwrap();
+    let packed = Dataset::open(&out).unwrap();
+    let ds = opened(
+        &file,
+        &InPlaceOptions {
+            fields: Some(chosen),
+            ..in_place(&idx)
+        },
+    );
+    assert_eq!(ds.schema().to_string(), "source: string, messages: json");
+    assert_eq!(packed.schema(), ds.schema());
+    assert_eq!(packed.get(1).unwrap(), ds.get(1).unwrap());
 }
