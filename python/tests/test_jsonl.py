@@ -142,3 +142,23 @@ def test_a_json_field_is_checked_and_canonical_when_written_and_read_as_its_text
     # in a batch, a json field is a list of str, one JSON text per sample
     (batch,) = list(stokehold.Loader(ds, 2, shuffle=False))
     assert [json.loads(t) for t in batch["messages"]] == [conversation(1), [{"role": "user", "content": "h\u00e9"}]]
+
+
+def test_jsonl_in_object_storage_is_read_in_place_like_the_local_file(convs, tmp_path):
+    """The streaming scan (object storage: no mapping, 8 MiB reads) indexes the lines the mapped
+    scan of the local file finds: the same samples, the same bad lines named."""
+    from conftest import moto_s3
+
+    key, secret = "stokehold-test", "stokehold-test-secret"
+    with moto_s3(key, secret, bucket="jsonl") as (endpoint, client):
+        options = {"key": key, "secret": secret, "region_name": "us-east-1", "endpoint_url": endpoint, "allow_http": "true"}
+        client.upload_file(str(convs), "jsonl", "chat/convs.jsonl")
+        remote = stokehold.Dataset("s3://jsonl/chat/convs.jsonl", storage_options=options, index_dir=tmp_path / "ix")
+        local = stokehold.Dataset(convs, index_dir=tmp_path / "local-ix")
+        assert remote.in_place == "jsonl" and remote.schema == local.schema and len(remote) == len(local) == 30
+        for i in range(30):
+            if i in (11, 18):
+                with pytest.raises(stokehold.CorruptDataError, match=f"line {i + 2}:"):
+                    remote[i]
+            else:
+                assert remote[i] == local[i]

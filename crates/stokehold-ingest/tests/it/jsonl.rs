@@ -163,7 +163,8 @@ fn a_line_over_the_limit_is_refused_without_being_read() {
             "{e}"
         );
     }
-    // the streaming scan (no mapping: object storage) finds the same
+    // `stokehold index` counts them as damaged records (the streaming scan of object storage
+    // finds the same: `inplace/jsonl.rs` `every_scan_finds_the_same_lines`)
     let r = index_files(std::slice::from_ref(&file), &OpenOptions::default(), &o).unwrap();
     assert_eq!((r.records, r.damaged), (4, 2));
 }
