@@ -115,6 +115,12 @@ pub fn choose(
     source: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<JsonlField>, SourceError> {
     let objects = all.lines - all.invalid;
+    if all.more_keys {
+        notes.push(format!(
+            "the first lines name more than {MAX_KEYS} distinct keys: only the first {MAX_KEYS} \
+             were counted for the field choice"
+        ));
+    }
     let mut types = std::collections::BTreeMap::new();
     for k in &all.keys {
         match k.field_type() {
@@ -576,9 +582,16 @@ pub struct LineStats {
     pub invalid: u64,
     /// The first of those: its line number and why.
     pub first_invalid: Option<(u64, String)>,
-    /// The keys, in the order the lines first name them.
+    /// The keys, in the order the lines first name them (at most [`MAX_KEYS`]).
     pub keys: Vec<KeyStats>,
+    /// Keys past the first [`MAX_KEYS`] were met (and not counted).
+    #[serde(default)]
+    pub more_keys: bool,
 }
+
+/// Distinct keys counted in a file's first lines (a kept index holds them in its header, which
+/// has a size limit): a dataset has far fewer fields.
+pub const MAX_KEYS: usize = 4096;
 
 impl LineStats {
     /// Observe one line (number `line`, from 1).
@@ -587,8 +600,9 @@ impl LineStats {
         match keys(line) {
             Ok(ks) => {
                 for (name, kind) in ks {
-                    match self.keys.iter_mut().find(|k| k.name == name) {
-                        Some(k) => k.add(kind),
+                    match self.keys.iter().position(|k| k.name == name) {
+                        Some(i) => self.keys[i].add(kind),
+                        None if self.keys.len() >= MAX_KEYS => self.more_keys = true,
                         None => {
                             let mut k = KeyStats {
                                 name,
@@ -613,9 +627,11 @@ impl LineStats {
     pub fn merge(&mut self, o: &LineStats) {
         self.lines += o.lines;
         self.invalid += o.invalid;
+        self.more_keys |= o.more_keys;
         for k in &o.keys {
-            match self.keys.iter_mut().find(|m| m.name == k.name) {
-                Some(m) => m.merge(k),
+            match self.keys.iter().position(|m| m.name == k.name) {
+                Some(i) => self.keys[i].merge(k),
+                None if self.keys.len() >= MAX_KEYS => self.more_keys = true,
                 None => self.keys.push(k.clone()),
             }
         }
@@ -665,6 +681,23 @@ mod tests {
                 ("w".into(), Kind::Float)
             ]
         );
+    }
+
+    #[test]
+    fn the_keys_counted_are_bounded() {
+        let line: String = format!(
+            "{{{}}}",
+            (0..5000)
+                .map(|i| format!("\"k{i}\":{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let mut s = LineStats::default();
+        s.observe(1, line.as_bytes());
+        assert_eq!((s.keys.len(), s.more_keys), (MAX_KEYS, true));
+        let mut all = LineStats::default();
+        all.merge(&s);
+        assert!(all.more_keys && all.keys.len() == MAX_KEYS);
     }
 
     #[test]
