@@ -115,7 +115,7 @@ class Dataset:
         """The number of samples."""
     def __getitem__(self, i: int, /) -> Dict[str, _Value]:
         """Sample ``i`` as a dict field name -> value, in schema order: ``bytes`` for bytes and
-        image fields, ``str`` for string, ``int`` for int64, ``float`` for float64, and a new
+        image fields, ``str`` for string and json (the JSON text), ``int`` for int64, ``float`` for float64, and a new
         numpy array (dtype uint8, int32, int64, float16, float32 or float64, with the stored
         shape) for ndarray fields.
 
@@ -162,7 +162,7 @@ class ShardWriter:
     :param path: the destination; it must not exist (or be an empty directory) unless
         ``overwrite``.
     :param schema: field name -> type spec, in field order (a dict, or a list of (name, spec)
-        pairs). Specs: ``bytes``, ``string``, ``int64``, ``float64``,
+        pairs). Specs: ``bytes``, ``string``, ``json``, ``int64``, ``float64``,
         ``ndarray:{u8,i32,i64,f16,f32,f64}``, ``image:{jpeg,png,webp,auto}``; non-image fields
         may add ``+zstd``.
     :param shard_size: a shard is closed once it holds at least this many bytes.
@@ -192,7 +192,8 @@ class ShardWriter:
         """Append one sample, a dict with exactly the schema's fields; returns its index.
 
         Values by field type: bytes, bytearray or memoryview for bytes and image fields; str for
-        string; int for int64; float (or int) for float64; a numpy array of exactly the field's
+        string; for json, a value ``json.dumps`` takes (a list, a dict, ...) or a str of JSON
+        text (checked, stored canonical: compact, keys in order); int for int64; float (or int) for float64; a numpy array of exactly the field's
         dtype for ndarray fields (any strides: it is stored in C order).
 
         :raises SchemaError: a field is missing or unknown, or a value does not fit its field

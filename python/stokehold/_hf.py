@@ -84,7 +84,9 @@ def from_hf(
     """Pack a Hugging Face dataset into a stokehold dataset at ``path``, as ``stokehold pack
     data.parquet path`` packs a Parquet file: each column becomes a field (``Image`` → image,
     ``Value("string")`` → string, integers and ``ClassLabel`` → int64 with the class names as the
-    dataset's classes, floats → float64, lists of numbers → ndarray, binary → bytes or image).
+    dataset's classes, floats → float64, lists of numbers → ndarray, binary → bytes or image;
+    structs and lists of structs or strings, a chat dataset's ``messages`` → json: each row's
+    value as canonical JSON text).
 
     The dataset's Arrow table is written batch by batch to a temporary Parquet file (in
     ``tmp_dir``, by default next to ``path``; removed at the end), with image files named by path

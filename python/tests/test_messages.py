@@ -123,7 +123,7 @@ def test_opening_a_folder_that_is_not_a_dataset_says_how_to_make_one(tmp_path):
         assert e.value.errno == errno.ENOENT
         assert str(e.value) == (
             f"{what}: make one with `stokehold pack SOURCE DIR` (an image folder, JSONL/CSV, tars or TFRecords) or stokehold.ShardWriter, then open DIR; "
-            "TFRecord files, WebDataset tars and Parquet files can also be opened in place (a file, a directory of them, a glob or a list)"
+            "TFRecord files, WebDataset tars, Parquet files and JSONL files can also be opened in place (a file, a directory of them, a glob or a list)"
         )
 
 

@@ -66,8 +66,8 @@ pub struct PackArgs {
     /// 1 allows any).
     #[arg(long, value_name = "F", default_value_t = stokehold_ingest::DEFAULT_MAX_SKIP_FRACTION, value_parser = fraction)]
     max_skip_fraction: f64,
-    /// WebDataset, TFRecord, Parquet: the member extensions, feature names or column names to
-    /// pack, e.g. jpg,cls,txt? (NAME? marks a text, bytes or array field a sample may lack or
+    /// WebDataset, TFRecord, Parquet, JSONL: the member extensions, feature names, column names
+    /// or keys to pack, e.g. jpg,cls,txt? (NAME? marks a text, bytes or array field a sample may lack or
     /// hold null: stored empty there). Default: every one at least half the samples have.
     #[arg(long, value_name = "LIST")]
     fields: Option<String>,
@@ -294,7 +294,7 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The dataset directory (or URL), or TFRecord, WebDataset or Parquet files to read in
+    /// The dataset directory (or URL), or TFRecord, WebDataset, Parquet or JSONL files to read in
     /// place: a file, a directory of them, or a glob in quotes ('data/train-*.tfrecord').
     #[arg(value_parser = crate::dataset_location)]
     dataset: PathBuf,

@@ -34,7 +34,7 @@ enum Command {
     /// Stream a dataset through the reading pipeline on several threads and report throughput
     /// and where the time goes.
     Bench(Box<bench::BenchArgs>),
-    /// Index TFRecord, WebDataset or Parquet files read in place ahead of time (a job that opens
+    /// Index TFRecord, WebDataset, Parquet or JSONL files read in place ahead of time (a job that opens
     /// them then starts without a scan).
     Index(commands::IndexArgs),
     /// Write a folder of generated photograph-like JPEGs in class sub-folders (for trying things
@@ -98,12 +98,12 @@ impl StorageArgs {
     }
 }
 
-/// How files read in place (TFRecord files, WebDataset tars, Parquet files) are opened:
+/// How files read in place (TFRecord files, WebDataset tars, Parquet files, JSON Lines) are opened:
 /// `--format`, `--fields`, `--index-dir`.
 #[derive(Debug, Clone, Default, clap::Args)]
 #[group(skip)]
 pub(crate) struct InPlaceArgs {
-    /// Files read in place whose names do not say their format: tfrecord, webdataset or parquet.
+    /// Files read in place whose names do not say their format: tfrecord, webdataset, parquet or jsonl.
     #[arg(long = "format", value_name = "FORMAT", value_parser = in_place_format)]
     format: Option<stokehold_ingest::inplace::InPlaceFormat>,
     /// Files read in place: the member extensions or feature names to load, as `pack --fields`

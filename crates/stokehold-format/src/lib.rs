@@ -37,6 +37,7 @@ pub mod container;
 pub mod crc;
 pub mod error;
 pub mod fuzzing;
+pub mod json;
 pub mod limits;
 pub mod manifest;
 pub mod record;

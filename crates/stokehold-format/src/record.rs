@@ -166,6 +166,14 @@ fn encode_plain(
     match (ty, value) {
         (FieldType::Bytes, FieldValue::Bytes(b)) => out.extend_from_slice(b),
         (FieldType::String, FieldValue::String(s)) => out.extend_from_slice(s.as_bytes()),
+        // checked and made canonical: the bytes stored are one JSON value's canonical text
+        (FieldType::Json, FieldValue::String(s)) => {
+            let text = crate::json::canonical(s.as_bytes()).map_err(|e| RecordError::Mismatch {
+                field: name.to_string(),
+                detail: format!("not one JSON value: {e}"),
+            })?;
+            out.extend_from_slice(text.as_bytes())
+        }
         (FieldType::Int64, FieldValue::Int64(v)) => out.extend_from_slice(&v.to_le_bytes()),
         (FieldType::Float64, FieldValue::Float64(v)) => out.extend_from_slice(&v.to_le_bytes()),
         (FieldType::Image { codec }, FieldValue::Image(b)) => {
@@ -512,7 +520,7 @@ fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a
     Ok(match ty {
         FieldType::Bytes => FieldValue::Bytes(data),
         FieldType::Image { .. } => FieldValue::Image(data),
-        FieldType::String => FieldValue::String(match data {
+        FieldType::String | FieldType::Json => FieldValue::String(match data {
             Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|e| e.to_string())?),
             Cow::Owned(v) => Cow::Owned(String::from_utf8(v).map_err(|e| e.to_string())?),
         }),

@@ -120,6 +120,10 @@ pub enum FieldType {
     Bytes,
     /// A UTF-8 string.
     String,
+    /// One JSON value as UTF-8 text, checked and made canonical when written
+    /// ([`crate::json::canonical`]): a conversation's list of messages. Read, it is a string
+    /// of that text.
+    Json,
     /// A signed 64-bit integer.
     Int64,
     /// A 64-bit float.
@@ -141,6 +145,7 @@ impl fmt::Display for FieldType {
         match self {
             FieldType::Bytes => f.write_str("bytes"),
             FieldType::String => f.write_str("string"),
+            FieldType::Json => f.write_str("json"),
             FieldType::Int64 => f.write_str("int64"),
             FieldType::Float64 => f.write_str("float64"),
             FieldType::Ndarray { dtype } => write!(f, "ndarray:{}", dtype.name()),
@@ -193,7 +198,7 @@ struct RawField {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "field {name:?}: invalid type {ty:?} (with dtype {dtype:?}, codec {codec:?}); expected \
-     bytes, string, int64, float64, ndarray with a dtype, or image with a codec"
+     bytes, string, json, int64, float64, ndarray with a dtype, or image with a codec"
 )]
 pub struct InvalidFieldType {
     /// The field's name.
@@ -213,6 +218,7 @@ impl TryFrom<RawField> for Field {
         let ty = match (r.ty.as_str(), r.dtype, r.codec) {
             ("bytes", None, None) => FieldType::Bytes,
             ("string", None, None) => FieldType::String,
+            ("json", None, None) => FieldType::Json,
             ("int64", None, None) => FieldType::Int64,
             ("float64", None, None) => FieldType::Float64,
             ("ndarray", Some(dtype), None) => FieldType::Ndarray { dtype },
@@ -239,6 +245,7 @@ impl From<Field> for RawField {
         let (ty, dtype, codec) = match f.ty {
             FieldType::Bytes => ("bytes", None, None),
             FieldType::String => ("string", None, None),
+            FieldType::Json => ("json", None, None),
             FieldType::Int64 => ("int64", None, None),
             FieldType::Float64 => ("float64", None, None),
             FieldType::Ndarray { dtype } => ("ndarray", Some(dtype), None),
@@ -282,12 +289,12 @@ impl Field {
 impl FromStr for FieldType {
     type Err = FormatError;
 
-    /// Short spellings: `bytes`, `str`/`string`, `int`/`int64`, `float`/`float64`,
+    /// Short spellings: `bytes`, `str`/`string`, `json`, `int`/`int64`, `float`/`float64`,
     /// `ndarray:DTYPE` (also `array:DTYPE`), `image` (= `image:auto`), `image:jpeg|png|webp|auto`.
     fn from_str(s: &str) -> Result<FieldType> {
         let bad = || {
             FormatError::Schema(format!(
-                "unknown field type {s:?} (expected bytes, string, int64, float64, ndarray:DTYPE or image[:CODEC])"
+                "unknown field type {s:?} (expected bytes, string, json, int64, float64, ndarray:DTYPE or image[:CODEC])"
             ))
         };
         let (head, arg) = match s.split_once(':') {
@@ -297,6 +304,7 @@ impl FromStr for FieldType {
         Ok(match (head, arg) {
             ("bytes", None) => FieldType::Bytes,
             ("str" | "string", None) => FieldType::String,
+            ("json", None) => FieldType::Json,
             ("int" | "int64", None) => FieldType::Int64,
             ("float" | "float64", None) => FieldType::Float64,
             ("ndarray" | "array", Some(d)) => FieldType::Ndarray {

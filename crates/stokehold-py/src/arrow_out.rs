@@ -72,7 +72,7 @@ impl Column {
             (FieldType::Bytes | FieldType::Image { .. }, _) => {
                 Column::Binary(LargeBinaryBuilder::new())
             }
-            (FieldType::String, _) => Column::String(LargeStringBuilder::new()),
+            (FieldType::String | FieldType::Json, _) => Column::String(LargeStringBuilder::new()),
             (FieldType::Int64, _) => Column::Int64(Vec::new()),
             (FieldType::Float64, _) => Column::Float64(Vec::new()),
             (FieldType::Ndarray { dtype }, _) => {

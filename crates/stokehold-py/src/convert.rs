@@ -145,6 +145,34 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
                 Err(wrong("bytes, bytearray or memoryview"))
             }
         }
+        FieldType::Json => {
+            // a str is the JSON text itself; any other value is written by Python's json.dumps
+            let text = match v.cast::<PyString>() {
+                Ok(s) => s.to_cow()?.into_owned(),
+                Err(_) => py
+                    .import("json")?
+                    .call_method1("dumps", (v,))
+                    .and_then(|t| t.extract::<String>())
+                    .map_err(|e| {
+                        schema_error(
+                            py,
+                            format!(
+                                "field {:?} ({spec}): expected a str of JSON text or a value \
+                                 json.dumps takes (a list, a dict, ...), got {}: {e}",
+                                field.name,
+                                type_name(v)
+                            ),
+                        )
+                    })?,
+            };
+            let text = stokehold_format::json::canonical(text.as_bytes()).map_err(|e| {
+                schema_error(
+                    py,
+                    format!("field {:?} ({spec}): not one JSON value: {e}", field.name),
+                )
+            })?;
+            Ok(Prepared::Str(text))
+        }
         FieldType::String => {
             let s = v.cast::<PyString>().map_err(|_| wrong("str"))?;
             let s = s

@@ -73,7 +73,7 @@ fn tfrecords_are_indexed_inspected_verified_and_benched_in_place() {
     );
     let r = stokehold(root, &["index", d, "--format", "csv"]);
     assert!(
-        r.code != 0 && r.stderr.contains("tfrecord, webdataset or parquet"),
+        r.code != 0 && r.stderr.contains("tfrecord, webdataset, parquet or jsonl"),
         "{r:?}"
     );
     let r = stokehold(root, &["--help"]);

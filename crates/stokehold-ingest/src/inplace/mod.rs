@@ -1,5 +1,5 @@
-//! Files read where they are: TFRecord files of `tf.train.Example`s and WebDataset tars, on a
-//! local disk or in object storage, opened as a [`Dataset`] whose shards are the files
+//! Files read where they are: TFRecord files of `tf.train.Example`s, WebDataset tars, Parquet
+//! files and JSON Lines, on a local disk or in object storage, opened as a [`Dataset`] whose shards are the files
 //! themselves ([`ShardReader::in_place`]), so the engine loads them as it loads a packed
 //! dataset (shuffle, resume, caches, profile): one sample source over a [`Location`].
 //!
@@ -24,6 +24,7 @@ use stokehold_storage::{Dataset, Location, NodeDir, ObjectMeta, OpenOptions};
 
 pub mod example_view;
 pub mod index;
+mod jsonl;
 pub use pages::{DEFAULT_PAGE_CACHE, PAGE_CACHE_ENV, PageCache, PageCacheStats};
 mod pages;
 mod parquet;
@@ -418,14 +419,14 @@ fn resolve(
                         p,
                         if gzipped {
                             "holds only gzip-compressed files: decompress them first (`gunzip`), \
-                             stokehold reads TFRecord files and tars uncompressed"
+                             stokehold reads TFRecord, tar and JSONL files uncompressed"
                                 .into()
                         } else {
                             format!(
-                                "{} files match, none of them a .tfrecord, .tfrecords, .tar or \
-                                 .parquet file, nor one whose first bytes are a TFRecord's, a \
-                                 tar's or Parquet's (give format=\"tfrecord\", \"webdataset\" \
-                                 or \"parquet\" when they are one)",
+                                "{} files match, none of them a .tfrecord, .tfrecords, .tar, \
+                                 .parquet or .jsonl file, nor one whose first bytes are a \
+                                 TFRecord's, a tar's or Parquet's (give format=\"tfrecord\", \
+                                 \"webdataset\", \"parquet\" or \"jsonl\" when they are one)",
                                 candidates.len()
                             )
                         },
@@ -456,8 +457,8 @@ fn resolve(
                     return Err(input(
                         &root.join(name),
                         "is neither a TFRecord file, a tar nor a Parquet file (by its first \
-                         bytes); give format=\"tfrecord\", \"webdataset\" or \"parquet\" if it \
-                         is one"
+                         bytes); give format=\"tfrecord\", \"webdataset\", \"parquet\" or \
+                         \"jsonl\" if it is one"
                             .into(),
                     ));
                 }
@@ -496,8 +497,9 @@ fn parent(p: &Path) -> PathBuf {
 fn gzip_error(path: &Path) -> FormatError {
     FormatError::Input {
         path: path.to_path_buf(),
-        detail: "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord \
-                 files and tars uncompressed"
+        detail: "is gzip-compressed: decompress it first (`gunzip`); stokehold reads TFRecord, \
+                 tar and JSONL files uncompressed (a line's place in a compressed file cannot be \
+                 read without all that comes before it)"
             .into(),
     }
 }
@@ -718,6 +720,11 @@ fn scan(
             let threads = (all.len() >> 24).clamp(1, threads);
             tfrecord::scan_slice(all, max, &mut ix, threads)
         }
+        // JSON Lines: a newline search, split among threads the same way
+        Some(all) if format == InPlaceFormat::Jsonl => {
+            let threads = (all.len() >> 24).clamp(1, threads);
+            jsonl::scan_slice(all, max, &mut ix, threads)
+        }
         Some(all) => webdataset::scan_slice(all, max, &mut ix),
         None => scan_with(
             StorageReader::new(Arc::clone(&storage), 0, meta.size, SCAN_CHUNK),
@@ -744,6 +751,7 @@ fn scan_with(
     match format {
         InPlaceFormat::TfRecord => tfrecord::scan(r, max, ix),
         InPlaceFormat::WebDataset => webdataset::scan(r, max, ix),
+        InPlaceFormat::Jsonl => jsonl::scan(r, max, ix),
         // read by random access from its footer ([`scan`]), never front to back
         InPlaceFormat::Parquet => Err((0, "a Parquet file is not read front to back".into())),
     }
@@ -897,6 +905,7 @@ fn open_resolved(
     let chosen = match format {
         InPlaceFormat::TfRecord => tfrecord::choose(&scanned, given, &mut notes, &mut source),
         InPlaceFormat::WebDataset => webdataset::choose(&scanned, given, &mut notes, &mut source),
+        InPlaceFormat::Jsonl => jsonl::choose(&scanned, given, &mut notes, &mut source),
         InPlaceFormat::Parquet => {
             parquet::choose(&scanned, given, &mut notes, &mut source).map(|(chosen, names)| {
                 classes = names;
@@ -963,6 +972,9 @@ fn open_resolved(
                 lacks.add(&s.place, "row", lacking);
                 (rows, Some(codec))
             }
+            // a line's keys are known when it is read (a line without a required key is a
+            // corrupt sample then, counted by the loader), not at open
+            InPlaceFormat::Jsonl => ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None),
             _ => {
                 let lacking = (0..ix.entries.len())
                     .filter(|&r| !ix.damaged(r) && !holds(r))
@@ -991,6 +1003,9 @@ fn open_resolved(
                     .map(|c| (c.name.clone(), c.optional))
                     .collect(),
             }),
+            InPlaceFormat::Jsonl => {
+                Arc::new(jsonl::JsonlCodec::new(s, &chosen).map_err(|e| e.at(&root))?)
+            }
             InPlaceFormat::WebDataset => Arc::new(webdataset::TarCodec {
                 index: Arc::clone(ix),
                 rows,
@@ -1097,6 +1112,7 @@ impl Lacking {
             InPlaceFormat::TfRecord => "records",
             InPlaceFormat::WebDataset => "samples",
             InPlaceFormat::Parquet => "rows",
+            InPlaceFormat::Jsonl => "lines",
         };
         Some(format!(
             "{} of {samples} {what} lack a required field ({}; first: {}): each is a corrupt \

@@ -1146,7 +1146,12 @@ pub(super) fn choose(
         &counts,
         rows,
         fields,
-        |n| matches!(kind(n), Some(Kind::Str | Kind::Bytes | Kind::List(_))),
+        |n| {
+            matches!(
+                kind(n),
+                Some(Kind::Str | Kind::Bytes | Kind::List(_) | Kind::Json)
+            )
+        },
         |n| format!("column {n:?}"),
         notes,
         source,

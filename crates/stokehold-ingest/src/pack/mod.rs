@@ -10,6 +10,7 @@
 //! one is fatal.
 
 mod image_folder;
+mod jsonl;
 pub(crate) mod parquet;
 mod table;
 pub(crate) mod tfrecord;
@@ -573,12 +574,12 @@ pub fn pack(
     if options.fields.is_some()
         && !matches!(
             kind,
-            SourceKind::WebDataset | SourceKind::TfRecord | SourceKind::Parquet
+            SourceKind::WebDataset | SourceKind::TfRecord | SourceKind::Parquet | SourceKind::Jsonl
         )
     {
         return Err(PackError::Input(format!(
-            "--fields chooses WebDataset members, TFRecord features or Parquet columns; a {} \
-             source has fixed fields",
+            "--fields chooses WebDataset members, TFRecord features, Parquet columns or JSONL \
+             keys; a {} source has fixed fields",
             kind.name()
         )));
     }

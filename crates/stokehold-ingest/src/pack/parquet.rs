@@ -319,7 +319,12 @@ pub(super) fn plan<'a>(
         &counts,
         rows,
         options.fields.as_deref(),
-        |n| matches!(kinds[n], Kind::Str | Kind::Bytes | Kind::List(_)),
+        |n| {
+            matches!(
+                kinds[n],
+                Kind::Str | Kind::Bytes | Kind::List(_) | Kind::Json
+            )
+        },
         |n| format!("column {n:?}"),
         &mut notes,
         &mut source,

@@ -2,6 +2,8 @@
 //! `image` field (when every file has an image extension) or `data` field; the other columns
 //! become typed fields (int64, float64 or string, inferred over all rows; JSON arrays and objects
 //! are kept as their JSON text). Relative paths are resolved against the table's directory.
+//! JSONL that names no files (no such column, no `--path-column`) is packed as rows of fields
+//! instead (`jsonl.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -195,9 +197,30 @@ pub(super) fn plan<'a>(
             sources.len()
         )));
     };
+    let csv = kind == SourceKind::Csv;
+    if !csv && options.path_column.is_none() {
+        // JSON Lines that name no files: rows of fields, as they are read in place
+        let all = read_file(src, options.max_item_bytes)
+            .map_err(|e| PackError::Input(format!("{}: {e}", src.display())))?;
+        let stats = super::jsonl::first_lines(&all);
+        if !stats
+            .keys
+            .iter()
+            .any(|k| PATH_COLUMNS.contains(&k.name.as_str()))
+        {
+            return super::jsonl::plan(src, all, &stats, options);
+        }
+    }
+    if options.fields.is_some() {
+        return Err(PackError::Input(format!(
+            "{}: --fields chooses the keys of JSON Lines that name no files; a table of files \
+             ({}) has fixed fields",
+            src.display(),
+            kind.name()
+        )));
+    }
     progress.start("reading table", None, None);
     let mut skipped = Vec::new();
-    let csv = kind == SourceKind::Csv;
     let table = if csv {
         read_csv(src)?
     } else {

@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use stokehold_format::{FieldType, FieldValue, FormatError};
 use stokehold_storage::{Location, ObjectMeta};
 
+pub mod jsonl;
 pub mod parquet;
 pub mod tfrecord;
 pub mod webdataset;
@@ -55,8 +56,8 @@ impl SourceError {
     }
 }
 
-/// The kinds of source stokehold reads: all of them `pack`s, the last three it also reads in
-/// place ([`InPlaceFormat`]).
+/// The kinds of source stokehold reads: all of them `pack`s; JSONL and the last three it also
+/// reads in place ([`InPlaceFormat`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SourceKind {
     /// A directory with one sub-directory of images per class (or images directly in it).
@@ -135,7 +136,7 @@ impl SourceKind {
         EXTENSIONS.iter().find(|(e, _)| *e == ext).map(|(_, k)| *k)
     }
 
-    /// The kinds named by `names` in messages: `tfrecord, webdataset or parquet`.
+    /// The kinds named by `names` in messages: `tfrecord, webdataset, parquet or jsonl`.
     pub fn listed(kinds: &[SourceKind]) -> String {
         let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         match names.split_last() {
@@ -155,14 +156,17 @@ pub enum InPlaceFormat {
     WebDataset,
     /// Parquet files (Hugging Face datasets, LAION-style metadata).
     Parquet,
+    /// JSON Lines (`.jsonl`, `.ndjson`): one sample per non-empty line, one field per key.
+    Jsonl,
 }
 
 impl InPlaceFormat {
     /// Every format read in place, in the order messages list them.
-    pub const ALL: [InPlaceFormat; 3] = [
+    pub const ALL: [InPlaceFormat; 4] = [
         InPlaceFormat::TfRecord,
         InPlaceFormat::WebDataset,
         InPlaceFormat::Parquet,
+        InPlaceFormat::Jsonl,
     ];
 
     /// Its kind of source.
@@ -171,6 +175,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => SourceKind::TfRecord,
             InPlaceFormat::WebDataset => SourceKind::WebDataset,
             InPlaceFormat::Parquet => SourceKind::Parquet,
+            InPlaceFormat::Jsonl => SourceKind::Jsonl,
         }
     }
 
@@ -189,12 +194,18 @@ impl InPlaceFormat {
         SourceKind::parse(s).and_then(InPlaceFormat::of_kind)
     }
 
-    /// The format a file's name says ([`SourceKind::of_name`]), if any.
+    /// The format a file's name says ([`SourceKind::of_name`]), if any. A `.json` file is
+    /// not taken for JSON Lines by its name (it is mostly one JSON document, a manifest among
+    /// them): `format="jsonl"` reads it so.
     pub fn of_name(name: &str) -> Option<InPlaceFormat> {
+        let ext = Path::new(name).extension()?.to_str()?;
+        if ext.eq_ignore_ascii_case("json") {
+            return None;
+        }
         SourceKind::of_name(name).and_then(InPlaceFormat::of_kind)
     }
 
-    /// The names of the formats read in place, for messages: `tfrecord, webdataset or parquet`.
+    /// The names of the formats read in place, for messages: `tfrecord, webdataset, parquet or jsonl`.
     pub fn names() -> String {
         SourceKind::listed(&InPlaceFormat::ALL.map(InPlaceFormat::kind))
     }
@@ -479,6 +490,7 @@ pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
     use std::borrow::Cow;
     Some(match ty {
         FieldType::String => FieldValue::String("".into()),
+        FieldType::Json => FieldValue::String("null".into()),
         FieldType::Bytes => FieldValue::Bytes(Cow::Borrowed(&[])),
         FieldType::Ndarray { dtype } => FieldValue::Array(stokehold_format::ArrayValue {
             dtype: *dtype,
@@ -506,6 +518,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => "TFRecord files",
             InPlaceFormat::WebDataset => "WebDataset tars",
             InPlaceFormat::Parquet => "Parquet files",
+            InPlaceFormat::Jsonl => "JSONL files",
         }
     }
 
@@ -515,6 +528,7 @@ impl InPlaceFormat {
             InPlaceFormat::TfRecord => "TFRecord",
             InPlaceFormat::WebDataset => "WebDataset",
             InPlaceFormat::Parquet => "Parquet",
+            InPlaceFormat::Jsonl => "JSONL",
         }
     }
 }
@@ -621,7 +635,17 @@ mod tests {
             InPlaceFormat::of_name("shard-000.tar"),
             Some(InPlaceFormat::WebDataset)
         );
-        assert_eq!(InPlaceFormat::of_name("rows.jsonl"), None);
+        assert_eq!(
+            InPlaceFormat::of_name("rows.jsonl"),
+            Some(InPlaceFormat::Jsonl)
+        );
+        assert_eq!(
+            InPlaceFormat::of_name("rows.NDJSON"),
+            Some(InPlaceFormat::Jsonl)
+        );
+        // one JSON document (a manifest) is not JSON Lines by its name
+        assert_eq!(InPlaceFormat::of_name("manifest.json"), None);
+        assert_eq!(InPlaceFormat::parse("jsonl"), Some(InPlaceFormat::Jsonl));
         assert_eq!(InPlaceFormat::of_name("train-00000-of-01024"), None);
         for (name, kind) in NAMES {
             assert_eq!(SourceKind::parse(name), Some(kind), "{name}");
@@ -638,6 +662,9 @@ mod tests {
             assert_eq!(InPlaceFormat::parse(f.name()), Some(f));
             assert_eq!(SourceKind::parse(f.name()), Some(f.kind()));
         }
-        assert_eq!(InPlaceFormat::names(), "tfrecord, webdataset or parquet");
+        assert_eq!(
+            InPlaceFormat::names(),
+            "tfrecord, webdataset, parquet or jsonl"
+        );
     }
 }

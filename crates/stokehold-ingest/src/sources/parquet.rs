@@ -34,6 +34,11 @@ pub(crate) enum Kind {
     Int,
     Float,
     List(DType),
+    /// Structs, and lists of structs or strings (a conversation's
+    /// `list<struct<role: string, content: string>>`): a json field, the value's canonical JSON
+    /// text (what `json.dumps(v, separators=(",", ":"), ensure_ascii=False)`
+    /// writes of pyarrow's `to_pylist()` value; struct fields in their order).
+    Json,
 }
 
 impl Kind {
@@ -47,6 +52,7 @@ impl Kind {
             Kind::Int => FieldType::Int64,
             Kind::Float => FieldType::Float64,
             Kind::List(dtype) => FieldType::Ndarray { dtype },
+            Kind::Json => FieldType::Json,
         }
     }
 }
@@ -56,6 +62,9 @@ impl Kind {
 /// [`Kind::Bytes`] until their values are looked at. Lists of lists map to an ndarray, but pack
 /// reads flat lists only: a nested one, or a variable-shape tensor, is left out, with a note.
 pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
+    if is_json(t) {
+        return Some(Kind::Json);
+    }
     let nested = match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
             crate::arrow::list_element(f.data_type()).is_some()
@@ -69,10 +78,98 @@ pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
         FieldType::Bytes => Kind::Bytes,
         FieldType::Image { .. } => Kind::ImageStruct,
         FieldType::String => Kind::Str,
+        FieldType::Json => Kind::Json,
         FieldType::Int64 => Kind::Int,
         FieldType::Float64 => Kind::Float,
         FieldType::Ndarray { dtype } => Kind::List(dtype),
     })
+}
+
+/// Whether a column of type `t` is kept as JSON text ([`Kind::Json`]): a struct (not an image
+/// or a tensor) or a list whose values are structs, strings or such lists, with only numbers,
+/// booleans and strings at the leaves. Lists of numbers stay arrays.
+fn is_json(t: &DataType) -> bool {
+    fn leaf(t: &DataType) -> bool {
+        t.is_numeric()
+            || matches!(t, DataType::Boolean | DataType::Null)
+            || crate::arrow::is_string(t)
+    }
+    fn value(t: &DataType) -> bool {
+        leaf(t) || nested(t)
+    }
+    fn nested(t: &DataType) -> bool {
+        match t {
+            DataType::Struct(fields) => {
+                !crate::arrow::is_image_struct(t)
+                    && crate::arrow::tensor_struct_element(t).is_none()
+                    && !fields.is_empty()
+                    && fields.iter().all(|f| value(f.data_type()))
+            }
+            DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
+                let e = f.data_type();
+                (crate::arrow::is_string(e) || nested(e)) && value(e)
+            }
+            _ => false,
+        }
+    }
+    nested(t)
+}
+
+/// Write value `i` of `a` as canonical JSON text into `out` (null as `null`; struct fields in
+/// their order; floats as their shortest round trip).
+fn json_at(a: &dyn Array, i: usize, out: &mut String) -> Result<(), crate::Unusable> {
+    if a.is_null(i) {
+        out.push_str("null");
+        return Ok(());
+    }
+    let t = a.data_type();
+    match t {
+        DataType::Null => out.push_str("null"),
+        DataType::Boolean => out.push_str(if a.as_boolean().value(i) {
+            "true"
+        } else {
+            "false"
+        }),
+        DataType::UInt64 => {
+            out.push_str(&a.as_primitive::<UInt64Type>().value(i).to_string());
+        }
+        t if t.is_integer() => out.push_str(&int_at(a, i)?.to_string()),
+        t if t.is_floating() => {
+            let f = float_at(a, i)?;
+            out.push_str(
+                &serde_json::Number::from_f64(f).map_or_else(|| "null".into(), |n| n.to_string()),
+            );
+        }
+        t if crate::arrow::is_string(t) => {
+            let s = string_at(a, i).unwrap_or_default();
+            out.push_str(&serde_json::to_string(s).expect("a string serializes"));
+        }
+        DataType::Struct(fields) => {
+            let st = a.as_struct();
+            out.push('{');
+            for (k, f) in fields.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                out.push_str(&serde_json::to_string(f.name()).expect("a string serializes"));
+                out.push(':');
+                json_at(st.column(k).as_ref(), i, out)?;
+            }
+            out.push('}');
+        }
+        _ => {
+            let l = list_at(a, i)?;
+            out.push('[');
+            for k in 0..l.len() {
+                if k > 0 {
+                    out.push(',');
+                }
+                json_at(l.as_ref(), k, out)?;
+            }
+            out.push(']');
+        }
+    }
+    Ok(())
 }
 
 /// What a panic said (its `&str` or `String` payload).
@@ -338,5 +435,17 @@ pub(crate) fn value_at(
             .map_err(String::from)
             .and_then(|l| list_value(l.as_ref(), dtype))
             .map(|v| Some(FieldValue::Array(v))),
+        Kind::Json => {
+            let mut out = String::new();
+            json_at(a, i, &mut out).map_err(String::from)?;
+            if out.len() as u64 > max {
+                return Err(format!(
+                    "{} bytes of JSON, over the limit of {max}",
+                    out.len()
+                ));
+            }
+            // a null is a missing value (stored `null` where the field is optional)
+            Ok(Some(FieldValue::String(out.into())))
+        }
     }
 }

@@ -4,6 +4,7 @@
 mod common;
 
 mod inplace;
+mod jsonl;
 mod mp4;
 mod pack;
 mod parquet;
