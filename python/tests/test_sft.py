@@ -242,7 +242,7 @@ def test_resume_is_exact_at_any_step_and_from_two_ranks_to_three(tmp_path, model
 def test_a_bad_conversation_is_named_or_skipped(tmp_path, models):
     """A record that is not JSON, and a conversation the template raises on (a bad role): with
     on_error="fail" the loader's error names the conversation; with "skip" they are left out
-    and counted in stats()["packing"]."""
+    and counted in stats()["packing"], unless more than max_skip_fraction of them are bad."""
     convs = make_convs(40, seed=5)
     convs[7] = "{not json"
     convs[19] = [{"role": "tool", "content": "x"}]
@@ -250,7 +250,9 @@ def test_a_bad_conversation_is_named_or_skipped(tmp_path, models):
     tmpl = ChatTemplate(models["strict"])
     with pytest.raises(StokeholdError, match="conversation 7"):
         loader(ds, tmpl, seq_len=128, batch_size=2)
-    ld = loader(ds, tmpl, seq_len=128, batch_size=2, on_error="skip", drop_last=False)
+    with pytest.raises(StokeholdError, match="max_skip_fraction"):
+        loader(ds, tmpl, seq_len=128, batch_size=2, on_error="skip", max_skip_fraction=0.04)
+    ld = loader(ds, tmpl, seq_len=128, batch_size=2, on_error="skip", max_skip_fraction=0.05, drop_last=False)
     packing = ld.stats()["packing"]
     assert packing["skipped"] == 2
     assert [e[0] for e in packing["skipped_examples"]] == [7, 19]

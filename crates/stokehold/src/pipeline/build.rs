@@ -58,10 +58,10 @@ impl EngineSpec {
                 self.loader.shuffle,
                 self.loader.seed,
                 self.loader.threads,
-                matches!(
-                    self.loader.on_error,
-                    crate::pipeline::ErrorPolicy::Skip { .. }
-                ),
+                match self.loader.on_error {
+                    crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
+                    crate::pipeline::ErrorPolicy::Fail => None,
+                },
             )?);
             let rows = Arc::new(ChatRows::new(Arc::clone(&planner)));
             return Ok(Built {

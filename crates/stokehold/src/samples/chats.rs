@@ -275,15 +275,17 @@ const LEFT_OUT: u32 = u32::MAX;
 
 impl ChatPlanner {
     /// Count every conversation of `ds` (field `options.chat.messages`) on `threads` threads
-    /// (0: one per core). `skip_bad`: a conversation that cannot be read or encoded is left out
-    /// and counted; otherwise the first one (the lowest index) is the error.
+    /// (0: one per core). `skip_bad`: `Some(max_fraction)`: a conversation that cannot be read
+    /// or encoded is left out and counted, unless more than `max_fraction` of them are (then the
+    /// first is the error, with the count); `None`: the first one (the lowest index) is the
+    /// error.
     pub fn new(
         ds: Arc<Dataset>,
         options: ChatRowOptions,
         shuffle: Shuffle,
         seed: u64,
         threads: usize,
-        skip_bad: bool,
+        skip_bad: Option<f64>,
     ) -> Result<ChatPlanner> {
         if options.seq_len == 0 {
             return Err(EngineError::Config("seq_len must be at least 1".into()));
@@ -411,7 +413,7 @@ impl ChatPlanner {
     }
 
     /// Count every conversation (see [`ChatPlanner::new`]).
-    fn count(&mut self, threads: usize, skip_bad: bool) -> Result<()> {
+    fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
         let n = self.ds.len();
         let threads = match threads {
             0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -463,11 +465,22 @@ impl ChatPlanner {
             }
         }
         errors.sort_by_key(|(id, _)| *id);
-        if let Some((_, e)) = errors.first()
-            && (!skip_bad || !e.is_sample_failure())
-        {
-            let (_, e) = errors.swap_remove(0);
-            return Err(e);
+        if let Some((_, e)) = errors.first() {
+            let within = skip_bad.is_some_and(|f| errors.len() as f64 <= f * n as f64);
+            if !within || !e.is_sample_failure() {
+                let many = errors.len();
+                let (_, e) = errors.swap_remove(0);
+                return Err(match (skip_bad, e.is_sample_failure()) {
+                    (Some(f), true) => EngineError::TooManyFailures {
+                        detail: format!(
+                            "{many} of the {n} conversations cannot be read or encoded, more \
+                             than max_skip_fraction {f}"
+                        ),
+                        first: Box::new(e),
+                    },
+                    _ => e,
+                });
+            }
         }
         self.skipped = errors
             .into_iter()
