@@ -288,3 +288,21 @@ def test_torch_batches_and_pickling(tmp_path, models):
     rest = [b["doc_ids"].tolist() for b in it]
     again = pickle.loads(pickle.dumps(loader(ds, tmpl, seq_len=64, batch_size=2, to="torch", seed=1)))
     assert [b["doc_ids"].tolist() for b in again] == [first["doc_ids"].tolist()] + rest
+
+
+def test_conversations_from_parquet_in_place_give_the_rows_of_their_pack(tmp_path, models):
+    """A Parquet file with the conversations as JSON text, read in place, gives the same rows as
+    the same conversations written to a packed dataset."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    convs = make_convs(40, seed=8, long_every=6)
+    pq.write_table(pa.table({"messages": [json.dumps(c) for c in convs]}), tmp_path / "c.parquet", row_group_size=7)
+    in_place = stokehold.Dataset(tmp_path / "c.parquet", index_dir=tmp_path / "ix")
+    assert in_place.in_place == "parquet"
+    tmpl = ChatTemplate(models["chatml"])
+    kw = dict(seq_len=128, batch_size=2, seed=3, drop_last=False)
+    a = list(loader(in_place, tmpl, **kw))
+    b = list(loader(write(tmp_path / "packed", convs), tmpl, **kw))
+    assert rows_of(a) == rows_of(b) and len(a) == len(b)
+    for x, y in zip(a, b):
+        assert (x["input_ids"] == y["input_ids"]).all() and (x["labels"] == y["labels"]).all()
