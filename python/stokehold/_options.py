@@ -92,6 +92,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("packing", None, (SEQUENCE,), "value", "\"whole\" (with text=ChatTemplate): whole conversations per row, best-fit-decreasing"),
     Option("overlong", "truncate", (SEQUENCE,), "choice", "packing=\"whole\": a conversation longer than seq_len is cut to it, or \"drop\": left out", choices=("truncate", "drop")),
     Option("window", 1024, (SEQUENCE,), "count", "packing=\"whole\": conversations of the shuffled order packed together"),
+    Option("keep_encodings", "auto", (SEQUENCE,), "bytes", "packing=\"whole\": encodings kept from the count pass for filling (10% of RAM, at most 1 GiB; 0: none)"),
 )
 
 #: ``stokehold.Mixture``'s options after ``sources``: the Python name, the spec's key

@@ -103,6 +103,10 @@ class SequenceLoader(_Front):
         ``"truncate"``: cut to ``seq_len`` tokens (a row of its own); ``"drop"``: left out; counted in
         ``stats()["packing"]``.
     :param window: ``packing="whole"``: conversations of the shuffled order packed together.
+    :param keep_encodings: ``packing="whole"``: bytes (an int or a string like ``"2GiB"``; 5 a
+        token) of the encodings the count pass at construction keeps, so that filling a row does
+        not encode those conversations again (and later epochs serve them from memory);
+        ``"auto"``: 10% of physical memory, at most 1 GiB; 0: none.
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
         step larger than the epoch.
     """
@@ -143,6 +147,7 @@ class SequenceLoader(_Front):
         packing: Optional[str] = None,
         overlong: str = "truncate",
         window: int = 1024,
+        keep_encodings: Union[int, str] = "auto",
     ) -> None:
         o = _options.given(SEQUENCE, locals())
         dataset = _open_dataset(dataset, o.pop("storage_options"))
@@ -204,7 +209,7 @@ class SequenceLoader(_Front):
             add_generation_prompt=text.add_generation_prompt,
             template_kwargs=text.template_kwargs,
         )
-        samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id)
+        samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id, keep_encodings=o["keep_encodings"])
         spec = dict(loader=loader_config, samples=samples, **disk)
         config = dict(o, seq_len=seq_len, batch_size=batch_size)
         self._start(dataset, config, spec, [])

@@ -13,8 +13,9 @@
 //! position counts rows, so a resume state is a position in the row order and stays exact on any
 //! number of ranks.
 //!
-//! A row's slot is filled from its conversations one after another (each encoded again, the
-//! same tokens the count came from), then padding: `input_ids` (`pad_id` in padding), `labels`
+//! A row's slot is filled from its conversations one after another (their encodings kept from
+//! the count pass within `keep_encodings`, else encoded again: the same tokens the count came
+//! from), then padding: `input_ids` (`pad_id` in padding), `labels`
 //! (the token where the loss mask is 1, else -100), `position_ids` (restarting at 0 at every
 //! conversation and at the padding), `segment_ids` (the conversation's index in the row, -1 in
 //! padding) and `doc_ids` (the dataset indices of the row's conversations, -1 padded to the
@@ -28,12 +29,16 @@
 //! Row ids carry their epoch (`epoch << 40 | row`), so filling and the batch's shapes need no
 //! other state than the id.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use stokehold_format::{DType, FieldValue};
-use stokehold_ops::chat::{ChatOptions, ChatTemplate, LossOn, Value, value_from_json};
+use stokehold_ops::chat::{
+    ChatEncoding, ChatOptions, ChatTemplate, LossOn, Value, value_from_json,
+};
 use stokehold_storage::Dataset;
 
 use crate::error::{EngineError, RecordPlace, Result, StageError};
@@ -42,6 +47,7 @@ use crate::sampler::{EpochOrder, PositionMap, Shuffle};
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 use crate::state::fingerprint;
+use crate::units::Budget;
 
 /// The label of positions outside the loss mask and of padding.
 pub const IGNORE_LABEL: i64 = -100;
@@ -112,6 +118,18 @@ pub struct ChatRowOptions {
     /// The input id of padding.
     #[serde(default)]
     pub pad_id: u32,
+    /// Bytes of encodings (5 a token) the count pass keeps for filling, so a kept conversation
+    /// is encoded once, not twice; `auto`: [`default_keep`].
+    #[serde(default)]
+    pub keep_encodings: Budget,
+}
+
+/// The default budget of kept encodings: 10% of physical memory, at most 1 GiB.
+pub fn default_keep() -> u64 {
+    match stokehold_storage::file::physical_memory() {
+        0 => 256 << 20,
+        m => (m / 10).min(1 << 30),
+    }
 }
 
 impl ChatSpec {
@@ -241,6 +259,8 @@ pub struct PackSummary {
     pub skipped: u64,
     /// The first skipped conversations and why.
     pub skipped_examples: Vec<(u64, String)>,
+    /// Conversations whose encodings the count pass kept (filled without encoding again).
+    pub kept: u64,
 }
 
 /// The counts of a dataset's conversations and the row order of its epochs.
@@ -254,6 +274,9 @@ pub struct ChatPlanner {
     truncated: u64,
     dropped: u64,
     skipped: Vec<(u64, String)>,
+    /// Encodings kept from the count pass, within `keep_encodings`.
+    kept: Vec<OnceLock<ChatEncoding>>,
+    kept_count: AtomicU64,
     shuffle: Shuffle,
     seed: u64,
     fingerprint: String,
@@ -345,6 +368,8 @@ impl ChatPlanner {
             truncated: 0,
             dropped: 0,
             skipped: Vec::new(),
+            kept: Vec::new(),
+            kept_count: AtomicU64::new(0),
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
@@ -403,8 +428,19 @@ impl ChatPlanner {
         }
     }
 
+    /// The tokens and mask of conversation `id`: kept from the count pass, or encoded now.
+    pub fn encoding(&self, id: u64) -> Result<Cow<'_, ChatEncoding>> {
+        match usize::try_from(id)
+            .ok()
+            .and_then(|i| self.kept.get(i)?.get())
+        {
+            Some(e) => Ok(Cow::Borrowed(e)),
+            None => self.encode(id).map(Cow::Owned),
+        }
+    }
+
     /// Encode conversation `id`: tokens and mask.
-    pub fn encode(&self, id: u64) -> Result<stokehold_ops::chat::ChatEncoding> {
+    pub fn encode(&self, id: u64) -> Result<ChatEncoding> {
         let conv = self.conversation(id)?;
         self.template.encode(&conv, id).map_err(|e| match e {
             stokehold_ops::chat::ChatError::Conversation { detail, .. } => self.bad(id, detail),
@@ -422,6 +458,9 @@ impl ChatPlanner {
         .clamp(1, usize::try_from(n).unwrap_or(usize::MAX).max(1));
         const BLOCK: u64 = 64;
         let next = std::sync::atomic::AtomicU64::new(0);
+        self.kept = (0..n).map(|_| OnceLock::new()).collect();
+        let budget = self.options.keep_encodings.resolve(default_keep);
+        let used = AtomicU64::new(0);
         let this = &*self;
         let parts: Vec<Vec<(u64, Result<u32>)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -435,7 +474,16 @@ impl ChatPlanner {
                             }
                             for id in start..(start + BLOCK).min(n) {
                                 let r = this.encode(id).map(|e| {
-                                    u32::try_from(e.input_ids.len()).unwrap_or(u32::MAX - 1)
+                                    let len = e.input_ids.len();
+                                    let bytes = (len * 5 + 64) as u64;
+                                    let before = used.fetch_add(bytes, Ordering::Relaxed);
+                                    if before + bytes <= budget {
+                                        let _ = this.kept[id as usize].set(e);
+                                        this.kept_count.fetch_add(1, Ordering::Relaxed);
+                                    } else {
+                                        used.fetch_sub(bytes, Ordering::Relaxed);
+                                    }
+                                    u32::try_from(len).unwrap_or(u32::MAX - 1)
                                 });
                                 done.push((id, r));
                             }
@@ -614,6 +662,7 @@ impl ChatPlanner {
             dropped: self.dropped,
             skipped: self.skipped.len() as u64,
             skipped_examples: self.skipped.iter().take(100).cloned().collect(),
+            kept: self.kept_count.load(Ordering::Relaxed),
         })
     }
 }
@@ -796,7 +845,7 @@ impl Samples for ChatRows {
         let mut at = 0usize;
         let mut bytes = 0usize;
         for (s, &conv) in convs.iter().enumerate() {
-            let enc = self.planner.encode(conv)?;
+            let enc = self.planner.encoding(conv)?;
             let len = enc.input_ids.len().min(n - at);
             for j in 0..len {
                 let t = enc.input_ids[j];
