@@ -2,11 +2,14 @@
 over a token dataset made by ``stokehold pack --tokenizer``. The same native engine as
 :class:`stokehold.Loader` (``_native._Engine``), with token samples instead of records."""
 
+import json
 import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
+import numpy as np
+
 from . import _options
-from ._loader import _U32, _Front, _int, _open_dataset, _shared_config
+from ._loader import _U32, _converted, _converter, _Front, _int, _open_dataset, _shared_config
 from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import SEQUENCE
@@ -84,6 +87,26 @@ class SequenceLoader(_Front):
     :param storage_options: when ``dataset`` is a path or URL: the options it is opened with, as
         :class:`Dataset`'s (credentials, endpoint, ``anon``, ...; values a str, bool or number).
         A dataset already open keeps its own (give them to ``Dataset(...)`` instead).
+    :param text: a :class:`stokehold.text.ChatTemplate`: ``dataset`` is then a dataset of
+        records whose field ``text.messages`` holds a conversation (the UTF-8 JSON text of its list
+        of messages), rendered, tokenized and masked on the loader's threads; needs
+        ``packing="whole"``.
+    :param packing: ``"whole"``: rows of ``seq_len`` tokens hold whole conversations, chosen
+        best-fit-decreasing over windows of ``window`` conversations of the shuffled order
+        (docs/text.md, "Supervised fine-tuning"). Batches: ``input_ids`` int32, ``labels`` int64
+        (-100 outside the loss mask and in padding), ``position_ids`` int64 (0 at every
+        conversation and at the padding), ``segment_ids`` int32 (the conversation's index in its
+        row, -1 in padding), ``doc_ids`` int64 ``[batch_size, K]`` (the rows' conversations,
+        -1 padded), ``cu_seqlens`` int32 and ``max_seqlen`` (varlen attention over the batch
+        flattened; padding is a sequence of its own). ``stats()["packing"]`` reports the fill.
+    :param overlong: ``packing="whole"``: a conversation longer than ``seq_len`` is
+        ``"truncate"``: cut to ``seq_len`` tokens (a row of its own); ``"drop"``: left out; counted in
+        ``stats()["packing"]``.
+    :param window: ``packing="whole"``: conversations of the shuffled order packed together.
+    :param keep_encodings: ``packing="whole"``: bytes (an int or a string like ``"2GiB"``; 5 a
+        token) of the encodings the count pass at construction keeps, so that filling a row does
+        not encode those conversations again (and later epochs serve them from memory);
+        ``"auto"``: 10% of physical memory, at most 1 GiB; 0: none.
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
         step larger than the epoch.
     """
@@ -120,9 +143,17 @@ class SequenceLoader(_Front):
         cache_dir_limit: Union[int, str] = "auto",
         io_uring: bool = True,
         storage_options: Optional[Mapping[str, Any]] = None,
+        text: Any = None,
+        packing: Optional[str] = None,
+        overlong: str = "truncate",
+        window: int = 1024,
+        keep_encodings: Union[int, str] = "auto",
     ) -> None:
         o = _options.given(SEQUENCE, locals())
         dataset = _open_dataset(dataset, o.pop("storage_options"))
+        if packing is not None or text is not None:
+            self._start_chats(dataset, o, seq_len, batch_size)
+            return
         if dtype not in ("int32", "int64"):
             raise ConfigError(f'dtype must be "int32" or "int64", got {dtype!r}')
         if not isinstance(shuffle, bool):
@@ -150,12 +181,63 @@ class SequenceLoader(_Front):
         self._start(dataset, dict(o, seq_len=seq_len, batch_size=batch_size), spec, [])
         self._refuse_empty_epoch(batch_size, o["drop_last"], "documents" if max_len is not None else f"windows of seq_len {seq_len}")
 
+    def _start_chats(self, dataset: Any, o: Dict[str, Any], seq_len: int, batch_size: int) -> None:
+        """``packing="whole"`` with ``text=ChatTemplate``: rows of whole conversations."""
+        from .text import ChatTemplate
+
+        text, packing = o["text"], o["packing"]
+        if packing != "whole":
+            raise ConfigError(f'packing must be "whole" (whole conversations per row) with text=, got {packing!r}')
+        if not isinstance(text, ChatTemplate):
+            raise ConfigError(f'packing="whole" needs text=stokehold.text.ChatTemplate(...), got {text!r}')
+        if isinstance(dataset, Mixture):
+            raise ConfigError('packing="whole" takes one dataset of conversations; a Mixture of them is not available yet')
+        for name, default in (("max_len", None), ("bucket", 1), ("dtype", "int32"), ("cache_dir", None)):
+            if o[name] != default:
+                raise ConfigError(f'{name} is not an option of packing="whole" (leave it at {default!r})')
+        _positive("seq_len", seq_len)
+        _positive("batch_size", batch_size)
+        if not isinstance(o["shuffle"], bool):
+            raise ConfigError(f"shuffle must be True or False, got {o['shuffle']!r}")
+        pad_id = _int("pad_id", o["pad_id"], 0, 2**31 - 1, "a token id, an int from 0 to 2**31 - 1")
+        loader_config, disk = _shared_config(o, batch_size, "global" if o["shuffle"] else "sequential")
+        chat = dict(
+            tokenizer=text.tokenizer,
+            template=text._template_arg,
+            messages=text.messages,
+            loss_on=text.loss_on,
+            add_generation_prompt=text.add_generation_prompt,
+            template_kwargs=text.template_kwargs,
+        )
+        samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id, keep_encodings=o["keep_encodings"])
+        spec = dict(loader=loader_config, samples=samples, **disk)
+        config = dict(o, seq_len=seq_len, batch_size=batch_size)
+        self._start(dataset, config, spec, [])
+        self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}")
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         """Run (the rest of) the current epoch.
 
         :raises CorruptDataError: a damaged token record (the message names shard and record).
         """
-        return self._batches()
+        if self._config.get("packing") is None:
+            return self._batches()
+        rows = (_varlen(b) for b in self._engine.iter())
+        if self._to == "numpy":
+            return rows
+        return _converted(rows, _converter(self._to, self._pin))
+
+    def stats(self) -> Dict[str, Any]:
+        """As :meth:`stokehold.Loader.stats`; with ``packing="whole"`` also ``packing``:
+        ``conversations``, ``rows`` (of the current epoch's plan), ``fill`` (tokens that are not
+        padding over ``rows * seq_len``), ``truncated`` and ``dropped`` (``overlong``), ``skipped``
+        (conversations that could not be read or encoded, under ``on_error="skip"``) and
+        ``skipped_examples`` (``[id, why]``, the first 100)."""
+        s = super().stats()
+        packing = self._engine.packing_json()
+        if packing is not None:
+            s["packing"] = json.loads(packing)
+        return s
 
     @property
     def total_tokens(self) -> int:
@@ -193,3 +275,17 @@ class SequenceLoader(_Front):
         :raises TypeError: ``state`` is neither a dict nor a str (``None``, say).
         """
         super().load_state_dict(state)
+
+
+def _varlen(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """Add ``cu_seqlens`` (int32: where each sequence of the batch flattened to one row starts,
+    then the total) and ``max_seqlen`` (int) to a batch of packed conversations: every
+    conversation, and the padding of each row, starts at position 0."""
+    pos = batch["position_ids"].reshape(-1)
+    starts = np.flatnonzero(pos == 0)
+    cu = np.empty(len(starts) + 1, dtype=np.int32)
+    cu[:-1] = starts
+    cu[-1] = pos.size
+    batch["cu_seqlens"] = cu
+    batch["max_seqlen"] = int(np.diff(cu).max()) if len(starts) else 0
+    return batch

@@ -68,6 +68,8 @@ pub struct Engine {
     spec: EngineSpec,
     /// Token datasets: (total tokens, documents).
     tokens: Option<(u64, u64)>,
+    /// Packed conversations: their planner.
+    chats: Option<Arc<stokehold::samples::ChatPlanner>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -287,6 +289,7 @@ impl Engine {
                 (t + x.total_tokens(), d + x.documents())
             })
         });
+        let chats = built.chats;
         let loader = built.loader;
         let steps_per_epoch = loader.steps_per_epoch().map_err(|e| engine_err(py, e))?;
         Ok(Engine {
@@ -299,7 +302,23 @@ impl Engine {
             steps_per_epoch,
             spec,
             tokens,
+            chats,
         })
+    }
+
+    /// Packed conversations: what the plan of the current epoch says (JSON: conversations, rows,
+    /// fill, truncated, dropped, skipped, skipped_examples); `None` for other samples.
+    fn packing_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let Some(planner) = self.chats.clone() else {
+            return Ok(None);
+        };
+        let epoch = self.with_state(py, |s| Ok(s.loader.epoch()))?;
+        let summary = py
+            .detach(move || planner.summary(epoch))
+            .map_err(|e| engine_err(py, e))?;
+        serde_json::to_string(&summary)
+            .map(Some)
+            .map_err(|e| stokehold_error(e.to_string()))
     }
 
     /// Start (or continue) the current epoch; the returned iterator yields batch dicts. A run

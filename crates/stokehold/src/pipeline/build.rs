@@ -12,7 +12,9 @@ use crate::pipeline::{
     Budget, DecodedCacheConfig, EngineSpec, Loader, SamplesSpec, half_of_memory,
 };
 use crate::samples::mixture::MixtureOptions;
-use crate::samples::{Mixture, MixtureSource, Records, TokenDataset, Tokens};
+use crate::samples::{
+    ChatPlanner, ChatRows, Mixture, MixtureSource, Records, TokenDataset, Tokens,
+};
 use crate::stages::Transform;
 use crate::stages::spec::{TransformSpec, build_columns};
 
@@ -24,6 +26,8 @@ pub struct Built {
     /// For token samples: the token datasets (one, or a mixture's sources; their totals,
     /// documents, dtype).
     pub tokens: Vec<Arc<TokenDataset>>,
+    /// For packed conversations: their planner (counts, the row order, the fill).
+    pub chats: Option<Arc<ChatPlanner>>,
 }
 
 impl EngineSpec {
@@ -42,10 +46,35 @@ impl EngineSpec {
         }
         self.loader.validate()?;
         let whole = Share::default();
+        if let SamplesSpec::Chats(chat) = &self.samples {
+            if self.cache_dir.is_some() {
+                return Err(EngineError::Config(
+                    "cache_dir is not available with packed conversations yet".into(),
+                ));
+            }
+            let planner = Arc::new(ChatPlanner::new(
+                dataset,
+                chat.clone(),
+                self.loader.shuffle,
+                self.loader.seed,
+                self.loader.threads,
+                match self.loader.on_error {
+                    crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
+                    crate::pipeline::ErrorPolicy::Fail => None,
+                },
+            )?);
+            let rows = Arc::new(ChatRows::new(Arc::clone(&planner)));
+            return Ok(Built {
+                loader: Loader::from_samples(rows, self.loader.clone())?,
+                tokens: Vec::new(),
+                chats: Some(planner),
+            });
+        }
         let (samples, tokens) = self.samples_over(dataset, None, options, external, whole)?;
         Ok(Built {
             loader: Loader::from_samples(samples, self.loader.clone())?,
             tokens: tokens.into_iter().collect(),
+            chats: None,
         })
     }
 
@@ -132,6 +161,7 @@ impl EngineSpec {
         Ok(Built {
             loader: Loader::from_samples(Arc::new(mixture), self.loader.clone())?,
             tokens,
+            chats: None,
         })
     }
 
@@ -194,6 +224,13 @@ impl EngineSpec {
                     records = records.with_disk_cache(cache, progress);
                 }
                 (Loadable::from(Arc::new(records)), None)
+            }
+            SamplesSpec::Chats(_) => {
+                return Err(EngineError::Config(
+                    "packed conversations are not available in a Mixture yet: load one \
+                     conversation dataset"
+                        .into(),
+                ));
             }
             SamplesSpec::Tokens(options) => {
                 if transforms.is_some() {

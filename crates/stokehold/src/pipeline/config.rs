@@ -292,6 +292,9 @@ pub enum SamplesSpec {
     },
     /// Windows or documents of a token dataset.
     Tokens(TokenOptions),
+    /// Rows of whole conversations (a records dataset with a messages field), rendered with a
+    /// chat template, tokenized and packed best-fit-decreasing.
+    Chats(crate::samples::ChatRowOptions),
 }
 
 /// A whole loader, declaratively: what the Python front sends (as JSON) and what

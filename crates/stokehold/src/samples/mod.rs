@@ -12,6 +12,8 @@
 //!   through its transform stages (images, labels, anything packed).
 //! - [`Tokens`]: a token dataset as packed windows of `seq_len + 1` tokens, or as padded
 //!   documents (`stokehold pack --tokenizer`).
+//! - [`ChatRows`]: rows of whole conversations, packed best-fit-decreasing (supervised
+//!   fine-tuning; the row order is the samples' own order).
 //! - [`Mixture`]: several of these as one, blended.
 
 use std::sync::Arc;
@@ -23,10 +25,12 @@ use crate::fetch::{ByteSource, Fetched, TaskPlan};
 use crate::stages::Output;
 use crate::stats::WorkerStats;
 
+pub mod chats;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
 
+pub use chats::{ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, Overlong, PackSummary};
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};

@@ -1,0 +1,963 @@
+//! [`ChatRows`]: whole conversations packed into rows of `seq_len` tokens (supervised
+//! fine-tuning), the samples of `SequenceLoader(..., text=ChatTemplate(...), packing="whole")`.
+//!
+//! **Packing is an order, not a stage** (ARCHITECTURE.md). The records of a dataset hold a
+//! conversation each (a field whose bytes are the UTF-8 JSON text of the list of messages). Every
+//! conversation's token count, by the same render + tokenize + mask that filling runs
+//! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once when the loader is made, on
+//! the loader's threads ([`ChatPlanner`]). The plan of an epoch is then a pure function of
+//! (seed, epoch, counts): the conversations in the loader's shuffle, cut into windows of
+//! `window` candidates; each window packed by best-fit-decreasing into rows of at most `seq_len`
+//! tokens ([`pack_window`]); the rows of a window permuted by the seed (shuffled loaders). The
+//! rows of all windows, in order, are the **row order** of the epoch ([`EpochRows`]); the engine's
+//! position counts rows, so a resume state is a position in the row order and stays exact on any
+//! number of ranks.
+//!
+//! A row's slot is filled from its conversations one after another (their encodings kept from
+//! the count pass within `keep_encodings`, else encoded again: the same tokens the count came
+//! from), then padding: `input_ids` (`pad_id` in padding), `labels`
+//! (the token where the loss mask is 1, else -100), `position_ids` (restarting at 0 at every
+//! conversation and at the padding), `segment_ids` (the conversation's index in the row, -1 in
+//! padding) and `doc_ids` (the dataset indices of the row's conversations, -1 padded to the
+//! longest list of the batch).
+//!
+//! A conversation longer than `seq_len` is truncated to `seq_len` tokens (a row of its own) or
+//! dropped from the plan ([`Overlong`]); one that cannot be read or encoded fails the loader when
+//! it is made (`on_error = fail`, naming the conversation), or is left out of the plan and
+//! counted (`on_error = skip`). [`ChatPlanner::summary`] reports these and the fill.
+//!
+//! Row ids carry their epoch (`epoch << 40 | row`), so filling and the batch's shapes need no
+//! other state than the id.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use stokehold_format::{DType, FieldValue};
+use stokehold_ops::chat::{
+    ChatEncoding, ChatOptions, ChatTemplate, LossOn, Value, value_from_json,
+};
+use stokehold_storage::Dataset;
+
+use crate::error::{EngineError, RecordPlace, Result, StageError};
+use crate::order::{Loadable, Order};
+use crate::sampler::{EpochOrder, PositionMap, Shuffle};
+use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::stages::Output;
+use crate::state::fingerprint;
+use crate::units::Budget;
+
+/// The label of positions outside the loss mask and of padding.
+pub const IGNORE_LABEL: i64 = -100;
+
+/// Rows of one epoch are ids below this (the epoch is in the bits above).
+const ROW_BITS: u32 = 40;
+
+/// A chat template, declaratively (what `stokehold.text.ChatTemplate` is made of).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatSpec {
+    /// A `tokenizer.json`, or a directory holding it and `tokenizer_config.json`.
+    pub tokenizer: PathBuf,
+    /// The template's text or the name of one of the config's; `None`: the config's default.
+    #[serde(default)]
+    pub template: Option<String>,
+    /// The field holding the conversation.
+    #[serde(default = "default_messages")]
+    pub messages: String,
+    /// `"assistant"`, `"last"` or `"all"`.
+    #[serde(default = "default_loss_on")]
+    pub loss_on: String,
+    /// `add_generation_prompt` as the template sees it.
+    #[serde(default)]
+    pub add_generation_prompt: bool,
+    /// More variables for the template.
+    #[serde(default)]
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+}
+
+fn default_messages() -> String {
+    "messages".into()
+}
+
+fn default_loss_on() -> String {
+    "assistant".into()
+}
+
+fn default_window() -> u32 {
+    1024
+}
+
+/// What happens to a conversation longer than a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Overlong {
+    /// Keep its first `seq_len` tokens, a row of its own.
+    #[default]
+    Truncate,
+    /// Leave it out of the plan.
+    Drop,
+}
+
+/// How conversations are packed into rows.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatRowOptions {
+    /// The chat template.
+    pub chat: ChatSpec,
+    /// Tokens per row.
+    pub seq_len: u32,
+    /// Candidates (conversations of the shuffled order) packed together.
+    #[serde(default = "default_window")]
+    pub window: u32,
+    /// Conversations longer than a row.
+    #[serde(default)]
+    pub overlong: Overlong,
+    /// The input id of padding.
+    #[serde(default)]
+    pub pad_id: u32,
+    /// Bytes of encodings (5 a token) the count pass keeps for filling, so a kept conversation
+    /// is encoded once, not twice; `auto`: [`default_keep`].
+    #[serde(default)]
+    pub keep_encodings: Budget,
+}
+
+/// The default budget of kept encodings: 10% of physical memory, at most 1 GiB.
+pub fn default_keep() -> u64 {
+    match stokehold_storage::file::physical_memory() {
+        0 => 256 << 20,
+        m => (m / 10).min(1 << 30),
+    }
+}
+
+impl ChatSpec {
+    /// The template this describes.
+    pub fn build(&self) -> Result<ChatTemplate> {
+        let loss_on =
+            LossOn::parse(&self.loss_on).map_err(|e| EngineError::Config(e.to_string()))?;
+        let mut extra = Vec::with_capacity(self.template_kwargs.len());
+        for (k, v) in &self.template_kwargs {
+            let value = value_from_json(&v.to_string())
+                .map_err(|e| EngineError::Config(format!("template_kwargs[{k:?}]: {e}")))?;
+            extra.push((k.clone(), value));
+        }
+        ChatTemplate::from_path(
+            &self.tokenizer,
+            ChatOptions {
+                template: self.template.clone(),
+                loss_on,
+                add_generation_prompt: self.add_generation_prompt,
+                extra,
+            },
+        )
+        .map_err(|e| EngineError::Config(e.to_string()))
+    }
+}
+
+/// The rows of one epoch: row `r` holds the conversations `ids[starts[r]..starts[r + 1]]`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EpochRows {
+    starts: Vec<usize>,
+    ids: Vec<u64>,
+    /// Tokens that are not padding, over all rows.
+    pub tokens: u64,
+}
+
+impl EpochRows {
+    /// Rows in the epoch.
+    pub fn len(&self) -> u64 {
+        self.starts.len().saturating_sub(1) as u64
+    }
+
+    /// Whether the epoch has no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The conversations of row `r`, in the order they are written.
+    pub fn row(&self, r: u64) -> Option<&[u64]> {
+        let r = usize::try_from(r).ok()?;
+        let (&a, &b) = (self.starts.get(r)?, self.starts.get(r + 1)?);
+        Some(&self.ids[a..b])
+    }
+
+    /// The most conversations in one row.
+    pub fn widest(&self) -> usize {
+        self.starts
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Best-fit-decreasing of one window: `items` are (token count, conversation id) in the order of
+/// the epoch; each, longest first (ties: the earlier in the order first), goes into the row whose
+/// free room is the smallest that holds it (ties: the row made first), or a new row. Returns
+/// the rows (conversation ids in the order placed), in the order they were made. Counts are at
+/// most `seq_len` (overlong ones were truncated or dropped before).
+pub fn pack_window(items: &[(u32, u64)], seq_len: u32) -> Vec<Vec<u64>> {
+    let mut order: Vec<usize> = (0..items.len()).collect();
+    order.sort_by(|&a, &b| items[b].0.cmp(&items[a].0).then(a.cmp(&b)));
+    let mut rows: Vec<Vec<u64>> = Vec::new();
+    // (free room, row) of rows with room left
+    let mut free: BTreeMap<(u32, usize), ()> = BTreeMap::new();
+    for i in order {
+        let (n, id) = items[i];
+        let fit = free.range((n, 0)..).next().map(|(&k, _)| k);
+        match fit {
+            Some((room, r)) => {
+                free.remove(&(room, r));
+                rows[r].push(id);
+                if room > n {
+                    free.insert((room - n, r), ());
+                }
+            }
+            None => {
+                rows.push(vec![id]);
+                if seq_len > n {
+                    free.insert((seq_len - n, rows.len() - 1), ());
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// The splitmix64 finaliser.
+const fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// The key that orders row `row` of window `window` of an epoch (rows of a window sorted by it).
+fn row_key(seed: u64, epoch: u64, window: u64, row: u64) -> u64 {
+    let mut h = mix64(seed ^ 0x6368_6174_726f_7773);
+    h = mix64(h ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    h = mix64(h ^ window);
+    mix64(h ^ row.wrapping_mul(0xd1b5_4a32_d192_ed03))
+}
+
+/// What the plan says about the data, for `stats()`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PackSummary {
+    /// Conversations in the dataset.
+    pub conversations: u64,
+    /// Rows of the last epoch planned.
+    pub rows: u64,
+    /// Tokens that are not padding in those rows, over `rows * seq_len`.
+    pub fill: f64,
+    /// Conversations longer than a row, truncated.
+    pub truncated: u64,
+    /// Conversations longer than a row, left out (`overlong="drop"`).
+    pub dropped: u64,
+    /// Conversations that could not be read or encoded, left out (`on_error="skip"`), with why
+    /// (the first 100).
+    pub skipped: u64,
+    /// The first skipped conversations and why.
+    pub skipped_examples: Vec<(u64, String)>,
+    /// Conversations whose encodings the count pass kept (filled without encoding again).
+    pub kept: u64,
+}
+
+/// The counts of a dataset's conversations and the row order of its epochs.
+pub struct ChatPlanner {
+    ds: Arc<Dataset>,
+    field: usize,
+    template: Arc<ChatTemplate>,
+    options: ChatRowOptions,
+    /// Token count per conversation; `u32::MAX`: left out (overlong dropped, or bad).
+    counts: Vec<u32>,
+    truncated: u64,
+    dropped: u64,
+    skipped: Vec<(u64, String)>,
+    /// Encodings kept from the count pass, within `keep_encodings`.
+    kept: Vec<OnceLock<ChatEncoding>>,
+    kept_count: AtomicU64,
+    shuffle: Shuffle,
+    seed: u64,
+    fingerprint: String,
+    /// The epochs planned lately.
+    epochs: Mutex<Vec<(u64, Arc<EpochRows>)>>,
+}
+
+impl std::fmt::Debug for ChatPlanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatPlanner")
+            .field("dataset", &self.ds.dir())
+            .field("options", &self.options)
+            .field("conversations", &self.counts.len())
+            .finish_non_exhaustive()
+    }
+}
+
+const LEFT_OUT: u32 = u32::MAX;
+
+impl ChatPlanner {
+    /// Count every conversation of `ds` (field `options.chat.messages`) on `threads` threads
+    /// (0: one per core). `skip_bad`: `Some(max_fraction)`: a conversation that cannot be read
+    /// or encoded is left out and counted, unless more than `max_fraction` of them are (then the
+    /// first is the error, with the count); `None`: the first one (the lowest index) is the
+    /// error.
+    pub fn new(
+        ds: Arc<Dataset>,
+        options: ChatRowOptions,
+        shuffle: Shuffle,
+        seed: u64,
+        threads: usize,
+        skip_bad: Option<f64>,
+    ) -> Result<ChatPlanner> {
+        if options.seq_len == 0 {
+            return Err(EngineError::Config("seq_len must be at least 1".into()));
+        }
+        if options.window == 0 {
+            return Err(EngineError::Config("window must be at least 1".into()));
+        }
+        if matches!(shuffle, Shuffle::ShardBlock { .. }) {
+            return Err(EngineError::Config(
+                "packed conversations shuffle globally or not at all".into(),
+            ));
+        }
+        let name = &options.chat.messages;
+        let field = ds.schema().index_of(name).ok_or_else(|| {
+            EngineError::Config(format!(
+                "{} has no field {name:?} (the ChatTemplate's `messages`); its fields: {}",
+                ds.dir().display(),
+                ds.schema()
+                    .fields
+                    .iter()
+                    .map(|f| f.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let template = Arc::new(options.chat.build()?);
+        let template_id = {
+            let t = template.template().as_bytes();
+            let mut a = stokehold_format::crc::crc32c(t);
+            a = stokehold_format::crc::append(a, options.chat.loss_on.as_bytes());
+            a = stokehold_format::crc::append(
+                a,
+                serde_json::Value::Object(options.chat.template_kwargs.clone())
+                    .to_string()
+                    .as_bytes(),
+            );
+            a = stokehold_format::crc::append(a, &[u8::from(options.chat.add_generation_prompt)]);
+            a
+        };
+        let tokenizer_id =
+            stokehold_format::crc::crc32c(format!("{:?}", template.tokenizer()).as_bytes());
+        let mut planner = ChatPlanner {
+            fingerprint: format!(
+                "{}/chat:{}:{}:{:?}:{:08x}:{:08x}:{}:{}",
+                fingerprint(&ds),
+                options.seq_len,
+                options.window,
+                options.overlong,
+                template_id,
+                tokenizer_id,
+                name,
+                options.pad_id,
+            ),
+            field,
+            template,
+            counts: Vec::new(),
+            truncated: 0,
+            dropped: 0,
+            skipped: Vec::new(),
+            kept: Vec::new(),
+            kept_count: AtomicU64::new(0),
+            shuffle,
+            seed,
+            epochs: Mutex::new(Vec::new()),
+            options,
+            ds,
+        };
+        planner.count(threads, skip_bad)?;
+        Ok(planner)
+    }
+
+    /// The conversation `id`: its record's field, parsed as JSON.
+    fn conversation(&self, id: u64) -> Result<Value> {
+        let values = self
+            .ds
+            .get(id)
+            .map_err(|source| EngineError::Sample { id, source })?;
+        let bad = |detail: String| self.bad(id, detail);
+        let text = match values.get(self.field) {
+            Some(FieldValue::String(s)) => s.as_ref(),
+            Some(FieldValue::Bytes(b)) => std::str::from_utf8(b)
+                .map_err(|e| bad(format!("the field is not UTF-8 text: {e}")))?,
+            Some(_) => {
+                return Err(bad(
+                    "the field is not a string (nor bytes of JSON text)".to_string()
+                ));
+            }
+            None => return Err(bad("the record has no such field".to_string())),
+        };
+        value_from_json(text).map_err(|e| bad(format!("not a JSON list of messages: {e}")))
+    }
+
+    /// The error of a conversation that cannot be encoded, naming its record.
+    fn bad(&self, id: u64, detail: String) -> EngineError {
+        let at = match self.ds.locate(id) {
+            Ok((k, local)) => {
+                let shard = &self.ds.shards()[k];
+                let e = shard.entry(local);
+                RecordPlace {
+                    shard: shard.path().to_path_buf(),
+                    record: local,
+                    bytes: e.offset..e.offset + u64::from(e.len),
+                }
+            }
+            Err(_) => RecordPlace {
+                shard: self.ds.dir().to_path_buf(),
+                record: id,
+                bytes: 0..0,
+            },
+        };
+        EngineError::Transform {
+            id,
+            at: Box::new(at),
+            stage: "chat_template".into(),
+            column: self.options.chat.messages.clone(),
+            source: StageError::Invalid(format!("conversation {id}: {detail}")),
+        }
+    }
+
+    /// The tokens and mask of conversation `id`: kept from the count pass, or encoded now.
+    pub fn encoding(&self, id: u64) -> Result<Cow<'_, ChatEncoding>> {
+        match usize::try_from(id)
+            .ok()
+            .and_then(|i| self.kept.get(i)?.get())
+        {
+            Some(e) => Ok(Cow::Borrowed(e)),
+            None => self.encode(id).map(Cow::Owned),
+        }
+    }
+
+    /// Encode conversation `id`: tokens and mask.
+    pub fn encode(&self, id: u64) -> Result<ChatEncoding> {
+        let conv = self.conversation(id)?;
+        self.template.encode(&conv, id).map_err(|e| match e {
+            stokehold_ops::chat::ChatError::Conversation { detail, .. } => self.bad(id, detail),
+            other => self.bad(id, other.to_string()),
+        })
+    }
+
+    /// Count every conversation (see [`ChatPlanner::new`]).
+    fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
+        let n = self.ds.len();
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            t => t,
+        }
+        .clamp(1, usize::try_from(n).unwrap_or(usize::MAX).max(1));
+        const BLOCK: u64 = 64;
+        let next = std::sync::atomic::AtomicU64::new(0);
+        self.kept = (0..n).map(|_| OnceLock::new()).collect();
+        let budget = self.options.keep_encodings.resolve(default_keep);
+        let used = AtomicU64::new(0);
+        let this = &*self;
+        let parts: Vec<Vec<(u64, Result<u32>)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    s.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let start = next.fetch_add(BLOCK, std::sync::atomic::Ordering::Relaxed);
+                            if start >= n {
+                                break;
+                            }
+                            for id in start..(start + BLOCK).min(n) {
+                                let r = this.encode(id).map(|e| {
+                                    let len = e.input_ids.len();
+                                    let bytes = (len * 5 + 64) as u64;
+                                    let before = used.fetch_add(bytes, Ordering::Relaxed);
+                                    if before + bytes <= budget {
+                                        let _ = this.kept[id as usize].set(e);
+                                        this.kept_count.fetch_add(1, Ordering::Relaxed);
+                                    } else {
+                                        used.fetch_sub(bytes, Ordering::Relaxed);
+                                    }
+                                    u32::try_from(len).unwrap_or(u32::MAX - 1)
+                                });
+                                done.push((id, r));
+                            }
+                        }
+                        done
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        vec![(
+                            0,
+                            Err(EngineError::Worker("a counting thread panicked".into())),
+                        )]
+                    })
+                })
+                .collect()
+        });
+        let mut counts = vec![LEFT_OUT; usize::try_from(n).unwrap_or(0)];
+        let mut errors: Vec<(u64, EngineError)> = Vec::new();
+        for (id, r) in parts.into_iter().flatten() {
+            match r {
+                Ok(c) => counts[id as usize] = c,
+                Err(e) => errors.push((id, e)),
+            }
+        }
+        errors.sort_by_key(|(id, _)| *id);
+        if let Some((_, e)) = errors.first() {
+            let within = skip_bad.is_some_and(|f| errors.len() as f64 <= f * n as f64);
+            if !within || !e.is_sample_failure() {
+                let many = errors.len();
+                let (_, e) = errors.swap_remove(0);
+                return Err(match (skip_bad, e.is_sample_failure()) {
+                    (Some(f), true) => EngineError::TooManyFailures {
+                        detail: format!(
+                            "{many} of the {n} conversations cannot be read or encoded, more \
+                             than max_skip_fraction {f}"
+                        ),
+                        first: Box::new(e),
+                    },
+                    _ => e,
+                });
+            }
+        }
+        self.skipped = errors
+            .into_iter()
+            .map(|(id, e)| (id, e.to_string()))
+            .collect();
+        let seq_len = self.options.seq_len;
+        for c in counts.iter_mut() {
+            if *c == LEFT_OUT || *c <= seq_len {
+                continue;
+            }
+            match self.options.overlong {
+                Overlong::Truncate => {
+                    *c = seq_len;
+                    self.truncated += 1;
+                }
+                Overlong::Drop => {
+                    *c = LEFT_OUT;
+                    self.dropped += 1;
+                }
+            }
+        }
+        // an empty conversation (no tokens) has nothing to train on: left out like a dropped one
+        for c in counts.iter_mut() {
+            if *c == 0 {
+                *c = LEFT_OUT;
+            }
+        }
+        self.counts = counts;
+        Ok(())
+    }
+
+    /// The token count of conversation `id` in a row (truncated to `seq_len`); `None`: left out.
+    pub fn count_of(&self, id: u64) -> Option<u32> {
+        self.counts
+            .get(usize::try_from(id).ok()?)
+            .copied()
+            .filter(|&c| c != LEFT_OUT)
+    }
+
+    /// The options.
+    pub fn options(&self) -> &ChatRowOptions {
+        &self.options
+    }
+
+    /// The rows of epoch `epoch` (planned once, the last few kept).
+    pub fn rows(&self, epoch: u64) -> Result<Arc<EpochRows>> {
+        {
+            let kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
+                return Ok(Arc::clone(r));
+            }
+        }
+        let rows = Arc::new(self.plan(epoch)?);
+        let mut kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        if !kept.iter().any(|(e, _)| *e == epoch) {
+            kept.push((epoch, Arc::clone(&rows)));
+            if kept.len() > 3 {
+                kept.remove(0);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Plan epoch `epoch`: windows of the shuffled conversations, each packed best-fit-decreasing,
+    /// its rows permuted by the seed when shuffling.
+    fn plan(&self, epoch: u64) -> Result<EpochRows> {
+        let n = self.counts.len() as u64;
+        let order = EpochOrder::new(n, None, &self.shuffle, self.seed, epoch)?;
+        let shuffled = !matches!(self.shuffle, Shuffle::Sequential);
+        let mut out = EpochRows {
+            starts: vec![0],
+            ..EpochRows::default()
+        };
+        let window = u64::from(self.options.window);
+        let mut ids = Vec::with_capacity(self.options.window as usize);
+        let mut items = Vec::with_capacity(self.options.window as usize);
+        let mut w = 0u64;
+        let mut at = 0u64;
+        while at < n {
+            let end = (at + window).min(n);
+            ids.clear();
+            order.ids_into(at..end, &mut ids);
+            items.clear();
+            items.extend(
+                ids.iter()
+                    .filter_map(|&id| self.count_of(id).map(|c| (c, id))),
+            );
+            let mut rows = pack_window(&items, self.options.seq_len);
+            if shuffled {
+                let mut keyed: Vec<(u64, Vec<u64>)> = rows
+                    .into_iter()
+                    .enumerate()
+                    .map(|(r, row)| (row_key(self.seed, epoch, w, r as u64), row))
+                    .collect();
+                keyed.sort_by_key(|(k, _)| *k);
+                rows = keyed.into_iter().map(|(_, r)| r).collect();
+            }
+            for row in rows {
+                for &id in &row {
+                    out.tokens += u64::from(self.count_of(id).unwrap_or(0));
+                }
+                out.ids.extend_from_slice(&row);
+                out.starts.push(out.ids.len());
+            }
+            at = end;
+            w += 1;
+        }
+        if out.len() >= 1 << ROW_BITS || epoch >= 1 << (64 - ROW_BITS) {
+            return Err(EngineError::Config(format!(
+                "epoch {epoch} has {} rows: at most 2^{ROW_BITS} rows and 2^{} epochs",
+                out.len(),
+                64 - ROW_BITS
+            )));
+        }
+        Ok(out)
+    }
+
+    /// What the plan of epoch `epoch` says (see [`PackSummary`]).
+    pub fn summary(&self, epoch: u64) -> Result<PackSummary> {
+        let rows = self.rows(epoch)?;
+        let cap = rows.len() * u64::from(self.options.seq_len);
+        Ok(PackSummary {
+            conversations: self.counts.len() as u64,
+            rows: rows.len(),
+            fill: if cap == 0 {
+                0.0
+            } else {
+                rows.tokens as f64 / cap as f64
+            },
+            truncated: self.truncated,
+            dropped: self.dropped,
+            skipped: self.skipped.len() as u64,
+            skipped_examples: self.skipped.iter().take(100).cloned().collect(),
+            kept: self.kept_count.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The row order: row `r` of epoch `e` is id `e << 40 | r`.
+#[derive(Debug)]
+struct RowIds;
+
+impl PositionMap for RowIds {
+    fn ids(&self, epoch: u64, positions: std::ops::Range<u64>, out: &mut Vec<u64>) {
+        out.extend(positions.map(|p| (epoch << ROW_BITS) | p));
+    }
+}
+
+/// The order of [`ChatRows`]: the row order of each epoch ([`ChatPlanner::rows`]).
+#[derive(Debug)]
+pub struct RowOrder {
+    planner: Arc<ChatPlanner>,
+}
+
+impl Order for RowOrder {
+    fn epoch(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Result<EpochOrder> {
+        if *shuffle != self.planner.shuffle || seed != self.planner.seed {
+            return Err(EngineError::Config(
+                "the row order was planned with another shuffle or seed".into(),
+            ));
+        }
+        let rows = self.planner.rows(epoch)?;
+        Ok(EpochOrder::custom(
+            rows.len(),
+            shuffle,
+            seed,
+            epoch,
+            Arc::new(RowIds),
+        ))
+    }
+}
+
+/// Column indices.
+const INPUT: usize = 0;
+const LABELS: usize = 1;
+const POSITION: usize = 2;
+const SEGMENT: usize = 3;
+const DOCS: usize = 4;
+
+/// Rows of whole conversations (see the module's documentation).
+#[derive(Debug)]
+pub struct ChatRows {
+    planner: Arc<ChatPlanner>,
+    outputs: Vec<(String, Output)>,
+}
+
+impl ChatRows {
+    /// The rows `planner` plans.
+    pub fn new(planner: Arc<ChatPlanner>) -> ChatRows {
+        let n = planner.options.seq_len as usize;
+        let col = |name: &str, dtype, len| {
+            (
+                name.to_string(),
+                Output::Fixed {
+                    dtype,
+                    shape: vec![len],
+                },
+            )
+        };
+        ChatRows {
+            outputs: vec![
+                col("input_ids", DType::I32, n),
+                col("labels", DType::I64, n),
+                col("position_ids", DType::I64, n),
+                col("segment_ids", DType::I32, n),
+                col("doc_ids", DType::I64, 1),
+            ],
+            planner,
+        }
+    }
+
+    /// The planner.
+    pub fn planner(&self) -> &Arc<ChatPlanner> {
+        &self.planner
+    }
+
+    /// The conversations of row id `id`.
+    fn row_of(&self, id: u64) -> Result<(Arc<EpochRows>, u64)> {
+        let (epoch, r) = (id >> ROW_BITS, id & ((1 << ROW_BITS) - 1));
+        let rows = self.planner.rows(epoch)?;
+        if rows.row(r).is_none() {
+            return Err(EngineError::Worker(format!(
+                "row {r} of epoch {epoch} is past the epoch's {} rows",
+                rows.len()
+            )));
+        }
+        Ok((rows, r))
+    }
+}
+
+impl From<Arc<ChatRows>> for Loadable {
+    fn from(rows: Arc<ChatRows>) -> Loadable {
+        Loadable {
+            order: Arc::new(RowOrder {
+                planner: Arc::clone(&rows.planner),
+            }),
+            samples: rows,
+            groups: None,
+        }
+    }
+}
+
+impl Samples for ChatRows {
+    fn len(&self) -> u64 {
+        // rows never outnumber conversations (a resume state's position is checked against it;
+        // the row order gives each epoch's own count)
+        self.planner.counts.len() as u64
+    }
+
+    fn layout(&self) -> Layout {
+        Layout {
+            mean_bytes: u64::from(self.planner.options.seq_len) * 4,
+            blocks: None,
+            whole_batch_tasks: false,
+        }
+    }
+
+    fn columns(&self) -> &[(String, Output)] {
+        &self.outputs
+    }
+
+    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        let widest = ids
+            .iter()
+            .filter_map(|&id| {
+                let (rows, r) = self.row_of(id).ok()?;
+                rows.row(r).map(<[u64]>::len)
+            })
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        Some(
+            self.outputs
+                .iter()
+                .enumerate()
+                .map(|(c, (_, o))| match (c, o) {
+                    (DOCS, Output::Fixed { dtype, .. }) => Output::Fixed {
+                        dtype: *dtype,
+                        shape: vec![widest],
+                    },
+                    (_, o) => o.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        vec!["encode".to_string()]
+    }
+
+    fn fingerprint(&self) -> String {
+        self.planner.fingerprint.clone()
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        _k: usize,
+        _io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let mut clock = cx.ws.clock();
+        let (rows, r) = self.row_of(id)?;
+        let convs = rows.row(r).unwrap_or(&[]);
+        let mut slots = out.fixed_columns();
+        let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
+        let input: &mut [i32] = bytemuck::cast_slice_mut(take(INPUT));
+        let labels: &mut [i64] = bytemuck::cast_slice_mut(take(LABELS));
+        let position: &mut [i64] = bytemuck::cast_slice_mut(take(POSITION));
+        let segment: &mut [i32] = bytemuck::cast_slice_mut(take(SEGMENT));
+        let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
+        let n = input.len();
+        let mut at = 0usize;
+        let mut bytes = 0usize;
+        for (s, &conv) in convs.iter().enumerate() {
+            let enc = self.planner.encoding(conv)?;
+            let len = enc.input_ids.len().min(n - at);
+            for j in 0..len {
+                let t = enc.input_ids[j];
+                input[at + j] = i32::try_from(t).map_err(|_| {
+                    self.planner
+                        .bad(conv, format!("token id {t} does not fit int32"))
+                })?;
+                labels[at + j] = if enc.mask[j] != 0 {
+                    i64::from(t)
+                } else {
+                    IGNORE_LABEL
+                };
+                position[at + j] = j as i64;
+                segment[at + j] = s as i32;
+            }
+            bytes += len * 4;
+            at += len;
+            if let Some(d) = docs.get_mut(s) {
+                *d = conv as i64;
+            }
+        }
+        let pad = self.planner.options.pad_id;
+        input[at..].fill(pad as i32);
+        labels[at..].fill(IGNORE_LABEL);
+        for (k, p) in position[at..].iter_mut().enumerate() {
+            *p = k as i64;
+        }
+        segment[at..].fill(-1);
+        if convs.len() < docs.len() {
+            docs[convs.len()..].fill(-1);
+        }
+        cx.ws.read(bytes);
+        cx.ws.lap(0, id, &mut clock);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic generator (splitmix64) for the tests' lengths.
+    struct Gen(u64);
+
+    impl Gen {
+        fn unit(&mut self) -> f64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            ((mix64(self.0) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        }
+
+        /// Log-normal with the median `median` and `sigma`, by Box-Muller.
+        fn lognormal(&mut self, median: f64, sigma: f64) -> f64 {
+            let (u, v) = (self.unit(), self.unit());
+            let z = (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos();
+            median * (sigma * z).exp()
+        }
+    }
+
+    #[test]
+    fn best_fit_decreasing_puts_each_item_in_the_fullest_row_that_holds_it() {
+        // longest first: 7 opens row 0, 6 opens row 1, 3 fits row 0 (room 3) exactly over row 1
+        // (room 4), 4 fills row 1, 2 opens row 2 (rooms 0, 0), 1 goes to row 2
+        let items = [(3, 10), (7, 11), (1, 12), (6, 13), (4, 14), (2, 15)];
+        assert_eq!(
+            pack_window(&items, 10),
+            vec![vec![11, 10], vec![13, 14], vec![15, 12]]
+        );
+        // ties in length keep the order of the epoch; a full-length item is a row of its own
+        assert_eq!(
+            pack_window(&[(5, 1), (5, 2), (10, 3), (5, 4)], 10),
+            vec![vec![3], vec![1, 2], vec![4]]
+        );
+        assert!(pack_window(&[], 10).is_empty());
+    }
+
+    #[test]
+    fn fill_is_at_least_97_percent_on_log_normal_conversation_lengths_at_4096() {
+        // SFT sets: median a few hundred tokens, a long tail (sigma 1), some over the row
+        // (truncated to it, as the planner does)
+        let seq_len = 4096u32;
+        for (median, sigma) in [(350.0, 1.0), (700.0, 0.9), (200.0, 1.2)] {
+            let mut g = Gen(median as u64);
+            let lengths: Vec<u32> = (0..20_000)
+                .map(|_| (g.lognormal(median, sigma).round() as u32).clamp(1, seq_len))
+                .collect();
+            let (mut tokens, mut rows) = (0u64, 0u64);
+            for (w, chunk) in lengths.chunks(1024).enumerate() {
+                let items: Vec<(u32, u64)> = chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &c)| (c, (w * 1024 + i) as u64))
+                    .collect();
+                let packed = pack_window(&items, seq_len);
+                for row in &packed {
+                    let used: u32 = row.iter().map(|&id| lengths[id as usize]).sum();
+                    assert!(used <= seq_len);
+                    tokens += u64::from(used);
+                }
+                rows += packed.len() as u64;
+                let mut all: Vec<u64> = packed.into_iter().flatten().collect();
+                all.sort_unstable();
+                assert_eq!(all, items.iter().map(|x| x.1).collect::<Vec<_>>());
+            }
+            let fill = tokens as f64 / (rows * u64::from(seq_len)) as f64;
+            assert!(fill >= 0.97, "median {median}, sigma {sigma}: fill {fill}");
+        }
+    }
+
+    #[test]
+    fn row_ids_carry_their_epoch() {
+        let mut out = Vec::new();
+        RowIds.ids(3, 5..7, &mut out);
+        assert_eq!(out, vec![(3 << ROW_BITS) | 5, (3 << ROW_BITS) | 6]);
+    }
+}
