@@ -80,6 +80,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("cache_dir_limit", "auto", BOTH, "bytes", "its size limit (the dataset's size)"),
     Option("profile", True, BOTH, "bool", "count and time the stages (a thread's first sample, then one in 8, is timed)"),
     Option("trace", None, BOTH, "path", "a path: Chrome trace of every sample's stage spans, written on close()"),
+    Option("on_step", None, BOTH, "value", "a callable given a plain dict per batch: epoch, step, rank, wait, step_time, bound"),
     Option("io_uring", True, BOTH, "bool", "a task's reads that need the device go out together (io_uring); False: one pread each"),
     Option("storage_options", None, BOTH, "value", "a dataset given as a URL: credentials, endpoint (as Dataset's)"),
     Option("dtype", "int32", (SEQUENCE,), "value", "or \"int64\": the token arrays' type"),

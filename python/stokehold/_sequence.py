@@ -3,7 +3,7 @@ over a token dataset made by ``stokehold pack --tokenizer``. The same native eng
 :class:`stokehold.Loader` (``_native._Engine``), with token samples instead of records."""
 
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 from . import _options
 from ._loader import _U32, _Front, _int, _open_dataset, _shared_config
@@ -78,6 +78,10 @@ class SequenceLoader(_Front):
         datasets are evicted, least recently used first, to make room.
     :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
         byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
+    :param on_step: a callable given, after each batch, a plain dict: ``epoch``, ``step`` (as
+        :meth:`samples_at` counts it), ``rank``, ``wait`` (seconds the loop waited for the batch),
+        ``step_time`` (seconds since the batch before) and ``bound`` (the stage that took most
+        worker time meanwhile); for the user's own logger.
     :param io_uring: submit a task's reads that need the device together through ``io_uring``
         where the kernel allows it; ``False``: one ``pread`` each (``STOKEHOLD_IO_URING=0`` turns
         it off for the process).
@@ -118,6 +122,7 @@ class SequenceLoader(_Front):
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache_dir_limit: Union[int, str] = "auto",
+        on_step: Optional[Callable[[Dict[str, Any]], Any]] = None,
         io_uring: bool = True,
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
