@@ -191,3 +191,31 @@ def test_wait_report_names_the_slow_rank_over_a_gloo_group(tmp_path):
     assert r["slowest"] == 1 and "rank 1" in r["line"]
     assert r["stage"] is not None and "slow" in r["stage"], r
     assert r["share"] > 0.5
+
+
+def test_stokehold_explain_lists_a_steps_samples_on_each_rank_from_a_saved_state(tmp_path):
+    ds = write(tmp_path / "ds", 120, shard_size=2500)
+    kw = dict(seed=6, include_ids=True, threads=2)
+    first = Loader(ds, 5, rank=0, world_size=1, **kw)
+    head = delivered(first, 3)
+    ranks = [Loader(ds, 4, rank=r, world_size=2, **kw) for r in range(2)]
+    for r in ranks:
+        r.load_state_dict(first.state_dict())
+    parts = [delivered(r, 2) for r in ranks]
+    (tmp_path / "state.json").write_text(json.dumps(ranks[0].state_dict()))
+    (tmp_path / "config.json").write_text(json.dumps(ranks[0].config))
+
+    def explain(*args):
+        cmd = [sys.executable, "-m", "stokehold._cli", "explain", str(tmp_path / "ds"), "--config",
+               str(tmp_path / "config.json"), "--state", str(tmp_path / "state.json"), "--json", *args]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return [json.loads(line) for line in out.stdout.splitlines()]
+
+    rows = explain("--step", "4")  # the second step on two ranks: both ranks listed
+    for r in range(2):
+        mine = [x for x in rows if x["rank"] == r]
+        assert [x["id"] for x in mine] == parts[r][1].tolist()
+        assert all(x["step"] == 4 and x["record"] >= 0 and x["shard"] >= 0 for x in mine)
+    rows = explain("--step", "1", "--rank", "0")  # before the resume: one rank of 5
+    assert [x["id"] for x in rows] == head[1].tolist()

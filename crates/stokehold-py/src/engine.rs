@@ -210,6 +210,9 @@ impl Drop for Engine {
     }
 }
 
+/// A step's samples for Python: ids, padding flags, and each one's description as JSON.
+type StepSamples = (Vec<i64>, Vec<bool>, Option<Vec<String>>);
+
 /// The Python stages of a loader: `(callable, rng, name)` tuples, referred to by index.
 fn python_stages(py: Python<'_>, list: &Bound<'_, PyList>) -> PyResult<Vec<Arc<dyn Transform>>> {
     let mut out: Vec<Arc<dyn Transform>> = Vec::with_capacity(list.len());
@@ -513,7 +516,7 @@ impl Engine {
         rank: Option<u32>,
         epoch: Option<u64>,
         details: bool,
-    ) -> PyResult<(Vec<i64>, Vec<bool>, Option<Vec<String>>)> {
+    ) -> PyResult<StepSamples> {
         self.with_state(py, |s| {
             let slots = s.loader.samples_at(step, rank, epoch)?;
             let ids = slots.iter().map(|x| x.id as i64).collect();

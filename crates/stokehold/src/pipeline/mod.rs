@@ -568,6 +568,14 @@ impl Loader {
         Ok(slots)
     }
 
+    /// The world size of the run that took step `step` of `epoch` (`None`: the current one).
+    pub fn world_size_at(&self, step: u64, epoch: Option<u64>) -> u32 {
+        let epoch = epoch.unwrap_or_else(|| self.core.cursor().epoch);
+        let runs = self.core.runs_of(epoch);
+        let i = runs.partition_point(|r| r[0] <= step).saturating_sub(1);
+        runs[i][2] as u32
+    }
+
     /// What is known of sample `id` without reading it beyond its index: its source, shard and
     /// record (or file and offset), its key or path when asked to read it (`read`).
     pub fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {
