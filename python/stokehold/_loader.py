@@ -171,6 +171,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
     o["seed"] = _seed(o["seed"])
     o["rank"], o["world_size"] = _rank_world(o["rank"], o["world_size"])
     _warn_pin(o["pin_memory"], o["to"])
+    node = _node_budget(o["memory_budget"])
     loader = dict(
         batch_size=batch_size,
         seed=o["seed"],
@@ -179,15 +180,32 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
         rank=o["rank"],
         world_size=o["world_size"],
         **_workers(o["threads"], o["prefetch"]),
-        memory_budget="auto" if o["memory_budget"] is None else o["memory_budget"],
+        memory_budget="auto" if o["memory_budget"] is None or node is not None else o["memory_budget"],
         profile=o["profile"],
         trace_capacity=TRACE_CAPACITY if o["trace"] is not None else 0,
         on_error=_on_error(o["on_error"], o["max_skip_fraction"]),
         cache_bytes=_cache_budget(o["cache"]),
         io_uring=o["io_uring"],
     )
+    if node is not None:
+        loader["node_memory_budget"] = node
     disk = dict(cache_dir=o["cache_dir"], cache_dir_limit=_dir_limit(o["cache_dir"], o["cache_dir_limit"]))
     return loader, disk
+
+
+def _node_budget(memory_budget: Any) -> Any:
+    """The node's budget of ``memory_budget="node:8GiB"`` (the bytes after ``node:``), or None;
+    ``STOKEHOLD_NODE_MEMORY_BUDGET`` (``"8GiB"``), set once for the job, stands for it when the
+    loader names no budget."""
+    if memory_budget is None:
+        env = os.environ.get("STOKEHOLD_NODE_MEMORY_BUDGET")
+        return env.strip() if env else None
+    if isinstance(memory_budget, str) and memory_budget.strip().lower().startswith("node:"):
+        size = memory_budget.strip()[5:].strip()
+        if not size:
+            raise ConfigError('memory_budget="node:SIZE" needs a size, e.g. "node:8GiB"')
+        return int(size) if size.isdigit() else size
+    return None
 
 
 # what to= needs, and how to get it: the library is looked up (not imported) when the loader is
@@ -563,6 +581,12 @@ class Loader(_Front):
     :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared ahead may take with ``prefetch="auto"``
         (default: 10% of physical memory, at most 2 GiB): the depth stays at or below the budget
         over the bytes of one batch (at least 1).
+        ``"node:8GiB"``: a budget shared by every loader of every process on this node that
+        names it (or ``STOKEHOLD_NODE_MEMORY_BUDGET=8GiB`` in the environment, set once for the
+        job): each takes what its prefetch window could use, or what is left (at least one
+        batch), returned when the loader is garbage-collected or its process dies; a lease file under
+        ``STOKEHOLD_NODE_BUDGET_DIR`` (else the temporary directory). ``stats()["memory_budget"]``
+        is this loader's share.
     :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
         saves the clock reads (stage figures then stay zero).
     :param trace: a path: keep the newest 1,000,000 stage spans (stage, thread, start, duration,

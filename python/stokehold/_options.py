@@ -62,7 +62,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("transforms", None, (LOADER,), "value", "{\"field\": [stage, ...]}"),
     Option("threads", "auto", BOTH, "value", "up to one per core, fewer while the training loop is the slower side; or an int (at most 4 per core)"),
     Option("prefetch", "auto", BOTH, "value", "batches prepared ahead: starts at 4, deepened when the loop starves; or an int"),
-    Option("memory_budget", None, BOTH, "bytes", "bytes batches prepared ahead may take (default 10% of RAM, at most 2 GiB)"),
+    Option("memory_budget", None, BOTH, "bytes", "bytes batches prepared ahead may take (default 10% of RAM, at most 2 GiB); \"node:8GiB\": shared by the node's loaders"),
     Option("rank", None, BOTH, "value", "default: torch.distributed, else RANK/WORLD_SIZE, else 0"),
     Option("world_size", None, BOTH, "value", "number of ranks (given with rank)"),
     Option("on_error", "fail", BOTH, "value", "or \"skip\": replace a failed sample, count its id"),

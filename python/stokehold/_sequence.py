@@ -63,6 +63,12 @@ class SequenceLoader(_Front):
         for ``.cuda(non_blocking=True)``; ignored without CUDA.
     :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared
         ahead may take with ``prefetch="auto"`` (default: 10% of physical memory, at most 2 GiB).
+        ``"node:8GiB"``: a budget shared by every loader of every process on this node that
+        names it (or ``STOKEHOLD_NODE_MEMORY_BUDGET=8GiB`` in the environment, set once for the
+        job): each takes what its prefetch window could use, or what is left (at least one
+        batch), returned when the loader is garbage-collected or its process dies; a lease file under
+        ``STOKEHOLD_NODE_BUDGET_DIR`` (else the temporary directory). ``stats()["memory_budget"]``
+        is this loader's share.
     :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
         saves the clock reads.
     :param trace: a path: keep the newest 1,000,000 stage spans and write them as Chrome Trace

@@ -219,3 +219,54 @@ def test_stokehold_explain_lists_a_steps_samples_on_each_rank_from_a_saved_state
         assert all(x["step"] == 4 and x["record"] >= 0 and x["shard"] >= 0 for x in mine)
     rows = explain("--step", "1", "--rank", "0")  # before the resume: one rank of 5
     assert [x["id"] for x in rows] == head[1].tolist()
+
+
+def test_four_processes_stay_inside_one_node_memory_budget_and_a_dead_ones_share_returns(tmp_path):
+    ds = write(tmp_path / "ds", 256)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), STOKEHOLD_NODE_BUDGET_DIR=str(tmp_path / "node"))
+    env.pop("STOKEHOLD_NODE_MEMORY_BUDGET", None)
+    holder = textwrap.dedent(f"""
+        import sys, time, stokehold
+        try:
+            loader = stokehold.Loader({str(tmp_path / 'ds')!r}, 16, memory_budget=sys.argv[1], threads=1)
+        except stokehold.ConfigError as e:
+            print("refused", e, flush=True)
+            sys.exit(0)
+        sum(1 for _ in loader)  # it runs within its share
+        print(loader.stats()["memory_budget"], flush=True)
+        sys.stdin.read()  # hold the share until told to go
+    """)
+
+    def start(budget):
+        p = subprocess.Popen([sys.executable, "-c", holder, budget], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=env, text=True)
+        return p, p.stdout.readline().strip()
+
+    # what one loader takes from a budget large enough: its deepest window's bytes
+    probe, line = start("node:1TiB")
+    want = int(line)
+    probe.stdin.close()
+    probe.wait(timeout=60)
+    total = want * 5 // 2
+    procs, grants = [], []
+    for _ in range(3):
+        p, line = start(f"node:{total}")
+        procs.append(p)
+        grants.append(int(line))
+    assert grants == [want, want, total - 2 * want]
+    p4, line = start(f"node:{total}")
+    assert line.startswith("refused") and "node memory budget" in line and "less than one batch" in line
+    p4.wait(timeout=60)
+    procs[1].kill()  # dies holding its share: the lease is released with the process
+    procs[1].wait(timeout=60)
+    p5, line = start(f"node:{total}")
+    assert int(line) == want
+    for p in procs[::2] + [p5]:
+        p.stdin.close()
+        p.wait(timeout=60)
+
+
+def test_a_node_budget_without_a_size_is_refused(tmp_path):
+    ds = write(tmp_path / "ds", 32)
+    with pytest.raises(ConfigError, match="needs a size"):
+        Loader(ds, 8, memory_budget="node:")

@@ -471,6 +471,10 @@ impl Engine {
         d.set_item("bytes_read", st.bytes_read)?;
         d.set_item("records_read", st.records_read)?;
         d.set_item("profiled", st.profiled)?;
+        d.set_item(
+            "memory_budget",
+            self.with_state(py, |s| Ok(s.loader.memory_budget()))?,
+        )?;
         let w = PyDict::new(py);
         w.set_item("epoch", PyList::new(py, st.waits.iter().map(|x| x.epoch))?)?;
         w.set_item("step", PyList::new(py, st.waits.iter().map(|x| x.step))?)?;

@@ -114,6 +114,41 @@ pub(crate) struct Core {
     /// The runs of steps of an epoch so far (`ResumeState::runs`), for the epoch they belong to;
     /// a loader that started the epoch itself has one run, `[0, 0, world_size, batch_size]`.
     runs: Mutex<(u64, Vec<[u64; 4]>)>,
+    /// This loader's share of the node's memory budget, held while it lives.
+    #[allow(dead_code)] // held for its Drop (the lease file is released)
+    node_lease: Option<stokehold_storage::node_budget::Lease>,
+}
+
+/// A lease of `want` bytes (or what is left, at least one batch of `batch_bytes`) of the node's
+/// memory budget of `total` bytes.
+fn node_lease(
+    total: u64,
+    want: u64,
+    batch_bytes: u64,
+) -> Result<stokehold_storage::node_budget::Lease> {
+    use stokehold_storage::node_budget::NodeBudget;
+    let budget = NodeBudget::open(NodeBudget::default_dir("memory"), total);
+    let dir = NodeBudget::default_dir("memory");
+    let io = |e: std::io::Error| {
+        EngineError::Config(format!(
+            "the node memory budget's directory {}: {e}",
+            dir.display()
+        ))
+    };
+    let budget = budget.map_err(io)?;
+    let min = batch_bytes.clamp(1, want.max(1));
+    match budget.reserve(want.max(min), min).map_err(io)? {
+        Some(lease) => Ok(lease),
+        None => Err(EngineError::Config(format!(
+            "the node memory budget of {} has less than one batch ({}) left: the other \
+             loaders on this node hold {} (leases in {}); give a larger node budget or a \
+             smaller batch_size",
+            ByteSize(total),
+            ByteSize(batch_bytes),
+            ByteSize(budget.used().unwrap_or(0)),
+            dir.display()
+        ))),
+    }
 }
 
 /// The run prepared ahead, if any, and whether the loader is gone.
@@ -337,8 +372,18 @@ impl Loader {
             config.batch_size,
             config.tail,
         )?;
-        let memory_budget = config.memory_budget_bytes();
+        let mut memory_budget = config.memory_budget_bytes();
         let batch_bytes = crate::samples::batch_bytes(&*samples, config.batch_size);
+        let node_lease = match config.node_memory_budget {
+            None => None,
+            Some(ByteSize(total)) => {
+                // no more than the deepest window the autotuner would ever use
+                let want = memory_budget.min(batch_bytes.saturating_mul(MAX_AUTO_PREFETCH));
+                let lease = node_lease(total, want, batch_bytes)?;
+                memory_budget = lease.bytes();
+                Some(lease)
+            }
+        };
         let ram = stokehold_storage::file::physical_memory();
         if ram > 0 && batch_bytes > ram / 2 {
             return Err(EngineError::Config(format!(
@@ -394,6 +439,7 @@ impl Loader {
                 prepared: Mutex::new(PreparedSlot::default()),
                 spare_io: Mutex::new(Vec::new()),
                 runs: Mutex::new((0, Vec::new())),
+                node_lease,
                 samples,
                 config,
             }),
