@@ -270,3 +270,28 @@ def test_a_node_budget_without_a_size_is_refused(tmp_path):
     ds = write(tmp_path / "ds", 32)
     with pytest.raises(ConfigError, match="needs a size"):
         Loader(ds, 8, memory_budget="node:")
+
+
+def test_a_state_whose_runs_do_not_follow_each_other_is_refused_naming_runs(tmp_path):
+    from stokehold import IncompatibleStateError
+
+    ds = write(tmp_path / "ds", 100)
+    loader = Loader(ds, 4, seed=1, threads=1)
+    delivered_plain_n(loader, 3)
+    state = loader.state_dict()
+    assert state["runs"] == [[0, 0, 1, 4]] and state["position"] == 12
+    for runs in ([[0, 0, 0, 4]], [[0, 0, 1, 4], [0, 8, 2, 4]], [[0, 0, 1, 4], [5, 40, 1, 4]], "x"):
+        with pytest.raises(IncompatibleStateError) as e:
+            Loader(ds, 4, seed=1).load_state_dict(dict(state, runs=runs))
+        assert e.value.field == "runs", runs
+    # a state saved before runs existed: its steps counted in the resuming loader's shape
+    old = {k: v for k, v in state.items() if k != "runs"}
+    again = Loader(ds, 4, seed=1, include_ids=True, threads=1)
+    again.load_state_dict(old)
+    got = np.asarray(next(iter(again))["id"])
+    np.testing.assert_array_equal(again.samples_at(3), got)
+
+
+def delivered_plain_n(loader, n):
+    it = iter(loader)
+    return [next(it) for _ in range(n)]
