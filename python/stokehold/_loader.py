@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -171,6 +171,7 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
     o["seed"] = _seed(o["seed"])
     o["rank"], o["world_size"] = _rank_world(o["rank"], o["world_size"])
     _warn_pin(o["pin_memory"], o["to"])
+    node = _node_budget(o["memory_budget"])
     loader = dict(
         batch_size=batch_size,
         seed=o["seed"],
@@ -179,15 +180,32 @@ def _shared_config(o: Dict[str, Any], batch_size: int, shuffle: Any) -> Tuple[Di
         rank=o["rank"],
         world_size=o["world_size"],
         **_workers(o["threads"], o["prefetch"]),
-        memory_budget="auto" if o["memory_budget"] is None else o["memory_budget"],
+        memory_budget="auto" if o["memory_budget"] is None or node is not None else o["memory_budget"],
         profile=o["profile"],
         trace_capacity=TRACE_CAPACITY if o["trace"] is not None else 0,
         on_error=_on_error(o["on_error"], o["max_skip_fraction"]),
         cache_bytes=_cache_budget(o["cache"]),
         io_uring=o["io_uring"],
     )
+    if node is not None:
+        loader["node_memory_budget"] = node
     disk = dict(cache_dir=o["cache_dir"], cache_dir_limit=_dir_limit(o["cache_dir"], o["cache_dir_limit"]))
     return loader, disk
+
+
+def _node_budget(memory_budget: Any) -> Any:
+    """The node's budget of ``memory_budget="node:8GiB"`` (the bytes after ``node:``), or None;
+    ``STOKEHOLD_NODE_MEMORY_BUDGET`` (``"8GiB"``), set once for the job, stands for it when the
+    loader names no budget."""
+    if memory_budget is None:
+        env = os.environ.get("STOKEHOLD_NODE_MEMORY_BUDGET")
+        return env.strip() if env else None
+    if isinstance(memory_budget, str) and memory_budget.strip().lower().startswith("node:"):
+        size = memory_budget.strip()[5:].strip()
+        if not size:
+            raise ConfigError('memory_budget="node:SIZE" needs a size, e.g. "node:8GiB"')
+        return int(size) if size.isdigit() else size
+    return None
 
 
 # what to= needs, and how to get it: the library is looked up (not imported) when the loader is
@@ -276,11 +294,53 @@ class _Front:
         return (_unpickle, (type(self), self._dataset, self._engine.config_json, self._stages, self._config, self.state_dict()))
 
     def _batches(self) -> Iterator[Dict[str, Any]]:
-        """The native iterator, converted to ``to``'s arrays."""
+        """The native iterator, converted to ``to``'s arrays (and each batch reported to
+        ``on_step`` when given)."""
         it = self._engine.iter()
-        if self._to == "numpy":
+        if self._to != "numpy":
+            it = _converted(it, _converter(self._to, self._pin))
+        hook = self._config.get("on_step")
+        if hook is None:
             return it
-        return _converted(it, _converter(self._to, self._pin))
+        if not callable(hook):
+            raise ConfigError(f"on_step must be a callable taking one dict, got {hook!r}")
+        return _Reported(it, hook, self._engine, self._config["rank"])
+
+    def samples_at(
+        self, step: int, rank: Optional[int] = None, details: bool = False, epoch: Optional[int] = None
+    ) -> Any:
+        """The samples of step ``step`` on rank ``rank`` (this loader's own when None) of the
+        current epoch (or ``epoch``), computed from the order alone, without loading anything
+        and without any log: an int64 array equal to that step's ``batch["id"]`` with
+        ``include_ids=True``.
+
+        ``step`` counts the epoch's steps from its start across every resume, whatever the world
+        size of each run: the state saved by :meth:`state_dict` keeps where each run of one
+        world size began (``runs``), so step 41877 is the 41878th batch the ranks took
+        together in this epoch. With ``details=True``, a list of dicts instead, one per sample:
+        ``id``, ``is_padding``, and where it comes from (``shard`` and ``record``, ``file`` and
+        byte ``offset`` (``in_place`` for files read in place), a mixture's ``source`` and
+        ``source_name`` with the ``index`` in that source, token windows' ``token``, ``tokens``
+        and ``document``, and the ``key`` or ``path`` kept at pack time when the records have
+        one (read from storage).
+
+        :raises ConfigError: ``step`` past the end of the epoch, or ``rank`` outside the world
+            of that step.
+        """
+        step = _int("step", step, 0, _U64, "an int >= 0 (the epoch's first step is 0)")
+        if rank is not None:
+            rank = _int("rank", rank, 0, 2**32 - 1, "an int >= 0")
+        if epoch is not None:
+            epoch = _int("epoch", epoch, 0, _U64, "an int >= 0")
+        ids, padding, described = self._engine.samples_at(step, rank, epoch, bool(details))
+        if not details:
+            return np.asarray(ids, dtype=np.int64)
+        out = []
+        for i, p, d in zip(ids, padding, described):
+            entry = {"id": i, "is_padding": p}
+            entry.update(json.loads(d))
+            out.append(entry)
+        return out
 
     def _refuse_empty_epoch(self, batch_size: int, drop_last: bool, unit: str) -> None:
         """A ConfigError when ``drop_last`` leaves an epoch of samples without a single batch
@@ -419,6 +479,35 @@ class _Front:
         self.close()
 
 
+class _Reported:
+    """A loader's batches, each reported to the ``on_step`` hook after it is delivered."""
+
+    __slots__ = ("_it", "_hook", "_engine", "_rank")
+
+    def __init__(self, it: Any, hook: Any, engine: Any, rank: int) -> None:
+        self._it = it
+        self._hook = hook
+        self._engine = engine
+        self._rank = rank
+
+    def __iter__(self) -> "_Reported":
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        batch = next(self._it)
+        info = self._engine.last_wait()
+        if info is not None:
+            info["rank"] = self._rank
+            self._hook(info)
+        return batch
+
+    def __length_hint__(self) -> int:
+        return operator.length_hint(self._it)
+
+    def close(self) -> None:
+        self._it.close()
+
+
 class _Converted:
     """A loader's batches converted (to torch or jax) one by one, keeping the native iterator's
     ``__length_hint__`` (batches left in the epoch) for progress bars."""
@@ -492,6 +581,12 @@ class Loader(_Front):
     :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared ahead may take with ``prefetch="auto"``
         (default: 10% of physical memory, at most 2 GiB): the depth stays at or below the budget
         over the bytes of one batch (at least 1).
+        ``"node:8GiB"``: a budget shared by every loader of every process on this node that
+        names it (or ``STOKEHOLD_NODE_MEMORY_BUDGET=8GiB`` in the environment, set once for the
+        job): each takes what its prefetch window could use, or what is left (at least one
+        batch), returned when the loader is garbage-collected or its process dies; a lease file under
+        ``STOKEHOLD_NODE_BUDGET_DIR`` (else the temporary directory). ``stats()["memory_budget"]``
+        is this loader's share.
     :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
         saves the clock reads (stage figures then stay zero).
     :param trace: a path: keep the newest 1,000,000 stage spans (stage, thread, start, duration,
@@ -517,6 +612,10 @@ class Loader(_Front):
     :param decoded_cache_keep_free: the free bytes the directory's filesystem keeps: writing
         stops below (``"auto"``: 5% of the filesystem, at most 1 GiB). ``STOKEHOLD_KEEP_FREE``
         in the environment, when set, overrides it (docs/storage.md).
+    :param on_step: a callable given, after each batch, a plain dict: ``epoch``, ``step`` (as
+        :meth:`samples_at` counts it), ``rank``, ``wait`` (seconds the loop waited for the batch),
+        ``step_time`` (seconds since the batch before) and ``bound`` (the stage that took most
+        worker time meanwhile); for the user's own logger.
     :param io_uring: submit a task's reads that need the device together through ``io_uring``
         where the kernel allows it (reads from the page cache are plain reads either way);
         ``False``: one ``pread`` each. ``STOKEHOLD_IO_URING=0`` turns it off for the process.
@@ -563,6 +662,7 @@ class Loader(_Front):
         memory_budget: Union[None, int, str] = None,
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
+        on_step: Optional[Callable[[Dict[str, Any]], Any]] = None,
         io_uring: bool = True,
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:

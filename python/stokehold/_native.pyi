@@ -151,6 +151,14 @@ class _Engine:
         """Continue from a state saved by ``state_json``. Stops a running epoch."""
     def stats(self) -> Dict[str, Any]:
         """Statistics since the loader was made, as a dict."""
+    def last_wait(self) -> Optional[Dict[str, Any]]:
+        """The last batch's exposed wait (``epoch``, ``step``, ``wait``, ``step_time``,
+        ``bound``), or None before the first batch."""
+    def samples_at(
+        self, step: int, rank: Optional[int] = None, epoch: Optional[int] = None, details: bool = False
+    ) -> Tuple[List[int], List[bool], Optional[List[str]]]:
+        """The sample ids of a step's batch on a rank, their padding flags, and with ``details``
+        each one's description as JSON."""
     def report(self) -> str:
         """The statistics as a readable table."""
     def trace_json(self) -> Optional[str]:

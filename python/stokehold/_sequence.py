@@ -4,7 +4,7 @@ over a token dataset made by ``stokehold pack --tokenizer``. The same native eng
 
 import json
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -66,6 +66,12 @@ class SequenceLoader(_Front):
         for ``.cuda(non_blocking=True)``; ignored without CUDA.
     :param memory_budget: bytes (an int or a string like ``"512MiB"``) the batches prepared
         ahead may take with ``prefetch="auto"`` (default: 10% of physical memory, at most 2 GiB).
+        ``"node:8GiB"``: a budget shared by every loader of every process on this node that
+        names it (or ``STOKEHOLD_NODE_MEMORY_BUDGET=8GiB`` in the environment, set once for the
+        job): each takes what its prefetch window could use, or what is left (at least one
+        batch), returned when the loader is garbage-collected or its process dies; a lease file under
+        ``STOKEHOLD_NODE_BUDGET_DIR`` (else the temporary directory). ``stats()["memory_budget"]``
+        is this loader's share.
     :param profile: time every stage of every sample (``stats()``, ``report()``); ``False``
         saves the clock reads.
     :param trace: a path: keep the newest 1,000,000 stage spans and write them as Chrome Trace
@@ -81,6 +87,10 @@ class SequenceLoader(_Front):
         datasets are evicted, least recently used first, to make room.
     :param cache: keep whole shards in RAM once read (``True``: up to half of physical memory; a
         byte count such as ``"8GiB"``); windows are then slices of memory, no reads.
+    :param on_step: a callable given, after each batch, a plain dict: ``epoch``, ``step`` (as
+        :meth:`samples_at` counts it), ``rank``, ``wait`` (seconds the loop waited for the batch),
+        ``step_time`` (seconds since the batch before) and ``bound`` (the stage that took most
+        worker time meanwhile); for the user's own logger.
     :param io_uring: submit a task's reads that need the device together through ``io_uring``
         where the kernel allows it; ``False``: one ``pread`` each (``STOKEHOLD_IO_URING=0`` turns
         it off for the process).
@@ -141,6 +151,7 @@ class SequenceLoader(_Front):
         profile: bool = True,
         trace: Union[None, str, "os.PathLike[str]"] = None,
         cache_dir_limit: Union[int, str] = "auto",
+        on_step: Optional[Callable[[Dict[str, Any]], Any]] = None,
         io_uring: bool = True,
         storage_options: Optional[Mapping[str, Any]] = None,
         text: Any = None,

@@ -779,6 +779,7 @@ mod tests {
             profiled: true,
             storage: None,
             groups: Vec::new(),
+            waits: Vec::new(),
         }
     }
 
@@ -839,4 +840,75 @@ mod tests {
         // no division by zero at the start
         assert!(live_message(0, 0, 0, 0.0).starts_with("0.0 batches/s"));
     }
+}
+
+/// `stokehold explain`: the samples of one step, from the order alone.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// The dataset (or a mixture file), as for `bench`.
+    #[arg(required = true, value_parser = crate::dataset_location)]
+    dataset: PathBuf,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+    /// A state saved by `loader.state_dict()` (JSON): the epoch, and where each run of one
+    /// world size began, so that steps count from the epoch's start across resumes.
+    #[arg(long, value_name = "FILE", value_parser = local_path)]
+    state: Option<PathBuf>,
+    /// The step, counted from the epoch's start (across resumes).
+    #[arg(long, value_name = "N")]
+    step: u64,
+    /// Only this rank (default: every rank of that step).
+    #[arg(long, value_name = "R")]
+    rank: Option<u32>,
+    /// The epoch (default: the state's, else 0).
+    #[arg(long, value_name = "E")]
+    epoch: Option<u64>,
+    /// One JSON object per sample instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Do not read each record for its key or path (only the index is used).
+    #[arg(long)]
+    no_read: bool,
+}
+
+/// `stokehold explain`.
+pub fn explain(a: ExplainArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    let pl = pipeline(&a.dataset, &a.pipeline, 1)?;
+    let mut loader = pl.loader(pl.config().clone())?;
+    if let Some(file) = &a.state {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading --state {}", file.display()))?;
+        let state = stokehold::ResumeState::from_json(&text)
+            .with_context(|| format!("in --state {}", file.display()))?;
+        loader.load_state(&state)?;
+    }
+    let epoch = a.epoch.unwrap_or_else(|| loader.epoch());
+    let ranks = match a.rank {
+        Some(r) => r..r + 1,
+        None => 0..loader.world_size_at(a.step, Some(epoch)),
+    };
+    for rank in ranks {
+        let slots = loader.samples_at(a.step, Some(rank), Some(epoch))?;
+        if !a.json {
+            writeln!(out, "epoch {epoch} step {} rank {rank}:", a.step)?;
+        }
+        for s in slots {
+            let d = loader.describe(s.id, !a.no_read);
+            if a.json {
+                let mut m = serde_json::Map::new();
+                m.insert("epoch".into(), epoch.into());
+                m.insert("step".into(), a.step.into());
+                m.insert("rank".into(), rank.into());
+                m.insert("id".into(), s.id.into());
+                m.insert("is_padding".into(), s.padding.into());
+                m.extend(d);
+                writeln!(out, "{}", serde_json::Value::Object(m))?;
+            } else {
+                let rest: Vec<String> = d.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let pad = if s.padding { " (padding)" } else { "" };
+                writeln!(out, "  {}{pad}  {}", s.id, rest.join(" "))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,5 @@
-//! The `stokehold` command line: `pack`, `inspect`, `verify`, `bench`, `index`, `sample-data`.
+//! The `stokehold` command line: `pack`, `inspect`, `verify`, `bench`, `explain`, `index`,
+//! `sample-data`.
 //!
 //! The same code runs as the `stokehold` binary built by cargo and as the `stokehold` command that
 //! `pip install stokehold` puts on the PATH (through the Python extension module).
@@ -34,6 +35,9 @@ enum Command {
     /// Stream a dataset through the reading pipeline on several threads and report throughput
     /// and where the time goes.
     Bench(Box<bench::BenchArgs>),
+    /// List the samples of one step on each rank (or one), computed from the loader's order and
+    /// a saved state alone: ids, source, shard and record (or file and offset), key or path.
+    Explain(Box<bench::ExplainArgs>),
     /// Index TFRecord, WebDataset, Parquet or JSONL files read in place ahead of time (a job that opens
     /// them then starts without a scan).
     Index(commands::IndexArgs),
@@ -264,6 +268,7 @@ pub fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         Command::Verify(a) => commands::verify(a, out),
         Command::SampleData(a) => commands::sample_data(a, out),
         Command::Bench(a) => bench::bench(*a, out),
+        Command::Explain(a) => bench::explain(*a, out),
         Command::Index(a) => commands::index(a, out),
     }
 }

@@ -212,6 +212,9 @@ impl Drop for Engine {
     }
 }
 
+/// A step's samples for Python: ids, padding flags, and each one's description as JSON.
+type StepSamples = (Vec<i64>, Vec<bool>, Option<Vec<String>>);
+
 /// The Python stages of a loader: `(callable, rng, name)` tuples, referred to by index.
 fn python_stages(py: Python<'_>, list: &Bound<'_, PyList>) -> PyResult<Vec<Arc<dyn Transform>>> {
     let mut out: Vec<Arc<dyn Transform>> = Vec::with_capacity(list.len());
@@ -487,7 +490,68 @@ impl Engine {
         d.set_item("bytes_read", st.bytes_read)?;
         d.set_item("records_read", st.records_read)?;
         d.set_item("profiled", st.profiled)?;
+        d.set_item(
+            "memory_budget",
+            self.with_state(py, |s| Ok(s.loader.memory_budget()))?,
+        )?;
+        let w = PyDict::new(py);
+        w.set_item("epoch", PyList::new(py, st.waits.iter().map(|x| x.epoch))?)?;
+        w.set_item("step", PyList::new(py, st.waits.iter().map(|x| x.step))?)?;
+        w.set_item(
+            "wait",
+            PyList::new(py, st.waits.iter().map(|x| x.wait.as_secs_f64()))?,
+        )?;
+        w.set_item(
+            "step_time",
+            PyList::new(py, st.waits.iter().map(|x| x.step_time.as_secs_f64()))?,
+        )?;
+        w.set_item(
+            "bound",
+            PyList::new(py, st.waits.iter().map(|x| x.bound.clone()))?,
+        )?;
+        d.set_item("waits", w)?;
         Ok(d)
+    }
+
+    /// The last batch's exposed wait as a dict (`epoch`, `step`, `wait`, `step_time`, `bound`),
+    /// or None before the first batch.
+    fn last_wait<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(x) = self.with_state(py, |s| Ok(s.loader.last_wait()))? else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("epoch", x.epoch)?;
+        d.set_item("step", x.step)?;
+        d.set_item("wait", x.wait.as_secs_f64())?;
+        d.set_item("step_time", x.step_time.as_secs_f64())?;
+        d.set_item("bound", x.bound)?;
+        Ok(Some(d))
+    }
+
+    /// The sample ids of rank `rank`'s batch at `step` of `epoch` (this loader's rank and
+    /// epoch when None), their padding flags, and with `details` each one's description as
+    /// JSON.
+    #[pyo3(signature = (step, rank = None, epoch = None, details = false))]
+    fn samples_at(
+        &self,
+        py: Python<'_>,
+        step: u64,
+        rank: Option<u32>,
+        epoch: Option<u64>,
+        details: bool,
+    ) -> PyResult<StepSamples> {
+        self.with_state(py, |s| {
+            let slots = s.loader.samples_at(step, rank, epoch)?;
+            let ids = slots.iter().map(|x| x.id as i64).collect();
+            let padding = slots.iter().map(|x| x.padding).collect();
+            let described = details.then(|| {
+                slots
+                    .iter()
+                    .map(|x| serde_json::Value::Object(s.loader.describe(x.id, true)).to_string())
+                    .collect()
+            });
+            Ok((ids, padding, described))
+        })
     }
 
     /// The stage spans kept so far as Chrome Trace Event JSON, or None when tracing is off.

@@ -69,7 +69,7 @@ pub use pipeline::{
     Weights, default_memory_budget, half_of_memory, parse_bytes,
 };
 pub use rng::{SampleRng, mix64};
-pub use sampler::{Shuffle, Tail};
+pub use sampler::{Shuffle, Slot, Tail};
 pub use samples::{
     Mixture, MixtureSource, Records, Samples, TokenDataset, TokenMode, TokenOptions, Tokens,
 };
@@ -78,4 +78,4 @@ pub use stages::{
     Column, CopyBytes, Output, SampleCtx, StageError, StageResult, Transform, Value, from_fn,
 };
 pub use state::{ResumeState, STATE_VERSION, fingerprint};
-pub use stats::{GroupStats, StageStats, Stats};
+pub use stats::{GroupStats, StageStats, Stats, StepWait, WAIT_HISTORY};

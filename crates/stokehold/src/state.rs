@@ -74,6 +74,13 @@ pub struct ResumeState {
     /// gave it, so that states saved before keep loading.
     #[serde(default, rename = "mixture", skip_serializing_if = "Option::is_none")]
     pub order: Option<OrderState>,
+    /// The runs of steps of this epoch so far, one per shape of the loaders that ran it: each
+    /// `[first step, first position, world_size, batch_size]`, the first step counted from the
+    /// epoch's start across every resume (what [`crate::Loader::samples_at`] calls a step).
+    /// Absent at the start of an epoch and in states saved before it existed (then the steps
+    /// before the state's position are counted in the resuming loader's shape).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<[u64; 4]>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -81,7 +88,7 @@ fn is_zero(n: &u64) -> bool {
 }
 
 /// Every key of a state.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 10] = [
     "version",
     "dataset",
     "seed",
@@ -91,6 +98,7 @@ const KEYS: [&str; 9] = [
     "skipped",
     "failures_in_a_row",
     "mixture",
+    "runs",
 ];
 /// The keys a state must have.
 const REQUIRED: [&str; 6] = ["version", "dataset", "seed", "shuffle", "epoch", "position"];

@@ -97,6 +97,27 @@ pub struct Stats {
     /// The groups of the samples ([`crate::order::Groups`]: a mixture's sources), in order
     /// (empty without groups).
     pub groups: Vec<GroupStats>,
+    /// The exposed wait of the last [`WAIT_HISTORY`] steps, oldest first.
+    pub waits: Vec<StepWait>,
+}
+
+/// Steps whose exposed wait [`Stats::waits`] keeps.
+pub const WAIT_HISTORY: usize = 1000;
+
+/// How long the training loop waited for one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepWait {
+    /// The epoch.
+    pub epoch: u64,
+    /// The step, counted from the epoch's start across resumes (as `samples_at` counts it).
+    pub step: u64,
+    /// Time the consumer spent waiting for this batch.
+    pub wait: Duration,
+    /// Time from the previous batch's delivery to this one's (the step as the loop sees it;
+    /// zero for the first batch of an iteration).
+    pub step_time: Duration,
+    /// The stage that took most worker time since the previous batch (with profiling).
+    pub bound: Option<String>,
 }
 
 /// What one group of the samples (a mixture's source) gave.
@@ -183,6 +204,8 @@ pub(crate) struct Collector {
     /// The span ring (None: tracing off).
     trace: Option<Mutex<TraceRing>>,
     origin: Instant,
+    /// The last steps' waits, and each stage's timed nanoseconds at the last one.
+    waits: Mutex<(VecDeque<StepWait>, Vec<u64>)>,
 }
 
 impl Collector {
@@ -220,7 +243,43 @@ impl Collector {
                 })
             }),
             origin: Instant::now(),
+            waits: Mutex::new((VecDeque::new(), vec![0; n])),
         }
+    }
+
+    /// The last step's wait.
+    pub(crate) fn last_wait(&self) -> Option<StepWait> {
+        self.waits.lock().ok().and_then(|w| w.0.back().cloned())
+    }
+
+    /// A batch of `epoch`'s step `step` was delivered after the consumer waited `wait`,
+    /// `step_time` after the one before.
+    pub(crate) fn step_waited(&self, epoch: u64, step: u64, wait: Duration, step_time: Duration) {
+        let Ok(mut w) = self.waits.lock() else {
+            return;
+        };
+        let (history, last) = &mut *w;
+        let mut bound = None;
+        let mut most = 0;
+        for (i, (n, l)) in self.nanos.iter().zip(last.iter_mut()).enumerate() {
+            let now = n.load(Ordering::Relaxed);
+            let d = now.saturating_sub(*l);
+            *l = now;
+            if d > most {
+                most = d;
+                bound = Some(i);
+            }
+        }
+        if history.len() == WAIT_HISTORY {
+            history.pop_front();
+        }
+        history.push_back(StepWait {
+            epoch,
+            step,
+            wait,
+            step_time,
+            bound: bound.map(|i| self.names[i].clone()),
+        });
     }
 
     /// A worker's recorder, flushed into this collector after each task (and when dropped).
@@ -292,6 +351,11 @@ impl Collector {
             prefetch: 0,
             profiled: self.profile,
             storage: None,
+            waits: self
+                .waits
+                .lock()
+                .map(|w| w.0.iter().cloned().collect())
+                .unwrap_or_default(),
         }
     }
 

@@ -71,6 +71,13 @@ pub struct LoaderConfig {
     /// below `memory_budget / bytes per batch` (at least 1). `auto` (the default):
     /// [`default_memory_budget`].
     pub memory_budget: Budget,
+    /// A byte budget shared by every loader of every process on this node that names one
+    /// (`memory_budget="node:8GiB"`): each loader takes its `memory_budget` (or what is left,
+    /// at least one batch) from it through a lease under the node-local directory
+    /// (`STOKEHOLD_NODE_BUDGET_DIR`, else the temporary directory), returned when the loader
+    /// is dropped or its process dies. `None` (the default): the loader's own budget only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_memory_budget: Option<ByteSize>,
     /// Count and time the stages (the statistics' items, busy time and latencies): each worker
     /// times its first sample and then one in 8 (its latencies make the histograms; busy time is
     /// scaled to all items). Off, the workers read no clock per sample; throughput, waits, queue
@@ -173,6 +180,7 @@ impl Default for LoaderConfig {
             autotune: false,
             prefetch_auto: false,
             memory_budget: Budget::Auto,
+            node_memory_budget: None,
             profile: true,
             trace_capacity: 0,
             prepare_next_epoch: true,
@@ -218,6 +226,9 @@ impl LoaderConfig {
             && !(0.0..=1.0).contains(&max_fraction)
         {
             return bad(format!("max_fraction {max_fraction} is not in 0..=1"));
+        }
+        if self.node_memory_budget == Some(ByteSize(0)) {
+            return bad("a node memory budget must be at least 1 byte".into());
         }
         if self.memory_budget == Budget::bytes(0) {
             return bad("memory_budget must be at least 1 byte (or \"auto\")".into());

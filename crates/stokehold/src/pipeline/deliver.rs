@@ -41,6 +41,12 @@ pub struct BatchIter {
     skipped_in_epoch: u64,
     consecutive_failures: u64,
     tuner: Tuner,
+    /// The epoch's step (counted across resumes) of this run's first batch.
+    first_step: u64,
+    /// What the consumer waited for the next batch so far (over `Pending` returns).
+    waiting: Duration,
+    /// When the last batch was delivered.
+    delivered_at: Option<Instant>,
 }
 
 impl std::fmt::Debug for BatchIter {
@@ -80,7 +86,11 @@ impl BatchIter {
             finished: false,
             skipped_in_epoch: c.skipped,
             consecutive_failures: c.in_a_row,
+            first_step: 0,
+            waiting: Duration::ZERO,
+            delivered_at: None,
         };
+        it.first_step = it.core.step_at(c.epoch, c.position);
         if it.run.steps == 0 {
             it.finish_epoch();
         }
@@ -133,6 +143,7 @@ impl BatchIter {
                         ));
                     }
                     if waited.elapsed() >= timeout {
+                        self.waiting += waited.elapsed();
                         self.add_wait(waited);
                         return Next::Pending;
                     }
@@ -145,6 +156,19 @@ impl BatchIter {
             }
         };
         self.add_wait(waited);
+        let now = Instant::now();
+        let wait = self.waiting + now.duration_since(waited);
+        self.waiting = Duration::ZERO;
+        let step_time = self
+            .delivered_at
+            .map_or(Duration::ZERO, |t| now.duration_since(t));
+        self.delivered_at = Some(now);
+        self.core.stats.step_waited(
+            self.run.epoch,
+            self.first_step + self.next_step,
+            wait,
+            step_time,
+        );
         let mut batch = finish_batch(&shared, self.core.samples.columns(), &self.core.pool);
         let mut failures = std::mem::take(&mut *lock(&shared.failures));
         failures.sort_by_key(|(slot, _)| *slot);

@@ -111,6 +111,44 @@ pub(crate) struct Core {
     /// The scratch of workers that ended (an epoch's workers end with it): the next epoch's
     /// take it back, so that their buffers are not grown (and zeroed) again every epoch.
     pub(crate) spare_io: Mutex<Vec<crate::samples::TaskIo>>,
+    /// The runs of steps of an epoch so far (`ResumeState::runs`), for the epoch they belong to;
+    /// a loader that started the epoch itself has one run, `[0, 0, world_size, batch_size]`.
+    runs: Mutex<(u64, Vec<[u64; 4]>)>,
+    /// This loader's share of the node's memory budget, held while it lives.
+    #[allow(dead_code)] // held for its Drop (the lease file is released)
+    node_lease: Option<stokehold_storage::node_budget::Lease>,
+}
+
+/// A lease of `want` bytes (or what is left, at least one batch of `batch_bytes`) of the node's
+/// memory budget of `total` bytes.
+fn node_lease(
+    total: u64,
+    want: u64,
+    batch_bytes: u64,
+) -> Result<stokehold_storage::node_budget::Lease> {
+    use stokehold_storage::node_budget::NodeBudget;
+    let budget = NodeBudget::open(NodeBudget::default_dir("memory"), total);
+    let dir = NodeBudget::default_dir("memory");
+    let io = |e: std::io::Error| {
+        EngineError::Config(format!(
+            "the node memory budget's directory {}: {e}",
+            dir.display()
+        ))
+    };
+    let budget = budget.map_err(io)?;
+    let min = batch_bytes.clamp(1, want.max(1));
+    match budget.reserve(want.max(min), min).map_err(io)? {
+        Some(lease) => Ok(lease),
+        None => Err(EngineError::Config(format!(
+            "the node memory budget of {} has less than one batch ({}) left: the other \
+             loaders on this node hold {} (leases in {}); give a larger node budget or a \
+             smaller batch_size",
+            ByteSize(total),
+            ByteSize(batch_bytes),
+            ByteSize(budget.used().unwrap_or(0)),
+            dir.display()
+        ))),
+    }
 }
 
 /// The run prepared ahead, if any, and whether the loader is gone.
@@ -139,7 +177,38 @@ impl Core {
             }
         };
         drop(stale);
+        if c.position == 0 {
+            lock(&self.runs).1.clear();
+        }
         *lock(&self.cursor) = c;
+    }
+
+    /// This loader's shape as a run starting at (`step`, `position`).
+    fn run_here(&self, step: u64, position: u64) -> [u64; 4] {
+        [
+            step,
+            position,
+            u64::from(self.config.world_size),
+            u64::from(self.config.batch_size),
+        ]
+    }
+
+    /// The step (counted from the epoch's start across resumes) at `position` of `epoch`.
+    pub(crate) fn step_at(&self, epoch: u64, position: u64) -> u64 {
+        let runs = self.runs_of(epoch);
+        let i = runs.partition_point(|r| r[1] <= position).saturating_sub(1);
+        let [first, start, world, batch] = runs[i];
+        first + (position - start.min(position)) / (world * batch).max(1)
+    }
+
+    /// The runs of steps of epoch `epoch` (see `ResumeState::runs`).
+    fn runs_of(&self, epoch: u64) -> Vec<[u64; 4]> {
+        let r = lock(&self.runs);
+        if r.0 == epoch && !r.1.is_empty() {
+            r.1.clone()
+        } else {
+            vec![self.run_here(0, 0)]
+        }
     }
 
     /// Where the loader is (after the last batch delivered).
@@ -155,6 +224,11 @@ impl Core {
             skipped: c.skipped,
             failures_in_a_row: c.in_a_row,
             order: self.order.state(c.epoch, c.position),
+            runs: if c.position > 0 {
+                self.runs_of(c.epoch)
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -298,8 +372,18 @@ impl Loader {
             config.batch_size,
             config.tail,
         )?;
-        let memory_budget = config.memory_budget_bytes();
+        let mut memory_budget = config.memory_budget_bytes();
         let batch_bytes = crate::samples::batch_bytes(&*samples, config.batch_size);
+        let node_lease = match config.node_memory_budget {
+            None => None,
+            Some(ByteSize(total)) => {
+                // no more than the deepest window the autotuner would ever use
+                let want = memory_budget.min(batch_bytes.saturating_mul(MAX_AUTO_PREFETCH));
+                let lease = node_lease(total, want, batch_bytes)?;
+                memory_budget = lease.bytes();
+                Some(lease)
+            }
+        };
         let ram = stokehold_storage::file::physical_memory();
         if ram > 0 && batch_bytes > ram / 2 {
             return Err(EngineError::Config(format!(
@@ -354,6 +438,8 @@ impl Loader {
                 cursor: Mutex::new(Cursor::default()),
                 prepared: Mutex::new(PreparedSlot::default()),
                 spare_io: Mutex::new(Vec::new()),
+                runs: Mutex::new((0, Vec::new())),
+                node_lease,
                 samples,
                 config,
             }),
@@ -426,18 +512,131 @@ impl Loader {
         if !own {
             check(Some(self.core.fingerprint.as_str()))?;
         }
+        let runs = self.resumed_runs(state)?;
         self.core.set_cursor(Cursor {
             epoch: state.epoch,
             position: state.position,
             skipped: state.skipped,
             in_a_row: state.failures_in_a_row,
         });
+        *lock(&self.core.runs) = (state.epoch, runs);
         Ok(())
+    }
+
+    /// The runs of steps of the state's epoch, continued by this loader: the state's (checked),
+    /// and this loader's shape from the state's position when it differs from the last one's.
+    fn resumed_runs(&self, state: &ResumeState) -> Result<Vec<[u64; 4]>> {
+        let core = &self.core;
+        let here = core.run_here(0, 0);
+        let stride = here[2] * here[3];
+        if state.position == 0 {
+            return Ok(Vec::new());
+        }
+        let mut runs = state.runs.clone();
+        let bad = |detail: String| EngineError::InvalidState {
+            field: Some("runs".into()),
+            detail,
+        };
+        for (i, r) in runs.iter().enumerate() {
+            if r[2] == 0 || r[3] == 0 || r[2] > u64::from(u32::MAX) || r[3] > u64::from(u32::MAX) {
+                return Err(bad(format!(
+                    "run {i} has world size {} and batch size {}",
+                    r[2], r[3]
+                )));
+            }
+            if r[1] > state.position
+                || (i > 0 && (r[0] <= runs[i - 1][0] || r[1] <= runs[i - 1][1]))
+            {
+                return Err(bad(format!("run {i} does not follow the one before it")));
+            }
+        }
+        let step = match runs.last() {
+            // the steps the last run took up to the state's position (the last one may be
+            // partial only at the end of an epoch)
+            Some(r) => r[0] + (state.position - r[1]).div_ceil(r[2] * r[3]),
+            // a state without runs: the steps before it counted in this loader's shape
+            None => state.position.div_ceil(stride),
+        };
+        if runs.is_empty() && state.position.is_multiple_of(stride) {
+            runs.push(here);
+        } else if runs
+            .last()
+            .is_none_or(|r| (r[2], r[3]) != (here[2], here[3]))
+        {
+            runs.push(core.run_here(step, state.position));
+        }
+        Ok(runs)
+    }
+
+    /// The slots of rank `rank`'s batch at step `step` of epoch `epoch` (`None`: this loader's
+    /// rank, its current epoch): the samples that batch holds, in order, as a pure function of
+    /// the order, the seed and the position, computed without replaying the epoch. `step`
+    /// counts the epoch's steps from its start across every resume, whatever the world size
+    /// of each run (the runs of a resumed state say where each began); each slot's `id` is what
+    /// `batch["id"]` holds with `include_ids`.
+    pub fn samples_at(
+        &self,
+        step: u64,
+        rank: Option<u32>,
+        epoch: Option<u64>,
+    ) -> Result<Vec<crate::sampler::Slot>> {
+        let core = &self.core;
+        let epoch = epoch.unwrap_or_else(|| core.cursor().epoch);
+        let runs = core.runs_of(epoch);
+        let i = runs.partition_point(|r| r[0] <= step).saturating_sub(1);
+        let [first, start, world, batch] = runs[i];
+        let (world, batch) = (world as u32, batch as u32);
+        let rank = rank.unwrap_or(core.config.rank);
+        if rank >= world {
+            return Err(EngineError::Config(format!(
+                "rank {rank} is out of range at step {step}: the world had {world} ranks then"
+            )));
+        }
+        let stride = u64::from(world) * u64::from(batch);
+        let len = core.samples.len();
+        let position = (step - first)
+            .checked_mul(stride)
+            .and_then(|p| p.checked_add(start))
+            .filter(|&p| p < len)
+            .ok_or_else(|| {
+                EngineError::Config(format!(
+                    "step {step} is past the end of epoch {epoch} ({len} samples, {stride} a \
+                     step)"
+                ))
+            })?;
+        let order = core
+            .order
+            .epoch(&core.config.shuffle, core.config.seed, epoch)?;
+        let plan = RankPlan::new(order, position, world, rank, batch, core.config.tail)?;
+        let mut slots = Vec::with_capacity(batch as usize);
+        plan.fill_batch(0, &mut slots)?;
+        core.order.adapt(plan.order(), &mut slots);
+        Ok(slots)
+    }
+
+    /// The world size of the run that took step `step` of `epoch` (`None`: the current one).
+    pub fn world_size_at(&self, step: u64, epoch: Option<u64>) -> u32 {
+        let epoch = epoch.unwrap_or_else(|| self.core.cursor().epoch);
+        let runs = self.core.runs_of(epoch);
+        let i = runs.partition_point(|r| r[0] <= step).saturating_sub(1);
+        runs[i][2] as u32
+    }
+
+    /// What is known of sample `id` without reading it beyond its index: its source, shard and
+    /// record (or file and offset), its key or path when asked to read it (`read`).
+    pub fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {
+        self.core.samples.describe(id, read)
     }
 
     /// Statistics since the loader was made.
     pub fn stats(&self) -> Stats {
         self.core.stats()
+    }
+
+    /// How long the training loop waited for the last batch delivered (`None` before the
+    /// first): what `stats().waits` ends with, without the rest of the statistics.
+    pub fn last_wait(&self) -> Option<crate::stats::StepWait> {
+        self.core.stats.last_wait()
     }
 
     /// The stage spans kept so far (the newest `trace_capacity`) as Chrome Trace Event JSON,

@@ -986,6 +986,21 @@ impl Samples for Mixture {
         r
     }
 
+    fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {
+        let (s, local) = self.source_of(id);
+        let mut m = serde_json::Map::new();
+        m.insert("source".into(), serde_json::Value::from(s as u64));
+        if let Some(src) = self.sources.get(s) {
+            m.insert(
+                "source_name".into(),
+                serde_json::Value::from(src.name.clone()),
+            );
+            m.insert("index".into(), serde_json::Value::from(local));
+            m.extend(src.samples.describe(local, read));
+        }
+        m
+    }
+
     fn caches(&self) -> Vec<Arc<dyn Cache>> {
         let all: Vec<Arc<dyn Cache>> = self
             .sources

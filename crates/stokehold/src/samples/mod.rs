@@ -117,6 +117,14 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     fn caches(&self) -> Vec<Arc<dyn Cache>> {
         Vec::new()
     }
+
+    /// Where sample `id` comes from, as a JSON object (`shard`, `record`, `file`, `offset`,
+    /// a mixture's `source`, ...); with `read`, also what reading the record tells (its
+    /// `key` or `path` kept at pack time). Empty when the samples say nothing.
+    fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {
+        let _ = (id, read);
+        serde_json::Map::new()
+    }
 }
 
 /// A cache that samples fill, as the loader sees it.

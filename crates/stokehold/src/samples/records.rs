@@ -299,6 +299,10 @@ impl Samples for Records {
         }
     }
 
+    fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {
+        describe_record(&self.dataset, id, read)
+    }
+
     fn caches(&self) -> Vec<Arc<dyn Cache>> {
         vec![Arc::clone(&self.caches) as Arc<dyn Cache>]
     }
@@ -483,4 +487,50 @@ impl Records {
         ws.add(STAGE_PARSE, clock.map(|_| parse_time));
         Ok(())
     }
+}
+
+/// Where record `id` of `ds` lives: its shard and record, the file and the byte offset (a file
+/// read in place: `in_place`); with `read`, its `__key__`, `key` or `path` field when it has one.
+pub(crate) fn describe_record(
+    ds: &Dataset,
+    id: u64,
+    read: bool,
+) -> serde_json::Map<String, serde_json::Value> {
+    use serde_json::Value;
+    let mut m = serde_json::Map::new();
+    let Ok((shard, record)) = ds.locate(id) else {
+        return m;
+    };
+    m.insert("shard".into(), Value::from(shard as u64));
+    m.insert("record".into(), Value::from(record));
+    if let Some(reader) = ds.shards().get(shard) {
+        m.insert(
+            "file".into(),
+            Value::from(reader.path().display().to_string()),
+        );
+        if let Some(e) = reader.index().get(record as usize) {
+            m.insert("offset".into(), Value::from(e.offset));
+        }
+        m.insert("in_place".into(), Value::from(reader.codec().is_some()));
+    }
+    if read {
+        let schema = ds.schema();
+        let named = ["__key__", "key", "path"]
+            .iter()
+            .find_map(|n| schema.index_of(n).map(|i| (*n, i)));
+        if let Some((name, i)) = named {
+            match ds.get(id) {
+                Ok(values) => {
+                    if let Some(stokehold_format::FieldValue::String(v)) = values.get(i) {
+                        let key = if name == "path" { "path" } else { "key" };
+                        m.insert(key.into(), Value::from(v.to_string()));
+                    }
+                }
+                Err(e) => {
+                    m.insert("error".into(), Value::from(e.to_string()));
+                }
+            }
+        }
+    }
+    m
 }

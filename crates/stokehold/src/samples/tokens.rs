@@ -685,6 +685,22 @@ impl From<Arc<Tokens>> for Loadable {
 }
 
 impl Samples for Tokens {
+    fn describe(&self, id: u64, _read: bool) -> serde_json::Map<String, serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        if id >= self.samples {
+            return m;
+        }
+        if let Some((start, n)) = self.range_of(id) {
+            m.insert("token".into(), serde_json::Value::from(start));
+            m.insert("tokens".into(), serde_json::Value::from(n));
+            m.insert(
+                "document".into(),
+                serde_json::Value::from(self.data.document_of(start)),
+            );
+        }
+        m
+    }
+
     fn caches(&self) -> Vec<Arc<dyn Cache>> {
         vec![Arc::new(TokenCache(self.data.bytes[0].clone()))]
     }
