@@ -91,6 +91,7 @@ type Ptr = *mut c_void;
 
 /// The FFmpeg functions stokehold calls, from one release's three libraries.
 #[derive(Debug)]
+#[allow(missing_docs)] // the fields are FFmpeg's functions, named as FFmpeg names them
 pub struct Ffmpeg {
     /// Which release (4 to 7) and where: for messages.
     pub describe: String,
@@ -173,10 +174,14 @@ pub fn ffmpeg() -> Result<&'static Ffmpeg, String> {
     FFMPEG.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Where to look for a library: the plain soname (the loader's search path: LD_LIBRARY_PATH,
-/// the system's), then an active conda environment's lib/.
+/// Where to look for a library: only `$STOKEHOLD_FFMPEG_DIR/` when that is set; otherwise the
+/// plain soname (the loader's search path: LD_LIBRARY_PATH, the system's), then an active conda
+/// environment's lib/.
 fn candidates(name: &str, major: u32) -> Vec<String> {
     let soname = format!("lib{name}.so.{major}");
+    if let Some(dir) = std::env::var_os("STOKEHOLD_FFMPEG_DIR") {
+        return vec![format!("{}/{soname}", dir.to_string_lossy())];
+    }
     let mut v = vec![soname.clone()];
     if let Some(prefix) = std::env::var_os("CONDA_PREFIX") {
         v.push(format!("{}/lib/{soname}", prefix.to_string_lossy()));
@@ -217,8 +222,7 @@ fn load() -> Result<Ffmpeg, String> {
         "FFmpeg's libraries (libavcodec, libavutil, libswscale of FFmpeg 4 to 7) were not found; \
          decoding video needs them: install FFmpeg with `apt install ffmpeg` (Debian, Ubuntu), \
          `dnf install ffmpeg-free` (Fedora), `conda install -c conda-forge ffmpeg` (then activate \
-         the environment) or `brew install ffmpeg`, or put their folder on LD_LIBRARY_PATH. \
-         Tried: {}",
+         the environment), or name their folder in STOKEHOLD_FFMPEG_DIR. Tried: {}",
         tried.join("; ")
     ))
 }
@@ -316,4 +320,22 @@ pub unsafe fn read_at<T: Copy>(p: *const c_void, offset: usize) -> T {
 pub unsafe fn write_at<T: Copy>(p: *mut c_void, offset: usize, v: T) {
     // SAFETY: the caller's promise.
     unsafe { p.cast::<u8>().add(offset).cast::<T>().write_unaligned(v) }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn without_ffmpeg_the_error_says_how_to_install_it() {
+        // SAFETY: set before any thread of this test binary reads the environment for FFmpeg
+        // (only this test calls `load`; the others use no FFmpeg).
+        unsafe { std::env::set_var("STOKEHOLD_FFMPEG_DIR", "/nonexistent/ffmpeg") };
+        let e = super::load().unwrap_err();
+        // SAFETY: as above.
+        unsafe { std::env::remove_var("STOKEHOLD_FFMPEG_DIR") };
+        assert!(
+            e.contains("apt install ffmpeg") && e.contains("conda"),
+            "{e}"
+        );
+        assert!(e.contains("/nonexistent/ffmpeg/libavutil.so.59"), "{e}");
+    }
 }
