@@ -30,6 +30,7 @@ fn video_err(e: VideoError) -> PyErr {
 }
 
 /// An MP4 video: its frame index, read once, and a decoder kept for its clips.
+#[derive(Debug)]
 #[pyclass(name = "VideoFile", module = "stokehold.video", subclass)]
 pub struct VideoFile {
     inner: Mutex<Inner>,

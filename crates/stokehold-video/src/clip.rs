@@ -141,7 +141,7 @@ impl Clip {
             Step::Fps(fps) => {
                 let length = (t - 1) as f64 / fps; // from the first timestamp to the last
                 let room = end - begin - length; // starts lie in [begin, begin + room)
-                if !(room > 0.0) {
+                if room.is_nan() || room <= 0.0 {
                     return Err(self.too_short(
                         format!("more than {length} s"),
                         format!("{} s", end - begin),

@@ -271,6 +271,10 @@ impl Job<'_> {
         // a decoder kept from an earlier call starts clean
         dec.reset(self.ff);
         let mut next: Option<usize> = None; // the next packet to send
+        // the packet the decoder started from since its last reset: a frame that needs an
+        // earlier start (a B-frame of an open interval, sent after a fresh start at the keyframe
+        // after it, is dropped by the decoder) makes decoding start again there
+        let mut started = 0usize;
         for &d in wanted {
             let pts = self.index.frames[d].pts;
             if self.done.contains_key(&pts) {
@@ -287,13 +291,14 @@ impl Job<'_> {
                 })?;
             match next {
                 // go on from where we are (a decoder that was drained cannot go on)
-                Some(n) if k <= n && !dec.draining => {}
+                Some(n) if started <= k && k <= n && !dec.draining => {}
                 _ => {
                     // jump to the keyframe: frames still in the decoder are not wanted (every
                     // wanted frame sent earlier is already out)
                     dec.reset(self.ff);
                     self.failed = None;
                     next = Some(k);
+                    started = k;
                 }
             }
             let mut n = next.expect("set above");
@@ -470,16 +475,36 @@ impl Job<'_> {
         };
         let frame_bytes = hu * wu * 3;
         let first = slots[0];
-        let dst_stride = [w * 3, 0, 0, 0];
         let at = first * frame_bytes;
+        // swscale converts into a scratch buffer, then the rows are copied out: its SIMD code
+        // writes past the end of a row (and of the last one) when rows are not a multiple of
+        // its vector width, which is why torchcodec converts with swscale only widths that are
+        // multiples of 32. The rows are w*3 bytes apart for those widths (as in torchcodec's
+        // output tensor), 64-byte aligned otherwise (as in a libavfilter frame), starting at a
+        // 64-byte boundary, with a row and 4 KiB of slack after the last.
+        let row = wu * 3;
+        let pitch = if wu % 32 == 0 {
+            row
+        } else {
+            row.div_ceil(64) * 64
+        };
+        let need = pitch * (hu + 1) + 4096 + 64;
+        if dec.scratch.len() < need {
+            dec.scratch = vec![0u8; need];
+        }
+        let base = dec.scratch.as_mut_ptr();
+        let skip = base.align_offset(64);
+        let dst_stride = [pitch as c_int, 0, 0, 0];
         let dst = [
-            self.out.data[at..at + frame_bytes].as_mut_ptr(),
+            // SAFETY: `skip` < 64 and the scratch buffer has `need` > skip bytes.
+            unsafe { base.add(skip) },
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
         ];
         // SAFETY: sws was made for this frame's size and format; the source planes are the
-        // decoded frame's; the destination is `frame_bytes` = h rows of w*3 bytes of `out`.
+        // decoded frame's; the destination is h rows `pitch` bytes apart inside the scratch
+        // buffer, with a row and 4 KiB to spare after them for swscale's overreach.
         let rows = unsafe {
             (ff.sws_scale)(
                 sws,
@@ -493,6 +518,13 @@ impl Job<'_> {
         };
         if rows != h {
             return Err(format!("swscale converted {rows} of {h} rows"));
+        }
+        let converted = &dec.scratch[skip..skip + pitch * hu];
+        for (y, out_row) in self.out.data[at..at + frame_bytes]
+            .chunks_exact_mut(row)
+            .enumerate()
+        {
+            out_row.copy_from_slice(&converted[y * pitch..y * pitch + row]);
         }
         for &s in &slots[1..] {
             self.out
@@ -511,6 +543,8 @@ struct Decoder {
     frame: *mut c_void,
     sws: *mut c_void,
     sws_key: (c_int, c_int, c_int, c_int, i64),
+    /// Where swscale writes (see `Job::convert`).
+    scratch: Vec<u8>,
     /// A null packet was sent: the decoder must be flushed before the next packet.
     draining: bool,
     ff: &'static Ffmpeg,
@@ -568,6 +602,7 @@ impl Decoder {
             frame: std::ptr::null_mut(),
             sws: std::ptr::null_mut(),
             sws_key: (0, 0, 0, 0, 0),
+            scratch: Vec::new(),
             draining: false,
             ff,
         };
