@@ -139,3 +139,31 @@ def test_without_ffmpeg_import_works_and_decoding_says_how_to_install_it(tmp_pat
     env = dict(os.environ, STOKEHOLD_FFMPEG_DIR=str(tmp_path / "no-ffmpeg-here"))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_a_damaged_packet_raises_corrupt_data_naming_the_file_and_byte(tmp_path):
+    path = make(tmp_path / "ok.mp4", 2, "64x48", "25", "-c:v", "libx264", "-g", "10", "-bf", "0")
+    out = subprocess.run(
+        ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pos,size",
+         "-of", "csv=p=0", path],
+        check=True, capture_output=True, text=True,
+    ).stdout.split()
+    packets = [tuple(int(x) for x in line.split(",")) for line in out]
+    data = bytearray(open(path, "rb").read())
+    rng = np.random.default_rng(5)
+    for size, pos in packets[10:20]:  # the second keyframe interval (ffprobe: size, pos)
+        data[pos:pos + size] = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+    bad = tmp_path / "damaged.mp4"
+    bad.write_bytes(bytes(data))
+    v = VideoFile(str(bad))
+    good, _ = VideoFile(path).frames_at([3, 12, 25])
+    frames, _ = v.frames_at([3])
+    np.testing.assert_array_equal(frames[0], good[0])  # before the damage: intact
+    try:
+        frames, _ = v.frames_at([12])
+    except stokehold.CorruptDataError as e:
+        assert "damaged.mp4" in str(e) and "byte" in str(e) and "0.4" in str(e), str(e)
+    else:  # FFmpeg concealed the damage: not the picture
+        assert not np.array_equal(frames[0], good[1])
+    frames, _ = v.frames_at([25])  # after it: intact again
+    np.testing.assert_array_equal(frames[0], good[2])
