@@ -175,11 +175,7 @@ fn frames_are_the_frames_ffmpeg_shows_in_order() {
         if name == "mpeg4.mp4" || name == "h264-g8.mp4" {
             for (i, want) in reference.iter().enumerate() {
                 let got = v.frames_at(&[i]).unwrap();
-                assert_eq!(
-                    max_diff(&got.data, want),
-                    0,
-                    "{name}: frame {i} alone"
-                );
+                assert_eq!(max_diff(&got.data, want), 0, "{name}: frame {i} alone");
             }
             // and in pairs: a keyframe with the B-frame shown just before it (decoded after
             // it) is the regression of going on from a fresh start at that keyframe
