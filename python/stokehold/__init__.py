@@ -54,7 +54,7 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
-from . import image, text, transforms, vision
+from . import image, text, transforms, video, vision
 from ._hf import from_hf
 from ._loader import Loader, default_rank_world_size
 from ._mixture import Mixture
@@ -80,6 +80,7 @@ __all__ = [
     "from_hf",
     "image",
     "text",
+    "video",
     "vision",
     "transforms",
 ]

@@ -27,11 +27,12 @@ __all__ = [
     "from_hf",
     "image",
     "text",
+    "video",
     "vision",
     "transforms",
 ]
 
-from . import image as image, text as text, transforms as transforms, vision as vision
+from . import image as image, text as text, transforms as transforms, video as video, vision as vision
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.

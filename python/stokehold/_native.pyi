@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_RESTART_MARKERS",
     "Dataset",
     "Qwen2VL",
+    "VideoFile",
     "DatasetIterator",
     "ShardWriter",
     "PartWriter",
@@ -364,3 +365,35 @@ def abort_parts(
 ) -> int:
     """Remove every shard of run ``run`` at ``path`` (unless a manifest was committed); returns
     how many."""
+
+
+class VideoFile:
+    """An MP4 file's frame index and a decoder for its frames (``stokehold.video.VideoFile``)."""
+
+    def __init__(self, path: Union[str, os.PathLike[str]], *, threads: int = 1) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def codec(self) -> str: ...
+    @property
+    def size(self) -> Tuple[int, int]: ...
+    @property
+    def pts_seconds(self) -> Any: ...
+    @property
+    def keyframes(self) -> Any: ...
+    @property
+    def begin_seconds(self) -> float: ...
+    @property
+    def end_seconds(self) -> float: ...
+    def frame_played_at(self, seconds: float) -> int: ...
+    def frames_played_at(self, seconds: Sequence[float]) -> Tuple[Any, Any]: ...
+    def frames_at(self, indices: Sequence[int]) -> Tuple[Any, Any]: ...
+    def _clip_timestamps(
+        self,
+        frames: int,
+        stride: Optional[int],
+        fps: Optional[float],
+        start: str,
+        clips: int,
+        seed: int,
+        sample: int,
+    ) -> List[List[float]]: ...

@@ -122,6 +122,11 @@ pub struct FrameIndex {
     pub width: u16,
     /// Height in pixels.
     pub height: u16,
+    /// The codec's configuration record, as FFmpeg's MP4 demuxer hands it to the decoder as
+    /// `extradata`: the payload of the sample entry's `avcC` (H.264), `hvcC` (H.265) or `av1C`
+    /// (AV1) box, or the decoder-specific info of `esds` (MPEG-4 part 2); empty for VP9 (`vpcC`
+    /// holds only colour and profile, which the VP9 bitstream repeats) and codecs without one.
+    pub extradata: Vec<u8>,
     /// The frames in decode order.
     pub frames: Vec<Frame>,
 }
@@ -140,6 +145,19 @@ impl FrameIndex {
         (0..=i.min(self.frames.len().checked_sub(1)?))
             .rev()
             .find(|&j| self.frames[j].key)
+    }
+
+    /// Where decoding must start to show frame `i` (decode order) correctly: the last keyframe
+    /// at or before it in decode order whose presentation time is not after frame `i`'s. With
+    /// closed keyframe intervals this is [`FrameIndex::keyframe_before`]; with open ones (the
+    /// frames right after a keyframe in decode order that are shown before it, and reference
+    /// the interval before) it is the keyframe before that, as torchcodec and FFmpeg's seeking
+    /// choose (the keyframe with the latest presentation time not after the frame's).
+    pub fn decode_start(&self, i: usize) -> Option<usize> {
+        let pts = self.frames.get(i)?.pts;
+        (0..=i)
+            .rev()
+            .find(|&j| self.frames[j].key && self.frames[j].pts <= pts)
     }
 }
 
@@ -443,6 +461,10 @@ fn video_track(t: &Track<'_>, file_len: u64, limits: &Mp4Limits) -> Result<Frame
     e.take(8 + 6 + 2 + 16)?; // header, reserved, data reference index, pre-defined/reserved
     let width = e.u16()?;
     let height = e.u16()?;
+    // the rest of a VisualSampleEntry: resolutions, reserved, frame count, compressor name,
+    // depth, pre-defined (50 bytes), then its child boxes
+    e.take(4 + 4 + 4 + 2 + 32 + 2 + 2)?;
+    let extradata = codec_config(&entry[e.at..], so + 8 + e.at as u64)?;
     // sizes
     let (stsz, zo) = find(b"stsz").ok_or_else(|| missing("stsz"))?;
     let mut r = Reader::new(stsz, "stsz", zo);
@@ -639,8 +661,86 @@ fn video_track(t: &Track<'_>, file_len: u64, limits: &Mp4Limits) -> Result<Frame
         codec,
         width,
         height,
+        extradata,
         frames,
     })
+}
+
+/// The extradata FFmpeg's MP4 demuxer gives the decoder, from a visual sample entry's child
+/// boxes `b` (at file offset `base`): see [`FrameIndex::extradata`].
+fn codec_config(b: &[u8], base: u64) -> Result<Vec<u8>> {
+    for (ty, payload, off) in children(b, base)? {
+        match &ty.0 {
+            b"avcC" | b"hvcC" | b"av1C" => {
+                if payload.is_empty() {
+                    return Err(Mp4Error::Invalid {
+                        box_type: ty.to_string(),
+                        offset: off,
+                        detail: "an empty codec configuration".into(),
+                    });
+                }
+                return Ok(payload.to_vec());
+            }
+            b"esds" => return esds_config(payload, off),
+            _ => {}
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// The DecoderSpecificInfo (tag 5) inside an `esds` box's ES_Descriptor (ISO 14496-1 7.2.6):
+/// ES_Descriptor (3) > DecoderConfigDescriptor (4) > DecoderSpecificInfo (5).
+fn esds_config(b: &[u8], base: u64) -> Result<Vec<u8>> {
+    let mut r = Reader::new(b, "esds", base);
+    r.version()?;
+    // a descriptor's tag and its length (1 to 4 bytes of 7 bits each)
+    let descriptor = |r: &mut Reader<'_>| -> Result<(u8, usize)> {
+        let tag = r.u8()?;
+        let mut len = 0usize;
+        for _ in 0..4 {
+            let c = r.u8()?;
+            len = (len << 7) | usize::from(c & 0x7f);
+            if c & 0x80 == 0 {
+                break;
+            }
+        }
+        if len > r.b.len() - r.at {
+            return Err(r.err(format!(
+                "descriptor {tag} of {len} bytes, {} left",
+                r.b.len() - r.at
+            )));
+        }
+        Ok((tag, len))
+    };
+    let (tag, _) = descriptor(&mut r)?;
+    if tag != 3 {
+        return Err(r.err(format!("an ES_Descriptor (tag 3) expected, tag {tag}")));
+    }
+    r.take(2)?; // ES_ID
+    let flags = r.u8()?;
+    if flags & 0x80 != 0 {
+        r.take(2)?; // dependsOn_ES_ID
+    }
+    if flags & 0x40 != 0 {
+        let n = r.u8()?;
+        r.take(usize::from(n))?; // URL
+    }
+    if flags & 0x20 != 0 {
+        r.take(2)?; // OCR_ES_Id
+    }
+    let (tag, _) = descriptor(&mut r)?;
+    if tag != 4 {
+        return Ok(Vec::new());
+    }
+    r.take(13)?; // object type, stream type, buffer size, max and average bit rates
+    if r.at == r.b.len() {
+        return Ok(Vec::new());
+    }
+    let (tag, len) = descriptor(&mut r)?;
+    if tag != 5 {
+        return Ok(Vec::new());
+    }
+    Ok(r.take(len)?.to_vec())
 }
 
 /// The frame index of an MP4 file on local disk.

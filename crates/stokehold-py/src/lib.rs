@@ -12,6 +12,8 @@
 //!   `_sequence.py`); [`buffer`] hands its batches to numpy without a copy; [`stages`] runs
 //!   Python callables as stages.
 //! - [`pack::pack`] (`_pack`): the packer with typed options, behind `stokehold.from_hf`.
+//! - [`video::VideoFile`]: `stokehold.video.VideoFile`, an MP4's frame index and frame-exact
+//!   decoding (FFmpeg loaded at run time).
 //! - [`errors`]: the exception classes and the one mapping from `FormatError` to them.
 //!
 //! File reads, decoding and writes run with the GIL released (`Python::detach`).
@@ -29,6 +31,7 @@ pub mod parts;
 pub mod stages;
 pub mod storage_options;
 pub mod text;
+pub mod video;
 pub mod vision;
 pub mod writer;
 
@@ -53,6 +56,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(pack::pack, m)?)?;
     engine::register(m)?;
+    video::register(m)?;
     errors::register(m)?;
     Ok(())
 }

@@ -60,6 +60,28 @@ fn ffprobe_packets(path: &Path) -> Vec<(i64, i64, u64, u64, bool)> {
         .collect()
 }
 
+/// `(extradata_size, CRC-32 of the extradata)` of the first video stream, as ffprobe gives them.
+fn ffprobe_extradata(path: &Path) -> (usize, Option<String>) {
+    let out = Command::new("ffprobe")
+        .args(["-v", "error", "-select_streams", "v:0", "-show_data_hash"])
+        .args([
+            "CRC32",
+            "-show_entries",
+            "stream=extradata_size,extradata_hash",
+        ])
+        .args(["-of", "json"])
+        .arg(path)
+        .output()
+        .expect("the ffprobe command");
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["streams"][0];
+    (
+        s["extradata_size"].as_u64().unwrap_or(0) as usize,
+        s["extradata_hash"].as_str().map(str::to_owned),
+    )
+}
+
 #[test]
 fn the_frame_index_is_ffmpegs_packet_table() {
     let tmp = tempfile::tempdir().unwrap();
@@ -100,6 +122,12 @@ fn the_frame_index_is_ffmpegs_packet_table() {
         let want = ffprobe_packets(&path);
         assert_eq!(index.frames.len(), want.len(), "{name}");
         assert_eq!((index.width, index.height), (160, 120), "{name}");
+        // the codec configuration is the extradata FFmpeg's demuxer gives its decoder
+        let (size, hash) = ffprobe_extradata(&path);
+        assert!(size > 0, "{name}");
+        assert_eq!(index.extradata.len(), size, "{name}");
+        let crc = format!("CRC32:{:08x}", crc32fast::hash(&index.extradata));
+        assert_eq!(Some(crc), hash, "{name}");
         for (i, (f, w)) in index.frames.iter().zip(&want).enumerate() {
             assert_eq!(
                 (f.pts, f.dts, u64::from(f.size), f.offset, f.key),

@@ -1,0 +1,785 @@
+//! A video file's frame index and a decoder fed its packets (see the crate's documentation).
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use stokehold_ingest::mp4::{FrameIndex, Mp4Limits, index_file};
+
+use crate::VideoError;
+use crate::ffi::{self, Ffmpeg};
+
+/// Largest packet read (a single compressed frame; 8K intra frames are a few MB).
+const MAX_PACKET: u32 = 1 << 30;
+/// `AV_NOPTS_VALUE`.
+const NOPTS: i64 = i64::MIN;
+
+/// Frames decoded for a list of timestamps: `data` is uint8 `[count, height, width, 3]` (RGB),
+/// `pts_seconds[i]` the presentation time of frame `i`, `frames[i]` its index in presentation
+/// order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedFrames {
+    /// RGB bytes, frame after frame, row after row.
+    pub data: Vec<u8>,
+    /// Number of frames.
+    pub count: usize,
+    /// Height in pixels.
+    pub height: usize,
+    /// Width in pixels.
+    pub width: usize,
+    /// Each frame's presentation time in seconds.
+    pub pts_seconds: Vec<f64>,
+    /// Each frame's index in presentation order.
+    pub frames: Vec<usize>,
+}
+
+/// An MP4 file's frame index, and a decoder for its clips (created on the first decode, kept
+/// for the next ones). Decodes on the caller's thread; FFmpeg's own threading is off unless
+/// [`VideoFile::set_threads`] says otherwise.
+#[derive(Debug)]
+pub struct VideoFile {
+    path: PathBuf,
+    name: String,
+    file: File,
+    index: FrameIndex,
+    /// Decode-order indices in presentation order.
+    order: Vec<usize>,
+    threads: u32,
+    decoder: Option<Decoder>,
+}
+
+impl VideoFile {
+    /// Opens `path` and reads its frame index (no FFmpeg needed for that).
+    pub fn open(path: impl AsRef<Path>) -> Result<VideoFile, VideoError> {
+        let path = path.as_ref().to_path_buf();
+        let name = path.display().to_string();
+        let index =
+            index_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
+                file: name.clone(),
+                source,
+            })?;
+        let file = File::open(&path).map_err(|e| VideoError::Index {
+            file: name.clone(),
+            source: stokehold_ingest::mp4::Mp4Error::Unsupported(e.to_string()),
+        })?;
+        if index.frames.is_empty() {
+            return Err(VideoError::Index {
+                file: name,
+                source: stokehold_ingest::mp4::Mp4Error::Unsupported(
+                    "the video track has no frames".into(),
+                ),
+            });
+        }
+        let order = index.presentation_order();
+        Ok(VideoFile {
+            path,
+            name,
+            file,
+            index,
+            order,
+            threads: 1,
+            decoder: None,
+        })
+    }
+
+    /// The frame index.
+    pub fn index(&self) -> &FrameIndex {
+        &self.index
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// FFmpeg's own decoding threads (1, the default: decode on the caller's thread only; 0:
+    /// FFmpeg picks). Takes effect for the next decoder created.
+    pub fn set_threads(&mut self, threads: u32) {
+        if threads != self.threads {
+            self.threads = threads;
+            self.decoder = None;
+        }
+    }
+
+    /// Number of frames.
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// Never: a file without frames is refused by [`VideoFile::open`].
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// A time in the track's timescale in seconds, computed as torchcodec computes it
+    /// (`pts * num / den` in double precision) so comparisons agree bit for bit.
+    pub fn seconds(&self, ticks: i64) -> f64 {
+        ticks as f64 * 1.0 / f64::from(self.index.timescale)
+    }
+
+    /// Presentation times in seconds, in presentation order.
+    pub fn pts_seconds(&self) -> Vec<f64> {
+        self.order
+            .iter()
+            .map(|&d| self.seconds(self.index.frames[d].pts))
+            .collect()
+    }
+
+    /// The first frame's presentation time, in seconds.
+    pub fn begin_seconds(&self) -> f64 {
+        self.seconds(self.index.frames[self.order[0]].pts)
+    }
+
+    /// The end of the last frame (the latest `pts + duration`), in seconds.
+    pub fn end_seconds(&self) -> f64 {
+        let end = self
+            .index
+            .frames
+            .iter()
+            .map(|f| f.pts + i64::from(f.duration))
+            .max()
+            .unwrap_or(0);
+        self.seconds(end)
+    }
+
+    /// The frame (its index in presentation order) played at `seconds`: the first frame whose
+    /// next frame starts after `seconds` (the last frame runs to [`VideoFile::end_seconds`]),
+    /// torchcodec's exact-mode rule; a time before the first frame or at or after the end is
+    /// an error.
+    pub fn frame_played_at(&self, seconds: f64) -> Result<usize, VideoError> {
+        let (begin, end) = (self.begin_seconds(), self.end_seconds());
+        // written so that NaN fails too
+        if !(seconds >= begin && seconds < end) {
+            return Err(VideoError::OutOfRange {
+                file: self.name.clone(),
+                seconds,
+                begin,
+                end,
+            });
+        }
+        let next = |i: usize| {
+            self.order
+                .get(i + 1)
+                .map_or(f64::INFINITY, |&d| self.seconds(self.index.frames[d].pts))
+        };
+        // lower bound: the first i with next(i) > seconds
+        let (mut lo, mut hi) = (0usize, self.order.len());
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if next(mid) <= seconds {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Ok(lo.min(self.order.len() - 1))
+    }
+
+    /// The frames played at `seconds` (any order, repeats allowed), decoded and converted to
+    /// RGB: what torchcodec's `get_frames_played_at(seconds)` returns.
+    pub fn frames_played_at(&mut self, seconds: &[f64]) -> Result<DecodedFrames, VideoError> {
+        let frames = seconds
+            .iter()
+            .map(|&s| self.frame_played_at(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.frames_at(&frames)
+    }
+
+    /// The frames at these indices in presentation order, decoded and converted to RGB.
+    pub fn frames_at(&mut self, frames: &[usize]) -> Result<DecodedFrames, VideoError> {
+        let n = self.order.len();
+        if let Some(&bad) = frames.iter().find(|&&i| i >= n) {
+            return Err(VideoError::Unsupported {
+                file: self.name.clone(),
+                detail: format!("frame {bad} asked for: the video has {n} frames"),
+            });
+        }
+        let ff = ffi::ffmpeg().map_err(|detail| VideoError::FfmpegMissing {
+            file: self.name.clone(),
+            detail,
+        })?;
+        if self.decoder.is_none() {
+            self.decoder = Some(Decoder::new(ff, &self.index, self.threads, &self.name)?);
+        }
+        let mut out = DecodedFrames {
+            data: Vec::new(),
+            count: frames.len(),
+            height: 0,
+            width: 0,
+            pts_seconds: Vec::with_capacity(frames.len()),
+            frames: frames.to_vec(),
+        };
+        // output slots by pts; the decode-order indices wanted, ascending
+        let mut slots: HashMap<i64, Vec<usize>> = HashMap::new();
+        let mut wanted: Vec<usize> = Vec::with_capacity(frames.len());
+        for (slot, &p) in frames.iter().enumerate() {
+            let d = self.order[p];
+            let pts = self.index.frames[d].pts;
+            out.pts_seconds.push(self.seconds(pts));
+            slots.entry(pts).or_default().push(slot);
+            wanted.push(d);
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        let decoder = self.decoder.as_mut().expect("just set");
+        let mut job = Job {
+            ff,
+            file: &self.file,
+            name: &self.name,
+            index: &self.index,
+            slots,
+            done: HashMap::new(),
+            failed: None,
+            out: &mut out,
+        };
+        let r = job.run(decoder, &wanted);
+        if r.is_err() {
+            // a decoder left mid-stream by an error starts afresh next time
+            self.decoder = None;
+        }
+        r?;
+        Ok(out)
+    }
+}
+
+/// One call's decoding: the wanted frames' output slots and the buffer they go to.
+struct Job<'a> {
+    ff: &'static Ffmpeg,
+    file: &'a File,
+    name: &'a str,
+    index: &'a FrameIndex,
+    /// pts -> the output slots that frame fills.
+    slots: HashMap<i64, Vec<usize>>,
+    /// pts of wanted frames already converted.
+    done: HashMap<i64, ()>,
+    /// The error of a packet the decoder refused, while the frames before it are drained.
+    failed: Option<VideoError>,
+    out: &'a mut DecodedFrames,
+}
+
+impl Job<'_> {
+    fn seconds(&self, ticks: i64) -> f64 {
+        ticks as f64 * 1.0 / f64::from(self.index.timescale)
+    }
+
+    /// Decodes the frames `wanted` (decode-order indices, ascending): for each not yet out,
+    /// from the keyframe before it (unless the decoder is already past that keyframe) until
+    /// it comes out.
+    fn run(&mut self, dec: &mut Decoder, wanted: &[usize]) -> Result<(), VideoError> {
+        // a decoder kept from an earlier call starts clean
+        dec.reset(self.ff);
+        let mut next: Option<usize> = None; // the next packet to send
+        // the packet the decoder started from since its last reset: a frame that needs an
+        // earlier start (a B-frame of an open interval, sent after a fresh start at the keyframe
+        // after it, is dropped by the decoder) makes decoding start again there
+        let mut started = 0usize;
+        for &d in wanted {
+            let pts = self.index.frames[d].pts;
+            if self.done.contains_key(&pts) {
+                continue;
+            }
+            let k = self
+                .index
+                .decode_start(d)
+                .ok_or_else(|| VideoError::Missing {
+                    file: self.name.to_owned(),
+                    seconds: self.seconds(pts),
+                    frame: d,
+                    offset: self.index.frames[d].offset,
+                })?;
+            match next {
+                // go on from where we are (a decoder that was drained cannot go on)
+                Some(n) if started <= k && k <= n && !dec.draining => {}
+                _ => {
+                    // jump to the keyframe: frames still in the decoder are not wanted (every
+                    // wanted frame sent earlier is already out)
+                    dec.reset(self.ff);
+                    self.failed = None;
+                    next = Some(k);
+                    started = k;
+                }
+            }
+            let mut n = next.expect("set above");
+            while !self.done.contains_key(&pts) {
+                if n < self.index.frames.len() && !dec.draining {
+                    let sent = self.send(dec, n);
+                    n += 1;
+                    if let Err(e) = sent {
+                        // a damaged packet: the frames already in the decoder may still be the
+                        // ones wanted, so drain it; if the wanted one is not among them, this
+                        // packet's error is the answer
+                        dec.draining = true;
+                        self.failed = Some(e);
+                        // SAFETY: ctx is an open decoder; a null packet starts draining.
+                        unsafe { (self.ff.avcodec_send_packet)(dec.ctx, std::ptr::null()) };
+                        self.receive(dec, d)?;
+                    }
+                } else if !dec.draining {
+                    // end of stream: let the decoder give what it holds
+                    dec.draining = true;
+                    // SAFETY: ctx is an open decoder; a null packet starts draining.
+                    let r = unsafe { (self.ff.avcodec_send_packet)(dec.ctx, std::ptr::null()) };
+                    if r < 0 && r != ffi::AVERROR_EOF {
+                        return Err(self.decode_error(d, self.ff.error_string(r)));
+                    }
+                    self.receive(dec, d)?;
+                } else if let Some(e) = self.failed.take() {
+                    return Err(e);
+                } else {
+                    return Err(VideoError::Missing {
+                        file: self.name.to_owned(),
+                        seconds: self.seconds(pts),
+                        frame: d,
+                        offset: self.index.frames[d].offset,
+                    });
+                }
+            }
+            next = Some(n);
+        }
+        Ok(())
+    }
+
+    fn decode_error(&self, d: usize, detail: String) -> VideoError {
+        let f = &self.index.frames[d];
+        VideoError::Decode {
+            file: self.name.to_owned(),
+            frame: d,
+            seconds: self.seconds(f.pts),
+            offset: f.offset,
+            size: f.size,
+            detail,
+        }
+    }
+
+    /// Reads packet `d` from the file and sends it, then takes the frames that come out.
+    fn send(&mut self, dec: &mut Decoder, d: usize) -> Result<(), VideoError> {
+        let f = self.index.frames[d];
+        if f.size > MAX_PACKET {
+            return Err(self.decode_error(d, format!("a packet over {MAX_PACKET} bytes")));
+        }
+        let ff = self.ff;
+        // SAFETY: pkt is a packet from av_packet_alloc, blank (unref'd after each send);
+        // av_new_packet allocates `size` bytes plus zeroed padding and sets data and size.
+        let r = unsafe { (ff.av_new_packet)(dec.pkt, f.size as c_int) };
+        if r < 0 {
+            return Err(self.decode_error(d, ff.error_string(r)));
+        }
+        // SAFETY: AVPacket.data (offset checked in ffi.rs) of the packet just allocated.
+        let data: *mut u8 = unsafe { ffi::read_at(dec.pkt, ffi::PACKET_DATA) };
+        // SAFETY: av_new_packet made `data` hold f.size writable bytes.
+        let buf = unsafe { std::slice::from_raw_parts_mut(data, f.size as usize) };
+        if let Err(e) = self.file.read_exact_at(buf, f.offset) {
+            // SAFETY: pkt is the packet allocated above.
+            unsafe { (ff.av_packet_unref)(dec.pkt) };
+            return Err(self.decode_error(d, format!("reading the packet: {e}")));
+        }
+        // SAFETY: pts, dts and flags of a live AVPacket (offsets in ffi.rs); the decoder gives
+        // the packet's pts back on the frame it makes of it, which is how frames are matched.
+        unsafe {
+            ffi::write_at(dec.pkt, ffi::PACKET_PTS, f.pts);
+            ffi::write_at(dec.pkt, ffi::PACKET_DTS, f.dts);
+            ffi::write_at::<c_int>(
+                dec.pkt,
+                ffi::PACKET_FLAGS,
+                if f.key { ffi::AV_PKT_FLAG_KEY } else { 0 },
+            );
+        }
+        // SAFETY: an open decoder and a filled packet; the decoder takes its own reference.
+        let r = unsafe { (ff.avcodec_send_packet)(dec.ctx, dec.pkt) };
+        // SAFETY: our reference to the packet's buffer is released; the packet is blank again.
+        unsafe { (ff.av_packet_unref)(dec.pkt) };
+        if r < 0 {
+            return Err(self.decode_error(d, ff.error_string(r)));
+        }
+        self.receive(dec, d)
+    }
+
+    /// Takes every frame the decoder has ready, converting the wanted ones.
+    fn receive(&mut self, dec: &mut Decoder, d: usize) -> Result<(), VideoError> {
+        let ff = self.ff;
+        loop {
+            // SAFETY: an open decoder and a frame from av_frame_alloc (unref'd before reuse).
+            let r = unsafe { (ff.avcodec_receive_frame)(dec.ctx, dec.frame) };
+            if r == ffi::EAGAIN || r == ffi::AVERROR_EOF {
+                return Ok(());
+            }
+            if r < 0 {
+                return Err(self.decode_error(d, ff.error_string(r)));
+            }
+            // SAFETY: AVFrame.pts of the frame just received (offset in ffi.rs).
+            let pts: i64 = unsafe { ffi::read_at(dec.frame, ffi::FRAME_PTS) };
+            let result = if pts != NOPTS && !self.done.contains_key(&pts) {
+                match self.slots.get(&pts) {
+                    Some(slots) => {
+                        let slots = slots.clone();
+                        let r = self.convert(dec, &slots);
+                        self.done.insert(pts, ());
+                        r
+                    }
+                    None => Ok(()),
+                }
+            } else {
+                Ok(())
+            };
+            // SAFETY: the frame is ours until unref'd; it is not used after.
+            unsafe { (ff.av_frame_unref)(dec.frame) };
+            result.map_err(|detail| self.decode_error(d, detail))?;
+        }
+    }
+
+    /// Converts the decoder's current frame to RGB into each of `slots`.
+    fn convert(&mut self, dec: &mut Decoder, slots: &[usize]) -> Result<(), String> {
+        let ff = self.ff;
+        let frame = dec.frame;
+        // SAFETY: width, height and format of a decoded frame (offsets in ffi.rs).
+        let (w, h, format): (c_int, c_int, c_int) = unsafe {
+            (
+                ffi::read_at(frame, ffi::FRAME_WIDTH),
+                ffi::read_at(frame, ffi::FRAME_HEIGHT),
+                ffi::read_at(frame, ffi::FRAME_FORMAT),
+            )
+        };
+        if w <= 0 || h <= 0 {
+            return Err(format!("the decoder gave a {w}x{h} frame"));
+        }
+        let (wu, hu) = (w as usize, h as usize);
+        if self.out.data.is_empty() {
+            self.out.width = wu;
+            self.out.height = hu;
+            self.out.data = vec![0u8; self.out.count * hu * wu * 3];
+        } else if (self.out.width, self.out.height) != (wu, hu) {
+            return Err(format!(
+                "the frame is {w}x{h}, earlier frames of the clip {}x{}: a change of size within a clip is not supported",
+                self.out.width, self.out.height
+            ));
+        }
+        // the colour matrix and range: the codec context's (the decoder sets them from the
+        // stream's headers and copies them to every frame), read through AVOptions
+        let mut colorspace = 2i64; // AVCOL_SPC_UNSPECIFIED
+        let mut range = ffi::AVCOL_RANGE_UNSPECIFIED;
+        // SAFETY: an open codec context; "colorspace" and "color_range" are AVCodecContext
+        // options in every major (av_opt_get_int leaves the value alone on failure).
+        unsafe {
+            (ff.av_opt_get_int)(dec.ctx, c"colorspace".as_ptr(), 0, &mut colorspace);
+            (ff.av_opt_get_int)(dec.ctx, c"color_range".as_ptr(), 0, &mut range);
+        }
+        let sws = dec.scaler(ff, w, h, format, colorspace as c_int, range)?;
+        // SAFETY: data and linesize arrays of the decoded frame (offsets in ffi.rs).
+        let (src, stride): ([*const u8; 8], [c_int; 8]) = unsafe {
+            (
+                ffi::read_at(frame, ffi::FRAME_DATA),
+                ffi::read_at(frame, ffi::FRAME_LINESIZE),
+            )
+        };
+        let frame_bytes = hu * wu * 3;
+        let first = slots[0];
+        let at = first * frame_bytes;
+        // swscale converts into a scratch buffer, then the rows are copied out: its SIMD code
+        // writes past the end of a row (and of the last one) when rows are not a multiple of
+        // its vector width, which is why torchcodec converts with swscale only widths that are
+        // multiples of 32. The rows are w*3 bytes apart for those widths (as in torchcodec's
+        // output tensor), 64-byte aligned otherwise (as in a libavfilter frame), starting at a
+        // 64-byte boundary, with a row and 4 KiB of slack after the last.
+        let row = wu * 3;
+        let pitch = if wu % 32 == 0 {
+            row
+        } else {
+            row.div_ceil(64) * 64
+        };
+        let need = pitch * (hu + 1) + 4096 + 64;
+        if dec.scratch.len() < need {
+            dec.scratch = vec![0u8; need];
+        }
+        let base = dec.scratch.as_mut_ptr();
+        let skip = base.align_offset(64);
+        let dst_stride = [pitch as c_int, 0, 0, 0];
+        let dst = [
+            // SAFETY: `skip` < 64 and the scratch buffer has `need` > skip bytes.
+            unsafe { base.add(skip) },
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        ];
+        // SAFETY: sws was made for this frame's size and format; the source planes are the
+        // decoded frame's; the destination is h rows `pitch` bytes apart inside the scratch
+        // buffer, with a row and 4 KiB to spare after them for swscale's overreach.
+        let rows = unsafe {
+            (ff.sws_scale)(
+                sws,
+                src.as_ptr(),
+                stride.as_ptr(),
+                0,
+                h,
+                dst.as_ptr(),
+                dst_stride.as_ptr(),
+            )
+        };
+        if rows != h {
+            return Err(format!("swscale converted {rows} of {h} rows"));
+        }
+        let converted = &dec.scratch[skip..skip + pitch * hu];
+        for (y, out_row) in self.out.data[at..at + frame_bytes]
+            .chunks_exact_mut(row)
+            .enumerate()
+        {
+            out_row.copy_from_slice(&converted[y * pitch..y * pitch + row]);
+        }
+        for &s in &slots[1..] {
+            self.out
+                .data
+                .copy_within(at..at + frame_bytes, s * frame_bytes);
+        }
+        Ok(())
+    }
+}
+
+/// An open libavcodec decoder, a packet, a frame, and the swscale context of the last format.
+#[derive(Debug)]
+struct Decoder {
+    ctx: *mut c_void,
+    pkt: *mut c_void,
+    frame: *mut c_void,
+    sws: *mut c_void,
+    sws_key: (c_int, c_int, c_int, c_int, i64),
+    /// Where swscale writes (see `Job::convert`).
+    scratch: Vec<u8>,
+    /// A null packet was sent: the decoder must be flushed before the next packet.
+    draining: bool,
+    ff: &'static Ffmpeg,
+}
+
+// SAFETY: the decoder's FFmpeg objects are used by one thread at a time (every use takes
+// `&mut self`), and FFmpeg's contexts may move between threads.
+unsafe impl Send for Decoder {}
+
+impl Decoder {
+    fn new(
+        ff: &'static Ffmpeg,
+        index: &FrameIndex,
+        threads: u32,
+        name: &str,
+    ) -> Result<Decoder, VideoError> {
+        let unsupported = |detail: String| VideoError::Unsupported {
+            file: name.to_owned(),
+            detail,
+        };
+        let codec_name: &std::ffi::CStr = match &index.codec.0 {
+            b"avc1" | b"avc3" => c"h264",
+            b"hvc1" | b"hev1" => c"hevc",
+            b"vp09" => c"vp9",
+            b"av01" => c"av1",
+            b"mp4v" => c"mpeg4",
+            _ => {
+                return Err(unsupported(format!(
+                    "codec {} is not supported (H.264, H.265, VP9, AV1 and MPEG-4 part 2 are)",
+                    index.codec
+                )));
+            }
+        };
+        // SAFETY: a NUL-terminated name; the descriptor returned is static.
+        let desc = unsafe { (ff.avcodec_descriptor_get_by_name)(codec_name.as_ptr()) };
+        if desc.is_null() {
+            return Err(unsupported(format!(
+                "{} knows no codec {codec_name:?}",
+                ff.describe
+            )));
+        }
+        // SAFETY: AVCodecDescriptor.id is its first field (an int enum) in every major.
+        let id: c_int = unsafe { ffi::read_at(desc, 0) };
+        // SAFETY: any codec id; null when this FFmpeg has no decoder for it.
+        let codec = unsafe { (ff.avcodec_find_decoder)(id) };
+        if codec.is_null() {
+            return Err(unsupported(format!(
+                "{} has no decoder for {codec_name:?} (codec {}): install an FFmpeg built with one",
+                ff.describe, index.codec
+            )));
+        }
+        let mut dec = Decoder {
+            ctx: std::ptr::null_mut(),
+            pkt: std::ptr::null_mut(),
+            frame: std::ptr::null_mut(),
+            sws: std::ptr::null_mut(),
+            sws_key: (0, 0, 0, 0, 0),
+            scratch: Vec::new(),
+            draining: false,
+            ff,
+        };
+        let fail = |what: &str, r: c_int| {
+            unsupported(format!(
+                "{} {what}: {}",
+                ff.describe,
+                if r < 0 {
+                    ff.error_string(r)
+                } else {
+                    "out of memory".into()
+                }
+            ))
+        };
+        // SAFETY: allocation functions; results checked for null. `dec` frees what was made
+        // if a later step fails.
+        unsafe {
+            dec.ctx = (ff.avcodec_alloc_context3)(codec);
+            dec.pkt = (ff.av_packet_alloc)();
+            dec.frame = (ff.av_frame_alloc)();
+        }
+        if dec.ctx.is_null() || dec.pkt.is_null() || dec.frame.is_null() {
+            return Err(fail("allocating a decoder", 0));
+        }
+        if index.extradata.len() > (i32::MAX as usize) - ffi::PADDING {
+            return Err(unsupported("a codec configuration over 2 GiB".into()));
+        }
+        // SAFETY: codec parameters from avcodec_parameters_alloc; only the layout-stable prefix
+        // is written (ffi.rs): the media type, the codec id and the extradata, av_mallocz'd with
+        // the padding FFmpeg requires (avcodec_parameters_free frees it).
+        let r = unsafe {
+            let mut par = (ff.avcodec_parameters_alloc)();
+            if par.is_null() {
+                return Err(fail("allocating codec parameters", 0));
+            }
+            ffi::write_at::<c_int>(par, ffi::PAR_CODEC_TYPE, ffi::AVMEDIA_TYPE_VIDEO);
+            ffi::write_at::<c_int>(par, ffi::PAR_CODEC_ID, id);
+            if !index.extradata.is_empty() {
+                let n = index.extradata.len();
+                let extra = (ff.av_mallocz)(n + ffi::PADDING).cast::<u8>();
+                if extra.is_null() {
+                    (ff.avcodec_parameters_free)(&mut par);
+                    return Err(fail("allocating extradata", 0));
+                }
+                std::ptr::copy_nonoverlapping(index.extradata.as_ptr(), extra, n);
+                ffi::write_at(par, ffi::PAR_EXTRADATA, extra);
+                ffi::write_at::<c_int>(par, ffi::PAR_EXTRADATA_SIZE, n as c_int);
+            }
+            let r = (ff.avcodec_parameters_to_context)(dec.ctx, par);
+            (ff.avcodec_parameters_free)(&mut par);
+            r
+        };
+        if r < 0 {
+            return Err(fail("setting the codec parameters", r));
+        }
+        // SAFETY: an allocated, not yet opened context; "threads" is an AVCodecContext option.
+        let r = unsafe { (ff.av_opt_set_int)(dec.ctx, c"threads".as_ptr(), i64::from(threads), 0) };
+        if r < 0 {
+            return Err(fail("setting threads", r));
+        }
+        // SAFETY: the context was allocated for this codec; no options dictionary.
+        let r = unsafe { (ff.avcodec_open2)(dec.ctx, codec, std::ptr::null_mut()) };
+        if r < 0 {
+            return Err(fail("opening the decoder", r));
+        }
+        Ok(dec)
+    }
+
+    /// Back to the state after opening: nothing buffered, not draining.
+    fn reset(&mut self, ff: &Ffmpeg) {
+        // SAFETY: an open decoder; flushing drops buffered frames and ends draining.
+        unsafe { (ff.avcodec_flush_buffers)(self.ctx) };
+        self.draining = false;
+    }
+
+    /// The swscale context converting this frame format to RGB24 at the same size, as
+    /// torchcodec makes it (no flags, the stream's matrix and range on both sides).
+    fn scaler(
+        &mut self,
+        ff: &Ffmpeg,
+        w: c_int,
+        h: c_int,
+        format: c_int,
+        colorspace: c_int,
+        range: i64,
+    ) -> Result<*mut c_void, String> {
+        let key = (w, h, format, colorspace, range);
+        if !self.sws.is_null() && self.sws_key == key {
+            return Ok(self.sws);
+        }
+        if !self.sws.is_null() {
+            // SAFETY: a context from sws_getContext, not used after.
+            unsafe { (ff.sws_free_context)(self.sws) };
+            self.sws = std::ptr::null_mut();
+        }
+        // SAFETY: sizes and formats of a decoded frame; no filters, no parameters.
+        let sws = unsafe {
+            (ff.sws_get_context)(
+                w,
+                h,
+                format,
+                w,
+                h,
+                ffi::AV_PIX_FMT_RGB24,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+            )
+        };
+        if sws.is_null() {
+            return Err(format!(
+                "swscale cannot convert pixel format {format} ({w}x{h}) to RGB"
+            ));
+        }
+        self.sws = sws;
+        self.sws_key = key;
+        let mut inv_table: *mut c_int = std::ptr::null_mut();
+        let mut table: *mut c_int = std::ptr::null_mut();
+        let (mut src_range, mut dst_range, mut brightness, mut contrast, mut saturation) =
+            (0, 0, 0, 0, 0);
+        // SAFETY: a live context and pointers to locals for each output.
+        let r = unsafe {
+            (ff.sws_get_colorspace_details)(
+                sws,
+                &mut inv_table,
+                &mut src_range,
+                &mut table,
+                &mut dst_range,
+                &mut brightness,
+                &mut contrast,
+                &mut saturation,
+            )
+        };
+        if r < 0 {
+            return Err("sws_getColorspaceDetails failed".into());
+        }
+        if range != ffi::AVCOL_RANGE_UNSPECIFIED {
+            src_range = c_int::from(range == ffi::AVCOL_RANGE_JPEG);
+        }
+        // SAFETY: sws_getCoefficients returns a static table for any value (the default for
+        // unknown ones).
+        let coefficients = unsafe { (ff.sws_get_coefficients)(colorspace) };
+        // SAFETY: a live context; the tables are static.
+        let r = unsafe {
+            (ff.sws_set_colorspace_details)(
+                sws,
+                coefficients,
+                src_range,
+                coefficients,
+                dst_range,
+                brightness,
+                contrast,
+                saturation,
+            )
+        };
+        if r < 0 {
+            return Err(format!(
+                "swscale cannot convert colour matrix {colorspace} (range {range}) to RGB"
+            ));
+        }
+        Ok(sws)
+    }
+}
+
+impl Drop for Decoder {
+    fn drop(&mut self) {
+        let ff = self.ff;
+        // SAFETY: each pointer is null or owned by this decoder, freed once here (the free
+        // functions take null and set the pointer to null).
+        unsafe {
+            if !self.sws.is_null() {
+                (ff.sws_free_context)(self.sws);
+            }
+            (ff.av_frame_free)(&mut self.frame);
+            (ff.av_packet_free)(&mut self.pkt);
+            (ff.avcodec_free_context)(&mut self.ctx);
+        }
+    }
+}

@@ -1,0 +1,68 @@
+"""Frame-exact video frames and clips from MP4 files (``docs/video.md``)::
+
+    from stokehold.video import VideoFile, Clip
+
+    v = VideoFile("episode.mp4")
+    frames, pts = v.frames_played_at([0.0, 0.5, 1.0])   # uint8 [T, H, W, 3], float64 [T]
+    clip = Clip(frames=16, stride=2, start="random")
+    for seconds in clip.timestamps(v, seed=0, sample=7):
+        frames, pts = v.frames_played_at(seconds)
+
+The frames are those torchcodec's ``VideoDecoder(path).get_frames_played_at(seconds)`` returns
+(same FFmpeg). The frame index is read from the file's ``moov`` box; decoding feeds the packets
+from the keyframe before the first wanted frame to the last one to FFmpeg's libavcodec, which is
+loaded at run time: ``import stokehold`` works without FFmpeg, and decoding without it raises
+``StokeholdError`` saying how to install it (``apt install ffmpeg``, ``conda install -c
+conda-forge ffmpeg``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+from ._native import VideoFile as _VideoFile
+
+__all__ = ["Clip", "VideoFile", "decode_clip"]
+
+
+class VideoFile(_VideoFile):
+    """An MP4 file's frame index (``pts_seconds``, ``keyframes``, ``codec``, ``size``,
+    ``begin_seconds``, ``end_seconds``) and a decoder for its frames (``frames_played_at``,
+    ``frames_at``). ``threads``: FFmpeg's own decoding threads (1: only the calling thread)."""
+
+
+class Clip:
+    """The clip sampling rule: ``frames`` per clip, spaced every ``stride``-th frame or at
+    ``fps`` frames a second; ``start="random"`` (one clip, its start drawn from ``seed`` and the
+    sample id: the same whatever the thread count), ``"uniform"`` (``clips`` clips evenly spread,
+    1: the middle one) or ``"all"`` (every clip, back to back)."""
+
+    def __init__(
+        self,
+        frames: int = 16,
+        stride: Optional[int] = None,
+        fps: Optional[float] = None,
+        start: str = "random",
+        clips: int = 1,
+    ):
+        self.frames, self.stride, self.fps, self.start, self.clips = frames, stride, fps, start, clips
+
+    def timestamps(self, video: VideoFile, seed: int = 0, sample: int = 0) -> np.ndarray:
+        """float64 ``[clips, frames]``: each clip's timestamps in seconds, for
+        ``video.frames_played_at``. A video shorter than one clip raises ``ValueError``."""
+        t = video._clip_timestamps(
+            self.frames, self.stride, self.fps, self.start, self.clips, seed, sample
+        )
+        return np.asarray(t, dtype=np.float64).reshape(len(t), self.frames)
+
+    def __repr__(self) -> str:
+        step = f"fps={self.fps}" if self.fps is not None else f"stride={self.stride or 1}"
+        return f"Clip(frames={self.frames}, {step}, start={self.start!r}, clips={self.clips})"
+
+
+def decode_clip(path: str, seconds: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:
+    """The frames of ``path`` played at ``seconds``: uint8 ``[T, H, W, 3]`` and their
+    presentation times, float64 ``[T]``."""
+    return VideoFile(path).frames_played_at(list(seconds))
