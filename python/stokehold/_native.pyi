@@ -8,6 +8,8 @@ the private parts used by ``_loader.py`` and ``_cli.py``.
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final
 
+from typing_extensions import disjoint_base
+
 from . import (
     ConfigError as ConfigError,
     CorruptDataError as CorruptDataError,
@@ -121,6 +123,7 @@ class _Engine:
         python_stages: Optional[List[Tuple[Any, Optional[str], str]]] = ...,
         include_ids: bool = ...,
     ) -> "_Engine": ...
+    def packing_json(self) -> Optional[str]: ...
     @property
     def config_json(self) -> str:
         """The loader's whole configuration as JSON (the ``EngineSpec``)."""
@@ -242,6 +245,7 @@ class Qwen2VL:
     def grid(self, width: int, height: int) -> Tuple[int, int, int]:
         """The grid ``(t, h, w)`` in patches of a ``width`` x ``height`` image (its size alone)."""
     def _spec(self) -> Dict[str, Any]: ...
+    def __getnewargs_ex__(self) -> Tuple[Tuple[()], Dict[str, Any]]: ...
     def dimensions(self, data: bytes) -> Tuple[int, int]:
         """The ``(width, height)`` an encoded image declares (its header alone)."""
     def num_tokens(self, width: int, height: int) -> int:
@@ -367,10 +371,11 @@ def abort_parts(
     how many."""
 
 
+@disjoint_base
 class VideoFile:
     """An MP4 file's frame index and a decoder for its frames (``stokehold.video.VideoFile``)."""
 
-    def __init__(self, path: Union[str, os.PathLike[str]], *, threads: int = 1) -> None: ...
+    def __new__(cls, path: Union[str, os.PathLike[str]], *, threads: int = 1) -> "VideoFile": ...
     def __len__(self) -> int: ...
     @property
     def codec(self) -> str: ...

@@ -203,13 +203,20 @@ class ChatTemplate:
         tokens of conversation ``i`` being ``input_ids[offsets[i]:offsets[i + 1]]``. ``images``:
         per conversation, as :meth:`encode`'s."""
         convs = list(conversations)
-        expand = None
+        expand: Optional[Tuple[int, List[List[int]]]] = None
         if self.vision is not None or images is not None:
             per = list(images) if images is not None else [None] * len(convs)
             if len(per) != len(convs):
                 raise ConfigError(f"images are given for {len(per)} conversations, not {len(convs)}")
-            parts = [self._image_tokens(c, im, i) for i, (c, im) in enumerate(zip(convs, per))]
-            expand = (parts[0][0], [p[1] for p in parts]) if parts and parts[0] is not None else None
+            placeholder: Optional[int] = None
+            counts: List[List[int]] = []
+            for i, (c, im) in enumerate(zip(convs, per)):
+                part = self._image_tokens(c, im, i)
+                if part is not None:
+                    placeholder = part[0]
+                    counts.append(part[1])
+            if placeholder is not None:
+                expand = (placeholder, counts)
         ids, masks, offsets = self._native.encode_batch(convs, threads, expand)
         return {"input_ids": ids, "assistant_masks": masks, "offsets": offsets}
 
