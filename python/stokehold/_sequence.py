@@ -212,14 +212,7 @@ class SequenceLoader(_Front):
             raise ConfigError(f"shuffle must be True or False, got {o['shuffle']!r}")
         pad_id = _int("pad_id", o["pad_id"], 0, 2**31 - 1, "a token id, an int from 0 to 2**31 - 1")
         loader_config, disk = _shared_config(o, batch_size, "global" if o["shuffle"] else "sequential")
-        chat = dict(
-            tokenizer=text.tokenizer,
-            template=text._template_arg,
-            messages=text.messages,
-            loss_on=text.loss_on,
-            add_generation_prompt=text.add_generation_prompt,
-            template_kwargs=text.template_kwargs,
-        )
+        chat = text._spec()
         samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id, keep_encodings=o["keep_encodings"])
         spec = dict(loader=loader_config, samples=samples, **disk)
         config = dict(o, seq_len=seq_len, batch_size=batch_size)

@@ -170,6 +170,22 @@ class ChatTemplate:
         assert self._image_token_id is not None
         return (self._image_token_id, counts)
 
+    def _spec(self) -> Dict[str, Any]:
+        """What the engine's packed-conversation loader takes (the template as plain data)."""
+        if self.vision is not None:
+            raise ConfigError(
+                "packing conversations with images (ChatTemplate(vision=...)) is not available yet: "
+                "SequenceLoader(packing=\"whole\") takes text-only conversations"
+            )
+        return dict(
+            tokenizer=self.tokenizer,
+            template=self._template_arg,
+            messages=self.messages,
+            loss_on=self.loss_on,
+            add_generation_prompt=self.add_generation_prompt,
+            template_kwargs=self.template_kwargs,
+        )
+
     @property
     def template(self) -> str:
         """The template's text."""

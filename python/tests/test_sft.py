@@ -272,6 +272,12 @@ def test_packing_options_are_checked(tmp_path, models):
         loader(ds, tmpl, seq_len=64, max_len=10)
     with pytest.raises(ConfigError, match="no field"):
         loader(ds, ChatTemplate(models["chatml"], messages="conversation"), seq_len=64)
+    # images in the conversations are not packed yet: refused, never silently left unexpanded
+    from stokehold.vision import Qwen2VL
+
+    with_images = ChatTemplate(models["chatml"], vision=Qwen2VL(), image_token="<|im_end|>")
+    with pytest.raises(ConfigError, match="packing conversations with images"):
+        loader(ds, with_images, seq_len=64)
 
 
 def test_torch_batches_and_pickling(tmp_path, models):

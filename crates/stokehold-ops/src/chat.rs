@@ -21,7 +21,6 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use indexmap::IndexMap;
 use minijinja::value::{Kwargs, ValueKind};
@@ -1272,77 +1271,15 @@ impl ChatTemplate {
         threads: usize,
         first_index: u64,
     ) -> Result<Vec<ChatEncoding>, ChatError> {
-        let threads = if threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            threads
-        }
-        .clamp(1, conversations.len().max(1));
-        if threads == 1 {
-            return conversations
-                .iter()
-                .enumerate()
-                .map(|(i, c)| self.encode(c, first_index + i as u64))
-                .collect();
-        }
-        const BLOCK: usize = 16;
-        let next = AtomicUsize::new(0);
-        let mut results: Vec<Option<Result<ChatEncoding, ChatError>>> =
-            (0..conversations.len()).map(|_| None).collect();
-        let parts: Vec<Vec<(usize, Result<ChatEncoding, ChatError>)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let start = next.fetch_add(BLOCK, Ordering::Relaxed);
-                            if start >= conversations.len() {
-                                break;
-                            }
-                            let end = (start + BLOCK).min(conversations.len());
-                            for (i, c) in conversations[start..end].iter().enumerate() {
-                                let i = start + i;
-                                done.push((i, self.encode(c, first_index + i as u64)));
-                            }
-                        }
-                        done
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![(
-                            0,
-                            Err(ChatError::Conversation {
-                                index: first_index,
-                                detail: "an encoding thread panicked".to_string(),
-                            }),
-                        )]
-                    })
-                })
-                .collect()
-        });
-        for part in parts {
-            for (i, r) in part {
-                if r.is_err() || results[i].is_none() {
-                    results[i] = Some(r);
-                }
-            }
-        }
-        results
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| {
-                r.unwrap_or_else(|| {
-                    Err(ChatError::Conversation {
-                        index: first_index + i as u64,
-                        detail: "not encoded".to_string(),
-                    })
-                })
-            })
-            .collect()
+        crate::parallel::map_indexed(conversations.len(), threads, 16, |i| {
+            self.encode(&conversations[i], first_index + i as u64)
+        })
+        .map_err(|_| ChatError::Conversation {
+            index: first_index,
+            detail: "an encoding thread panicked".to_string(),
+        })?
+        .into_iter()
+        .collect()
     }
 }
 

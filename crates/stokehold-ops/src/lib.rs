@@ -15,6 +15,7 @@ pub mod fuzzing;
 pub mod geometry;
 pub mod jpeg;
 pub mod layout;
+pub mod parallel;
 pub mod pipeline;
 pub mod resize;
 pub mod restart;

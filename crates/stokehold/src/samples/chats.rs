@@ -451,65 +451,37 @@ impl ChatPlanner {
     /// Count every conversation (see [`ChatPlanner::new`]).
     fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
         let n = self.ds.len();
-        let threads = match threads {
-            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            t => t,
-        }
-        .clamp(1, usize::try_from(n).unwrap_or(usize::MAX).max(1));
-        const BLOCK: u64 = 64;
-        let next = std::sync::atomic::AtomicU64::new(0);
         self.kept = (0..n).map(|_| OnceLock::new()).collect();
         let budget = self.options.keep_encodings.resolve(default_keep);
         let used = AtomicU64::new(0);
         let this = &*self;
-        let parts: Vec<Vec<(u64, Result<u32>)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|_| {
-                    s.spawn(|| {
-                        let mut done = Vec::new();
-                        loop {
-                            let start = next.fetch_add(BLOCK, std::sync::atomic::Ordering::Relaxed);
-                            if start >= n {
-                                break;
-                            }
-                            for id in start..(start + BLOCK).min(n) {
-                                let r = this.encode(id).map(|e| {
-                                    let len = e.input_ids.len();
-                                    let bytes = (len * 5 + 64) as u64;
-                                    let before = used.fetch_add(bytes, Ordering::Relaxed);
-                                    if before + bytes <= budget {
-                                        let _ = this.kept[id as usize].set(e);
-                                        this.kept_count.fetch_add(1, Ordering::Relaxed);
-                                    } else {
-                                        used.fetch_sub(bytes, Ordering::Relaxed);
-                                    }
-                                    u32::try_from(len).unwrap_or(u32::MAX - 1)
-                                });
-                                done.push((id, r));
-                            }
-                        }
-                        done
-                    })
+        let results = stokehold_ops::parallel::map_indexed(
+            usize::try_from(n).unwrap_or(usize::MAX),
+            threads,
+            64,
+            |i| {
+                let id = i as u64;
+                this.encode(id).map(|e| {
+                    let len = e.input_ids.len();
+                    let bytes = (len * 5 + 64) as u64;
+                    let before = used.fetch_add(bytes, Ordering::Relaxed);
+                    if before + bytes <= budget {
+                        let _ = this.kept[i].set(e);
+                        this.kept_count.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        used.fetch_sub(bytes, Ordering::Relaxed);
+                    }
+                    u32::try_from(len).unwrap_or(u32::MAX - 1)
                 })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        vec![(
-                            0,
-                            Err(EngineError::Worker("a counting thread panicked".into())),
-                        )]
-                    })
-                })
-                .collect()
-        });
+            },
+        )
+        .map_err(|_| EngineError::Worker("a counting thread panicked".into()))?;
         let mut counts = vec![LEFT_OUT; usize::try_from(n).unwrap_or(0)];
         let mut errors: Vec<(u64, EngineError)> = Vec::new();
-        for (id, r) in parts.into_iter().flatten() {
+        for (id, r) in results.into_iter().enumerate() {
             match r {
-                Ok(c) => counts[id as usize] = c,
-                Err(e) => errors.push((id, e)),
+                Ok(c) => counts[id] = c,
+                Err(e) => errors.push((id as u64, e)),
             }
         }
         errors.sort_by_key(|(id, _)| *id);
