@@ -294,17 +294,20 @@ class _Front:
         return (_unpickle, (type(self), self._dataset, self._engine.config_json, self._stages, self._config, self.state_dict()))
 
     def _batches(self) -> Iterator[Dict[str, Any]]:
-        """The native iterator, converted to ``to``'s arrays (and each batch reported to
-        ``on_step`` when given)."""
-        it = self._engine.iter()
+        """The native iterator (reporting each batch to ``on_step`` when given), converted to
+        ``to``'s arrays."""
+        it = self._native_iter()
         if self._to != "numpy":
             it = _converted(it, _converter(self._to, self._pin))
+        return it
+
+    def _native_iter(self) -> Any:
+        """The engine's iterator for (the rest of) the epoch; it calls ``on_step`` itself after
+        each batch (no Python layer between the engine and the loop)."""
         hook = self._config.get("on_step")
-        if hook is None:
-            return it
-        if not callable(hook):
+        if hook is not None and not callable(hook):
             raise ConfigError(f"on_step must be a callable taking one dict, got {hook!r}")
-        return _Reported(it, hook, self._engine, self._config["rank"])
+        return self._engine.iter(hook, self._config["rank"])
 
     def samples_at(
         self, step: int, rank: Optional[int] = None, details: bool = False, epoch: Optional[int] = None
@@ -477,35 +480,6 @@ class _Front:
     def __exit__(self, *exc: Any) -> None:
         """:meth:`close`."""
         self.close()
-
-
-class _Reported:
-    """A loader's batches, each reported to the ``on_step`` hook after it is delivered."""
-
-    __slots__ = ("_it", "_hook", "_engine", "_rank")
-
-    def __init__(self, it: Any, hook: Any, engine: Any, rank: int) -> None:
-        self._it = it
-        self._hook = hook
-        self._engine = engine
-        self._rank = rank
-
-    def __iter__(self) -> "_Reported":
-        return self
-
-    def __next__(self) -> Dict[str, Any]:
-        batch = next(self._it)
-        info = self._engine.last_wait()
-        if info is not None:
-            info["rank"] = self._rank
-            self._hook(info)
-        return batch
-
-    def __length_hint__(self) -> int:
-        return operator.length_hint(self._it)
-
-    def close(self) -> None:
-        self._it.close()
 
 
 class _Converted:

@@ -6,7 +6,7 @@ the private parts used by ``_loader.py`` and ``_cli.py``.
 """
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 from typing_extensions import disjoint_base
 
@@ -136,9 +136,11 @@ class _Engine:
     @property
     def documents(self) -> Optional[int]:
         """Documents in a token dataset (None for records)."""
-    def iter(self) -> "_EngineIter":
+    def iter(self, on_step: Optional[Callable[[Dict[str, Any]], Any]] = None, rank: int = 0) -> "_EngineIter":
         """Start (or continue) the current epoch; the returned iterator yields batch dicts. A run
-        already in progress is stopped first (its iterator raises if used again)."""
+        already in progress is stopped first (its iterator raises if used again). ``on_step``,
+        when given, is called after each batch with its exposed wait (``last_wait``'s dict with
+        ``rank``); its exceptions propagate."""
     def __len__(self) -> int:
         """Batches per epoch for this rank."""
     @property

@@ -226,7 +226,7 @@ class SequenceLoader(_Front):
         """
         if self._config.get("packing") is None:
             return self._batches()
-        rows = (_varlen(b) for b in self._engine.iter())
+        rows = (_varlen(b) for b in self._native_iter())
         if self._to == "numpy":
             return rows
         return _converted(rows, _converter(self._to, self._pin))

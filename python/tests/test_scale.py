@@ -295,3 +295,26 @@ def test_a_state_whose_runs_do_not_follow_each_other_is_refused_naming_runs(tmp_
 def delivered_plain_n(loader, n):
     it = iter(loader)
     return [next(it) for _ in range(n)]
+
+
+def test_on_step_reports_every_packed_batch_and_its_errors_propagate(tmp_path):
+    """Conversations packed whole go through the same native hook (it was once skipped there)."""
+    pytest.importorskip("tokenizers")
+    import test_sft
+    from stokehold.text import ChatTemplate
+
+    root = tmp_path / "model"
+    root.mkdir()
+    tok = test_sft.train_tokenizer(root, "bytelevel")
+    tmpl = ChatTemplate(test_sft.model_dir(root, tok, "chatml", test_sft.CHATML))
+    ds = test_sft.write(tmp_path / "ds", test_sft.make_convs(30, seed=3))
+    seen = []
+    ld = SequenceLoader(ds, seq_len=64, batch_size=2, text=tmpl, packing="whole", on_step=seen.append, rank=0, world_size=1)
+    n = len(list(ld))
+    assert n > 1 and [s["step"] for s in seen] == list(range(n)) and {s["rank"] for s in seen} == {0}
+
+    def boom(_):
+        raise RuntimeError("the user's logger failed")
+
+    with pytest.raises(RuntimeError, match="logger failed"):
+        list(Loader(write(tmp_path / "plain", 16), 4, on_step=boom))

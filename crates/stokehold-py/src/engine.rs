@@ -159,17 +159,32 @@ impl Engine {
     }
 
     /// The next batch of run `id`.
-    fn next_batch<'py>(&self, py: Python<'py>, id: u64) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn next_batch<'py>(
+        &self,
+        py: Python<'py>,
+        id: u64,
+        hook: Option<&(Py<PyAny>, u32)>,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
         loop {
             let got = self.with_state(py, |s| {
                 Ok(match &mut s.run {
-                    Some((r, it)) if *r == id => Some(it.next_timeout(Duration::from_millis(100))),
+                    Some((r, it)) if *r == id => {
+                        let next = it.next_timeout(Duration::from_millis(100));
+                        // the wait just recorded, read under the same lock as the batch
+                        let wait = match (&next, hook) {
+                            (Next::Batch(Ok(_)), Some(_)) => s.loader.last_wait(),
+                            _ => None,
+                        };
+                        Some((next, wait))
+                    }
                     _ => None,
                 })
             })?;
+            let Some((got, wait)) = got else {
+                return Err(stokehold_error(SUPERSEDED));
+            };
             match got {
-                None => return Err(stokehold_error(SUPERSEDED)),
-                Some(Next::Pending) => {
+                Next::Pending => {
                     if let Err(e) = py.check_signals() {
                         // interrupted: join the workers now, and those of a run prepared ahead
                         // (nothing keeps working for an interrupted loop); the position stays
@@ -182,18 +197,43 @@ impl Engine {
                         return Err(e);
                     }
                 }
-                Some(Next::End) => {
+                Next::End => {
                     self.stop_run(py, Some(id))?;
                     return Ok(None);
                 }
-                Some(Next::Batch(Ok(b))) => return batch_to_py(py, b, self.include_ids).map(Some),
-                Some(Next::Batch(Err(e))) => {
+                Next::Batch(Ok(b)) => {
+                    let batch = batch_to_py(py, b, self.include_ids)?;
+                    if let (Some((hook, rank)), Some(w)) = (hook, wait) {
+                        hook.call1(py, (wait_dict(py, &w, Some(*rank))?,))?;
+                    }
+                    return Ok(Some(batch));
+                }
+                Next::Batch(Err(e)) => {
                     self.stop_run(py, Some(id))?;
                     return Err(engine_err(py, e));
                 }
             }
         }
     }
+}
+
+/// A step's exposed wait as the dict `last_wait` and the `on_step` hook give (`rank` added
+/// for the hook).
+fn wait_dict<'py>(
+    py: Python<'py>,
+    x: &stokehold::StepWait,
+    rank: Option<u32>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("epoch", x.epoch)?;
+    d.set_item("step", x.step)?;
+    d.set_item("wait", x.wait.as_secs_f64())?;
+    d.set_item("step_time", x.step_time.as_secs_f64())?;
+    d.set_item("bound", x.bound.as_deref())?;
+    if let Some(r) = rank {
+        d.set_item("rank", r)?;
+    }
+    Ok(d)
 }
 
 impl Drop for Engine {
@@ -325,8 +365,11 @@ impl Engine {
     }
 
     /// Start (or continue) the current epoch; the returned iterator yields batch dicts. A run
-    /// already in progress is stopped first (its iterator raises if used again).
-    fn iter(slf: Bound<'_, Self>) -> PyResult<EngineIter> {
+    /// already in progress is stopped first (its iterator raises if used again). `on_step`,
+    /// when given, is called after each batch with its exposed wait (`last_wait`'s dict with
+    /// `rank` added); its exceptions propagate from `__next__`.
+    #[pyo3(signature = (on_step = None, rank = 0))]
+    fn iter(slf: Bound<'_, Self>, on_step: Option<Py<PyAny>>, rank: u32) -> PyResult<EngineIter> {
         let py = slf.py();
         let engine = slf.get();
         engine.stop_run(py, None)?;
@@ -339,6 +382,7 @@ impl Engine {
             engine: slf.unbind(),
             id,
             done: AtomicBool::new(false),
+            hook: on_step.map(|h| (h, rank)),
         })
     }
 
@@ -519,13 +563,7 @@ impl Engine {
         let Some(x) = self.with_state(py, |s| Ok(s.loader.last_wait()))? else {
             return Ok(None);
         };
-        let d = PyDict::new(py);
-        d.set_item("epoch", x.epoch)?;
-        d.set_item("step", x.step)?;
-        d.set_item("wait", x.wait.as_secs_f64())?;
-        d.set_item("step_time", x.step_time.as_secs_f64())?;
-        d.set_item("bound", x.bound)?;
-        Ok(Some(d))
+        wait_dict(py, &x, None).map(Some)
     }
 
     /// The sample ids of rank `rank`'s batch at `step` of `epoch` (this loader's rank and
@@ -609,6 +647,8 @@ pub struct EngineIter {
     engine: Py<Engine>,
     id: u64,
     done: AtomicBool,
+    /// The `on_step` hook and the rank it reports.
+    hook: Option<(Py<PyAny>, u32)>,
 }
 
 impl std::fmt::Debug for EngineIter {
@@ -627,7 +667,10 @@ impl EngineIter {
         if self.done.load(Ordering::Acquire) {
             return Ok(None);
         }
-        let r = self.engine.get().next_batch(py, self.id);
+        let r = self
+            .engine
+            .get()
+            .next_batch(py, self.id, self.hook.as_ref());
         if !matches!(r, Ok(Some(_))) {
             self.done.store(true, Ordering::Release);
         }
