@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -318,3 +319,38 @@ def test_on_step_reports_every_packed_batch_and_its_errors_propagate(tmp_path):
 
     with pytest.raises(RuntimeError, match="logger failed"):
         list(Loader(write(tmp_path / "plain", 16), 4, on_step=boom))
+
+
+def test_the_ram_caches_keep_within_what_the_node_budget_leaves(tmp_path, monkeypatch):
+    """Two loaders of one process with RAM caches under one node budget: the first caches its
+    whole dataset, the second only what is left, and the leases never pass the budget."""
+    monkeypatch.setenv("STOKEHOLD_NODE_BUDGET_DIR", str(tmp_path / "node"))
+    monkeypatch.delenv("STOKEHOLD_NODE_MEMORY_BUDGET", raising=False)
+    a, b = write(tmp_path / "a", 512, shard_size=4096), write(tmp_path / "b", 512, shard_size=4096)
+    size = sum(f.stat().st_size for f in (tmp_path / "a").glob("*.skh"))
+    assert size > 8 * 4096
+    probe = Loader(a, 16, memory_budget="node:1TiB", threads=1)
+    window = probe.stats()["memory_budget"]
+    probe.close()
+    del probe
+    total = 2 * window + size + size // 2
+
+    def leased():
+        return sum(int(f.read_text()) for f in (tmp_path / "node" / "memory").glob("lease-*"))
+
+    kept = []
+    loaders = []
+    for ds in (a, b):
+        ld = Loader(ds, 16, memory_budget=f"node:{total}", cache=10 * size, threads=1)
+        seen = []
+        while len(seen) < 3 or seen[-1] != seen[-3]:  # epochs until the background loads settle
+            sum(1 for _ in ld)
+            time.sleep(0.05)
+            seen.append(ld.stats()["caches"]["records"]["bytes"])
+            assert len(seen) < 200, seen
+        kept.append(seen[-1])
+        loaders.append(ld)
+        assert leased() <= total
+    assert kept[0] == size  # everything fitted
+    assert 0 < kept[1] < size  # only what the first left
+    assert kept[1] <= total - 2 * window - size

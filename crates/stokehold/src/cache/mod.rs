@@ -13,6 +13,10 @@
 //!
 //! Caches are found through a process-wide registry by a key naming the dataset (its
 //! fingerprint) and, for decoded caches, the prefix; a cache lives as long as a loader holds it.
+//!
+//! Under a node memory budget (`memory_budget="node:..."`), the caches of a loader also hold
+//! what they keep from the node's budget ([`NodeShare`]): a lease grown in steps of
+//! [`NODE_STEP`] as shards and images are kept, so a cache keeps only what the node has left.
 
 pub mod decoded_disk;
 mod decoded_image;
@@ -29,6 +33,72 @@ use stokehold_storage::Dataset;
 use crate::cache::decoded_disk::DecodedDisk;
 pub use crate::cache::decoded_image::DecodedImage;
 pub use crate::stats::CacheStats;
+
+/// Bytes a cache's lease of the node budget grows by at a time, at most (one lock of the
+/// budget's directory per step, not per image); a 64th of the budget when that is less.
+pub const NODE_STEP: u64 = 64 << 20;
+
+/// What the caches of one loader hold from the node's memory budget: a lease, grown as they
+/// keep more (never beyond what the other holders leave), released when the last cache using
+/// it is dropped.
+#[derive(Debug)]
+pub struct NodeShare {
+    budget: stokehold_storage::node_budget::NodeBudget,
+    /// Bytes the caches keep under this share, and the lease covering them (none before the
+    /// first byte).
+    held: Mutex<(u64, Option<stokehold_storage::node_budget::Lease>)>,
+}
+
+impl NodeShare {
+    /// A share of `budget`, holding nothing yet.
+    pub fn new(budget: stokehold_storage::node_budget::NodeBudget) -> NodeShare {
+        NodeShare {
+            budget,
+            held: Mutex::new((0, None)),
+        }
+    }
+
+    /// Take `bytes` more from the node's budget; false (nothing taken) when the node has not
+    /// that much left (or its directory cannot be used: then the cache keeps nothing more).
+    pub fn take(&self, bytes: u64) -> bool {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let (used, lease) = &mut *g;
+        let need = used.saturating_add(bytes);
+        let have = lease.as_ref().map_or(0, |l| l.bytes());
+        if need > have {
+            let step = (self.budget.total() / 64).clamp(1, NODE_STEP);
+            let want = need.div_ceil(step).saturating_mul(step);
+            let got = match lease {
+                Some(l) => l.resize(&self.budget, want).unwrap_or(have),
+                None => match self.budget.reserve(want, 0) {
+                    Ok(Some(l)) => {
+                        let b = l.bytes();
+                        *lease = Some(l);
+                        b
+                    }
+                    _ => 0,
+                },
+            };
+            if got < need {
+                return false;
+            }
+        }
+        *used = need;
+        true
+    }
+
+    /// Give back `bytes` taken (the lease keeps its size until dropped).
+    pub fn give(&self, bytes: u64) {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = g.0.saturating_sub(bytes);
+    }
+
+    /// Bytes the lease holds from the node's budget.
+    pub fn leased(&self) -> u64 {
+        let g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        g.1.as_ref().map_or(0, |l| l.bytes())
+    }
+}
 
 /// Find or make the cache registered under `key`.
 fn shared<T: Send + Sync + 'static>(
@@ -75,6 +145,8 @@ pub struct RecordCache {
     misses: AtomicU64,
     /// Shards ready; when it equals the shard count, every record is in memory.
     ready: AtomicUsize,
+    /// The node budget's share its shards are also kept within, when one is set.
+    node: OnceLock<Arc<NodeShare>>,
 }
 
 static RECORD_CACHES: OnceLock<Mutex<HashMap<String, Weak<RecordCache>>>> = OnceLock::new();
@@ -105,6 +177,7 @@ impl RecordCache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             ready: AtomicUsize::new(0),
+            node: OnceLock::new(),
         });
         let (tx, rx) = unbounded::<usize>();
         let weak = Arc::downgrade(&cache);
@@ -138,6 +211,9 @@ impl RecordCache {
             Err(_) => {
                 // Not cached; reads go to storage (and report the error with the record).
                 self.reserved.fetch_sub(len, Ordering::Relaxed);
+                if let Some(n) = self.node.get() {
+                    n.give(len);
+                }
                 self.state[k].store(NEVER, Ordering::Release);
             }
         }
@@ -183,6 +259,14 @@ impl RecordCache {
                 r.checked_add(len).filter(|&t| t <= self.budget)
             })
             .is_ok();
+        // within the node's budget too, when one is shared
+        let fits = fits && {
+            let ok = self.node.get().is_none_or(|n| n.take(len));
+            if !ok {
+                self.reserved.fetch_sub(len, Ordering::Relaxed);
+            }
+            ok
+        };
         let queued = fits
             && self
                 .loads
@@ -193,9 +277,18 @@ impl RecordCache {
         if !queued {
             if fits {
                 self.reserved.fetch_sub(len, Ordering::Relaxed);
+                if let Some(n) = self.node.get() {
+                    n.give(len);
+                }
             }
             self.state[k].store(NEVER, Ordering::Release);
         }
+    }
+
+    /// Keep what it holds within `share` of the node's budget too (from the next shard on; a
+    /// cache already under a share, made by another loader of this process, keeps that one).
+    pub fn under_node_budget(&self, share: &Arc<NodeShare>) {
+        let _ = self.node.set(Arc::clone(share));
     }
 
     /// Whether every shard is in memory (then reads need no readahead hints).
@@ -265,6 +358,8 @@ pub struct DecodedCache {
     miss_ns: AtomicU64,
     /// The local directory behind the RAM, when on.
     disk: Option<DecodedDisk>,
+    /// The node budget's share its images are also kept within, when one is set.
+    node: OnceLock<Arc<NodeShare>>,
 }
 
 static DECODED_CACHES: OnceLock<Mutex<HashMap<String, Weak<DecodedCache>>>> = OnceLock::new();
@@ -313,6 +408,19 @@ impl DecodedCache {
             computed: AtomicU64::new(0),
             miss_ns: AtomicU64::new(0),
             disk: None,
+            node: OnceLock::new(),
+        }
+    }
+
+    /// Keep what it holds within `share` of the node's budget too (see
+    /// [`RecordCache::under_node_budget`]).
+    pub fn under_node_budget(&self, share: &Arc<NodeShare>) {
+        let _ = self.node.set(Arc::clone(share));
+    }
+
+    fn give_node(&self, size: u64) {
+        if let Some(n) = self.node.get() {
+            n.give(size);
         }
     }
 
@@ -367,13 +475,19 @@ impl DecodedCache {
         {
             return false;
         }
+        if self.node.get().is_some_and(|n| !n.take(size)) {
+            self.held.fetch_sub(size, Ordering::Relaxed);
+            return false;
+        }
         let Ok(mut m) = self.map(id).lock() else {
             self.held.fetch_sub(size, Ordering::Relaxed);
+            self.give_node(size);
             return false;
         };
         if m.insert(id, Arc::clone(image)).is_some() {
             // Another thread computed the same sample (the same bytes): count it once.
             self.held.fetch_sub(size, Ordering::Relaxed);
+            self.give_node(size);
         }
         true
     }

@@ -119,13 +119,16 @@ pub(crate) struct Core {
     node_lease: Option<stokehold_storage::node_budget::Lease>,
 }
 
-/// A lease of `want` bytes (or what is left, at least one batch of `batch_bytes`) of the node's
-/// memory budget of `total` bytes.
+/// The node's memory budget of `total` bytes, and a lease of `want` bytes of it (or what is
+/// left, at least one batch of `batch_bytes`).
 fn node_lease(
     total: u64,
     want: u64,
     batch_bytes: u64,
-) -> Result<stokehold_storage::node_budget::Lease> {
+) -> Result<(
+    stokehold_storage::node_budget::NodeBudget,
+    stokehold_storage::node_budget::Lease,
+)> {
     use stokehold_storage::node_budget::NodeBudget;
     let budget = NodeBudget::open(NodeBudget::default_dir("memory"), total);
     let dir = NodeBudget::default_dir("memory");
@@ -138,7 +141,7 @@ fn node_lease(
     let budget = budget.map_err(io)?;
     let min = batch_bytes.clamp(1, want.max(1));
     match budget.reserve(want.max(min), min).map_err(io)? {
-        Some(lease) => Ok(lease),
+        Some(lease) => Ok((budget, lease)),
         None => Err(EngineError::Config(format!(
             "the node memory budget of {} has less than one batch ({}) left: the other \
              loaders on this node hold {} (leases in {}); give a larger node budget or a \
@@ -374,13 +377,19 @@ impl Loader {
         )?;
         let mut memory_budget = config.memory_budget_bytes();
         let batch_bytes = crate::samples::batch_bytes(&*samples, config.batch_size);
+        let caches = samples.caches();
         let node_lease = match config.node_memory_budget {
             None => None,
             Some(ByteSize(total)) => {
                 // no more than the deepest window the autotuner would ever use
                 let want = memory_budget.min(batch_bytes.saturating_mul(MAX_AUTO_PREFETCH));
-                let lease = node_lease(total, want, batch_bytes)?;
+                let (budget, lease) = node_lease(total, want, batch_bytes)?;
                 memory_budget = lease.bytes();
+                // the RAM and decoded caches keep what they hold within what is left
+                let share = Arc::new(crate::cache::NodeShare::new(budget));
+                for c in &caches {
+                    c.under_node_budget(&share);
+                }
                 Some(lease)
             }
         };
@@ -427,7 +436,7 @@ impl Loader {
                 fingerprint: samples.fingerprint(),
                 order,
                 groups: groups.map(GroupAccounts::new),
-                caches: samples.caches(),
+                caches,
                 threads,
                 pool: Arc::new(BufferPool::new(4 * (deepest as usize + 2) * columns)),
                 stats: Arc::new(stats),

@@ -267,6 +267,12 @@ impl Cache for MixtureCaches {
             c.epoch_done();
         }
     }
+
+    fn under_node_budget(&self, share: &Arc<crate::cache::NodeShare>) {
+        for c in &self.0 {
+            c.under_node_budget(share);
+        }
+    }
 }
 
 fn describe(o: &Output) -> String {

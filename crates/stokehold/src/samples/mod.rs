@@ -134,6 +134,9 @@ pub trait Cache: Send + Sync + std::fmt::Debug {
 
     /// An epoch delivered its last batch (a cache publishes what it holds).
     fn epoch_done(&self) {}
+
+    /// Keep what it holds within `share` of the node's memory budget too.
+    fn under_node_budget(&self, share: &Arc<crate::cache::NodeShare>);
 }
 
 /// The figures of `caches`, those of one kind summed (a mixture's sources each have theirs).

@@ -316,6 +316,15 @@ impl Cache for RecordsCaches {
         }
     }
 
+    fn under_node_budget(&self, share: &Arc<crate::cache::NodeShare>) {
+        if let Some(c) = &self.cache {
+            c.under_node_budget(share);
+        }
+        for c in &self.decoded {
+            c.under_node_budget(share);
+        }
+    }
+
     fn stats(&self) -> Vec<CacheStats> {
         let mut s: Vec<CacheStats> = self.cache.iter().map(|c| c.stats()).collect();
         s.extend(self.decoded.iter().flat_map(|c| c.stats()));

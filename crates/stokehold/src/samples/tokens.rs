@@ -72,6 +72,12 @@ impl Cache for TokenCache {
     fn stats(&self) -> Vec<CacheStats> {
         self.0.cache().map(|c| c.stats()).into_iter().collect()
     }
+
+    fn under_node_budget(&self, share: &Arc<crate::cache::NodeShare>) {
+        if let Some(c) = self.0.cache() {
+            c.under_node_budget(share);
+        }
+    }
 }
 
 /// What a task's samples keep between planning and filling ([`TaskIo::scratch`]): per sample,
