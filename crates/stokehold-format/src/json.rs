@@ -11,13 +11,11 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 
 /// The canonical JSON text of the JSON value `text` (surrounding whitespace allowed); an error
 /// (serde_json's: what, line and column) when it is not one JSON value.
-pub fn canonical(text: &[u8]) -> Result<String, String> {
+pub fn canonical(text: &[u8]) -> Result<String, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(text);
     let mut out = String::with_capacity(text.len());
-    Canon(&mut out)
-        .deserialize(&mut de)
-        .map_err(|e| e.to_string())?;
-    de.end().map_err(|e| e.to_string())?;
+    Canon(&mut out).deserialize(&mut de)?;
+    de.end()?;
     Ok(out)
 }
 

@@ -88,6 +88,23 @@ pub enum ChatError {
     },
 }
 
+/// Why one conversation could not be rendered: the detail of a [`ChatError::Conversation`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    /// Not a list of messages (or a message that is not a dict).
+    #[error("{0}")]
+    Shape(String),
+    /// A string of it holds one of the noncharacters stokehold reserves to mark spans.
+    #[error("holds one of U+FDD0..U+FDD3 (noncharacters stokehold reserves to mark spans)")]
+    ReservedMarks,
+    /// The template raised (`raise_exception`) or failed on it (the template's message).
+    #[error("{0}")]
+    Template(String),
+    /// The template's `{% generation %}` marks do not pair up in the rendered text.
+    #[error("unbalanced generation marks")]
+    UnbalancedMarks,
+}
+
 /// Which tokens the loss mask covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LossOn {
@@ -735,27 +752,30 @@ pub fn map_from(entries: Vec<(Value, Value)>) -> Value {
 
 /// `transformers`' normalisation of a conversation: each message a dict, keys whose value is
 /// `None` dropped, reasoning copied to `thinking` and `reasoning_content`.
-fn normalize(conversation: &Value) -> Result<Vec<Vec<(Value, Value)>>, String> {
+fn normalize(conversation: &Value) -> Result<Vec<Vec<(Value, Value)>>, RenderError> {
+    let shape = |s: String| RenderError::Shape(s);
     if conversation.kind() != ValueKind::Seq {
-        return Err(format!(
+        return Err(shape(format!(
             "a conversation must be a list of messages, not a {}",
             conversation.kind()
-        ));
+        )));
     }
     let msgs: Vec<Value> = conversation
         .try_iter()
-        .map_err(|e| e.to_string())?
+        .map_err(|e| shape(e.to_string()))?
         .collect();
     if msgs.is_empty() {
-        return Err("cannot apply the chat template to an empty conversation".to_string());
+        return Err(shape(
+            "cannot apply the chat template to an empty conversation".to_string(),
+        ));
     }
     let mut out = Vec::with_capacity(msgs.len());
     for (i, m) in msgs.iter().enumerate() {
         if m.kind() != ValueKind::Map {
-            return Err(format!("message {i} is a {}, not a dict", m.kind()));
+            return Err(shape(format!("message {i} is a {}, not a dict", m.kind())));
         }
         let mut entries: Vec<(Value, Value)> = map_entries(m)
-            .map_err(|e| e.to_string())?
+            .map_err(|e| shape(e.to_string()))?
             .into_iter()
             .filter(|(_, v)| !v.is_none())
             .collect();
@@ -859,7 +879,7 @@ fn strip_marks(
     text: &str,
     start: char,
     end: char,
-) -> Result<(String, Vec<(usize, usize)>), String> {
+) -> Result<(String, Vec<(usize, usize)>), RenderError> {
     let mut out = String::with_capacity(text.len());
     let mut spans = Vec::new();
     let mut chars = 0usize;
@@ -868,9 +888,7 @@ fn strip_marks(
         if c == start {
             open.push(chars);
         } else if c == end {
-            let s = open
-                .pop()
-                .ok_or_else(|| "unbalanced generation marks".to_string())?;
+            let s = open.pop().ok_or(RenderError::UnbalancedMarks)?;
             spans.push((s, chars));
         } else {
             out.push(c);
@@ -878,7 +896,7 @@ fn strip_marks(
         }
     }
     if !open.is_empty() {
-        return Err("unbalanced generation marks".to_string());
+        return Err(RenderError::UnbalancedMarks);
     }
     Ok((out, spans))
 }
@@ -1036,7 +1054,7 @@ impl ChatTemplate {
         &self.special_tokens
     }
 
-    fn render_messages(&self, messages: Value) -> Result<String, String> {
+    fn render_messages(&self, messages: Value) -> Result<String, RenderError> {
         let mut ctx: IndexMap<Value, Value> = IndexMap::with_capacity(8 + self.extra.len());
         ctx.insert(Value::from("messages"), messages);
         ctx.insert(Value::from("tools"), Value::from(()));
@@ -1054,19 +1072,17 @@ impl ChatTemplate {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
-            .map_err(|e| jinja_message(&e))?;
-        tmpl.render(Value::from(ctx)).map_err(|e| jinja_message(&e))
+            .map_err(|e| RenderError::Template(jinja_message(&e)))?;
+        tmpl.render(Value::from(ctx))
+            .map_err(|e| RenderError::Template(jinja_message(&e)))
     }
 
     /// Render one conversation (a list of messages) with the spans the mask is made of; errors
     /// are the detail of a [`ChatError::Conversation`].
-    pub fn render(&self, conversation: &Value) -> Result<Rendered, String> {
+    pub fn render(&self, conversation: &Value) -> Result<Rendered, RenderError> {
         let msgs = normalize(conversation)?;
         if (self.has_generation || self.loss_on != LossOn::All) && holds_marks(conversation) {
-            return Err(
-                "holds one of U+FDD0..U+FDD3 (noncharacters stokehold reserves to mark spans)"
-                    .to_string(),
-            );
+            return Err(RenderError::ReservedMarks);
         }
         let plain: Vec<Value> = msgs.iter().map(|m| map_from(m.clone())).collect();
         let text = self.render_messages(Value::from(plain))?;
@@ -1171,7 +1187,7 @@ impl ChatTemplate {
     /// Encode one conversation: its tokens and mask. Errors name conversation `index`.
     pub fn encode(&self, conversation: &Value, index: u64) -> Result<ChatEncoding, ChatError> {
         let err = |detail: String| ChatError::Conversation { index, detail };
-        let rendered = self.render(conversation).map_err(err)?;
+        let rendered = self.render(conversation).map_err(|e| err(e.to_string()))?;
         let enc = self
             .tokenizer
             .inner()
@@ -1338,8 +1354,8 @@ pub fn expand_placeholders(
 }
 
 /// A conversation (or any template value) from JSON text, keys in their order.
-pub fn value_from_json(json: &str) -> Result<Value, String> {
-    serde_json::from_str::<Value>(json).map_err(|e| e.to_string())
+pub fn value_from_json(json: &str) -> Result<Value, serde_json::Error> {
+    serde_json::from_str::<Value>(json)
 }
 
 #[cfg(test)]

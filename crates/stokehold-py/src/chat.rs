@@ -186,7 +186,10 @@ impl ChatTemplate {
         let inner = Arc::clone(&self.inner);
         py.detach(move || inner.render(&conv))
             .map(|r| r.text)
-            .map_err(|detail| chat_err(py, ChatError::Conversation { index: 0, detail }))
+            .map_err(|e| {
+                let detail = e.to_string();
+                chat_err(py, ChatError::Conversation { index: 0, detail })
+            })
     }
 
     /// `(input_ids int32, assistant_masks uint8)` of one conversation; with `expand`
