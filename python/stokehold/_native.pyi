@@ -203,6 +203,7 @@ class _ChatTemplate:
         loss_on: str = "assistant",
         add_generation_prompt: bool = False,
         template_kwargs: Optional[Dict[str, Any]] = None,
+        completion: Optional[str] = None,
     ) -> "_ChatTemplate": ...
     def render(self, conversation: Any) -> str:
         """The rendered text of one conversation."""

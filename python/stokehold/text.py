@@ -85,10 +85,20 @@ class ChatTemplate:
         of named templates of which ``"default"`` is used) and ``bos_token``, ``eos_token``, ...
     :param template: the template's text, or the name of one of the config's named templates
         (default: the config's).
-    :param messages: the field holding the conversation when a row (a dict) is passed.
-    :param loss_on: ``"assistant"``: tokens inside ``{% generation %}`` blocks, or, for templates
-        without them, each assistant message's content and the end-of-turn token after it;
-        ``"last"``: the same for the last assistant turn only; ``"all"``: every token.
+    :param messages: the field holding the conversation when a row (a dict) is passed (with
+        ``completion=``, the prompt's field).
+    :param loss_on: ``"assistant"`` (the default for conversations): tokens inside
+        ``{% generation %}`` blocks, or, for templates without them, each assistant message's
+        content and the end-of-turn token after it; ``"last"``: the same for the last assistant
+        turn only; ``"all"``: every token; ``"completion"`` (the default for pairs): the
+        tokens after the prompt's.
+    :param completion: the field of a prompt/completion pair's completion (TRL's
+        prompt-completion form): each example is then a pair, from a row (``messages`` the
+        prompt's field) or a ``(prompt, completion)`` tuple. Two lists of messages are encoded
+        as TRL's ``SFTTrainer`` does: the prompt rendered alone with the generation prompt, and
+        prompt + completion rendered as one conversation, the loss on the tokens after the
+        prompt's; two strings are tokenized as the prompt and as prompt + completion (special
+        tokens added, ``eos_token`` appended to the completion unless it ends with it).
     :param add_generation_prompt: as ``apply_chat_template``'s (``False`` for training data).
     :param template_kwargs: more variables for the template (``apply_chat_template``'s
         ``**kwargs``: ``tools``, ``documents``, ``date_string``, ...).
@@ -108,14 +118,20 @@ class ChatTemplate:
         tokenizer: Union[str, "os.PathLike[str]"],
         template: Optional[str] = None,
         messages: str = "messages",
-        loss_on: str = "assistant",
+        loss_on: Optional[str] = None,
         *,
         add_generation_prompt: bool = False,
         template_kwargs: Optional[Dict[str, Any]] = None,
         images: Optional[str] = None,
         vision: Any = None,
         image_token: str = "<|image_pad|>",
+        completion: Optional[str] = None,
     ) -> None:
+        if loss_on is None:
+            loss_on = "assistant" if completion is None else "completion"
+        if completion is not None and (images is not None or vision is not None):
+            raise ConfigError("prompt/completion pairs (completion=) take no images yet: give conversations with image parts")
+        self.completion = completion
         self.tokenizer = os.fspath(tokenizer)
         self.images = images
         self.vision = vision
@@ -132,6 +148,7 @@ class ChatTemplate:
             loss_on,
             add_generation_prompt,
             self.template_kwargs,
+            completion,
         )
         self._image_token_id: Optional[int] = None
         if vision is not None:
@@ -184,6 +201,7 @@ class ChatTemplate:
             loss_on=self.loss_on,
             add_generation_prompt=self.add_generation_prompt,
             template_kwargs=self.template_kwargs,
+            completion=self.completion,
         )
 
     @property
@@ -249,13 +267,15 @@ class ChatTemplate:
                 self.images,
                 self.vision,
                 self.image_token,
+                self.completion,
             ),
         )
 
     def __repr__(self) -> str:
+        pair = "" if self.completion is None else f", completion={self.completion!r}"
         return (
             f"ChatTemplate({self.tokenizer!r}, messages={self.messages!r}, "
-            f"loss_on={self.loss_on!r})"
+            f"loss_on={self.loss_on!r}{pair})"
         )
 
 
@@ -269,6 +289,7 @@ def _rebuild_chat_template(
     images: Optional[str] = None,
     vision: Any = None,
     image_token: str = "<|image_pad|>",
+    completion: Optional[str] = None,
 ) -> ChatTemplate:
     return ChatTemplate(
         tokenizer,
@@ -280,4 +301,5 @@ def _rebuild_chat_template(
         images=images,
         vision=vision,
         image_token=image_token,
+        completion=completion,
     )

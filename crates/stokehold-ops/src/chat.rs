@@ -115,17 +115,21 @@ pub enum LossOn {
     Last,
     /// Every token.
     All,
+    /// The completion's tokens of a prompt/completion pair (TRL's `completion_only_loss`):
+    /// every token after the prompt's.
+    Completion,
 }
 
 impl LossOn {
-    /// Parse `"assistant"`, `"last"` or `"all"`.
+    /// Parse `"assistant"`, `"last"`, `"all"` or `"completion"`.
     pub fn parse(s: &str) -> Result<LossOn, ChatError> {
         match s {
             "assistant" => Ok(LossOn::Assistant),
             "last" => Ok(LossOn::Last),
             "all" => Ok(LossOn::All),
+            "completion" => Ok(LossOn::Completion),
             other => Err(ChatError::Invalid(format!(
-                "loss_on must be \"assistant\", \"last\" or \"all\", not {other:?}"
+                "loss_on must be \"assistant\", \"last\", \"all\" or \"completion\", not {other:?}"
             ))),
         }
     }
@@ -136,6 +140,7 @@ impl LossOn {
             LossOn::Assistant => "assistant",
             LossOn::Last => "last",
             LossOn::All => "all",
+            LossOn::Completion => "completion",
         }
     }
 }
@@ -190,6 +195,7 @@ pub struct ChatTemplate {
     loss_on: LossOn,
     add_generation_prompt: bool,
     extra: Vec<(String, Value)>,
+    pairs: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -305,6 +311,10 @@ pub struct ChatOptions {
     /// More variables for the template (`apply_chat_template`'s `**kwargs`), e.g. `tools`,
     /// `documents`, `date_string`; they override the special tokens of the same name.
     pub extra: Vec<(String, Value)>,
+    /// Each example is a prompt/completion pair (a sequence of two values: two lists of
+    /// messages, or two strings) rather than one conversation; `loss_on` is then
+    /// [`LossOn::Completion`] or [`LossOn::All`].
+    pub pairs: bool,
 }
 
 impl Default for ChatOptions {
@@ -314,6 +324,7 @@ impl Default for ChatOptions {
             loss_on: LossOn::Assistant,
             add_generation_prompt: false,
             extra: Vec::new(),
+            pairs: false,
         }
     }
 }
@@ -969,6 +980,22 @@ impl ChatTemplate {
         options: ChatOptions,
         path: &Path,
     ) -> Result<ChatTemplate, ChatError> {
+        match (options.pairs, options.loss_on) {
+            (true, LossOn::Completion | LossOn::All)
+            | (false, LossOn::Assistant | LossOn::Last | LossOn::All) => {}
+            (true, other) => {
+                return Err(ChatError::Invalid(format!(
+                    "loss_on {:?} is for conversations; prompt/completion pairs take \"completion\" or \"all\"",
+                    other.as_str()
+                )));
+            }
+            (false, _) => {
+                return Err(ChatError::Invalid(
+                    "loss_on \"completion\" is for prompt/completion pairs (the `completion` field option)"
+                        .to_string(),
+                ));
+            }
+        }
         let template = match options.template {
             Some(t) => match cfg.named.iter().find(|(n, _)| *n == t) {
                 Some((_, named)) => named.clone(),
@@ -1021,6 +1048,7 @@ impl ChatTemplate {
             loss_on: options.loss_on,
             add_generation_prompt: options.add_generation_prompt,
             extra: options.extra,
+            pairs: options.pairs,
         })
     }
 
@@ -1055,13 +1083,22 @@ impl ChatTemplate {
     }
 
     fn render_messages(&self, messages: Value) -> Result<String, RenderError> {
+        self.render_with(messages, self.add_generation_prompt)
+    }
+
+    /// The template rendered for `messages`, `add_generation_prompt` as given.
+    fn render_with(
+        &self,
+        messages: Value,
+        add_generation_prompt: bool,
+    ) -> Result<String, RenderError> {
         let mut ctx: IndexMap<Value, Value> = IndexMap::with_capacity(8 + self.extra.len());
         ctx.insert(Value::from("messages"), messages);
         ctx.insert(Value::from("tools"), Value::from(()));
         ctx.insert(Value::from("documents"), Value::from(()));
         ctx.insert(
             Value::from("add_generation_prompt"),
-            Value::from(self.add_generation_prompt),
+            Value::from(add_generation_prompt),
         );
         for (k, v) in &self.special_tokens {
             ctx.insert(Value::from(k.as_str()), Value::from(v.as_str()));
@@ -1080,6 +1117,37 @@ impl ChatTemplate {
     /// Render one conversation (a list of messages) with the spans the mask is made of; errors
     /// are the detail of a [`ChatError::Conversation`].
     pub fn render(&self, conversation: &Value) -> Result<Rendered, RenderError> {
+        if self.pairs {
+            // the text of prompt + completion (two lists of messages rendered as one
+            // conversation; two strings as they are, the `eos_token` as `encode` adds it)
+            let parts: Vec<Value> = conversation
+                .try_iter()
+                .map_err(|e| RenderError::Shape(e.to_string()))?
+                .collect();
+            let text = match parts.as_slice() {
+                [p, c] if p.kind() == ValueKind::Seq && c.kind() == ValueKind::Seq => {
+                    let mut whole: Vec<Value> = Vec::new();
+                    for part in [p, c] {
+                        whole.extend(normalize(part)?.into_iter().map(map_from));
+                    }
+                    self.render_messages(Value::from(whole))?
+                }
+                [p, c] if p.as_str().is_some() && c.as_str().is_some() => {
+                    let c = c.as_str().unwrap_or("");
+                    format!("{}{c}{}", p.as_str().unwrap_or(""), self.eos_after(c))
+                }
+                _ => {
+                    return Err(RenderError::Shape(
+                        "a prompt/completion pair must be two lists of messages or two strings"
+                            .to_string(),
+                    ));
+                }
+            };
+            return Ok(Rendered {
+                text,
+                ..Rendered::default()
+            });
+        }
         let msgs = normalize(conversation)?;
         if (self.has_generation || self.loss_on != LossOn::All) && holds_marks(conversation) {
             return Err(RenderError::ReservedMarks);
@@ -1184,8 +1252,89 @@ impl ChatTemplate {
         })
     }
 
-    /// Encode one conversation: its tokens and mask. Errors name conversation `index`.
+    /// The `eos_token` TRL appends to a string completion: none when it already ends with it.
+    fn eos_after(&self, completion: &str) -> &str {
+        self.special_tokens
+            .iter()
+            .find(|(k, _)| k == "eos_token")
+            .map(|(_, v)| v.as_str())
+            .filter(|e| !completion.ends_with(e))
+            .unwrap_or("")
+    }
+
+    /// Encode one prompt/completion pair as TRL's `SFTTrainer` does: two lists of messages are
+    /// rendered as the prompt alone (with the generation prompt) and as prompt + completion;
+    /// two strings are tokenized as the prompt alone and as prompt + completion (the
+    /// `eos_token` appended to the completion unless it ends with it), special tokens added.
+    /// The mask covers the tokens after the prompt's (all of them with [`LossOn::All`]).
+    fn encode_pair(&self, pair: &Value, index: u64) -> Result<ChatEncoding, ChatError> {
+        let err = |detail: String| ChatError::Conversation { index, detail };
+        let parts: Vec<Value> = match pair.kind() {
+            ValueKind::Seq => pair.try_iter().map_err(|e| err(e.to_string()))?.collect(),
+            _ => Vec::new(),
+        };
+        let [prompt, completion] = parts.as_slice() else {
+            return Err(err(
+                "a prompt/completion pair must be two values (the prompt and the completion)"
+                    .to_string(),
+            ));
+        };
+        let tokenize = |text: &str, special: bool| {
+            self.tokenizer
+                .inner()
+                .encode(text, special)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| err(format!("tokenization failed: {e}")))
+        };
+        let (prompt_ids, input_ids) = match (prompt.kind(), completion.kind()) {
+            (ValueKind::Seq, ValueKind::Seq) => {
+                let plain = |v: &Value| -> Result<Vec<Value>, ChatError> {
+                    Ok(normalize(v)
+                        .map_err(|e| err(e.to_string()))?
+                        .into_iter()
+                        .map(map_from)
+                        .collect())
+                };
+                let p = plain(prompt)?;
+                let mut whole = p.clone();
+                whole.extend(plain(completion)?);
+                let render = |msgs: Vec<Value>, generation_prompt: bool| {
+                    self.render_with(Value::from(msgs), generation_prompt)
+                        .map_err(|e| err(e.to_string()))
+                };
+                let p_text = render(p, true)?;
+                let text = render(whole, self.add_generation_prompt)?;
+                (tokenize(&p_text, false)?, tokenize(&text, false)?)
+            }
+            (ValueKind::String, ValueKind::String) => {
+                let (p, c) = (
+                    prompt.as_str().unwrap_or(""),
+                    completion.as_str().unwrap_or(""),
+                );
+                let text = format!("{p}{c}{}", self.eos_after(c));
+                (tokenize(p, true)?, tokenize(&text, true)?)
+            }
+            (a, b) => {
+                return Err(err(format!(
+                    "a prompt/completion pair must be two lists of messages or two strings, not a {a} and a {b}"
+                )));
+            }
+        };
+        let from = match self.loss_on {
+            LossOn::All => 0,
+            _ => prompt_ids.len().min(input_ids.len()),
+        };
+        let mut mask = vec![0u8; input_ids.len()];
+        mask[from..].fill(1);
+        Ok(ChatEncoding { input_ids, mask })
+    }
+
+    /// Encode one conversation (or, with `pairs`, one prompt/completion pair): its tokens and
+    /// mask. Errors name conversation `index`.
     pub fn encode(&self, conversation: &Value, index: u64) -> Result<ChatEncoding, ChatError> {
+        if self.pairs {
+            return self.encode_pair(conversation, index);
+        }
         let err = |detail: String| ChatError::Conversation { index, detail };
         let rendered = self.render(conversation).map_err(|e| err(e.to_string()))?;
         let enc = self
@@ -1197,7 +1346,8 @@ impl ChatTemplate {
         let offsets = enc.get_offsets();
         let mut mask = vec![0u8; input_ids.len()];
         match self.loss_on {
-            LossOn::All => mask.fill(1),
+            // (`Completion` only with `pairs`, which `encode_pair` encodes)
+            LossOn::All | LossOn::Completion => mask.fill(1),
             LossOn::Assistant | LossOn::Last => {
                 let selected: Vec<usize> = (0..rendered.spans.len())
                     .filter(|&i| {

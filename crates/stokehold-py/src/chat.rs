@@ -120,22 +120,30 @@ fn chat_err(py: Python<'_>, e: ChatError) -> PyErr {
 pub struct ChatTemplate {
     inner: Arc<Template>,
     messages: String,
+    /// The completion's field of a prompt/completion pair (`messages` names the prompt's).
+    completion: Option<String>,
 }
 
 impl ChatTemplate {
     /// The conversation of `obj`: a list of messages, or a dict (a row) holding one under the
     /// `messages` field.
+    /// With `completion`, a pair: a dict holding the prompt under `messages` and the
+    /// completion under `completion`, or a `(prompt, completion)` sequence.
     fn conversation(&self, obj: &Bound<'_, PyAny>, index: usize) -> PyResult<Value> {
         if let Ok(d) = obj.cast::<PyDict>() {
-            return match d.get_item(&self.messages)? {
+            let field = |name: &str, option: &str| match d.get_item(name)? {
                 Some(m) => to_value(&m, 0),
                 None => Err(config_error(
                     obj.py(),
                     format!(
-                        "conversation {index}: a dict without the field {:?} (the `messages` option)",
-                        self.messages
+                        "conversation {index}: a dict without the field {name:?} (the `{option}` option)"
                     ),
                 )),
+            };
+            let first = field(&self.messages, "messages")?;
+            return match &self.completion {
+                Some(c) => Ok(Value::from(vec![first, field(c, "completion")?])),
+                None => Ok(first),
             };
         }
         to_value(obj, 0)
@@ -145,7 +153,8 @@ impl ChatTemplate {
 #[pymethods]
 impl ChatTemplate {
     #[new]
-    #[pyo3(signature = (tokenizer, template = None, messages = "messages", loss_on = "assistant", add_generation_prompt = false, template_kwargs = None))]
+    #[pyo3(signature = (tokenizer, template = None, messages = "messages", loss_on = "assistant", add_generation_prompt = false, template_kwargs = None, completion = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         tokenizer: PathBuf,
@@ -154,6 +163,7 @@ impl ChatTemplate {
         loss_on: &str,
         add_generation_prompt: bool,
         template_kwargs: Option<Bound<'_, PyDict>>,
+        completion: Option<String>,
     ) -> PyResult<ChatTemplate> {
         let loss_on = LossOn::parse(loss_on).map_err(|e| chat_err(py, e))?;
         let mut extra = Vec::new();
@@ -170,6 +180,7 @@ impl ChatTemplate {
             loss_on,
             add_generation_prompt,
             extra,
+            pairs: completion.is_some(),
         };
         let inner = py
             .detach(|| Template::from_path(&tokenizer, options))
@@ -177,6 +188,7 @@ impl ChatTemplate {
         Ok(ChatTemplate {
             inner: Arc::new(inner),
             messages: messages.to_string(),
+            completion,
         })
     }
 

@@ -76,6 +76,10 @@ pub struct ChatSpec {
     /// More variables for the template.
     #[serde(default)]
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// The field of a prompt/completion pair's completion (`messages` then names the
+    /// prompt's field); `None`: conversations.
+    #[serde(default)]
+    pub completion: Option<String>,
 }
 
 fn default_messages() -> String {
@@ -150,6 +154,7 @@ impl ChatSpec {
                 loss_on,
                 add_generation_prompt: self.add_generation_prompt,
                 extra,
+                pairs: self.completion.is_some(),
             },
         )
         .map_err(|e| EngineError::Config(e.to_string()))
@@ -267,6 +272,8 @@ pub struct PackSummary {
 pub struct ChatPlanner {
     ds: Arc<Dataset>,
     field: usize,
+    /// A prompt/completion pair's completion field (`field` then the prompt's).
+    completion: Option<usize>,
     template: Arc<ChatTemplate>,
     options: ChatRowOptions,
     /// Token count per conversation; `u32::MAX`: left out (overlong dropped, or bad).
@@ -321,19 +328,26 @@ impl ChatPlanner {
                 "packed conversations shuffle globally or not at all".into(),
             ));
         }
+        let index_of = |name: &str, option: &str| {
+            ds.schema().index_of(name).ok_or_else(|| {
+                EngineError::Config(format!(
+                    "{} has no field {name:?} (the ChatTemplate's `{option}`); its fields: {}",
+                    ds.dir().display(),
+                    ds.schema()
+                        .fields
+                        .iter()
+                        .map(|f| f.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        };
         let name = &options.chat.messages;
-        let field = ds.schema().index_of(name).ok_or_else(|| {
-            EngineError::Config(format!(
-                "{} has no field {name:?} (the ChatTemplate's `messages`); its fields: {}",
-                ds.dir().display(),
-                ds.schema()
-                    .fields
-                    .iter()
-                    .map(|f| f.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ))
-        })?;
+        let field = index_of(name, "messages")?;
+        let completion = match &options.chat.completion {
+            Some(c) => Some(index_of(c, "completion")?),
+            None => None,
+        };
         let template = Arc::new(options.chat.build()?);
         let template_id = {
             let t = template.template().as_bytes();
@@ -346,6 +360,9 @@ impl ChatPlanner {
                     .as_bytes(),
             );
             a = stokehold_format::crc::append(a, &[u8::from(options.chat.add_generation_prompt)]);
+            if let Some(c) = &options.chat.completion {
+                a = stokehold_format::crc::append(a, c.as_bytes());
+            }
             a
         };
         let tokenizer_id =
@@ -363,6 +380,7 @@ impl ChatPlanner {
                 options.pad_id,
             ),
             field,
+            completion,
             template,
             counts: Vec::new(),
             truncated: 0,
@@ -380,25 +398,43 @@ impl ChatPlanner {
         Ok(planner)
     }
 
-    /// The conversation `id`: its record's field, parsed as JSON.
+    /// The conversation `id`: its record's field, parsed as JSON; with a completion field, the
+    /// pair `[prompt, completion]`, each a JSON list of messages or plain text.
     fn conversation(&self, id: u64) -> Result<Value> {
         let values = self
             .ds
             .get(id)
             .map_err(|source| EngineError::Sample { id, source })?;
         let bad = |detail: String| self.bad(id, detail);
-        let text = match values.get(self.field) {
-            Some(FieldValue::String(s)) => s.as_ref(),
-            Some(FieldValue::Bytes(b)) => std::str::from_utf8(b)
-                .map_err(|e| bad(format!("the field is not UTF-8 text: {e}")))?,
-            Some(_) => {
-                return Err(bad(
+        let text = |field: usize| -> Result<&str> {
+            match values.get(field) {
+                Some(FieldValue::String(s)) => Ok(s.as_ref()),
+                Some(FieldValue::Bytes(b)) => std::str::from_utf8(b)
+                    .map_err(|e| bad(format!("the field is not UTF-8 text: {e}"))),
+                Some(_) => Err(bad(
                     "the field is not a string (nor bytes of JSON text)".to_string()
-                ));
+                )),
+                None => Err(bad("the record has no such field".to_string())),
             }
-            None => return Err(bad("the record has no such field".to_string())),
         };
-        value_from_json(text).map_err(|e| bad(format!("not a JSON list of messages: {e}")))
+        let Some(completion) = self.completion else {
+            return value_from_json(text(self.field)?)
+                .map_err(|e| bad(format!("not a JSON list of messages: {e}")));
+        };
+        // a part of a `json` field is its value (a list of messages, or a string); of a
+        // string field, a list of messages when its text is JSON of a list, else the text
+        let part = |field: usize| -> Result<Value> {
+            let t = text(field)?;
+            let json = self.ds.schema().fields[field].ty == stokehold_format::FieldType::Json;
+            if json {
+                return value_from_json(t).map_err(|e| bad(format!("not JSON: {e}")));
+            }
+            Ok(match t.trim_start().starts_with('[') {
+                true => value_from_json(t).unwrap_or_else(|_| Value::from(t)),
+                false => Value::from(t),
+            })
+        };
+        Ok(Value::from(vec![part(self.field)?, part(completion)?]))
     }
 
     /// The error of a conversation that cannot be encoded, naming its record.
