@@ -116,7 +116,15 @@ def stokehold_pipeline(convs, tokenizer_dir, seq_len, batch_size, threads, tmp):
     for b in loader:
         tokens += int((b["segment_ids"] >= 0).sum())
     packing = loader.stats()["packing"]
-    return c0, packing["rows"], tokens, packing["fill"]
+    first = cpu() - c0
+    # the next epoch: a new plan (another shuffle), each conversation's tokens and mask served
+    # from the encodings kept in memory (keep_encodings), not templated and tokenized again
+    c1, again = cpu(), 0
+    for b in loader:
+        again += int((b["segment_ids"] >= 0).sum())
+    second = cpu() - c1
+    assert loader.epoch == 2 and again > 0, "the second epoch delivered nothing"
+    return first, second, packing["rows"], tokens, packing["fill"]
 
 
 def main() -> None:
@@ -138,10 +146,11 @@ def main() -> None:
         print(f"{n} conversations, seq_len {args.seq_len}, batch {args.batch_size}, "
               f"{args.threads} threads / processes")
 
-        c0, rows, tokens, fill = stokehold_pipeline(convs, root, args.seq_len, args.batch_size, args.threads, tmp)
-        t_ours = cpu() - c0
+        t_ours, t_next, rows, tokens, fill = stokehold_pipeline(convs, root, args.seq_len, args.batch_size, args.threads, tmp)
         print(f"{'stokehold (template+tokenize+pack)':<42} {t_ours / n * 1e6:10.1f} CPU µs/conv "
               f"{rows} rows, fill {fill:.4f}")
+        print(f"{'stokehold, next epoch (encodings kept)':<42} {t_next / n * 1e6:10.1f} CPU µs/conv "
+              f"({t_ours / max(t_next, 1e-9):.1f}x the first epoch; the issue asks >= 10x)")
 
         c0, w0 = cpu(), time.perf_counter()
         py_rows, py_tokens = python_pipeline(convs, root, args.seq_len, args.batch_size, args.threads)
