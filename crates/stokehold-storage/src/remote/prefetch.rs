@@ -74,12 +74,13 @@ fn coalesce(recs: &[(u64, u64)]) -> (usize, u64) {
 /// shared as it is: no copy).
 #[derive(Debug, Default)]
 struct Slot {
-    done: Mutex<Option<Result<Arc<Vec<u8>>, String>>>,
+    /// `Some(None)`: the GET failed (the read asks again itself, and reports its own error).
+    done: Mutex<Option<Option<Arc<Vec<u8>>>>>,
     ready: Condvar,
 }
 
 impl Slot {
-    fn fill(&self, r: Result<Arc<Vec<u8>>, String>) {
+    fn fill(&self, r: Option<Arc<Vec<u8>>>) {
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         self.ready.notify_all();
     }
@@ -89,7 +90,7 @@ impl Slot {
         let mut g = self.done.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(r) = g.as_ref() {
-                return r.as_ref().ok().cloned();
+                return r.clone();
             }
             g = self.ready.wait(g).unwrap_or_else(|p| p.into_inner());
         }
@@ -247,7 +248,7 @@ impl Prefetcher {
             // `len` is at most MAX_GET or one record's length within the object's size
             let mut buf = vec![0u8; len as usize];
             let r = obj.fetch(start, &mut buf).await;
-            slot.fill(r.map(|()| Arc::new(buf)).map_err(|e| e.to_string()));
+            slot.fill(r.ok().map(|()| Arc::new(buf)));
         };
         match super::runtime() {
             Ok(rt) => {
@@ -255,7 +256,7 @@ impl Prefetcher {
             }
             // no runtime: the range fails at once (a read waiting on it must not wait forever);
             // the read's own request then reports the error
-            Err(e) => failed.fill(Err(e.to_string())),
+            Err(_) => failed.fill(None),
         }
     }
 
