@@ -404,9 +404,9 @@ def test_exception_hierarchy():
 
 def test_writers_refuse_urls_and_busy_or_foreign_destinations(tmp_path):
     # object stores are written (test_remote.py); other schemes are refused
-    with pytest.raises(stokehold.ConfigError, match="ftp:// URLs are not supported yet"):
+    with pytest.raises(stokehold.ConfigError, match="ftp:// URLs are not taken here: give a local path"):
         stokehold.ShardWriter("ftp://bucket/x", {"b": "bytes"})
-    with pytest.raises(stokehold.ConfigError, match="URLs are not supported yet"):
+    with pytest.raises(stokehold.ConfigError, match="URLs are not taken here"):
         stokehold.Dataset("file:///bucket/x")  # object stores are read: test_remote.py
     assert not (tmp_path / "s3:").exists() and not (tmp_path / "ftp:").exists()
     first = stokehold.ShardWriter(tmp_path / "ds", {"b": "bytes"})

@@ -184,10 +184,10 @@ pub enum FormatError {
         /// Why not.
         reason: String,
     },
-    /// A URL was given where a local path is needed: object storage is not supported yet.
-    #[error(
-        "{url}: {scheme}:// URLs are not supported yet (object storage is planned); give a local path"
-    )]
+    /// A URL where only a local path is taken: a scheme that is not an object store's (object
+    /// stores take s3://, gs://, az://, http(s):// and their kin), a command or option that
+    /// works on local files, or a build without object storage.
+    #[error("{url}: {scheme}:// URLs are not taken here: give a local path")]
     RemoteUnsupported {
         /// The URL as given.
         url: String,

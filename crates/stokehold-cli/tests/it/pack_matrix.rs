@@ -521,7 +521,7 @@ fn urls_are_refused_by_every_command_and_nothing_is_written() {
         let run = stokehold(root, args);
         assert_eq!(run.code, 2, "{args:?}: {run:?}");
         assert!(
-            run.stderr.contains("URLs are not supported yet"),
+            run.stderr.contains("URLs are not taken here"),
             "{args:?}: {run:?}"
         );
     }
