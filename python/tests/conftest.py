@@ -8,6 +8,18 @@ import os
 # Rust, cache::decoded_disk, and below with a floor no disk keeps).
 os.environ.setdefault("STOKEHOLD_KEEP_FREE", "0")
 
+# What stokehold keeps between runs (indexes of files read in place, token counts of packed
+# conversations) goes to a directory of this run, not the user's ~/.cache: a test sees only
+# what this run kept.
+if "STOKEHOLD_INDEX_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _kept = tempfile.mkdtemp(prefix="stokehold-kept-")
+    os.environ["STOKEHOLD_INDEX_DIR"] = _kept
+    atexit.register(shutil.rmtree, _kept, True)
+
 
 def moto_s3(key, secret, bucket=None):
     """A real S3-compatible server (moto's, installed by `make setup`) on 127.0.0.1 for one test

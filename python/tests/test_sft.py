@@ -316,19 +316,25 @@ def test_conversations_from_parquet_in_place_give_the_rows_of_their_pack(tmp_pat
         assert (x["input_ids"] == y["input_ids"]).all() and (x["labels"] == y["labels"]).all()
 
 
-def test_kept_encodings_and_encoding_again_give_the_same_rows(tmp_path, models):
+def test_kept_encodings_and_encoding_again_give_the_same_rows(tmp_path, models, monkeypatch):
     """The count pass keeps encodings within keep_encodings (filling then does not encode them
-    again); without it (0), or past the budget, rows are encoded again: the same batches."""
+    again); without it (0), or past the budget, rows are encoded again: the same batches. Then
+    an open that finds the counts kept on disk encodes nothing at open (kept 0) and gives them
+    again."""
     convs = make_convs(80, seed=9, long_every=10)
     ds = write(tmp_path / "ds", convs)
     tmpl = ChatTemplate(models["chatml"])
     kw = dict(seq_len=128, batch_size=3, seed=2, window=20, drop_last=False)
     runs, kept = [], []
-    for keep in ("auto", 0, 6000):
+    for i, keep in enumerate(("auto", 0, 6000, "auto")):
+        # each of the first three counts (no counts kept from the one before); the last finds
+        # the third's counts
+        monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(tmp_path / f"kept{min(i, 2)}"))
         ld = loader(ds, tmpl, keep_encodings=keep, **kw)
         runs.append(list(ld))
         kept.append(ld.stats()["packing"]["kept"])
-    assert kept[0] == 80 and kept[1] == 0 and 0 < kept[2] < 80
+    assert kept[0] == 80 and kept[1] == 0 and 0 < kept[2] < 80 and kept[3] == 0
+    assert len(list((tmp_path / "kept2" / "counts").glob("*.skcc"))) == 1
     for other in runs[1:]:
         assert len(other) == len(runs[0])
         for x, y in zip(runs[0], other):

@@ -11,6 +11,8 @@
 //!   of everything before it (a kept index).
 //! - [`PartFooter`] / [`PartEntry`]: a decoded part, pixels then an index of 32-byte entries
 //!   then a 32-byte footer that locates the index (opened from its end, as a shard).
+//! - [`seal_counts`] / [`parse_counts`]: kept token counts of packed conversations (`.skcc`), a
+//!   sealed container of a JSON header naming what they count, then one `u32` per sample.
 
 use std::ops::Range;
 
@@ -25,6 +27,12 @@ pub enum ContainerError {
     /// A field or region runs past the end of the bytes.
     #[error("it ends early")]
     EndsEarly,
+    /// Bytes left over after everything the container declares.
+    #[error("{left} bytes follow what it declares")]
+    TrailingBytes {
+        /// The bytes left over.
+        left: usize,
+    },
     /// A table's count does not fit the bytes that are left.
     #[error("a table of {count} items of {size} bytes does not fit its {left} bytes left")]
     TableTooLarge {
@@ -209,6 +217,52 @@ pub fn seal(mut body: Vec<u8>) -> Vec<u8> {
     let c = crc::crc32c(&body);
     body.extend_from_slice(&c.to_le_bytes());
     body
+}
+
+/// The magic of kept token counts ([`seal_counts`]).
+pub const COUNTS_MAGIC: &[u8; 8] = b"SKHCNT\0\x01";
+
+/// What kept counts count: the key of the dataset and of the encoding (template, tokenizer,
+/// options), and how many samples.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CountsHeader {
+    /// The dataset's and the encoding's key.
+    pub key: String,
+    /// Samples counted.
+    pub n: u64,
+}
+
+/// Kept token counts, sealed: `magic | header length u32 | JSON header | n u32 counts | CRC-32C`.
+pub fn seal_counts(key: &str, counts: &[u32]) -> Vec<u8> {
+    let header = serde_json::to_vec(&CountsHeader {
+        key: key.to_string(),
+        n: counts.len() as u64,
+    })
+    .expect("a header serializes");
+    let mut out = Vec::with_capacity(COUNTS_MAGIC.len() + 8 + header.len() + counts.len() * 4);
+    out.extend_from_slice(COUNTS_MAGIC);
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    for c in counts {
+        out.extend_from_slice(&c.to_le_bytes());
+    }
+    seal(out)
+}
+
+/// Kept token counts ([`seal_counts`]): their header and counts, every length checked against
+/// the bytes there and the whole against its CRC-32C.
+pub fn parse_counts(bytes: &[u8]) -> ContainerResult<(CountsHeader, Vec<u32>)> {
+    let body = sealed_body(bytes, COUNTS_MAGIC, "counts file")?;
+    let mut r = Cursor::new(body, COUNTS_MAGIC.len());
+    let hlen = r.u32()? as usize;
+    let header: CountsHeader = r.json_header(hlen, &Limits::default())?;
+    let counts = r.u32s(header.n)?;
+    if r.remaining() != 0 {
+        return Err(ContainerError::TrailingBytes {
+            left: r.remaining(),
+        });
+    }
+    Ok((header, counts))
 }
 
 /// The footer of a decoded part: `magic (8) | version u32 | index CRC-32C u32 | count u64 |
@@ -468,8 +522,47 @@ mod tests {
         );
     }
 
+    #[test]
+    fn kept_counts_round_trip_and_refuse_damage() {
+        let b = seal_counts("ds/chat:abc", &[3, 0, u32::MAX, 7]);
+        let (h, counts) = parse_counts(&b).unwrap();
+        assert_eq!((h.key.as_str(), h.n), ("ds/chat:abc", 4));
+        assert_eq!(counts, [3, 0, u32::MAX, 7]);
+        let mut bad = b.clone();
+        let last = bad.len() - 6;
+        bad[last] ^= 1;
+        assert!(matches!(parse_counts(&bad), Err(ContainerError::Checksum)));
+        assert!(parse_counts(&b[..b.len() - 1]).is_err());
+        // a header that declares more counts than are there: refused before allocating
+        let mut body = COUNTS_MAGIC.to_vec();
+        let header = br#"{"key":"k","n":1000000000000}"#;
+        body.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        body.extend_from_slice(header);
+        body.extend_from_slice(&[0; 8]);
+        assert!(matches!(
+            parse_counts(&seal(body)),
+            Err(ContainerError::TableTooLarge { .. })
+        ));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        /// Mutated and cut kept counts never panic the parser.
+        #[test]
+        fn mutated_counts_never_panic(
+            edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..8),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let mut b = seal_counts("key", &[1, 2, 3, 4, 5]);
+            for (at, v) in edits {
+                let i = at.index(b.len());
+                b[i] = v;
+            }
+            let keep = cut.index(b.len() + 1);
+            crate::fuzzing::fuzz_containers(&b);
+            crate::fuzzing::fuzz_containers(&b[..keep]);
+        }
 
         /// Mutated and cut parts never panic the parser (`fuzz_containers` asserts what an
         /// accepted part promises).

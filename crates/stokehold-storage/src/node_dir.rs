@@ -29,6 +29,20 @@ pub const KEEP_FREE_FRACTION: f64 = 0.05;
 /// ...or, on a large filesystem, this many bytes.
 pub const KEEP_FREE_MAX: u64 = 1 << 30;
 
+/// Where stokehold keeps what it derives from data between runs (the indexes of files read in
+/// place, the token counts of packed conversations): `$STOKEHOLD_INDEX_DIR`, else
+/// `$XDG_CACHE_HOME/stokehold/index`, else `~/.cache/stokehold/index`; `None` without a home.
+pub fn kept_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("STOKEHOLD_INDEX_DIR").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("stokehold").join("index"))
+}
+
 /// An exclusive claim (an `flock` on a lock file), held until dropped; see the module
 /// documentation.
 #[derive(Debug)]

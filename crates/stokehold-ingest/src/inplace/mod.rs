@@ -67,16 +67,10 @@ pub struct InPlaceOptions {
 }
 
 /// Where indexes are kept by default: `$STOKEHOLD_INDEX_DIR`, else
-/// `$XDG_CACHE_HOME/stokehold/index`, else `~/.cache/stokehold/index`; `None` without a home.
+/// `$XDG_CACHE_HOME/stokehold/index`, else `~/.cache/stokehold/index`; `None` without a home
+/// ([`stokehold_storage::node_dir::kept_dir`]).
 pub fn default_index_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("STOKEHOLD_INDEX_DIR").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(d));
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|d| !d.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(base.join("stokehold").join("index"))
+    stokehold_storage::node_dir::kept_dir()
 }
 
 /// Whether `path` is a stokehold dataset (a directory or prefix holding a manifest), not files

@@ -284,6 +284,8 @@ pub struct ChatPlanner {
     /// Encodings kept from the count pass, within `keep_encodings`.
     kept: Vec<OnceLock<ChatEncoding>>,
     kept_count: AtomicU64,
+    /// The counts came from a kept count pass (nothing was encoded at open).
+    counts_kept: bool,
     shuffle: Shuffle,
     seed: u64,
     fingerprint: String,
@@ -388,6 +390,7 @@ impl ChatPlanner {
             skipped: Vec::new(),
             kept: Vec::new(),
             kept_count: AtomicU64::new(0),
+            counts_kept: false,
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
@@ -484,10 +487,21 @@ impl ChatPlanner {
         })
     }
 
-    /// Count every conversation (see [`ChatPlanner::new`]).
+    /// Count every conversation (see [`ChatPlanner::new`]), or take the counts a count pass of
+    /// the same dataset and encoding kept ([`super::kept_counts`]).
     fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
         let n = self.ds.len();
         self.kept = (0..n).map(|_| OnceLock::new()).collect();
+        let keep = super::kept_counts::dir();
+        let key = format!("{}#counts-v1", self.fingerprint);
+        if let Some(counts) = keep
+            .as_deref()
+            .and_then(|d| super::kept_counts::load(d, &key, n))
+        {
+            self.counts_kept = true;
+            self.settle(counts);
+            return Ok(());
+        }
         let budget = self.options.keep_encodings.resolve(default_keep);
         let used = AtomicU64::new(0);
         let this = &*self;
@@ -538,10 +552,22 @@ impl ChatPlanner {
                 });
             }
         }
+        if errors.is_empty()
+            && let Some(d) = keep.as_deref()
+        {
+            super::kept_counts::store(d, &key, &counts);
+        }
         self.skipped = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
             .collect();
+        self.settle(counts);
+        Ok(())
+    }
+
+    /// The counts as rows take them: overlong conversations truncated or left out, empty ones
+    /// left out.
+    fn settle(&mut self, mut counts: Vec<u32>) {
         let seq_len = self.options.seq_len;
         for c in counts.iter_mut() {
             if *c == LEFT_OUT || *c <= seq_len {
@@ -565,7 +591,6 @@ impl ChatPlanner {
             }
         }
         self.counts = counts;
-        Ok(())
     }
 
     /// The token count of conversation `id` in a row (truncated to `seq_len`); `None`: left out.
@@ -855,6 +880,24 @@ impl Samples for ChatRows {
         for (s, &conv) in convs.iter().enumerate() {
             let enc = self.planner.encoding(conv)?;
             let len = enc.input_ids.len().min(n - at);
+            // the row was planned from this count: an encoding of another length means the
+            // conversation is not the one counted (kept counts of data changed in place)
+            let planned = self.planner.count_of(conv).map_or(0, |c| c as usize);
+            if len != planned {
+                return Err(self.planner.bad(
+                    conv,
+                    format!(
+                        "its encoding has {} tokens where its row was planned for {planned}: \
+                         the conversation changed since it was counted{}",
+                        enc.input_ids.len(),
+                        if self.planner.counts_kept {
+                            " (counts kept under $STOKEHOLD_INDEX_DIR/counts: remove them)"
+                        } else {
+                            ""
+                        }
+                    ),
+                ));
+            }
             for j in 0..len {
                 let t = enc.input_ids[j];
                 input[at + j] = i32::try_from(t).map_err(|_| {

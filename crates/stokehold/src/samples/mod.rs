@@ -26,6 +26,7 @@ use crate::stages::Output;
 use crate::stats::WorkerStats;
 
 pub mod chats;
+mod kept_counts;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
