@@ -545,6 +545,21 @@ mod tests {
         ));
     }
 
+    /// `b` with `edits` applied, whole and cut at `cut`, through the containers' fuzz entry.
+    fn fuzz_mutated(
+        mut b: Vec<u8>,
+        edits: &[(proptest::sample::Index, u8)],
+        cut: proptest::sample::Index,
+    ) {
+        for (at, v) in edits {
+            let i = at.index(b.len());
+            b[i] = *v;
+        }
+        let keep = cut.index(b.len() + 1);
+        crate::fuzzing::fuzz_containers(&b);
+        crate::fuzzing::fuzz_containers(&b[..keep]);
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
 
@@ -554,14 +569,7 @@ mod tests {
             edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..8),
             cut in proptest::prelude::any::<proptest::sample::Index>(),
         ) {
-            let mut b = seal_counts("key", &[1, 2, 3, 4, 5]);
-            for (at, v) in edits {
-                let i = at.index(b.len());
-                b[i] = v;
-            }
-            let keep = cut.index(b.len() + 1);
-            crate::fuzzing::fuzz_containers(&b);
-            crate::fuzzing::fuzz_containers(&b[..keep]);
+            fuzz_mutated(seal_counts("key", &[1, 2, 3, 4, 5]), &edits, cut);
         }
 
         /// Mutated and cut parts never panic the parser (`fuzz_containers` asserts what an
@@ -572,14 +580,7 @@ mod tests {
             cut in proptest::prelude::any::<proptest::sample::Index>(),
         ) {
             let e = |id, offset| PartEntry { id, offset, width: 2, height: 2, channels: 1, crc: 5 };
-            let mut b = part(&[e(1, 0), e(2, 4), e(3, 8)], 12, 1);
-            for (at, v) in edits {
-                let i = at.index(b.len());
-                b[i] = v;
-            }
-            let keep = cut.index(b.len() + 1);
-            crate::fuzzing::fuzz_containers(&b);
-            crate::fuzzing::fuzz_containers(&b[..keep]);
+            fuzz_mutated(part(&[e(1, 0), e(2, 4), e(3, 8)], 12, 1), &edits, cut);
         }
     }
 }
