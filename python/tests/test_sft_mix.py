@@ -268,3 +268,30 @@ def test_documents_alone_are_packed_whole(tmp_path, models):
                 at += len(ids)
                 seen.add(d)
     assert seen == set(range(30))
+
+
+def test_bad_conversations_of_a_source_are_skipped_within_its_budget_and_named_with_it(tmp_path, models):
+    """Under on_error="skip", a source's unreadable conversations are left out of the rows and
+    listed with the source's name; a source's own max_skip_fraction holds it to its budget; a
+    source of weight 0 gives no conversation; epoch_samples sets the stream's slice."""
+    a_convs = make_convs(30, seed=61)
+    b_convs = make_convs(20, seed=62)
+    b_convs[4] = "{not json"
+    a, b, c = write(tmp_path / "a", a_convs), write(tmp_path / "b", b_convs), write(tmp_path / "c", make_convs(10, seed=63))
+    tmpl = ChatTemplate(models["chatml"])
+    with pytest.raises(stokehold.StokeholdError, match="conversation 4"):
+        loader(stokehold.Mixture({"a": a, "b": b}), tmpl, seq_len=96, batch_size=2)
+    with pytest.raises(stokehold.StokeholdError, match="max_skip_fraction"):
+        loader(stokehold.Mixture({"a": a, "b": b}, max_skip_fraction={"b": 0.01}), tmpl, seq_len=96, batch_size=2, on_error="skip")
+    mix = stokehold.Mixture({"a": a, "b": b, "c": c}, weights={"a": 0.5, "b": 0.5, "c": 0}, epoch_samples=40)
+    ld = loader(mix, tmpl, seq_len=96, batch_size=2, on_error="skip", drop_last=False, shuffle=False)
+    packing = ld.stats()["packing"]
+    assert packing["conversations"] == 40
+    assert packing["skipped"] == 1 and packing["sources"]["b"]["skipped"] == 1
+    assert "source 'b'" in packing["skipped_examples"][0][1] and "conversation 4" in packing["skipped_examples"][0][1]
+    rows = rows_of(list(ld))
+    seen = [x for row in rows for x in row]
+    assert (1, 4) not in seen and not any(s == 2 for s, _ in seen)
+    # 40 conversations of the stream, 20 of each source (b's 4 left out), each once
+    assert sorted(set(seen)) == [(0, i) for i in range(20)] + [(1, i) for i in range(20) if i != 4]
+    assert packing["sources"]["c"]["conversations"] == 0 and packing["sources"]["c"]["weight"] == 0
