@@ -22,7 +22,9 @@ _SPEC_KEYS = tuple(k for k in map(_options.spec_key, _options.options(MIXTURE)) 
 class Mixture:
     """Several datasets (images, token datasets, files read in place, from local disk or object
     storage) loaded as one: pass it to :class:`stokehold.Loader` or
-    :class:`stokehold.SequenceLoader` where a dataset goes.
+    :class:`stokehold.SequenceLoader` where a dataset goes (also datasets of conversations or
+    plain text with ``SequenceLoader(mix, text=..., packing="whole")``: blended conversation by
+    conversation, then packed; docs/text.md).
 
     The order is a function of the seed, the weights and the position only: each sample of the
     blended stream goes to the source furthest behind its share (error diffusion, exact in

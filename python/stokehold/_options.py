@@ -89,7 +89,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("max_len", None, (SEQUENCE,), "count", "documents mode: one document per sample, at most this many input tokens"),
     Option("pad_id", 0, (SEQUENCE,), "value", "documents mode: the input id of padding"),
     Option("bucket", 1, (SEQUENCE,), "count", "documents mode: sort runs of this many positions by length (1: off)"),
-    Option("text", None, (SEQUENCE,), "value", "a text.ChatTemplate: records of conversations, rendered and tokenized at load time"),
+    Option("text", None, (SEQUENCE,), "value", "a text.ChatTemplate (text.Documents: plain text); a Mixture: {source: either}"),
     Option("packing", None, (SEQUENCE,), "value", "\"whole\" (with text=ChatTemplate): whole conversations per row, best-fit-decreasing"),
     Option("overlong", "truncate", (SEQUENCE,), "choice", "packing=\"whole\": a conversation longer than seq_len is cut to it, or \"drop\": left out", choices=("truncate", "drop")),
     Option("window", 1024, (SEQUENCE,), "count", "packing=\"whole\": conversations of the shuffled order packed together"),

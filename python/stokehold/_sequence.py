@@ -100,7 +100,11 @@ class SequenceLoader(_Front):
     :param text: a :class:`stokehold.text.ChatTemplate`: ``dataset`` is then a dataset of
         records whose field ``text.messages`` holds a conversation (the UTF-8 JSON text of its list
         of messages), rendered, tokenized and masked on the loader's threads; needs
-        ``packing="whole"``.
+        ``packing="whole"``. A :class:`stokehold.text.Documents` instead: plain text, each record
+        one document. With a :class:`Mixture`, one of these for every source, or a dict
+        ``{source name: ChatTemplate or Documents}`` (conversations mixed with plain text): the
+        sources are blended by weight, conversation by conversation, then packed
+        (``batch["doc_sources"]``, ``stats()["packing"]["sources"]``; docs/text.md).
     :param packing: ``"whole"``: rows of ``seq_len`` tokens hold whole conversations, chosen
         best-fit-decreasing over windows of ``window`` conversations of the shuffled order
         (docs/text.md, "Supervised fine-tuning"). Batches: ``input_ids`` int32, ``labels`` int64
@@ -194,15 +198,27 @@ class SequenceLoader(_Front):
 
     def _start_chats(self, dataset: Any, o: Dict[str, Any], seq_len: int, batch_size: int) -> None:
         """``packing="whole"`` with ``text=ChatTemplate``: rows of whole conversations."""
-        from .text import ChatTemplate
+        from .text import ChatTemplate, Documents
 
         text, packing = o["text"], o["packing"]
         if packing != "whole":
             raise ConfigError(f'packing must be "whole" (whole conversations per row) with text=, got {packing!r}')
-        if not isinstance(text, ChatTemplate):
-            raise ConfigError(f'packing="whole" needs text=stokehold.text.ChatTemplate(...), got {text!r}')
-        if isinstance(dataset, Mixture):
-            raise ConfigError('packing="whole" takes one dataset of conversations; a Mixture of them is not available yet')
+        own: Dict[str, Any] = {}
+        if isinstance(text, Mapping):
+            # a Mixture's sources, each with its own template (or Documents)
+            if not isinstance(dataset, Mixture):
+                raise ConfigError("text= as a dict (source name -> ChatTemplate or Documents) is for a Mixture; give one dataset one ChatTemplate")
+            unknown = [n for n in text if n not in dataset.names]
+            if unknown:
+                raise ConfigError(f"text= names {unknown[0]!r}, which is not a source of the Mixture (they are {', '.join(dataset.names)})")
+            missing = [n for n in dataset.names if n not in text]
+            if missing:
+                raise ConfigError(f"text= gives no ChatTemplate or Documents for the source {missing[0]!r}: give one per source")
+            own = dict(text)
+            text = own[dataset.names[0]]
+        for t in (own or {"": text}).values():
+            if not isinstance(t, (ChatTemplate, Documents)):
+                raise ConfigError(f'packing="whole" needs text=stokehold.text.ChatTemplate(...) (or text.Documents(...) for plain text), got {t!r}')
         for name, default in (("max_len", None), ("bucket", 1), ("dtype", "int32"), ("cache_dir", None)):
             if o[name] != default:
                 raise ConfigError(f'{name} is not an option of packing="whole" (leave it at {default!r})')
@@ -215,6 +231,11 @@ class SequenceLoader(_Front):
         chat = text._spec()
         samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id, keep_encodings=o["keep_encodings"])
         spec = dict(loader=loader_config, samples=samples, **disk)
+        if isinstance(dataset, Mixture):
+            spec["mixture"] = mix = dataset._spec(None)
+            for src in mix["sources"]:
+                if src["name"] in own:
+                    src["text"] = own[src["name"]]._spec()
         config = dict(o, seq_len=seq_len, batch_size=batch_size)
         self._start(dataset, config, spec, [])
         self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}")

@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from ._native import ConfigError, Tokenizer, _ChatTemplate
 
-__all__ = ["ChatTemplate", "Tokenize", "Tokenizer"]
+__all__ = ["ChatTemplate", "Documents", "Tokenize", "Tokenizer"]
 
 
 class Tokenize:
@@ -69,6 +69,52 @@ class Tokenize:
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Tokenize) and other._spec() == self._spec()
+
+
+class Documents:
+    """Plain text packed whole beside conversations: each record's ``field`` (a string) is one
+    document, tokenized natively with the ``tokenizer.json`` (no chat template, no special tokens
+    of the tokenizer's own), ``bos``/``eos`` around it, the loss on every token. Give it where a
+    :class:`ChatTemplate` goes in ``SequenceLoader(..., packing="whole")``: as ``text=`` for a
+    dataset of documents, or for one source of a :class:`stokehold.Mixture` of conversations and
+    text (``text={"chat": ChatTemplate(...), "web": Documents(...)}``; docs/text.md).
+
+    :param tokenizer: a ``tokenizer.json``, or a directory holding one.
+    :param field: the field holding the text.
+    :param bos: a token name put before each document (e.g. ``"<s>"``), or ``None``.
+    :param eos: a token name put after it (e.g. ``"</s>"``, so that the model learns where a
+        document ends), or ``None``.
+    :raises ConfigError: the tokenizer cannot be loaded, or ``bos``/``eos`` is not one of its
+        tokens (when the loader is made).
+    """
+
+    def __init__(
+        self,
+        tokenizer: Union[str, "os.PathLike[str]"],
+        field: str = "text",
+        *,
+        bos: Optional[str] = None,
+        eos: Optional[str] = None,
+    ) -> None:
+        if not isinstance(field, str) or not field:
+            raise ConfigError(f"field must be a field name (a non-empty string), got {field!r}")
+        for name, v in (("bos", bos), ("eos", eos)):
+            if v is not None and not isinstance(v, str):
+                raise ConfigError(f"{name} must be a token name (a string) or None, got {v!r}")
+        self.tokenizer = os.fspath(tokenizer)
+        self.field = field
+        self.bos = bos
+        self.eos = eos
+
+    def _spec(self) -> Dict[str, Any]:
+        """What the engine's packed loader takes: a template spec in document mode."""
+        return dict(tokenizer=self.tokenizer, messages=self.field, loss_on="all", document=dict(bos=self.bos, eos=self.eos))
+
+    def __repr__(self) -> str:
+        return f"Documents({self.tokenizer!r}, field={self.field!r}, bos={self.bos!r}, eos={self.eos!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Documents) and other._spec() == self._spec()
 
 
 class ChatTemplate:

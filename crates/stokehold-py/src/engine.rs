@@ -70,6 +70,7 @@ pub struct Engine {
     tokens: Option<(u64, u64)>,
     /// Packed conversations: their planner.
     chats: Option<Arc<stokehold::samples::ChatPlanner>>,
+    chat_mix: Option<Arc<stokehold::samples::ChatMixture>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -333,6 +334,7 @@ impl Engine {
             })
         });
         let chats = built.chats;
+        let chat_mix = built.chat_mix;
         let loader = built.loader;
         let steps_per_epoch = loader.steps_per_epoch().map_err(|e| engine_err(py, e))?;
         Ok(Engine {
@@ -346,12 +348,23 @@ impl Engine {
             spec,
             tokens,
             chats,
+            chat_mix,
         })
     }
 
     /// Packed conversations: what the plan of the current epoch says (JSON: conversations, rows,
-    /// fill, truncated, dropped, skipped, skipped_examples); `None` for other samples.
+    /// fill, truncated, dropped, skipped, skipped_examples; a mixture's `sources` too); `None`
+    /// for other samples.
     fn packing_json(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        if let Some(mix) = self.chat_mix.clone() {
+            let epoch = self.with_state(py, |s| Ok(s.loader.epoch()))?;
+            let summary = py
+                .detach(move || mix.summary(epoch))
+                .map_err(|e| engine_err(py, e))?;
+            return serde_json::to_string(&summary)
+                .map(Some)
+                .map_err(|e| stokehold_error(e.to_string()));
+        }
         let Some(planner) = self.chats.clone() else {
             return Ok(None);
         };

@@ -170,6 +170,7 @@ pub(crate) fn read(path: &Path) -> anyhow::Result<Option<MixtureSpec>> {
                     path: Some(p),
                     transforms: None,
                     max_skip_fraction: None,
+                    text: None,
                 })
                 .collect()
         }

@@ -551,8 +551,13 @@ fn size_of_footer(chunks: &StorageChunks) -> u64 {
         .map_or(0, |len| n.saturating_sub(8 + u64::from(len)))
 }
 
-/// The schema of the kept columns' record.
+/// The schema of the kept columns' record. A file whose only column is the large one (a
+/// column of long strings, or of images) keeps none: its record is empty, a schema of no fields
+/// (which a dataset's schema may not be, so it is not made by [`Schema::new`]).
 fn kept_schema(stats: &PqStats, kept: &[usize]) -> Result<Schema, crate::Unusable> {
+    if kept.is_empty() {
+        return Ok(Schema { fields: Vec::new() });
+    }
     Schema::new(
         kept.iter()
             .map(|&j| {

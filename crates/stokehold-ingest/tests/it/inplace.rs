@@ -561,6 +561,58 @@ fn parquet_props(
 }
 
 #[test]
+fn a_parquet_file_whose_only_column_is_the_large_one_opens_in_place() {
+    // one string column of long values (>= 256 bytes a row: read from the file, not kept in
+    // the index) in several row groups: the index keeps no column at all. It was refused at
+    // open, "a schema has 1 to 1024 fields, this one has 0" (issue 52).
+    use arrow_array::{RecordBatch, StringArray};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let texts: Vec<String> = (0..40)
+        .map(|i| format!("{i}: {}", "long text ".repeat(30 + i % 7)))
+        .collect();
+    let batch = RecordBatch::try_from_iter(vec![(
+        "messages",
+        Arc::new(StringArray::from_iter_values(&texts)) as arrow_array::ArrayRef,
+    )])
+    .unwrap();
+    let path = tmp.path().join("c.parquet");
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_size(7)
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        fs::File::create(&path).unwrap(),
+        batch.schema(),
+        Some(props),
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let ds = open(
+        std::slice::from_ref(&path),
+        OpenOptions::default(),
+        &in_place(&tmp.path().join("idx")),
+    )
+    .unwrap();
+    assert_eq!(in_place_format(&ds), Some("parquet"));
+    assert_eq!(ds.schema().to_string(), "messages: string");
+    let got: Vec<FieldValue<'static>> = samples(&ds).into_iter().map(|mut r| r.remove(0)).collect();
+    let want: Vec<FieldValue<'static>> = texts
+        .iter()
+        .map(|t| FieldValue::String(t.clone().into()))
+        .collect();
+    assert_eq!(got, want);
+    // opened again from its kept index: the same
+    let again = open(
+        std::slice::from_ref(&path),
+        OpenOptions::default(),
+        &in_place(&tmp.path().join("idx")),
+    )
+    .unwrap();
+    assert_eq!(samples(&again), samples(&ds));
+}
+
+#[test]
 fn parquet_files_in_place_are_the_samples_pack_makes_of_them() {
     use parquet::basic::{Compression, ZstdLevel};
     let tmp = tempfile::tempdir().unwrap();

@@ -13,7 +13,8 @@ use crate::pipeline::{
 };
 use crate::samples::mixture::MixtureOptions;
 use crate::samples::{
-    ChatPlanner, ChatRows, Mixture, MixtureSource, Records, TokenDataset, Tokens,
+    ChatMixRows, ChatMixture, ChatPlanner, ChatRows, Mixture, MixtureSource, Records, TokenDataset,
+    Tokens,
 };
 use crate::stages::Transform;
 use crate::stages::spec::{TransformSpec, build_columns};
@@ -28,6 +29,8 @@ pub struct Built {
     pub tokens: Vec<Arc<TokenDataset>>,
     /// For packed conversations: their planner (counts, the row order, the fill).
     pub chats: Option<Arc<ChatPlanner>>,
+    /// For a mixture of packed conversations: its plan (the sources' planners, the blend).
+    pub chat_mix: Option<Arc<ChatMixture>>,
 }
 
 impl EngineSpec {
@@ -54,7 +57,7 @@ impl EngineSpec {
             }
             let planner = Arc::new(ChatPlanner::new(
                 dataset,
-                chat.clone(),
+                (**chat).clone(),
                 self.loader.shuffle,
                 self.loader.seed,
                 self.loader.threads,
@@ -68,6 +71,7 @@ impl EngineSpec {
                 loader: Loader::from_samples(rows, self.loader.clone())?,
                 tokens: Vec::new(),
                 chats: Some(planner),
+                chat_mix: None,
             });
         }
         let (samples, tokens) = self.samples_over(dataset, None, options, external, whole)?;
@@ -75,6 +79,7 @@ impl EngineSpec {
             loader: Loader::from_samples(samples, self.loader.clone())?,
             tokens: tokens.into_iter().collect(),
             chats: None,
+            chat_mix: None,
         })
     }
 
@@ -96,6 +101,15 @@ impl EngineSpec {
                 "the mixture has {} sources, but {} datasets were given",
                 mix.sources.len(),
                 datasets.len()
+            )));
+        }
+        if let SamplesSpec::Chats(chat) = &self.samples {
+            return self.build_chat_mixture(datasets, chat, mix);
+        }
+        if let Some(s) = mix.sources.iter().find(|s| s.text.is_some()) {
+            return Err(EngineError::Config(format!(
+                "source '{}' gives a text template, which only packed conversations take",
+                s.name
             )));
         }
         let mut sources = Vec::with_capacity(datasets.len());
@@ -162,6 +176,89 @@ impl EngineSpec {
             loader: Loader::from_samples(Arc::new(mixture), self.loader.clone())?,
             tokens,
             chats: None,
+            chat_mix: None,
+        })
+    }
+
+    /// A mixture of packed conversations (or plain-text documents): each source counted by a
+    /// planner of its own (its own `text` when it gives one), blended, then packed.
+    fn build_chat_mixture(
+        &self,
+        datasets: Vec<Arc<Dataset>>,
+        chat: &crate::samples::ChatRowOptions,
+        mix: &crate::pipeline::MixtureSpec,
+    ) -> Result<Built> {
+        if self.cache_dir.is_some() {
+            return Err(EngineError::Config(
+                "cache_dir is not available with packed conversations yet".into(),
+            ));
+        }
+        if mix.schedule.len() > 1 {
+            return Err(EngineError::Config(
+                "a schedule of weights is not available for a mixture of packed conversations \
+                 yet: give weights only"
+                    .into(),
+            ));
+        }
+        if mix.on_change != crate::samples::mixture::OnChange::Refuse {
+            return Err(EngineError::Config(
+                "on_change=\"reblend\" is not available for a mixture of packed conversations \
+                 yet"
+                .into(),
+            ));
+        }
+        let skip_bad = match self.loader.on_error {
+            crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
+            crate::pipeline::ErrorPolicy::Fail => None,
+        };
+        let mut sources = Vec::with_capacity(datasets.len());
+        for (ds, src) in datasets.into_iter().zip(&mix.sources) {
+            if src.transforms.is_some() {
+                return Err(EngineError::Config(format!(
+                    "source '{}': packed conversations take no transforms",
+                    src.name
+                )));
+            }
+            let mut options = chat.clone();
+            if let Some(text) = &src.text {
+                options.chat = text.clone();
+            }
+            let planner = ChatPlanner::new(
+                ds,
+                options,
+                self.loader.shuffle,
+                self.loader.seed,
+                self.loader.threads,
+                src.max_skip_fraction
+                    .or(skip_bad)
+                    .filter(|_| skip_bad.is_some()),
+            )
+            .map_err(|e| match e {
+                EngineError::Config(m) => {
+                    EngineError::Config(format!("source '{}': {m}", src.name))
+                }
+                other => other,
+            })?;
+            sources.push((src.name.clone(), Arc::new(planner)));
+        }
+        let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
+        let weights = match mix.schedule.first() {
+            Some(e) => e.weights.resolve(&names, "weights")?,
+            None => Vec::new(),
+        };
+        let mixture = Arc::new(ChatMixture::new(
+            sources,
+            &weights,
+            mix.epoch_samples,
+            self.loader.shuffle,
+            self.loader.seed,
+        )?);
+        let rows = Arc::new(ChatMixRows::new(Arc::clone(&mixture)));
+        Ok(Built {
+            loader: Loader::from_samples(rows, self.loader.clone())?,
+            tokens: Vec::new(),
+            chats: None,
+            chat_mix: Some(mixture),
         })
     }
 

@@ -305,7 +305,7 @@ pub enum SamplesSpec {
     Tokens(TokenOptions),
     /// Rows of whole conversations (a records dataset with a messages field), rendered with a
     /// chat template, tokenized and packed best-fit-decreasing.
-    Chats(crate::samples::ChatRowOptions),
+    Chats(Box<crate::samples::ChatRowOptions>),
 }
 
 /// A whole loader, declaratively: what the Python front sends (as JSON) and what
@@ -378,6 +378,10 @@ pub struct MixtureSourceSpec {
     /// skipped (`None`: only the loader's budget).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_skip_fraction: Option<f64>,
+    /// Packed conversations: this source's own chat template, or a plain-text tokenizer
+    /// (`document`), instead of the spec's `samples` one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<crate::samples::ChatSpec>,
 }
 
 /// One entry of a mixture's schedule.

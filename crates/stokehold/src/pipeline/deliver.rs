@@ -322,7 +322,14 @@ impl BatchIter {
                 first: Box::new(first),
             });
         }
-        lock(&self.core.stats.skipped).extend(failed.iter().map(|&slot| batch.ids[slot]));
+        // listed once per epoch: a padding slot of the last step repeats a sample that has its
+        // own place in the epoch (where it is listed), so its failure is not listed again
+        lock(&self.core.stats.skipped).extend(
+            failed
+                .iter()
+                .filter(|&&slot| !batch.padding.get(slot).copied().unwrap_or(false))
+                .map(|&slot| batch.ids[slot]),
+        );
         // Fill each failed slot with the next good slot (cyclically): deterministic.
         let n = batch.len();
         for &slot in &failed {

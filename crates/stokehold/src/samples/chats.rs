@@ -53,7 +53,7 @@ use crate::units::Budget;
 pub const IGNORE_LABEL: i64 = -100;
 
 /// Rows of one epoch are ids below this (the epoch is in the bits above).
-const ROW_BITS: u32 = 40;
+pub(crate) const ROW_BITS: u32 = 40;
 
 /// A chat template, declaratively (what `stokehold.text.ChatTemplate` is made of).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -78,8 +78,25 @@ pub struct ChatSpec {
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     /// The field of a prompt/completion pair's completion (`messages` then names the
     /// prompt's field); `None`: conversations.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<String>,
+    /// Plain text instead of conversations: the field `messages` holds a document's text,
+    /// tokenized as it is (no template), `bos`/`eos` around it, the loss on every token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub document: Option<DocumentSpec>,
+}
+
+/// A plain-text source packed whole (`stokehold.text.Documents`): the tokens put around each
+/// document, by name (`None`: none).
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocumentSpec {
+    /// A token put before the text (e.g. `"<s>"`).
+    #[serde(default)]
+    pub bos: Option<String>,
+    /// A token put after it (e.g. `"</s>"`).
+    #[serde(default)]
+    pub eos: Option<String>,
 }
 
 fn default_messages() -> String {
@@ -150,7 +167,12 @@ impl ChatSpec {
         ChatTemplate::from_path(
             &self.tokenizer,
             ChatOptions {
-                template: self.template.clone(),
+                // a document needs no template: an empty one, so that a tokenizer without one
+                // loads
+                template: match &self.document {
+                    Some(_) => Some(String::new()),
+                    None => self.template.clone(),
+                },
                 loss_on,
                 add_generation_prompt: self.add_generation_prompt,
                 extra,
@@ -171,6 +193,21 @@ pub struct EpochRows {
 }
 
 impl EpochRows {
+    /// No rows yet.
+    pub(crate) fn empty() -> EpochRows {
+        EpochRows {
+            starts: vec![0],
+            ..EpochRows::default()
+        }
+    }
+
+    /// Add a row of conversations `ids` holding `tokens` tokens.
+    pub(crate) fn push_row(&mut self, ids: &[u64], tokens: u64) {
+        self.ids.extend_from_slice(ids);
+        self.starts.push(self.ids.len());
+        self.tokens += tokens;
+    }
+
     /// Rows in the epoch.
     pub fn len(&self) -> u64 {
         self.starts.len().saturating_sub(1) as u64
@@ -232,14 +269,14 @@ pub fn pack_window(items: &[(u32, u64)], seq_len: u32) -> Vec<Vec<u64>> {
 }
 
 /// The splitmix64 finaliser.
-const fn mix64(mut z: u64) -> u64 {
+pub(crate) const fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
 }
 
 /// The key that orders row `row` of window `window` of an epoch (rows of a window sorted by it).
-fn row_key(seed: u64, epoch: u64, window: u64, row: u64) -> u64 {
+pub(crate) fn row_key(seed: u64, epoch: u64, window: u64, row: u64) -> u64 {
     let mut h = mix64(seed ^ 0x6368_6174_726f_7773);
     h = mix64(h ^ epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     h = mix64(h ^ window);
@@ -283,6 +320,8 @@ pub struct ChatPlanner {
     skipped: Vec<(u64, String)>,
     /// Encodings kept from the count pass, within `keep_encodings`.
     kept: Vec<OnceLock<ChatEncoding>>,
+    /// A plain-text source ([`DocumentSpec`]): the ids of its `bos` and `eos` tokens.
+    document: Option<(Option<u32>, Option<u32>)>,
     kept_count: AtomicU64,
     /// The counts came from a kept count pass (nothing was encoded at open).
     counts_kept: bool,
@@ -369,9 +408,21 @@ impl ChatPlanner {
         };
         let tokenizer_id =
             stokehold_format::crc::crc32c(format!("{:?}", template.tokenizer()).as_bytes());
+        let document = match &options.chat.document {
+            None => None,
+            Some(d) => {
+                let id = |t: &Option<String>| {
+                    t.as_deref()
+                        .map(|name| template.tokenizer().token_id(name))
+                        .transpose()
+                        .map_err(|e| EngineError::Config(e.to_string()))
+                };
+                Some((id(&d.bos)?, id(&d.eos)?))
+            }
+        };
         let mut planner = ChatPlanner {
             fingerprint: format!(
-                "{}/chat:{}:{}:{:?}:{:08x}:{:08x}:{}:{}",
+                "{}/chat:{}:{}:{:?}:{:08x}:{:08x}:{}:{}{}",
                 fingerprint(&ds),
                 options.seq_len,
                 options.window,
@@ -380,6 +431,10 @@ impl ChatPlanner {
                 tokenizer_id,
                 name,
                 options.pad_id,
+                match &options.chat.document {
+                    Some(d) => format!(":document:{:?}:{:?}", d.bos, d.eos),
+                    None => String::new(),
+                },
             ),
             field,
             completion,
@@ -391,6 +446,7 @@ impl ChatPlanner {
             kept: Vec::new(),
             kept_count: AtomicU64::new(0),
             counts_kept: false,
+            document,
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
@@ -440,8 +496,37 @@ impl ChatPlanner {
         Ok(Value::from(vec![part(self.field)?, part(completion)?]))
     }
 
+    /// Document `id` of a plain-text source: its field's text, tokenized, between `bos` and
+    /// `eos`, the loss on every token.
+    fn encode_document(
+        &self,
+        id: u64,
+        (bos, eos): (Option<u32>, Option<u32>),
+    ) -> Result<ChatEncoding> {
+        let values = self
+            .ds
+            .get(id)
+            .map_err(|source| EngineError::Sample { id, source })?;
+        let text = match values.get(self.field) {
+            Some(FieldValue::String(s)) => s.as_ref(),
+            Some(FieldValue::Bytes(b)) => std::str::from_utf8(b)
+                .map_err(|e| self.bad(id, format!("the field is not UTF-8 text: {e}")))?,
+            Some(_) => return Err(self.bad(id, "the field is not text".to_string())),
+            None => return Err(self.bad(id, "the record has no such field".to_string())),
+        };
+        let mut input_ids = Vec::with_capacity(text.len() / 3 + 2);
+        input_ids.extend(bos);
+        self.template
+            .tokenizer()
+            .encode_into(text, &mut input_ids)
+            .map_err(|e| self.bad(id, e.to_string()))?;
+        input_ids.extend(eos);
+        let mask = vec![1; input_ids.len()];
+        Ok(ChatEncoding { input_ids, mask })
+    }
+
     /// The error of a conversation that cannot be encoded, naming its record.
-    fn bad(&self, id: u64, detail: String) -> EngineError {
+    pub(crate) fn bad(&self, id: u64, detail: String) -> EngineError {
         let at = match self.ds.locate(id) {
             Ok((k, local)) => {
                 let shard = &self.ds.shards()[k];
@@ -480,6 +565,9 @@ impl ChatPlanner {
 
     /// Encode conversation `id`: tokens and mask.
     pub fn encode(&self, id: u64) -> Result<ChatEncoding> {
+        if let Some(d) = self.document {
+            return self.encode_document(id, d);
+        }
         let conv = self.conversation(id)?;
         self.template.encode(&conv, id).map_err(|e| match e {
             stokehold_ops::chat::ChatError::Conversation { detail, .. } => self.bad(id, detail),
@@ -601,6 +689,32 @@ impl ChatPlanner {
             .filter(|&c| c != LEFT_OUT)
     }
 
+    /// Conversations (or documents) in the dataset, left-out ones included.
+    pub fn len(&self) -> u64 {
+        self.counts.len() as u64
+    }
+
+    /// Whether the dataset has none.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// What identifies the dataset and the definition of its encodings (resume states).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// (truncated, dropped, skipped) conversations: overlong ones, and those that could not be
+    /// read or encoded.
+    pub fn left_out(&self) -> (u64, u64, &[(u64, String)]) {
+        (self.truncated, self.dropped, &self.skipped)
+    }
+
+    /// Encodings kept from the count pass.
+    pub fn kept(&self) -> u64 {
+        self.kept_count.load(Ordering::Relaxed)
+    }
+
     /// The options.
     pub fn options(&self) -> &ChatRowOptions {
         &self.options
@@ -702,7 +816,7 @@ impl ChatPlanner {
 
 /// The row order: row `r` of epoch `e` is id `e << 40 | r`.
 #[derive(Debug)]
-struct RowIds;
+pub(crate) struct RowIds;
 
 impl PositionMap for RowIds {
     fn ids(&self, epoch: u64, positions: std::ops::Range<u64>, out: &mut Vec<u64>) {

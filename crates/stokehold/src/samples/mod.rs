@@ -14,6 +14,8 @@
 //!   documents (`stokehold pack --tokenizer`).
 //! - [`ChatRows`]: rows of whole conversations, packed best-fit-decreasing (supervised
 //!   fine-tuning; the row order is the samples' own order).
+//! - [`ChatMixRows`]: rows of whole conversations (or documents) of several datasets, blended
+//!   by weight, then packed.
 //! - [`Mixture`]: several of these as one, blended.
 
 use std::sync::Arc;
@@ -25,13 +27,17 @@ use crate::fetch::{ByteSource, Fetched, TaskPlan};
 use crate::stages::Output;
 use crate::stats::WorkerStats;
 
+pub mod chat_mix;
 pub mod chats;
 mod kept_counts;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
 
-pub use chats::{ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, Overlong, PackSummary};
+pub use chat_mix::{ChatMixRows, ChatMixture, MixPackSummary, SourcePack};
+pub use chats::{
+    ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, DocumentSpec, Overlong, PackSummary,
+};
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};

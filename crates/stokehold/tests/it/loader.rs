@@ -460,6 +460,37 @@ fn a_corrupt_record_fails_or_is_skipped_identically_after_resume() {
 }
 
 #[test]
+fn a_skipped_sample_that_the_padded_last_batch_repeats_is_listed_once() {
+    // 10 samples in batches of 4, in order, the tail padded: the last batch is 8, 9, then the
+    // repeats of 0 and 1. Sample 0 is damaged: skipped in the first batch and again as padding
+    // in the last, but one sample, listed once in stats().skipped (it was listed twice).
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = dataset(tmp.path(), 10);
+    corrupt(&ds, 0);
+    let ds = Arc::new(Dataset::open(ds.dir()).unwrap());
+    let cfg = LoaderConfig {
+        on_error: ErrorPolicy::Skip {
+            max_fraction: 0.5,
+            max_consecutive: 10,
+        },
+        shuffle: Shuffle::Sequential,
+        tail: Tail::Pad,
+        ..config(4, 2, 2)
+    };
+    let mut l = Loader::new(ds.clone(), columns(&ds), cfg).unwrap();
+    let got = epoch(&mut l);
+    assert_eq!(got.len(), 3);
+    // the last batch's third slot is the repeat of 0: skipped again, as padding
+    assert!(got[2].1[2], "{:?}", got[2].1);
+    assert_ne!(got[2].0[2], 0);
+    assert_eq!(l.stats().skipped, vec![0]);
+    // the next epoch lists it again (once): every epoch says what it skipped
+    let again = epoch(&mut l);
+    assert_eq!(again.len(), 3);
+    assert_eq!(l.stats().skipped, vec![0, 0]);
+}
+
+#[test]
 fn configuration_errors_are_reported_at_construction() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = dataset(tmp.path(), 10);

@@ -1,0 +1,580 @@
+//! [`ChatMixture`]: rows of whole conversations (or plain-text documents) drawn from several
+//! datasets by weight, the samples of `SequenceLoader(Mixture(...), text=..., packing="whole")`
+//! (docs/text.md, "Mixtures of conversations").
+//!
+//! **Blended, then packed.** Each source is a [`ChatPlanner`] of its own (its dataset, its chat
+//! template or plain-text tokenizer, its token counts and kept encodings). The conversations of
+//! all sources form one endless stream in the order of a [`Blend`] (the mixtures' error
+//! diffusion, docs/mixtures.md): stream sample `g` goes to the source furthest behind its
+//! weight, and a source's `k`-th conversation is at position `k mod len` of that source's
+//! shuffle of pass `k / len`, keyed by the seed and the source's name. Weights therefore count
+//! **conversations**. Epoch `e` is the slice `e * epoch_len .. (e + 1) * epoch_len` of the stream;
+//! it is planned exactly as one dataset's epoch is ([`super::chats`]): windows of `window`
+//! consecutive stream conversations (those left out, overlong dropped or unreadable, are not
+//! candidates), each packed best-fit-decreasing, the rows of a window permuted by the seed. So a
+//! row may hold conversations of several sources; `doc_ids` names each by its index in its own
+//! dataset and `doc_sources` by its source's index.
+//!
+//! The plan of an epoch is a pure function of (seed, epoch, weights, the sources' counts), so the
+//! engine's position (rows) is a resume state that continues exactly on any number of ranks. The
+//! fingerprint holds the sources, their definitions, the weights and `epoch_len`: a state of
+//! another blend is refused. (A schedule of weights and `on_change="reblend"` are not available
+//! here yet: they are refused when the loader is made.)
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use stokehold_format::DType;
+
+use crate::blend::{Blend, BlendDef, BlendSource, Phase, UNIT, quantize};
+use crate::error::{EngineError, Result};
+use crate::order::{Loadable, Order};
+use crate::sampler::{EpochOrder, Shuffle};
+use crate::samples::chats::{
+    ChatPlanner, EpochRows, IGNORE_LABEL, PackSummary, ROW_BITS, RowIds, pack_window, row_key,
+};
+use crate::samples::mixture::MAX_STREAM;
+use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
+use crate::stages::Output;
+
+/// One epoch's plan: its rows (conversations as mixture ids) and, per source, the
+/// conversations and tokens it put in them.
+#[derive(Debug)]
+struct MixEpoch {
+    rows: EpochRows,
+    conversations: Vec<u64>,
+    tokens: Vec<u64>,
+}
+
+/// What a mixture's plan says, per source, for `stats()["packing"]["sources"]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct SourcePack {
+    /// The source's index (its `doc_sources` value).
+    pub index: u64,
+    /// Its weight (a fraction of 1: of the conversations of the stream).
+    pub weight: f64,
+    /// Conversations (or documents) in its dataset.
+    pub dataset: u64,
+    /// Its conversations in the rows of the epoch planned.
+    pub conversations: u64,
+    /// Their tokens (not padding).
+    pub tokens: u64,
+    /// Its tokens over all the rows' tokens of the epoch.
+    pub token_share: f64,
+    /// Passes over its conversations by the end of the epoch (2.5: two and a half).
+    pub passes: f64,
+    /// Overlong conversations truncated, dropped; conversations that could not be read or
+    /// encoded (`on_error="skip"`).
+    pub truncated: u64,
+    /// See `truncated`.
+    pub dropped: u64,
+    /// See `truncated`.
+    pub skipped: u64,
+}
+
+/// [`PackSummary`] of the whole mixture, with each source's part.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct MixPackSummary {
+    /// The mixture's figures (its `conversations`: the conversations of an epoch's stream).
+    #[serde(flatten)]
+    pub total: PackSummary,
+    /// Per source name.
+    pub sources: BTreeMap<String, SourcePack>,
+}
+
+/// Several datasets of conversations (or documents) blended, packed whole into rows.
+pub struct ChatMixture {
+    names: Vec<String>,
+    planners: Vec<Arc<ChatPlanner>>,
+    offsets: Vec<u64>,
+    weights: Vec<u64>,
+    blend: Blend,
+    epoch_len: u64,
+    seq_len: u32,
+    window: u32,
+    pad_id: u32,
+    shuffle: Shuffle,
+    seed: u64,
+    fingerprint: String,
+    outputs: Vec<(String, Output)>,
+    /// The epochs planned lately.
+    epochs: Mutex<Vec<(u64, Arc<MixEpoch>)>>,
+}
+
+impl std::fmt::Debug for ChatMixture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatMixture")
+            .field("sources", &self.names)
+            .field("weights", &self.weights)
+            .field("epoch_len", &self.epoch_len)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Column indices.
+const INPUT: usize = 0;
+const LABELS: usize = 1;
+const POSITION: usize = 2;
+const SEGMENT: usize = 3;
+const DOCS: usize = 4;
+const DOC_SOURCES: usize = 5;
+
+impl ChatMixture {
+    /// A mixture of the sources `(name, planner)` (each planner counted already, all with the
+    /// same `seq_len`, `window`, `overlong` and `pad_id`), blended by `weights` (one per source,
+    /// finite and >= 0; empty: in proportion to the sources' conversations), `epoch_len`
+    /// conversations of the stream per epoch (`None`: the sources' conversations summed).
+    pub fn new(
+        sources: Vec<(String, Arc<ChatPlanner>)>,
+        weights: &[f64],
+        epoch_len: Option<u64>,
+        shuffle: Shuffle,
+        seed: u64,
+    ) -> Result<ChatMixture> {
+        let bad = |m: String| Err(EngineError::Config(m));
+        let Some((_, first)) = sources.first() else {
+            return bad("a mixture needs at least one source".into());
+        };
+        let options = first.options().clone();
+        for (name, p) in &sources {
+            let o = p.options();
+            if (o.seq_len, o.window, o.overlong, o.pad_id)
+                != (
+                    options.seq_len,
+                    options.window,
+                    options.overlong,
+                    options.pad_id,
+                )
+            {
+                return bad(format!(
+                    "source '{name}' is packed with other options than the first source"
+                ));
+            }
+        }
+        let lens: Vec<f64> = sources.iter().map(|(_, p)| p.len() as f64).collect();
+        let weights = quantize(if weights.is_empty() { &lens } else { weights })?;
+        if weights.len() != sources.len() {
+            return bad(format!(
+                "{} weights for {} sources",
+                weights.len(),
+                sources.len()
+            ));
+        }
+        let total: u64 = sources.iter().map(|(_, p)| p.len()).sum();
+        let epoch_len = epoch_len.unwrap_or(total);
+        let blend = Blend::new(BlendDef {
+            sources: sources
+                .iter()
+                .map(|(name, p)| BlendSource {
+                    name: name.clone(),
+                    len: p.len(),
+                    blocks: None,
+                })
+                .collect(),
+            phases: vec![Phase {
+                start: 0,
+                weights: weights.clone(),
+            }],
+            origin: 0,
+            base: vec![0; sources.len()],
+            epoch_len,
+            shuffle,
+            seed,
+        })?;
+        let mut offsets = Vec::with_capacity(sources.len());
+        let mut next = 0u64;
+        for (_, p) in &sources {
+            offsets.push(next);
+            next += p.len();
+        }
+        let mut fp = 0u32;
+        for ((name, p), w) in sources.iter().zip(&weights) {
+            fp = stokehold_format::crc::append(fp, name.as_bytes());
+            fp = stokehold_format::crc::append(fp, p.fingerprint().as_bytes());
+            fp = stokehold_format::crc::append(fp, &w.to_le_bytes());
+        }
+        fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
+        let n = options.seq_len as usize;
+        let col = |name: &str, dtype, len| {
+            (
+                name.to_string(),
+                Output::Fixed {
+                    dtype,
+                    shape: vec![len],
+                },
+            )
+        };
+        Ok(ChatMixture {
+            names: sources.iter().map(|(n, _)| n.clone()).collect(),
+            planners: sources.into_iter().map(|(_, p)| p).collect(),
+            offsets,
+            weights,
+            blend,
+            epoch_len,
+            seq_len: options.seq_len,
+            window: options.window,
+            pad_id: options.pad_id,
+            shuffle,
+            seed,
+            fingerprint: format!("chat-mixture:{fp:08x}"),
+            outputs: vec![
+                col("input_ids", DType::I32, n),
+                col("labels", DType::I64, n),
+                col("position_ids", DType::I64, n),
+                col("segment_ids", DType::I32, n),
+                col("doc_ids", DType::I64, 1),
+                col("doc_sources", DType::I64, 1),
+            ],
+            epochs: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The sources' names, in order.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The sources' planners, in order.
+    pub fn planners(&self) -> &[Arc<ChatPlanner>] {
+        &self.planners
+    }
+
+    /// Conversations of the stream per epoch.
+    pub fn epoch_len(&self) -> u64 {
+        self.epoch_len
+    }
+
+    /// The source of mixture id `id` and the id within it.
+    fn source_of(&self, id: u64) -> (usize, u64) {
+        let s = self.offsets.partition_point(|&o| o <= id).saturating_sub(1);
+        (s, id - self.offsets[s])
+    }
+
+    /// The token count of mixture id `id` in a row; `None`: left out.
+    fn count_of(&self, id: u64) -> Option<u32> {
+        let (s, local) = self.source_of(id);
+        self.planners[s].count_of(local)
+    }
+
+    /// The plan of epoch `epoch` (planned once, the last few kept).
+    fn epoch(&self, epoch: u64) -> Result<Arc<MixEpoch>> {
+        {
+            let kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
+                return Ok(Arc::clone(r));
+            }
+        }
+        let planned = Arc::new(self.plan(epoch)?);
+        let mut kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
+        if !kept.iter().any(|(e, _)| *e == epoch) {
+            kept.push((epoch, Arc::clone(&planned)));
+            if kept.len() > 3 {
+                kept.remove(0);
+            }
+        }
+        Ok(planned)
+    }
+
+    /// The rows of epoch `epoch`.
+    pub fn rows(&self, epoch: u64) -> Result<u64> {
+        Ok(self.epoch(epoch)?.rows.len())
+    }
+
+    /// Plan epoch `epoch`: the epoch's slice of the blended stream in windows of `window`, each
+    /// packed best-fit-decreasing, its rows permuted by the seed when shuffling.
+    fn plan(&self, epoch: u64) -> Result<MixEpoch> {
+        let start = u128::from(epoch) * u128::from(self.epoch_len);
+        if start + u128::from(self.epoch_len) > u128::from(MAX_STREAM)
+            || epoch >= 1 << (64 - ROW_BITS)
+        {
+            return Err(EngineError::Config(format!(
+                "epoch {epoch} of {} conversations is past the {MAX_STREAM} conversations a \
+                 mixture's stream holds",
+                self.epoch_len
+            )));
+        }
+        let start = start as u64;
+        let shuffled = !matches!(self.shuffle, Shuffle::Sequential);
+        let n = self.planners.len();
+        let mut out = MixEpoch {
+            rows: EpochRows::empty(),
+            conversations: vec![0; n],
+            tokens: vec![0; n],
+        };
+        let window = u64::from(self.window);
+        let mut ids = Vec::with_capacity(self.window as usize);
+        let mut items = Vec::with_capacity(self.window as usize);
+        let (mut at, mut w) = (0u64, 0u64);
+        while at < self.epoch_len {
+            let end = (at + window).min(self.epoch_len);
+            ids.clear();
+            self.blend.ids(start + at..start + end, &mut ids);
+            items.clear();
+            items.extend(
+                ids.iter()
+                    .filter_map(|&id| self.count_of(id).map(|c| (c, id))),
+            );
+            let mut rows = pack_window(&items, self.seq_len);
+            if shuffled {
+                let mut keyed: Vec<(u64, Vec<u64>)> = rows
+                    .into_iter()
+                    .enumerate()
+                    .map(|(r, row)| (row_key(self.seed, epoch, w, r as u64), row))
+                    .collect();
+                keyed.sort_by_key(|(k, _)| *k);
+                rows = keyed.into_iter().map(|(_, r)| r).collect();
+            }
+            for row in rows {
+                let mut tokens = 0u64;
+                for &id in &row {
+                    let c = u64::from(self.count_of(id).unwrap_or(0));
+                    let (s, _) = self.source_of(id);
+                    out.conversations[s] += 1;
+                    out.tokens[s] += c;
+                    tokens += c;
+                }
+                out.rows.push_row(&row, tokens);
+            }
+            at = end;
+            w += 1;
+        }
+        if out.rows.len() >= 1 << ROW_BITS {
+            return Err(EngineError::Config(format!(
+                "epoch {epoch} has {} rows: at most 2^{ROW_BITS}",
+                out.rows.len()
+            )));
+        }
+        Ok(out)
+    }
+
+    /// What the plan of epoch `epoch` says, in all and per source.
+    pub fn summary(&self, epoch: u64) -> Result<MixPackSummary> {
+        let planned = self.epoch(epoch)?;
+        let cap = planned.rows.len() * u64::from(self.seq_len);
+        let counts = self
+            .blend
+            .counts_at(epoch.saturating_add(1).saturating_mul(self.epoch_len));
+        let mut total = PackSummary {
+            conversations: self.epoch_len,
+            rows: planned.rows.len(),
+            fill: if cap == 0 {
+                0.0
+            } else {
+                planned.rows.tokens as f64 / cap as f64
+            },
+            ..PackSummary::default()
+        };
+        let mut sources = BTreeMap::new();
+        for (s, (name, p)) in self.names.iter().zip(&self.planners).enumerate() {
+            let (truncated, dropped, skipped) = p.left_out();
+            total.truncated += truncated;
+            total.dropped += dropped;
+            total.skipped += skipped.len() as u64;
+            total.kept += p.kept();
+            for (id, why) in skipped {
+                if total.skipped_examples.len() < 100 {
+                    total
+                        .skipped_examples
+                        .push((self.offsets[s] + id, format!("source '{name}': {why}")));
+                }
+            }
+            sources.insert(
+                name.clone(),
+                SourcePack {
+                    index: s as u64,
+                    weight: self.weights[s] as f64 / UNIT as f64,
+                    dataset: p.len(),
+                    conversations: planned.conversations[s],
+                    tokens: planned.tokens[s],
+                    token_share: if planned.rows.tokens == 0 {
+                        0.0
+                    } else {
+                        planned.tokens[s] as f64 / planned.rows.tokens as f64
+                    },
+                    passes: counts[s] as f64 / p.len().max(1) as f64,
+                    truncated,
+                    dropped,
+                    skipped: skipped.len() as u64,
+                },
+            );
+        }
+        Ok(MixPackSummary { total, sources })
+    }
+}
+
+/// The order of [`ChatMixRows`]: the row order of each epoch's plan.
+#[derive(Debug)]
+struct MixRowOrder {
+    mix: Arc<ChatMixture>,
+}
+
+impl Order for MixRowOrder {
+    fn epoch(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Result<EpochOrder> {
+        if *shuffle != self.mix.shuffle || seed != self.mix.seed {
+            return Err(EngineError::Config(
+                "the row order was planned with another shuffle or seed".into(),
+            ));
+        }
+        let rows = self.mix.rows(epoch)?;
+        Ok(EpochOrder::custom(
+            rows,
+            shuffle,
+            seed,
+            epoch,
+            Arc::new(RowIds),
+        ))
+    }
+}
+
+/// Rows of a [`ChatMixture`]: the columns of one dataset's rows ([`super::ChatRows`]) and
+/// `doc_sources` (int64 `[K]`: each conversation's source, -1 padded).
+#[derive(Debug)]
+pub struct ChatMixRows {
+    mix: Arc<ChatMixture>,
+}
+
+impl ChatMixRows {
+    /// The rows `mix` plans.
+    pub fn new(mix: Arc<ChatMixture>) -> ChatMixRows {
+        ChatMixRows { mix }
+    }
+
+    /// The conversations of row id `id`.
+    fn row_of(&self, id: u64) -> Result<(Arc<MixEpoch>, u64)> {
+        let (epoch, r) = (id >> ROW_BITS, id & ((1 << ROW_BITS) - 1));
+        let planned = self.mix.epoch(epoch)?;
+        if planned.rows.row(r).is_none() {
+            return Err(EngineError::Worker(format!(
+                "row {r} of epoch {epoch} is past the epoch's {} rows",
+                planned.rows.len()
+            )));
+        }
+        Ok((planned, r))
+    }
+}
+
+impl From<Arc<ChatMixRows>> for Loadable {
+    fn from(rows: Arc<ChatMixRows>) -> Loadable {
+        Loadable {
+            order: Arc::new(MixRowOrder {
+                mix: Arc::clone(&rows.mix),
+            }),
+            samples: rows,
+            groups: None,
+        }
+    }
+}
+
+impl Samples for ChatMixRows {
+    fn len(&self) -> u64 {
+        // rows never outnumber the conversations of an epoch's stream
+        self.mix.epoch_len
+    }
+
+    fn layout(&self) -> Layout {
+        Layout {
+            mean_bytes: u64::from(self.mix.seq_len) * 4,
+            blocks: None,
+            whole_batch_tasks: false,
+        }
+    }
+
+    fn columns(&self) -> &[(String, Output)] {
+        &self.mix.outputs
+    }
+
+    fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
+        let widest = ids
+            .iter()
+            .filter_map(|&id| {
+                let (planned, r) = self.row_of(id).ok()?;
+                planned.rows.row(r).map(<[u64]>::len)
+            })
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        Some(
+            self.mix
+                .outputs
+                .iter()
+                .enumerate()
+                .map(|(c, (_, o))| match (c, o) {
+                    (DOCS | DOC_SOURCES, Output::Fixed { dtype, .. }) => Output::Fixed {
+                        dtype: *dtype,
+                        shape: vec![widest],
+                    },
+                    (_, o) => o.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        vec!["encode".to_string()]
+    }
+
+    fn fingerprint(&self) -> String {
+        self.mix.fingerprint.clone()
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        _k: usize,
+        _io: &mut TaskIo,
+        cx: &mut TaskCtx<'_, '_>,
+        out: &mut SlotWriter<'_>,
+    ) -> Result<()> {
+        let mut clock = cx.ws.clock();
+        let (planned, r) = self.row_of(id)?;
+        let convs = planned.rows.row(r).unwrap_or(&[]);
+        let mut slots = out.fixed_columns();
+        let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
+        let input: &mut [i32] = bytemuck::cast_slice_mut(take(INPUT));
+        let labels: &mut [i64] = bytemuck::cast_slice_mut(take(LABELS));
+        let position: &mut [i64] = bytemuck::cast_slice_mut(take(POSITION));
+        let segment: &mut [i32] = bytemuck::cast_slice_mut(take(SEGMENT));
+        let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
+        let doc_sources: &mut [i64] = bytemuck::cast_slice_mut(take(DOC_SOURCES));
+        let n = input.len();
+        let mut at = 0usize;
+        let mut bytes = 0usize;
+        for (j, &conv) in convs.iter().enumerate() {
+            let (s, local) = self.mix.source_of(conv);
+            let planner = &self.mix.planners[s];
+            let enc = planner.encoding(local)?;
+            let len = enc.input_ids.len().min(n - at);
+            for i in 0..len {
+                let t = enc.input_ids[i];
+                input[at + i] = i32::try_from(t)
+                    .map_err(|_| planner.bad(local, format!("token id {t} does not fit int32")))?;
+                labels[at + i] = if enc.mask[i] != 0 {
+                    i64::from(t)
+                } else {
+                    IGNORE_LABEL
+                };
+                position[at + i] = i as i64;
+                segment[at + i] = j as i32;
+            }
+            bytes += len * 4;
+            at += len;
+            if let (Some(d), Some(ds)) = (docs.get_mut(j), doc_sources.get_mut(j)) {
+                *d = local as i64;
+                *ds = s as i64;
+            }
+        }
+        input[at..].fill(self.mix.pad_id as i32);
+        labels[at..].fill(IGNORE_LABEL);
+        for (k, p) in position[at..].iter_mut().enumerate() {
+            *p = k as i64;
+        }
+        segment[at..].fill(-1);
+        if convs.len() < docs.len() {
+            docs[convs.len()..].fill(-1);
+            doc_sources[convs.len()..].fill(-1);
+        }
+        cx.ws.read(bytes);
+        cx.ws.lap(0, id, &mut clock);
+        Ok(())
+    }
+}
