@@ -324,3 +324,15 @@ def test_a_schedule_in_conversations_changes_the_weights_at_its_conversation(tmp
     other = stokehold.Mixture(datasets, weights={"a": 0.75, "b": 0.25}, schedule=[(30, {"a": 0.25, "b": 0.75})], schedule_unit="samples", epoch_samples=48)
     with pytest.raises(stokehold.IncompatibleStateError):
         loader(other, tmpl, seq_len=seq_len, batch_size=2, window=window).load_state_dict(state)
+
+
+def test_a_mixture_loader_with_a_template_per_source_pickles(tmp_path, models):
+    """A loader of conversations and documents, each source with its own text=, pickled (as a
+    DataLoader's workers or Ray get it) gives the same rows."""
+    import pickle
+
+    mix = stokehold.Mixture({"a": write(tmp_path / "a", make_convs(20, seed=81)), "w": write_docs(tmp_path / "w", make_texts(10, seed=82))})
+    text = {"a": ChatTemplate(models["chatml"]), "w": Documents(models["chatml"], eos="</s>")}
+    ld = loader(mix, text, seq_len=64, batch_size=2, seed=4)
+    again = pickle.loads(pickle.dumps(ld))
+    assert rows_of(list(ld)) == rows_of(list(again))
