@@ -40,18 +40,22 @@ def make_texts(n, seed=0):
     return [words(rng, 1, 50 if i % 5 == 0 else 15) for i in range(n)]
 
 
-def blend(lens, weights, n):
+def blend(lens, weights, n, later=()):
     """The first `n` (source, index) of the blended stream, unshuffled: sample g goes to the
-    source with the largest deficit w_s * (g + 1) - c_s (exact: weights are multiples of 1/8
-    here), ties to the lower index; a source's k-th sample is its sample k mod len."""
-    w = [int(x * 8) for x in weights]
-    assert sum(w) == 8
-    counts = [0] * len(lens)
+    source with the largest deficit T_s(g + 1) - c_s, T_s the sum of its weight over the samples
+    so far (each with the weights in force at it: `weights`, then `later`'s (at, weights) from
+    sample `at` on; exact: weights are multiples of 1/8 here), ties to the lower index; a
+    source's k-th sample is its sample k mod len."""
+    phases = [(0, weights), *later]
+    counts, target = [0] * len(lens), [0] * len(lens)
     out = []
     for g in range(n):
+        w = [int(x * 8) for x in [ws for at, ws in phases if at <= g][-1]]
+        assert sum(w) == 8
+        target = [t + x for t, x in zip(target, w)]
         best = None
         for i in range(len(lens)):
-            d = w[i] * (g + 1) - 8 * counts[i]
+            d = target[i] - 8 * counts[i]
             if w[i] and (best is None or d > best[0]):
                 best = (d, i)
         s = best[1]
@@ -236,7 +240,7 @@ def test_mixture_of_conversations_options_are_checked(tmp_path, models):
         loader(mix, {"a": tmpl}, seq_len=64)
     with pytest.raises(ConfigError, match="is for a Mixture"):
         loader(a, {"a": tmpl}, seq_len=64)
-    with pytest.raises(ConfigError, match="schedule"):
+    with pytest.raises(ConfigError, match="schedule in steps"):
         loader(stokehold.Mixture({"a": a, "b": b}, weights=[1, 1], schedule=[(5, [1, 0])]), tmpl, seq_len=64)
     with pytest.raises(ConfigError, match="reblend"):
         loader(stokehold.Mixture({"a": a, "b": b}, on_change="reblend"), tmpl, seq_len=64)
@@ -295,3 +299,40 @@ def test_bad_conversations_of_a_source_are_skipped_within_its_budget_and_named_w
     # 40 conversations of the stream, 20 of each source (b's 4 left out), each once
     assert sorted(set(seen)) == [(0, i) for i in range(20)] + [(1, i) for i in range(20) if i != 4]
     assert packing["sources"]["c"]["conversations"] == 0 and packing["sources"]["c"]["weight"] == 0
+
+
+def test_a_schedule_in_conversations_changes_the_weights_at_its_conversation(tmp_path, models):
+    """schedule_unit="samples" counts conversations of the stream: unshuffled, the rows are the
+    reference's blend with the weights switched at conversation 24 (3/4 a, then 1/4 a), packed
+    per window; the state of this run is refused by a mixture whose schedule differs."""
+    a_convs, b_convs = make_convs(40, seed=71), make_convs(40, seed=72)
+    tmpl = ChatTemplate(models["chatml"])
+    encs = [[tmpl.encode(c)["input_ids"] for c in convs] for convs in (a_convs, b_convs)]
+    datasets = {"a": write(tmp_path / "a", a_convs), "b": write(tmp_path / "b", b_convs)}
+    mix = stokehold.Mixture(datasets, weights={"a": 0.75, "b": 0.25}, schedule=[(24, {"a": 0.25, "b": 0.75})], schedule_unit="samples", epoch_samples=48)
+    seq_len, window = 96, 8
+    stream = blend([40, 40], [0.75, 0.25], 48, later=[(24, [0.25, 0.75])])
+    assert sum(s == 0 for s, _ in stream[:24]) == 18 and sum(s == 0 for s, _ in stream[24:]) == 6
+    expected = pack(stream, lambda x: len(encs[x[0]][x[1]]), seq_len, window)
+    ld = loader(mix, tmpl, seq_len=seq_len, batch_size=2, shuffle=False, window=window, drop_last=False)
+    assert rows_of(list(ld))[: len(expected)] == expected
+    run = loader(mix, tmpl, seq_len=seq_len, batch_size=2, window=window)
+    it = iter(run)
+    next(it)
+    state = run.state_dict()
+    del it
+    other = stokehold.Mixture(datasets, weights={"a": 0.75, "b": 0.25}, schedule=[(30, {"a": 0.25, "b": 0.75})], schedule_unit="samples", epoch_samples=48)
+    with pytest.raises(stokehold.IncompatibleStateError):
+        loader(other, tmpl, seq_len=seq_len, batch_size=2, window=window).load_state_dict(state)
+
+
+def test_a_mixture_loader_with_a_template_per_source_pickles(tmp_path, models):
+    """A loader of conversations and documents, each source with its own text=, pickled (as a
+    DataLoader's workers or Ray get it) gives the same rows."""
+    import pickle
+
+    mix = stokehold.Mixture({"a": write(tmp_path / "a", make_convs(20, seed=81)), "w": write_docs(tmp_path / "w", make_texts(10, seed=82))})
+    text = {"a": ChatTemplate(models["chatml"]), "w": Documents(models["chatml"], eos="</s>")}
+    ld = loader(mix, text, seq_len=64, batch_size=2, seed=4)
+    again = pickle.loads(pickle.dumps(ld))
+    assert rows_of(list(ld)) == rows_of(list(again))

@@ -193,10 +193,11 @@ impl EngineSpec {
                 "cache_dir is not available with packed conversations yet".into(),
             ));
         }
-        if mix.schedule.len() > 1 {
+        if mix.schedule.len() > 1 && mix.unit == crate::samples::mixture::ScheduleUnit::Steps {
             return Err(EngineError::Config(
-                "a schedule of weights is not available for a mixture of packed conversations \
-                 yet: give weights only"
+                "a schedule in steps is not available for a mixture of packed conversations \
+                 yet (a step is rows, the blend counts conversations): give it in conversations \
+                 of the stream, schedule_unit=\"samples\""
                     .into(),
             ));
         }
@@ -242,13 +243,20 @@ impl EngineSpec {
             sources.push((src.name.clone(), Arc::new(planner)));
         }
         let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
-        let weights = match mix.schedule.first() {
-            Some(e) => e.weights.resolve(&names, "weights")?,
-            None => Vec::new(),
-        };
+        let schedule = mix
+            .schedule
+            .iter()
+            .map(|e| {
+                let what = match e.at {
+                    0 => "weights".to_string(),
+                    at => format!("the schedule's weights at {at}"),
+                };
+                Ok((e.at, e.weights.resolve(&names, &what)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mixture = Arc::new(ChatMixture::new(
             sources,
-            &weights,
+            &schedule,
             mix.epoch_samples,
             self.loader.shuffle,
             self.loader.seed,

@@ -15,11 +15,15 @@
 //! row may hold conversations of several sources; `doc_ids` names each by its index in its own
 //! dataset and `doc_sources` by its source's index.
 //!
-//! The plan of an epoch is a pure function of (seed, epoch, weights, the sources' counts), so the
-//! engine's position (rows) is a resume state that continues exactly on any number of ranks. The
-//! fingerprint holds the sources, their definitions, the weights and `epoch_len`: a state of
-//! another blend is refused. (A schedule of weights and `on_change="reblend"` are not available
-//! here yet: they are refused when the loader is made.)
+//! Weights may change at conversations of the stream (a schedule in samples: each phase's
+//! weights from its first conversation on, as the blend's phases are).
+//!
+//! The plan of an epoch is a pure function of (seed, epoch, schedule, the sources' counts), so
+//! the engine's position (rows) is a resume state that continues exactly on any number of ranks.
+//! The fingerprint holds the sources, their definitions, the whole schedule and `epoch_len`: a
+//! state of another blend is refused, a schedule changed after the state's position included. (A
+//! schedule in steps and `on_change="reblend"` are not available here yet: they are refused when
+//! the loader is made.)
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -87,7 +91,8 @@ pub struct ChatMixture {
     names: Vec<String>,
     planners: Vec<Arc<ChatPlanner>>,
     offsets: Vec<u64>,
-    weights: Vec<u64>,
+    /// The phases: from which conversation of the stream each weights hold.
+    schedule: Vec<(u64, Vec<u64>)>,
     blend: Blend,
     epoch_len: u64,
     seq_len: u32,
@@ -105,7 +110,7 @@ impl std::fmt::Debug for ChatMixture {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatMixture")
             .field("sources", &self.names)
-            .field("weights", &self.weights)
+            .field("schedule", &self.schedule)
             .field("epoch_len", &self.epoch_len)
             .finish_non_exhaustive()
     }
@@ -121,12 +126,13 @@ const DOC_SOURCES: usize = 5;
 
 impl ChatMixture {
     /// A mixture of the sources `(name, planner)` (each planner counted already, all with the
-    /// same `seq_len`, `window`, `overlong` and `pad_id`), blended by `weights` (one per source,
+    /// same `seq_len`, `window`, `overlong` and `pad_id`), blended by the weights of `schedule`
+    /// (from each entry's conversation of the stream on, the first at 0; one weight per source,
     /// finite and >= 0; empty: in proportion to the sources' conversations), `epoch_len`
     /// conversations of the stream per epoch (`None`: the sources' conversations summed).
     pub fn new(
         sources: Vec<(String, Arc<ChatPlanner>)>,
-        weights: &[f64],
+        schedule: &[(u64, Vec<f64>)],
         epoch_len: Option<u64>,
         shuffle: Shuffle,
         seed: u64,
@@ -152,13 +158,20 @@ impl ChatMixture {
             }
         }
         let lens: Vec<f64> = sources.iter().map(|(_, p)| p.len() as f64).collect();
-        let weights = quantize(if weights.is_empty() { &lens } else { weights })?;
-        if weights.len() != sources.len() {
-            return bad(format!(
-                "{} weights for {} sources",
-                weights.len(),
-                sources.len()
-            ));
+        if schedule.first().is_none_or(|(at, _)| *at != 0) {
+            return bad("a mixture's weights start at its first conversation".into());
+        }
+        let mut phases = Vec::with_capacity(schedule.len());
+        for (at, w) in schedule {
+            let q = quantize(if w.is_empty() { &lens } else { w })?;
+            if q.len() != sources.len() {
+                return bad(format!(
+                    "weights at {at} give {} values for {} sources",
+                    q.len(),
+                    sources.len()
+                ));
+            }
+            phases.push((*at, q));
         }
         let total: u64 = sources.iter().map(|(_, p)| p.len()).sum();
         let epoch_len = epoch_len.unwrap_or(total);
@@ -171,10 +184,13 @@ impl ChatMixture {
                     blocks: None,
                 })
                 .collect(),
-            phases: vec![Phase {
-                start: 0,
-                weights: weights.clone(),
-            }],
+            phases: phases
+                .iter()
+                .map(|(start, weights)| Phase {
+                    start: *start,
+                    weights: weights.clone(),
+                })
+                .collect(),
             origin: 0,
             base: vec![0; sources.len()],
             epoch_len,
@@ -188,10 +204,15 @@ impl ChatMixture {
             next += p.len();
         }
         let mut fp = 0u32;
-        for ((name, p), w) in sources.iter().zip(&weights) {
+        for (name, p) in &sources {
             fp = stokehold_format::crc::append(fp, name.as_bytes());
             fp = stokehold_format::crc::append(fp, p.fingerprint().as_bytes());
-            fp = stokehold_format::crc::append(fp, &w.to_le_bytes());
+        }
+        for (at, w) in &phases {
+            fp = stokehold_format::crc::append(fp, &at.to_le_bytes());
+            for x in w {
+                fp = stokehold_format::crc::append(fp, &x.to_le_bytes());
+            }
         }
         fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
         let n = options.seq_len as usize;
@@ -208,7 +229,7 @@ impl ChatMixture {
             names: sources.iter().map(|(n, _)| n.clone()).collect(),
             planners: sources.into_iter().map(|(_, p)| p).collect(),
             offsets,
-            weights,
+            schedule: phases,
             blend,
             epoch_len,
             seq_len: options.seq_len,
@@ -364,6 +385,8 @@ impl ChatMixture {
             },
             ..PackSummary::default()
         };
+        // the weights in force at the epoch's first conversation
+        let weights = self.blend.weights_at(epoch.saturating_mul(self.epoch_len));
         let mut sources = BTreeMap::new();
         for (s, (name, p)) in self.names.iter().zip(&self.planners).enumerate() {
             let (truncated, dropped, skipped) = p.left_out();
@@ -382,7 +405,7 @@ impl ChatMixture {
                 name.clone(),
                 SourcePack {
                     index: s as u64,
-                    weight: self.weights[s] as f64 / UNIT as f64,
+                    weight: weights[s] as f64 / UNIT as f64,
                     dataset: p.len(),
                     conversations: planned.conversations[s],
                     tokens: planned.tokens[s],
