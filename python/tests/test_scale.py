@@ -166,7 +166,7 @@ def test_wait_report_names_the_slow_rank_over_a_gloo_group(tmp_path):
         from stokehold.transforms import Lambda
 
         def slow(x):
-            time.sleep(0.02)
+            time.sleep(0.05)  # far above any other stage, even on a loaded machine
             return x
 
         rank = int(sys.argv[1])
