@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use stokehold::stages::spec::TransformSpec;
 use stokehold::{BatchIter, EngineError, EngineSpec, Loader, Next, ResumeState, Transform};
 
@@ -225,14 +225,18 @@ fn wait_dict<'py>(
     x: &stokehold::StepWait,
     rank: Option<u32>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // keys interned once (this runs after every batch when a hook is given)
     let d = PyDict::new(py);
-    d.set_item("epoch", x.epoch)?;
-    d.set_item("step", x.step)?;
-    d.set_item("wait", x.wait.as_secs_f64())?;
-    d.set_item("step_time", x.step_time.as_secs_f64())?;
-    d.set_item("bound", x.bound.as_deref())?;
+    d.set_item(pyo3::intern!(py, "epoch"), x.epoch)?;
+    d.set_item(pyo3::intern!(py, "step"), x.step)?;
+    d.set_item(pyo3::intern!(py, "wait"), x.wait.as_secs_f64())?;
+    d.set_item(pyo3::intern!(py, "step_time"), x.step_time.as_secs_f64())?;
+    match x.bound.as_deref() {
+        Some(b) => d.set_item(pyo3::intern!(py, "bound"), PyString::intern(py, b))?,
+        None => d.set_item(pyo3::intern!(py, "bound"), py.None())?,
+    }
     if let Some(r) = rank {
-        d.set_item("rank", r)?;
+        d.set_item(pyo3::intern!(py, "rank"), r)?;
     }
     Ok(d)
 }
