@@ -869,7 +869,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains("s3://bucket/x") && msg.contains("not supported yet"),
+            msg.contains("s3://bucket/x") && msg.contains("not taken here: give a local path"),
             "{msg}"
         );
     }
