@@ -196,9 +196,9 @@ impl VideoFile {
                 detail: format!("frame {bad} asked for: the video has {n} frames"),
             });
         }
-        let ff = ffi::ffmpeg().map_err(|detail| VideoError::FfmpegMissing {
+        let ff = ffi::ffmpeg().map_err(|e| VideoError::FfmpegMissing {
             file: self.name.clone(),
-            detail,
+            detail: e.to_string(),
         })?;
         if self.decoder.is_none() {
             self.decoder = Some(Decoder::new(ff, &self.index, self.threads, &self.name)?);

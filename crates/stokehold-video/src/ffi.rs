@@ -167,10 +167,51 @@ pub struct Ffmpeg {
     _libs: [libloading::Library; 3],
 }
 
-static FFMPEG: OnceLock<Result<Ffmpeg, String>> = OnceLock::new();
+/// Why FFmpeg could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FfmpegError {
+    /// No FFmpeg 4 to 7 found: what was tried (each release, its sonames and the loader's
+    /// error), and how to install it.
+    #[error(
+        "FFmpeg's libraries (libavcodec, libavutil, libswscale of FFmpeg 4 to 7) were not found; \
+         decoding video needs them: install FFmpeg with `apt install ffmpeg` (Debian, Ubuntu), \
+         `dnf install ffmpeg-free` (Fedora), `conda install -c conda-forge ffmpeg` (then activate \
+         the environment), or name their folder in STOKEHOLD_FFMPEG_DIR. Tried: {}",
+        tried.join("; ")
+    )]
+    NotFound {
+        /// Per release tried, its libraries and why they did not load.
+        tried: Vec<String>,
+    },
+    /// A function of FFmpeg's public API missing from the libraries found.
+    #[error("FFmpeg {release}: {symbol}: {detail}")]
+    Symbol {
+        /// The release the libraries' sonames say.
+        release: u32,
+        /// The function.
+        symbol: &'static str,
+        /// The loader's error.
+        detail: String,
+    },
+    /// Libraries of versions whose struct layouts this build does not know.
+    #[error(
+        "FFmpeg {release}: libavutil {avutil}, libavcodec {avcodec}: not a version this build \
+         knows the layouts of (libavutil 56-59, libavcodec 58-61)"
+    )]
+    Version {
+        /// The release the libraries' sonames say.
+        release: u32,
+        /// libavutil's major version.
+        avutil: u32,
+        /// libavcodec's major version.
+        avcodec: u32,
+    },
+}
+
+static FFMPEG: OnceLock<Result<Ffmpeg, FfmpegError>> = OnceLock::new();
 
 /// FFmpeg, opened on first use; the error says what was tried and how to install it.
-pub fn ffmpeg() -> Result<&'static Ffmpeg, String> {
+pub fn ffmpeg() -> Result<&'static Ffmpeg, FfmpegError> {
     FFMPEG.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
@@ -189,23 +230,25 @@ fn candidates(name: &str, major: u32) -> Vec<String> {
     v
 }
 
-fn open(name: &str, major: u32) -> Result<libloading::Library, String> {
-    let mut last = String::new();
+/// The library `name` of major version `major`, or the loader's last error (as text: the
+/// candidates' errors are reported, not matched on).
+fn open(name: &str, major: u32) -> Result<libloading::Library, libloading::Error> {
+    let mut last = None;
     for c in candidates(name, major) {
         // SAFETY: loading FFmpeg's library runs its initialisers, which only set up static
         // tables (FFmpeg has no global constructors with side effects beyond that).
         match unsafe { libloading::Library::new(&c) } {
             Ok(l) => return Ok(l),
-            Err(e) => last = e.to_string(),
+            Err(e) => last = Some(e),
         }
     }
-    Err(last)
+    Err(last.unwrap_or(libloading::Error::DlOpenUnknown))
 }
 
-fn load() -> Result<Ffmpeg, String> {
+fn load() -> Result<Ffmpeg, FfmpegError> {
     let mut tried = Vec::new();
     for (release, codec, util, scale) in RELEASES {
-        let libs = (|| -> Result<_, String> {
+        let libs = (|| -> Result<_, libloading::Error> {
             let util_l = open("avutil", util)?;
             let codec_l = open("avcodec", codec)?;
             let scale_l = open("swscale", scale)?;
@@ -218,16 +261,10 @@ fn load() -> Result<Ffmpeg, String> {
             )),
         }
     }
-    Err(format!(
-        "FFmpeg's libraries (libavcodec, libavutil, libswscale of FFmpeg 4 to 7) were not found; \
-         decoding video needs them: install FFmpeg with `apt install ffmpeg` (Debian, Ubuntu), \
-         `dnf install ffmpeg-free` (Fedora), `conda install -c conda-forge ffmpeg` (then activate \
-         the environment), or name their folder in STOKEHOLD_FFMPEG_DIR. Tried: {}",
-        tried.join("; ")
-    ))
+    Err(FfmpegError::NotFound { tried })
 }
 
-fn bind(release: u32, libs: [libloading::Library; 3]) -> Result<Ffmpeg, String> {
+fn bind(release: u32, libs: [libloading::Library; 3]) -> Result<Ffmpeg, FfmpegError> {
     let [util, codec, scale] = &libs;
     macro_rules! sym {
         ($lib:expr, $name:literal) => {{
@@ -236,7 +273,11 @@ fn bind(release: u32, libs: [libloading::Library; 3]) -> Result<Ffmpeg, String> 
             // The pointer stays valid as long as the library, which the returned struct owns
             // and the static keeps for the process's life.
             let s: libloading::Symbol<'_, _> = unsafe { $lib.get(concat!($name, "\0").as_bytes()) }
-                .map_err(|e| format!("FFmpeg {release}: {}: {e}", $name))?;
+                .map_err(|e| FfmpegError::Symbol {
+                    release,
+                    symbol: $name,
+                    detail: e.to_string(),
+                })?;
             *s
         }};
     }
@@ -246,11 +287,11 @@ fn bind(release: u32, libs: [libloading::Library; 3]) -> Result<Ffmpeg, String> 
     // SAFETY: version functions take nothing and return a constant.
     let (uv, cv) = unsafe { (avutil_version(), avcodec_version()) };
     if !(56..=59).contains(&(uv >> 16)) || !(58..=61).contains(&(cv >> 16)) {
-        return Err(format!(
-            "FFmpeg {release}: libavutil {}, libavcodec {}: not a version this build knows the layouts of (libavutil 56-59, libavcodec 58-61)",
-            uv >> 16,
-            cv >> 16
-        ));
+        return Err(FfmpegError::Version {
+            release,
+            avutil: uv >> 16,
+            avcodec: cv >> 16,
+        });
     }
     Ok(Ffmpeg {
         describe: format!(
@@ -330,6 +371,8 @@ mod tests {
         // (only this test calls `load`; the others use no FFmpeg).
         unsafe { std::env::set_var("STOKEHOLD_FFMPEG_DIR", "/nonexistent/ffmpeg") };
         let e = super::load().unwrap_err();
+        assert!(matches!(e, super::FfmpegError::NotFound { .. }), "{e}");
+        let e = e.to_string();
         // SAFETY: as above.
         unsafe { std::env::remove_var("STOKEHOLD_FFMPEG_DIR") };
         assert!(
