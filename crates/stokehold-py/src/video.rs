@@ -85,7 +85,10 @@ impl VideoFile {
     fn packet_sizes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
         let v = self.lock();
         let order = v.index().presentation_order();
-        PyArray1::from_vec(py, order.iter().map(|&d| v.index().frames[d].size).collect())
+        PyArray1::from_vec(
+            py,
+            order.iter().map(|&d| v.index().frames[d].size).collect(),
+        )
     }
 
     /// The first frame's presentation time, in seconds.
