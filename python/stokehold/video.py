@@ -37,7 +37,12 @@ class Clip:
     """The clip sampling rule: ``frames`` per clip, spaced every ``stride``-th frame or at
     ``fps`` frames a second; ``start="random"`` (one clip, its start drawn from ``seed`` and the
     sample id: the same whatever the thread count), ``"uniform"`` (``clips`` clips evenly spread,
-    1: the middle one) or ``"all"`` (every clip, back to back)."""
+    1: the middle one) or ``"all"`` (every clip, back to back).
+
+    As a loader stage, first in a video field's list (``transforms={"video": [Clip(16, stride=2),
+    Resize(128), CenterCrop(112), Normalize(...)]}``): one clip per sample (``"random"`` or
+    ``"uniform"`` with ``clips=1``), drawn from (seed, epoch, sample); the batch holds the frames,
+    ``[B, T, 3, H, W]``, and ``batch["video_timestamps"]``, float64 ``[B, T]``."""
 
     def __init__(
         self,
@@ -56,6 +61,21 @@ class Clip:
             self.frames, self.stride, self.fps, self.start, self.clips, seed, sample
         )
         return np.asarray(t, dtype=np.float64).reshape(len(t), self.frames)
+
+    def _spec(self) -> dict:
+        # as a loader's stage (transforms={"video": [Clip(...), Resize(...), ...]}): one clip per
+        # sample, its frames [T, 3, H, W] and batch["<field>_timestamps"] float64 [T]
+        params = {"frames": self.frames, "start": self.start, "clips": self.clips}
+        if self.stride is not None:
+            params["stride"] = self.stride
+        if self.fps is not None:
+            params["fps"] = self.fps
+        return {"name": "clip", "params": params}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._spec() == self._spec()  # type: ignore[attr-defined]
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
         step = f"fps={self.fps}" if self.fps is not None else f"stride={self.stride or 1}"

@@ -167,3 +167,134 @@ def test_a_damaged_packet_raises_corrupt_data_naming_the_file_and_byte(tmp_path)
         assert not np.array_equal(frames[0], good[1])
     frames, _ = v.frames_at([25])  # after it: intact again
     np.testing.assert_array_equal(frames[0], good[2])
+
+
+# --- videos packed with their frame index, clips in the loader -----------------------------------
+
+CLI = [sys.executable, "-m", "stokehold._cli"]
+
+
+@pytest.fixture(scope="module")
+def video_ds(tmp_path_factory):
+    """A folder of two classes, two H.264 videos each (B-frames, the default keyframe interval;
+    one 30000/1001), packed: fields video, label, path."""
+    root = tmp_path_factory.mktemp("videos")
+    src = root / "src"
+    for cls, specs in {"cats": [(3, "25"), (2, "30000/1001")], "dogs": [(3, "25"), (4, "24")]}.items():
+        (src / cls).mkdir(parents=True)
+        for i, (seconds, rate) in enumerate(specs):
+            make(src / cls / f"v{i}.mp4", seconds, "160x120", rate, "-c:v", "libx264", "-pix_fmt", "yuv420p")
+    out = root / "ds"
+    subprocess.run([*CLI, "pack", str(src), str(out)], check=True, capture_output=True)
+    return src, stokehold.Dataset(str(out))
+
+
+def test_a_video_folder_packs_video_label_path(video_ds):
+    src, ds = video_ds
+    assert len(ds) == 4
+    s = ds[0]
+    assert sorted(s) == ["label", "path", "video"]
+    assert s["path"] == "cats/v0.mp4" and s["label"] == 0
+    value = s["video"]
+    # the value: "SKV1", the frame index, then the file's bytes as given
+    assert value[:4] == b"SKV1"
+    assert value.endswith((src / "cats" / "v0.mp4").read_bytes())
+
+
+def test_loader_clips_are_torchcodecs_frames(video_ds):
+    src, ds = video_ds
+    loader = stokehold.Loader(
+        ds, 2, shuffle=False, threads=2, seed=4,
+        transforms={"video": [Clip(frames=8, stride=2)]},
+    )
+    seen = 0
+    for batch in loader:
+        ts = batch["video_timestamps"]
+        assert ts.dtype == np.float64 and ts.shape == (2, 8)
+        for k in range(2):
+            path = str(src / batch["path"][k])
+            frames = batch["video"][k]
+            assert frames.dtype == np.uint8 and frames.shape == (8, 3, 120, 160)
+            ref = torchcodec_decoders.VideoDecoder(path).get_frames_played_at(ts[k].tolist())
+            assert np.array_equal(frames, ref.data.numpy())
+            np.testing.assert_array_equal(ts[k], ref.pts_seconds.numpy())
+            # stride 2: every other frame of the video
+            pts = VideoFile(path).pts_seconds
+            first = int(np.searchsorted(pts, ts[k][0]))
+            np.testing.assert_array_equal(ts[k], pts[first:first + 16:2])
+            seen += 1
+    assert seen == 4
+
+
+def _clip_loader(ds, threads, **kw):
+    from stokehold.image import CenterCrop, RandomHorizontalFlip, Resize
+
+    return stokehold.Loader(
+        ds, 2, threads=threads, seed=11,
+        transforms={"video": [Clip(frames=4, stride=3), Resize(64), CenterCrop(48), RandomHorizontalFlip()]},
+        **kw,
+    )
+
+
+def test_clips_are_the_same_for_any_thread_count_and_resume_exactly(video_ds):
+    _, ds = video_ds
+
+    def run(loader, epochs=2):
+        out = []
+        for e in range(epochs):
+            loader.set_epoch(e)
+            out += [(b["video"].copy(), b["video_timestamps"].copy(), list(b["path"])) for b in loader]
+        return out
+
+    one = run(_clip_loader(ds, 1))
+    assert one[0][0].shape == (2, 4, 3, 48, 48) and one[0][0].dtype == np.uint8
+    two = run(_clip_loader(ds, 2))
+    assert len(one) == len(two) == 4
+    for a, b in zip(one, two):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
+    # another epoch draws other clips
+    assert not all(np.array_equal(one[i][1], one[i + 2][1]) for i in range(2))
+    # resume mid-epoch: the state after the first batch gives the second batch exactly
+    first = _clip_loader(ds, 2)
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    rest = _clip_loader(ds, 1)
+    rest.load_state_dict(state)
+    resumed = [(b["video"].copy(), b["video_timestamps"].copy()) for b in rest]
+    assert len(resumed) == 1
+    assert np.array_equal(resumed[0][0], one[1][0]) and np.array_equal(resumed[0][1], one[1][1])
+
+
+def test_a_clip_longer_than_the_video_is_named_or_skipped(video_ds):
+    _, ds = video_ds
+    # 40 frames with stride 2 need 79: only the 4 s video (96 frames) has them
+    loader = stokehold.Loader(ds, 1, shuffle=False, transforms={"video": [Clip(frames=40, stride=2)]})
+    with pytest.raises(Exception) as e:
+        list(loader)
+    msg = str(e.value)
+    assert "needs 79 frames, the video has 75 frames" in msg, msg
+    assert "shard" in msg or ".skh" in msg, msg
+    skipping = stokehold.Loader(
+        ds, 4, shuffle=False, on_error="skip", max_skip_fraction=1.0,
+        transforms={"video": [Clip(frames=40, stride=2)]},
+    )
+    # the three short videos are replaced by the one that fits
+    (batch,) = list(skipping)
+    assert batch["video"].shape == (4, 40, 3, 120, 160) if hasattr(batch["video"], "shape") else len(batch["video"]) == 4
+    assert list(batch["path"]) == ["dogs/v1.mp4"] * 4
+
+
+def test_clip_on_a_field_that_is_not_video_is_refused(video_ds):
+    _, ds = video_ds
+    with pytest.raises(Exception, match="clip needs a video field"):
+        stokehold.Loader(ds, 1, transforms={"path": [Clip(frames=2)]})
+
+
+def test_matroska_is_refused_naming_the_file(tmp_path):
+    src = tmp_path / "src" / "a"
+    src.mkdir(parents=True)
+    make(src / "x.mkv", 1, "64x48", "10", "-c:v", "libx264", "-pix_fmt", "yuv420p")
+    r = subprocess.run([*CLI, "pack", str(tmp_path / "src"), str(tmp_path / "ds")], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "x.mkv" in r.stderr and "not supported yet" in r.stderr, r.stderr

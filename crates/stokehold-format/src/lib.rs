@@ -45,6 +45,7 @@ pub mod schema;
 pub mod shard;
 pub mod source;
 pub mod tokens;
+pub mod video;
 
 pub use error::{FormatError, Result};
 pub use limits::Limits;

@@ -174,6 +174,14 @@ fn encode_plain(
             })?;
             out.extend_from_slice(text.as_bytes())
         }
+        // a video's bytes must be a video value: its frame index checked against its container
+        (FieldType::Video, FieldValue::Bytes(b)) => {
+            crate::video::parse_video(b).map_err(|e| RecordError::Mismatch {
+                field: name.to_string(),
+                detail: format!("not a video value: {e}"),
+            })?;
+            out.extend_from_slice(b)
+        }
         (FieldType::Int64, FieldValue::Int64(v)) => out.extend_from_slice(&v.to_le_bytes()),
         (FieldType::Float64, FieldValue::Float64(v)) => out.extend_from_slice(&v.to_le_bytes()),
         (FieldType::Image { codec }, FieldValue::Image(b)) => {
@@ -518,7 +526,7 @@ fn decompress(frame: &[u8], max: u64) -> Result<Vec<u8>, String> {
 
 fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a>, String> {
     Ok(match ty {
-        FieldType::Bytes => FieldValue::Bytes(data),
+        FieldType::Bytes | FieldType::Video => FieldValue::Bytes(data),
         FieldType::Image { .. } => FieldValue::Image(data),
         FieldType::String | FieldType::Json => FieldValue::String(match data {
             Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|e| e.to_string())?),

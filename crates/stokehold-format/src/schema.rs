@@ -138,6 +138,9 @@ pub enum FieldType {
         /// Its codec.
         codec: ImageCodec,
     },
+    /// A video file's bytes as given (its container), led by its frame index
+    /// ([`crate::video`]). Read, it is that whole value (bytes).
+    Video,
 }
 
 impl fmt::Display for FieldType {
@@ -150,6 +153,7 @@ impl fmt::Display for FieldType {
             FieldType::Float64 => f.write_str("float64"),
             FieldType::Ndarray { dtype } => write!(f, "ndarray:{}", dtype.name()),
             FieldType::Image { codec } => write!(f, "image:{}", codec.name()),
+            FieldType::Video => f.write_str("video"),
         }
     }
 }
@@ -198,7 +202,7 @@ struct RawField {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "field {name:?}: invalid type {ty:?} (with dtype {dtype:?}, codec {codec:?}); expected \
-     bytes, string, json, int64, float64, ndarray with a dtype, or image with a codec"
+     bytes, string, json, int64, float64, ndarray with a dtype, image with a codec, or video"
 )]
 pub struct InvalidFieldType {
     /// The field's name.
@@ -223,6 +227,7 @@ impl TryFrom<RawField> for Field {
             ("float64", None, None) => FieldType::Float64,
             ("ndarray", Some(dtype), None) => FieldType::Ndarray { dtype },
             ("image", None, Some(codec)) => FieldType::Image { codec },
+            ("video", None, None) => FieldType::Video,
             (_, dtype, codec) => {
                 return Err(InvalidFieldType {
                     name: r.name,
@@ -250,6 +255,7 @@ impl From<Field> for RawField {
             FieldType::Float64 => ("float64", None, None),
             FieldType::Ndarray { dtype } => ("ndarray", Some(dtype), None),
             FieldType::Image { codec } => ("image", None, Some(codec)),
+            FieldType::Video => ("video", None, None),
         };
         RawField {
             name: f.name,
@@ -294,7 +300,7 @@ impl FromStr for FieldType {
     fn from_str(s: &str) -> Result<FieldType> {
         let bad = || {
             FormatError::Schema(format!(
-                "unknown field type {s:?} (expected bytes, string, json, int64, float64, ndarray:DTYPE or image[:CODEC])"
+                "unknown field type {s:?} (expected bytes, string, json, int64, float64, ndarray:DTYPE, image[:CODEC] or video)"
             ))
         };
         let (head, arg) = match s.split_once(':') {
@@ -305,6 +311,7 @@ impl FromStr for FieldType {
             ("bytes", None) => FieldType::Bytes,
             ("str" | "string", None) => FieldType::String,
             ("json", None) => FieldType::Json,
+            ("video", None) => FieldType::Video,
             ("int" | "int64", None) => FieldType::Int64,
             ("float" | "float64", None) => FieldType::Float64,
             ("ndarray" | "array", Some(d)) => FieldType::Ndarray {
@@ -392,6 +399,12 @@ impl Schema {
             if !seen.insert(f.name.as_str()) {
                 return Err(FormatError::Schema(format!(
                     "field name {:?} appears twice",
+                    f.name
+                )));
+            }
+            if f.ty == FieldType::Video && f.compression != Compression::None {
+                return Err(FormatError::Schema(format!(
+                    "field {:?}: video is already compressed; zstd is for other fields",
                     f.name
                 )));
             }

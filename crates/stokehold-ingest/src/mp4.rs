@@ -743,6 +743,87 @@ fn esds_config(b: &[u8], base: u64) -> Result<Vec<u8>> {
     Ok(r.take(len)?.to_vec())
 }
 
+/// The frame index of an MP4 file whose bytes are `bytes` (a file packed into a `video` field).
+pub fn index_bytes(bytes: &[u8], limits: &Mp4Limits) -> Result<FrameIndex> {
+    let len = bytes.len() as u64;
+    let read = |offset: u64, n: usize| -> std::result::Result<Vec<u8>, String> {
+        let lo = usize::try_from(offset)
+            .map_err(|e| e.to_string())?
+            .min(bytes.len());
+        Ok(bytes[lo..lo.saturating_add(n).min(bytes.len())].to_vec())
+    };
+    let (at, size) = locate_moov(len, limits, read)?;
+    // size <= max_moov_bytes and fits the bytes (checked by locate_moov)
+    let moov = &bytes[at as usize..(at + size) as usize];
+    parse_moov(moov, at, len, limits)
+}
+
+impl FrameIndex {
+    /// The index as a `video` value keeps it (format.md, the `video` field type).
+    pub fn to_video_index(&self) -> stokehold_format::video::VideoIndex {
+        use stokehold_format::video::{CONTAINER_MP4, VideoFrame, VideoIndex};
+        VideoIndex {
+            container: CONTAINER_MP4,
+            codec: self.codec.0,
+            timescale: self.timescale,
+            width: self.width,
+            height: self.height,
+            extradata: self.extradata.clone(),
+            frames: self
+                .frames
+                .iter()
+                .map(|f| VideoFrame {
+                    pts: f.pts,
+                    dts: f.dts,
+                    duration: f.duration,
+                    key: f.key,
+                    offset: f.offset,
+                    size: f.size,
+                })
+                .collect(),
+        }
+    }
+
+    /// The index a `video` value keeps, as this reader's.
+    pub fn from_video_index(v: stokehold_format::video::VideoIndex) -> FrameIndex {
+        FrameIndex {
+            timescale: v.timescale,
+            codec: FourCc(v.codec),
+            width: v.width,
+            height: v.height,
+            extradata: v.extradata,
+            frames: v
+                .frames
+                .into_iter()
+                .map(|f| Frame {
+                    pts: f.pts,
+                    dts: f.dts,
+                    duration: f.duration,
+                    key: f.key,
+                    offset: f.offset,
+                    size: f.size,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A `video` field's value for an MP4 file's bytes: its frame index, then the bytes as they
+/// are (format.md). A file that is not an MP4 this reader indexes (cut before its `moov`, no
+/// video track, fragmented) is refused with why; so is one without frames.
+pub fn video_value(bytes: &[u8], limits: &Mp4Limits) -> Result<Vec<u8>> {
+    let index = index_bytes(bytes, limits)?;
+    if index.frames.is_empty() {
+        return Err(Mp4Error::Unsupported(
+            "the video track has no frames".into(),
+        ));
+    }
+    Ok(stokehold_format::video::encode_video(
+        &index.to_video_index(),
+        bytes,
+    ))
+}
+
 /// The frame index of an MP4 file on local disk.
 pub fn index_file(path: &std::path::Path, limits: &Mp4Limits) -> Result<FrameIndex> {
     use std::io::{Read, Seek, SeekFrom};

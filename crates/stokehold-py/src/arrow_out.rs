@@ -69,7 +69,7 @@ impl Column {
         match (ty, tokens) {
             (FieldType::Bytes, Some(TokenDType::U16)) => array_column(DataType::UInt16, 2),
             (FieldType::Bytes, Some(TokenDType::U32)) => array_column(DataType::UInt32, 4),
-            (FieldType::Bytes | FieldType::Image { .. }, _) => {
+            (FieldType::Bytes | FieldType::Image { .. } | FieldType::Video, _) => {
                 Column::Binary(LargeBinaryBuilder::new())
             }
             (FieldType::String | FieldType::Json, _) => Column::String(LargeStringBuilder::new()),

@@ -131,7 +131,8 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
         )
     };
     match &field.ty {
-        FieldType::Bytes | FieldType::Image { .. } => {
+        // (a video value is checked by the writer: its frame index against its container)
+        FieldType::Bytes | FieldType::Image { .. } | FieldType::Video => {
             if let Ok(b) = v.cast::<PyBytes>() {
                 Ok(Prepared::Buf(b.clone()))
             } else if v.is_instance_of::<PyByteArray>() || v.is_instance_of::<PyMemoryView>() {

@@ -79,6 +79,18 @@ impl VideoFile {
         PyArray1::from_vec(py, order.iter().map(|&d| v.index().frames[d].key).collect())
     }
 
+    /// Each frame's packet size in bytes (presentation order, uint32): with `keyframes`, the
+    /// bytes of the keyframe intervals a clip touches.
+    #[getter]
+    fn packet_sizes<'py>(&self, py: Python<'py>) -> Bound<'py, PyArray1<u32>> {
+        let v = self.lock();
+        let order = v.index().presentation_order();
+        PyArray1::from_vec(
+            py,
+            order.iter().map(|&d| v.index().frames[d].size).collect(),
+        )
+    }
+
     /// The first frame's presentation time, in seconds.
     #[getter]
     fn begin_seconds(&self) -> f64 {

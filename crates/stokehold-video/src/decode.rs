@@ -35,35 +35,21 @@ pub struct DecodedFrames {
     pub frames: Vec<usize>,
 }
 
-/// An MP4 file's frame index, and a decoder for its clips (created on the first decode, kept
-/// for the next ones). Decodes on the caller's thread; FFmpeg's own threading is off unless
-/// [`VideoFile::set_threads`] says otherwise.
-#[derive(Debug)]
-pub struct VideoFile {
-    path: PathBuf,
+/// A video's frame index with its frames in presentation order, and the name its errors give
+/// (a file's path, or a packed sample's shard, record and path): every question about times and
+/// frames, answered without the video's bytes.
+#[derive(Debug, Clone)]
+pub struct IndexedVideo {
     name: String,
-    file: File,
     index: FrameIndex,
     /// Decode-order indices in presentation order.
     order: Vec<usize>,
-    threads: u32,
-    decoder: Option<Decoder>,
 }
 
-impl VideoFile {
-    /// Opens `path` and reads its frame index (no FFmpeg needed for that).
-    pub fn open(path: impl AsRef<Path>) -> Result<VideoFile, VideoError> {
-        let path = path.as_ref().to_path_buf();
-        let name = path.display().to_string();
-        let index =
-            index_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
-                file: name.clone(),
-                source,
-            })?;
-        let file = File::open(&path).map_err(|e| VideoError::Index {
-            file: name.clone(),
-            source: stokehold_ingest::mp4::Mp4Error::Unsupported(e.to_string()),
-        })?;
+impl IndexedVideo {
+    /// A video of `index` (at least one frame), named `name` in errors.
+    pub fn new(name: impl Into<String>, index: FrameIndex) -> Result<IndexedVideo, VideoError> {
+        let name = name.into();
         if index.frames.is_empty() {
             return Err(VideoError::Index {
                 file: name,
@@ -73,15 +59,12 @@ impl VideoFile {
             });
         }
         let order = index.presentation_order();
-        Ok(VideoFile {
-            path,
-            name,
-            file,
-            index,
-            order,
-            threads: 1,
-            decoder: None,
-        })
+        Ok(IndexedVideo { name, index, order })
+    }
+
+    /// The name errors give.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The frame index.
@@ -89,26 +72,12 @@ impl VideoFile {
         &self.index
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// FFmpeg's own decoding threads (1, the default: decode on the caller's thread only; 0:
-    /// FFmpeg picks). Takes effect for the next decoder created.
-    pub fn set_threads(&mut self, threads: u32) {
-        if threads != self.threads {
-            self.threads = threads;
-            self.decoder = None;
-        }
-    }
-
     /// Number of frames.
     pub fn len(&self) -> usize {
         self.order.len()
     }
 
-    /// Never: a file without frames is refused by [`VideoFile::open`].
+    /// Never: a video without frames is refused by [`IndexedVideo::new`].
     pub fn is_empty(&self) -> bool {
         self.order.is_empty()
     }
@@ -145,7 +114,7 @@ impl VideoFile {
     }
 
     /// The frame (its index in presentation order) played at `seconds`: the first frame whose
-    /// next frame starts after `seconds` (the last frame runs to [`VideoFile::end_seconds`]),
+    /// next frame starts after `seconds` (the last frame runs to [`IndexedVideo::end_seconds`]),
     /// torchcodec's exact-mode rule; a time before the first frame or at or after the end is
     /// an error.
     pub fn frame_played_at(&self, seconds: f64) -> Result<usize, VideoError> {
@@ -177,77 +146,252 @@ impl VideoFile {
         Ok(lo.min(self.order.len() - 1))
     }
 
+    /// The byte ranges (from the start of the video's bytes) of the packets that decoding the
+    /// frames `frames` (presentation order) reads: from the keyframe each needs to the frame,
+    /// merged where they touch. What a clip reads, planned from the index alone.
+    pub fn packet_ranges(&self, frames: &[usize]) -> Vec<(u64, u64)> {
+        let mut spans: Vec<(usize, usize)> = frames
+            .iter()
+            .filter_map(|&p| {
+                let d = *self.order.get(p)?;
+                Some((self.index.decode_start(d).unwrap_or(0), d))
+            })
+            .collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in spans {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 + 1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in merged {
+            for f in &self.index.frames[a..=b] {
+                let (lo, hi) = (f.offset, f.offset + u64::from(f.size));
+                match out.last_mut() {
+                    Some(last) if lo <= last.1 && hi >= last.0 => {
+                        last.0 = last.0.min(lo);
+                        last.1 = last.1.max(hi);
+                    }
+                    _ => out.push((lo, hi)),
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A decoder kept between videos of one codec configuration (a worker thread keeps one): it is
+/// made again only when the codec, its configuration record or the thread count changes.
+#[derive(Debug, Default)]
+pub struct ClipDecoder {
+    decoder: Option<(DecoderKey, Decoder)>,
+}
+
+type DecoderKey = ([u8; 4], Vec<u8>, u32);
+
+impl ClipDecoder {
+    /// A decoder made on first use.
+    pub fn new() -> ClipDecoder {
+        ClipDecoder::default()
+    }
+
+    /// The frames of `video` at these indices in presentation order, decoded from `bytes` (the
+    /// video's bytes, which its index's byte ranges point into) and converted to RGB; FFmpeg's
+    /// own threading `threads` (1: off).
+    pub fn frames_at(
+        &mut self,
+        video: &IndexedVideo,
+        bytes: &[u8],
+        frames: &[usize],
+        threads: u32,
+    ) -> Result<DecodedFrames, VideoError> {
+        decode(
+            &mut self.decoder,
+            video,
+            Packets::Memory(bytes),
+            frames,
+            threads,
+        )
+    }
+}
+
+/// Decodes `frames` (presentation order) of `video`, its packets read from `packets`, with the
+/// decoder kept in `slot` (made, or made again for another configuration).
+fn decode(
+    slot: &mut Option<(DecoderKey, Decoder)>,
+    video: &IndexedVideo,
+    packets: Packets<'_>,
+    frames: &[usize],
+    threads: u32,
+) -> Result<DecodedFrames, VideoError> {
+    let (name, index, order) = (&video.name, &video.index, &video.order);
+    let n = order.len();
+    if let Some(&bad) = frames.iter().find(|&&i| i >= n) {
+        return Err(VideoError::Unsupported {
+            file: name.clone(),
+            detail: format!("frame {bad} asked for: the video has {n} frames"),
+        });
+    }
+    let ff = ffi::ffmpeg().map_err(|e| VideoError::FfmpegMissing {
+        file: name.clone(),
+        detail: e.to_string(),
+    })?;
+    let key: DecoderKey = (index.codec.0, index.extradata.clone(), threads);
+    if slot.as_ref().is_none_or(|(k, _)| *k != key) {
+        *slot = None;
+        *slot = Some((key, Decoder::new(ff, index, threads, name)?));
+    }
+    let mut out = DecodedFrames {
+        data: Vec::new(),
+        count: frames.len(),
+        height: 0,
+        width: 0,
+        pts_seconds: Vec::with_capacity(frames.len()),
+        frames: frames.to_vec(),
+    };
+    // output slots by pts; the decode-order indices wanted, ascending
+    let mut slots: HashMap<i64, Vec<usize>> = HashMap::new();
+    let mut wanted: Vec<usize> = Vec::with_capacity(frames.len());
+    for (k, &p) in frames.iter().enumerate() {
+        let d = order[p];
+        let pts = index.frames[d].pts;
+        out.pts_seconds.push(video.seconds(pts));
+        slots.entry(pts).or_default().push(k);
+        wanted.push(d);
+    }
+    wanted.sort_unstable();
+    wanted.dedup();
+    let decoder = &mut slot.as_mut().expect("just set").1;
+    let mut job = Job {
+        ff,
+        file: packets,
+        name,
+        index,
+        slots,
+        done: HashMap::new(),
+        failed: None,
+        out: &mut out,
+    };
+    let r = job.run(decoder, &wanted);
+    if r.is_err() {
+        // a decoder left mid-stream by an error starts afresh next time
+        *slot = None;
+    }
+    r?;
+    Ok(out)
+}
+
+/// An MP4 file's frame index, and a decoder for its clips (created on the first decode, kept
+/// for the next ones). Decodes on the caller's thread; FFmpeg's own threading is off unless
+/// [`VideoFile::set_threads`] says otherwise.
+#[derive(Debug)]
+pub struct VideoFile {
+    path: PathBuf,
+    file: File,
+    video: IndexedVideo,
+    threads: u32,
+    decoder: Option<(DecoderKey, Decoder)>,
+}
+
+impl std::ops::Deref for VideoFile {
+    type Target = IndexedVideo;
+    fn deref(&self) -> &IndexedVideo {
+        &self.video
+    }
+}
+
+impl VideoFile {
+    /// Opens `path` and reads its frame index (no FFmpeg needed for that).
+    pub fn open(path: impl AsRef<Path>) -> Result<VideoFile, VideoError> {
+        let path = path.as_ref().to_path_buf();
+        let name = path.display().to_string();
+        let index =
+            index_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
+                file: name.clone(),
+                source,
+            })?;
+        let file = File::open(&path).map_err(|e| VideoError::Index {
+            file: name.clone(),
+            source: stokehold_ingest::mp4::Mp4Error::Unsupported(e.to_string()),
+        })?;
+        let video = IndexedVideo::new(name, index)?;
+        Ok(VideoFile {
+            path,
+            file,
+            video,
+            threads: 1,
+            decoder: None,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// FFmpeg's own decoding threads (1, the default: decode on the caller's thread only; 0:
+    /// FFmpeg picks). Takes effect for the next decoder created.
+    pub fn set_threads(&mut self, threads: u32) {
+        self.threads = threads;
+    }
+
     /// The frames played at `seconds` (any order, repeats allowed), decoded and converted to
     /// RGB: what torchcodec's `get_frames_played_at(seconds)` returns.
     pub fn frames_played_at(&mut self, seconds: &[f64]) -> Result<DecodedFrames, VideoError> {
         let frames = seconds
             .iter()
-            .map(|&s| self.frame_played_at(s))
+            .map(|&s| self.video.frame_played_at(s))
             .collect::<Result<Vec<_>, _>>()?;
         self.frames_at(&frames)
     }
 
     /// The frames at these indices in presentation order, decoded and converted to RGB.
     pub fn frames_at(&mut self, frames: &[usize]) -> Result<DecodedFrames, VideoError> {
-        let n = self.order.len();
-        if let Some(&bad) = frames.iter().find(|&&i| i >= n) {
-            return Err(VideoError::Unsupported {
-                file: self.name.clone(),
-                detail: format!("frame {bad} asked for: the video has {n} frames"),
-            });
+        decode(
+            &mut self.decoder,
+            &self.video,
+            Packets::File(&self.file),
+            frames,
+            self.threads,
+        )
+    }
+}
+
+/// Where packets are read from: the video's file, or its bytes in memory (a packed `video`
+/// value's container).
+#[derive(Clone, Copy)]
+enum Packets<'a> {
+    File(&'a File),
+    Memory(&'a [u8]),
+}
+
+impl Packets<'_> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        match self {
+            Packets::File(f) => f.read_exact_at(buf, offset),
+            Packets::Memory(m) => {
+                let end = offset.checked_add(buf.len() as u64);
+                match end.filter(|&e| e <= m.len() as u64) {
+                    Some(e) => {
+                        buf.copy_from_slice(&m[offset as usize..e as usize]);
+                        Ok(())
+                    }
+                    None => Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the packet ends past the video's {} bytes", m.len()),
+                    )),
+                }
+            }
         }
-        let ff = ffi::ffmpeg().map_err(|e| VideoError::FfmpegMissing {
-            file: self.name.clone(),
-            detail: e.to_string(),
-        })?;
-        if self.decoder.is_none() {
-            self.decoder = Some(Decoder::new(ff, &self.index, self.threads, &self.name)?);
-        }
-        let mut out = DecodedFrames {
-            data: Vec::new(),
-            count: frames.len(),
-            height: 0,
-            width: 0,
-            pts_seconds: Vec::with_capacity(frames.len()),
-            frames: frames.to_vec(),
-        };
-        // output slots by pts; the decode-order indices wanted, ascending
-        let mut slots: HashMap<i64, Vec<usize>> = HashMap::new();
-        let mut wanted: Vec<usize> = Vec::with_capacity(frames.len());
-        for (slot, &p) in frames.iter().enumerate() {
-            let d = self.order[p];
-            let pts = self.index.frames[d].pts;
-            out.pts_seconds.push(self.seconds(pts));
-            slots.entry(pts).or_default().push(slot);
-            wanted.push(d);
-        }
-        wanted.sort_unstable();
-        wanted.dedup();
-        let decoder = self.decoder.as_mut().expect("just set");
-        let mut job = Job {
-            ff,
-            file: &self.file,
-            name: &self.name,
-            index: &self.index,
-            slots,
-            done: HashMap::new(),
-            failed: None,
-            out: &mut out,
-        };
-        let r = job.run(decoder, &wanted);
-        if r.is_err() {
-            // a decoder left mid-stream by an error starts afresh next time
-            self.decoder = None;
-        }
-        r?;
-        Ok(out)
     }
 }
 
 /// One call's decoding: the wanted frames' output slots and the buffer they go to.
 struct Job<'a> {
     ff: &'static Ffmpeg,
-    file: &'a File,
+    file: Packets<'a>,
     name: &'a str,
     index: &'a FrameIndex,
     /// pts -> the output slots that frame fills.

@@ -16,7 +16,7 @@ mod decode;
 mod ffi;
 
 pub use clip::{Clip, ClipError, Start, Step};
-pub use decode::{DecodedFrames, VideoFile};
+pub use decode::{ClipDecoder, DecodedFrames, IndexedVideo, VideoFile};
 
 use stokehold_ingest::mp4::Mp4Error;
 

@@ -127,6 +127,7 @@ fn run(
         let mut rng = SampleRng::for_sample(seed, 0, *id, 0);
         let mut ctx = SampleCtx {
             id: *id,
+            seed,
             epoch: 0,
             rng: &mut rng,
         };

@@ -3,12 +3,44 @@
 //!
 //! Fields: `image` (image:auto, the file's bytes as they are), `label` (int64, when there are
 //! classes), `path` (string, relative to `SRC`).
+//!
+//! A folder of videos (any `.mp4`, `.m4v` or `.mov` file in it) packs the same way with a
+//! `video` field instead of `image`: each file's bytes as they are, led by its frame index
+//! (`crate::mp4::video_value`); other files are skipped. Matroska and WebM (`.mkv`, `.webm`)
+//! are refused, naming the file, as not supported yet.
 
 use std::path::{Path, PathBuf};
 
 use stokehold_format::{FieldValue, ImageCodec, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
+
+/// Extensions of the video files packed (MP4 and QuickTime, the ISO base media family).
+pub(crate) const VIDEO_EXTENSIONS: [&str; 3] = ["mp4", "m4v", "mov"];
+/// Video containers refused as not supported yet.
+pub(crate) const MATROSKA_EXTENSIONS: [&str; 2] = ["mkv", "webm"];
+
+fn has_extension(p: &Path, list: &[&str]) -> bool {
+    p.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// The error of a Matroska/WebM file: not supported yet, with what to do.
+pub(crate) fn matroska_refused(p: &Path) -> PackError {
+    PackError::Input(format!(
+        "{}: Matroska/WebM video is not supported yet (MP4 is); remux it without re-encoding: \
+         ffmpeg -i {} -c copy OUT.mp4",
+        p.display(),
+        p.display()
+    ))
+}
+
+/// A video file's `video` value: its frame index and its bytes (or why it cannot be one).
+pub(crate) fn load_video(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    crate::mp4::video_value(bytes, &crate::mp4::Mp4Limits::default())
+        .map_err(|e| format!("not a usable MP4 video: {e}"))
+}
 
 struct Job {
     path: PathBuf,
@@ -108,7 +140,41 @@ pub(super) fn plan<'a>(
         Some(names)
     };
     progress.finish();
-    let mut fields = vec![("image", "image:auto")];
+    if let Some(j) = jobs
+        .iter()
+        .find(|j| has_extension(&j.path, &MATROSKA_EXTENSIONS))
+    {
+        return Err(matroska_refused(&j.path));
+    }
+    let video = jobs
+        .iter()
+        .any(|j| has_extension(&j.path, &VIDEO_EXTENSIONS));
+    if video {
+        let others = jobs
+            .iter()
+            .filter(|j| !has_extension(&j.path, &VIDEO_EXTENSIONS))
+            .count();
+        if others > 0 {
+            notes.push(format!(
+                "{others} files without a video extension ({}) were skipped: a folder with videos packs videos",
+                VIDEO_EXTENSIONS.join(", ")
+            ));
+            skipped.extend(
+                jobs.iter()
+                    .filter(|j| !has_extension(&j.path, &VIDEO_EXTENSIONS))
+                    .map(|j| Skipped {
+                        input: j.path.display().to_string(),
+                        reason: "not a video file (a folder with videos packs videos)".into(),
+                    }),
+            );
+            jobs.retain(|j| has_extension(&j.path, &VIDEO_EXTENSIONS));
+        }
+    }
+    let mut fields = vec![if video {
+        ("video", "video")
+    } else {
+        ("image", "image:auto")
+    }];
     if classes.is_some() {
         fields.push(("label", "int64"));
     }
@@ -124,7 +190,7 @@ pub(super) fn plan<'a>(
         skipped_early: skipped,
         notes,
         source: serde_json::Map::new(),
-        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, max))),
+        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, max, video))),
     })
 }
 
@@ -135,7 +201,7 @@ fn rel(root: &Path, p: &Path) -> String {
         .into_owned()
 }
 
-fn load(job: Job, max: u64) -> Loaded {
+fn load(job: Job, max: u64, video: bool) -> Loaded {
     let skip = |reason: String| {
         Loaded::Skip(Skipped {
             input: job.path.display().to_string(),
@@ -146,6 +212,24 @@ fn load(job: Job, max: u64) -> Loaded {
         Ok(b) => b,
         Err(e) => return skip(format!("unreadable: {e}")),
     };
+    if video {
+        let n = bytes.len() as u64;
+        let value = match load_video(&bytes) {
+            Ok(v) => v,
+            Err(e) => return skip(e),
+        };
+        let mut values = vec![FieldValue::Bytes(value.into())];
+        if let Some(label) = job.label {
+            values.push(FieldValue::Int64(label));
+        }
+        values.push(FieldValue::String(job.rel.into()));
+        return Loaded::Sample {
+            input: job.path.display().to_string(),
+            values,
+            bytes: n,
+            progressive: false,
+        };
+    }
     let progressive = match check_image(&bytes) {
         Ok(p) => p,
         Err(e) => return skip(e.into()),

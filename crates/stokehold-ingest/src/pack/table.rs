@@ -14,13 +14,15 @@ use super::{
     Loaded, PackError, PackOptions, Plan, Progress, Skipped, SourceKind, check_image, read_file,
 };
 
-const PATH_COLUMNS: [&str; 6] = [
+const PATH_COLUMNS: [&str; 8] = [
     "path",
     "file",
     "filename",
     "filepath",
     "image",
     "image_path",
+    "video",
+    "video_path",
 ];
 const IMAGE_EXTENSIONS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
 
@@ -251,16 +253,45 @@ pub(super) fn plan<'a>(
             .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str())),
         _ => true,
     });
-    let content = if all_images { "image" } else { "data" };
+    let ext_of = |r: &Row| match &r.cells[path_col] {
+        Some(Cell::Str(p)) => Path::new(p)
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase),
+        _ => None,
+    };
+    if let Some(r) = table.rows.iter().find(|r| {
+        ext_of(r).is_some_and(|e| super::image_folder::MATROSKA_EXTENSIONS.contains(&e.as_str()))
+    }) && let Some(Cell::Str(p)) = &r.cells[path_col]
+    {
+        return Err(super::image_folder::matroska_refused(&base.join(p)));
+    }
+    // a table naming videos (every named file an MP4 one) packs them as `video` fields
+    let all_videos = !table.rows.is_empty()
+        && table.rows.iter().all(|r| {
+            ext_of(r).is_some_and(|e| super::image_folder::VIDEO_EXTENSIONS.contains(&e.as_str()))
+        });
+    let kind = if all_videos {
+        Content::Video
+    } else if all_images {
+        Content::Image
+    } else {
+        Content::Data
+    };
+    let content = match kind {
+        Content::Video => "video",
+        Content::Image => "image",
+        Content::Data => "data",
+    };
     let path_name = &table.columns[path_col];
     let mut fields = vec![Field::new(
         content,
-        if all_images {
-            FieldType::Image {
+        match kind {
+            Content::Image => FieldType::Image {
                 codec: stokehold_format::ImageCodec::Auto,
-            }
-        } else {
-            FieldType::Bytes
+            },
+            Content::Video => FieldType::Video,
+            Content::Data => FieldType::Bytes,
         },
     )];
     if path_name != content {
@@ -335,11 +366,20 @@ pub(super) fn plan<'a>(
         skipped_early: skipped,
         notes: Vec::new(),
         source: serde_json::Map::new(),
-        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, all_images, keep_path, max))),
+        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, kind, keep_path, max))),
     })
 }
 
-fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
+/// What the named files become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    Image,
+    Video,
+    Data,
+}
+
+fn load(job: Job, kind: Content, keep_path: bool, max: u64) -> Loaded {
+    let image = kind == Content::Image;
     let skip = |reason: String| {
         Loaded::Skip(Skipped {
             input: format!("{} ({})", job.at, job.file.display()),
@@ -359,10 +399,13 @@ fn load(job: Job, image: bool, keep_path: bool, max: u64) -> Loaded {
     }
     let n = bytes.len() as u64;
     let mut values = Vec::with_capacity(2 + job.others.len());
-    values.push(if image {
-        FieldValue::Image(bytes.into())
-    } else {
-        FieldValue::Bytes(bytes.into())
+    values.push(match kind {
+        Content::Image => FieldValue::Image(bytes.into()),
+        Content::Video => match super::image_folder::load_video(&bytes) {
+            Ok(v) => FieldValue::Bytes(v.into()),
+            Err(e) => return skip(e),
+        },
+        Content::Data => FieldValue::Bytes(bytes.into()),
     });
     if keep_path {
         values.push(FieldValue::String(job.path_text.into()));

@@ -75,7 +75,8 @@ pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
         return None;
     }
     Some(match crate::arrow::field_type(t)? {
-        FieldType::Bytes => Kind::Bytes,
+        // (Arrow never maps to video: a video column is bytes)
+        FieldType::Bytes | FieldType::Video => Kind::Bytes,
         FieldType::Image { .. } => Kind::ImageStruct,
         FieldType::String => Kind::Str,
         FieldType::Json => Kind::Json,

@@ -442,6 +442,7 @@ impl Records {
             let mut rng = SampleRng::for_sample(cx.seed, cx.epoch, id, c as u64);
             let mut ctx = SampleCtx {
                 id,
+                seed: cx.seed,
                 epoch: cx.epoch,
                 rng: &mut rng,
             };

@@ -53,6 +53,26 @@ fn required(column: &str, stage: &str, size: Option<Size>) -> Result<Size> {
 
 /// Plan the fused image transform of a column from its specs.
 pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>, Output)> {
+    let ops = plan_ops(column, specs)?;
+    let output = Output::Fixed {
+        dtype: out_dtype(&ops),
+        shape: ops.shape(),
+    };
+    Ok((Arc::new(ImageTransform { ops, decoded: None }), output))
+}
+
+/// The element type of an image pipeline's output.
+pub fn out_dtype(ops: &ImageOps) -> DType {
+    match ops.out.dtype {
+        OutDType::U8 => DType::U8,
+        OutDType::F32 => DType::F32,
+        OutDType::F16 | OutDType::BF16 => DType::F16,
+    }
+}
+
+/// What a column's image specs do, checked: the geometry (required), flip, jitter, gray and the
+/// output's layout and type (also the spatial part of a video clip's chain).
+pub fn plan_ops(column: &str, specs: &[TransformSpec]) -> Result<ImageOps> {
     let mut geometry: Option<Geometry> = None;
     let mut pending_resize: Option<u32> = None;
     let mut flip_p = 0.0;
@@ -167,7 +187,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
                 out.dtype = p.dtype;
                 finished = true;
             }
-            Stage::Tokenize(_) | Stage::Qwen2Vl(_) => {
+            Stage::Tokenize(_) | Stage::Qwen2Vl(_) | Stage::Clip(_) => {
                 return Err(bad(
                     column,
                     format!("{:?} is not an image stage ({})", s.name, STAGES.join(", ")),
@@ -178,7 +198,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
     let geometry = geometry.ok_or_else(|| {
         bad(column, "an image column needs a fixed output size: random_resized_crop, resize([h, w]), or resize(n) + center_crop")
     })?;
-    let ops = ImageOps {
+    Ok(ImageOps {
         geometry,
         flip_p,
         jitter,
@@ -186,17 +206,7 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform>
         out,
         max_pixels: DEFAULT_MAX_PIXELS,
         fused: true,
-    };
-    let dtype = match ops.out.dtype {
-        OutDType::U8 => DType::U8,
-        OutDType::F32 => DType::F32,
-        OutDType::F16 | OutDType::BF16 => DType::F16,
-    };
-    let output = Output::Fixed {
-        dtype,
-        shape: ops.shape(),
-    };
-    Ok((Arc::new(ImageTransform { ops, decoded: None }), output))
+    })
 }
 
 /// The fused image transform. With a decoded cache, the deterministic prefix (decode + resize to
@@ -211,7 +221,9 @@ pub struct ImageTransform {
     pub decoded: Option<(u32, Arc<DecodedCache>)>,
 }
 
-struct Draws<'a>(&'a mut SampleRng);
+/// A sample's generator as the ops crate draws from it.
+#[derive(Debug)]
+pub struct Draws<'a>(pub &'a mut SampleRng);
 
 impl Random for Draws<'_> {
     fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
@@ -234,7 +246,8 @@ fn encoded<'a>(x: &'a Value<'_>) -> StageResult<&'a [u8]> {
     }
 }
 
-fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> StageResult<T>) -> StageResult<T> {
+/// Runs `f` with this worker thread's image workspace.
+pub fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> StageResult<T>) -> StageResult<T> {
     WORKSPACE.with(|ws| {
         let mut ws = ws.try_borrow_mut().map_err(|_| {
             StageError::from("image workspace in use (re-entrant call)".to_string())

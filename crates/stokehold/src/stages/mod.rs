@@ -10,6 +10,7 @@ pub mod image;
 pub mod spec;
 mod stage_spec;
 pub mod text;
+pub mod video;
 pub mod vision;
 
 use std::borrow::Cow;
@@ -30,6 +31,9 @@ pub type Value<'a> = FieldValue<'a>;
 pub struct SampleCtx<'r> {
     /// Global sample id.
     pub id: u64,
+    /// The loader's seed (stages whose draws must agree across columns, such as a video clip
+    /// and its timestamps, draw from (seed, epoch, id) themselves).
+    pub seed: u64,
     /// Epoch.
     pub epoch: u64,
     /// This sample's random numbers for this column.

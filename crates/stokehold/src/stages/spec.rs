@@ -28,6 +28,22 @@ pub fn build_column(
     if specs.is_empty() {
         return Ok(column);
     }
+    if let Some(planned) = crate::stages::video::plan(field, specs) {
+        // a clip decodes a video value (its frame index and its container)
+        if let Some(f) = schema.index_of(field).map(|i| &schema.fields[i])
+            && f.ty != stokehold_format::FieldType::Video
+        {
+            return Err(EngineError::Config(format!(
+                "column {field:?}: clip needs a video field, and the field is of type {}; pack \
+                 videos with `stokehold pack` (a folder or a table of MP4 files)",
+                f.ty
+            )));
+        }
+        let (t, output) = planned?;
+        column.transforms = vec![t];
+        column.output = output;
+        return Ok(column);
+    }
     if let Some(planned) = crate::stages::text::plan(field, specs)
         .or_else(|| crate::stages::vision::plan(field, specs))
     {
@@ -92,11 +108,12 @@ pub fn build_column(
             Some(t) => transforms.push(t),
             None => {
                 return Err(EngineError::Config(format!(
-                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {}, {})",
+                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {}, {}, {})",
                     s.name,
                     BUILT_IN.join(", "),
                     crate::stages::text::TOKENIZE,
-                    crate::stages::vision::QWEN2VL
+                    crate::stages::vision::QWEN2VL,
+                    crate::stages::video::CLIP
                 )));
             }
         }
@@ -124,7 +141,20 @@ pub fn build_columns(
     let mut cols = Vec::new();
     for f in &schema.fields {
         match specs.get(&f.name) {
-            Some(s) => cols.push(build_column(schema, &f.name, s, custom)?),
+            Some(s) => {
+                cols.push(build_column(schema, &f.name, s, custom)?);
+                // a clip's frames come with their times, `<field>_timestamps`
+                if let Some(ts) = crate::stages::video::timestamps_column(&f.name, s)? {
+                    if schema.index_of(&ts.name).is_some() {
+                        return Err(EngineError::Config(format!(
+                            "column {:?}: the clip's timestamps column would have the name of \
+                             the dataset's field {:?}",
+                            f.name, ts.name
+                        )));
+                    }
+                    cols.push(ts);
+                }
+            }
             None if all_fields => cols.push(Column::passthrough(schema, &f.name)?),
             None => {}
         }

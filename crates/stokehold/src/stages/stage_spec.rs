@@ -51,6 +51,7 @@ impl TransformSpec {
             "normalize" => parse(p).map(Stage::Normalize),
             "tokenize" => parse(p).map(Stage::Tokenize),
             "qwen2vl" => parse(p).map(Stage::Qwen2Vl),
+            "clip" => parse(p).map(Stage::Clip),
             _ => return None,
         })
     }
@@ -105,6 +106,31 @@ pub enum Stage {
     Tokenize(Tokenize),
     /// `qwen2vl`: Qwen2-VL's image processor.
     Qwen2Vl(Qwen2VlParams),
+    Clip(ClipParams),
+}
+
+/// `stokehold.video.Clip`'s parameters: `frames`, `stride` or `fps` (not both), `start`
+/// ("random" or "uniform"), `clips` (1 in a loader).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClipParams {
+    pub frames: u32,
+    pub stride: Option<u32>,
+    pub fps: Option<f64>,
+    pub start: String,
+    pub clips: u32,
+}
+
+impl Default for ClipParams {
+    fn default() -> Self {
+        ClipParams {
+            frames: 16,
+            stride: None,
+            fps: None,
+            start: "random".into(),
+            clips: 1,
+        }
+    }
 }
 
 /// No parameters.

@@ -1,0 +1,237 @@
+"""Random video clips: stokehold's Loader against torchcodec's VideoDecoder in a torch DataLoader.
+
+Issue #54's benchmark. The script makes its own videos with the ``ffmpeg`` command from JPEGs
+the repository makes (bench-data/inet when present, else ``stokehold sample-data``): one set
+per resolution (480p, 1080p), each video 10 to 60 s at 25 fps, H.264 with x264's default
+keyframe interval (or ``--keyint K``). It packs each set (``stokehold pack``: the files with
+their frame index) and loads random 16-frame clips, stride 2, resized to 224 (shorter side) and
+centre-cropped to 224x224:
+
+- stokehold: ``Loader(ds, transforms={"video": [Clip(16, stride=2), Resize(224),
+  CenterCrop(224)]}, threads=T)``;
+- torchcodec: ``VideoDecoder(path).get_frames_at(indices)`` in a torch ``Dataset``, the same
+  resize and crop with torch, ``DataLoader(num_workers=T)``.
+
+It reports per set: CPU-seconds per clip of each (this process and its worker processes, user +
+system), their ratio, clips per second, and stokehold's bytes read per clip against the bytes of
+the keyframe intervals the clips touch (the packets from the keyframe at or before a clip's first
+frame to the frame before the keyframe after its last one).
+
+    python scripts/bench_video.py                       # the full benchmark (quiet machine)
+    python scripts/bench_video.py --tiny                # a smoke run (seconds)
+"""
+
+import argparse
+import glob
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench import BENCH_DATA, require, run_or_exit  # noqa: E402
+
+CLI = [sys.executable, "-m", "stokehold._cli"]
+SIZES = {"480p": (854, 480), "1080p": (1920, 1080)}
+
+
+def cpu_seconds() -> float:
+    """User + system seconds of this process and of its children that have ended."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def jpegs(work: str, need: int) -> list:
+    inet = os.path.join(BENCH_DATA, "inet")
+    files = sorted(glob.glob(os.path.join(inet, "**", "*.JPEG"), recursive=True))
+    files += sorted(glob.glob(os.path.join(inet, "**", "*.jpg"), recursive=True))
+    if len(files) < need:
+        out = os.path.join(work, "jpegs")
+        if not os.path.isdir(out):
+            run_or_exit([*CLI, "sample-data", out, "--images", str(min(need, 2000)), "--size", "640x480"])
+        files = sorted(glob.glob(os.path.join(out, "**", "*.jpg"), recursive=True))
+    return files
+
+
+def make_video(path: str, frames: list, size, keyint) -> None:
+    """One video from `frames` (JPEG paths), one photograph per frame at 25 fps (a numbered
+    sequence of links, read by ffmpeg's image2 demuxer; each scaled and cropped to `size`)."""
+    seq = path + ".frames"
+    os.makedirs(seq, exist_ok=True)
+    for k, p in enumerate(frames):
+        os.symlink(os.path.abspath(p), os.path.join(seq, f"{k:06d}.jpg"))
+    w, h = size
+    vf = f"scale={w}:{h}:force_original_aspect_ratio=increase,crop={w}:{h},setsar=1"
+    cmd = ["ffmpeg", "-v", "error", "-y", "-framerate", "25", "-i", os.path.join(seq, "%06d.jpg"),
+           "-vf", vf, "-c:v", "libx264", "-pix_fmt", "yuv420p"]
+    if keyint:
+        cmd += ["-g", str(keyint)]
+    run_or_exit(cmd + [path])
+    for name in os.listdir(seq):
+        os.remove(os.path.join(seq, name))
+    os.rmdir(seq)
+
+
+def make_set(work: str, name: str, args) -> str:
+    """The set's videos in a class folder, packed; returns (dataset dir, videos dir)."""
+    tag = f"{name}-k{args.keyint or 'default'}-n{args.videos}-s{args.min_seconds}-{args.max_seconds}"
+    src = os.path.join(work, tag, "videos")
+    ds = os.path.join(work, tag, "ds")
+    if not os.path.exists(os.path.join(ds, "manifest.json")):
+        pool = jpegs(work, 200)
+        if not pool:
+            sys.exit("error: no JPEGs to make videos from")
+        os.makedirs(os.path.join(src, "all"), exist_ok=True)
+        for i in range(args.videos):
+            span = args.max_seconds - args.min_seconds
+            seconds = args.min_seconds + (span * i // max(1, args.videos - 1) if span else 0)
+            n = int(seconds * 25)
+            frames = [pool[(i * 7919 + k) % len(pool)] for k in range(n)]
+            make_video(os.path.join(src, "all", f"v{i:03d}.mp4"), frames, SIZES[name], args.keyint)
+        run_or_exit([*CLI, "pack", src, ds, "--overwrite"])
+    return ds, src
+
+
+def keyframe_interval_bytes(video, first: float, last: float) -> int:
+    """Bytes of the packets from the keyframe at or before `first` up to (not including) the
+    keyframe after `last` (presentation order)."""
+    import numpy as np
+
+    pts, key, size = video.pts_seconds, video.keyframes, video.packet_sizes
+    a = int(np.searchsorted(pts, first, side="right")) - 1
+    while a > 0 and not key[a]:
+        a -= 1
+    b = int(np.searchsorted(pts, last, side="right"))
+    while b < len(pts) and not key[b]:
+        b += 1
+    return int(size[a:b].sum())
+
+
+def bench_stokehold(ds_dir: str, src: str, args) -> dict:
+    import stokehold
+    from stokehold.image import CenterCrop, Resize
+    from stokehold.video import Clip, VideoFile
+
+    ds = stokehold.Dataset(ds_dir)
+    loader = stokehold.Loader(
+        ds, args.batch, threads=args.threads, seed=0, drop_last=False,
+        transforms={"video": [Clip(frames=16, stride=2), Resize(224), CenterCrop(224)]},
+    )
+    videos = {}
+    clips, interval_bytes = 0, 0
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    epoch = 0
+    while clips < args.clips:
+        loader.set_epoch(epoch)
+        for b in loader:
+            for k in range(len(b["path"])):
+                path = b["path"][k]
+                if path not in videos:
+                    videos[path] = VideoFile(os.path.join(src, path))
+                ts = b["video_timestamps"][k]
+                interval_bytes += keyframe_interval_bytes(videos[path], ts[0], ts[-1])
+            clips += len(b["path"])
+            if clips >= args.clips:
+                break
+        epoch += 1
+    cpu, wall = cpu_seconds() - c0, time.perf_counter() - t0
+    read = loader.stats()["bytes_read"]
+    del loader
+    return {
+        "clips": clips,
+        "cpu_s_per_clip": cpu / clips,
+        "clips_per_s": clips / wall,
+        "bytes_read_per_clip": read / clips,
+        "keyframe_interval_bytes_per_clip": interval_bytes / clips,
+        "bytes_ratio": read / max(1, interval_bytes),
+    }
+
+
+class _TorchcodecClips:
+    """A torch Dataset: a random 16-frame clip, stride 2, of video i, resized and cropped."""
+
+    def __init__(self, paths, seed=0):
+        self.paths, self.seed = paths, seed
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+        from torchcodec.decoders import VideoDecoder
+
+        dec = VideoDecoder(self.paths[i], seek_mode="exact")
+        n = dec.metadata.num_frames
+        rng = np.random.default_rng((self.seed, i))
+        start = int(rng.integers(0, n - 31))
+        frames = dec.get_frames_at(list(range(start, start + 32, 2))).data  # [16, 3, H, W] uint8
+        h, w = frames.shape[-2:]
+        s = 224 / min(h, w)
+        x = F.interpolate(frames.float(), size=(max(224, round(h * s)), max(224, round(w * s))),
+                          mode="bilinear", antialias=True, align_corners=False)
+        top, left = (x.shape[-2] - 224) // 2, (x.shape[-1] - 224) // 2
+        return x[..., top:top + 224, left:left + 224].round().clamp(0, 255).to(torch.uint8)
+
+
+def bench_torchcodec(src: str, args) -> dict:
+    import torch
+    from torch.utils.data import DataLoader
+
+    paths = sorted(glob.glob(os.path.join(src, "**", "*.mp4"), recursive=True))
+    clips = 0
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    epoch = 0
+    while clips < args.clips:
+        dl = DataLoader(_TorchcodecClips(paths, seed=epoch), batch_size=args.batch, shuffle=True,
+                        num_workers=args.threads, generator=torch.Generator().manual_seed(epoch))
+        for b in dl:
+            clips += b.shape[0]
+            if clips >= args.clips:
+                break
+        del dl  # its workers end here, so their CPU time is counted
+        epoch += 1
+    cpu, wall = cpu_seconds() - c0, time.perf_counter() - t0
+    return {"clips": clips, "cpu_s_per_clip": cpu / clips, "clips_per_s": clips / wall}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--work", default=os.path.join(BENCH_DATA, "video"), help="where the videos and datasets go")
+    ap.add_argument("--sets", default="480p,1080p")
+    ap.add_argument("--videos", type=int, default=16, help="videos per set")
+    ap.add_argument("--min-seconds", type=int, default=10)
+    ap.add_argument("--max-seconds", type=int, default=60)
+    ap.add_argument("--keyint", type=int, default=None, help="x264 keyframe interval (default: x264's, 250)")
+    ap.add_argument("--clips", type=int, default=256, help="clips loaded by each loader")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2, help="stokehold threads = DataLoader workers")
+    ap.add_argument("--skip-torchcodec", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run: 2 short 480p videos, 8 clips")
+    args = ap.parse_args()
+    if args.tiny:
+        args.sets, args.videos, args.min_seconds, args.max_seconds, args.clips, args.batch = "480p", 2, 2, 3, 8, 4
+    require("stokehold", "numpy", *([] if args.skip_torchcodec else ["torch", "torchcodec"]))
+    if not subprocess.run(["which", "ffmpeg"], capture_output=True).returncode == 0:
+        sys.exit("error: this script needs the ffmpeg command (make sysdeps installs it)")
+    os.makedirs(args.work, exist_ok=True)
+    report = {}
+    for name in args.sets.split(","):
+        ds, src = make_set(args.work, name, args)
+        row = {"stokehold": bench_stokehold(ds, src, args)}
+        if not args.skip_torchcodec:
+            row["torchcodec"] = bench_torchcodec(src, args)
+            row["cpu_ratio_torchcodec_over_stokehold"] = (
+                row["torchcodec"]["cpu_s_per_clip"] / row["stokehold"]["cpu_s_per_clip"]
+            )
+        report[name] = row
+        print(name, json.dumps(row, indent=1), flush=True)
+    print(json.dumps({"keyint": args.keyint or "default", "threads": args.threads, "sets": report}))
+
+
+if __name__ == "__main__":
+    main()
