@@ -116,7 +116,7 @@ class Dataset:
         """The number of samples."""
     def __getitem__(self, i: int, /) -> Dict[str, _Value]:
         """Sample ``i`` as a dict field name -> value, in schema order: ``bytes`` for bytes and
-        image fields, ``str`` for string and json (the JSON text), ``int`` for int64, ``float`` for float64, and a new
+        image fields, ``str`` for string and json (the JSON text), a ``list`` of those for list fields, ``int`` for int64, ``float`` for float64, and a new
         numpy array (dtype uint8, int32, int64, float16, float32 or float64, with the stored
         shape) for ndarray fields.
 
@@ -133,6 +133,13 @@ class Dataset:
     def schema(self) -> Dict[str, str]:
         """Field name -> type spec, in field order, e.g. ``{"image": "image:jpeg", "label":
         "int64"}``."""
+    def image_sizes(self, i: int, field: str = "images") -> Optional[List[Tuple[int, int]]]:
+        """``(width, height)`` of each image of sample ``i``'s list of images ``field``, kept in
+        the shards' meta blocks when written (read from each image's header): nothing is read
+        or decoded. None where the files keep no sizes (files read in place).
+
+        :raises SchemaError: ``field`` is not a list of images.
+        """
     @property
     def classes(self) -> Optional[List[str]]:
         """Class names by integer label, or None when the dataset has none."""

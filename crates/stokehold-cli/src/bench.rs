@@ -746,6 +746,7 @@ fn value_bytes(v: &stokehold::format::FieldValue<'_>) -> u64 {
         FieldValue::String(s) => s.len() as u64,
         FieldValue::Array(a) => a.data.len() as u64,
         FieldValue::Int64(_) | FieldValue::Float64(_) => 8,
+        FieldValue::List(items) => items.iter().map(value_bytes).sum(),
     }
 }
 

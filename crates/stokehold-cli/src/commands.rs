@@ -407,6 +407,14 @@ fn show_shards(m: &Manifest, out: &mut dyn Write) -> std::io::Result<()> {
 
 fn describe(ty: &FieldType, v: &FieldValue<'_>, classes: Option<&[String]>) -> String {
     match v {
+        FieldValue::List(items) => {
+            let item_ty = match ty {
+                FieldType::List { item } => item.field_type(),
+                other => other.clone(),
+            };
+            let parts: Vec<String> = items.iter().map(|v| describe(&item_ty, v, None)).collect();
+            format!("{} items: [{}]", items.len(), parts.join("; "))
+        }
         FieldValue::Int64(i) => {
             match classes.and_then(|c| usize::try_from(*i).ok().and_then(|k| c.get(k))) {
                 Some(name) if matches!(ty, FieldType::Int64) => format!("{i} ({name})"),

@@ -37,6 +37,7 @@ pub mod container;
 pub mod crc;
 pub mod error;
 pub mod fuzzing;
+pub mod image_size;
 pub mod json;
 pub mod limits;
 pub mod manifest;
@@ -54,11 +55,13 @@ pub use record::{
     ArrayValue, CodecCacheStats, FieldValue, Held, RecordCodec, RecordEncoder, RecordError,
     RecordFields, RecordView,
 };
-pub use schema::{Compression, DType, Field, FieldType, ImageCodec, InvalidFieldType, Schema};
+pub use schema::{
+    Compression, DType, Field, FieldType, ImageCodec, InvalidFieldType, ListItem, Schema,
+};
 pub use shard::{
-    Header, IndexEntry, OpenStep, SHARD_VERSION, ShardMeta, ShardOpening, ShardReader, ShardSource,
-    ShardStructure, ShardSummary, ShardWriter, Trailer, WriteError, WriteOptions, parse_index,
-    read_structure,
+    Header, IndexEntry, ListTable, MAX_SHARD_LIST_ITEMS, OpenStep, SHARD_VERSION, ShardMeta,
+    ShardOpening, ShardReader, ShardSource, ShardStructure, ShardSummary, ShardWriter, Trailer,
+    WriteError, WriteOptions, parse_index, read_structure,
 };
 pub use source::{Memory, ReadProfile, Storage, memory_source};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};

@@ -8,12 +8,15 @@
 //! ```
 //! Field bytes by type (before optional zstd): `bytes`, `string`, `image`: the bytes themselves;
 //! `int64`, `float64`: 8 bytes little-endian; `ndarray`: `u32 ndim, u32 0, u64 dims[ndim]`, then
-//! the elements, little-endian, C order. A zstd-compressed field holds one zstd frame of those
-//! bytes, with the decompressed size in the frame header.
+//! the elements, little-endian, C order; `list`: `u32 count, u32 ends[count]`, then the items'
+//! bytes concatenated (item *k* is `[ends[k-1], ends[k])` of them). A zstd-compressed field
+//! holds one zstd frame of those bytes, with the decompressed size in the frame header.
 
 use std::borrow::Cow;
 
-use crate::schema::{Compression, DType, FieldType, ImageCodec, MAX_NDIM, Schema};
+use crate::schema::{
+    Compression, DType, FieldType, ImageCodec, ListItem, MAX_LIST_ITEMS, MAX_NDIM, Schema,
+};
 
 /// The value of one field, borrowed from a record where possible.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +33,9 @@ pub enum FieldValue<'a> {
     Array(ArrayValue<'a>),
     /// An encoded image's bytes.
     Image(Cow<'a, [u8]>),
+    /// The items of a `list` field: each a [`FieldValue::Bytes`], [`FieldValue::String`] or
+    /// [`FieldValue::Image`], as the list's item type says.
+    List(Vec<FieldValue<'a>>),
 }
 
 /// An n-d array: dtype, shape and little-endian elements in C order.
@@ -57,6 +63,9 @@ impl FieldValue<'_> {
                 data: Cow::Owned(a.data.into_owned()),
             }),
             FieldValue::Image(b) => FieldValue::Image(Cow::Owned(b.into_owned())),
+            FieldValue::List(items) => {
+                FieldValue::List(items.into_iter().map(FieldValue::into_owned).collect())
+            }
         }
     }
 
@@ -69,6 +78,7 @@ impl FieldValue<'_> {
             FieldValue::Float64(_) => "float64",
             FieldValue::Array(_) => "ndarray",
             FieldValue::Image(_) => "image",
+            FieldValue::List(_) => "list",
         }
     }
 }
@@ -147,6 +157,7 @@ fn plain_size_hint(v: &FieldValue<'_>) -> usize {
         FieldValue::String(s) => s.len(),
         FieldValue::Int64(_) | FieldValue::Float64(_) => 8,
         FieldValue::Array(a) => 8 + 8 * a.shape.len() + a.data.len(),
+        FieldValue::List(items) => 4 + items.iter().map(|v| 4 + plain_size_hint(v)).sum::<usize>(),
     }
 }
 
@@ -228,9 +239,83 @@ fn encode_plain(
             }
             out.extend_from_slice(&a.data);
         }
+        (FieldType::List { item }, FieldValue::List(items)) => {
+            if items.len() > MAX_LIST_ITEMS {
+                return Err(RecordError::Mismatch {
+                    field: name.to_string(),
+                    detail: format!("a list of {} items (at most {MAX_LIST_ITEMS})", items.len()),
+                });
+            }
+            let item_ty = item.field_type();
+            out.extend_from_slice(&(items.len() as u32).to_le_bytes());
+            let table = out.len();
+            out.resize(table + 4 * items.len(), 0);
+            let base = out.len();
+            for (k, v) in items.iter().enumerate() {
+                let item_name = format!("{name}[{k}]");
+                if let (ListItem::Image { .. }, FieldValue::Image(b)) = (item, v) {
+                    // its size is what a list of images keeps: an image without one is refused
+                    crate::image_size::image_size(b).map_err(|e| RecordError::Mismatch {
+                        field: item_name.clone(),
+                        detail: e,
+                    })?;
+                }
+                encode_plain(&item_ty, &item_name, v, out)?;
+                let end = u32::try_from(out.len() - base).map_err(|_| RecordError::Mismatch {
+                    field: item_name,
+                    detail: "a list grows past 4 GiB".into(),
+                })?;
+                out[table + 4 * k..table + 4 * k + 4].copy_from_slice(&end.to_le_bytes());
+            }
+        }
         _ => return Err(mismatch(name, ty, value)),
     }
     Ok(())
+}
+
+/// The items of a `list` field's bytes `data`: their table checked (the count against
+/// [`MAX_LIST_ITEMS`] and the bytes there are before anything is allocated, the ends in order and
+/// within the bytes), each item's byte range within `data`.
+pub fn list_items(data: &[u8]) -> Result<Vec<std::ops::Range<usize>>, String> {
+    if data.len() < 4 {
+        return Err(format!(
+            "a list's count needs 4 bytes, found {}",
+            data.len()
+        ));
+    }
+    let count = read_u32(data, 0) as usize;
+    if count > MAX_LIST_ITEMS {
+        return Err(format!(
+            "a list of {count} items, over the limit of {MAX_LIST_ITEMS}"
+        ));
+    }
+    let base = 4 + 4 * count;
+    if data.len() < base {
+        return Err(format!(
+            "a list of {count} items needs a table of {base} bytes, found {}",
+            data.len()
+        ));
+    }
+    let body = data.len() - base;
+    let mut ranges = Vec::with_capacity(count);
+    let mut prev = 0usize;
+    for k in 0..count {
+        let end = read_u32(data, 4 + 4 * k) as usize;
+        if end < prev || end > body {
+            return Err(format!(
+                "item {k} of the list ends at {end}, outside {prev}..={body} (at byte {})",
+                4 + 4 * k
+            ));
+        }
+        ranges.push(base + prev..base + end);
+        prev = end;
+    }
+    if prev != body {
+        return Err(format!(
+            "the list's items end at {prev} but it has {body} bytes of items"
+        ));
+    }
+    Ok(ranges)
 }
 
 /// Bytes of an array of `shape` and `dtype`, or None on overflow.
@@ -526,6 +611,22 @@ fn decompress(frame: &[u8], max: u64) -> Result<Vec<u8>, String> {
 
 fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a>, String> {
     Ok(match ty {
+        FieldType::List { item } => {
+            let ranges = list_items(&data)?;
+            let item_ty = item.field_type();
+            let mut items = Vec::with_capacity(ranges.len());
+            for (k, r) in ranges.into_iter().enumerate() {
+                let part = match &data {
+                    Cow::Borrowed(b) => {
+                        let b: &'a [u8] = b;
+                        Cow::Borrowed(&b[r])
+                    }
+                    Cow::Owned(v) => Cow::Owned(v[r].to_vec()),
+                };
+                items.push(decode_plain(&item_ty, part).map_err(|e| format!("item {k}: {e}"))?);
+            }
+            FieldValue::List(items)
+        }
         FieldType::Bytes | FieldType::Video => FieldValue::Bytes(data),
         FieldType::Image { .. } => FieldValue::Image(data),
         FieldType::String | FieldType::Json => FieldValue::String(match data {

@@ -13,6 +13,8 @@ pub const MAX_FIELDS: usize = 1024;
 pub const MAX_FIELD_NAME: usize = 256;
 /// Most dimensions of an n-d array.
 pub const MAX_NDIM: usize = 8;
+/// Most items in one value of a `list` field (a sample's images).
+pub const MAX_LIST_ITEMS: usize = 1 << 16;
 
 /// Element type of an n-d array field. Elements are stored little-endian.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -141,6 +143,51 @@ pub enum FieldType {
     /// A video file's bytes as given (its container), led by its frame index
     /// ([`crate::video`]). Read, it is that whole value (bytes).
     Video,
+    /// A list of items of one type (a sample's images; bytes; strings), each item stored as a
+    /// field of that type would store it (`docs/format.md` §4.2). A list of images keeps each
+    /// image's width and height, read from its header when written, in the shard's meta block
+    /// (`lists`), so that they are known without reading or decoding the images.
+    List {
+        /// The type of every item.
+        item: ListItem,
+    },
+}
+
+/// The type of the items of a [`FieldType::List`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ListItem {
+    /// Opaque bytes.
+    Bytes,
+    /// UTF-8 strings.
+    String,
+    /// Encoded images (their sizes are kept in the meta block).
+    Image {
+        /// Their codec.
+        codec: ImageCodec,
+    },
+}
+
+impl ListItem {
+    /// The field type one item is stored as.
+    pub fn field_type(self) -> FieldType {
+        match self {
+            ListItem::Bytes => FieldType::Bytes,
+            ListItem::String => FieldType::String,
+            ListItem::Image { codec } => FieldType::Image { codec },
+        }
+    }
+}
+
+impl FieldType {
+    /// True for a list of images (whose sizes the meta block keeps).
+    pub fn is_image_list(&self) -> bool {
+        matches!(
+            self,
+            FieldType::List {
+                item: ListItem::Image { .. }
+            }
+        )
+    }
 }
 
 impl fmt::Display for FieldType {
@@ -154,6 +201,7 @@ impl fmt::Display for FieldType {
             FieldType::Ndarray { dtype } => write!(f, "ndarray:{}", dtype.name()),
             FieldType::Image { codec } => write!(f, "image:{}", codec.name()),
             FieldType::Video => f.write_str("video"),
+            FieldType::List { item } => write!(f, "list:{}", item.field_type()),
         }
     }
 }
@@ -193,6 +241,8 @@ struct RawField {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     dtype: Option<DType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    item: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     codec: Option<ImageCodec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     compression: Option<Compression>,
@@ -202,7 +252,8 @@ struct RawField {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "field {name:?}: invalid type {ty:?} (with dtype {dtype:?}, codec {codec:?}); expected \
-     bytes, string, json, int64, float64, ndarray with a dtype, image with a codec, or video"
+     bytes, string, json, int64, float64, ndarray with a dtype, image with a codec, video, or list with \
+     an item of bytes, string or image (with a codec)"
 )]
 pub struct InvalidFieldType {
     /// The field's name.
@@ -219,7 +270,31 @@ impl TryFrom<RawField> for Field {
     type Error = InvalidFieldType;
 
     fn try_from(r: RawField) -> std::result::Result<Field, InvalidFieldType> {
+        let item = r.item.as_deref();
         let ty = match (r.ty.as_str(), r.dtype, r.codec) {
+            (t, dtype, codec) if (t == "list") != item.is_some() => {
+                return Err(InvalidFieldType {
+                    name: r.name,
+                    ty: r.ty,
+                    dtype,
+                    codec,
+                });
+            }
+            ("list", None, codec) => FieldType::List {
+                item: match (item, codec) {
+                    (Some("bytes"), None) => ListItem::Bytes,
+                    (Some("string"), None) => ListItem::String,
+                    (Some("image"), Some(codec)) => ListItem::Image { codec },
+                    _ => {
+                        return Err(InvalidFieldType {
+                            name: r.name,
+                            ty: format!("list of {}", item.unwrap_or("")),
+                            dtype: None,
+                            codec,
+                        });
+                    }
+                },
+            },
             ("bytes", None, None) => FieldType::Bytes,
             ("string", None, None) => FieldType::String,
             ("json", None, None) => FieldType::Json,
@@ -247,7 +322,26 @@ impl TryFrom<RawField> for Field {
 
 impl From<Field> for RawField {
     fn from(f: Field) -> RawField {
+        let item = match f.ty {
+            FieldType::List { item } => Some(
+                match item {
+                    ListItem::Bytes => "bytes",
+                    ListItem::String => "string",
+                    ListItem::Image { .. } => "image",
+                }
+                .to_string(),
+            ),
+            _ => None,
+        };
         let (ty, dtype, codec) = match f.ty {
+            FieldType::List { item } => (
+                "list",
+                None,
+                match item {
+                    ListItem::Image { codec } => Some(codec),
+                    _ => None,
+                },
+            ),
             FieldType::Bytes => ("bytes", None, None),
             FieldType::String => ("string", None, None),
             FieldType::Json => ("json", None, None),
@@ -261,6 +355,7 @@ impl From<Field> for RawField {
             name: f.name,
             ty: ty.to_string(),
             dtype,
+            item,
             codec,
             compression: (f.compression != Compression::None).then_some(f.compression),
         }
@@ -296,13 +391,23 @@ impl FromStr for FieldType {
     type Err = FormatError;
 
     /// Short spellings: `bytes`, `str`/`string`, `json`, `int`/`int64`, `float`/`float64`,
-    /// `ndarray:DTYPE` (also `array:DTYPE`), `image` (= `image:auto`), `image:jpeg|png|webp|auto`.
+    /// `ndarray:DTYPE` (also `array:DTYPE`), `image` (= `image:auto`), `image:jpeg|png|webp|auto`,
+    /// `list:bytes`, `list:string`, `list:image[:CODEC]`.
     fn from_str(s: &str) -> Result<FieldType> {
         let bad = || {
             FormatError::Schema(format!(
-                "unknown field type {s:?} (expected bytes, string, json, int64, float64, ndarray:DTYPE, image[:CODEC] or video)"
+                "unknown field type {s:?} (expected bytes, string, json, int64, float64, ndarray:DTYPE, image[:CODEC], video or list:bytes|string|image[:CODEC])"
             ))
         };
+        if let Some(item) = s.strip_prefix("list:") {
+            let item = match item.parse::<FieldType>().map_err(|_| bad())? {
+                FieldType::Bytes => ListItem::Bytes,
+                FieldType::String => ListItem::String,
+                FieldType::Image { codec } => ListItem::Image { codec },
+                _ => return Err(bad()),
+            };
+            return Ok(FieldType::List { item });
+        }
         let (head, arg) = match s.split_once(':') {
             Some((h, a)) => (h, Some(a)),
             None => (s, None),
@@ -408,6 +513,12 @@ impl Schema {
                     f.name
                 )));
             }
+            if matches!(f.ty, FieldType::List { .. }) && f.compression != Compression::None {
+                return Err(FormatError::Schema(format!(
+                    "field {:?}: a list is stored uncompressed (its items are read one by one)",
+                    f.name
+                )));
+            }
             if matches!(f.ty, FieldType::Image { .. }) && f.compression != Compression::None {
                 return Err(FormatError::Schema(format!(
                     "field {:?}: encoded images are already compressed; zstd is for non-image fields",
@@ -472,6 +583,42 @@ mod tests {
         );
         let back: Schema = serde_json::from_str(&json).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn list_fields_parse_print_and_round_trip_through_json() {
+        let s = Schema::from_specs([
+            ("images", "list:image"),
+            ("jpegs", "list:image:jpeg"),
+            ("blobs", "list:bytes"),
+            ("names", "list:str"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.to_string(),
+            "images: list:image:auto, jpegs: list:image:jpeg, blobs: list:bytes, names: list:string"
+        );
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(
+            json.contains(r#"{"name":"jpegs","type":"list","item":"image","codec":"jpeg"}"#),
+            "{json}"
+        );
+        assert_eq!(serde_json::from_str::<Schema>(&json).unwrap(), s);
+        assert!(s.fields[0].ty.is_image_list() && !s.fields[2].ty.is_image_list());
+        // lists of lists, of numbers; images compressed; an item on another type; no item
+        for bad in ["list:list:bytes", "list:int64", "list", "list:json"] {
+            assert!(Schema::from_specs([("x", bad)]).is_err(), "{bad}");
+        }
+        assert!(Schema::from_specs([("x", "list:image+zstd")]).is_err());
+        assert!(Schema::from_specs([("x", "list:string+zstd")]).is_err());
+        for bad in [
+            r#"{"fields":[{"name":"a","type":"bytes","item":"image"}]}"#,
+            r#"{"fields":[{"name":"a","type":"list"}]}"#,
+            r#"{"fields":[{"name":"a","type":"list","item":"image"}]}"#,
+            r#"{"fields":[{"name":"a","type":"list","item":"int64"}]}"#,
+        ] {
+            assert!(serde_json::from_str::<Schema>(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

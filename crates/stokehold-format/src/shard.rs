@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 use crate::crc;
 use crate::error::{FormatError, Result, escape};
 use crate::limits::Limits;
-use crate::record::{FieldValue, RecordCodec, RecordEncoder, RecordFields, RecordView};
-use crate::schema::Schema;
+use std::collections::BTreeMap;
+
+use crate::record::{FieldValue, RecordCodec, RecordEncoder, RecordFields, RecordView, list_items};
+use crate::schema::{FieldType, MAX_LIST_ITEMS, Schema};
 pub use crate::source::ShardSource;
 use crate::source::Storage;
 
@@ -80,6 +82,105 @@ pub struct ShardMeta {
     pub align: u32,
     /// Number of records (repeats the trailer, as a cross-check).
     pub records: u64,
+    /// Per `list` field, its items per record and, for a list of images, each image's width and
+    /// height (`docs/format.md` §4.3); absent in shards without lists.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lists: BTreeMap<String, ListTable>,
+}
+
+/// Most list items (a list of images: images) one shard holds, so that its meta block's table
+/// stays within [`Limits::max_meta_bytes`] (about 12 bytes of JSON an image).
+pub const MAX_SHARD_LIST_ITEMS: u64 = 1 << 20;
+
+/// What a shard's meta block keeps of one `list` field ([`ShardMeta::lists`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListTable {
+    /// Items of each record's list, by record.
+    pub counts: Vec<u32>,
+    /// For a list of images: width and height of every item, records in order, items in order
+    /// (`2 × sum(counts)` numbers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<Vec<u32>>,
+    /// Where each record's items start among all the shard's items (`counts`' prefix sums,
+    /// `records + 1` entries), computed when checked.
+    #[serde(skip)]
+    starts: Vec<u64>,
+}
+
+impl ListTable {
+    /// Check the table against `records` records of a field that `has_sizes` (a list of
+    /// images), and compute where each record's items start.
+    fn check(&mut self, records: u64, has_sizes: bool) -> std::result::Result<(), String> {
+        if self.counts.len() as u64 != records {
+            return Err(format!(
+                "{} counts for {records} records",
+                self.counts.len()
+            ));
+        }
+        let mut starts = Vec::with_capacity(self.counts.len() + 1);
+        let mut total = 0u64;
+        starts.push(0);
+        for (i, &c) in self.counts.iter().enumerate() {
+            if c as usize > MAX_LIST_ITEMS {
+                return Err(format!(
+                    "record {i} has {c} items, over the limit of {MAX_LIST_ITEMS}"
+                ));
+            }
+            total += u64::from(c);
+            starts.push(total);
+        }
+        if total > MAX_SHARD_LIST_ITEMS {
+            return Err(format!(
+                "{total} items in one shard, over the limit of {MAX_SHARD_LIST_ITEMS}"
+            ));
+        }
+        match (&self.sizes, has_sizes) {
+            (Some(sizes), true) if sizes.len() as u64 == 2 * total => {}
+            (Some(sizes), true) => {
+                return Err(format!(
+                    "{} sizes for {total} images (two numbers each)",
+                    sizes.len()
+                ));
+            }
+            (None, false) => {}
+            (Some(_), false) => return Err("sizes for a list that is not of images".into()),
+            (None, true) => return Err("no sizes for a list of images".into()),
+        }
+        self.starts = starts;
+        Ok(())
+    }
+
+    /// The number of items of record `record` (`None` past the shard's records).
+    pub fn count(&self, record: u64) -> Option<u32> {
+        self.counts.get(record as usize).copied()
+    }
+
+    /// Width and height of each image of record `record`, as `[w0, h0, w1, h1, ...]` (`None`
+    /// past the shard's records or for a list that is not of images).
+    pub fn sizes_of(&self, record: u64) -> Option<&[u32]> {
+        let sizes = self.sizes.as_ref()?;
+        let r = record as usize;
+        let (a, b) = (*self.starts.get(r)?, *self.starts.get(r + 1)?);
+        sizes.get(2 * a as usize..2 * b as usize)
+    }
+
+    fn push(&mut self, sizes: Option<&[u32]>, count: u32) {
+        if self.starts.is_empty() {
+            self.starts.push(0);
+        }
+        self.counts.push(count);
+        let last = *self.starts.last().unwrap_or(&0);
+        self.starts.push(last + u64::from(count));
+        if let (Some(all), Some(new)) = (&mut self.sizes, sizes) {
+            all.extend_from_slice(new);
+        }
+    }
+
+    /// Items in all.
+    pub fn items(&self) -> u64 {
+        self.starts.last().copied().unwrap_or(0)
+    }
 }
 
 /// Where a record lies in its shard.
@@ -156,6 +257,10 @@ pub struct ShardWriter<W: Write> {
     file_crc: u32,
     index: Vec<u8>,
     records: u64,
+    /// The meta block's table of each list field (empty without lists).
+    lists: BTreeMap<String, ListTable>,
+    /// Scratch: the sizes of one record's images.
+    sizes: Vec<u32>,
 }
 
 impl<W: Write> ShardWriter<W> {
@@ -171,7 +276,18 @@ impl<W: Write> ShardWriter<W> {
             file_crc: 0,
             index: Vec::new(),
             records: 0,
+            lists: BTreeMap::new(),
+            sizes: Vec::new(),
         };
+        for f in &s.schema.fields {
+            if matches!(f.ty, FieldType::List { .. }) {
+                let table = ListTable {
+                    sizes: f.ty.is_image_list().then(Vec::new),
+                    ..ListTable::default()
+                };
+                s.lists.insert(f.name.clone(), table);
+            }
+        }
         let mut header = [0u8; HEADER_LEN as usize];
         header[0..8].copy_from_slice(HEADER_MAGIC);
         header[8..10].copy_from_slice(&SHARD_VERSION.to_le_bytes());
@@ -211,7 +327,16 @@ impl<W: Write> ShardWriter<W> {
 
     /// Append one record that is already encoded for this schema (its field table is checked).
     pub fn write_encoded(&mut self, record: &[u8]) -> Result<u64, WriteError> {
-        RecordView::parse(record, self.schema.len()).map_err(WriteError::Value)?;
+        let view = RecordView::parse(record, self.schema.len()).map_err(WriteError::Value)?;
+        // each list's items (and its images' sizes), checked before anything is written
+        let mut counts = Vec::new();
+        let mut sizes = std::mem::take(&mut self.sizes);
+        sizes.clear();
+        let listed = self.list_items(&view, &mut counts, &mut sizes);
+        if let Err(e) = listed {
+            self.sizes = sizes;
+            return Err(WriteError::Value(e));
+        }
         let len = u32::try_from(record.len()).map_err(|_| {
             WriteError::Value(crate::record::RecordError::Mismatch {
                 field: "<record>".into(),
@@ -230,7 +355,73 @@ impl<W: Write> ShardWriter<W> {
         self.pos += u64::from(len);
         self.index.extend_from_slice(&entry.to_bytes());
         self.records += 1;
+        let (mut k, mut at) = (0usize, 0usize);
+        for f in &self.schema.fields {
+            if let FieldType::List { .. } = f.ty {
+                let table = self.lists.get_mut(&f.name).expect("a table per list field");
+                let n = counts[k] as usize;
+                let own = f.ty.is_image_list().then(|| &sizes[at..at + 2 * n]);
+                if own.is_some() {
+                    at += 2 * n;
+                }
+                table.push(own, counts[k]);
+                k += 1;
+            }
+        }
+        self.sizes = sizes;
         Ok(self.records - 1)
+    }
+
+    /// The items of each list field of `view` (into `counts`) and the sizes of each image of a
+    /// list of images (into `sizes`), read from the images' headers.
+    fn list_items(
+        &self,
+        view: &RecordView<'_>,
+        counts: &mut Vec<u32>,
+        sizes: &mut Vec<u32>,
+    ) -> Result<(), crate::record::RecordError> {
+        use crate::record::RecordError;
+        for (i, f) in self.schema.fields.iter().enumerate() {
+            if !matches!(f.ty, FieldType::List { .. }) {
+                continue;
+            }
+            let (raw, offset) = view.raw(i);
+            let corrupt = |detail: String| RecordError::Corrupt {
+                field: i,
+                offset: offset as u64,
+                detail,
+            };
+            let items = list_items(raw).map_err(corrupt)?;
+            let table = &self.lists[&f.name];
+            if table.items() + items.len() as u64 > MAX_SHARD_LIST_ITEMS {
+                return Err(RecordError::Mismatch {
+                    field: f.name.clone(),
+                    detail: format!(
+                        "{} items more would put over {MAX_SHARD_LIST_ITEMS} in one shard",
+                        items.len()
+                    ),
+                });
+            }
+            if f.ty.is_image_list() {
+                for (k, r) in items.iter().enumerate() {
+                    let (w, h) = crate::image_size::image_size(&raw[r.clone()]).map_err(|e| {
+                        RecordError::Mismatch {
+                            field: format!("{}[{k}]", f.name),
+                            detail: e,
+                        }
+                    })?;
+                    sizes.extend_from_slice(&[w, h]);
+                }
+            }
+            counts.push(items.len() as u32);
+        }
+        Ok(())
+    }
+
+    /// List items (a list of images: images) written to this shard so far, all list fields
+    /// together; a writer starts a new shard well before [`MAX_SHARD_LIST_ITEMS`].
+    pub fn list_items_written(&self) -> u64 {
+        self.lists.values().map(ListTable::items).sum()
     }
 
     /// Records written so far.
@@ -249,6 +440,7 @@ impl<W: Write> ShardWriter<W> {
             schema: self.schema.clone(),
             align: self.options.align,
             records: self.records,
+            lists: std::mem::take(&mut self.lists),
         };
         let meta = serde_json::to_vec(&meta).map_err(io::Error::other)?;
         let meta_offset = self.pos;
@@ -511,7 +703,7 @@ impl ShardMeta {
                 computed: c,
             });
         }
-        let meta: ShardMeta = serde_json::from_slice(bytes)
+        let mut meta: ShardMeta = serde_json::from_slice(bytes)
             .map_err(|e| corrupt(path, "meta block", meta_offset, e.to_string()))?;
         meta.schema
             .validate()
@@ -535,7 +727,35 @@ impl ShardMeta {
                 format!("invalid alignment {}", meta.align),
             ));
         }
+        meta.check_lists()
+            .map_err(|e| corrupt(path, "meta block", meta_offset, e))?;
         Ok(meta)
+    }
+
+    /// Every `list` field has its table and every table a `list` field, each checked against
+    /// the record count ([`ListTable`]).
+    fn check_lists(&mut self) -> std::result::Result<(), String> {
+        for f in &self.schema.fields {
+            if matches!(f.ty, FieldType::List { .. }) && !self.lists.contains_key(&f.name) {
+                return Err(format!("no list table for the list field {:?}", f.name));
+            }
+        }
+        let records = self.records;
+        for (name, table) in &mut self.lists {
+            let field = self.schema.index_of(name).map(|i| &self.schema.fields[i]);
+            let Some(field) = field.filter(|f| matches!(f.ty, FieldType::List { .. })) else {
+                return Err(format!("a list table for {name:?}, which is no list field"));
+            };
+            table
+                .check(records, field.ty.is_image_list())
+                .map_err(|e| format!("list table of {name:?}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// The table that the meta block keeps of the list field `field`.
+    pub fn list(&self, field: &str) -> Option<&ListTable> {
+        self.lists.get(field)
     }
 }
 
@@ -887,6 +1107,7 @@ impl ShardReader {
             schema,
             align: 1,
             records,
+            lists: BTreeMap::new(),
         };
         let mut r = ShardReader::from_structure(
             path,

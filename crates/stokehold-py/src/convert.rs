@@ -37,6 +37,13 @@ pub fn value_to_py<'py>(py: Python<'py>, v: &FieldValue<'_>) -> PyResult<Bound<'
         FieldValue::Int64(n) => n.into_pyobject(py)?.into_any(),
         FieldValue::Float64(x) => PyFloat::new(py, *x).into_any(),
         FieldValue::Array(a) => array_to_py(py, a)?,
+        FieldValue::List(items) => {
+            let out = pyo3::types::PyList::empty(py);
+            for item in items {
+                out.append(value_to_py(py, item)?)?;
+            }
+            out.into_any()
+        }
     })
 }
 
@@ -86,6 +93,8 @@ pub enum Prepared<'py> {
     Float(f64),
     /// An array: dtype, shape and its elements in C order, little-endian.
     Array(DType, Vec<u64>, Bound<'py, PyBytes>),
+    /// A list's items.
+    List(Vec<Prepared<'py>>),
 }
 
 impl Prepared<'_> {
@@ -104,6 +113,13 @@ impl Prepared<'_> {
                 shape: shape.clone(),
                 data: Cow::Borrowed(data.as_bytes()),
             }),
+            Prepared::List(items) => {
+                let item_ty = match ty {
+                    FieldType::List { item } => item.field_type(),
+                    other => other.clone(),
+                };
+                FieldValue::List(items.iter().map(|p| p.value(&item_ty)).collect())
+            }
         }
     }
 }
@@ -131,6 +147,32 @@ pub fn prepare<'py>(field: &Field, v: &Bound<'py, PyAny>) -> PyResult<Prepared<'
         )
     };
     match &field.ty {
+        FieldType::List { item } => {
+            // a list or tuple of the items (bytes for images and bytes, str for strings)
+            if v.cast::<PyString>().is_ok() || v.cast::<PyBytes>().is_ok() {
+                return Err(wrong("a list of items"));
+            }
+            let seq = v
+                .cast::<pyo3::types::PySequence>()
+                .map_err(|_| wrong("a list of items"))?;
+            let n = seq.len()?;
+            if n > stokehold_format::schema::MAX_LIST_ITEMS {
+                return Err(wrong(&format!(
+                    "a list of at most {} items",
+                    stokehold_format::schema::MAX_LIST_ITEMS
+                )));
+            }
+            let item_field = Field::new(field.name.clone(), item.field_type());
+            let mut items = Vec::with_capacity(n);
+            for k in 0..n {
+                let x = seq.get_item(k)?;
+                items.push(
+                    prepare(&item_field, &x)
+                        .map_err(|e| schema_error(py, format!("item {k} of {}", e.value(py))))?,
+                );
+            }
+            Ok(Prepared::List(items))
+        }
         // (a video value is checked by the writer: its frame index against its container)
         FieldType::Bytes | FieldType::Image { .. } | FieldType::Video => {
             if let Ok(b) = v.cast::<PyBytes>() {

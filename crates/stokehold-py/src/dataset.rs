@@ -358,6 +358,26 @@ impl Dataset {
         Ok(d)
     }
 
+    /// Width and height of each image of sample `i`'s list of images `field`, as a list of
+    /// `(width, height)` tuples, from the shards' meta blocks: nothing is read or decoded. None
+    /// where the files keep no sizes (files read in place).
+    #[pyo3(signature = (i, field = "images"))]
+    fn image_sizes<'py>(
+        &self,
+        py: Python<'py>,
+        i: i64,
+        field: &str,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        let i = self.resolve(i)?;
+        let sizes = self
+            .inner
+            .image_sizes(field, i)
+            .map_err(|e| to_py_err(py, e))?;
+        sizes
+            .map(|s| PyList::new(py, s.chunks_exact(2).map(|wh| (wh[0], wh[1]))))
+            .transpose()
+    }
+
     /// Class names by label, or None.
     #[getter]
     fn classes<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {

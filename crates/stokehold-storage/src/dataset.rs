@@ -285,6 +285,35 @@ impl Dataset {
         Ok(self.shards[k].record_slice(local))
     }
 
+    /// Width and height of each image of sample `i`'s list of images `field`, from the shards'
+    /// meta blocks (read at open): nothing is read or decoded. `None` where the shard keeps no
+    /// sizes (files read in place); an error for a field that is not a list of images.
+    pub fn image_sizes(&self, field: &str, i: u64) -> Result<Option<&[u32]>> {
+        match self
+            .schema()
+            .index_of(field)
+            .map(|k| &self.schema().fields[k].ty)
+        {
+            Some(ty) if ty.is_image_list() => {}
+            Some(ty) => {
+                return Err(FormatError::Schema(format!(
+                    "field {field:?} is {ty}, not a list of images"
+                )));
+            }
+            None => {
+                return Err(FormatError::Schema(format!(
+                    "no field {field:?} (the fields: {})",
+                    self.schema()
+                )));
+            }
+        }
+        let (k, local) = self.locate(i)?;
+        Ok(self.shards[k]
+            .meta()
+            .list(field)
+            .and_then(|t| t.sizes_of(local)))
+    }
+
     /// Sample `i`, decoded into one value per schema field.
     pub fn get(&self, i: u64) -> Result<Vec<FieldValue<'static>>> {
         let (k, local) = self.locate(i)?;

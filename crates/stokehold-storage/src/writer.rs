@@ -25,6 +25,10 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// List items (images) after which a shard closes: a quarter of what the format allows in one
+/// shard (`stokehold_format::MAX_SHARD_LIST_ITEMS`).
+pub const SHARD_LIST_ITEMS: u64 = stokehold_format::MAX_SHARD_LIST_ITEMS / 4;
+
 use crate::locate::{ManifestIo, locate};
 use crate::location::{LocalDir, Location, ObjectWriter};
 pub use crate::publish::EXTRA_FILES;
@@ -509,10 +513,12 @@ impl DatasetWriter {
         r.map_err(|e| self.map_write_error(e))?;
         let index = self.total;
         self.total += 1;
-        let full = self
-            .current
-            .as_ref()
-            .is_some_and(|(_, w)| w.bytes_written() >= self.options.target_shard_bytes);
+        let full = self.current.as_ref().is_some_and(|(_, w)| {
+            // a list of images keeps each image's size in the meta block: a shard closes
+            // long before that table nears the meta block's limit
+            w.bytes_written() >= self.options.target_shard_bytes
+                || w.list_items_written() >= SHARD_LIST_ITEMS
+        });
         if full {
             self.close_shard()?;
         }

@@ -83,6 +83,8 @@ pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
         FieldType::Int64 => Kind::Int,
         FieldType::Float64 => Kind::Float,
         FieldType::Ndarray { dtype } => Kind::List(dtype),
+        // Arrow's mapping gives no list field type yet (pack of image lists is to come)
+        FieldType::List { .. } => return None,
     })
 }
 

@@ -10,6 +10,7 @@ mod destination;
 mod format;
 mod fuzz_corpus;
 mod golden;
+mod lists;
 mod node_budget;
 mod parse;
 mod parts;

@@ -83,6 +83,12 @@ pub fn write_value(v: &Value<'_>, slot: &mut [u8]) -> StageResult<()> {
         FieldValue::Bytes(b) | FieldValue::Image(b) => b,
         FieldValue::String(s) => s.as_bytes(),
         FieldValue::Array(a) => &a.data,
+        FieldValue::List(_) => {
+            return Err(String::from(
+                "a list has no fixed size: it goes to a stage that takes lists",
+            )
+            .into());
+        }
     };
     copy_exact(bytes, slot)
 }
