@@ -149,18 +149,7 @@ impl EngineSpec {
             });
         }
         let steps = u64::from(self.loader.batch_size) * u64::from(self.loader.world_size);
-        let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
-        let schedule = mix
-            .schedule
-            .iter()
-            .map(|e| {
-                let what = match e.at {
-                    0 => "weights".to_string(),
-                    at => format!("the schedule's weights at {at}"),
-                };
-                Ok((e.at, e.weights.resolve(&names, &what)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let schedule = resolved_schedule(mix)?;
         let mixture = Mixture::new(
             sources,
             MixtureOptions {
@@ -242,18 +231,7 @@ impl EngineSpec {
             })?;
             sources.push((src.name.clone(), Arc::new(planner)));
         }
-        let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
-        let schedule = mix
-            .schedule
-            .iter()
-            .map(|e| {
-                let what = match e.at {
-                    0 => "weights".to_string(),
-                    at => format!("the schedule's weights at {at}"),
-                };
-                Ok((e.at, e.weights.resolve(&names, &what)?))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let schedule = resolved_schedule(mix)?;
         let mixture = Arc::new(ChatMixture::new(
             sources,
             &schedule,
@@ -403,4 +381,19 @@ fn check_tokens_agree(
         )));
     }
     Ok(())
+}
+
+/// The mixture's weight schedule with each entry's weights resolved against its sources' names.
+fn resolved_schedule(mix: &crate::MixtureSpec) -> Result<Vec<(u64, Vec<f64>)>> {
+    let names: Vec<&str> = mix.sources.iter().map(|s| s.name.as_str()).collect();
+    mix.schedule
+        .iter()
+        .map(|e| {
+            let what = match e.at {
+                0 => "weights".to_string(),
+                at => format!("the schedule's weights at {at}"),
+            };
+            Ok((e.at, e.weights.resolve(&names, &what)?))
+        })
+        .collect()
 }

@@ -35,7 +35,7 @@ use crate::error::{EngineError, Result};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, Shuffle};
 use crate::samples::chats::{
-    ChatPlanner, EpochRows, IGNORE_LABEL, PackSummary, ROW_BITS, RowIds, pack_window, row_key,
+    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowColumns, RowIds, pack_window, row_key,
 };
 use crate::samples::mixture::MAX_STREAM;
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
@@ -553,48 +553,29 @@ impl Samples for ChatMixRows {
         let convs = planned.rows.row(r).unwrap_or(&[]);
         let mut slots = out.fixed_columns();
         let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
-        let input: &mut [i32] = bytemuck::cast_slice_mut(take(INPUT));
-        let labels: &mut [i64] = bytemuck::cast_slice_mut(take(LABELS));
-        let position: &mut [i64] = bytemuck::cast_slice_mut(take(POSITION));
-        let segment: &mut [i32] = bytemuck::cast_slice_mut(take(SEGMENT));
+        let row = RowColumns {
+            input: bytemuck::cast_slice_mut(take(INPUT)),
+            labels: bytemuck::cast_slice_mut(take(LABELS)),
+            position: bytemuck::cast_slice_mut(take(POSITION)),
+            segment: bytemuck::cast_slice_mut(take(SEGMENT)),
+        };
         let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
         let doc_sources: &mut [i64] = bytemuck::cast_slice_mut(take(DOC_SOURCES));
-        let n = input.len();
-        let mut at = 0usize;
-        let mut bytes = 0usize;
-        for (j, &conv) in convs.iter().enumerate() {
-            let (s, local) = self.mix.source_of(conv);
-            let planner = &self.mix.planners[s];
-            let enc = planner.encoding(local)?;
-            let len = enc.input_ids.len().min(n - at);
-            for i in 0..len {
-                let t = enc.input_ids[i];
-                input[at + i] = i32::try_from(t)
-                    .map_err(|_| planner.bad(local, format!("token id {t} does not fit int32")))?;
-                labels[at + i] = if enc.mask[i] != 0 {
-                    i64::from(t)
-                } else {
-                    IGNORE_LABEL
-                };
-                position[at + i] = i as i64;
-                segment[at + i] = j as i32;
-            }
-            bytes += len * 4;
-            at += len;
-            if let (Some(d), Some(ds)) = (docs.get_mut(j), doc_sources.get_mut(j)) {
-                *d = local as i64;
-                *ds = s as i64;
-            }
-        }
-        input[at..].fill(self.mix.pad_id as i32);
-        labels[at..].fill(IGNORE_LABEL);
-        for (k, p) in position[at..].iter_mut().enumerate() {
-            *p = k as i64;
-        }
-        segment[at..].fill(-1);
-        if convs.len() < docs.len() {
-            docs[convs.len()..].fill(-1);
-            doc_sources[convs.len()..].fill(-1);
+        let bytes = row.write(
+            convs.iter().map(|&conv| {
+                let (s, local) = self.mix.source_of(conv);
+                (&*self.mix.planners[s], local)
+            }),
+            self.mix.pad_id,
+        )?;
+        for (j, (d, ds)) in docs.iter_mut().zip(doc_sources.iter_mut()).enumerate() {
+            (*d, *ds) = match convs.get(j) {
+                Some(&conv) => {
+                    let (s, local) = self.mix.source_of(conv);
+                    (local as i64, s as i64)
+                }
+                None => (-1, -1),
+            };
         }
         cx.ws.read(bytes);
         cx.ws.lap(0, id, &mut clock);

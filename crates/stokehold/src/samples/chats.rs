@@ -983,28 +983,60 @@ impl Samples for ChatRows {
         let convs = rows.row(r).unwrap_or(&[]);
         let mut slots = out.fixed_columns();
         let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
-        let input: &mut [i32] = bytemuck::cast_slice_mut(take(INPUT));
-        let labels: &mut [i64] = bytemuck::cast_slice_mut(take(LABELS));
-        let position: &mut [i64] = bytemuck::cast_slice_mut(take(POSITION));
-        let segment: &mut [i32] = bytemuck::cast_slice_mut(take(SEGMENT));
+        let row = RowColumns {
+            input: bytemuck::cast_slice_mut(take(INPUT)),
+            labels: bytemuck::cast_slice_mut(take(LABELS)),
+            position: bytemuck::cast_slice_mut(take(POSITION)),
+            segment: bytemuck::cast_slice_mut(take(SEGMENT)),
+        };
         let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
-        let n = input.len();
+        let bytes = row.write(
+            convs.iter().map(|&c| (&*self.planner, c)),
+            self.planner.options.pad_id,
+        )?;
+        for (d, slot) in docs.iter_mut().enumerate() {
+            *slot = convs.get(d).map_or(-1, |&c| c as i64);
+        }
+        cx.ws.read(bytes);
+        cx.ws.lap(0, id, &mut clock);
+        Ok(())
+    }
+}
+
+/// The token columns of one packed row being filled.
+pub(crate) struct RowColumns<'a> {
+    pub(crate) input: &'a mut [i32],
+    pub(crate) labels: &'a mut [i64],
+    pub(crate) position: &'a mut [i64],
+    pub(crate) segment: &'a mut [i32],
+}
+
+impl RowColumns<'_> {
+    /// Write the conversations of a row one after another (each its planner and id: one
+    /// dataset's, or a mixture's sources'), then padding (`pad`, labels `-100`, positions on,
+    /// segment `-1`). Each encoding is checked against the count its row was planned from.
+    /// Returns the bytes of tokens written.
+    pub(crate) fn write<'p>(
+        self,
+        convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
+        pad: u32,
+    ) -> Result<usize> {
+        let n = self.input.len();
         let mut at = 0usize;
-        let mut bytes = 0usize;
-        for (s, &conv) in convs.iter().enumerate() {
-            let enc = self.planner.encoding(conv)?;
+        for (s, (planner, conv)) in convs.enumerate() {
+            let enc = planner.encoding(conv)?;
             let len = enc.input_ids.len().min(n - at);
             // the row was planned from this count: an encoding of another length means the
             // conversation is not the one counted (kept counts of data changed in place)
-            let planned = self.planner.count_of(conv).map_or(0, |c| c as usize);
+            let planned = planner.count_of(conv).map_or(0, |c| c as usize);
             if len != planned {
-                return Err(self.planner.bad(
+                return Err(planner.bad(
                     conv,
                     format!(
                         "its encoding has {} tokens where its row was planned for {planned}: \
                          the conversation changed since it was counted{}",
                         enc.input_ids.len(),
-                        if self.planner.counts_kept {
+                        if planner.counts_kept {
                             " (counts kept under $STOKEHOLD_INDEX_DIR/counts: remove them)"
                         } else {
                             ""
@@ -1014,37 +1046,25 @@ impl Samples for ChatRows {
             }
             for j in 0..len {
                 let t = enc.input_ids[j];
-                input[at + j] = i32::try_from(t).map_err(|_| {
-                    self.planner
-                        .bad(conv, format!("token id {t} does not fit int32"))
-                })?;
-                labels[at + j] = if enc.mask[j] != 0 {
+                self.input[at + j] = i32::try_from(t)
+                    .map_err(|_| planner.bad(conv, format!("token id {t} does not fit int32")))?;
+                self.labels[at + j] = if enc.mask[j] != 0 {
                     i64::from(t)
                 } else {
                     IGNORE_LABEL
                 };
-                position[at + j] = j as i64;
-                segment[at + j] = s as i32;
+                self.position[at + j] = j as i64;
+                self.segment[at + j] = s as i32;
             }
-            bytes += len * 4;
             at += len;
-            if let Some(d) = docs.get_mut(s) {
-                *d = conv as i64;
-            }
         }
-        let pad = self.planner.options.pad_id;
-        input[at..].fill(pad as i32);
-        labels[at..].fill(IGNORE_LABEL);
-        for (k, p) in position[at..].iter_mut().enumerate() {
+        self.input[at..].fill(pad as i32);
+        self.labels[at..].fill(IGNORE_LABEL);
+        for (k, p) in self.position[at..].iter_mut().enumerate() {
             *p = k as i64;
         }
-        segment[at..].fill(-1);
-        if convs.len() < docs.len() {
-            docs[convs.len()..].fill(-1);
-        }
-        cx.ws.read(bytes);
-        cx.ws.lap(0, id, &mut clock);
-        Ok(())
+        self.segment[at..].fill(-1);
+        Ok(at * 4)
     }
 }
 

@@ -4,7 +4,7 @@
 //! with the same template, tokenizer and options plans its rows without encoding anything.
 //!
 //! A file per (dataset, encoding) key, named by two CRC-32Cs of the key and holding the key
-//! itself (a collision is a miss): `counts/XXXXXXXXYYYYYYYY.skcc` under
+//! itself (a collision is a miss): `counts/<crc-a><crc-b>.skcc` (16 hex digits) under
 //! `$STOKEHOLD_INDEX_DIR` (else `~/.cache/stokehold/index`), a sealed container parsed only by
 //! `stokehold_format::container::parse_counts`, published whole (write, then rename) through
 //! the node-local directory helper. Only a count pass without failures is kept (failed
