@@ -94,6 +94,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("overlong", "truncate", (SEQUENCE,), "choice", "packing=\"whole\": a conversation longer than seq_len is cut to it, or \"drop\": left out", choices=("truncate", "drop")),
     Option("window", 1024, (SEQUENCE,), "count", "packing=\"whole\": conversations of the shuffled order packed together"),
     Option("keep_encodings", "auto", (SEQUENCE,), "bytes", "packing=\"whole\": encodings kept from the count pass for filling (10% of RAM, at most 1 GiB; 0: none)"),
+    Option("max_image_tokens", None, (SEQUENCE,), "count", "packing=\"whole\" with images: the most image tokens a row holds"),
 )
 
 #: ``stokehold.Mixture``'s options after ``sources``: the Python name, the spec's key

@@ -121,6 +121,12 @@ class SequenceLoader(_Front):
         token) of the encodings the count pass at construction keeps, so that filling a row does
         not encode those conversations again (and later epochs serve them from memory);
         ``"auto"``: 10% of physical memory, at most 1 GiB; 0: none.
+    :param max_image_tokens: ``packing="whole"`` with a ``ChatTemplate(images=, vision=)``: the
+        most image tokens a row holds (rows are packed within it and ``seq_len``; a conversation
+        with more is left out and counted as dropped). Batches then also hold ``pixel_values``
+        float32 ``[patches, row]`` and ``image_grid_thw`` int64 ``[images, 3]``: the images of the
+        batch in row, conversation and image order, as ``Qwen2VLProcessor`` gives them
+        (docs/vision.md, "Packed with images").
     :raises ConfigError: not a token dataset, an invalid option, or ``drop_last=True`` with a
         step larger than the epoch.
     """
@@ -163,6 +169,7 @@ class SequenceLoader(_Front):
         overlong: str = "truncate",
         window: int = 1024,
         keep_encodings: Union[int, str] = "auto",
+        max_image_tokens: Optional[int] = None,
     ) -> None:
         o = _options.given(SEQUENCE, locals())
         dataset = _open_dataset(dataset, o.pop("storage_options"))
@@ -219,6 +226,8 @@ class SequenceLoader(_Front):
         for t in (own or {"": text}).values():
             if not isinstance(t, (ChatTemplate, Documents)):
                 raise ConfigError(f'packing="whole" needs text=stokehold.text.ChatTemplate(...) (or text.Documents(...) for plain text), got {t!r}')
+        if o["max_image_tokens"] is not None and not any(getattr(t, "vision", None) is not None for t in (own or {"": text}).values()):
+            raise ConfigError("max_image_tokens is for conversations with images: give text=ChatTemplate(..., images=, vision=)")
         for name, default in (("max_len", None), ("bucket", 1), ("dtype", "int32"), ("cache_dir", None)):
             if o[name] != default:
                 raise ConfigError(f'{name} is not an option of packing="whole" (leave it at {default!r})')
@@ -230,6 +239,8 @@ class SequenceLoader(_Front):
         loader_config, disk = _shared_config(o, batch_size, "global" if o["shuffle"] else "sequential")
         chat = text._spec()
         samples = dict(kind="chats", chat=chat, seq_len=seq_len, window=o["window"], overlong=o["overlong"], pad_id=pad_id, keep_encodings=o["keep_encodings"])
+        if o["max_image_tokens"] is not None:
+            samples["max_image_tokens"] = _int("max_image_tokens", o["max_image_tokens"], 1, 2**32 - 1, "a count of image tokens per row")
         spec = dict(loader=loader_config, samples=samples, **disk)
         if isinstance(dataset, Mixture):
             spec["mixture"] = mix = dataset._spec(None)
@@ -238,7 +249,10 @@ class SequenceLoader(_Front):
                     src["text"] = own[src["name"]]._spec()
         config = dict(o, seq_len=seq_len, batch_size=batch_size)
         self._start(dataset, config, spec, [])
-        self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}")
+        # the plan's rows of the epoch (the engine's count is of conversations, rows are fewer)
+        packing = self._engine.packing_json()
+        rows = json.loads(packing)["rows"] if packing is not None else None
+        self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}", rows)
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         """Run (the rest of) the current epoch.
@@ -313,4 +327,10 @@ def _varlen(batch: Dict[str, Any]) -> Dict[str, Any]:
     cu[-1] = pos.size
     batch["cu_seqlens"] = cu
     batch["max_seqlen"] = int(np.diff(cu).max()) if len(starts) else 0
+    pixels = batch.get("pixel_values")
+    if isinstance(pixels, list):
+        # each row's images, one after another: what the model's forward takes for the batch
+        batch["pixel_values"] = np.concatenate(pixels) if pixels else np.zeros((0, 0), np.float32)
+        grids = batch["image_grid_thw"]
+        batch["image_grid_thw"] = np.concatenate(grids) if grids else np.zeros((0, 3), np.int64)
     return batch

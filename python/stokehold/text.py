@@ -235,12 +235,7 @@ class ChatTemplate:
 
     def _spec(self) -> Dict[str, Any]:
         """What the engine's packed-conversation loader takes (the template as plain data)."""
-        if self.vision is not None:
-            raise ConfigError(
-                "packing conversations with images (ChatTemplate(vision=...)) is not available yet: "
-                "SequenceLoader(packing=\"whole\") takes text-only conversations"
-            )
-        return dict(
+        spec = dict(
             tokenizer=self.tokenizer,
             template=self._template_arg,
             messages=self.messages,
@@ -249,6 +244,12 @@ class ChatTemplate:
             template_kwargs=self.template_kwargs,
             completion=self.completion,
         )
+        if self.vision is not None:
+            proc = self.vision._spec() if hasattr(self.vision, "_spec") else None
+            if not proc or proc.get("name") != "qwen2vl":
+                raise ConfigError(f"packing conversations with images takes a stokehold.vision.Qwen2VL processor, got {self.vision!r}")
+            spec["vision"] = dict(images=self.images or "images", image_token=self.image_token, processor=proc["params"])
+        return spec
 
     @property
     def template(self) -> str:

@@ -18,7 +18,7 @@ from stokehold.text import ChatTemplate, Documents
 pytest.importorskip("tokenizers")
 
 from test_chat import CHATML, STRICT, model_dir, train_tokenizer, words  # noqa: E402
-from test_sft import make_convs, write  # noqa: E402
+from test_sft import make_convs, two_ranks_then_three, write  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -193,24 +193,7 @@ def test_mixture_resume_is_exact_at_any_step_and_from_two_ranks_to_three(tmp_pat
         resumed = loader(mix, text, batch_size=2, **kw)
         resumed.load_state_dict(json.loads(json.dumps(state)))
         assert rows_of(head) + rows_of(list(resumed)) == full, k
-    two = [loader(mix, text, batch_size=2, rank=r, world_size=2, **kw) for r in range(2)]
-    its = [iter(l) for l in two]
-    done = []
-    for _ in range(2):
-        for it in its:
-            done += rows_of([next(it)])
-    assert done == full[:8]
-    state = two[0].state_dict()
-    three = [loader(mix, text, batch_size=2, rank=r, world_size=3, **kw) for r in range(3)]
-    for l in three:
-        l.load_state_dict(state)
-    per_rank = [rows_of(list(l)) for l in three]
-    after = []
-    for s in range(len(per_rank[0])):
-        for r in range(3):
-            after += per_rank[r][2 * s: 2 * s + 2]
-    assert after == full[8: 8 + len(after)]
-    assert len(after) == (len(full) - 8) // 6 * 6
+    two_ranks_then_three(lambda r, w: loader(mix, text, batch_size=2, rank=r, world_size=w, **kw), full, rows_of)
     # another blend (other weights) is not this run: its state is refused
     other = loader(stokehold.Mixture(dict(zip(mix.names, mix.datasets)), weights={"a": 0.2, "b": 0.3, "web": 0.5}), text, batch_size=2, **kw)
     with pytest.raises(stokehold.IncompatibleStateError):

@@ -28,14 +28,13 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use stokehold_format::DType;
-
 use crate::blend::{Blend, BlendDef, BlendSource, Phase, UNIT, quantize};
 use crate::error::{EngineError, Result};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, Shuffle};
+use crate::samples::chat_vision::write_row_images;
 use crate::samples::chats::{
-    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowColumns, RowIds, pack_window, row_key,
+    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowColumns, RowIds, row_outputs, window_rows,
 };
 use crate::samples::mixture::MAX_STREAM;
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
@@ -98,6 +97,10 @@ pub struct ChatMixture {
     seq_len: u32,
     window: u32,
     pad_id: u32,
+    /// The most image tokens a row holds.
+    max_image_tokens: Option<u32>,
+    /// Floats per row of `pixel_values`, when a source has images.
+    image_row: Option<usize>,
     shuffle: Shuffle,
     seed: u64,
     fingerprint: String,
@@ -144,14 +147,19 @@ impl ChatMixture {
         let options = first.options().clone();
         for (name, p) in &sources {
             let o = p.options();
-            if (o.seq_len, o.window, o.overlong, o.pad_id)
-                != (
-                    options.seq_len,
-                    options.window,
-                    options.overlong,
-                    options.pad_id,
-                )
-            {
+            if (
+                o.seq_len,
+                o.window,
+                o.overlong,
+                o.pad_id,
+                o.max_image_tokens,
+            ) != (
+                options.seq_len,
+                options.window,
+                options.overlong,
+                options.pad_id,
+                options.max_image_tokens,
+            ) {
                 return bad(format!(
                     "source '{name}' is packed with other options than the first source"
                 ));
@@ -215,16 +223,25 @@ impl ChatMixture {
             }
         }
         fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
-        let n = options.seq_len as usize;
-        let col = |name: &str, dtype, len| {
-            (
-                name.to_string(),
-                Output::Fixed {
-                    dtype,
-                    shape: vec![len],
-                },
-            )
-        };
+        // every source with images gives patches of one length (one pixel_values per batch)
+        let mut image_row = None;
+        for (name, p) in &sources {
+            let Some(v) = p.vision() else {
+                continue;
+            };
+            match image_row {
+                None => image_row = Some((name, v.row_len())),
+                Some((first, len)) if len != v.row_len() => {
+                    return bad(format!(
+                        "sources '{first}' and '{name}' have vision processors of other patch \
+                         sizes ({len} and {} floats a patch): one batch holds one pixel_values",
+                        v.row_len()
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        let image_row = image_row.map(|(_, len)| len);
         Ok(ChatMixture {
             names: sources.iter().map(|(n, _)| n.clone()).collect(),
             planners: sources.into_iter().map(|(_, p)| p).collect(),
@@ -235,17 +252,12 @@ impl ChatMixture {
             seq_len: options.seq_len,
             window: options.window,
             pad_id: options.pad_id,
+            max_image_tokens: options.max_image_tokens,
+            image_row,
             shuffle,
             seed,
             fingerprint: format!("chat-mixture:{fp:08x}"),
-            outputs: vec![
-                col("input_ids", DType::I32, n),
-                col("labels", DType::I64, n),
-                col("position_ids", DType::I64, n),
-                col("segment_ids", DType::I32, n),
-                col("doc_ids", DType::I64, 1),
-                col("doc_sources", DType::I64, 1),
-            ],
+            outputs: row_outputs(options.seq_len, &["doc_sources"], image_row.is_some()),
             epochs: Mutex::new(Vec::new()),
         })
     }
@@ -331,20 +343,17 @@ impl ChatMixture {
             ids.clear();
             self.blend.ids(start + at..start + end, &mut ids);
             items.clear();
-            items.extend(
-                ids.iter()
-                    .filter_map(|&id| self.count_of(id).map(|c| (c, id))),
+            items.extend(ids.iter().filter_map(|&id| {
+                let (s, local) = self.source_of(id);
+                let p = &self.planners[s];
+                p.count_of(local).map(|c| (c, p.images_of(local), id))
+            }));
+            let rows = window_rows(
+                &items,
+                self.seq_len,
+                self.max_image_tokens,
+                shuffled.then_some((self.seed, epoch, w)),
             );
-            let mut rows = pack_window(&items, self.seq_len);
-            if shuffled {
-                let mut keyed: Vec<(u64, Vec<u64>)> = rows
-                    .into_iter()
-                    .enumerate()
-                    .map(|(r, row)| (row_key(self.seed, epoch, w, r as u64), row))
-                    .collect();
-                keyed.sort_by_key(|(k, _)| *k);
-                rows = keyed.into_iter().map(|(_, r)| r).collect();
-            }
             for row in rows {
                 let mut tokens = 0u64;
                 for &id in &row {
@@ -576,6 +585,18 @@ impl Samples for ChatMixRows {
                 }
                 None => (-1, -1),
             };
+        }
+        drop(slots);
+        let mut bytes = bytes;
+        if let Some(row_len) = self.mix.image_row {
+            bytes += write_row_images(
+                convs.iter().map(|&conv| {
+                    let (s, local) = self.mix.source_of(conv);
+                    (&*self.mix.planners[s], local)
+                }),
+                row_len,
+                out,
+            )?;
         }
         cx.ws.read(bytes);
         cx.ws.lap(0, id, &mut clock);

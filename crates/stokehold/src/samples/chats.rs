@@ -41,6 +41,7 @@ use stokehold_ops::chat::{
 };
 use stokehold_storage::Dataset;
 
+use super::chat_vision::{ChatVision, VisionSpec, write_row_images};
 use crate::error::{EngineError, RecordPlace, Result, StageError};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, PositionMap, Shuffle};
@@ -84,6 +85,10 @@ pub struct ChatSpec {
     /// tokenized as it is (no template), `bos`/`eos` around it, the loss on every token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<DocumentSpec>,
+    /// Images inside the conversations: each placeholder expanded to its image's tokens, the
+    /// rows' images processed into `pixel_values` ([`super::chat_vision`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vision: Option<VisionSpec>,
 }
 
 /// A plain-text source packed whole (`stokehold.text.Documents`): the tokens put around each
@@ -143,6 +148,10 @@ pub struct ChatRowOptions {
     /// is encoded once, not twice; `auto`: [`default_keep`].
     #[serde(default)]
     pub keep_encodings: Budget,
+    /// The most image tokens a row holds (conversations with images); `None`: no bound but
+    /// `seq_len`. A conversation with more is left out (counted as dropped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_image_tokens: Option<u32>,
 }
 
 /// The default budget of kept encodings: 10% of physical memory, at most 1 GiB.
@@ -241,24 +250,44 @@ impl EpochRows {
 /// the rows (conversation ids in the order placed), in the order they were made. Counts are at
 /// most `seq_len` (overlong ones were truncated or dropped before).
 pub fn pack_window(items: &[(u32, u64)], seq_len: u32) -> Vec<Vec<u64>> {
+    let items: Vec<(u32, u32, u64)> = items.iter().map(|&(n, id)| (n, 0, id)).collect();
+    pack_window_within(&items, seq_len, None)
+}
+
+/// [`pack_window`] with a second budget: `items` are (token count, image tokens, conversation
+/// id), and a row holds at most `max_images` image tokens (`None`: no bound). An item goes into
+/// the row of the smallest free room that holds its tokens *and* its image tokens. Image
+/// tokens of an item are at most `max_images` (others were left out before).
+pub fn pack_window_within(
+    items: &[(u32, u32, u64)],
+    seq_len: u32,
+    max_images: Option<u32>,
+) -> Vec<Vec<u64>> {
     let mut order: Vec<usize> = (0..items.len()).collect();
     order.sort_by(|&a, &b| items[b].0.cmp(&items[a].0).then(a.cmp(&b)));
     let mut rows: Vec<Vec<u64>> = Vec::new();
+    let mut images: Vec<u32> = Vec::new();
     // (free room, row) of rows with room left
     let mut free: BTreeMap<(u32, usize), ()> = BTreeMap::new();
     for i in order {
-        let (n, id) = items[i];
-        let fit = free.range((n, 0)..).next().map(|(&k, _)| k);
+        let (n, im, id) = items[i];
+        let holds = |r: usize| im == 0 || max_images.is_none_or(|b| images[r] + im <= b);
+        let fit = free
+            .range((n, 0)..)
+            .map(|(&k, _)| k)
+            .find(|&(_, r)| holds(r));
         match fit {
             Some((room, r)) => {
                 free.remove(&(room, r));
                 rows[r].push(id);
+                images[r] += im;
                 if room > n {
                     free.insert((room - n, r), ());
                 }
             }
             None => {
                 rows.push(vec![id]);
+                images.push(im);
                 if seq_len > n {
                     free.insert((seq_len - n, rows.len() - 1), ());
                 }
@@ -266,6 +295,27 @@ pub fn pack_window(items: &[(u32, u64)], seq_len: u32) -> Vec<Vec<u64>> {
         }
     }
     rows
+}
+
+/// The rows of window `w` of epoch `epoch`: `items` packed ([`pack_window_within`]), then, when
+/// `shuffled`, permuted by (seed, epoch, w).
+pub(crate) fn window_rows(
+    items: &[(u32, u32, u64)],
+    seq_len: u32,
+    max_images: Option<u32>,
+    shuffled: Option<(u64, u64, u64)>,
+) -> Vec<Vec<u64>> {
+    let rows = pack_window_within(items, seq_len, max_images);
+    let Some((seed, epoch, w)) = shuffled else {
+        return rows;
+    };
+    let mut keyed: Vec<(u64, Vec<u64>)> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(r, row)| (row_key(seed, epoch, w, r as u64), row))
+        .collect();
+    keyed.sort_by_key(|(k, _)| *k);
+    keyed.into_iter().map(|(_, r)| r).collect()
 }
 
 /// The splitmix64 finaliser.
@@ -322,6 +372,10 @@ pub struct ChatPlanner {
     kept: Vec<OnceLock<ChatEncoding>>,
     /// A plain-text source ([`DocumentSpec`]): the ids of its `bos` and `eos` tokens.
     document: Option<(Option<u32>, Option<u32>)>,
+    /// Images inside the conversations ([`VisionSpec`]).
+    vision: Option<ChatVision>,
+    /// Image tokens per conversation within its count (empty without `vision`).
+    images: Vec<u32>,
     kept_count: AtomicU64,
     /// The counts came from a kept count pass (nothing was encoded at open).
     counts_kept: bool,
@@ -420,9 +474,20 @@ impl ChatPlanner {
                 Some((id(&d.bos)?, id(&d.eos)?))
             }
         };
+        let vision = match &options.chat.vision {
+            Some(_) if options.chat.document.is_some() || options.chat.completion.is_some() => {
+                return Err(EngineError::Config(
+                    "images (vision=) are for conversations, not documents or prompt/completion \
+                     pairs"
+                        .into(),
+                ));
+            }
+            Some(v) => Some(ChatVision::new(v, &ds, &template)?),
+            None => None,
+        };
         let mut planner = ChatPlanner {
             fingerprint: format!(
-                "{}/chat:{}:{}:{:?}:{:08x}:{:08x}:{}:{}{}",
+                "{}/chat:{}:{}:{:?}:{:08x}:{:08x}:{}:{}{}{}",
                 fingerprint(&ds),
                 options.seq_len,
                 options.window,
@@ -433,6 +498,13 @@ impl ChatPlanner {
                 options.pad_id,
                 match &options.chat.document {
                     Some(d) => format!(":document:{:?}:{:?}", d.bos, d.eos),
+                    None => String::new(),
+                },
+                match &options.chat.vision {
+                    Some(v) => format!(
+                        ":vision:{}:{}:{:?}:{:?}",
+                        v.images, v.image_token, v.processor, options.max_image_tokens
+                    ),
                     None => String::new(),
                 },
             ),
@@ -447,6 +519,8 @@ impl ChatPlanner {
             kept_count: AtomicU64::new(0),
             counts_kept: false,
             document,
+            vision,
+            images: Vec::new(),
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
@@ -457,13 +531,31 @@ impl ChatPlanner {
         Ok(planner)
     }
 
-    /// The conversation `id`: its record's field, parsed as JSON; with a completion field, the
-    /// pair `[prompt, completion]`, each a JSON list of messages or plain text.
-    fn conversation(&self, id: u64) -> Result<Value> {
-        let values = self
-            .ds
+    /// The fields of record `id`.
+    pub(crate) fn record(&self, id: u64) -> Result<Vec<FieldValue<'static>>> {
+        self.ds
             .get(id)
-            .map_err(|source| EngineError::Sample { id, source })?;
+            .map_err(|source| EngineError::Sample { id, source })
+    }
+
+    /// Images inside the conversations, if any.
+    pub(crate) fn vision(&self) -> Option<&ChatVision> {
+        self.vision.as_ref()
+    }
+
+    /// The image tokens of conversation `id` within its count in a row (0 without images).
+    pub(crate) fn images_of(&self, id: u64) -> u32 {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.images.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// The conversation `id` (its record's fields `values`): its field, parsed as JSON; with a
+    /// completion field, the pair `[prompt, completion]`, each a JSON list of messages or plain
+    /// text.
+    fn conversation(&self, id: u64, values: &[FieldValue<'_>]) -> Result<Value> {
         let bad = |detail: String| self.bad(id, detail);
         let text = |field: usize| -> Result<&str> {
             match values.get(field) {
@@ -568,57 +660,96 @@ impl ChatPlanner {
         if let Some(d) = self.document {
             return self.encode_document(id, d);
         }
-        let conv = self.conversation(id)?;
-        self.template.encode(&conv, id).map_err(|e| match e {
+        let values = self.record(id)?;
+        let conv = self.conversation(id, &values)?;
+        let chat_error = |e| match e {
             stokehold_ops::chat::ChatError::Conversation { detail, .. } => self.bad(id, detail),
             other => self.bad(id, other.to_string()),
-        })
+        };
+        let mut enc = self.template.encode(&conv, id).map_err(chat_error)?;
+        if let Some(v) = &self.vision {
+            let tokens = v
+                .image_tokens(&self.ds, id, &values)
+                .map_err(|d| self.bad(id, d))?;
+            stokehold_ops::chat::expand_placeholders(
+                &mut enc,
+                v.placeholder,
+                &tokens,
+                u64::from(u32::MAX - 1),
+                id,
+            )
+            .map_err(chat_error)?;
+        }
+        Ok(enc)
     }
 
     /// Count every conversation (see [`ChatPlanner::new`]), or take the counts a count pass of
     /// the same dataset and encoding kept ([`super::kept_counts`]).
     fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
         let n = self.ds.len();
+        let len = usize::try_from(n).unwrap_or(0);
         self.kept = (0..n).map(|_| OnceLock::new()).collect();
         let keep = super::kept_counts::dir();
-        let key = format!("{}#counts-v1", self.fingerprint);
-        if let Some(counts) = keep
+        // with images, the counts are kept with the image tokens and what the cut left out
+        // (the encodings, which say where an image starts, are not)
+        let key = match self.vision {
+            None => format!("{}#counts-v1", self.fingerprint),
+            Some(_) => format!("{}#vision-counts-v1", self.fingerprint),
+        };
+        let stored_len = match self.vision {
+            None => n,
+            Some(_) => n.saturating_mul(2).saturating_add(2),
+        };
+        if let Some(mut counts) = keep
             .as_deref()
-            .and_then(|d| super::kept_counts::load(d, &key, n))
+            .and_then(|d| super::kept_counts::load(d, &key, stored_len))
         {
             self.counts_kept = true;
+            if self.vision.is_some() {
+                let rest = counts.split_off(len);
+                self.images = rest[..len].to_vec();
+                self.truncated += u64::from(rest[len]);
+                self.dropped += u64::from(rest[len + 1]);
+            }
             self.settle(counts);
             return Ok(());
         }
         let budget = self.options.keep_encodings.resolve(default_keep);
         let used = AtomicU64::new(0);
+        // conversations with images cut before an image, or left out by it or by the budget
+        let (cut, left_out) = (AtomicU64::new(0), AtomicU64::new(0));
         let this = &*self;
-        let results = stokehold_ops::parallel::map_indexed(
-            usize::try_from(n).unwrap_or(usize::MAX),
-            threads,
-            64,
-            |i| {
-                let id = i as u64;
-                this.encode(id).map(|e| {
-                    let len = e.input_ids.len();
-                    let bytes = (len * 5 + 64) as u64;
-                    let before = used.fetch_add(bytes, Ordering::Relaxed);
-                    if before + bytes <= budget {
-                        let _ = this.kept[i].set(e);
-                        this.kept_count.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        used.fetch_sub(bytes, Ordering::Relaxed);
-                    }
-                    u32::try_from(len).unwrap_or(u32::MAX - 1)
-                })
-            },
-        )
+        let results = stokehold_ops::parallel::map_indexed(len, threads, 64, |i| {
+            let id = i as u64;
+            this.encode(id).map(|e| {
+                let len = e.input_ids.len();
+                let (count, images) = match &this.vision {
+                    None => (u32::try_from(len).unwrap_or(u32::MAX - 1), 0),
+                    Some(v) => this.vision_count(v, &e.input_ids, &cut, &left_out),
+                };
+                let bytes = (len * 5 + 64) as u64;
+                let before = used.fetch_add(bytes, Ordering::Relaxed);
+                if before + bytes <= budget {
+                    let _ = this.kept[i].set(e);
+                    this.kept_count.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    used.fetch_sub(bytes, Ordering::Relaxed);
+                }
+                (count, images)
+            })
+        })
         .map_err(|_| EngineError::Worker("a counting thread panicked".into()))?;
-        let mut counts = vec![LEFT_OUT; usize::try_from(n).unwrap_or(0)];
+        let mut counts = vec![LEFT_OUT; len];
+        let mut images = vec![0u32; if self.vision.is_some() { len } else { 0 }];
         let mut errors: Vec<(u64, EngineError)> = Vec::new();
         for (id, r) in results.into_iter().enumerate() {
             match r {
-                Ok(c) => counts[id] = c,
+                Ok((c, im)) => {
+                    counts[id] = c;
+                    if let Some(slot) = images.get_mut(id) {
+                        *slot = im;
+                    }
+                }
                 Err(e) => errors.push((id as u64, e)),
             }
         }
@@ -640,17 +771,65 @@ impl ChatPlanner {
                 });
             }
         }
+        let (cut, left_out) = (cut.into_inner(), left_out.into_inner());
         if errors.is_empty()
             && let Some(d) = keep.as_deref()
         {
-            super::kept_counts::store(d, &key, &counts);
+            match self.vision {
+                None => super::kept_counts::store(d, &key, &counts),
+                Some(_) => {
+                    let mut all = counts.clone();
+                    all.extend_from_slice(&images);
+                    all.push(u32::try_from(cut).unwrap_or(u32::MAX));
+                    all.push(u32::try_from(left_out).unwrap_or(u32::MAX));
+                    super::kept_counts::store(d, &key, &all);
+                }
+            }
         }
         self.skipped = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
             .collect();
+        self.images = images;
+        self.truncated += cut;
+        self.dropped += left_out;
         self.settle(counts);
         Ok(())
+    }
+
+    /// The count in a row and the image tokens of a conversation with images encoded as `ids`:
+    /// longer than a row and truncated, it is cut before the image that crosses the row's end
+    /// (counted in `cut`; left out, in `left_out`, when that is its first token); more image
+    /// tokens than `max_image_tokens`: left out. Other overlong ones are left to
+    /// [`ChatPlanner::settle`] (dropped).
+    fn vision_count(
+        &self,
+        v: &ChatVision,
+        ids: &[u32],
+        cut: &AtomicU64,
+        left_out: &AtomicU64,
+    ) -> (u32, u32) {
+        let seq_len = self.options.seq_len as usize;
+        let mut count = ids.len();
+        if count > seq_len && self.options.overlong == Overlong::Truncate {
+            let at = v.cut(ids, seq_len);
+            if at < seq_len {
+                count = at;
+                match at {
+                    0 => left_out.fetch_add(1, Ordering::Relaxed),
+                    _ => cut.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        }
+        let images = v.count_in(&ids[..count.min(seq_len)]);
+        let images = u32::try_from(images).unwrap_or(u32::MAX);
+        if count == 0 || self.options.max_image_tokens.is_some_and(|b| images > b) {
+            if count != 0 {
+                left_out.fetch_add(1, Ordering::Relaxed);
+            }
+            return (LEFT_OUT, 0);
+        }
+        (u32::try_from(count).unwrap_or(u32::MAX - 1), images)
     }
 
     /// The counts as rows take them: overlong conversations truncated or left out, empty ones
@@ -761,18 +940,14 @@ impl ChatPlanner {
             items.clear();
             items.extend(
                 ids.iter()
-                    .filter_map(|&id| self.count_of(id).map(|c| (c, id))),
+                    .filter_map(|&id| self.count_of(id).map(|c| (c, self.images_of(id), id))),
             );
-            let mut rows = pack_window(&items, self.options.seq_len);
-            if shuffled {
-                let mut keyed: Vec<(u64, Vec<u64>)> = rows
-                    .into_iter()
-                    .enumerate()
-                    .map(|(r, row)| (row_key(self.seed, epoch, w, r as u64), row))
-                    .collect();
-                keyed.sort_by_key(|(k, _)| *k);
-                rows = keyed.into_iter().map(|(_, r)| r).collect();
-            }
+            let rows = window_rows(
+                &items,
+                self.options.seq_len,
+                self.options.max_image_tokens,
+                shuffled.then_some((self.seed, epoch, w)),
+            );
             for row in rows {
                 for &id in &row {
                     out.tokens += u64::from(self.count_of(id).unwrap_or(0));
@@ -862,27 +1037,40 @@ pub struct ChatRows {
     outputs: Vec<(String, Output)>,
 }
 
+/// The columns of packed rows of `seq_len` tokens: the token columns, `doc_ids`, the int64
+/// columns `extra` (one value per conversation, like `doc_ids`), then, with `images`,
+/// `pixel_values` and `image_grid_thw` (list columns: a row's patches and grids).
+pub(crate) fn row_outputs(seq_len: u32, extra: &[&str], images: bool) -> Vec<(String, Output)> {
+    let n = seq_len as usize;
+    let col = |name: &str, dtype, len| {
+        (
+            name.to_string(),
+            Output::Fixed {
+                dtype,
+                shape: vec![len],
+            },
+        )
+    };
+    let mut out = vec![
+        col("input_ids", DType::I32, n),
+        col("labels", DType::I64, n),
+        col("position_ids", DType::I64, n),
+        col("segment_ids", DType::I32, n),
+        col("doc_ids", DType::I64, 1),
+    ];
+    out.extend(extra.iter().map(|name| col(name, DType::I64, 1)));
+    if images {
+        out.push(("pixel_values".to_string(), Output::List));
+        out.push(("image_grid_thw".to_string(), Output::List));
+    }
+    out
+}
+
 impl ChatRows {
     /// The rows `planner` plans.
     pub fn new(planner: Arc<ChatPlanner>) -> ChatRows {
-        let n = planner.options.seq_len as usize;
-        let col = |name: &str, dtype, len| {
-            (
-                name.to_string(),
-                Output::Fixed {
-                    dtype,
-                    shape: vec![len],
-                },
-            )
-        };
         ChatRows {
-            outputs: vec![
-                col("input_ids", DType::I32, n),
-                col("labels", DType::I64, n),
-                col("position_ids", DType::I64, n),
-                col("segment_ids", DType::I32, n),
-                col("doc_ids", DType::I64, 1),
-            ],
+            outputs: row_outputs(planner.options.seq_len, &[], planner.vision.is_some()),
             planner,
         }
     }
@@ -997,6 +1185,12 @@ impl Samples for ChatRows {
         for (d, slot) in docs.iter_mut().enumerate() {
             *slot = convs.get(d).map_or(-1, |&c| c as i64);
         }
+        drop(slots);
+        let mut bytes = bytes;
+        if let Some(v) = &self.planner.vision {
+            bytes +=
+                write_row_images(convs.iter().map(|&c| (&*self.planner, c)), v.row_len(), out)?;
+        }
         cx.ws.read(bytes);
         cx.ws.lap(0, id, &mut clock);
         Ok(())
@@ -1025,11 +1219,15 @@ impl RowColumns<'_> {
         let mut at = 0usize;
         for (s, (planner, conv)) in convs.enumerate() {
             let enc = planner.encoding(conv)?;
-            let len = enc.input_ids.len().min(n - at);
             // the row was planned from this count: an encoding of another length means the
-            // conversation is not the one counted (kept counts of data changed in place)
+            // conversation is not the one counted (kept counts of data changed in place); one
+            // longer than a row was truncated to its count (`seq_len`, or before an image)
             let planned = planner.count_of(conv).map_or(0, |c| c as usize);
-            if len != planned {
+            let seq_len = planner.options.seq_len as usize;
+            let len = planned.min(n - at);
+            let fits = enc.input_ids.len() == planned
+                || (enc.input_ids.len() > seq_len && planned <= seq_len);
+            if !fits || len != planned {
                 return Err(planner.bad(
                     conv,
                     format!(
@@ -1136,6 +1334,78 @@ mod tests {
             }
             let fill = tokens as f64 / (rows * u64::from(seq_len)) as f64;
             assert!(fill >= 0.97, "median {median}, sigma {sigma}: fill {fill}");
+        }
+    }
+
+    #[test]
+    fn rows_keep_within_the_image_budget_and_fill_95_percent_of_8192_on_a_vision_mix() {
+        // an item over another row's image room opens a row even where its tokens would fit
+        let items = [(5, 4, 1), (3, 4, 2), (2, 0, 3)];
+        assert_eq!(
+            pack_window_within(&items, 10, Some(6)),
+            vec![vec![1, 3], vec![2]]
+        );
+        assert_eq!(pack_window_within(&items, 10, None), vec![vec![1, 2, 3]]);
+        // realistic vision-language mixes: 20% text-only, else 1-8 images (Qwen2-VL's tokens
+        // for 1280*28*28 max pixels), text log-normal around 300 tokens. Photographs up to
+        // 3 MP, no image budget; then web-sized images (~0.3 MP) within 6144 image tokens a row.
+        // (A budget under the data's share of image tokens caps the fill at about budget /
+        // (share * seq_len): images then take rows that text cannot fill.)
+        let proc = stokehold_ops::vision::Qwen2Vl {
+            max_pixels: 1280 * 28 * 28,
+            ..Default::default()
+        };
+        let photos: &[(u32, u32)] = &[
+            (640, 480),
+            (1024, 768),
+            (800, 600),
+            (1280, 720),
+            (500, 375),
+            (1920, 1080),
+            (333, 500),
+            (2048, 1536),
+        ];
+        let web: &[(u32, u32)] = &[(640, 480), (500, 375), (333, 500), (800, 600), (512, 512)];
+        let seq_len = 8192u32;
+        for (sizes, budget) in [(photos, None), (web, Some(6 * 1024))] {
+            for seed in [1u64, 2, 3] {
+                let mut g = Gen(seed * 7919);
+                let mut all = Vec::new();
+                for i in 0..20_000u64 {
+                    let text = g.lognormal(300.0, 0.9).round().clamp(8.0, 4000.0) as u32;
+                    let images = if g.unit() < 0.2 {
+                        0
+                    } else {
+                        1 + (g.unit() * 8.0) as usize
+                    };
+                    let mut im = 0u32;
+                    for _ in 0..images.min(8) {
+                        let (w, h) = sizes[(g.unit() * sizes.len() as f64) as usize % sizes.len()];
+                        im += proc.tokens(w, h).unwrap() as u32;
+                    }
+                    // the planner leaves out the longer ones and those over the image budget
+                    if text + im <= seq_len && budget.is_none_or(|b| im <= b) {
+                        all.push((text + im, im, i));
+                    }
+                }
+                let (mut tokens, mut rows) = (0u64, 0u64);
+                for chunk in all.chunks(1024) {
+                    let of: BTreeMap<u64, (u32, u32)> =
+                        chunk.iter().map(|&(n, im, id)| (id, (n, im))).collect();
+                    let packed = pack_window_within(chunk, seq_len, budget);
+                    for row in &packed {
+                        let (used, images) = row
+                            .iter()
+                            .fold((0u32, 0u32), |(a, b), id| (a + of[id].0, b + of[id].1));
+                        assert!(used <= seq_len && budget.is_none_or(|b| images <= b));
+                        tokens += u64::from(used);
+                    }
+                    rows += packed.len() as u64;
+                    assert_eq!(packed.iter().map(Vec::len).sum::<usize>(), chunk.len());
+                }
+                let fill = tokens as f64 / (rows * u64::from(seq_len)) as f64;
+                assert!(fill >= 0.95, "seed {seed}, budget {budget:?}: fill {fill}");
+            }
         }
     }
 

@@ -28,6 +28,7 @@ use crate::stages::Output;
 use crate::stats::WorkerStats;
 
 pub mod chat_mix;
+mod chat_vision;
 pub mod chats;
 mod kept_counts;
 pub mod mixture;
@@ -35,6 +36,7 @@ pub mod records;
 pub mod tokens;
 
 pub use chat_mix::{ChatMixRows, ChatMixture, MixPackSummary, SourcePack};
+pub use chat_vision::VisionSpec;
 pub use chats::{
     ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, DocumentSpec, Overlong, PackSummary,
 };

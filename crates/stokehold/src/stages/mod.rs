@@ -22,6 +22,7 @@ pub use crate::batch::Output;
 use crate::error::{EngineError, Result};
 pub use crate::error::{StageError, StageResult};
 use crate::rng::SampleRng;
+pub use stage_spec::Qwen2VlParams;
 
 /// A value flowing between stages: a field value as stored, or a tensor made by a stage.
 pub type Value<'a> = FieldValue<'a>;

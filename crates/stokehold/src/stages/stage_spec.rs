@@ -383,7 +383,7 @@ pub struct Normalize {
 }
 
 /// `qwen2vl`'s parameters (`stokehold.vision.Qwen2VL`'s, with its defaults).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Qwen2VlParams {
     /// Fewest pixels after the resize.
@@ -417,6 +417,24 @@ impl Default for Qwen2VlParams {
             image_std: d.std,
             dct_scaling: d.dct_scaling,
         }
+    }
+}
+
+impl Qwen2VlParams {
+    /// The processor, its parameters checked (on a size every valid processor takes).
+    pub fn processor(&self) -> std::result::Result<stokehold_ops::vision::Qwen2Vl, String> {
+        let proc = stokehold_ops::vision::Qwen2Vl {
+            min_pixels: self.min_pixels,
+            max_pixels: self.max_pixels,
+            patch_size: self.patch_size,
+            merge_size: self.merge_size,
+            temporal_patch_size: self.temporal_patch_size,
+            mean: self.image_mean,
+            std: self.image_std,
+            dct_scaling: self.dct_scaling,
+        };
+        proc.grid(1024, 1024).map_err(|e| e.to_string())?;
+        Ok(proc)
     }
 }
 

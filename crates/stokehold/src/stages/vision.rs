@@ -28,6 +28,21 @@ thread_local! {
     static WORKSPACE: RefCell<Option<VisionWorkspace>> = const { RefCell::new(None) };
 }
 
+/// Run `f` with this thread's vision workspace (made on first use, kept between samples): the
+/// `qwen2vl` stage's and packed conversations' images share it.
+pub(crate) fn with_workspace<R>(
+    f: impl FnOnce(&mut VisionWorkspace) -> stokehold_ops::Result<R>,
+) -> stokehold_ops::Result<R> {
+    WORKSPACE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let ws = match slot.as_mut() {
+            Some(ws) => ws,
+            None => slot.insert(VisionWorkspace::new()?),
+        };
+        f(ws)
+    })
+}
+
 /// The stage.
 #[derive(Debug)]
 pub struct Qwen2VlStage {
@@ -51,20 +66,10 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Option<Result<(Arc<dyn Tra
         Some(Err(e)) => return Some(Err(bad(column, e))),
         _ => return Some(Err(bad(column, "not a qwen2vl stage"))),
     };
-    let proc = Qwen2Vl {
-        min_pixels: p.min_pixels,
-        max_pixels: p.max_pixels,
-        patch_size: p.patch_size,
-        merge_size: p.merge_size,
-        temporal_patch_size: p.temporal_patch_size,
-        mean: p.image_mean,
-        std: p.image_std,
-        dct_scaling: p.dct_scaling,
+    let proc = match p.processor() {
+        Ok(proc) => proc,
+        Err(e) => return Some(Err(bad(column, e))),
     };
-    // the parameters checked once, on a size every valid processor takes
-    if let Err(e) = proc.grid(1024, 1024) {
-        return Some(Err(bad(column, e)));
-    }
     let stage: Arc<dyn Transform> = Arc::new(Qwen2VlStage { proc });
     Some(Ok((stage, Output::List)))
 }
@@ -82,15 +87,8 @@ impl Transform for Qwen2VlStage {
             }
         };
         let p = &self.proc;
-        let (grid, bytes) = WORKSPACE.with(|cell| -> StageResult<([u32; 3], Vec<u8>)> {
-            let mut slot = cell.borrow_mut();
-            let ws = match slot.as_mut() {
-                Some(ws) => ws,
-                None => slot.insert(VisionWorkspace::new().map_err(StageError::from)?),
-            };
-            let grid = p
-                .image_grid(ws, data, DEFAULT_MAX_PIXELS)
-                .map_err(StageError::from)?;
+        let (grid, bytes) = with_workspace(|ws| {
+            let grid = p.image_grid(ws, data, DEFAULT_MAX_PIXELS)?;
             let n = p.values(grid);
             // the value's bytes (the format's arrays are little-endian, as f32 is in memory on
             // the targets built for), written in place when the allocation is f32-aligned
@@ -103,10 +101,10 @@ impl Transform for Qwen2VlStage {
                     bytes.copy_from_slice(bytemuck::cast_slice(&values));
                     r
                 }
-            }
-            .map_err(StageError::from)?;
+            }?;
             Ok((grid, bytes))
-        })?;
+        })
+        .map_err(StageError::from)?;
         let m = u64::from(p.merge_size);
         let shape = vec![
             u64::from(grid[1]) / m,

@@ -1,0 +1,367 @@
+//! Images inside packed conversations (vision-language SFT): the planner's part and the filler's.
+//!
+//! **Planning reads sizes, not pixels.** A conversation's tokens are its template's tokens with
+//! each image placeholder expanded to the tokens its image becomes, and that number depends only
+//! on the image's width and height ([`Qwen2Vl::tokens`]). The sizes come from the shards' meta
+//! blocks (the `lists` table `pack` and `ShardWriter` fill from each image's header), or, where a
+//! dataset keeps none (files read in place), from each image's header in the record: no image is
+//! decoded to plan. Each conversation's image tokens are counted beside its tokens, so rows can
+//! keep a budget of image tokens (`max_image_tokens`) as well as `seq_len`.
+//!
+//! **No image is cut.** A conversation longer than a row is truncated (`overlong="truncate"`)
+//! before the first image whose tokens would cross the row's end, so every image in a row is
+//! whole and its `pixel_values` match its placeholders; one whose first image already crosses
+//! is left out (counted as dropped).
+//!
+//! **Filling.** A row's images, in row, conversation and image order, are decoded, resized and
+//! patchified on the loader's thread into one float32 `[patches, row]` array (`pixel_values`,
+//! laid out as `transformers`' Qwen2-VL processor lays them out) and their grids into int64
+//! `[images, 3]` (`image_grid_thw`); each image's grid, from its header, is checked against the
+//! tokens its row was planned for.
+
+use stokehold_format::{ArrayValue, DType, FieldValue};
+use stokehold_ops::DEFAULT_MAX_PIXELS;
+use stokehold_ops::chat::ChatTemplate;
+use stokehold_ops::vision::Qwen2Vl;
+use stokehold_storage::Dataset;
+
+use super::SlotWriter;
+use super::chats::ChatPlanner;
+use crate::error::{EngineError, Result};
+use crate::stages::Qwen2VlParams;
+
+/// Images inside the conversations of a packed loader (`ChatTemplate(..., images=, vision=)`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VisionSpec {
+    /// The field holding each sample's list of images (`list:image`).
+    #[serde(default = "default_images")]
+    pub images: String,
+    /// The placeholder token the template renders per image.
+    #[serde(default = "default_image_token")]
+    pub image_token: String,
+    /// The processor (`stokehold.vision.Qwen2VL`'s parameters).
+    #[serde(default)]
+    pub processor: Qwen2VlParams,
+}
+
+fn default_images() -> String {
+    "images".into()
+}
+
+fn default_image_token() -> String {
+    "<|image_pad|>".into()
+}
+
+/// A planner's images: the field, the placeholder's id and the processor.
+#[derive(Debug)]
+pub(crate) struct ChatVision {
+    field: usize,
+    name: String,
+    pub(crate) placeholder: u32,
+    pub(crate) proc: Qwen2Vl,
+}
+
+impl ChatVision {
+    /// The images of `spec` over `ds`, whose conversations `template` encodes.
+    pub(crate) fn new(
+        spec: &VisionSpec,
+        ds: &Dataset,
+        template: &ChatTemplate,
+    ) -> Result<ChatVision> {
+        let config = |m: String| EngineError::Config(m);
+        let field = ds.schema().index_of(&spec.images).ok_or_else(|| {
+            config(format!(
+                "{} has no field {:?} (the ChatTemplate's `images`, each sample's list of \
+                 images); its fields: {}",
+                ds.dir().display(),
+                spec.images,
+                ds.schema()
+            ))
+        })?;
+        let ty = &ds.schema().fields[field].ty;
+        if !ty.is_image_list() {
+            return Err(config(format!(
+                "field {:?} of {} is {ty}, not a list of images (list:image): the ChatTemplate's \
+                 `images` names each sample's list of images",
+                spec.images,
+                ds.dir().display()
+            )));
+        }
+        let placeholder = template
+            .tokenizer()
+            .token_id(&spec.image_token)
+            .map_err(|e| {
+                config(format!(
+                    "image_token {:?} is not a token of the tokenizer: {e}",
+                    spec.image_token
+                ))
+            })?;
+        let proc = spec
+            .processor
+            .processor()
+            .map_err(|e| config(format!("vision: {e}")))?;
+        Ok(ChatVision {
+            field,
+            name: spec.images.clone(),
+            placeholder,
+            proc,
+        })
+    }
+
+    /// Floats per row of `pixel_values`.
+    pub(crate) fn row_len(&self) -> usize {
+        self.proc.row_len()
+    }
+
+    /// The tokens each image of sample `id` becomes, from its size: the meta block's, else its
+    /// header's (`values`: the sample's fields). Errors say which image and why.
+    pub(crate) fn image_tokens(
+        &self,
+        ds: &Dataset,
+        id: u64,
+        values: &[FieldValue<'_>],
+    ) -> std::result::Result<Vec<u64>, String> {
+        let stored = ds.image_sizes(&self.name, id).map_err(|e| e.to_string())?;
+        let sizes: Vec<(u32, u32)> = match stored {
+            Some(s) => s.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
+            None => self
+                .images(values)?
+                .iter()
+                .enumerate()
+                .map(|(k, data)| {
+                    stokehold_format::image_size::image_size(data)
+                        .map_err(|e| format!("image {k} of field {:?}: {e}", self.name))
+                })
+                .collect::<std::result::Result<_, _>>()?,
+        };
+        sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &(w, h))| {
+                self.proc
+                    .tokens(w, h)
+                    .map_err(|e| format!("image {k} ({w}x{h}): {e}"))
+            })
+            .collect()
+    }
+
+    /// The encoded images of a sample (its fields `values`), in order.
+    fn images<'v>(
+        &self,
+        values: &'v [FieldValue<'_>],
+    ) -> std::result::Result<Vec<&'v [u8]>, String> {
+        match values.get(self.field) {
+            Some(FieldValue::List(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(k, v)| match v {
+                    FieldValue::Image(b) | FieldValue::Bytes(b) => Ok(b.as_ref()),
+                    other => Err(format!(
+                        "item {k} of field {:?} is {}, not an image",
+                        self.name,
+                        other.kind()
+                    )),
+                })
+                .collect(),
+            Some(other) => Err(format!(
+                "field {:?} is {}, not a list of images",
+                self.name,
+                other.kind()
+            )),
+            None => Err(format!("the record has no field {:?}", self.name)),
+        }
+    }
+
+    /// Where an encoding of `ids` longer than `seq_len` is cut so that no image is
+    /// ([`cut_before_image`]).
+    pub(crate) fn cut(&self, ids: &[u32], seq_len: usize) -> usize {
+        cut_before_image(ids, seq_len, self.placeholder)
+    }
+
+    /// Image tokens in `ids`.
+    pub(crate) fn count_in(&self, ids: &[u32]) -> u64 {
+        ids.iter().filter(|&&t| t == self.placeholder).count() as u64
+    }
+}
+
+/// Where an encoding `ids` longer than `seq_len` is cut so that no image is: `seq_len`, or the
+/// start of the run of image tokens (`placeholder`) that crosses it. A run of several images
+/// back to back is cut whole: where one image's tokens end is not in the tokens.
+pub(crate) fn cut_before_image(ids: &[u32], seq_len: usize, placeholder: u32) -> usize {
+    if ids.len() <= seq_len || seq_len == 0 {
+        return ids.len().min(seq_len);
+    }
+    if ids[seq_len - 1] != placeholder || ids[seq_len] != placeholder {
+        return seq_len;
+    }
+    let mut at = seq_len - 1;
+    while at > 0 && ids[at - 1] == placeholder {
+        at -= 1;
+    }
+    at
+}
+
+/// What filling a row's images makes: `pixel_values` and `image_grid_thw` as the batch's list
+/// values, and the bytes of encoded images read.
+struct RowImages {
+    pixel_values: FieldValue<'static>,
+    grids: FieldValue<'static>,
+    bytes_read: usize,
+}
+
+/// Fill a row's `pixel_values` and `image_grid_thw` (the last two columns of `out`) from the
+/// images of its conversations ([`row_images`]). Returns the bytes of encoded images read.
+pub(crate) fn write_row_images<'p>(
+    convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
+    row_len: usize,
+    out: &mut SlotWriter<'_>,
+) -> Result<usize> {
+    let images = row_images(convs, row_len)?;
+    let cols = out.outputs().len();
+    out.set_list(cols - 2, images.pixel_values);
+    out.set_list(cols - 1, images.grids);
+    Ok(images.bytes_read)
+}
+
+/// The images of a row's conversations (each its planner and id), in order: each
+/// conversation's first images whose tokens make up the image tokens it was planned with.
+/// `row_len`: floats per patch row (every planner with images has it).
+fn row_images<'p>(
+    convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
+    row_len: usize,
+) -> Result<RowImages> {
+    // first the grids, from the headers: the row's size is then known and its buffer made once
+    struct Image<'p> {
+        planner: &'p ChatPlanner,
+        conv: u64,
+        record: usize,
+        item: usize,
+        grid: [u32; 3],
+    }
+    let mut records: Vec<Vec<FieldValue<'static>>> = Vec::new();
+    let mut images: Vec<Image<'p>> = Vec::new();
+    let mut bytes_read = 0usize;
+    for (planner, conv) in convs {
+        let (Some(vision), planned) = (planner.vision(), planner.images_of(conv)) else {
+            continue;
+        };
+        if planned == 0 {
+            continue;
+        }
+        let values = planner.record(conv)?;
+        let data = vision.images(&values).map_err(|d| planner.bad(conv, d))?;
+        let m = u64::from(vision.proc.merge_size * vision.proc.merge_size);
+        let mut left = u64::from(planned);
+        for (k, d) in data.iter().enumerate() {
+            if left == 0 {
+                break;
+            }
+            let grid = crate::stages::vision::with_workspace(|ws| {
+                vision.proc.image_grid(ws, d, DEFAULT_MAX_PIXELS)
+            })
+            .map_err(|e| planner.bad(conv, format!("image {k}: {e}")))?;
+            let tokens = grid.iter().map(|&g| u64::from(g)).product::<u64>() / m;
+            if tokens > left {
+                return Err(planner.bad(
+                    conv,
+                    format!(
+                        "image {k} is {tokens} tokens where its row was planned for {left} more \
+                         image tokens: the image changed since the conversation was counted"
+                    ),
+                ));
+            }
+            left -= tokens;
+            bytes_read += d.len();
+            images.push(Image {
+                planner,
+                conv,
+                record: records.len(),
+                item: k,
+                grid,
+            });
+        }
+        if left != 0 {
+            return Err(planner.bad(
+                conv,
+                format!(
+                    "its images make {} image tokens where its row was planned for {planned}: \
+                     the images changed since the conversation was counted",
+                    u64::from(planned) - left
+                ),
+            ));
+        }
+        records.push(values);
+    }
+    let patches: usize = images
+        .iter()
+        .map(|i| i.grid.iter().map(|&g| g as usize).product::<usize>())
+        .sum();
+    let mut bytes = vec![0u8; patches * row_len * 4];
+    let mut grids = Vec::with_capacity(images.len() * 3 * 8);
+    let mut scratch = Vec::new();
+    let mut at = 0usize;
+    for im in &images {
+        let Some(vision) = im.planner.vision() else {
+            continue;
+        };
+        let proc = &vision.proc;
+        let n = proc.values(im.grid);
+        let data = vision
+            .images(&records[im.record])
+            .map_err(|d| im.planner.bad(im.conv, d))?[im.item];
+        let out = &mut bytes[at * 4..(at + n) * 4];
+        crate::stages::vision::with_workspace(|ws| {
+            match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
+                Ok(values) => proc.process_into(ws, data, DEFAULT_MAX_PIXELS, im.grid, values),
+                Err(_) => {
+                    scratch.resize(n, 0f32);
+                    proc.process_into(ws, data, DEFAULT_MAX_PIXELS, im.grid, &mut scratch)?;
+                    out.copy_from_slice(bytemuck::cast_slice(&scratch));
+                    Ok(())
+                }
+            }
+        })
+        .map_err(|e| im.planner.bad(im.conv, format!("image {}: {e}", im.item)))?;
+        for g in im.grid {
+            grids.extend_from_slice(&i64::from(g).to_le_bytes());
+        }
+        at += n;
+    }
+    let array = |dtype, shape: Vec<u64>, data: Vec<u8>| {
+        FieldValue::Array(ArrayValue {
+            dtype,
+            shape,
+            data: std::borrow::Cow::Owned(data),
+        })
+    };
+    Ok(RowImages {
+        pixel_values: array(DType::F32, vec![patches as u64, row_len as u64], bytes),
+        grids: array(DType::I64, vec![images.len() as u64, 3], grids),
+        bytes_read,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overlong_encoding_is_cut_before_the_image_run_that_crosses_the_row() {
+        const P: u32 = 9;
+        let ids = [1, 2, P, P, P, 3, P, P, 4];
+        // the end falls between text tokens, at a run's start or after its end: cut there
+        assert_eq!(cut_before_image(&ids, 2, P), 2);
+        assert_eq!(cut_before_image(&ids, 5, P), 5);
+        assert_eq!(cut_before_image(&ids, 6, P), 6);
+        // inside a run: back to its start
+        assert_eq!(cut_before_image(&ids, 3, P), 2);
+        assert_eq!(cut_before_image(&ids, 4, P), 2);
+        assert_eq!(cut_before_image(&ids, 7, P), 6);
+        // a run from the first token: nothing is left
+        assert_eq!(cut_before_image(&[P, P, P, 1], 2, P), 0);
+        // short enough: the whole encoding
+        assert_eq!(cut_before_image(&ids, 9, P), 9);
+        assert_eq!(cut_before_image(&ids, 20, P), 9);
+    }
+}

@@ -1,0 +1,248 @@
+"""SequenceLoader(..., text=ChatTemplate(..., images=, vision=Qwen2VL(...)), packing="whole"):
+conversations with images packed whole into rows, planned from the stored image sizes, with each
+batch's pixel_values and image_grid_thw (issue #53, item 4).
+
+Rows are checked against ChatTemplate.encode per conversation (itself checked against
+Qwen2VLProcessor.apply_chat_template in test_chat.py), pixel values against the Qwen2VL processor
+called on the same images in the same order, and one batch against transformers'
+Qwen2VLImageProcessor (nothing is downloaded: the tokenizer and template are made here)."""
+
+import io
+import json
+import random
+
+import numpy as np
+import pytest
+
+import stokehold
+from stokehold import StokeholdError
+from stokehold.text import ChatTemplate
+
+pytest.importorskip("tokenizers")
+PIL = pytest.importorskip("PIL.Image")
+
+from test_chat import text, vl_model  # noqa: E402,F401  (vl_model: a fixture)
+from test_sft import check_row, loader, rows_of, two_ranks_then_three  # noqa: E402
+
+from stokehold.vision import Qwen2VL  # noqa: E402
+
+BUDGET = dict(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64)
+
+
+def photo(size, seed):
+    """A JPEG of `size` with texture (smooth gradients plus noise), so that pixel values differ."""
+    w, h = size
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([(x * (3 + c) + y * (5 - c)) % 256 for c in range(3)], axis=-1)
+    img = np.clip(base + rng.integers(-30, 30, (h, w, 3)), 0, 255).astype(np.uint8)
+    b = io.BytesIO()
+    PIL.fromarray(img).save(b, format="JPEG", quality=90)
+    return b.getvalue()
+
+
+def vl_samples(n, seed, max_images=3, text_only=0.2):
+    """`n` (conversation, images) pairs: 0..max_images images in user turns (a fraction
+    text-only), sizes from tiny to a few hundred pixels."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        conv, images = [], []
+        for _t in range(rng.randint(1, 2)):
+            parts = [{"type": "text", "text": text(rng, "user")}]
+            k = 0 if rng.random() < text_only else rng.randint(0, max_images)
+            for _ in range(k):
+                parts.insert(rng.randint(0, len(parts)), {"type": "image"})
+                images.append(photo((rng.randint(30, 400), rng.randint(30, 300)), seed * 1000 + i * 10 + len(images)))
+            conv.append({"role": "user", "content": parts})
+            conv.append({"role": "assistant", "content": text(rng, "assistant")})
+        out.append((conv, images))
+    return out
+
+
+def write(path, samples):
+    with stokehold.ShardWriter(path, {"messages": "json", "images": "list:image", "n": "int64"}, shard_size=1 << 20) as w:
+        for i, (conv, images) in enumerate(samples):
+            w.write({"messages": json.dumps(conv), "images": images, "n": i})
+    return stokehold.Dataset(path)
+
+
+def template(vl_model, **kw):
+    return ChatTemplate(vl_model, images="images", vision=Qwen2VL(**{**BUDGET, **kw}))
+
+
+def expected_images(samples, docs, proc):
+    """pixel_values and image_grid_thw of the conversations `docs` (in order), by the processor."""
+    images = [im for d in docs for im in samples[d][1]]
+    if not images:
+        return np.zeros((0, 3 * 2 * 14 * 14), np.float32), np.zeros((0, 3), np.int64)
+    return proc(images, threads=1)
+
+
+def test_rows_hold_each_conversations_tokens_and_its_images_pixels_in_order(tmp_path, vl_model):
+    samples = vl_samples(40, seed=1)
+    ds = write(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    proc = Qwen2VL(**BUDGET)
+    encs = [ct.encode(conv, images=images) for conv, images in samples]
+    placeholder = int(ct._image_token_id)
+    seq_len = 512
+    batches = list(loader(ds, ct, seq_len=seq_len, batch_size=3, seed=4, threads=2, window=16))
+    seen = []
+    for b in batches:
+        rows = rows_of([b])
+        for r, docs in enumerate(rows):
+            check_row(b, r, docs, encs, seq_len)
+        want_pv, want_grid = expected_images(samples, [d for row in rows for d in row], proc)
+        assert b["pixel_values"].dtype == np.float32 and b["image_grid_thw"].dtype == np.int64
+        assert b["image_grid_thw"].tolist() == np.asarray(want_grid).tolist()
+        assert b["pixel_values"].shape == want_pv.shape
+        assert np.array_equal(b["pixel_values"], want_pv)
+        # every placeholder of the batch is one of its images' tokens
+        assert int((b["input_ids"] == placeholder).sum()) == int(np.prod(b["image_grid_thw"], axis=1).sum()) // 4
+        seen += [d for row in rows for d in row]
+    assert sorted(seen) == list(range(len(samples)))
+    assert sum(len(im) for _, im in samples) > 30
+
+
+def test_a_batch_equals_transformers_qwen2vl_image_processor(tmp_path, vl_model):
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+
+    samples = vl_samples(12, seed=2, max_images=2, text_only=0.0)
+    ds = write(tmp_path / "ds", samples)
+    b = next(iter(loader(ds, template(vl_model), seq_len=512, batch_size=2, seed=0)))
+    docs = [d for row in rows_of([b]) for d in row]
+    images = [PIL.open(io.BytesIO(im)).convert("RGB") for d in docs for im in samples[d][1]]
+    assert len(images) >= 4
+    want = Qwen2VLImageProcessor(**BUDGET)(images=images, return_tensors="np")
+    assert b["image_grid_thw"].tolist() == np.asarray(want["image_grid_thw"]).tolist()
+    diff = np.abs(b["pixel_values"] - np.asarray(want["pixel_values"], dtype=np.float32))
+    # the bound docs/vision.md states for the processor (resampling filters differ by a few levels)
+    assert diff.max() <= 0.1 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+
+def test_rows_keep_within_max_image_tokens_and_a_conversation_over_it_is_dropped(tmp_path, vl_model):
+    samples = vl_samples(30, seed=3, max_images=2, text_only=0.1)
+    # one conversation with many large images: more image tokens than the budget
+    big = [photo((400, 300), 99 + k) for k in range(8)]
+    samples.append(([{"role": "user", "content": [{"type": "image"}] * 8 + [{"type": "text", "text": "all"}]},
+                     {"role": "assistant", "content": "yes"}], big))
+    ds = write(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    proc = Qwen2VL(**BUDGET)
+    tokens = [sum(proc.num_tokens(*PIL.open(io.BytesIO(im)).size) for im in images) for _, images in samples]
+    budget = max(tokens[:-1])
+    assert tokens[-1] > budget
+    ld = loader(ds, ct, seq_len=1024, batch_size=1, seed=1, max_image_tokens=budget)
+    rows = rows_of(list(ld))
+    assert sorted(d for r in rows for d in r) == [i for i in range(len(samples)) if i != len(samples) - 1]
+    for row in rows:
+        assert sum(tokens[d] for d in row) <= budget
+    assert ld.stats()["packing"]["dropped"] == 1
+    # without the budget, rows hold more images than it allows
+    free = rows_of(list(loader(ds, ct, seq_len=1024, batch_size=1, seed=1)))
+    assert max(sum(tokens[d] for d in row) for row in free) > budget
+
+
+def test_an_overlong_conversation_is_cut_before_the_image_that_would_cross_the_row(tmp_path, vl_model):
+    rng = random.Random(5)
+    images = [photo((200, 150), 500 + k) for k in range(6)]
+    parts = []
+    for _ in images:
+        parts += [{"type": "text", "text": text(rng, "user")}, {"type": "image"}]
+    long = ([{"role": "user", "content": parts}, {"role": "assistant", "content": "ok"}], images)
+    samples = [long] + vl_samples(6, seed=6)
+    ds = write(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    placeholder = int(ct._image_token_id)
+    full = ct.encode(long[0], images=long[1])["input_ids"]
+    seq_len = 256
+    others = sum(len(ct.encode(c, images=im)["input_ids"]) > seq_len for c, im in samples[1:])
+    assert len(full) > seq_len
+    # the row's end falls inside an image's tokens
+    assert full[seq_len - 1] == placeholder and full[seq_len] == placeholder
+    ld = loader(ds, ct, seq_len=seq_len, batch_size=1, shuffle=False)
+    for b in ld:
+        if 0 not in rows_of([b])[0]:
+            continue
+        cut = int((b["segment_ids"][0] == 0).sum())
+        assert cut < seq_len
+        assert b["input_ids"][0, :cut].tolist() == full[:cut].tolist()
+        assert full[cut] == placeholder and full[cut - 1] != placeholder
+        kept = int((b["input_ids"][0, :cut] == placeholder).sum())
+        assert kept == int(np.prod(b["image_grid_thw"], axis=1).sum()) // 4
+        assert len(b["image_grid_thw"]) < len(images)
+        break
+    else:
+        pytest.fail("the long conversation was not in any row")
+    assert ld.stats()["packing"]["truncated"] == 1 + others
+
+
+def test_planning_reads_sizes_only_and_a_damaged_image_is_named_when_its_row_is_filled(tmp_path, vl_model):
+    samples = vl_samples(8, seed=7, text_only=0.0)
+    conv, images = samples[3]
+    assert images
+    # a JPEG whose header is whole (its size readable) and whose scan data is cut: planning,
+    # which reads sizes only, takes it; decoding it for its row fails
+    good = images[0]
+    sos = good.index(b"\xff\xda")
+    samples[3] = (conv, [good[: sos + 40]] + images[1:])
+    ds = write(tmp_path / "ds", samples)
+    ld = loader(ds, template(vl_model), seq_len=2048, batch_size=1, seed=0)
+    assert ld.stats()["packing"]["rows"] >= 1
+    with pytest.raises(StokeholdError, match="conversation 3"):
+        list(ld)
+
+
+def test_resume_with_images_is_exact_from_two_ranks_to_three(tmp_path, vl_model):
+    samples = vl_samples(48, seed=8, max_images=2)
+    ds = write(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    kw = dict(seq_len=384, seed=11, window=12, max_image_tokens=160)
+    full = rows_of(list(loader(ds, ct, batch_size=2, **kw)))
+    assert len(full) > 14
+    per_rank = two_ranks_then_three(lambda r, w: loader(ds, ct, batch_size=2, rank=r, world_size=w, **kw), full)
+    # the rows after the resume are the uninterrupted run's (checked above), and so are their images
+    proc = Qwen2VL(**BUDGET)
+    for batches in per_rank:
+        for b in batches:
+            want_pv, want_grid = expected_images(samples, [d for r in rows_of([b]) for d in r], proc)
+            assert b["image_grid_thw"].tolist() == np.asarray(want_grid).tolist()
+            assert np.array_equal(b["pixel_values"], want_pv)
+
+
+def test_a_mixture_of_conversations_with_images_and_text_only_ones(tmp_path, vl_model):
+    vl = vl_samples(20, seed=9)
+    plain = [([{"role": "user", "content": f"question {i}"}, {"role": "assistant", "content": f"answer {i}"}], []) for i in range(15)]
+    mix = stokehold.Mixture({"vl": write(tmp_path / "vl", vl), "text": write(tmp_path / "text", plain)}, weights={"vl": 0.6, "text": 0.4})
+    ct = template(vl_model)
+    plain_ct = ChatTemplate(vl_model)
+    ld = stokehold.SequenceLoader(mix, seq_len=512, batch_size=2, text={"vl": ct, "text": plain_ct}, packing="whole", seed=2, rank=0, world_size=1)
+    proc = Qwen2VL(**BUDGET)
+    sources = {0: vl, 1: plain}
+    n_images = 0
+    for b in ld:
+        images = []
+        for r in range(len(b["doc_ids"])):
+            for d, s in zip(b["doc_ids"][r], b["doc_sources"][r]):
+                if d >= 0:
+                    images += sources[int(s)][int(d)][1]
+        if images:
+            want_pv, want_grid = proc(images, threads=1)
+            assert np.array_equal(b["pixel_values"], want_pv)
+            assert b["image_grid_thw"].tolist() == np.asarray(want_grid).tolist()
+        else:
+            assert b["pixel_values"].shape[0] == 0 and b["image_grid_thw"].shape == (0, 3)
+        n_images += len(images)
+    assert n_images >= sum(len(im) for _, im in vl) // 2
+
+
+def test_options_of_packing_with_images_are_checked(tmp_path, vl_model):
+    samples = vl_samples(4, seed=10)
+    ds = write(tmp_path / "ds", samples)
+    with pytest.raises(stokehold.ConfigError, match="max_image_tokens is for conversations with images"):
+        loader(ds, ChatTemplate(vl_model), seq_len=256, max_image_tokens=10)
+    with pytest.raises(stokehold.ConfigError, match="no field \"pics\""):
+        loader(ds, ChatTemplate(vl_model, images="pics", vision=Qwen2VL(**BUDGET)), seq_len=256)
+    with pytest.raises(stokehold.ConfigError, match="not a list of images"):
+        loader(ds, ChatTemplate(vl_model, images="messages", vision=Qwen2VL(**BUDGET)), seq_len=256)
