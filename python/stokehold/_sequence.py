@@ -327,6 +327,11 @@ def _varlen(batch: Dict[str, Any]) -> Dict[str, Any]:
     cu[-1] = pos.size
     batch["cu_seqlens"] = cu
     batch["max_seqlen"] = int(np.diff(cu).max()) if len(starts) else 0
+    mrope = batch.get("mrope_position_ids")
+    if mrope is not None:
+        # [4, B, N]: the text positions (the packed attention mask is made from them), then
+        # temporal, height, width: what Qwen2-VL-family models take as position_ids for packed rows
+        batch["mrope_position_ids"] = np.concatenate([batch["position_ids"][None], mrope.transpose(1, 0, 2)])
     pixels = batch.get("pixel_values")
     if isinstance(pixels, list):
         # each row's images, one after another: what the model's forward takes for the batch

@@ -105,6 +105,48 @@ def test_rows_hold_each_conversations_tokens_and_its_images_pixels_in_order(tmp_
     assert sum(len(im) for _, im in samples) > 30
 
 
+def test_mrope_positions_equal_qwen2vl_get_rope_index_of_each_conversation(tmp_path, vl_model):
+    """batch["mrope_position_ids"] [4, B, N]: position_ids, then the 3-D positions transformers'
+    Qwen2-VL model computes (get_rope_index) for each conversation of the row on its own."""
+    import torch
+    from transformers import Qwen2VLConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+    text_config = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                       intermediate_size=64, vocab_size=4000, rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]})
+    model = Qwen2VLModel(Qwen2VLConfig(text_config=text_config,
+                                       vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2)))
+    samples = vl_samples(24, seed=12)
+    ds = write(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    placeholder = int(ct._image_token_id)
+    checked = 0
+    for b in loader(ds, ct, seq_len=600, batch_size=2, seed=3, overlong="truncate"):
+        pos = b["mrope_position_ids"]
+        assert pos.shape == (4,) + b["input_ids"].shape and pos.dtype == np.int64
+        assert np.array_equal(pos[0], b["position_ids"])
+        grids = iter(b["image_grid_thw"].tolist())
+        for r in range(b["input_ids"].shape[0]):
+            seg = b["segment_ids"][r]
+            for s in range(int(seg.max()) + 1):
+                ids = torch.as_tensor(b["input_ids"][r][seg == s], dtype=torch.long)[None]
+                types = (ids == placeholder).int()
+                n_images = 0
+                mine = []
+                while int(types.sum()) > sum(t * h * w // 4 for t, h, w in mine):
+                    mine.append(next(grids))
+                    n_images += 1
+                kw = {"image_grid_thw": torch.tensor(mine)} if mine else {}
+                if mine:
+                    want, _ = model.get_rope_index(ids, mm_token_type_ids=types, **kw)
+                    want = want[:, 0].numpy()
+                else:
+                    want = np.broadcast_to(np.arange(ids.shape[1]), (3, ids.shape[1]))
+                assert np.array_equal(pos[1:, r][:, seg == s], want), (r, s)
+                checked += n_images
+    assert checked > 10
+
+
 def test_a_batch_equals_transformers_qwen2vl_image_processor(tmp_path, vl_model):
     from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
 

@@ -32,9 +32,8 @@ use crate::blend::{Blend, BlendDef, BlendSource, Phase, UNIT, quantize};
 use crate::error::{EngineError, Result};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, Shuffle};
-use crate::samples::chat_vision::write_row_images;
 use crate::samples::chats::{
-    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowColumns, RowIds, row_outputs, window_rows,
+    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowIds, fill_row, row_outputs, window_rows,
 };
 use crate::samples::mixture::MAX_STREAM;
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
@@ -119,11 +118,7 @@ impl std::fmt::Debug for ChatMixture {
     }
 }
 
-/// Column indices.
-const INPUT: usize = 0;
-const LABELS: usize = 1;
-const POSITION: usize = 2;
-const SEGMENT: usize = 3;
+/// Column indices of the per-conversation columns (their widths are the batch's).
 const DOCS: usize = 4;
 const DOC_SOURCES: usize = 5;
 
@@ -560,44 +555,21 @@ impl Samples for ChatMixRows {
         let mut clock = cx.ws.clock();
         let (planned, r) = self.row_of(id)?;
         let convs = planned.rows.row(r).unwrap_or(&[]);
-        let mut slots = out.fixed_columns();
-        let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
-        let row = RowColumns {
-            input: bytemuck::cast_slice_mut(take(INPUT)),
-            labels: bytemuck::cast_slice_mut(take(LABELS)),
-            position: bytemuck::cast_slice_mut(take(POSITION)),
-            segment: bytemuck::cast_slice_mut(take(SEGMENT)),
-        };
-        let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
-        let doc_sources: &mut [i64] = bytemuck::cast_slice_mut(take(DOC_SOURCES));
-        let bytes = row.write(
-            convs.iter().map(|&conv| {
-                let (s, local) = self.mix.source_of(conv);
-                (&*self.mix.planners[s], local)
-            }),
+        let mut planners = Vec::with_capacity(convs.len());
+        let (mut locals, mut sources) = (Vec::new(), Vec::new());
+        for &conv in convs {
+            let (s, local) = self.mix.source_of(conv);
+            planners.push((&*self.mix.planners[s], local));
+            locals.push(local as i64);
+            sources.push(s as i64);
+        }
+        let bytes = fill_row(
+            &planners,
+            &[&locals, &sources],
             self.mix.pad_id,
+            self.mix.image_row,
+            out,
         )?;
-        for (j, (d, ds)) in docs.iter_mut().zip(doc_sources.iter_mut()).enumerate() {
-            (*d, *ds) = match convs.get(j) {
-                Some(&conv) => {
-                    let (s, local) = self.mix.source_of(conv);
-                    (local as i64, s as i64)
-                }
-                None => (-1, -1),
-            };
-        }
-        drop(slots);
-        let mut bytes = bytes;
-        if let Some(row_len) = self.mix.image_row {
-            bytes += write_row_images(
-                convs.iter().map(|&conv| {
-                    let (s, local) = self.mix.source_of(conv);
-                    (&*self.mix.planners[s], local)
-                }),
-                row_len,
-                out,
-            )?;
-        }
         cx.ws.read(bytes);
         cx.ws.lap(0, id, &mut clock);
         Ok(())

@@ -203,31 +203,102 @@ pub(crate) fn cut_before_image(ids: &[u32], seq_len: usize, placeholder: u32) ->
 }
 
 /// What filling a row's images makes: `pixel_values` and `image_grid_thw` as the batch's list
-/// values, and the bytes of encoded images read.
-struct RowImages {
+/// values, each image's grid and merge size in order, and the bytes of encoded images read.
+pub(crate) struct RowImages {
     pixel_values: FieldValue<'static>,
-    grids: FieldValue<'static>,
-    bytes_read: usize,
+    grid_values: FieldValue<'static>,
+    /// (grid, merge size) of each image, in row order.
+    pub(crate) grids: Vec<([u32; 3], u32)>,
+    pub(crate) bytes_read: usize,
 }
 
-/// Fill a row's `pixel_values` and `image_grid_thw` (the last two columns of `out`) from the
-/// images of its conversations ([`row_images`]). Returns the bytes of encoded images read.
-pub(crate) fn write_row_images<'p>(
-    convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
-    row_len: usize,
-    out: &mut SlotWriter<'_>,
-) -> Result<usize> {
-    let images = row_images(convs, row_len)?;
-    let cols = out.outputs().len();
-    out.set_list(cols - 2, images.pixel_values);
-    out.set_list(cols - 1, images.grids);
-    Ok(images.bytes_read)
+impl RowImages {
+    /// Set the row's `pixel_values` and `image_grid_thw` (the last two columns of `out`).
+    pub(crate) fn write_lists(self, out: &mut SlotWriter<'_>) {
+        let cols = out.outputs().len();
+        out.set_list(cols - 2, self.pixel_values);
+        out.set_list(cols - 1, self.grid_values);
+    }
+}
+
+/// The multimodal RoPE positions of a packed row (`out`: 3 × its length, temporal, height and
+/// width), as Qwen2-VL's `get_rope_index` gives them for each conversation on its own: text
+/// tokens at `p, p, p` (`p` counting from 0 at the conversation's start), an image of grid
+/// `(t, h, w)` and merge size `m` at `(p + i, p + y, p + x)` over its `t × h/m × w/m` tokens,
+/// `p` then moving on by `max(h, w) / m`; padding counts from 0 as `position_ids` does. `input`
+/// and `segment` are the row's columns, `placeholders` each conversation's image token (`None`:
+/// no images), `grids` the row's images in order.
+pub(crate) fn mrope_positions(
+    input: &[i32],
+    segment: &[i32],
+    placeholders: &[Option<u32>],
+    grids: &[([u32; 3], u32)],
+    out: &mut [i64],
+) -> std::result::Result<(), String> {
+    let n = input.len();
+    let (t_out, rest) = out.split_at_mut(n);
+    let (h_out, w_out) = rest.split_at_mut(n);
+    let mut next = grids.iter();
+    // the image token of segment `s` (u32::MAX, no token, where it has none: padding too)
+    let placeholder = |s: i32| {
+        usize::try_from(s)
+            .ok()
+            .and_then(|s| placeholders.get(s).copied().flatten())
+            .unwrap_or(u32::MAX)
+    };
+    let (mut j, mut seg, mut p) = (0usize, -2i32, 0i64);
+    while j < n {
+        if segment[j] != seg {
+            seg = segment[j];
+            p = 0;
+        }
+        let image = u32::try_from(input[j]) == Ok(placeholder(seg));
+        if !image {
+            (t_out[j], h_out[j], w_out[j]) = (p, p, p);
+            p += 1;
+            j += 1;
+            continue;
+        }
+        let Some(&([t, h, w], m)) = next.next() else {
+            return Err(format!(
+                "an image token at {j} with no image left in the row"
+            ));
+        };
+        let (lh, lw) = ((h / m) as usize, (w / m) as usize);
+        let tokens = t as usize * lh * lw;
+        let whole = j + tokens <= n
+            && segment[j..j + tokens].iter().all(|&s| s == seg)
+            && input[j..j + tokens]
+                .iter()
+                .all(|&t| u32::try_from(t) == Ok(placeholder(seg)));
+        if !whole {
+            return Err(format!(
+                "an image of {tokens} tokens at {j} is not that many image tokens of its \
+                 conversation"
+            ));
+        }
+        let mut k = j;
+        for ti in 0..i64::from(t) {
+            for y in 0..lh as i64 {
+                for x in 0..lw as i64 {
+                    (t_out[k], h_out[k], w_out[k]) = (p + ti, p + y, p + x);
+                    k += 1;
+                }
+            }
+        }
+        p += i64::from(h.max(w) / m);
+        j += tokens;
+    }
+    if next.next().is_some() {
+        return Err("images left over after the row's image tokens".into());
+    }
+    Ok(())
 }
 
 /// The images of a row's conversations (each its planner and id), in order: each
 /// conversation's first images whose tokens make up the image tokens it was planned with.
 /// `row_len`: floats per patch row (every planner with images has it).
-fn row_images<'p>(
+pub(crate) fn row_images<'p>(
     convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
     row_len: usize,
 ) -> Result<RowImages> {
@@ -299,6 +370,7 @@ fn row_images<'p>(
         .sum();
     let mut bytes = vec![0u8; patches * row_len * 4];
     let mut grids = Vec::with_capacity(images.len() * 3 * 8);
+    let mut thw = Vec::with_capacity(images.len());
     let mut scratch = Vec::new();
     let mut at = 0usize;
     for im in &images {
@@ -326,6 +398,7 @@ fn row_images<'p>(
         for g in im.grid {
             grids.extend_from_slice(&i64::from(g).to_le_bytes());
         }
+        thw.push((im.grid, proc.merge_size));
         at += n;
     }
     let array = |dtype, shape: Vec<u64>, data: Vec<u8>| {
@@ -337,7 +410,8 @@ fn row_images<'p>(
     };
     Ok(RowImages {
         pixel_values: array(DType::F32, vec![patches as u64, row_len as u64], bytes),
-        grids: array(DType::I64, vec![images.len() as u64, 3], grids),
+        grid_values: array(DType::I64, vec![images.len() as u64, 3], grids),
+        grids: thw,
         bytes_read,
     })
 }
@@ -363,5 +437,33 @@ mod tests {
         // short enough: the whole encoding
         assert_eq!(cut_before_image(&ids, 9, P), 9);
         assert_eq!(cut_before_image(&ids, 20, P), 9);
+    }
+
+    #[test]
+    fn multimodal_positions_restart_per_conversation_and_lay_images_out_on_their_grid() {
+        const P: u32 = 9;
+        // conversation 0: a text token, an image of grid (1, 4, 6) merged 2 (2 x 3 tokens), a
+        // text token; conversation 1: two text tokens; then padding
+        let q = P as i32;
+        let mut input: Vec<i32> = vec![5, q, q, q, q, q, q, 6, 7, 8, 0, 0];
+        let segment = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, -1, -1];
+        let grids = [([1, 4, 6], 2)];
+        let mut out = vec![0i64; 3 * input.len()];
+        mrope_positions(&input, &segment, &[Some(P), Some(P)], &grids, &mut out).unwrap();
+        assert_eq!(out[..12], [0, 1, 1, 1, 1, 1, 1, 4, 0, 1, 0, 1], "temporal");
+        assert_eq!(out[12..24], [0, 1, 1, 1, 2, 2, 2, 4, 0, 1, 0, 1], "height");
+        assert_eq!(out[24..], [0, 1, 2, 3, 1, 2, 3, 4, 0, 1, 0, 1], "width");
+        let check = |input: &[i32], grids: &[([u32; 3], u32)]| {
+            let mut out = vec![0i64; 3 * input.len()];
+            mrope_positions(input, &segment, &[Some(P), None], grids, &mut out)
+        };
+        // image tokens with no image left; an image whose tokens stop early or run past its
+        // conversation; images left over
+        assert!(check(&input, &[]).is_err());
+        assert!(check(&input, &[([1, 4, 8], 2)]).is_err());
+        input[6] = 1;
+        assert!(check(&input, &grids).is_err());
+        input[1..6].fill(1);
+        assert!(check(&input, &grids).unwrap_err().contains("left over"));
     }
 }

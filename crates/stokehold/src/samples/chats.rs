@@ -41,7 +41,7 @@ use stokehold_ops::chat::{
 };
 use stokehold_storage::Dataset;
 
-use super::chat_vision::{ChatVision, VisionSpec, write_row_images};
+use super::chat_vision::{ChatVision, VisionSpec, mrope_positions, row_images};
 use crate::error::{EngineError, RecordPlace, Result, StageError};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, PositionMap, Shuffle};
@@ -1039,7 +1039,8 @@ pub struct ChatRows {
 
 /// The columns of packed rows of `seq_len` tokens: the token columns, `doc_ids`, the int64
 /// columns `extra` (one value per conversation, like `doc_ids`), then, with `images`,
-/// `pixel_values` and `image_grid_thw` (list columns: a row's patches and grids).
+/// `mrope_position_ids` (int64 `[3, seq_len]`: [`mrope_positions`]) and `pixel_values` and
+/// `image_grid_thw` (list columns: a row's patches and grids).
 pub(crate) fn row_outputs(seq_len: u32, extra: &[&str], images: bool) -> Vec<(String, Output)> {
     let n = seq_len as usize;
     let col = |name: &str, dtype, len| {
@@ -1060,6 +1061,13 @@ pub(crate) fn row_outputs(seq_len: u32, extra: &[&str], images: bool) -> Vec<(St
     ];
     out.extend(extra.iter().map(|name| col(name, DType::I64, 1)));
     if images {
+        out.push((
+            "mrope_position_ids".to_string(),
+            Output::Fixed {
+                dtype: DType::I64,
+                shape: vec![3, n],
+            },
+        ));
         out.push(("pixel_values".to_string(), Output::List));
         out.push(("image_grid_thw".to_string(), Output::List));
     }
@@ -1169,32 +1177,68 @@ impl Samples for ChatRows {
         let mut clock = cx.ws.clock();
         let (rows, r) = self.row_of(id)?;
         let convs = rows.row(r).unwrap_or(&[]);
-        let mut slots = out.fixed_columns();
-        let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
-        let row = RowColumns {
-            input: bytemuck::cast_slice_mut(take(INPUT)),
-            labels: bytemuck::cast_slice_mut(take(LABELS)),
-            position: bytemuck::cast_slice_mut(take(POSITION)),
-            segment: bytemuck::cast_slice_mut(take(SEGMENT)),
-        };
-        let docs: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS));
-        let bytes = row.write(
-            convs.iter().map(|&c| (&*self.planner, c)),
+        let ids: Vec<i64> = convs.iter().map(|&c| c as i64).collect();
+        let planners: Vec<(&ChatPlanner, u64)> =
+            convs.iter().map(|&c| (&*self.planner, c)).collect();
+        let image_row = self.planner.vision.as_ref().map(ChatVision::row_len);
+        let bytes = fill_row(
+            &planners,
+            &[&ids],
             self.planner.options.pad_id,
+            image_row,
+            out,
         )?;
-        for (d, slot) in docs.iter_mut().enumerate() {
-            *slot = convs.get(d).map_or(-1, |&c| c as i64);
-        }
-        drop(slots);
-        let mut bytes = bytes;
-        if let Some(v) = &self.planner.vision {
-            bytes +=
-                write_row_images(convs.iter().map(|&c| (&*self.planner, c)), v.row_len(), out)?;
-        }
         cx.ws.read(bytes);
         cx.ws.lap(0, id, &mut clock);
         Ok(())
     }
+}
+
+/// Fill a packed row's slot (the columns of [`row_outputs`]): the conversations `convs` (each
+/// its planner and id) one after another, the per-conversation columns `docs` (`doc_ids`, then
+/// the extra ones; -1 past the row's conversations), and with `image_row` (floats a patch) the
+/// row's `mrope_position_ids`, `pixel_values` and `image_grid_thw`. Returns the bytes read.
+pub(crate) fn fill_row(
+    convs: &[(&ChatPlanner, u64)],
+    docs: &[&[i64]],
+    pad: u32,
+    image_row: Option<usize>,
+    out: &mut SlotWriter<'_>,
+) -> Result<usize> {
+    let mut slots = out.fixed_columns();
+    let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
+    let mut row = RowColumns {
+        input: bytemuck::cast_slice_mut(take(INPUT)),
+        labels: bytemuck::cast_slice_mut(take(LABELS)),
+        position: bytemuck::cast_slice_mut(take(POSITION)),
+        segment: bytemuck::cast_slice_mut(take(SEGMENT)),
+    };
+    for (c, values) in docs.iter().enumerate() {
+        let col: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + c));
+        for (k, slot) in col.iter_mut().enumerate() {
+            *slot = values.get(k).copied().unwrap_or(-1);
+        }
+    }
+    let mut bytes = row.write(convs.iter().copied(), pad)?;
+    let Some(row_len) = image_row else {
+        return Ok(bytes);
+    };
+    let images = row_images(convs.iter().copied(), row_len)?;
+    let mrope: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + docs.len()));
+    let placeholders: Vec<Option<u32>> = convs
+        .iter()
+        .map(|(p, _)| p.vision.as_ref().map(|v| v.placeholder))
+        .collect();
+    mrope_positions(row.input, row.segment, &placeholders, &images.grids, mrope).map_err(
+        |detail| match convs.first() {
+            Some((p, c)) => p.bad(*c, format!("the row's image positions: {detail}")),
+            None => EngineError::Worker(detail),
+        },
+    )?;
+    drop(slots);
+    bytes += images.bytes_read;
+    images.write_lists(out);
+    Ok(bytes)
 }
 
 /// The token columns of one packed row being filled.
@@ -1211,7 +1255,7 @@ impl RowColumns<'_> {
     /// segment `-1`). Each encoding is checked against the count its row was planned from.
     /// Returns the bytes of tokens written.
     pub(crate) fn write<'p>(
-        self,
+        &mut self,
         convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
         pad: u32,
     ) -> Result<usize> {
