@@ -20,12 +20,10 @@ extension in release mode first (`make install`) and run on a quiet machine.
 """
 
 import argparse
-import bisect
 import io
 import json
 import os
 import random
-import resource
 import statistics
 import sys
 import tempfile
@@ -37,8 +35,8 @@ from _bench import require  # noqa: E402
 require("stokehold", "tokenizers", "transformers", "torch", "PIL")
 
 from bench_chat import WORDS  # noqa: E402
-
-_WORKERS = []  # pids of the live DataLoader workers, whose CPU counts too
+from bench_sft import bfd_rows  # noqa: E402  (TRL's best-fit-decreasing)
+from bench_vision import _WORKERS, cpu, files  # noqa: E402  (CPU of this process and the workers)
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<pad>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
             "<|image_pad|>", "<|video_pad|>"]
@@ -48,17 +46,6 @@ PARTS = ("{%- if message.content is string %}{{ message.content }}{%- else %}{%-
 TEMPLATE = ("{%- for message in messages %}<|im_start|>{{ message.role }}\n"
             "{%- if message.role == 'assistant' %}{% generation %}" + PARTS + "{% endgeneration %}"
             "{%- else %}" + PARTS + "{%- endif %}\n{%- endfor %}")
-
-
-def cpu():
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    total = r.ru_utime + r.ru_stime
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in _WORKERS:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def words(rng, lo, hi):
@@ -83,15 +70,6 @@ def make_model(root):
     return root
 
 
-def jpegs(folder, seed):
-    out = []
-    for root, _, names in os.walk(folder):
-        out.extend(os.path.join(root, f) for f in names if f.lower().endswith((".jpg", ".jpeg")))
-    out.sort()
-    random.Random(seed).shuffle(out)
-    return out
-
-
 def samples(n, images, large, seed):
     rng = random.Random(seed)
     out = []
@@ -107,7 +85,7 @@ def samples(n, images, large, seed):
             for _ in range(here):
                 parts.insert(rng.randint(0, len(parts)), {"type": "image"})
                 pool = large if large and rng.random() < 0.1 else images
-                ims.append(open(rng.choice(pool), "rb").read())
+                ims.append(rng.choice(pool))
             conv.append({"role": "user", "content": parts})
             conv.append({"role": "assistant", "content": words(rng, 10, 120)})
         out.append((conv, ims))
@@ -147,25 +125,6 @@ class _Convs:
         return ids, out["assistant_masks"][0], pv, grid
 
 
-def bfd(lengths, seq_len):
-    """Best-fit-decreasing of one window (sorted free rooms, as TRL's segment tree)."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    rooms, rows = [], []
-    for i in order:
-        n = min(lengths[i], seq_len)
-        k = bisect.bisect_left(rooms, (n, -1))
-        if k < len(rooms):
-            room, r = rooms.pop(k)
-            rows[r].append(i)
-            if room > n:
-                bisect.insort(rooms, (room - n, r))
-        else:
-            rows.append([i])
-            if seq_len > n:
-                bisect.insort(rooms, (seq_len - n, len(rows) - 1))
-    return rows
-
-
 def peer_epoch(loader, seq_len, batch):
     import numpy as np
 
@@ -173,7 +132,7 @@ def peer_epoch(loader, seq_len, batch):
     tokens = 0
     for w in range(0, len(encs), 1024):
         window = encs[w:w + 1024]
-        rows = bfd([len(e[0]) for e in window], seq_len)
+        rows = bfd_rows([len(e[0]) for e in window], seq_len)
         for b in range(0, len(rows), batch):
             inp = np.zeros((batch, seq_len), np.int32)
             lab = np.full((batch, seq_len), -100, np.int64)
@@ -222,7 +181,8 @@ def main():
     torch.set_num_threads(1)
     tmp = tempfile.TemporaryDirectory(prefix="bench-vlm-")
     model = make_model(tmp.name)
-    data = samples(a.conversations, jpegs(a.images, a.seed), jpegs(a.large, a.seed) if a.large else [], a.seed)
+    pool = files(a.images, 400, a.seed)
+    data = samples(a.conversations, pool, files(a.large, 40, a.seed) if a.large else [], a.seed)
     kw = dict(min_pixels=56 * 56, max_pixels=a.max_pixels)
     path = os.path.join(tmp.name, "vlm")
     with stokehold.ShardWriter(path, {"messages": "json", "images": "list:image"}) as w:
