@@ -53,6 +53,47 @@ fn default_image_token() -> String {
     "<|image_pad|>".into()
 }
 
+/// Why a sample's images cannot be planned or placed (the planner's error names the
+/// conversation and its record).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ImageError {
+    /// The shards' sizes of the images could not be read.
+    #[error("its images' sizes: {0}")]
+    Sizes(#[source] stokehold_format::FormatError),
+    /// An image's header gives no size.
+    #[error("image {k} of field {field:?}: {detail}")]
+    Header {
+        field: String,
+        k: usize,
+        detail: String,
+    },
+    /// An image size the processor refuses.
+    #[error("image {k} ({w}x{h}): {source}")]
+    Size {
+        k: usize,
+        w: u32,
+        h: u32,
+        #[source]
+        source: stokehold_ops::OpsError,
+    },
+    /// An item of the list is not an image.
+    #[error("item {k} of field {field:?} is {kind}, not an image")]
+    NotImage {
+        field: String,
+        k: usize,
+        kind: &'static str,
+    },
+    /// The field is not a list.
+    #[error("field {field:?} is {kind}, not a list of images")]
+    NotList { field: String, kind: &'static str },
+    /// The record lacks the field.
+    #[error("the record has no field {0:?}")]
+    NoField(String),
+    /// The row's image tokens and images do not match.
+    #[error("the row's image positions: {0}")]
+    Positions(String),
+}
+
 /// A planner's images: the field, the placeholder's id and the processor.
 #[derive(Debug)]
 pub(crate) struct ChatVision {
@@ -121,8 +162,8 @@ impl ChatVision {
         ds: &Dataset,
         id: u64,
         values: &[FieldValue<'_>],
-    ) -> std::result::Result<Vec<u64>, String> {
-        let stored = ds.image_sizes(&self.name, id).map_err(|e| e.to_string())?;
+    ) -> std::result::Result<Vec<u64>, ImageError> {
+        let stored = ds.image_sizes(&self.name, id).map_err(ImageError::Sizes)?;
         let sizes: Vec<(u32, u32)> = match stored {
             Some(s) => s.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
             None => self
@@ -130,8 +171,13 @@ impl ChatVision {
                 .iter()
                 .enumerate()
                 .map(|(k, data)| {
-                    stokehold_format::image_size::image_size(data)
-                        .map_err(|e| format!("image {k} of field {:?}: {e}", self.name))
+                    stokehold_format::image_size::image_size(data).map_err(|detail| {
+                        ImageError::Header {
+                            field: self.name.clone(),
+                            k,
+                            detail,
+                        }
+                    })
                 })
                 .collect::<std::result::Result<_, _>>()?,
         };
@@ -141,7 +187,7 @@ impl ChatVision {
             .map(|(k, &(w, h))| {
                 self.proc
                     .tokens(w, h)
-                    .map_err(|e| format!("image {k} ({w}x{h}): {e}"))
+                    .map_err(|source| ImageError::Size { k, w, h, source })
             })
             .collect()
     }
@@ -150,26 +196,26 @@ impl ChatVision {
     fn images<'v>(
         &self,
         values: &'v [FieldValue<'_>],
-    ) -> std::result::Result<Vec<&'v [u8]>, String> {
+    ) -> std::result::Result<Vec<&'v [u8]>, ImageError> {
+        let field = || self.name.clone();
         match values.get(self.field) {
             Some(FieldValue::List(items)) => items
                 .iter()
                 .enumerate()
                 .map(|(k, v)| match v {
                     FieldValue::Image(b) | FieldValue::Bytes(b) => Ok(b.as_ref()),
-                    other => Err(format!(
-                        "item {k} of field {:?} is {}, not an image",
-                        self.name,
-                        other.kind()
-                    )),
+                    other => Err(ImageError::NotImage {
+                        field: field(),
+                        k,
+                        kind: other.kind(),
+                    }),
                 })
                 .collect(),
-            Some(other) => Err(format!(
-                "field {:?} is {}, not a list of images",
-                self.name,
-                other.kind()
-            )),
-            None => Err(format!("the record has no field {:?}", self.name)),
+            Some(other) => Err(ImageError::NotList {
+                field: field(),
+                kind: other.kind(),
+            }),
+            None => Err(ImageError::NoField(field())),
         }
     }
 
@@ -234,7 +280,7 @@ pub(crate) fn mrope_positions(
     placeholders: &[Option<u32>],
     grids: &[([u32; 3], u32)],
     out: &mut [i64],
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), ImageError> {
     let n = input.len();
     let (t_out, rest) = out.split_at_mut(n);
     let (h_out, w_out) = rest.split_at_mut(n);
@@ -260,9 +306,9 @@ pub(crate) fn mrope_positions(
             continue;
         }
         let Some(&([t, h, w], m)) = next.next() else {
-            return Err(format!(
+            return Err(ImageError::Positions(format!(
                 "an image token at {j} with no image left in the row"
-            ));
+            )));
         };
         let (lh, lw) = ((h / m) as usize, (w / m) as usize);
         let tokens = t as usize * lh * lw;
@@ -272,10 +318,10 @@ pub(crate) fn mrope_positions(
                 .iter()
                 .all(|&t| u32::try_from(t) == Ok(placeholder(seg)));
         if !whole {
-            return Err(format!(
+            return Err(ImageError::Positions(format!(
                 "an image of {tokens} tokens at {j} is not that many image tokens of its \
                  conversation"
-            ));
+            )));
         }
         let mut k = j;
         for ti in 0..i64::from(t) {
@@ -290,7 +336,9 @@ pub(crate) fn mrope_positions(
         j += tokens;
     }
     if next.next().is_some() {
-        return Err("images left over after the row's image tokens".into());
+        return Err(ImageError::Positions(
+            "images left over after the row's image tokens".into(),
+        ));
     }
     Ok(())
 }
@@ -321,7 +369,9 @@ pub(crate) fn row_images<'p>(
             continue;
         }
         let values = planner.record(conv)?;
-        let data = vision.images(&values).map_err(|d| planner.bad(conv, d))?;
+        let data = vision
+            .images(&values)
+            .map_err(|e| planner.bad(conv, e.to_string()))?;
         let m = u64::from(vision.proc.merge_size * vision.proc.merge_size);
         let mut left = u64::from(planned);
         for (k, d) in data.iter().enumerate() {
@@ -381,7 +431,7 @@ pub(crate) fn row_images<'p>(
         let n = proc.values(im.grid);
         let data = vision
             .images(&records[im.record])
-            .map_err(|d| im.planner.bad(im.conv, d))?[im.item];
+            .map_err(|e| im.planner.bad(im.conv, e.to_string()))?[im.item];
         let out = &mut bytes[at * 4..(at + n) * 4];
         crate::stages::vision::with_workspace(|ws| {
             match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
@@ -464,6 +514,7 @@ mod tests {
         input[6] = 1;
         assert!(check(&input, &grids).is_err());
         input[1..6].fill(1);
-        assert!(check(&input, &grids).unwrap_err().contains("left over"));
+        let err = check(&input, &grids).unwrap_err().to_string();
+        assert!(err.contains("left over"), "{err}");
     }
 }

@@ -670,7 +670,7 @@ impl ChatPlanner {
         if let Some(v) = &self.vision {
             let tokens = v
                 .image_tokens(&self.ds, id, &values)
-                .map_err(|d| self.bad(id, d))?;
+                .map_err(|e| self.bad(id, e.to_string()))?;
             stokehold_ops::chat::expand_placeholders(
                 &mut enc,
                 v.placeholder,
@@ -1229,12 +1229,12 @@ pub(crate) fn fill_row(
         .iter()
         .map(|(p, _)| p.vision.as_ref().map(|v| v.placeholder))
         .collect();
-    mrope_positions(row.input, row.segment, &placeholders, &images.grids, mrope).map_err(
-        |detail| match convs.first() {
-            Some((p, c)) => p.bad(*c, format!("the row's image positions: {detail}")),
-            None => EngineError::Worker(detail),
-        },
-    )?;
+    mrope_positions(row.input, row.segment, &placeholders, &images.grids, mrope).map_err(|e| {
+        match convs.first() {
+            Some((p, c)) => p.bad(*c, e.to_string()),
+            None => EngineError::Worker(e.to_string()),
+        }
+    })?;
     drop(slots);
     bytes += images.bytes_read;
     images.write_lists(out);

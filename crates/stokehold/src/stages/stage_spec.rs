@@ -422,7 +422,7 @@ impl Default for Qwen2VlParams {
 
 impl Qwen2VlParams {
     /// The processor, its parameters checked (on a size every valid processor takes).
-    pub fn processor(&self) -> std::result::Result<stokehold_ops::vision::Qwen2Vl, String> {
+    pub fn processor(&self) -> stokehold_ops::Result<stokehold_ops::vision::Qwen2Vl> {
         let proc = stokehold_ops::vision::Qwen2Vl {
             min_pixels: self.min_pixels,
             max_pixels: self.max_pixels,
@@ -433,7 +433,7 @@ impl Qwen2VlParams {
             std: self.image_std,
             dct_scaling: self.dct_scaling,
         };
-        proc.grid(1024, 1024).map_err(|e| e.to_string())?;
+        proc.grid(1024, 1024)?;
         Ok(proc)
     }
 }
