@@ -7,7 +7,10 @@ to plan a whole epoch's rows (`len(loader)` is known at open: the plan is made t
     .venv/bin/python scripts/bench_plan.py --conversations 1000000 [--work /tmp/bench-plan]
 
 Makes its own data (deterministic; kept in --work for later runs) with the tokenizer and template
-of scripts/bench_chat.py. Needs a release build (`make install`). The issue asks <= 2 s to plan a
+of scripts/bench_chat.py. `--images K`: conversations with images instead (a packed dataset of
+`messages` and a `list:image` field; 20% text-only, else 1 to K JPEGs of photo sizes, 640x480 to
+2048x1536, small solid-colour files), planned with `Qwen2VL(max_pixels=1280 * 28 * 28)` from the
+sizes kept in the shards; the image tokens are kept with the counts. Needs a release build (`make install`). The issue asks <= 2 s to plan a
 1 M-conversation epoch from the index.
 """
 
@@ -39,10 +42,37 @@ def write(path, n):
             f.write(json.dumps({"messages": msgs}) + "\n")
 
 
-def first_batch(data, model, threads):
+def write_vl(path, n, k):
+    import io
+
+    from PIL import Image
+
+    sizes = [(640, 480), (1024, 768), (800, 600), (1280, 720), (500, 375), (1920, 1080), (333, 500), (2048, 1536)]
+    pool = []
+    for i, size in enumerate(sizes):
+        b = io.BytesIO()
+        Image.new("RGB", size, (40 * i, 90, 200 - 20 * i)).save(b, format="JPEG", quality=30)
+        pool.append(b.getvalue())
+    rng = random.Random(5)
+    with stokehold.ShardWriter(path, {"messages": "json", "images": "list:image"}) as w:
+        for _ in range(n):
+            images = [] if rng.random() < 0.2 else [rng.choice(pool) for _ in range(rng.randint(1, k))]
+            parts = [{"type": "image"} for _ in images] + [{"type": "text", "text": words(rng, 2, 20)}]
+            msgs = [{"role": "user", "content": parts}, {"role": "assistant", "content": words(rng, 2, 40)}]
+            w.write({"messages": json.dumps(msgs), "images": images})
+
+
+def first_batch(data, model, threads, images=False):
     t0 = time.perf_counter()
-    loader = stokehold.SequenceLoader(stokehold.Dataset(data), seq_len=4096, batch_size=8, packing="whole",
-                                      text=ChatTemplate(model), threads=threads, rank=0, world_size=1)
+    if images:
+        from stokehold.vision import Qwen2VL
+
+        text = ChatTemplate(model, images="images", vision=Qwen2VL(max_pixels=1280 * 28 * 28))
+        seq_len = 8192
+    else:
+        text, seq_len = ChatTemplate(model), 4096
+    loader = stokehold.SequenceLoader(stokehold.Dataset(data), seq_len=seq_len, batch_size=8, packing="whole",
+                                      text=text, threads=threads, rank=0, world_size=1)
     opened = time.perf_counter() - t0
     next(iter(loader))
     return opened, time.perf_counter() - t0, loader
@@ -53,25 +83,34 @@ def main():
     ap.add_argument("--conversations", type=int, default=1_000_000)
     ap.add_argument("--work", default="/tmp/bench-plan")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--images", type=int, default=0, help="conversations with 1 to this many images (80%%)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    data = os.path.join(a.work, f"convs-{a.conversations}.jsonl")
-    model = os.path.join(a.work, "model")
+    data = os.path.join(a.work, f"convs-{a.conversations}.jsonl" if not a.images else f"vl-{a.conversations}-{a.images}")
+    model = os.path.join(a.work, "model-vl" if a.images else "model")
     if not os.path.exists(os.path.join(model, "tokenizer.json")):
         os.makedirs(model, exist_ok=True)
-        make_tokenizer(model)
+        if a.images:
+            from bench_vlm import make_model  # the Qwen2-VL-style template and vision tokens
+
+            make_model(model)
+        else:
+            make_tokenizer(model)
     if not os.path.exists(data):
-        write(data, a.conversations)
+        if a.images:
+            write_vl(data, a.conversations, a.images)
+        else:
+            write(data, a.conversations)
     kept = os.path.join(a.work, "kept")
     os.environ["STOKEHOLD_INDEX_DIR"] = kept
     import shutil
 
     shutil.rmtree(kept, ignore_errors=True)
-    opened, first, loader = first_batch(data, model, a.threads)
+    opened, first, loader = first_batch(data, model, a.threads, a.images > 0)
     print(f"first open (line index + every conversation counted): {opened:.2f} s to plan, "
           f"{first:.2f} s to the first batch; {len(loader)} batches, fill {loader.stats()['packing']['fill']:.4f}")
     loader.close()
-    opened, first, loader = first_batch(data, model, a.threads)
+    opened, first, loader = first_batch(data, model, a.threads, a.images > 0)
     print(f"second open (kept index, kept counts):                {opened:.2f} s to plan, "
           f"{first:.2f} s to the first batch; {len(loader)} batches")
     t0 = time.perf_counter()
