@@ -33,6 +33,7 @@ __all__ = [
     "__version__",
     "DEFAULT_RESTART_MARKERS",
     "Dataset",
+    "FixedSize",
     "Qwen2VL",
     "VideoFile",
     "DatasetIterator",
@@ -256,6 +257,29 @@ class Qwen2VL:
     def __call__(self, images: List[bytes], *, threads: int = 2) -> Tuple[Any, Any]:
         """``(pixel_values, image_grid_thw)`` of encoded images, float32 ``[patches, 3 *
         temporal_patch_size * patch_size**2]`` and int64 ``[images, 3]``."""
+
+@final
+class FixedSize:
+    """The fixed-size processor of SigLIP/CLIP/LLaVA-style vision encoders, natively (re-exported
+    as ``stokehold.vision.FixedSize``): each image resized to ``size`` x ``size`` with Pillow's
+    bicubic (padded to a square of the colour ``pad`` first, as LLaVA's ``expand2square``),
+    rescaled to [0, 1] and normalised with ``image_mean``/``image_std``, channels first.
+
+    :raises ConfigError: a size of 0 or over 8192, a standard deviation that is not positive.
+    """
+
+    def __new__(
+        cls,
+        size: int,
+        *,
+        pad: Optional[Sequence[int]] = None,
+        image_mean: Sequence[float] = ...,
+        image_std: Sequence[float] = ...,
+    ) -> "FixedSize": ...
+    def _spec(self) -> Dict[str, Any]: ...
+    def __getnewargs_ex__(self) -> Tuple[Tuple[int], Dict[str, Any]]: ...
+    def __call__(self, images: List[bytes], *, threads: int = 2) -> Any:
+        """float32 ``[images, 3, size, size]`` of encoded images, in their order."""
 
 @final
 class Tokenizer:

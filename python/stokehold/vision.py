@@ -14,15 +14,20 @@ As a loader stage, ``Loader(ds, 16, transforms={"image": Qwen2VL(...)})`` runs i
 threads: each sample's ``batch["image"]`` is a float32 array ``[grid_h / m, grid_w / m, m * m,
 row]`` (rows in the model's order); :func:`collate` turns a batch's list of them into
 ``(pixel_values, image_grid_thw)``.
+
+``FixedSize(384)`` is the fixed-size processor of SigLIP/CLIP-style encoders (resize to a square
+with Pillow's bicubic, rescale, normalise; ``pad=`` a colour pads to a square first, as LLaVA's
+``expand2square``): float32 ``[images, 3, size, size]`` from a call, ``[B, 3, size, size]`` as a
+loader stage.
 """
 
 from typing import Any, Sequence, Tuple
 
 import numpy as np
 
-from ._native import Qwen2VL
+from ._native import FixedSize, Qwen2VL
 
-__all__ = ["Qwen2VL", "collate"]
+__all__ = ["FixedSize", "Qwen2VL", "collate"]
 
 
 def collate(images: Sequence[Any], merge_size: int = 2) -> Tuple[Any, Any]:

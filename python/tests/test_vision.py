@@ -6,6 +6,7 @@ are `transformers`' `Qwen2VLImageProcessorPil` (Pillow's bicubic) and `Qwen2VLIm
 """
 
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -146,3 +147,61 @@ def test_the_processor_as_a_loader_stage_gives_the_calls_values_in_the_models_or
         stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"image": [proc, proc]})
     with pytest.raises(stokehold.ConfigError, match="qwen2vl needs encoded image bytes, and the field is of type int64"):
         stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"n": proc})
+
+
+def test_fixed_size_gives_siglip_and_llava_processors_values_and_runs_as_a_loader_stage(tmp_path):
+    """FixedSize(size) against transformers' SigLIP processor (bicubic to size x size, mean and
+    std 0.5) and LLaVA's (expand2square with the mean colour, then CLIP's processor at a square
+    size), both with Pillow: values within the bound docs/vision.md states for the resize (a few
+    levels of 255, more where the JPEG is decoded at a DCT scale first); as a loader stage, each
+    sample the call's values."""
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+    from transformers.models.siglip.image_processing_pil_siglip import SiglipImageProcessorPil
+
+    from stokehold.vision import FixedSize
+
+    sizes = [(500, 375), (61, 37), (1200, 900), (333, 1000), (384, 384)]
+    images = [jpeg(w, h, seed=i) for i, (w, h) in enumerate(sizes)]
+    pils = [Image.open(io.BytesIO(b)).convert("RGB") for b in images]
+    siglip = FixedSize(96)
+    got = siglip(images, threads=2)
+    assert got.shape == (len(images), 3, 96, 96) and got.dtype == np.float32
+    want = SiglipImageProcessorPil(size={"height": 96, "width": 96})(images=pils, return_tensors="np")["pixel_values"]
+    diff = np.abs(got - want)
+    assert diff.max() <= 0.1 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+    mean, std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+    colour = [int(x * 255) for x in mean]
+    llava = FixedSize(64, pad=colour, image_mean=mean, image_std=std)
+
+    def expand2square(img):
+        w, h = img.size
+        side = max(w, h)
+        out = Image.new(img.mode, (side, side), tuple(colour))
+        out.paste(img, ((side - w) // 2, (side - h) // 2))
+        return out
+
+    clip = CLIPImageProcessorPil(size={"shortest_edge": 64}, crop_size={"height": 64, "width": 64})
+    want = clip(images=[expand2square(p) for p in pils], return_tensors="np")["pixel_values"]
+    diff = np.abs(llava(images) - want)
+    assert diff.max() <= 0.1 and diff.mean() < 0.01, (diff.max(), diff.mean())
+
+    # the same values on any number of threads; pickled, the same processor
+    assert np.array_equal(siglip(images, threads=1), got)
+    again = pickle.loads(pickle.dumps(llava))
+    assert again == llava and np.array_equal(again(images[:2]), llava(images[:2]))
+    with pytest.raises(stokehold.ConfigError, match="size 0"):
+        FixedSize(0)
+    with pytest.raises(stokehold.CorruptDataError, match="image 1"):
+        siglip([images[0], b"\xff\xd8\xff not a jpeg"])
+
+    with stokehold.ShardWriter(tmp_path / "ds", {"image": "image:jpeg", "n": "int64"}) as w:
+        for i, im in enumerate(images):
+            w.write({"image": im, "n": i})
+    loader = stokehold.Loader(str(tmp_path / "ds"), 2, transforms={"image": siglip}, shuffle=True, seed=1,
+                              threads=2, drop_last=False)
+    for batch in loader:
+        assert batch["image"].shape == (2, 3, 96, 96)
+        assert np.array_equal(batch["image"], got[batch["n"]])
+    with pytest.raises(stokehold.ConfigError, match="fixed_size needs encoded image bytes"):
+        stokehold.Loader(str(tmp_path / "ds"), 2, transforms={"n": siglip})

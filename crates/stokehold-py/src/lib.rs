@@ -51,6 +51,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<writer::ShardWriter>()?;
     m.add_class::<text::Tokenizer>()?;
     m.add_class::<vision::Qwen2Vl>()?;
+    m.add_class::<vision::FixedSize>()?;
     parts::register(m)?;
     chat::register(m)?;
     m.add_function(wrap_pyfunction!(run_cli, m)?)?;

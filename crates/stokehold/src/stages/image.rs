@@ -187,7 +187,7 @@ pub fn plan_ops(column: &str, specs: &[TransformSpec]) -> Result<ImageOps> {
                 out.dtype = p.dtype;
                 finished = true;
             }
-            Stage::Tokenize(_) | Stage::Qwen2Vl(_) | Stage::Clip(_) => {
+            Stage::Tokenize(_) | Stage::Qwen2Vl(_) | Stage::FixedSize(_) | Stage::Clip(_) => {
                 return Err(bad(
                     column,
                     format!("{:?} is not an image stage ({})", s.name, STAGES.join(", ")),

@@ -48,7 +48,11 @@ pub fn build_column(
         .or_else(|| crate::stages::vision::plan(field, specs))
     {
         let (t, output) = planned?;
-        if t.name() == crate::stages::vision::QWEN2VL
+        if [
+            crate::stages::vision::QWEN2VL,
+            crate::stages::vision::FIXED_SIZE,
+        ]
+        .contains(&t.name())
             && let Some(f) = schema.index_of(field).map(|i| &schema.fields[i])
             && !matches!(
                 f.ty,
@@ -56,7 +60,8 @@ pub fn build_column(
             )
         {
             return Err(EngineError::Config(format!(
-                "column {field:?}: qwen2vl needs encoded image bytes, and the field is of type {}",
+                "column {field:?}: {} needs encoded image bytes, and the field is of type {}",
+                t.name(),
                 f.ty
             )));
         }
@@ -108,11 +113,12 @@ pub fn build_column(
             Some(t) => transforms.push(t),
             None => {
                 return Err(EngineError::Config(format!(
-                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {}, {}, {})",
+                    "column {field:?}: unknown transform {:?} (built-in transforms: {}, {}, {}, {}, {})",
                     s.name,
                     BUILT_IN.join(", "),
                     crate::stages::text::TOKENIZE,
                     crate::stages::vision::QWEN2VL,
+                    crate::stages::vision::FIXED_SIZE,
                     crate::stages::video::CLIP
                 )));
             }

@@ -51,6 +51,7 @@ impl TransformSpec {
             "normalize" => parse(p).map(Stage::Normalize),
             "tokenize" => parse(p).map(Stage::Tokenize),
             "qwen2vl" => parse(p).map(Stage::Qwen2Vl),
+            "fixed_size" => parse(p).map(Stage::FixedSize),
             "clip" => parse(p).map(Stage::Clip),
             _ => return None,
         })
@@ -106,6 +107,8 @@ pub enum Stage {
     Tokenize(Tokenize),
     /// `qwen2vl`: Qwen2-VL's image processor.
     Qwen2Vl(Qwen2VlParams),
+    /// `fixed_size`: the fixed-size processor of SigLIP/CLIP/LLaVA-style encoders.
+    FixedSize(FixedSizeParams),
     Clip(ClipParams),
 }
 
@@ -435,6 +438,46 @@ impl Qwen2VlParams {
         };
         proc.grid(1024, 1024)?;
         Ok(proc)
+    }
+}
+
+/// `fixed_size`'s parameters (`stokehold.vision.FixedSize`'s).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedSizeParams {
+    /// The output side (required).
+    pub size: u32,
+    /// Pad to a square of this RGB colour first.
+    #[serde(default)]
+    pub pad: Option<[u8; 3]>,
+    /// Per-channel mean.
+    #[serde(default = "half")]
+    pub image_mean: [f32; 3],
+    /// Per-channel standard deviation.
+    #[serde(default = "half")]
+    pub image_std: [f32; 3],
+}
+
+fn half() -> [f32; 3] {
+    [0.5; 3]
+}
+
+impl FixedSizeParams {
+    /// The processor, its parameters checked.
+    pub fn processor(&self) -> stokehold_ops::Result<stokehold_ops::vision::FixedSize> {
+        let invalid = |m: String| Err(stokehold_ops::OpsError::Invalid(m));
+        if self.size == 0 || self.size > 8192 {
+            return invalid(format!("size {} is not from 1 to 8192", self.size));
+        }
+        if self.image_std.iter().any(|&s| !(s > 0.0 && s.is_finite())) {
+            return invalid(format!("image_std {:?} must be positive", self.image_std));
+        }
+        Ok(stokehold_ops::vision::FixedSize {
+            size: self.size,
+            pad: self.pad,
+            mean: self.image_mean,
+            std: self.image_std,
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use stokehold_format::{DType, FieldValue};
 use stokehold_ops::DEFAULT_MAX_PIXELS;
-use stokehold_ops::vision::{Qwen2Vl, VisionWorkspace};
+use stokehold_ops::vision::{FixedSize, Qwen2Vl, VisionWorkspace};
 
 use crate::error::{EngineError, Result};
 use crate::stages::stage_spec::{Stage, TransformSpec};
@@ -49,29 +49,70 @@ pub struct Qwen2VlStage {
     proc: Qwen2Vl,
 }
 
-fn bad(column: &str, m: impl std::fmt::Display) -> EngineError {
-    EngineError::Config(format!("column {column:?}: qwen2vl: {m}"))
+/// The `fixed_size` stage's name in specs.
+pub const FIXED_SIZE: &str = "fixed_size";
+
+/// The `fixed_size` stage: `stokehold_ops::vision::FixedSize` on the loader's threads, each
+/// sample a float32 `[3, size, size]` (a fixed column).
+#[derive(Debug)]
+pub struct FixedSizeStage {
+    proc: FixedSize,
 }
 
-/// Plan a column whose chain is one `qwen2vl` stage; None when the chain has none.
+/// Plan a column whose chain is one vision processor stage (`qwen2vl` or `fixed_size`); None
+/// when the chain has none.
 pub fn plan(column: &str, specs: &[TransformSpec]) -> Option<Result<(Arc<dyn Transform>, Output)>> {
-    if !specs.iter().any(|s| s.name == QWEN2VL) {
-        return None;
-    }
+    let name = specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .find(|n| [QWEN2VL, FIXED_SIZE].contains(n))?;
+    let bad =
+        |m: &dyn std::fmt::Display| EngineError::Config(format!("column {column:?}: {name}: {m}"));
     let [spec] = specs else {
-        return Some(Err(bad(column, "must be the only stage of its column")));
+        return Some(Err(bad(&"must be the only stage of its column")));
     };
-    let p = match spec.stage() {
-        Some(Ok(Stage::Qwen2Vl(p))) => p,
-        Some(Err(e)) => return Some(Err(bad(column, e))),
-        _ => return Some(Err(bad(column, "not a qwen2vl stage"))),
-    };
-    let proc = match p.processor() {
-        Ok(proc) => proc,
-        Err(e) => return Some(Err(bad(column, e))),
-    };
-    let stage: Arc<dyn Transform> = Arc::new(Qwen2VlStage { proc });
-    Some(Ok((stage, Output::List)))
+    Some(match spec.stage() {
+        Some(Ok(Stage::Qwen2Vl(p))) => p.processor().map_err(|e| bad(&e)).map(|proc| {
+            let stage: Arc<dyn Transform> = Arc::new(Qwen2VlStage { proc });
+            (stage, Output::List)
+        }),
+        Some(Ok(Stage::FixedSize(p))) => p.processor().map_err(|e| bad(&e)).map(|proc| {
+            let s = proc.size as usize;
+            let stage: Arc<dyn Transform> = Arc::new(FixedSizeStage { proc });
+            let output = Output::Fixed {
+                dtype: DType::F32,
+                shape: vec![3, s, s],
+            };
+            (stage, output)
+        }),
+        Some(Err(e)) => Err(bad(&e)),
+        _ => Err(bad(&"not a vision processor stage")),
+    })
+}
+
+impl Transform for FixedSizeStage {
+    fn name(&self) -> &str {
+        FIXED_SIZE
+    }
+
+    fn apply<'a>(&self, x: Value<'a>, _: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
+        let data = match &x {
+            FieldValue::Image(b) | FieldValue::Bytes(b) => b.as_ref(),
+            other => {
+                return Err(format!("expects encoded image bytes, got {}", other.kind()).into());
+            }
+        };
+        let s = self.proc.size as usize;
+        let mut values = vec![0f32; 3 * s * s];
+        with_workspace(|ws| self.proc.process(ws, data, DEFAULT_MAX_PIXELS, &mut values))
+            .map_err(StageError::from)?;
+        let shape = vec![3, s as u64, s as u64];
+        Ok(tensor(
+            DType::F32,
+            shape,
+            bytemuck::cast_slice(&values).to_vec(),
+        ))
+    }
 }
 
 impl Transform for Qwen2VlStage {
