@@ -234,6 +234,17 @@ def test_planning_reads_sizes_only_and_a_damaged_image_is_named_when_its_row_is_
     assert ld.stats()["packing"]["rows"] >= 1
     with pytest.raises(StokeholdError, match="conversation 3"):
         list(ld)
+    # on_error="skip": the row is left out, counted, and its slot is another row of its batch,
+    # flagged as padding; a batch with no other row says so
+    ld = loader(ds, template(vl_model), seq_len=512, batch_size=2, seed=0, on_error="skip",
+                max_skip_fraction=0.5, include_ids=True, drop_last=False)
+    batches = list(ld)
+    delivered = [d for b in batches for r, row in enumerate(rows_of([b])) if not b["is_padding"][r] for d in row]
+    assert 3 not in delivered and len(set(delivered)) == len(delivered)
+    assert len(delivered) >= len(samples) - max(len(row) for row in rows_of(batches))
+    assert len(ld.stats()["skipped"]) == 1
+    with pytest.raises(StokeholdError, match="every sample of a batch of 1 failed"):
+        list(loader(ds, template(vl_model), seq_len=512, batch_size=1, seed=0, on_error="skip", max_skip_fraction=0.5))
 
 
 def test_resume_with_images_is_exact_from_two_ranks_to_three(tmp_path, vl_model):

@@ -313,9 +313,17 @@ impl BatchIter {
         }
         if longest > max_consecutive || too_many || failed.len() == batch.len() {
             let (_, first) = failures.into_iter().next().expect("not empty");
+            let all = match failed.len() == batch.len() {
+                // the skip policy fills a failed slot with another sample of its batch
+                true => format!(
+                    "every sample of a batch of {} failed, none is left to take their places; ",
+                    batch.len()
+                ),
+                false => String::new(),
+            };
             return Err(EngineError::TooManyFailures {
                 detail: format!(
-                    "{} samples skipped this epoch (limit {:.1}% of {epoch_samples}), {longest} in a row (limit {max_consecutive})",
+                    "{all}{} samples skipped this epoch (limit {:.1}% of {epoch_samples}), {longest} in a row (limit {max_consecutive})",
                     self.skipped_in_epoch,
                     max_fraction * 100.0
                 ),
