@@ -335,7 +335,8 @@ def _varlen(batch: Dict[str, Any]) -> Dict[str, Any]:
     pixels = batch.get("pixel_values")
     if isinstance(pixels, list):
         # each row's images, one after another: what the model's forward takes for the batch
-        batch["pixel_values"] = np.concatenate(pixels) if pixels else np.zeros((0, 0), np.float32)
+        # (a batch of one row is its row's own arrays: no copy)
         grids = batch["image_grid_thw"]
-        batch["image_grid_thw"] = np.concatenate(grids) if grids else np.zeros((0, 3), np.int64)
+        batch["pixel_values"] = pixels[0] if len(pixels) == 1 else np.concatenate(pixels)
+        batch["image_grid_thw"] = grids[0] if len(grids) == 1 else np.concatenate(grids)
     return batch
