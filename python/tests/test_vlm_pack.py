@@ -299,3 +299,28 @@ def test_options_of_packing_with_images_are_checked(tmp_path, vl_model):
         loader(ds, ChatTemplate(vl_model, images="pics", vision=Qwen2VL(**BUDGET)), seq_len=256)
     with pytest.raises(stokehold.ConfigError, match="not a list of images"):
         loader(ds, ChatTemplate(vl_model, images="messages", vision=Qwen2VL(**BUDGET)), seq_len=256)
+
+
+def test_counting_reads_a_large_records_conversation_not_its_images(tmp_path, vl_model):
+    """With the image sizes in the shards, counting reads only the first bytes of a large record
+    (its conversation, before its images): a record whose image bytes are damaged on disk is
+    counted and planned, and the damage is found (its checksum) only when its row is filled."""
+    samples = vl_samples(6, seed=13, text_only=0.0)
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 255, (500, 600, 3), dtype=np.uint8)
+    b = io.BytesIO()
+    PIL.fromarray(noise).save(b, format="JPEG", quality=95)
+    big = b.getvalue()
+    assert len(big) > 128 << 10
+    conv, images = samples[2]
+    samples[2] = (conv, [big] + images[1:])
+    ds = write(tmp_path / "ds", samples)
+    shard = next((tmp_path / "ds").glob("*.skh"))
+    data = bytearray(shard.read_bytes())
+    at = data.index(big) + len(big) // 2
+    data[at] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    ld = loader(stokehold.Dataset(tmp_path / "ds"), template(vl_model), seq_len=4096, batch_size=1, seed=0)
+    assert ld.stats()["packing"]["conversations"] == 6
+    with pytest.raises(StokeholdError, match="checksum"):
+        list(ld)

@@ -491,20 +491,7 @@ impl<'a> RecordView<'a> {
             });
         }
         let payload = bytes.len() as u64 - table;
-        let mut prev = 0u64;
-        for i in 0..nfields {
-            let end = u64::from(read_u32(bytes, 4 * i));
-            if end < prev || end > payload {
-                return Err(RecordError::Corrupt {
-                    field: i,
-                    offset: 4 * i as u64,
-                    detail: format!(
-                        "field end {end} is outside {prev}..={payload} (the bytes left for it)"
-                    ),
-                });
-            }
-            prev = end;
-        }
+        let prev = check_ends(bytes, nfields, payload)?;
         if prev != payload {
             return Err(RecordError::Corrupt {
                 field: nfields,
@@ -573,6 +560,68 @@ impl<'a> RecordView<'a> {
             .map(|i| self.field(schema, i, max_decompressed))
             .collect()
     }
+}
+
+/// Field `i` of a record of `record_len` bytes from a `prefix` of it (its first bytes), when the
+/// prefix holds the field table and the field whole: `Ok(None)` when it does not (read more).
+/// The table's ends up to field `i` are checked as [`RecordView::parse`] checks them; the rest of
+/// the record is not (nor its checksum, which covers bytes not read): for a planner that needs
+/// one small field of large records (the text of a conversation beside its images).
+pub fn field_from_prefix<'a>(
+    prefix: &'a [u8],
+    record_len: u64,
+    schema: &Schema,
+    i: usize,
+    max_decompressed: u64,
+) -> Result<Option<FieldValue<'a>>, RecordError> {
+    let nfields = schema.len();
+    let table = 4 * nfields;
+    if i >= nfields || prefix.len() < table {
+        return Ok(None);
+    }
+    let payload = record_len.saturating_sub(table as u64);
+    let prev = check_ends(prefix, i + 1, payload)?;
+    let start = if i == 0 {
+        0
+    } else {
+        read_u32(prefix, 4 * (i - 1)) as usize
+    };
+    let end = table + prev as usize;
+    if end > prefix.len() {
+        return Ok(None);
+    }
+    let raw = &prefix[table + start..end];
+    let corrupt = |detail: String| RecordError::Corrupt {
+        field: i,
+        offset: (table + start) as u64,
+        detail,
+    };
+    let field = &schema.fields[i];
+    let data: Cow<'a, [u8]> = match field.compression {
+        Compression::None => Cow::Borrowed(raw),
+        Compression::Zstd => Cow::Owned(decompress(raw, max_decompressed).map_err(corrupt)?),
+    };
+    decode_plain(&field.ty, data).map(Some).map_err(corrupt)
+}
+
+/// Check the first `n` entries of a record's field table (`bytes` holds them): each end at or
+/// after the one before and within the `payload` bytes. Returns the last end.
+fn check_ends(bytes: &[u8], n: usize, payload: u64) -> Result<u64, RecordError> {
+    let mut prev = 0u64;
+    for i in 0..n {
+        let end = u64::from(read_u32(bytes, 4 * i));
+        if end < prev || end > payload {
+            return Err(RecordError::Corrupt {
+                field: i,
+                offset: 4 * i as u64,
+                detail: format!(
+                    "field end {end} is outside {prev}..={payload} (the bytes left for it)"
+                ),
+            });
+        }
+        prev = end;
+    }
+    Ok(prev)
 }
 
 fn read_u32(b: &[u8], at: usize) -> u32 {
@@ -724,6 +773,44 @@ mod tests {
             }),
             FieldValue::Image(Cow::Owned(vec![0xFF, 0xD8, 0xFF, 0xE0, 9, 9])),
         ]
+    }
+
+    #[test]
+    fn a_field_is_read_from_a_prefix_that_holds_it_and_only_then() {
+        let s = schema();
+        let mut out = Vec::new();
+        RecordEncoder::new(3)
+            .encode(&s, &values(), &mut out)
+            .unwrap();
+        let len = out.len() as u64;
+        let view = RecordView::parse(&out, s.len()).unwrap();
+        for i in 0..s.len() {
+            let (raw, at) = view.raw(i);
+            let need = at + raw.len();
+            // the whole prefix up to the field's end gives it (compressed fields decompressed)
+            let got = field_from_prefix(&out[..need], len, &s, i, 1 << 20).unwrap();
+            assert_eq!(got, Some(values()[i].clone()), "field {i}");
+            // a byte less, or less than the field table: read more
+            assert_eq!(
+                field_from_prefix(&out[..need - 1], len, &s, i, 1 << 20).unwrap(),
+                None
+            );
+            assert_eq!(
+                field_from_prefix(&out[..3], len, &s, i, 1 << 20).unwrap(),
+                None
+            );
+        }
+        // a field end past the record, or before the one before it: corrupt, naming the field
+        let mut bad = out.clone();
+        bad[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            field_from_prefix(&bad, len, &s, 1, 1 << 20),
+            Err(RecordError::Corrupt { field: 1, .. })
+        ));
+        let mut bad = out.clone();
+        bad[4..8].copy_from_slice(&0u32.to_le_bytes());
+        bad[0..4].copy_from_slice(&3u32.to_le_bytes());
+        assert!(field_from_prefix(&bad, len, &s, 2, 1 << 20).is_err());
     }
 
     #[test]

@@ -1242,6 +1242,35 @@ impl ShardReader {
         Ok(())
     }
 
+    /// Field `field` of record `i` read from the record's first `prefix` bytes when the record
+    /// is larger and the prefix holds the field ([`crate::record::field_from_prefix`]: not
+    /// checksummed); `None` when it does not, or for records of files read in place (read the
+    /// whole record then).
+    pub fn field_from_prefix(
+        &self,
+        i: u64,
+        field: usize,
+        prefix: usize,
+    ) -> Result<Option<FieldValue<'static>>> {
+        let e = self.entry(i);
+        if self.codec.is_some() || (e.len as usize) <= prefix {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; prefix];
+        self.source
+            .read_at(e.offset, &mut buf)
+            .map_err(|err| FormatError::io(&self.path, Some(e.offset), err))?;
+        crate::record::field_from_prefix(
+            &buf,
+            u64::from(e.len),
+            &self.meta.schema,
+            field,
+            self.limits.max_decompressed_bytes,
+        )
+        .map(|v| v.map(FieldValue::into_owned))
+        .map_err(|err| self.record_error(i, err))
+    }
+
     /// The bytes of record `i` without a copy, when the source is a map or memory (None for a
     /// plain file). Not checksummed: use [`ShardReader::record_slice_checked`] for that.
     #[inline]

@@ -314,6 +314,19 @@ impl Dataset {
             .and_then(|t| t.sizes_of(local)))
     }
 
+    /// Field `field` of sample `i` where reading its record's first `prefix` bytes gives it
+    /// (large records of packed shards whose field lies early: not checksummed, see
+    /// [`stokehold_format::record::field_from_prefix`]); `None`: read the sample ([`Dataset::get`]).
+    pub fn field_from_prefix(
+        &self,
+        i: u64,
+        field: usize,
+        prefix: usize,
+    ) -> Result<Option<FieldValue<'static>>> {
+        let (k, local) = self.locate(i)?;
+        self.shards[k].field_from_prefix(local, field, prefix)
+    }
+
     /// Sample `i`, decoded into one value per schema field.
     pub fn get(&self, i: u64) -> Result<Vec<FieldValue<'static>>> {
         let (k, local) = self.locate(i)?;

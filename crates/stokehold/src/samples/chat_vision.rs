@@ -150,6 +150,16 @@ impl ChatVision {
         })
     }
 
+    /// The sizes of sample `id`'s images the shards keep (`[w0, h0, w1, h1, ...]`; `None`
+    /// where they keep none: files read in place).
+    pub(crate) fn stored_sizes<'d>(
+        &self,
+        ds: &'d Dataset,
+        id: u64,
+    ) -> stokehold_format::error::Result<Option<&'d [u32]>> {
+        ds.image_sizes(&self.name, id)
+    }
+
     /// Floats per row of `pixel_values`.
     pub(crate) fn row_len(&self) -> usize {
         self.proc.row_len()
@@ -163,7 +173,7 @@ impl ChatVision {
         id: u64,
         values: &[FieldValue<'_>],
     ) -> std::result::Result<Vec<u64>, ImageError> {
-        let stored = ds.image_sizes(&self.name, id).map_err(ImageError::Sizes)?;
+        let stored = self.stored_sizes(ds, id).map_err(ImageError::Sizes)?;
         let sizes: Vec<(u32, u32)> = match stored {
             Some(s) => s.chunks_exact(2).map(|p| (p[0], p[1])).collect(),
             None => self

@@ -538,6 +538,29 @@ impl ChatPlanner {
             .map_err(|source| EngineError::Sample { id, source })
     }
 
+    /// The fields of record `id` that encoding its conversation needs. With images whose sizes
+    /// the shards keep, a large record's conversation is read from its first bytes only
+    /// ([`Dataset::field_from_prefix`]; the fields before it are left as placeholders that
+    /// nothing reads), so that counting does not read every image; else the whole record.
+    fn conversation_values(&self, id: u64) -> Result<Vec<FieldValue<'static>>> {
+        /// The bytes read for a conversation: more than most conversations' text.
+        const PREFIX: usize = 64 << 10;
+        let sized = self.vision.as_ref().is_some_and(|v| {
+            self.completion.is_none() && matches!(v.stored_sizes(&self.ds, id), Ok(Some(_)))
+        });
+        if sized
+            && let Some(v) = self
+                .ds
+                .field_from_prefix(id, self.field, PREFIX)
+                .map_err(|source| EngineError::Sample { id, source })?
+        {
+            let mut values = vec![FieldValue::Int64(0); self.field];
+            values.push(v);
+            return Ok(values);
+        }
+        self.record(id)
+    }
+
     /// Images inside the conversations, if any.
     pub(crate) fn vision(&self) -> Option<&ChatVision> {
         self.vision.as_ref()
@@ -660,7 +683,7 @@ impl ChatPlanner {
         if let Some(d) = self.document {
             return self.encode_document(id, d);
         }
-        let values = self.record(id)?;
+        let values = self.conversation_values(id)?;
         let conv = self.conversation(id, &values)?;
         let chat_error = |e| match e {
             stokehold_ops::chat::ChatError::Conversation { detail, .. } => self.bad(id, detail),
