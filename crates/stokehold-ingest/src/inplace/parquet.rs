@@ -45,7 +45,7 @@ use crate::parquet_pages::{
     check_row_group,
 };
 use crate::sources::parquet::{
-    Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
+    Kind, class_names, hf_features, hf_image_type, image_by_name, kind_of, sniff_images, value_at,
 };
 
 /// A column whose values average at least this many bytes a row is read from the file; the
@@ -248,13 +248,10 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
     let mut roots = Vec::new();
     for (root, f) in meta.schema().fields().iter().enumerate() {
         let name = f.name();
-        let hf_type = features
-            .get(name)
-            .and_then(|v| v.get("_type"))
-            .and_then(|t| t.as_str());
+        let hf_type = hf_image_type(features.get(name));
         let kind = match kind_of(f.data_type()) {
             _ if name.starts_with("__index_level_") => Err("a pandas index".to_string()),
-            Some(Kind::Bytes) => match first_rows(md)
+            Some(k @ (Kind::Bytes | Kind::BytesList)) => match first_rows(md)
                 .map_or(Ok(()), |g| chunks.check_pages(md, g, &[root], None, max))
                 .map_err(|(at, e)| (at, format!("column {name:?}: {e}")))
                 .map(|()| {
@@ -274,14 +271,18 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                         image_by_name(name)
                     })
                 }) {
+                Ok(true) if k == Kind::BytesList => Ok(Kind::ImageList),
+                Ok(false) if k == Kind::BytesList => Ok(Kind::BytesList),
                 Ok(true) => Ok(Kind::Image),
                 Ok(false) => Ok(Kind::Bytes),
                 Err(e) => return Err(e),
             },
-            Some(Kind::ImageStruct) if hf_type.is_some_and(|t| t != "Image") => Err(format!(
-                "a Hugging Face {} feature",
-                hf_type.unwrap_or_default()
-            )),
+            Some(Kind::ImageStruct | Kind::ImageList) if hf_type.is_some_and(|t| t != "Image") => {
+                Err(format!(
+                    "a Hugging Face {} feature",
+                    hf_type.unwrap_or_default()
+                ))
+            }
             Some(k) => Ok(k),
             None => Err(format!("type {}", f.data_type())),
         };
@@ -1072,6 +1073,17 @@ impl PqCodec {
                     FieldValue::Bytes(b) if matches!(ty, FieldType::Image { .. }) => {
                         FieldValue::Image(b)
                     }
+                    // a file whose list of binary was not taken for images, where the first
+                    // file's was
+                    FieldValue::List(items) if ty.is_image_list() => FieldValue::List(
+                        items
+                            .into_iter()
+                            .map(|v| match v {
+                                FieldValue::Bytes(b) => FieldValue::Image(b),
+                                v => v,
+                            })
+                            .collect(),
+                    ),
                     v => v,
                 }
             }
@@ -1113,6 +1125,10 @@ pub(super) fn choose(
             let same = matches!(
                 (c.kind, other.kind),
                 (Kind::Image | Kind::Bytes, Kind::Image | Kind::Bytes)
+                    | (
+                        Kind::ImageList | Kind::BytesList,
+                        Kind::ImageList | Kind::BytesList
+                    )
             ) || c.kind == other.kind;
             if !same {
                 return Err(super::ChooseError::Input(format!(
@@ -1151,12 +1167,7 @@ pub(super) fn choose(
         &counts,
         rows,
         fields,
-        |n| {
-            matches!(
-                kind(n),
-                Some(Kind::Str | Kind::Bytes | Kind::List(_) | Kind::Json)
-            )
-        },
+        |n| kind(n).is_some_and(Kind::can_be_empty),
         |n| format!("column {n:?}"),
         notes,
         source,
