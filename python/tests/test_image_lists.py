@@ -114,6 +114,12 @@ def test_parquet_lists_of_binary_and_strings_pack_into_list_fields(tmp_path):
     assert ds.schema == {"photos": "list:image:auto", "blobs": "list:bytes", "tags": "list:string"}
     assert [ds[i]["blobs"] for i in range(3)] == [[b"x", b""], [], [b"yz"]]
     assert [ds[i]["tags"] for i in range(3)] == [["a", "b"], [], ["c"]]
+    # read in place: the same samples, the sizes from the file's index
+    in_place = stokehold.Dataset(str(tmp_path / "t.parquet"), index_dir=tmp_path / "ix")
+    assert in_place.schema == ds.schema
+    for i in range(3):
+        assert in_place[i] == ds[i]
+        assert in_place.image_sizes(i, "photos") == ds.image_sizes(i, "photos")
     # a bad item: its row is skipped, named with the column and the item
     bad = pa.table({"photos": pa.array([SAMPLES[0], [SAMPLES[0][0], b"GIF89a..."]],
                                        type=pa.list_(pa.binary()))})

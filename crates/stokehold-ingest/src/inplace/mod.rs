@@ -953,17 +953,23 @@ fn open_resolved(
                 c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
             })
         };
+        let mut lists = std::collections::BTreeMap::new();
         let (rows, parquet_codec) = match format {
             InPlaceFormat::Parquet => {
-                let (rows, mut codec, lacking) =
-                    parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
-                        path: root.join(&s.name),
-                        detail,
-                    })?;
+                let parquet::FileCodec {
+                    rows,
+                    mut codec,
+                    lacking,
+                    lists: tables,
+                } = parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
+                    path: root.join(&s.name),
+                    detail,
+                })?;
                 if let (Some(large), Some(pages)) = (codec.large.as_mut(), &page_cache) {
                     large.set_page_cache(Arc::clone(pages));
                 }
                 lacks.add(&s.place, "row", lacking);
+                lists = tables;
                 (rows, Some(codec))
             }
             // a line's keys are known when it is read (a line without a required key is a
@@ -1028,15 +1034,18 @@ fn open_resolved(
             bytes: s.meta.size,
             crc32c: content,
         });
-        shards.push(ShardReader::in_place(
-            path,
-            storage,
-            s.meta.size,
-            schema.clone(),
-            entries,
-            codec,
-            options.limits,
-        ));
+        shards.push(
+            ShardReader::in_place(
+                path,
+                storage,
+                s.meta.size,
+                schema.clone(),
+                entries,
+                codec,
+                options.limits,
+            )
+            .with_lists(lists),
+        );
     }
     let total: u64 = infos.iter().map(|i| i.records).sum();
     if total == 0 {

@@ -33,8 +33,8 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::{ColumnDescriptor, ColumnPath};
 use stokehold_format::{
-    Field, FieldType, FieldValue, Held, IndexEntry, RecordCodec, RecordEncoder, RecordError,
-    RecordView, Schema, Storage, crc,
+    Field, FieldType, FieldValue, Held, IndexEntry, ListTable, RecordCodec, RecordEncoder,
+    RecordError, RecordView, Schema, Storage, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
@@ -1190,13 +1190,72 @@ pub(super) fn choose(
     Ok((chosen, classes))
 }
 
-/// The codec of one file for the chosen fields, its rows (every one is a sample: one that lacks
-/// a required field, or is damaged, fails when read, named), and the rows that lack a required
-/// field (not damaged ones).
-pub(super) fn codec(
-    s: &Scanned,
+/// Per chosen list of images kept in the index, each row's items and their sizes, read from the
+/// images' headers (what a shard's meta block keeps, for `Dataset::image_sizes`): a row that is
+/// damaged or null has none. A list whose items do not all give a size, or that has more than a
+/// shard may, gets no table (its sizes are unknown: `None`).
+fn list_tables(
+    ix: &FileIndex,
+    kept: &Schema,
+    fields: &[(Source, bool)],
     chosen: &[super::Chosen],
-) -> Result<(Vec<u32>, PqCodec, Vec<u64>), String> {
+) -> BTreeMap<String, ListTable> {
+    let mut out = BTreeMap::new();
+    let nulls = kept.fields.len().div_ceil(8);
+    for (c, &(src, _)) in chosen.iter().zip(fields) {
+        let Source::Kept(n) = src else { continue };
+        if !kept.fields[n].ty.is_image_list() {
+            continue;
+        }
+        let table = (|| {
+            let (mut counts, mut sizes) = (Vec::with_capacity(ix.entries.len()), Vec::new());
+            for r in 0..ix.entries.len() {
+                let key = ix.key_of(r);
+                let null = key
+                    .get(KEY_HEAD + n / 8)
+                    .is_none_or(|b| b & (1 << (n % 8)) != 0);
+                if ix.damaged(r) || null {
+                    counts.push(0);
+                    continue;
+                }
+                let rec = key.get(KEY_HEAD + nulls..)?;
+                let view = RecordView::parse(rec, kept.fields.len()).ok()?;
+                let FieldValue::List(items) = view.field(kept, n, u64::MAX).ok()? else {
+                    return None;
+                };
+                for item in &items {
+                    let FieldValue::Image(b) = item else {
+                        return None;
+                    };
+                    let (w, h) = stokehold_format::image_size::image_size(b).ok()?;
+                    sizes.extend([w, h]);
+                }
+                counts.push(u32::try_from(items.len()).ok()?);
+            }
+            ListTable::new(counts, Some(sizes)).ok()
+        })();
+        if let Some(t) = table {
+            out.insert(c.name.clone(), t);
+        }
+    }
+    out
+}
+
+/// What [`codec`] makes of one file.
+pub(super) struct FileCodec {
+    /// Its rows (every one is a sample: one that lacks a required field, or is damaged, fails
+    /// when read, named).
+    pub rows: Vec<u32>,
+    /// The codec for the chosen fields.
+    pub codec: PqCodec,
+    /// The rows that lack a required field (not damaged ones).
+    pub lacking: Vec<u64>,
+    /// The tables of its lists of images ([`list_tables`]).
+    pub lists: BTreeMap<String, ListTable>,
+}
+
+/// The codec of one file for the chosen fields, and what goes with it ([`FileCodec`]).
+pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<FileCodec, String> {
     let ix = &s.index;
     let stats: PqStats = serde_json::from_value(ix.header.stats.clone())
         .map_err(|e| format!("{}: its index's statistics are not valid: {e}", s.place))?;
@@ -1233,6 +1292,7 @@ pub(super) fn codec(
         .collect();
     let rows: Vec<u32> = (0..ix.entries.len() as u32).collect();
     let decoder = stats.large.as_ref().map(LargeDecoder::new).transpose()?;
+    let lists = list_tables(ix, &kept_schema, &fields, chosen);
     let n = rows.len();
     let codec = PqCodec {
         index: Arc::clone(ix),
@@ -1241,5 +1301,10 @@ pub(super) fn codec(
         kept: kept_schema,
         large: decoder,
     };
-    Ok((rows, codec, lacking))
+    Ok(FileCodec {
+        rows,
+        codec,
+        lacking,
+        lists,
+    })
 }

@@ -379,6 +379,16 @@ fn parquet_image_lists_read_in_place_are_what_pack_makes_of_them() {
         notes.contains("row 1 of row group 1: column \\\"images\\\": item 1"),
         "{notes}"
     );
-    // sizes are not kept for files read in place
-    assert_eq!(ds.image_sizes("images", 0).unwrap(), None);
+    // the sizes, read from the images' headers in the index when the file is opened: pack's
+    // (a damaged row has none)
+    for (i, p) in [(0, 0), (1, 1), (4, 3)] {
+        assert_eq!(sizes(&ds, "images", i), sizes(&packed, "images", p), "{i}");
+        assert_eq!(sizes(&ds, "raw", i), sizes(&packed, "raw", p), "{i}");
+    }
+    assert_eq!(sizes(&ds, "images", 0), Some(vec![(64, 48), (17, 33)]));
+    assert_eq!(sizes(&ds, "images", 3), Some(vec![]));
+    // opened again from the kept index: the same
+    let again = open(std::slice::from_ref(&src), OpenOptions::default(), &o).unwrap();
+    assert_eq!(sizes(&again, "raw", 1), Some(vec![(64, 48)]));
+    assert!(ds.image_sizes("tags", 0).is_err());
 }
