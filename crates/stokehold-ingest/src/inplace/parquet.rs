@@ -1150,8 +1150,8 @@ pub(super) fn choose(
                 .find(|u| u.starts_with(&format!("column {:?} ", g.name)))
             {
                 return Err(super::ChooseError::Input(format!(
-                    "fields: {why} cannot be read; columns of binary, string, integer, float and \
-                     list-of-number types can"
+                    "fields: {why} cannot be read; columns of binary, string, integer, float, \
+                     image and struct types and of lists of numbers, binary, strings or images can"
                 )));
             }
         }

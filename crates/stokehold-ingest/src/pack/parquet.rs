@@ -303,7 +303,8 @@ pub(super) fn plan<'a>(
             if let Some(why) = unsupported.get(&f.name) {
                 return Err(PackError::Input(format!(
                     "--fields: column {:?} cannot be packed ({why}); columns of binary, string, \
-                     integer, float and list-of-number types can",
+                     integer, float, image and struct types and of lists of numbers, binary, \
+                     strings or images can",
                     f.name
                 )));
             }
