@@ -432,6 +432,26 @@ mod tests {
     }
 
     #[test]
+    fn numbered_image_members_are_items_of_a_list() {
+        assert_eq!(image_item("0.jpg"), Some(("images", 0)));
+        assert_eq!(image_item("12.PNG"), Some(("images", 12)));
+        assert_eq!(image_item("img.3.webp"), Some(("img", 3)));
+        assert_eq!(image_item("a.b.007.jpeg"), Some(("a.b", 7)));
+        // not an image, not a number, too long a number, no number, an empty prefix
+        for ext in [
+            "0.txt",
+            "x.jpg",
+            "1e3.jpg",
+            "1234567890.jpg",
+            "jpg",
+            ".0.jpg",
+            "-1.jpg",
+        ] {
+            assert_eq!(image_item(ext), None, "{ext}");
+        }
+    }
+
+    #[test]
     fn extensions_map_to_types() {
         assert_eq!(
             field_type("JPG"),
