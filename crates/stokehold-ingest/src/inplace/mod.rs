@@ -950,7 +950,14 @@ fn open_resolved(
         // the loader's error policy skips and counts it or stops), never left out unseen
         let holds = |r: usize| {
             chosen.iter().zip(&ids).all(|(c, id)| {
-                c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
+                c.optional
+                    || match format {
+                        // (a list of numbered images is held where one of them is)
+                        InPlaceFormat::WebDataset => {
+                            webdataset::TarCodec::holds(ix, r, &c.name, *id)
+                        }
+                        _ => id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id)),
+                    }
             })
         };
         let mut lists = std::collections::BTreeMap::new();

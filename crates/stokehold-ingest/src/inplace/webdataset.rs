@@ -9,11 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::Arc;
 
-use stokehold_format::{FieldType, FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
+use stokehold_format::{
+    FieldType, FieldValue, ImageCodec, IndexEntry, ListItem, RecordCodec, RecordError, Schema, crc,
+};
 
 use super::index::{FileIndex, Member};
 use super::{Rows, Scanned};
-use crate::sources::webdataset::{field_type, is_pickle, split_name};
+use crate::sources::webdataset::{field_type, image_item, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
 /// The statistics a tar index keeps (what pack's first pass counts).
@@ -25,6 +27,10 @@ pub(super) struct TarStats {
     pub samples: u64,
     /// Pickle members left out.
     pub pickles: u64,
+    /// The fields that are lists of numbered images (`images` of `KEY.0.jpg`, `KEY.1.jpg`, ...):
+    /// `counts` counts a sample once for its list, whatever its number of images.
+    #[serde(default)]
+    pub lists: BTreeSet<String>,
 }
 
 /// The sample being gathered: key, where it starts, its members (extension, data offset, size)
@@ -162,7 +168,18 @@ fn finish(
         return Ok(());
     }
     stats.samples += 1;
-    for e in exts {
+    // a sample's numbered images count once, for their list
+    let fields: BTreeSet<&str> = exts
+        .into_iter()
+        .map(|e| match image_item(e) {
+            Some((list, _)) => {
+                stats.lists.insert(list.to_string());
+                list
+            }
+            None => e,
+        })
+        .collect();
+    for e in fields {
         *stats.counts.entry(e.to_string()).or_default() += 1;
     }
     let members: Vec<Member> = g
@@ -197,6 +214,71 @@ impl TarCodec {
     fn data<'a>(&self, row: usize, bytes: &'a [u8], m: &Member) -> Option<&'a [u8]> {
         let _ = row;
         bytes.get(m.offset as usize..(m.offset as usize).checked_add(m.len as usize)?)
+    }
+}
+
+impl TarCodec {
+    /// The numbered images of list `list` of sample `row` (its bytes `bytes`), in the order of
+    /// their numbers; none is an empty list where the field is `optional`. An error gives the
+    /// offset in the sample and says what is wrong (a number given twice, a member past the end).
+    fn image_list<'a>(
+        &self,
+        row: usize,
+        bytes: &'a [u8],
+        list: &str,
+        optional: bool,
+    ) -> Result<FieldValue<'a>, (u32, String)> {
+        let mut items: Vec<(u32, &str, &Member)> = Vec::new();
+        for m in self.index.members_of(row) {
+            let name = self.index.header.names.get(m.name as usize);
+            if let Some((_, n)) = name.and_then(|e| image_item(e)).filter(|(l, _)| *l == list) {
+                items.push((n, name.map_or("", String::as_str), m));
+            }
+        }
+        if items.is_empty() && !optional {
+            return Err((
+                0,
+                format!("no numbered image members of {list:?}, a required field"),
+            ));
+        }
+        items.sort_by_key(|(n, _, _)| *n);
+        if let Some(w) = items.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err((
+                w[1].2.offset,
+                format!(
+                    "two members for image {} of {list:?}: .{} and .{}",
+                    w[0].0, w[0].1, w[1].1
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (_, ext, m) in items {
+            let data = self.data(row, bytes, m).ok_or_else(|| {
+                (
+                    m.offset,
+                    format!(
+                        "member .{ext} ({} bytes) passes the end of the sample",
+                        m.len
+                    ),
+                )
+            })?;
+            out.push(FieldValue::Image(Cow::Borrowed(data)));
+        }
+        Ok(FieldValue::List(out))
+    }
+
+    /// Whether sample `row` holds field `name` (a member of that extension, or for a list of
+    /// numbered images, one of them).
+    pub(super) fn holds(ix: &FileIndex, row: usize, name: &str, id: Option<u32>) -> bool {
+        ix.members_of(row).iter().any(|m| {
+            Some(m.name) == id
+                || ix
+                    .header
+                    .names
+                    .get(m.name as usize)
+                    .and_then(|e| image_item(e))
+                    .is_some_and(|(l, _)| l == name)
+        })
     }
 }
 
@@ -237,6 +319,11 @@ impl RecordCodec for TarCodec {
                 Err(_) => Err(corrupt(0, "the sample's key is not UTF-8".into())),
             };
         };
+        if schema.fields[i].ty.is_image_list() {
+            return self
+                .image_list(row, bytes, ext, *optional)
+                .map_err(|(at, e)| corrupt(at, e));
+        }
         let member = id.and_then(|id| self.index.members_of(row).iter().find(|m| m.name == id));
         let Some(m) = member else {
             return match crate::sources::empty_value(&schema.fields[i].ty).filter(|_| *optional) {
@@ -300,6 +387,7 @@ pub(super) fn choose(
         })?;
         all.samples += s.samples;
         all.pickles += s.pickles;
+        all.lists.extend(s.lists);
         for (e, n) in s.counts {
             *all.counts.entry(e).or_default() += n;
         }
@@ -314,12 +402,25 @@ pub(super) fn choose(
         &all.counts,
         all.samples,
         fields,
-        |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| {
+            all.lists.contains(ext)
+                || matches!(field_type(ext), FieldType::String | FieldType::Bytes)
+        },
         |ext| format!("member .{ext}"),
         notes,
         source,
     )?;
-    Ok(super::Chosen::typed(chosen, field_type))
+    Ok(super::Chosen::typed(chosen, |name| {
+        if all.lists.contains(name) {
+            FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto,
+                },
+            }
+        } else {
+            field_type(name)
+        }
+    }))
 }
 
 #[cfg(test)]

@@ -345,6 +345,24 @@ fn webdataset_numbered_image_members_become_one_list_in_numeric_order() {
         sizes(&ds, "images", 2),
         Some(vec![(8, 8), (16, 8), (20, 8)])
     );
+    // read in place: the same fields and lists (the bad item is read as it is: decoding it
+    // fails later, as a single image's would)
+    let o = InPlaceOptions {
+        index_dir: Some(tmp.path().join("idx")),
+        ..InPlaceOptions::default()
+    };
+    let inplace = open(std::slice::from_ref(&src), OpenOptions::default(), &o).unwrap();
+    assert_eq!(inplace.schema(), ds.schema());
+    assert_eq!(inplace.len(), 5);
+    for (i, p) in [(0, 0), (1, 1), (2, 2), (4, 3)] {
+        assert_eq!(inplace.get(i).unwrap(), got[p], "{i}");
+    }
+    assert_eq!(
+        inplace.get(3).unwrap()[1],
+        images(&[&imgs[1], b"not an image"])
+    );
+    // (their sizes are not in a tar's index)
+    assert_eq!(inplace.image_sizes("images", 0).unwrap(), None);
 }
 
 #[test]
