@@ -59,6 +59,12 @@ def _derived(schema: "pa.Schema") -> Dict[str, str]:
     ``stokehold_ingest::arrow``), for an Arrow schema whose every column has one."""
     out = {}
     for name, spec, arrow_type in _arrow_field_types(schema):
+        if spec is None and _null_typed(schema.field(name).type):
+            raise SchemaError(
+                f"column {name!r} holds only nulls or empty lists here ({arrow_type}), so its "
+                f"type cannot be told from the data: give it in overrides={{{name!r}: ...}} "
+                "(e.g. 'list:image' for lists of images), or schema="
+            )
         if spec is None:
             raise SchemaError(
                 f"column {name!r} has Arrow type {arrow_type}, which has no stokehold type: "
@@ -129,7 +135,9 @@ def _list_items(col: Any, name: str) -> List[Any]:
     """A list column's rows as lists of items; items that are image structs become their bytes
     (an item with no bytes, a path only, is an error naming the row and the item)."""
     rows = col.to_pylist()
-    if not pa.types.is_struct(col.type.value_type):
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or not pa.types.is_struct(
+        col.type.value_type
+    ):
         return rows
     out: List[Any] = []
     for i, items in enumerate(rows):
@@ -147,6 +155,14 @@ def _list_items(col: Any, name: str) -> List[Any]:
             row.append(item["bytes"])
         out.append(row)
     return out
+
+
+def _null_typed(t: "pa.DataType") -> bool:
+    """Whether ``t`` is Arrow's null type, or a list of it (what pyarrow makes of a block's
+    column of empty lists)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.types.is_null(t.value_type)
+    return pa.types.is_null(t)
 
 
 def _column_values(block: "pa.Table", name: str, spec: str) -> Sequence[Any]:
@@ -344,7 +360,9 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 f"block {block} of write task {task} does not match the dataset's schema "
                 f"{schema}: missing column(s) {missing}, unknown column(s) {extra}"
             )
-        checked = [f for f in arrow if f.name not in self.overrides and not pa.types.is_null(f.type)]
+        # (a block whose values are all null, or whose lists are all empty, has a null type:
+        # it fits any type)
+        checked = [f for f in arrow if f.name not in self.overrides and not _null_typed(f.type)]
         try:
             derived = _derived(pa.schema(checked))
         except SchemaError as e:

@@ -498,6 +498,19 @@ def test_datasink_writes_lists_of_images_and_read_gives_them_back(cluster, tmp_p
             Image.open(io.BytesIO(b)).size for b in imgs]
         for g, b in zip(got, imgs):
             assert (b"\xff\xdd" in g.split(b"\xff\xda")[0]) if b[:2] == b"\xff\xd8" else g == b
+    # a write task whose first block's lists are all empty (pyarrow types it list<null>) cannot
+    # tell their type: an error saying to give it, and with it given, the lists are written
+    mixed = [{"images": lists[1], "id": 0}, {"images": lists[2], "id": 1},
+             {"images": [], "id": 2}, {"images": [], "id": 3}]
+    with pytest.raises(Exception, match=r"column 'images' holds only nulls or empty lists.*overrides"):
+        ray.data.from_items(mixed, override_num_blocks=2).write_datasink(
+            sray.Datasink(tmp_path / "unknown"))
+    ray.data.from_items(mixed, override_num_blocks=2).write_datasink(
+        sray.Datasink(tmp_path / "empties", overrides={"images": "list:image"},
+                      restart_markers=False))
+    empties = stokehold.Dataset(tmp_path / "empties")
+    assert empties.schema["images"] == "list:image:auto"  # (list:image is list:image:auto)
+    assert [empties[i]["images"] for i in range(4)] == [lists[1], lists[2], [], []]
     # an item with only a path: an error naming the column, row and item
     table = pa.table({"frames": pa.array([[{"bytes": None, "path": "x.jpg"}]], type=pa.list_(image))})
     with pytest.raises(Exception, match=r"column 'frames', row 0, item 0: an image with no bytes"):
