@@ -473,7 +473,7 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
 }
 
 /// A list field's value of `n` items, item `k` given by `item(k)`: at most
-/// [`stokehold_format::MAX_LIST_ITEMS`] items of at most `max` bytes in all, each image's header
+/// [`stokehold_format::schema::MAX_LIST_ITEMS`] items of at most `max` bytes in all, each image's header
 /// read (a list of images keeps each one's size); an error names the item.
 pub(crate) fn list_items(
     n: usize,
@@ -490,14 +490,11 @@ pub(crate) fn list_items(
     let mut total = 0u64;
     for k in 0..n {
         let v = item(k).map_err(|e| format!("item {k}: {e}"))?;
+        if let FieldValue::Image(b) = &v {
+            stokehold_format::image_size::image_size(b).map_err(|e| format!("item {k}: {e}"))?;
+        }
         total += match &v {
-            FieldValue::Image(b) | FieldValue::Bytes(b) => {
-                if let FieldValue::Image(b) = &v {
-                    stokehold_format::image_size::image_size(b)
-                        .map_err(|e| format!("item {k}: {e}"))?;
-                }
-                b.len() as u64
-            }
+            FieldValue::Image(b) | FieldValue::Bytes(b) => b.len() as u64,
             FieldValue::String(s) => s.len() as u64,
             _ => 0,
         };
