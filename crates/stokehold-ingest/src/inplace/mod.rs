@@ -991,6 +991,9 @@ fn open_resolved(
                     InPlaceFormat::TfRecord => "record",
                     _ => "sample",
                 };
+                if format == InPlaceFormat::WebDataset {
+                    lists = webdataset::list_tables(ix, &chosen);
+                }
                 lacks.add(&s.place, what, lacking);
                 ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None)
             }

@@ -361,8 +361,24 @@ fn webdataset_numbered_image_members_become_one_list_in_numeric_order() {
         inplace.get(3).unwrap()[1],
         images(&[&imgs[1], b"not an image"])
     );
-    // (their sizes are not in a tar's index)
+    // the sizes are read from the images' headers by the scan; an image without one (sample 3)
+    // leaves the file's sizes unknown
     assert_eq!(inplace.image_sizes("images", 0).unwrap(), None);
+    let good = tmp.path().join("good.tar");
+    tar_of(
+        &good,
+        &[
+            ("a.1.png", &imgs[1]),
+            ("a.0.jpg", &imgs[0]),
+            ("a.txt", b"x"),
+            ("b.txt", b"y"),
+        ],
+    );
+    let g = open(std::slice::from_ref(&good), OpenOptions::default(), &o).unwrap();
+    // (images 0 and 1: 8 × 8 and 12 × 8, in the numbers' order)
+    assert_eq!(sizes(&g, "images", 0), Some(vec![(8, 8), (12, 8)]));
+    assert_eq!(sizes(&g, "images", 1), Some(vec![]));
+    assert_eq!(g.get(0).unwrap()[0], FieldValue::String("a".into()));
 }
 
 #[test]
