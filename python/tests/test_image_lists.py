@@ -37,6 +37,10 @@ def test_several_images_per_sample_round_trip_with_their_sizes_in_the_index(tmp_
         ds.image_sizes(0, "names")
     with pytest.raises(IndexError):
         ds.image_sizes(3)
+    # in a loader's batch: a list of each sample's list
+    batch = next(iter(stokehold.Loader(out, batch_size=3, shuffle=False)))
+    assert batch["images"] == [ds[i]["images"] for i in range(3)]
+    assert batch["names"] == [["n0", "n1"], [], ["n0"]]
 
 
 # ---- pack into list fields: Parquet / Hugging Face, JSONL, WebDataset --------------------------
