@@ -85,8 +85,10 @@ def from_hf(
     data.parquet path`` packs a Parquet file: each column becomes a field (``Image`` → image,
     ``Value("string")`` → string, integers and ``ClassLabel`` → int64 with the class names as the
     dataset's classes, floats → float64, lists of numbers → ndarray, binary → bytes or image;
-    structs and lists of structs or strings, a chat dataset's ``messages`` → json: each row's
-    value as canonical JSON text).
+    ``Sequence(Image())`` → ``list:image`` (several images per sample, each one's size kept in
+    the index: ``Dataset.image_sizes``), lists of binary → ``list:bytes`` (``list:image`` when
+    they are images), lists of strings → ``list:string``; structs and lists of structs, a chat
+    dataset's ``messages`` → json: each row's value as canonical JSON text).
 
     The dataset's Arrow table is written batch by batch to a temporary Parquet file (in
     ``tmp_dir``, by default next to ``path``; removed at the end), with image files named by path

@@ -24,6 +24,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 try:
     import numpy as np
     import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
     import ray.data
     from ray.data import Datasink as _RayDatasink
     from ray.data.block import Block, BlockAccessor, BlockMetadata
@@ -58,11 +59,18 @@ def _derived(schema: "pa.Schema") -> Dict[str, str]:
     ``stokehold_ingest::arrow``), for an Arrow schema whose every column has one."""
     out = {}
     for name, spec, arrow_type in _arrow_field_types(schema):
+        if spec is None and _null_typed(schema.field(name).type):
+            raise SchemaError(
+                f"column {name!r} holds only nulls or empty lists here ({arrow_type}), so its "
+                f"type cannot be told from the data: give it in overrides={{{name!r}: ...}} "
+                "(e.g. 'list:image' for lists of images), or schema="
+            )
         if spec is None:
             raise SchemaError(
                 f"column {name!r} has Arrow type {arrow_type}, which has no stokehold type: "
                 "convert it in map_batches, or give its type in overrides={...} (bytes, string, "
-                "int64, float64, ndarray:<u8|i32|i64|f16|f32|f64>, image:<jpeg|png|webp|auto>)"
+                "int64, float64, ndarray:<u8|i32|i64|f16|f32|f64>, image:<jpeg|png|webp|auto>, "
+                "list:image, list:bytes, list:string)"
             )
         out[name] = spec
     return out
@@ -76,8 +84,11 @@ def schema_from_arrow(
     struct (``{bytes, path}``) → ``image:auto``, string → ``string``, integers and booleans →
     ``int64``, floats → ``float64``, fixed-shape tensors and lists of numbers →
     ``ndarray:<dtype>`` (``u8`` for uint8 and bool, ``i32`` for the other narrow integers,
-    ``i64``, ``f16``, ``f32``, ``f64``); ``overrides`` (e.g. ``{"image": "image:jpeg"}``)
-    replace the derived spec of the columns they name.
+    ``i64``, ``f16``, ``f32``, ``f64``), lists of image structs (Hugging Face's
+    ``Sequence(Image())``) → ``list:image:auto``, lists of binary → ``list:bytes`` (the
+    :class:`Datasink` looks at the first items: images make it ``list:image:auto``), lists of
+    strings → ``list:string``; ``overrides`` (e.g. ``{"image": "image:jpeg"}``) replace the
+    derived spec of the columns they name.
 
     :raises SchemaError: a column has a type with no stokehold type and no override, or an
         override names no column.
@@ -94,12 +105,74 @@ def schema_from_arrow(
     return {f.name: overrides[f.name] if f.name in overrides else derived[f.name] for f in schema}
 
 
+#: Items of a list-of-binary column looked at to tell lists of images from other bytes.
+_SNIFF_ITEMS = 32
+
+
+def _is_image(b: Any) -> bool:
+    """Whether ``b`` starts as a JPEG, PNG or WebP does."""
+    b = bytes(b[:12])
+    return (b.startswith(b"\xff\xd8\xff") or b.startswith(b"\x89PNG\r\n\x1a\n")
+            or (b[:4] == b"RIFF" and b[8:12] == b"WEBP"))
+
+
+def _image_lists(table: "pa.Table", schema: Dict[str, str], overrides: Mapping[str, str]) -> Dict[str, str]:
+    """``schema`` with each derived ``list:bytes`` column whose first items (up to
+    ``_SNIFF_ITEMS``) are mostly images made ``list:image:auto``, as ``pack`` tells a list of
+    binary images from other bytes."""
+    out = dict(schema)
+    for name, spec in schema.items():
+        if spec != "list:bytes" or name in overrides:
+            continue
+        items = pc.list_flatten(table.column(name)).slice(0, _SNIFF_ITEMS).to_pylist()
+        items = [b for b in items if b is not None]
+        if items and 2 * sum(map(_is_image, items)) > len(items):
+            out[name] = "list:image:auto"
+    return out
+
+
+def _list_items(col: Any, name: str) -> List[Any]:
+    """A list column's rows as lists of items; items that are image structs become their bytes
+    (an item with no bytes, a path only, is an error naming the row and the item)."""
+    rows = col.to_pylist()
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or not pa.types.is_struct(
+        col.type.value_type
+    ):
+        return rows
+    out: List[Any] = []
+    for i, items in enumerate(rows):
+        if items is None:
+            out.append(None)
+            continue
+        row = []
+        for k, item in enumerate(items):
+            if item is None or item.get("bytes") is None:
+                raise SchemaError(
+                    f"column {name!r}, row {i}, item {k}: an image with no bytes "
+                    f"({'null' if item is None else 'path ' + repr(item.get('path'))}): the "
+                    "Datasink writes images' bytes; read the files in map_batches"
+                )
+            row.append(item["bytes"])
+        out.append(row)
+    return out
+
+
+def _null_typed(t: "pa.DataType") -> bool:
+    """Whether ``t`` is Arrow's null type, or a list of it (what pyarrow makes of a block's
+    column of empty lists)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.types.is_null(t.value_type)
+    return pa.types.is_null(t)
+
+
 def _column_values(block: "pa.Table", name: str, spec: str) -> Sequence[Any]:
     """The values of one column, one per row, as the writer takes them."""
     col = block.column(name)
     if pa.types.is_struct(col.type) and spec.startswith("image:"):
         # Hugging Face's image struct: the image is its bytes
         return col.combine_chunks().field("bytes").to_pylist()
+    if spec.startswith("list:"):
+        return _list_items(col.combine_chunks(), name)
     if spec.startswith("ndarray:"):
         dtype = np.dtype(_NUMPY_OF[spec.split(":", 1)[1].split("+", 1)[0]])
         if isinstance(col.type, pa.ExtensionType):
@@ -237,6 +310,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 if schema is None:
                     try:
                         schema = schema_from_arrow(table.schema, self.overrides)
+                        schema = _image_lists(table, schema, self.overrides)
                     except SchemaError as e:
                         raise SchemaError(f"block {b} of write task {task}: {e}") from None
                 if writer is None:
@@ -286,7 +360,9 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 f"block {block} of write task {task} does not match the dataset's schema "
                 f"{schema}: missing column(s) {missing}, unknown column(s) {extra}"
             )
-        checked = [f for f in arrow if f.name not in self.overrides and not pa.types.is_null(f.type)]
+        # (a block whose values are all null, or whose lists are all empty, has a null type:
+        # it fits any type)
+        checked = [f for f in arrow if f.name not in self.overrides and not _null_typed(f.type)]
         try:
             derived = _derived(pa.schema(checked))
         except SchemaError as e:
@@ -297,7 +373,8 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
             if self.tokenizer is not None and f.name == "tokens":
                 continue
             if got.split("+")[0] != want.split("+")[0] and not (
-                want.startswith("image:") and got == "bytes"
+                (want.startswith("image:") and got == "bytes")
+                or (want.startswith("list:image") and got == "list:bytes")
             ):
                 raise SchemaError(
                     f"block {block} of write task {task}: column {f.name!r} is {f.type} "
@@ -332,7 +409,7 @@ class Datasink(_RayDatasink):  # type: ignore[misc]
                 )
         shards = [s for r in results for s in r["shards"]]
         source: Dict[str, Any] = {"kind": "ray"}
-        if any(spec.startswith("image") for spec in schema.values()):
+        if any(spec.startswith(("image", "list:image")) for spec in schema.values()):
             # as pack records it: whether the JPEGs carry restart markers, and how many were
             # kept as given because the rewrite refused them
             source["restart_markers"] = self.restart_markers

@@ -109,6 +109,21 @@ pub struct ListTable {
 }
 
 impl ListTable {
+    /// A table of `counts` items per record and, for a list of images, their `sizes` (`[w0, h0,
+    /// w1, h1, ...]`), checked as a meta block's is at open (for files read in place, whose
+    /// index gives them).
+    pub fn new(counts: Vec<u32>, sizes: Option<Vec<u32>>) -> std::result::Result<Self, String> {
+        let records = counts.len() as u64;
+        let has_sizes = sizes.is_some();
+        let mut t = ListTable {
+            counts,
+            sizes,
+            starts: Vec::new(),
+        };
+        t.check(records, has_sizes)?;
+        Ok(t)
+    }
+
     /// Check the table against `records` records of a field that `has_sizes` (a list of
     /// images), and compute where each record's items start.
     fn check(&mut self, records: u64, has_sizes: bool) -> std::result::Result<(), String> {
@@ -1146,6 +1161,13 @@ impl ShardReader {
     /// The meta block.
     pub fn meta(&self) -> &ShardMeta {
         &self.meta
+    }
+
+    /// A file read in place with the tables of its list fields (made from its index: each
+    /// record's items and images' sizes), which its meta block would keep were it a shard.
+    pub fn with_lists(mut self, lists: BTreeMap<String, ListTable>) -> ShardReader {
+        self.meta.lists = lists;
+        self
     }
 
     /// Number of records.

@@ -11,12 +11,15 @@
 //! | half, single and double floats | `float64` |
 //! | list, large list, fixed-size list (also nested, and fixed-shape tensor extension types, which are lists in storage) of numbers | `ndarray`: `u8` (uint8, bool), `i32` (int8, int16, int32, uint16), `i64` (int64, uint32, uint64), `f16`, `f32`, `f64` |
 //! | `struct<data: list<number>, shape: ...>` (variable-shape tensors: Ray's and Arrow's extension types, in storage) | `ndarray` of the data's numbers |
+//! | list, large list, fixed-size list of `struct<bytes: binary, path: string>` (Hugging Face's `Sequence(Image())` / `List(Image())`) | `list:image:auto` |
+//! | list of binary | `list:bytes` (`pack` and the Ray `Datasink` look at the first items: images become `list:image:auto`) |
+//! | list of strings | `list:string` |
 //!
 //! Anything else (dates, decimals, maps, other structs) has no field type. The way back, for
 //! readers that hand out Arrow: [`arrow_element`].
 
 use arrow_schema::DataType;
-use stokehold_format::{DType, FieldType, ImageCodec};
+use stokehold_format::{DType, FieldType, ImageCodec, ListItem};
 
 /// Whether `t` is one of Arrow's binary types.
 pub fn is_binary(t: &DataType) -> bool {
@@ -93,8 +96,32 @@ pub fn tensor_struct_element(t: &DataType) -> Option<&DataType> {
     list_element(data.data_type())
 }
 
+/// The item type of a list field that a list column of type `t` is: a list (of any kind) whose
+/// elements are Hugging Face image structs, binary or strings; `None` for other types (a list of
+/// numbers is an ndarray, a list of lists has no list field).
+pub fn list_item(t: &DataType) -> Option<ListItem> {
+    let (DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _)) = t else {
+        return None;
+    };
+    let e = f.data_type();
+    Some(if is_image_struct(e) {
+        ListItem::Image {
+            codec: ImageCodec::Auto,
+        }
+    } else if is_binary(e) {
+        ListItem::Bytes
+    } else if is_string(e) {
+        ListItem::String
+    } else {
+        return None;
+    })
+}
+
 /// The field type of an Arrow column of type `t` (see the module documentation), or `None`.
 pub fn field_type(t: &DataType) -> Option<FieldType> {
+    if let Some(item) = list_item(t) {
+        return Some(FieldType::List { item });
+    }
     Some(match t {
         t if is_binary(t) => FieldType::Bytes,
         t if is_string(t) => FieldType::String,
@@ -158,7 +185,19 @@ mod tests {
                 DataType::FixedSizeList(Arc::new(Field::new("x", DataType::Float16, false)), 4),
                 nd(DType::F16),
             ),
-            (list(DataType::Utf8), None),
+            (
+                list(DataType::Utf8),
+                Some(FieldType::List {
+                    item: ListItem::String,
+                }),
+            ),
+            (
+                DataType::LargeList(Arc::new(Field::new("item", DataType::LargeBinary, true))),
+                Some(FieldType::List {
+                    item: ListItem::Bytes,
+                }),
+            ),
+            (list(list(DataType::Utf8)), None),
             (DataType::Date32, None),
         ] {
             assert_eq!(field_type(&t), want, "{t}");
@@ -177,7 +216,16 @@ mod tests {
             Field::new("bytes", DataType::Binary, true),
             Field::new("label", DataType::Int64, true),
         ]));
+        assert_eq!(
+            field_type(&list(image.clone())),
+            Some(FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto
+                }
+            })
+        );
         assert_eq!(field_type(&other), None);
+        assert_eq!(field_type(&list(other.clone())), None);
         let tensor = DataType::Struct(Fields::from(vec![
             Field::new(
                 "data",

@@ -8,7 +8,8 @@
 //! `float64` → themselves; `ndarray:<dtype>` (and a token dataset's `tokens`, as its token
 //! width) → `large_list<dtype>` of each record's elements in C order, with the shapes beside it
 //! in a `large_list<uint64>` column named [`shape_column`] (Python turns the pair into Ray's
-//! tensor column).
+//! tensor column); `list:image` and `list:bytes` → `large_list<large_binary>`, `list:string` →
+//! `large_list<large_utf8>`, each record's items in order.
 
 use std::sync::Arc;
 
@@ -37,6 +38,11 @@ enum Column {
     String(LargeStringBuilder),
     Int64(Vec<i64>),
     Float64(Vec<f64>),
+    /// A list field: its items (a binary or string column) and each record's end in them.
+    List {
+        items: Box<Column>,
+        offsets: Vec<i64>,
+    },
     /// Arrays: element type, elements (little-endian bytes), offsets in elements, shapes.
     Array {
         dtype: DataType,
@@ -69,14 +75,13 @@ impl Column {
         match (ty, tokens) {
             (FieldType::Bytes, Some(TokenDType::U16)) => array_column(DataType::UInt16, 2),
             (FieldType::Bytes, Some(TokenDType::U32)) => array_column(DataType::UInt32, 4),
-            // (list fields are refused before columns are made: `record_batch`)
-            (
-                FieldType::Bytes
-                | FieldType::Image { .. }
-                | FieldType::Video
-                | FieldType::List { .. },
-                _,
-            ) => Column::Binary(LargeBinaryBuilder::new()),
+            (FieldType::List { item }, _) => Column::List {
+                items: Box::new(Column::new(&item.field_type(), None)),
+                offsets: vec![0],
+            },
+            (FieldType::Bytes | FieldType::Image { .. } | FieldType::Video, _) => {
+                Column::Binary(LargeBinaryBuilder::new())
+            }
             (FieldType::String | FieldType::Json, _) => Column::String(LargeStringBuilder::new()),
             (FieldType::Int64, _) => Column::Int64(Vec::new()),
             (FieldType::Float64, _) => Column::Float64(Vec::new()),
@@ -93,6 +98,13 @@ impl Column {
             (Column::String(b), FieldValue::String(s)) => b.append_value(s),
             (Column::Int64(c), FieldValue::Int64(x)) => c.push(*x),
             (Column::Float64(c), FieldValue::Float64(x)) => c.push(*x),
+            (Column::List { items, offsets }, FieldValue::List(values)) => {
+                for v in values {
+                    items.push(v)?;
+                }
+                let last = offsets.last().copied().unwrap_or(0);
+                offsets.push(last + values.len() as i64);
+            }
             (
                 Column::Array {
                     width,
@@ -150,6 +162,17 @@ impl Column {
             Column::String(mut b) => Arc::new(b.finish()),
             Column::Int64(c) => Arc::new(Int64Array::from(c)),
             Column::Float64(c) => Arc::new(Float64Array::from(c)),
+            Column::List { items, offsets } => {
+                let mut parts = Vec::with_capacity(1);
+                items.finish("item", &mut parts)?;
+                let (item, values) = parts.pop().expect("a binary or string column is one");
+                Arc::new(LargeListArray::try_new(
+                    item,
+                    OffsetBuffer::new(ScalarBuffer::from(offsets)),
+                    values,
+                    None,
+                )?)
+            }
             Column::Array {
                 dtype,
                 width,
@@ -197,16 +220,6 @@ pub fn record_batch(
     hi: u64,
 ) -> Result<StructArray, FormatError> {
     let schema = ds.schema();
-    if let Some(f) = schema
-        .fields
-        .iter()
-        .find(|f| matches!(f.ty, FieldType::List { .. }))
-    {
-        return Err(FormatError::Schema(format!(
-            "field {:?} ({}): list fields are not exported to Arrow yet",
-            f.name, f.ty
-        )));
-    }
     let mut cols: Vec<Column> = schema
         .fields
         .iter()

@@ -38,9 +38,9 @@ impl PartWriter {
     }
 }
 
-/// `values` with pack's image policy applied to every JPEG in an image field (restart markers,
-/// the same function `stokehold pack` runs); a file the rewrite refuses is kept as given and
-/// counted in `kept`.
+/// `values` with pack's image policy applied to every JPEG in an image field or a list of
+/// images (restart markers, the same function `stokehold pack` runs); a file the rewrite refuses
+/// is kept as given and counted in `kept`.
 fn with_image_policy<'a>(
     values: Vec<FieldValue<'a>>,
     policy: &ImagePolicy,
@@ -58,6 +58,7 @@ fn with_image_policy<'a>(
                 }
                 FieldValue::Image(Cow::Owned(bytes))
             }
+            FieldValue::List(items) => FieldValue::List(with_image_policy(items, policy, kept)),
             v => v,
         })
         .collect()

@@ -286,8 +286,9 @@ impl Dataset {
     }
 
     /// Width and height of each image of sample `i`'s list of images `field`, from the shards'
-    /// meta blocks (read at open): nothing is read or decoded. `None` where the shard keeps no
-    /// sizes (files read in place); an error for a field that is not a list of images.
+    /// meta blocks (read at open; for Parquet files read in place, from their index): nothing is
+    /// read or decoded. `None` where the shard keeps no sizes; an error for a field that is not
+    /// a list of images.
     pub fn image_sizes(&self, field: &str, i: u64) -> Result<Option<&[u32]>> {
         match self
             .schema()

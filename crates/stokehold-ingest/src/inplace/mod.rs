@@ -950,20 +950,33 @@ fn open_resolved(
         // the loader's error policy skips and counts it or stops), never left out unseen
         let holds = |r: usize| {
             chosen.iter().zip(&ids).all(|(c, id)| {
-                c.optional || id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id))
+                c.optional
+                    || match format {
+                        // (a list of numbered images is held where one of them is)
+                        InPlaceFormat::WebDataset => {
+                            webdataset::TarCodec::holds(ix, r, &c.name, *id)
+                        }
+                        _ => id.is_some_and(|id| ix.members_of(r).iter().any(|m| m.name == id)),
+                    }
             })
         };
+        let mut lists = std::collections::BTreeMap::new();
         let (rows, parquet_codec) = match format {
             InPlaceFormat::Parquet => {
-                let (rows, mut codec, lacking) =
-                    parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
-                        path: root.join(&s.name),
-                        detail,
-                    })?;
+                let parquet::FileCodec {
+                    rows,
+                    mut codec,
+                    lacking,
+                    lists: tables,
+                } = parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
+                    path: root.join(&s.name),
+                    detail,
+                })?;
                 if let (Some(large), Some(pages)) = (codec.large.as_mut(), &page_cache) {
                     large.set_page_cache(Arc::clone(pages));
                 }
                 lacks.add(&s.place, "row", lacking);
+                lists = tables;
                 (rows, Some(codec))
             }
             // a line's keys are known when it is read (a line without a required key is a
@@ -978,6 +991,9 @@ fn open_resolved(
                     InPlaceFormat::TfRecord => "record",
                     _ => "sample",
                 };
+                if format == InPlaceFormat::WebDataset {
+                    lists = webdataset::list_tables(ix, &chosen);
+                }
                 lacks.add(&s.place, what, lacking);
                 ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None)
             }
@@ -1028,15 +1044,18 @@ fn open_resolved(
             bytes: s.meta.size,
             crc32c: content,
         });
-        shards.push(ShardReader::in_place(
-            path,
-            storage,
-            s.meta.size,
-            schema.clone(),
-            entries,
-            codec,
-            options.limits,
-        ));
+        shards.push(
+            ShardReader::in_place(
+                path,
+                storage,
+                s.meta.size,
+                schema.clone(),
+                entries,
+                codec,
+                options.limits,
+            )
+            .with_lists(lists),
+        );
     }
     let total: u64 = infos.iter().map(|i| i.records).sum();
     if total == 0 {

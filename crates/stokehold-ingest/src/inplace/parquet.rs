@@ -33,8 +33,8 @@ use parquet::file::reader::{ChunkReader, Length};
 use parquet::file::serialized_reader::SerializedPageReader;
 use parquet::schema::types::{ColumnDescriptor, ColumnPath};
 use stokehold_format::{
-    Field, FieldType, FieldValue, Held, IndexEntry, RecordCodec, RecordEncoder, RecordError,
-    RecordView, Schema, Storage, crc,
+    Field, FieldType, FieldValue, Held, IndexEntry, ListTable, RecordCodec, RecordEncoder,
+    RecordError, RecordView, Schema, Storage, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
@@ -45,7 +45,7 @@ use crate::parquet_pages::{
     check_row_group,
 };
 use crate::sources::parquet::{
-    Kind, class_names, hf_features, image_by_name, kind_of, sniff_images, value_at,
+    Kind, class_names, hf_features, hf_image_type, image_by_name, kind_of, sniff_images, value_at,
 };
 
 /// A column whose values average at least this many bytes a row is read from the file; the
@@ -248,13 +248,10 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
     let mut roots = Vec::new();
     for (root, f) in meta.schema().fields().iter().enumerate() {
         let name = f.name();
-        let hf_type = features
-            .get(name)
-            .and_then(|v| v.get("_type"))
-            .and_then(|t| t.as_str());
+        let hf_type = hf_image_type(features.get(name));
         let kind = match kind_of(f.data_type()) {
             _ if name.starts_with("__index_level_") => Err("a pandas index".to_string()),
-            Some(Kind::Bytes) => match first_rows(md)
+            Some(k @ (Kind::Bytes | Kind::BytesList)) => match first_rows(md)
                 .map_or(Ok(()), |g| chunks.check_pages(md, g, &[root], None, max))
                 .map_err(|(at, e)| (at, format!("column {name:?}: {e}")))
                 .map(|()| {
@@ -274,14 +271,18 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                         image_by_name(name)
                     })
                 }) {
+                Ok(true) if k == Kind::BytesList => Ok(Kind::ImageList),
+                Ok(false) if k == Kind::BytesList => Ok(Kind::BytesList),
                 Ok(true) => Ok(Kind::Image),
                 Ok(false) => Ok(Kind::Bytes),
                 Err(e) => return Err(e),
             },
-            Some(Kind::ImageStruct) if hf_type.is_some_and(|t| t != "Image") => Err(format!(
-                "a Hugging Face {} feature",
-                hf_type.unwrap_or_default()
-            )),
+            Some(Kind::ImageStruct | Kind::ImageList) if hf_type.is_some_and(|t| t != "Image") => {
+                Err(format!(
+                    "a Hugging Face {} feature",
+                    hf_type.unwrap_or_default()
+                ))
+            }
             Some(k) => Ok(k),
             None => Err(format!("type {}", f.data_type())),
         };
@@ -1072,6 +1073,17 @@ impl PqCodec {
                     FieldValue::Bytes(b) if matches!(ty, FieldType::Image { .. }) => {
                         FieldValue::Image(b)
                     }
+                    // a file whose list of binary was not taken for images, where the first
+                    // file's was
+                    FieldValue::List(items) if ty.is_image_list() => FieldValue::List(
+                        items
+                            .into_iter()
+                            .map(|v| match v {
+                                FieldValue::Bytes(b) => FieldValue::Image(b),
+                                v => v,
+                            })
+                            .collect(),
+                    ),
                     v => v,
                 }
             }
@@ -1113,6 +1125,10 @@ pub(super) fn choose(
             let same = matches!(
                 (c.kind, other.kind),
                 (Kind::Image | Kind::Bytes, Kind::Image | Kind::Bytes)
+                    | (
+                        Kind::ImageList | Kind::BytesList,
+                        Kind::ImageList | Kind::BytesList
+                    )
             ) || c.kind == other.kind;
             if !same {
                 return Err(super::ChooseError::Input(format!(
@@ -1134,8 +1150,8 @@ pub(super) fn choose(
                 .find(|u| u.starts_with(&format!("column {:?} ", g.name)))
             {
                 return Err(super::ChooseError::Input(format!(
-                    "fields: {why} cannot be read; columns of binary, string, integer, float and \
-                     list-of-number types can"
+                    "fields: {why} cannot be read; columns of binary, string, integer, float, \
+                     image and struct types and of lists of numbers, binary, strings or images can"
                 )));
             }
         }
@@ -1151,12 +1167,7 @@ pub(super) fn choose(
         &counts,
         rows,
         fields,
-        |n| {
-            matches!(
-                kind(n),
-                Some(Kind::Str | Kind::Bytes | Kind::List(_) | Kind::Json)
-            )
-        },
+        |n| kind(n).is_some_and(Kind::can_be_empty),
         |n| format!("column {n:?}"),
         notes,
         source,
@@ -1179,13 +1190,72 @@ pub(super) fn choose(
     Ok((chosen, classes))
 }
 
-/// The codec of one file for the chosen fields, its rows (every one is a sample: one that lacks
-/// a required field, or is damaged, fails when read, named), and the rows that lack a required
-/// field (not damaged ones).
-pub(super) fn codec(
-    s: &Scanned,
+/// Per chosen list of images kept in the index, each row's items and their sizes, read from the
+/// images' headers (what a shard's meta block keeps, for `Dataset::image_sizes`): a row that is
+/// damaged or null has none. A list whose items do not all give a size, or that has more than a
+/// shard may, gets no table (its sizes are unknown: `None`).
+fn list_tables(
+    ix: &FileIndex,
+    kept: &Schema,
+    fields: &[(Source, bool)],
     chosen: &[super::Chosen],
-) -> Result<(Vec<u32>, PqCodec, Vec<u64>), String> {
+) -> BTreeMap<String, ListTable> {
+    let mut out = BTreeMap::new();
+    let nulls = kept.fields.len().div_ceil(8);
+    for (c, &(src, _)) in chosen.iter().zip(fields) {
+        let Source::Kept(n) = src else { continue };
+        if !kept.fields[n].ty.is_image_list() {
+            continue;
+        }
+        let table = (|| {
+            let (mut counts, mut sizes) = (Vec::with_capacity(ix.entries.len()), Vec::new());
+            for r in 0..ix.entries.len() {
+                let key = ix.key_of(r);
+                let null = key
+                    .get(KEY_HEAD + n / 8)
+                    .is_none_or(|b| b & (1 << (n % 8)) != 0);
+                if ix.damaged(r) || null {
+                    counts.push(0);
+                    continue;
+                }
+                let rec = key.get(KEY_HEAD + nulls..)?;
+                let view = RecordView::parse(rec, kept.fields.len()).ok()?;
+                let FieldValue::List(items) = view.field(kept, n, u64::MAX).ok()? else {
+                    return None;
+                };
+                for item in &items {
+                    let FieldValue::Image(b) = item else {
+                        return None;
+                    };
+                    let (w, h) = stokehold_format::image_size::image_size(b).ok()?;
+                    sizes.extend([w, h]);
+                }
+                counts.push(u32::try_from(items.len()).ok()?);
+            }
+            ListTable::new(counts, Some(sizes)).ok()
+        })();
+        if let Some(t) = table {
+            out.insert(c.name.clone(), t);
+        }
+    }
+    out
+}
+
+/// What [`codec`] makes of one file.
+pub(super) struct FileCodec {
+    /// Its rows (every one is a sample: one that lacks a required field, or is damaged, fails
+    /// when read, named).
+    pub rows: Vec<u32>,
+    /// The codec for the chosen fields.
+    pub codec: PqCodec,
+    /// The rows that lack a required field (not damaged ones).
+    pub lacking: Vec<u64>,
+    /// The tables of its lists of images ([`list_tables`]).
+    pub lists: BTreeMap<String, ListTable>,
+}
+
+/// The codec of one file for the chosen fields, and what goes with it ([`FileCodec`]).
+pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<FileCodec, String> {
     let ix = &s.index;
     let stats: PqStats = serde_json::from_value(ix.header.stats.clone())
         .map_err(|e| format!("{}: its index's statistics are not valid: {e}", s.place))?;
@@ -1222,6 +1292,7 @@ pub(super) fn codec(
         .collect();
     let rows: Vec<u32> = (0..ix.entries.len() as u32).collect();
     let decoder = stats.large.as_ref().map(LargeDecoder::new).transpose()?;
+    let lists = list_tables(ix, &kept_schema, &fields, chosen);
     let n = rows.len();
     let codec = PqCodec {
         index: Arc::clone(ix),
@@ -1230,5 +1301,10 @@ pub(super) fn codec(
         kept: kept_schema,
         large: decoder,
     };
-    Ok((rows, codec, lacking))
+    Ok(FileCodec {
+        rows,
+        codec,
+        lacking,
+        lists,
+    })
 }

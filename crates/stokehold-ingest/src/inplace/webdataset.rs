@@ -3,17 +3,24 @@
 //! CRC-32C of the members' data, which a tar does not store; the key) and the codec that gives a
 //! sample's fields from that range, with pack's types. Links and devices are refused as pack
 //! refuses them, pickles left out; no member name is ever used as a path.
+//!
+//! A sample's key in the index is `u32 key length | key | (u32 width, u32 height)` for each of
+//! its numbered images (`KEY.0.jpg`, ...; in member order; `0, 0` where the first
+//! [`SIZE_HEAD`] bytes give no size), read from the images' headers by the scan, so that a list
+//! of images has its sizes ([`list_tables`]) as a shard's meta block gives them.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::sync::Arc;
 
-use stokehold_format::{FieldType, FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
+use stokehold_format::{
+    FieldType, FieldValue, ImageCodec, IndexEntry, ListItem, RecordCodec, RecordError, Schema, crc,
+};
 
 use super::index::{FileIndex, Member};
 use super::{Rows, Scanned};
-use crate::sources::webdataset::{field_type, is_pickle, split_name};
+use crate::sources::webdataset::{field_type, image_item, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
 /// The statistics a tar index keeps (what pack's first pass counts).
@@ -25,23 +32,42 @@ pub(super) struct TarStats {
     pub samples: u64,
     /// Pickle members left out.
     pub pickles: u64,
+    /// The fields that are lists of numbered images (`images` of `KEY.0.jpg`, `KEY.1.jpg`, ...):
+    /// `counts` counts a sample once for its list, whatever its number of images.
+    #[serde(default)]
+    pub lists: BTreeSet<String>,
 }
 
-/// The sample being gathered: key, where it starts, its members (extension, data offset, size)
-/// and the CRC of their data.
+/// The bytes of a numbered image read for its size (its header: a JPEG's EXIF and ICC segments
+/// come before its frame header).
+pub(super) const SIZE_HEAD: usize = 256 << 10;
+
+/// The sample being gathered: key, where it starts, its members (extension, data offset, size,
+/// and for a numbered image its width and height, `(0, 0)` when unknown) and the CRC of their
+/// data.
 struct Gathering {
     key: String,
     start: u64,
-    members: Vec<(String, u64, u64)>,
+    members: Vec<Gathered>,
     crc: u32,
 }
+
+/// A member of the sample being gathered: extension, data offset, size, and for a numbered
+/// image its width and height (`(0, 0)` when its header gives none).
+type Gathered = (String, u64, u64, Option<(u32, u32)>);
 
 /// Index the tar read by `r` into `ix`. A damaged archive (a bad header checksum, a cut member)
 /// is an error at its byte offset.
 pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
     let reader = TarReader::new(r, limits(max));
-    scan_with(reader, ix, |reader, crc| {
-        reader.read_data_with(|chunk| *crc = crc::append(*crc, chunk))
+    scan_with(reader, ix, |reader, crc, mut head| {
+        reader.read_data_with(|chunk| {
+            *crc = crc::append(*crc, chunk);
+            if let Some(h) = head.as_deref_mut() {
+                let take = chunk.len().min(SIZE_HEAD.saturating_sub(h.len()));
+                h.extend_from_slice(&chunk[..take]);
+            }
+        })
     })
 }
 
@@ -49,10 +75,13 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
 /// checksummed where it lies.
 pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
     let reader = TarReader::new(all, limits(max));
-    scan_with(reader, ix, |reader, crc| {
-        reader
-            .read_data_slice()
-            .map(|data| *crc = crc::append(*crc, data))
+    scan_with(reader, ix, |reader, crc, head| {
+        reader.read_data_slice().map(|data| {
+            *crc = crc::append(*crc, data);
+            if let Some(h) = head {
+                h.extend_from_slice(&data[..data.len().min(SIZE_HEAD)]);
+            }
+        })
     })
 }
 
@@ -63,12 +92,18 @@ fn limits(max: u64) -> TarLimits {
     }
 }
 
-/// The scan, with `data` folding the current member's data into a CRC-32C.
+/// The scan, with `data` folding the current member's data into a CRC-32C (and, given a
+/// buffer, keeping its first [`SIZE_HEAD`] bytes there).
 fn scan_with<R: Read>(
     mut reader: TarReader<R>,
     ix: &mut FileIndex,
-    mut data: impl FnMut(&mut TarReader<R>, &mut u32) -> Result<(), crate::tar::TarError>,
+    mut data: impl FnMut(
+        &mut TarReader<R>,
+        &mut u32,
+        Option<&mut Vec<u8>>,
+    ) -> Result<(), crate::tar::TarError>,
 ) -> Result<(), (u64, String)> {
+    let mut head = Vec::new();
     let mut stats = TarStats::default();
     let mut current: Option<Gathering> = None;
     let mut refused = 0u64;
@@ -110,9 +145,14 @@ fn scan_with<R: Read>(
             members: Vec::new(),
             crc: 0,
         });
-        // the data is only checksummed, never held
-        data(&mut reader, &mut g.crc).map_err(|e| (e.offset(), e.to_string()))?;
-        g.members.push((ext, entry.data_offset, entry.size));
+        // the data is only checksummed, never held (a numbered image's header is read for its
+        // size)
+        let image = image_item(&ext).is_some();
+        head.clear();
+        data(&mut reader, &mut g.crc, image.then_some(&mut head))
+            .map_err(|e| (e.offset(), e.to_string()))?;
+        let size = image.then(|| stokehold_format::image_size::image_size(&head).unwrap_or((0, 0)));
+        g.members.push((ext, entry.data_offset, entry.size, size));
     }
     if let Some(at) = reader.cut_at() {
         return Err((at, crate::tar::CUT.into()));
@@ -141,7 +181,7 @@ fn finish(
     stats: &mut TarStats,
 ) -> Result<(), (u64, String)> {
     let Some(g) = g else { return Ok(()) };
-    let end = g.members.last().map_or(g.start, |(_, o, n)| o + n);
+    let end = g.members.last().map_or(g.start, |(_, o, n, _)| o + n);
     let len = u32::try_from(end - g.start).map_err(|_| {
         (
             g.start,
@@ -152,7 +192,7 @@ fn finish(
             ),
         )
     })?;
-    let exts: BTreeSet<&str> = g.members.iter().map(|(e, _, _)| e.as_str()).collect();
+    let exts: BTreeSet<&str> = g.members.iter().map(|(e, _, _, _)| e.as_str()).collect();
     if exts.len() < g.members.len() {
         // pack skips it too
         ix.header.notes.push(format!(
@@ -162,13 +202,24 @@ fn finish(
         return Ok(());
     }
     stats.samples += 1;
-    for e in exts {
+    // a sample's numbered images count once, for their list
+    let fields: BTreeSet<&str> = exts
+        .into_iter()
+        .map(|e| match image_item(e) {
+            Some((list, _)) => {
+                stats.lists.insert(list.to_string());
+                list
+            }
+            None => e,
+        })
+        .collect();
+    for e in fields {
         *stats.counts.entry(e.to_string()).or_default() += 1;
     }
     let members: Vec<Member> = g
         .members
         .iter()
-        .map(|(ext, o, n)| Member {
+        .map(|(ext, o, n, _)| Member {
             name: ix.name_id(ext),
             offset: (o - g.start) as u32,
             len: *n as u32,
@@ -179,8 +230,88 @@ fn finish(
         len,
         crc: g.crc,
     };
-    ix.push(entry, &members, g.key.as_bytes());
+    let mut key = Vec::with_capacity(4 + g.key.len());
+    key.extend_from_slice(&(g.key.len() as u32).to_le_bytes());
+    key.extend_from_slice(g.key.as_bytes());
+    for (w, h) in g.members.iter().filter_map(|m| m.3) {
+        key.extend_from_slice(&w.to_le_bytes());
+        key.extend_from_slice(&h.to_le_bytes());
+    }
+    ix.push(entry, &members, &key);
     Ok(())
+}
+
+/// A sample's key and the sizes of its numbered images (`[w, h, w, h, ...]` in member order),
+/// from its key in the index; `None` when that does not parse.
+fn key_and_sizes(raw: &[u8]) -> Option<(&[u8], Vec<u32>)> {
+    let n = u32::from_le_bytes(raw.get(..4)?.try_into().ok()?) as usize;
+    let key = raw.get(4..4usize.checked_add(n)?)?;
+    let rest = &raw[4 + n..];
+    if !rest.len().is_multiple_of(8) {
+        return None;
+    }
+    let sizes = rest
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    Some((key, sizes))
+}
+
+/// Per chosen list of numbered images, each sample's count and its images' sizes in the order
+/// of their numbers, from the index (what a shard's meta block keeps, for
+/// `Dataset::image_sizes`). A damaged sample, or one that gives a number twice, has none; a list
+/// with an image whose size is unknown gets no table (its sizes are unknown: `None`).
+pub(super) fn list_tables(
+    ix: &FileIndex,
+    chosen: &[super::Chosen],
+) -> BTreeMap<String, stokehold_format::ListTable> {
+    let mut out = BTreeMap::new();
+    for c in chosen.iter().filter(|c| c.ty.is_image_list()) {
+        let table = (|| {
+            let (mut counts, mut sizes) = (Vec::with_capacity(ix.entries.len()), Vec::new());
+            for r in 0..ix.entries.len() {
+                if ix.damaged(r) {
+                    counts.push(0);
+                    continue;
+                }
+                let (_, all) = key_and_sizes(ix.key_of(r))?;
+                // (number, width, height) of this list's images; the sizes are in the order of
+                // the sample's numbered images
+                let mut k = 0usize;
+                let mut items: Vec<(u32, u32, u32)> = Vec::new();
+                for m in ix.members_of(r) {
+                    let Some((list, n)) = ix
+                        .header
+                        .names
+                        .get(m.name as usize)
+                        .and_then(|e| image_item(e))
+                    else {
+                        continue;
+                    };
+                    let (w, h) = (*all.get(2 * k)?, *all.get(2 * k + 1)?);
+                    k += 1;
+                    if list == c.name {
+                        items.push((n, w, h));
+                    }
+                }
+                items.sort_by_key(|i| i.0);
+                if items.windows(2).any(|w| w[0].0 == w[1].0) {
+                    counts.push(0);
+                    continue;
+                }
+                if items.iter().any(|&(_, w, h)| (w, h) == (0, 0)) {
+                    return None;
+                }
+                counts.push(u32::try_from(items.len()).ok()?);
+                sizes.extend(items.iter().flat_map(|&(_, w, h)| [w, h]));
+            }
+            stokehold_format::ListTable::new(counts, Some(sizes)).ok()
+        })();
+        if let Some(t) = table {
+            out.insert(c.name.clone(), t);
+        }
+    }
+    out
 }
 
 /// The fields of one tar's samples.
@@ -197,6 +328,71 @@ impl TarCodec {
     fn data<'a>(&self, row: usize, bytes: &'a [u8], m: &Member) -> Option<&'a [u8]> {
         let _ = row;
         bytes.get(m.offset as usize..(m.offset as usize).checked_add(m.len as usize)?)
+    }
+}
+
+impl TarCodec {
+    /// The numbered images of list `list` of sample `row` (its bytes `bytes`), in the order of
+    /// their numbers; none is an empty list where the field is `optional`. An error gives the
+    /// offset in the sample and says what is wrong (a number given twice, a member past the end).
+    fn image_list<'a>(
+        &self,
+        row: usize,
+        bytes: &'a [u8],
+        list: &str,
+        optional: bool,
+    ) -> Result<FieldValue<'a>, (u32, String)> {
+        let mut items: Vec<(u32, &str, &Member)> = Vec::new();
+        for m in self.index.members_of(row) {
+            let name = self.index.header.names.get(m.name as usize);
+            if let Some((_, n)) = name.and_then(|e| image_item(e)).filter(|(l, _)| *l == list) {
+                items.push((n, name.map_or("", String::as_str), m));
+            }
+        }
+        if items.is_empty() && !optional {
+            return Err((
+                0,
+                format!("no numbered image members of {list:?}, a required field"),
+            ));
+        }
+        items.sort_by_key(|(n, _, _)| *n);
+        if let Some(w) = items.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err((
+                w[1].2.offset,
+                format!(
+                    "two members for image {} of {list:?}: .{} and .{}",
+                    w[0].0, w[0].1, w[1].1
+                ),
+            ));
+        }
+        let mut out = Vec::with_capacity(items.len());
+        for (_, ext, m) in items {
+            let data = self.data(row, bytes, m).ok_or_else(|| {
+                (
+                    m.offset,
+                    format!(
+                        "member .{ext} ({} bytes) passes the end of the sample",
+                        m.len
+                    ),
+                )
+            })?;
+            out.push(FieldValue::Image(Cow::Borrowed(data)));
+        }
+        Ok(FieldValue::List(out))
+    }
+
+    /// Whether sample `row` holds field `name` (a member of that extension, or for a list of
+    /// numbered images, one of them).
+    pub(super) fn holds(ix: &FileIndex, row: usize, name: &str, id: Option<u32>) -> bool {
+        ix.members_of(row).iter().any(|m| {
+            Some(m.name) == id
+                || ix
+                    .header
+                    .names
+                    .get(m.name as usize)
+                    .and_then(|e| image_item(e))
+                    .is_some_and(|(l, _)| l == name)
+        })
     }
 }
 
@@ -232,11 +428,21 @@ impl RecordCodec for TarCodec {
             detail,
         };
         let Some((id, ext, optional)) = &self.fields[i] else {
-            return match std::str::from_utf8(self.index.key_of(row)) {
-                Ok(k) => Ok(FieldValue::String(Cow::Owned(k.to_string()))),
-                Err(_) => Err(corrupt(0, "the sample's key is not UTF-8".into())),
+            return match key_and_sizes(self.index.key_of(row)).map(|(k, _)| std::str::from_utf8(k))
+            {
+                Some(Ok(k)) => Ok(FieldValue::String(Cow::Owned(k.to_string()))),
+                Some(Err(_)) => Err(corrupt(0, "the sample's key is not UTF-8".into())),
+                None => Err(corrupt(
+                    0,
+                    "the sample's key in the index does not parse".into(),
+                )),
             };
         };
+        if schema.fields[i].ty.is_image_list() {
+            return self
+                .image_list(row, bytes, ext, *optional)
+                .map_err(|(at, e)| corrupt(at, e));
+        }
         let member = id.and_then(|id| self.index.members_of(row).iter().find(|m| m.name == id));
         let Some(m) = member else {
             return match crate::sources::empty_value(&schema.fields[i].ty).filter(|_| *optional) {
@@ -300,6 +506,7 @@ pub(super) fn choose(
         })?;
         all.samples += s.samples;
         all.pickles += s.pickles;
+        all.lists.extend(s.lists);
         for (e, n) in s.counts {
             *all.counts.entry(e).or_default() += n;
         }
@@ -314,12 +521,25 @@ pub(super) fn choose(
         &all.counts,
         all.samples,
         fields,
-        |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| {
+            all.lists.contains(ext)
+                || matches!(field_type(ext), FieldType::String | FieldType::Bytes)
+        },
         |ext| format!("member .{ext}"),
         notes,
         source,
     )?;
-    Ok(super::Chosen::typed(chosen, field_type))
+    Ok(super::Chosen::typed(chosen, |name| {
+        if all.lists.contains(name) {
+            FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto,
+                },
+            }
+        } else {
+            field_type(name)
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -343,6 +563,11 @@ mod scan_tests {
         add("s1.pyd", b"not unpickled");
         add("s2.jpg", b"\xff\xd8 small");
         add("s2.txt", b"caption");
+        // a numbered image: its size, from its header, in the sample's key
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        png.extend_from_slice(&3u32.to_be_bytes());
+        png.extend_from_slice(&5u32.to_be_bytes());
+        add("s2.0.png", &png);
         let mut link = ::tar::Header::new_ustar();
         link.set_entry_type(::tar::EntryType::Symlink);
         link.set_size(0);
@@ -363,6 +588,7 @@ mod scan_tests {
         );
         assert_eq!(m, s);
         assert_eq!(m.entries.len(), 2);
+        assert_eq!(key_and_sizes(m.key_of(1)), Some((&b"s2"[..], vec![3, 5])));
         assert!(m.header.notes.iter().any(|n| n.contains("refused")));
         let cut = &archive[..100_000];
         assert_eq!(

@@ -3,14 +3,20 @@
 //! kinds; lists and objects, a conversation's `messages`, as their canonical JSON text), so that
 //! `pack` of a JSONL file gives the samples reading it in place gives. A line that is not a
 //! JSON object, or lacks a required key, is skipped and counted (`FILE:LINE`).
+//!
+//! One thing `pack` does that reading in place does not: a key whose values in the first lines
+//! are all lists of file names with an image extension (`"images": ["a.jpg", "b/c.png"]`, every
+//! string ending in `.jpg`, `.jpeg`, `.jpe`, `.png` or `.webp`, at least one of them) becomes a
+//! `list:image` field of those files' bytes, read relative to the JSONL file's folder. A file
+//! that cannot be read, or is no image, skips its line, naming the line, the item and the path.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stokehold_format::{Field, Schema};
+use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, ListItem, Schema};
 
-use super::{Loaded, PackError, PackOptions, Plan, Skipped};
-use crate::sources::jsonl::{LineStats, SAMPLED_LINES, field_value, lines};
+use super::{Loaded, PackError, PackOptions, Plan, Skipped, check_image, read_file};
+use crate::sources::jsonl::{Got, LineStats, SAMPLED_LINES, field_value, find, lines};
 
 /// The first lines' statistics of a JSONL file's bytes.
 pub(super) fn first_lines(all: &[u8]) -> LineStats {
@@ -43,12 +49,30 @@ pub(super) fn plan<'a>(
         &mut notes,
         &mut source,
     )?;
+    let mut fields = fields;
+    for f in fields.iter_mut().filter(|f| f.ty == FieldType::Json) {
+        if lists_image_paths(&all, &f.name) {
+            f.ty = FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto,
+                },
+            };
+            notes.push(format!(
+                "key {:?} lists image files: packed as a list of images (list:image), read \
+                 relative to {}",
+                f.name,
+                dir_of(src).display()
+            ));
+        }
+    }
     let schema = Schema::new(
         fields
             .iter()
             .map(|f| Field::new(f.name.clone(), f.ty.clone()))
             .collect(),
     )?;
+    let dir = dir_of(src).to_path_buf();
+    let max = options.max_item_bytes;
     let all: Arc<[u8]> = all.into();
     let jobs: Vec<(u64, usize, usize)> = lines(&all)
         .map(|(n, at, line)| (n, at, line.len()))
@@ -67,19 +91,90 @@ pub(super) fn plan<'a>(
                 let line = &all[at..at + len];
                 let input = format!("{}:{n}", src.display());
                 let mut values = Vec::with_capacity(fields.len());
+                let (mut bytes, mut progressive) = (len as u64, false);
                 for f in &fields {
-                    match field_value(line, &f.name, &f.ty, f.optional) {
-                        Ok(v) => values.push(v.into_owned()),
+                    let v = if f.ty.is_image_list() {
+                        image_files(line, &f.name, f.optional, &dir, max, &mut progressive)
+                    } else {
+                        field_value(line, &f.name, &f.ty, f.optional).map(FieldValue::into_owned)
+                    };
+                    match v {
+                        Ok(v) => {
+                            if f.ty.is_image_list() {
+                                // the files read, beside the line
+                                bytes += super::parquet::value_bytes(&v);
+                            }
+                            values.push(v)
+                        }
                         Err(reason) => return Loaded::Skip(Skipped { input, reason }),
                     }
                 }
                 Loaded::Sample {
                     input,
                     values,
-                    bytes: len as u64,
-                    progressive: false,
+                    bytes,
+                    progressive,
                 }
             })
         }),
     })
+}
+
+/// The folder relative paths of JSONL file `src` are read from.
+fn dir_of(src: &Path) -> &Path {
+    src.parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// The strings of a list value's canonical JSON text, `None` when it is not a list of strings.
+fn string_list(text: &str) -> Option<Vec<String>> {
+    serde_json::from_str(text).ok()
+}
+
+/// Whether key `key` of the first lines of `all` holds lists of image file names: every value
+/// not null is a list of strings, each with an image extension, and there is at least one.
+fn lists_image_paths(all: &[u8], key: &str) -> bool {
+    let mut names = 0usize;
+    for (_, _, line) in lines(all).take(SAMPLED_LINES as usize) {
+        match find(line, key) {
+            Ok(None | Some(Got::Null)) | Err(_) => {}
+            Ok(Some(Got::Json(text))) => match string_list(&text) {
+                Some(list) if list.iter().all(|p| crate::sources::has_image_extension(p)) => {
+                    names += list.len();
+                }
+                _ => return false,
+            },
+            Ok(Some(_)) => return false,
+        }
+    }
+    names > 0
+}
+
+/// The `list:image` value of key `key` of `line`: the bytes of the files it lists (relative to
+/// `dir`), each checked as an image; a missing or null key is an empty list where `optional`.
+/// An error names the item and the file.
+fn image_files(
+    line: &[u8],
+    key: &str,
+    optional: bool,
+    dir: &Path,
+    max: u64,
+    progressive: &mut bool,
+) -> Result<FieldValue<'static>, String> {
+    let paths = match find(line, key).map_err(|e| e.to_string())? {
+        Some(Got::Json(text)) => string_list(&text),
+        None | Some(Got::Null) if optional => Some(Vec::new()),
+        None => return Err(format!("has no key {key:?}")),
+        Some(Got::Null) => return Err(format!("key {key:?} is null")),
+        _ => None,
+    }
+    .ok_or_else(|| format!("key {key:?} is not a list of image file names"))?;
+    crate::sources::parquet::list_items(paths.len(), max, |k| {
+        let file = dir.join(&paths[k]);
+        let bytes = read_file(&file, max).map_err(|e| format!("{}: {e}", file.display()))?;
+        *progressive |= check_image(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+        Ok(FieldValue::Image(bytes.into()))
+    })
+    .map_err(|e| format!("key {key:?} {e}"))
 }

@@ -450,10 +450,28 @@ impl Sink<'_> {
                 } => {
                     let (mut transcoded, mut resized) = (false, false);
                     let mut kept = Vec::new();
-                    for (field, v) in schema.fields.iter().zip(values.iter_mut()) {
-                        let (FieldType::Image { .. }, FieldValue::Image(b)) = (&field.ty, v) else {
-                            continue;
-                        };
+                    // every image, alone or an item of a list of images, named in messages
+                    let images = schema.fields.iter().zip(values.iter_mut()).flat_map(
+                        |(field, v)| -> Vec<(String, &mut std::borrow::Cow<'static, [u8]>)> {
+                            match (&field.ty, v) {
+                                (FieldType::Image { .. }, FieldValue::Image(b)) => {
+                                    vec![(format!("field {:?}", field.name), b)]
+                                }
+                                (ty, FieldValue::List(items)) if ty.is_image_list() => items
+                                    .iter_mut()
+                                    .enumerate()
+                                    .filter_map(|(k, item)| match item {
+                                        FieldValue::Image(b) => {
+                                            Some((format!("field {:?} item {k}", field.name), b))
+                                        }
+                                        _ => None,
+                                    })
+                                    .collect(),
+                                _ => Vec::new(),
+                            }
+                        },
+                    );
+                    for (name, b) in images {
                         let applied = check_pixel_limit(b, policy.max_pixels).and_then(|()| {
                             if !touch_images {
                                 return Ok(Applied::default());
@@ -468,13 +486,13 @@ impl Sink<'_> {
                                 transcoded |= a.transcoded;
                                 resized |= a.resized;
                                 if let Some(why) = a.kept {
-                                    kept.push(format!("field {:?}: {why}", field.name));
+                                    kept.push(format!("{name}: {why}"));
                                 }
                             }
                             Err(e) => {
                                 return Encoded::Skip(Skipped {
                                     input,
-                                    reason: format!("field {:?}: {e}", field.name),
+                                    reason: format!("{name}: {e}"),
                                 });
                             }
                         }
@@ -649,7 +667,7 @@ pub fn pack(
         .schema
         .fields
         .iter()
-        .any(|f| matches!(f.ty, FieldType::Image { .. }));
+        .any(|f| matches!(f.ty, FieldType::Image { .. }) || f.ty.is_image_list());
     if has_images && (options.images.baseline || options.images.restart_markers) {
         source["transcoded_to_baseline"] = transcoded.into();
         source["kept_as_is"] = kept_as_is.len().into();

@@ -35,8 +35,8 @@ use stokehold_format::{Field, FieldValue, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
 use crate::sources::parquet::{
-    Kind, binary_at, class_names, hf_features, kind_of, panic_payload, sniff_images, string_at,
-    struct_bytes, value_at,
+    Kind, binary_at, class_names, hf_features, hf_image_type, kind_of, list_at, list_items,
+    panic_payload, sniff_images, string_at, struct_bytes, value_at,
 };
 
 /// A batch decoded from a row group holds at most about this many bytes (fewer rows when rows
@@ -216,7 +216,6 @@ pub(super) fn plan<'a>(
     let mut kinds: BTreeMap<String, Kind> = BTreeMap::new();
     let mut unsupported: BTreeMap<String, String> = BTreeMap::new();
     let features = hf_features(&first.meta);
-    let hf_type = |name: &str| features.get(name)?.get("_type")?.as_str();
     for (root, f) in first.meta.schema().fields().iter().enumerate() {
         let name = f.name();
         if kinds.contains_key(name) || unsupported.contains_key(name) {
@@ -233,9 +232,14 @@ pub(super) fn plan<'a>(
             Some(Kind::Bytes) if looks_like_images(first, root, name)? => {
                 kinds.insert(name.clone(), Kind::Image);
             }
+            Some(Kind::BytesList) if looks_like_images(first, root, name)? => {
+                kinds.insert(name.clone(), Kind::ImageList);
+            }
             // Audio, Video, Pdf store the same {bytes, path} struct as Image
-            Some(Kind::ImageStruct) if hf_type(name).is_some_and(|t| t != "Image") => {
-                let t = hf_type(name).unwrap_or_default();
+            Some(Kind::ImageStruct | Kind::ImageList)
+                if hf_image_type(features.get(name)).is_some_and(|t| t != "Image") =>
+            {
+                let t = hf_image_type(features.get(name)).unwrap_or_default();
                 unsupported.insert(name.clone(), format!("a Hugging Face {t} feature"));
             }
             Some(k) => {
@@ -261,6 +265,7 @@ pub(super) fn plan<'a>(
             let k = kind_of(f.data_type());
             let same = match (kind, k) {
                 (Kind::Image | Kind::Bytes, Some(Kind::Bytes)) => true,
+                (Kind::ImageList | Kind::BytesList, Some(Kind::BytesList)) => true,
                 (a, Some(b)) => *a == b,
                 (_, None) => false,
             };
@@ -298,7 +303,8 @@ pub(super) fn plan<'a>(
             if let Some(why) = unsupported.get(&f.name) {
                 return Err(PackError::Input(format!(
                     "--fields: column {:?} cannot be packed ({why}); columns of binary, string, \
-                     integer, float and list-of-number types can",
+                     integer, float, image and struct types and of lists of numbers, binary, \
+                     strings or images can",
                     f.name
                 )));
             }
@@ -319,12 +325,7 @@ pub(super) fn plan<'a>(
         &counts,
         rows,
         options.fields.as_deref(),
-        |n| {
-            matches!(
-                kinds[n],
-                Kind::Str | Kind::Bytes | Kind::List(_) | Kind::Json
-            )
-        },
+        |n| kinds[n].can_be_empty(),
         |n| format!("column {n:?}"),
         &mut notes,
         &mut source,
@@ -589,6 +590,43 @@ fn image_at(
     }
 }
 
+/// A list of images: each item a binary value or a `{bytes, path}` struct (its bytes, or the
+/// file at its path), checked as an image; an error names the item. `Ok(None)`: null.
+fn image_list_at(
+    a: &dyn Array,
+    i: usize,
+    dir: &Path,
+    max: u64,
+    progressive: &mut bool,
+) -> Result<Option<FieldValue<'static>>, String> {
+    if a.is_null(i) {
+        return Ok(None);
+    }
+    let items = list_at(a, i).map_err(String::from)?;
+    let kind = if items.as_struct_opt().is_some() {
+        Kind::ImageStruct
+    } else {
+        Kind::Image
+    };
+    list_items(items.len(), max, |k| {
+        let img = image_at(items.as_ref(), k, kind, dir, max)?.ok_or("null")?;
+        *progressive |= check_image(&img)?;
+        Ok(FieldValue::Image(img.into()))
+    })
+    .map(Some)
+}
+
+/// The input bytes a value holds (its data; 8 for a number).
+pub(super) fn value_bytes(v: &FieldValue<'_>) -> u64 {
+    match v {
+        FieldValue::Image(d) | FieldValue::Bytes(d) => d.len() as u64,
+        FieldValue::String(s) => s.len() as u64,
+        FieldValue::Array(a) => a.data.len() as u64,
+        FieldValue::List(items) => items.iter().map(value_bytes).sum(),
+        _ => 8,
+    }
+}
+
 fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
     let input = format!("{} row {}", b.file, b.first_row + i as u64);
     let skip = |reason: String| {
@@ -618,16 +656,12 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
                 Ok(None) => Ok(None),
                 Err(e) => Err(e),
             },
+            Kind::ImageList => image_list_at(a, i, &b.dir, max, &mut progressive),
             kind => value_at(a, i, kind, max),
         };
         match v {
             Ok(Some(v)) => {
-                bytes += match &v {
-                    FieldValue::Image(d) | FieldValue::Bytes(d) => d.len() as u64,
-                    FieldValue::String(s) => s.len() as u64,
-                    FieldValue::Array(a) => a.data.len() as u64,
-                    _ => 8,
-                };
+                bytes += value_bytes(&v);
                 values.push(v);
             }
             Ok(None) => {

@@ -24,7 +24,6 @@ const PATH_COLUMNS: [&str; 8] = [
     "video",
     "video_path",
 ];
-const IMAGE_EXTENSIONS: [&str; 5] = ["jpg", "jpeg", "png", "webp", "jpe"];
 
 /// One cell as read.
 #[derive(Debug, Clone)]
@@ -205,10 +204,11 @@ pub(super) fn plan<'a>(
         let all = read_file(src, options.max_item_bytes)
             .map_err(|e| PackError::Input(format!("{}: {e}", src.display())))?;
         let stats = super::jsonl::first_lines(&all);
+        // (a key of that name holding lists, of image paths or else, is no column of files)
         if !stats
             .keys
             .iter()
-            .any(|k| PATH_COLUMNS.contains(&k.name.as_str()))
+            .any(|k| PATH_COLUMNS.contains(&k.name.as_str()) && k.str > 0)
         {
             return super::jsonl::plan(src, all, &stats, options);
         }
@@ -247,10 +247,7 @@ pub(super) fn plan<'a>(
     };
     let base = src.parent().unwrap_or(Path::new(".")).to_path_buf();
     let all_images = table.rows.iter().all(|r| match &r.cells[path_col] {
-        Some(Cell::Str(p)) => Path::new(p)
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| IMAGE_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str())),
+        Some(Cell::Str(p)) => crate::sources::has_image_extension(p),
         _ => true,
     });
     let ext_of = |r: &Row| match &r.cells[path_col] {

@@ -1,6 +1,9 @@
 //! WebDataset tar shards: consecutive members `KEY.EXT` form one sample; each extension becomes a
 //! field: image extensions → image:auto, `cls`/`cls2`/`index`/`label` → int64 (decimal text),
 //! `txt`/`text`/`caption`/`json` → string, anything else → bytes; plus `__key__` (string).
+//! Numbered image members (`KEY.0.jpg`, `KEY.1.png`, ...) are one `list:image` field `images`,
+//! in the order of their numbers (`KEY.img.0.jpg`, `KEY.img.1.jpg`: field `img`); a sample
+//! without any holds an empty list there.
 //!
 //! Member names are opaque keys: nothing is ever written to disk from them; links and devices are
 //! refused; pickle members are left out unless `keep_pickle` (and even then stored as opaque
@@ -11,11 +14,11 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 
-use stokehold_format::{Field, FieldType, FieldValue, Schema};
+use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, ListItem, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, source_files};
 use crate::sources::choose_fields;
-use crate::sources::webdataset::{field_type, is_pickle, split_name};
+use crate::sources::webdataset::{field_type, image_item, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
 fn tar_files(sources: &[PathBuf]) -> Result<Vec<PathBuf>, PackError> {
@@ -55,6 +58,8 @@ pub(super) fn plan<'a>(
     let mut samples = 0u64;
     let mut bytes = 0u64;
     let mut pickles = 0u64;
+    // the fields that are lists of numbered images
+    let mut lists: BTreeSet<String> = BTreeSet::new();
     for f in &files {
         let file = File::open(f).map_err(|e| PackError::io(f, e))?;
         let mut r = TarReader::new(BufReader::with_capacity(1 << 16, file), limits);
@@ -83,11 +88,19 @@ pub(super) fn plan<'a>(
             if current.as_ref().is_none_or(|c| c.0 != key) {
                 count(current.replace((key.to_string(), BTreeSet::new())));
             }
+            // the numbered images of a sample count as one field, their list
+            let field = match image_item(ext) {
+                Some((list, _)) => {
+                    lists.insert(list.to_string());
+                    list
+                }
+                None => ext,
+            };
             current
                 .as_mut()
                 .expect("set above")
                 .1
-                .insert(ext.to_string());
+                .insert(field.to_string());
         }
         count(current);
         progress.advance(1, 0);
@@ -105,7 +118,9 @@ pub(super) fn plan<'a>(
         &counts,
         samples,
         options.fields.as_deref(),
-        |ext| matches!(field_type(ext), FieldType::String | FieldType::Bytes),
+        |ext| {
+            lists.contains(ext) || matches!(field_type(ext), FieldType::String | FieldType::Bytes)
+        },
         |ext| format!("member .{ext}"),
         &mut notes,
         &mut source,
@@ -113,7 +128,15 @@ pub(super) fn plan<'a>(
     let mut fields = vec![Field::new("__key__", FieldType::String)];
     let mut types = Vec::new();
     for c in chosen {
-        let ty = field_type(&c.name);
+        let ty = if lists.contains(&c.name) {
+            FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto,
+                },
+            }
+        } else {
+            field_type(&c.name)
+        };
         fields.push(Field::new(c.name.clone(), ty.clone()));
         types.push((c.name, ty, c.optional));
     }
@@ -161,7 +184,16 @@ fn load(job: Job, types: &[FieldPlan]) -> Loaded {
         })
     };
     let mut by_ext: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    // numbered images by list: (number, extension, data)
+    let mut lists: BTreeMap<String, Vec<(u32, String, Vec<u8>)>> = BTreeMap::new();
     for (ext, data) in members {
+        if let Some((list, n)) = image_item(&ext) {
+            lists
+                .entry(list.to_string())
+                .or_default()
+                .push((n, ext, data));
+            continue;
+        }
         if by_ext.contains_key(&ext) {
             return skip(format!("two members with extension {ext:?}"));
         }
@@ -172,6 +204,39 @@ fn load(job: Job, types: &[FieldPlan]) -> Loaded {
     let mut total = 0u64;
     let mut progressive = false;
     for (ext, ty, optional) in types {
+        if ty.is_image_list() {
+            let mut items = lists.remove(ext).unwrap_or_default();
+            if items.is_empty() && !*optional {
+                return skip(format!(
+                    "no numbered image members ({}), a required field",
+                    if ext == crate::sources::webdataset::IMAGE_LIST {
+                        ".0.jpg, .1.jpg, ...".to_string()
+                    } else {
+                        format!(".{ext}.0.jpg, .{ext}.1.jpg, ...")
+                    }
+                ));
+            }
+            items.sort_by_key(|(n, _, _)| *n);
+            if let Some(w) = items.windows(2).find(|w| w[0].0 == w[1].0) {
+                return skip(format!(
+                    "two members for image {} of {ext:?}: .{} and .{}",
+                    w[0].0, w[0].1, w[1].1
+                ));
+            }
+            let mut list = Vec::with_capacity(items.len());
+            for (k, (_, member, data)) in items.into_iter().enumerate() {
+                match check_image(&data) {
+                    Ok(p) => progressive |= p,
+                    Err(e) => {
+                        return skip(format!("member .{member} (item {k} of {ext:?}): {e}"));
+                    }
+                }
+                total += data.len() as u64;
+                list.push(FieldValue::Image(data.into()));
+            }
+            values.push(FieldValue::List(list));
+            continue;
+        }
         let data = match by_ext.remove(ext) {
             Some(data) => data,
             None if *optional => Vec::new(), // a text or bytes field: stored empty
@@ -364,6 +429,26 @@ mod tests {
         );
         assert_eq!(split_name("noext"), None);
         assert_eq!(split_name("trailing."), None);
+    }
+
+    #[test]
+    fn numbered_image_members_are_items_of_a_list() {
+        assert_eq!(image_item("0.jpg"), Some(("images", 0)));
+        assert_eq!(image_item("12.PNG"), Some(("images", 12)));
+        assert_eq!(image_item("img.3.webp"), Some(("img", 3)));
+        assert_eq!(image_item("a.b.007.jpeg"), Some(("a.b", 7)));
+        // not an image, not a number, too long a number, no number, an empty prefix
+        for ext in [
+            "0.txt",
+            "x.jpg",
+            "1e3.jpg",
+            "1234567890.jpg",
+            "jpg",
+            ".0.jpg",
+            "-1.jpg",
+        ] {
+            assert_eq!(image_item(ext), None, "{ext}");
+        }
     }
 
     #[test]

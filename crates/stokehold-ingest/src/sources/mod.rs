@@ -484,8 +484,17 @@ pub(crate) fn choose_fields(
     Ok(chosen)
 }
 
-/// The value stored for an optional field a sample lacks (or holds null): empty text, bytes or
-/// array; `None` for types without an empty value.
+/// Whether a file's name has an image extension (`.jpg`, `.jpeg`, `.jpe`, `.png`, `.webp`, in
+/// any case): a table's column of such names holds images.
+pub(crate) fn has_image_extension(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| webdataset::IMAGE.contains(&e.to_ascii_lowercase().as_str()))
+}
+
+/// The value stored for an optional field a sample lacks (or holds null): empty text, bytes,
+/// array or list; `None` for types without an empty value.
 pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
     use std::borrow::Cow;
     Some(match ty {
@@ -497,6 +506,7 @@ pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
             shape: vec![0],
             data: Cow::Borrowed(&[]),
         }),
+        FieldType::List { .. } => FieldValue::List(Vec::new()),
         _ => return None,
     })
 }

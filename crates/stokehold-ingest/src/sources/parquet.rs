@@ -10,11 +10,13 @@ use arrow_array::types::{
     Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
     UInt16Type, UInt32Type, UInt64Type,
 };
+use std::sync::Arc;
+
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
-use stokehold_format::{ArrayValue, DType, FieldType, FieldValue, ImageCodec};
+use stokehold_format::{ArrayValue, DType, FieldType, FieldValue, ImageCodec, ListItem};
 
 /// Values looked at to tell whether a binary column holds images.
 const SNIFF: usize = 32;
@@ -34,7 +36,15 @@ pub(crate) enum Kind {
     Int,
     Float,
     List(DType),
-    /// Structs, and lists of structs or strings (a conversation's
+    /// A list of images (`list:image`): Hugging Face's `Sequence(Image())`, a list of `{bytes,
+    /// path}` structs (an item with only a path is the file at `path`, for `pack`), or a list of
+    /// binary whose first items are images.
+    ImageList,
+    /// A list of binary items that are not images (`list:bytes`).
+    BytesList,
+    /// A list of strings (`list:string`).
+    StrList,
+    /// Structs, and lists of structs or of lists (a conversation's
     /// `list<struct<role: string, content: string>>`): a json field, the value's canonical JSON
     /// text (what `json.dumps(v, separators=(",", ":"), ensure_ascii=False)`
     /// writes of pyarrow's `to_pylist()` value; struct fields in their order).
@@ -53,15 +63,48 @@ impl Kind {
             Kind::Float => FieldType::Float64,
             Kind::List(dtype) => FieldType::Ndarray { dtype },
             Kind::Json => FieldType::Json,
+            Kind::ImageList => FieldType::List {
+                item: ListItem::Image {
+                    codec: ImageCodec::Auto,
+                },
+            },
+            Kind::BytesList => FieldType::List {
+                item: ListItem::Bytes,
+            },
+            Kind::StrList => FieldType::List {
+                item: ListItem::String,
+            },
         }
+    }
+
+    /// Whether a null of an optional field of this kind is stored as an empty value (text,
+    /// bytes, arrays, lists).
+    pub(crate) fn can_be_empty(self) -> bool {
+        matches!(
+            self,
+            Kind::Str
+                | Kind::Bytes
+                | Kind::List(_)
+                | Kind::Json
+                | Kind::ImageList
+                | Kind::BytesList
+                | Kind::StrList
+        )
     }
 }
 
 /// The kind of a column of type `t` ([`crate::arrow::field_type`], the mapping every Arrow
 /// writer shares); `None` for a type pack cannot store. Binary columns come back as
-/// [`Kind::Bytes`] until their values are looked at. Lists of lists map to an ndarray, but pack
-/// reads flat lists only: a nested one, or a variable-shape tensor, is left out, with a note.
+/// [`Kind::Bytes`] (lists of binary [`Kind::BytesList`]) until their values are looked at. Lists
+/// of lists map to an ndarray, but pack reads flat lists only: a nested one, or a variable-shape
+/// tensor, is left out, with a note.
 pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
+    match crate::arrow::list_item(t) {
+        Some(ListItem::Image { .. }) => return Some(Kind::ImageList),
+        Some(ListItem::Bytes) => return Some(Kind::BytesList),
+        Some(ListItem::String) => return Some(Kind::StrList),
+        None => {}
+    }
     if is_json(t) {
         return Some(Kind::Json);
     }
@@ -83,7 +126,7 @@ pub(crate) fn kind_of(t: &DataType) -> Option<Kind> {
         FieldType::Int64 => Kind::Int,
         FieldType::Float64 => Kind::Float,
         FieldType::Ndarray { dtype } => Kind::List(dtype),
-        // Arrow's mapping gives no list field type yet (pack of image lists is to come)
+        // (handled above)
         FieldType::List { .. } => return None,
     })
 }
@@ -201,6 +244,21 @@ pub(crate) fn hf_features(
         .unwrap_or_default()
 }
 
+/// The Hugging Face type of the images of an image column's feature: `Image` (or `Audio`,
+/// `Video`, `Pdf`, which store the same `{bytes, path}` struct), also inside a `Sequence` or
+/// `List` (`{"_type": "Sequence", "feature": {"_type": "Image"}}`, or the older `[{"_type":
+/// "Image"}]`); `None` when the feature does not say.
+pub(crate) fn hf_image_type(feature: Option<&serde_json::Value>) -> Option<&str> {
+    let f = feature?;
+    if let Some(items) = f.as_array() {
+        return hf_image_type(items.first());
+    }
+    match f.get("_type")?.as_str()? {
+        "Sequence" | "List" | "LargeList" => hf_image_type(f.get("feature")),
+        t => Some(t),
+    }
+}
+
 /// The class names of a `ClassLabel` feature.
 pub(crate) fn class_names(feature: &serde_json::Value) -> Option<Vec<String>> {
     if feature.get("_type")?.as_str()? != "ClassLabel" {
@@ -220,7 +278,26 @@ pub(crate) fn image_by_name(name: &str) -> bool {
     n.contains("image") || n.contains("img") || super::webdataset::IMAGE.contains(&n.as_str())
 }
 
-/// [`looks_like_images`] over any reader of the file; an error names the row group.
+/// All the items of a list array (of its rows in the slice it is), `None` when it is no list.
+fn list_values(a: &dyn Array) -> Option<ArrayRef> {
+    if let Some(l) = a.as_list_opt::<i32>() {
+        let o = l.value_offsets();
+        let (lo, hi) = (o[0] as usize, o[o.len() - 1] as usize);
+        Some(l.values().slice(lo, hi - lo))
+    } else if let Some(l) = a.as_list_opt::<i64>() {
+        let o = l.value_offsets();
+        let (lo, hi) = (o[0] as usize, o[o.len() - 1] as usize);
+        Some(l.values().slice(lo, hi - lo))
+    } else {
+        a.as_fixed_size_list_opt().map(|l| {
+            let n = l.value_length() as usize;
+            l.values().slice(l.offset() * n, l.len() * n)
+        })
+    }
+}
+
+/// Whether most of the first values of a binary column (or items of a list of binary) are
+/// images, over any reader of the file; an error names the row group.
 pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
     reader: R,
     meta: &ArrowReaderMetadata,
@@ -243,6 +320,11 @@ pub(crate) fn sniff_images<R: parquet::file::reader::ChunkReader + 'static>(
     for batch in reader.take(1) {
         let batch = batch.map_err(|e| (Some(rg), e.into()))?;
         let col = batch.column(0);
+        // a list column: its items' values
+        let col = match list_values(col.as_ref()) {
+            Some(items) => items,
+            None => Arc::clone(col),
+        };
         for i in 0..col.len() {
             if let Some(b) = binary_at(col.as_ref(), i) {
                 seen += 1;
@@ -322,7 +404,7 @@ fn float_at(a: &dyn Array, i: usize) -> Result<f64, crate::Unusable> {
 }
 
 /// The elements of list value `i` (not null).
-fn list_at(a: &dyn Array, i: usize) -> Result<ArrayRef, crate::Unusable> {
+pub(crate) fn list_at(a: &dyn Array, i: usize) -> Result<ArrayRef, crate::Unusable> {
     if let Some(l) = a.as_list_opt::<i32>() {
         Ok(l.value(i))
     } else if let Some(l) = a.as_list_opt::<i64>() {
@@ -390,6 +472,42 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
     })
 }
 
+/// A list field's value of `n` items, item `k` given by `item(k)`: at most
+/// [`stokehold_format::schema::MAX_LIST_ITEMS`] items of at most `max` bytes in all, each image's header
+/// read (a list of images keeps each one's size); an error names the item.
+pub(crate) fn list_items(
+    n: usize,
+    max: u64,
+    mut item: impl FnMut(usize) -> Result<FieldValue<'static>, String>,
+) -> Result<FieldValue<'static>, String> {
+    use stokehold_format::schema::MAX_LIST_ITEMS;
+    if n > MAX_LIST_ITEMS {
+        return Err(format!(
+            "a list of {n} items, over the limit of {MAX_LIST_ITEMS}"
+        ));
+    }
+    let mut out = Vec::with_capacity(n);
+    let mut total = 0u64;
+    for k in 0..n {
+        let v = item(k).map_err(|e| format!("item {k}: {e}"))?;
+        if let FieldValue::Image(b) = &v {
+            stokehold_format::image_size::image_size(b).map_err(|e| format!("item {k}: {e}"))?;
+        }
+        total += match &v {
+            FieldValue::Image(b) | FieldValue::Bytes(b) => b.len() as u64,
+            FieldValue::String(s) => s.len() as u64,
+            _ => 0,
+        };
+        if total > max {
+            return Err(format!(
+                "its items pass the limit of {max} bytes at item {k}"
+            ));
+        }
+        out.push(v);
+    }
+    Ok(FieldValue::List(out))
+}
+
 /// The bytes of value `i` of a `{bytes, path}` struct column (`None`: a null struct, null
 /// bytes, or not such a struct).
 pub(crate) fn struct_bytes(a: &dyn Array, i: usize) -> Option<&[u8]> {
@@ -438,6 +556,26 @@ pub(crate) fn value_at(
             .map_err(String::from)
             .and_then(|l| list_value(l.as_ref(), dtype))
             .map(|v| Some(FieldValue::Array(v))),
+        Kind::ImageList | Kind::BytesList | Kind::StrList => {
+            let items = list_at(a, i).map_err(String::from)?;
+            list_items(items.len(), max, |k| {
+                let items = items.as_ref();
+                let v = match kind {
+                    Kind::StrList => {
+                        string_at(items, k).map(|s| FieldValue::String(s.to_string().into()))
+                    }
+                    Kind::BytesList => {
+                        binary_at(items, k).map(|b| FieldValue::Bytes(b.to_vec().into()))
+                    }
+                    // an item with only a path has no bytes here (`pack` reads its file)
+                    _ => binary_at(items, k)
+                        .or_else(|| struct_bytes(items, k))
+                        .map(|b| FieldValue::Image(b.to_vec().into())),
+                };
+                v.ok_or_else(|| "null (no value, or an image with no bytes)".to_string())
+            })
+            .map(Some)
+        }
         Kind::Json => {
             let mut out = String::new();
             json_at(a, i, &mut out).map_err(String::from)?;

@@ -25,6 +25,27 @@ pub(crate) fn field_type(ext: &str) -> FieldType {
     }
 }
 
+/// The list of images that member extension `ext` is an item of, and its number: `0.jpg`,
+/// `1.png`, ... are items of `images`, `img.0.jpg`, `img.1.jpg`, ... items of `img` (a decimal
+/// number of at most 9 digits before an image extension). `None`: a member of its own.
+pub(crate) fn image_item(ext: &str) -> Option<(&str, u32)> {
+    let mut parts = ext.rsplitn(3, '.');
+    let last = parts.next()?.to_ascii_lowercase();
+    let number = parts.next()?;
+    if !IMAGE.contains(&last.as_str())
+        || number.is_empty()
+        || number.len() > 9
+        || !number.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let list = parts.next().unwrap_or(IMAGE_LIST);
+    (!list.is_empty()).then(|| (list, number.parse().expect("at most 9 digits")))
+}
+
+/// The field of a sample's numbered images without a prefix (`0.jpg`, `1.jpg`, ...).
+pub(crate) const IMAGE_LIST: &str = "images";
+
 pub(crate) fn is_pickle(ext: &str) -> bool {
     let e = ext.to_ascii_lowercase();
     PICKLE.contains(&e.rsplit('.').next().unwrap_or(&e))

@@ -45,3 +45,20 @@ pub fn jpeg(seed: u64) -> Vec<u8> {
 pub fn packed(src: &[u8]) -> Vec<u8> {
     stokehold_ops::jpeg::with_restarts(src).unwrap_or_else(|_| src.to_vec())
 }
+
+/// Pack options that store images as given (no restart markers: the bytes compare with the
+/// input's), on 2 threads, skipping any number of inputs, with the `--fields` `fields`.
+#[allow(dead_code)] // not every test file that includes this module uses it
+pub fn plain_options(fields: Option<&str>) -> stokehold_ingest::PackOptions {
+    use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions};
+    PackOptions {
+        threads: 2,
+        max_skip_fraction: 1.0,
+        images: ImagePolicy {
+            restart_markers: false,
+            ..ImagePolicy::default()
+        },
+        fields: fields.map(|f| FieldChoice::parse_list(f).unwrap()),
+        ..PackOptions::default()
+    }
+}

@@ -10,7 +10,7 @@ use stokehold_ingest::inplace::{
     INDEX_SUFFIX, InPlaceFormat, InPlaceOptions, in_place_format, index_files, open, open_in_place,
 };
 use stokehold_ingest::tfrecord::write_record;
-use stokehold_ingest::{FieldChoice, ImagePolicy, NoProgress, PackOptions, pack};
+use stokehold_ingest::{FieldChoice, NoProgress, PackOptions, pack};
 use stokehold_storage::{Dataset, OpenOptions};
 
 use crate::common::jpeg;
@@ -47,16 +47,7 @@ fn example(i: u64) -> Example {
 
 /// Pack `inputs` as given (no restart markers: in place the bytes are the files' own).
 fn pack_plain(inputs: &[PathBuf], out: &Path, fields: Option<&str>) -> Dataset {
-    let o = PackOptions {
-        threads: 2,
-        max_skip_fraction: 1.0,
-        images: ImagePolicy {
-            restart_markers: false,
-            ..ImagePolicy::default()
-        },
-        fields: fields.map(|f| FieldChoice::parse_list(f).unwrap()),
-        ..PackOptions::default()
-    };
+    let o = crate::common::plain_options(fields);
     pack(inputs, out, None, &o, &NoProgress).unwrap();
     Dataset::open(out).unwrap()
 }

@@ -5,6 +5,7 @@ mod common;
 
 mod inplace;
 mod jsonl;
+mod lists;
 mod mp4;
 mod pack;
 mod parquet;

@@ -31,7 +31,12 @@ fn opts(threads: usize) -> PackOptions {
 }
 
 /// Write `batch` as a Parquet file with row groups of `group` rows and `metadata`.
-fn write_parquet(path: &Path, batch: &RecordBatch, group: usize, metadata: Vec<KeyValue>) {
+pub(crate) fn write_parquet(
+    path: &Path,
+    batch: &RecordBatch,
+    group: usize,
+    metadata: Vec<KeyValue>,
+) {
     let props = WriterProperties::builder()
         .set_max_row_group_size(group)
         .set_key_value_metadata(Some(metadata))
