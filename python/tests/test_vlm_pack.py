@@ -324,3 +324,45 @@ def test_counting_reads_a_large_records_conversation_not_its_images(tmp_path, vl
     assert ld.stats()["packing"]["conversations"] == 6
     with pytest.raises(StokeholdError, match="checksum"):
         list(ld)
+
+
+def test_a_hugging_face_vision_chat_dataset_packs_and_loads_with_its_images(tmp_path, vl_model):
+    """The SFT recipe from a Hugging Face dataset in the multimodal chat form (messages whose
+    content is a list of parts, images as Sequence(Image())): from_hf, then packed rows whose
+    tokens are ChatTemplate.encode's and whose pixel values are the processor's of the images."""
+    datasets = pytest.importorskip("datasets")
+    samples = vl_samples(10, seed=14, text_only=0.0)
+    part = {"type": datasets.Value("string"), "text": datasets.Value("string")}
+    features = datasets.Features({
+        "messages": [{"role": datasets.Value("string"), "content": [part]}],
+        "images": datasets.Sequence(datasets.Image()),
+    })
+    rows = {"messages": [], "images": []}
+    for conv, images in samples:
+        rows["messages"].append([{"role": m["role"], "content": m["content"] if isinstance(m["content"], list)
+                                  else [{"type": "text", "text": m["content"]}]} for m in conv])
+        rows["images"].append([{"bytes": b, "path": None} for b in images])
+    hf = datasets.Dataset.from_dict(rows, features=features)
+    stokehold.from_hf(hf, tmp_path / "hf")
+    ds = stokehold.Dataset(tmp_path / "hf")
+    ct = template(vl_model)
+    proc = Qwen2VL(**BUDGET)
+    seen = []
+    for b in loader(ds, ct, seq_len=1024, batch_size=2, seed=0, drop_last=False, include_ids=True):
+        docs = [d for r, row in enumerate(rows_of([b])) if not b["is_padding"][r] for d in row]
+        if all(not p for p in b["is_padding"]):
+            want_pv, want_grid = expected_images(samples, [d for row in rows_of([b]) for d in row], proc)
+            assert b["image_grid_thw"].tolist() == np.asarray(want_grid).tolist()
+            assert np.array_equal(b["pixel_values"], want_pv)
+        for r, row in enumerate(rows_of([b])):
+            if b["is_padding"][r]:
+                continue
+            at = 0
+            for d in row:
+                # None-valued keys of Arrow structs (text of an image part) render as nothing
+                want = ct.encode(json.loads(ds[d]["messages"]), images=samples[d][1])["input_ids"]
+                assert want.tolist() == ct.encode(samples[d][0], images=samples[d][1])["input_ids"].tolist()
+                assert b["input_ids"][r, at:at + len(want)].tolist() == want.tolist()
+                at += len(want)
+        seen += docs
+    assert sorted(seen) == list(range(len(samples)))
