@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 use stokehold_format::{FieldType, FieldValue, ImageCodec, Limits, Manifest, WriteOptions};
-use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions, Skipped, SourceKind};
+use stokehold_ingest::{FieldChoice, ImagePolicy, PackOptions, Skipped, SourceKind, VideoPolicy};
 use stokehold_storage::ManifestIo;
 use stokehold_storage::{DatasetWriteOptions, VerifyOptions, verify_dataset};
 
@@ -86,6 +86,14 @@ pub struct PackArgs {
     /// JPEG quality of images re-encoded by --max-side.
     #[arg(long, default_value_t = 90)]
     jpeg_quality: u8,
+    /// Re-encode videos with a keyframe every K frames (H.264, x264 CRF --video-crf, the first
+    /// video stream only; lossy, recorded in the manifest), so that a random clip decodes at most
+    /// K - 1 frames it does not keep. Needs the ffmpeg command.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    video_keyint: Option<u32>,
+    /// x264's constant rate factor for --video-keyint (0-51; 18: visually lossless).
+    #[arg(long, value_name = "CRF", default_value_t = 18, value_parser = clap::value_parser!(u8).range(0..=51))]
+    video_crf: u8,
     /// Store JPEGs exactly as given. By default every JPEG is rewritten losslessly as baseline
     /// with restart markers aligned to MCU rows (same pixels, ~4% larger, ~0.2 ms of CPU per
     /// ImageNet-sized image), so random crops decode only the rows and columns they need (~1.3×
@@ -169,6 +177,10 @@ pub fn pack(a: PackArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             max_pixels: a.max_pixels,
             restart_markers: a.restart_markers
                 || (stokehold_ingest::DEFAULT_RESTART_MARKERS && !a.no_restart_markers),
+        },
+        video: VideoPolicy {
+            keyint: a.video_keyint,
+            crf: a.video_crf,
         },
         max_skip_fraction: a.max_skip_fraction,
         fields: a

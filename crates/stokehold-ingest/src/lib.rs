@@ -60,6 +60,6 @@ impl From<Unusable> for String {
 pub use pack::tokens::{TokenOptions, pack_tokens, token_meta, token_source};
 pub use pack::{
     Applied, DEFAULT_MAX_SKIP_FRACTION, DEFAULT_RESTART_MARKERS, FieldChoice, ImagePolicy,
-    NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind,
+    NoProgress, PackError, PackOptions, PackReport, Progress, Skipped, SourceKind, VideoPolicy,
     apply_image_policy, detect, pack,
 };

@@ -36,10 +36,67 @@ pub(crate) fn matroska_refused(p: &Path) -> PackError {
     ))
 }
 
-/// A video file's `video` value: its frame index and its bytes (or why it cannot be one).
-pub(crate) fn load_video(bytes: &[u8]) -> Result<Vec<u8>, String> {
-    crate::mp4::video_value(bytes, &crate::mp4::Mp4Limits::default())
+/// A video file's `video` value: its frame index and its bytes (or why it cannot be one); with
+/// `policy.keyint`, the file re-encoded first ([`reencode`]).
+pub(crate) fn load_video(
+    path: &Path,
+    bytes: Vec<u8>,
+    policy: &super::VideoPolicy,
+) -> Result<Vec<u8>, String> {
+    let bytes = match policy.keyint {
+        Some(k) => reencode(path, k, policy.crf)?,
+        None => bytes,
+    };
+    crate::mp4::video_value(&bytes, &crate::mp4::Mp4Limits::default())
         .map_err(|e| format!("not a usable MP4 video: {e}"))
+}
+
+/// The video of `path` re-encoded by the `ffmpeg` command: its first video stream as H.264
+/// (x264 at `crf`, 8-bit 4:2:0) with a keyframe every `keyint` frames exactly (no scene-cut
+/// keyframes), in an MP4 whose index comes first; one encoder thread (pack runs one file per
+/// thread). Audio and other streams are left out.
+fn reencode(path: &Path, keyint: u32, crf: u8) -> Result<Vec<u8>, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("stokehold-keyint-{}-{n}.mp4", std::process::id()));
+    let k = keyint.max(1).to_string();
+    let run = std::process::Command::new("ffmpeg")
+        .args(["-nostdin", "-v", "error", "-y", "-i"])
+        .arg(path)
+        .args([
+            "-map", "0:v:0", "-c:v", "libx264", "-preset", "medium", "-threads", "1",
+        ])
+        .args(["-crf", &crf.to_string(), "-g", &k, "-keyint_min", &k])
+        .args([
+            "-sc_threshold",
+            "0",
+            "-pix_fmt",
+            "yuv420p",
+            "-movflags",
+            "+faststart",
+        ])
+        .args(["-f", "mp4"])
+        .arg(&out)
+        .output();
+    let result = match run {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
+            "--video-keyint re-encodes with the ffmpeg command, which is not installed (apt \
+             install ffmpeg)"
+                .to_string(),
+        ),
+        Err(e) => Err(format!("ffmpeg could not be started: {e}")),
+        Ok(o) if !o.status.success() => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
+            Err(format!(
+                "re-encoding with --video-keyint failed ({}): {tail}",
+                o.status
+            ))
+        }
+        Ok(_) => std::fs::read(&out).map_err(|e| format!("the re-encoded video: {e}")),
+    };
+    let _ = std::fs::remove_file(&out);
+    result
 }
 
 struct Job {
@@ -182,6 +239,7 @@ pub(super) fn plan<'a>(
     let schema = Schema::from_specs(fields)?;
     let items = jobs.len() as u64;
     let max = options.max_item_bytes;
+    let policy = options.video.clone();
     Ok(Plan {
         schema,
         classes,
@@ -190,7 +248,7 @@ pub(super) fn plan<'a>(
         skipped_early: skipped,
         notes,
         source: serde_json::Map::new(),
-        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, max, video))),
+        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, max, video, &policy))),
     })
 }
 
@@ -201,7 +259,7 @@ fn rel(root: &Path, p: &Path) -> String {
         .into_owned()
 }
 
-fn load(job: Job, max: u64, video: bool) -> Loaded {
+fn load(job: Job, max: u64, video: bool, policy: &super::VideoPolicy) -> Loaded {
     let skip = |reason: String| {
         Loaded::Skip(Skipped {
             input: job.path.display().to_string(),
@@ -214,7 +272,7 @@ fn load(job: Job, max: u64, video: bool) -> Loaded {
     };
     if video {
         let n = bytes.len() as u64;
-        let value = match load_video(&bytes) {
+        let value = match load_video(&job.path, bytes, policy) {
             Ok(v) => v,
             Err(e) => return skip(e),
         };

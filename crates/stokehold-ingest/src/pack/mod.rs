@@ -48,6 +48,9 @@ pub struct PackOptions {
     /// What to do to images on the way in (pixel limit, lossless baseline transcode, a lossy
     /// size cap).
     pub images: ImagePolicy,
+    /// What to do to videos on the way in (an optional re-encode with short keyframe
+    /// intervals).
+    pub video: VideoPolicy,
     /// The pack fails (and writes nothing) when more than this fraction of its inputs is
     /// skipped: a pack that quietly lost data is worse than one that stopped. 1.0 allows any.
     pub max_skip_fraction: f64,
@@ -219,6 +222,26 @@ fn check_pixel_limit(bytes: &[u8], max_pixels: u64) -> Result<(), crate::Unusabl
         .map_err(|e| format!("{e} (--max-pixels)").into())
 }
 
+/// What pack does to videos (`--video-keyint`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VideoPolicy {
+    /// Re-encode each video with a keyframe every `K` frames (H.264 by x264 at `crf`, its first
+    /// video stream only, through the `ffmpeg` command), so that a clip decodes from a keyframe
+    /// at most `K - 1` frames before it; lossy. `None`: stored as given.
+    pub keyint: Option<u32>,
+    /// x264's constant rate factor of the re-encode (18: visually lossless for most video).
+    pub crf: u8,
+}
+
+impl Default for VideoPolicy {
+    fn default() -> Self {
+        VideoPolicy {
+            keyint: None,
+            crf: 18,
+        }
+    }
+}
+
 impl Default for PackOptions {
     fn default() -> Self {
         PackOptions {
@@ -229,6 +252,7 @@ impl Default for PackOptions {
             path_column: None,
             max_item_bytes: 1 << 30,
             images: ImagePolicy::default(),
+            video: VideoPolicy::default(),
             max_skip_fraction: DEFAULT_MAX_SKIP_FRACTION,
             fields: None,
             storage_options: Default::default(),
@@ -675,6 +699,11 @@ pub fn pack(
     if has_images {
         // whether the JPEGs carry restart markers (the default) or are stored as given
         source["restart_markers"] = options.images.restart_markers.into();
+    }
+    if let Some(k) = options.video.keyint {
+        // lossy: say so in the manifest
+        source["video_keyint"] = k.into();
+        source["video_crf"] = options.video.crf.into();
     }
     if let Some(m) = options.images.max_side {
         // lossy: say so in the manifest

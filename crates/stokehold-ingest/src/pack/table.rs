@@ -355,6 +355,7 @@ pub(super) fn plan<'a>(
     }
     let keep_path = path_name != content;
     let max = options.max_item_bytes;
+    let policy = options.video.clone();
     Ok(Plan {
         schema,
         classes: None,
@@ -363,7 +364,9 @@ pub(super) fn plan<'a>(
         skipped_early: skipped,
         notes: Vec::new(),
         source: serde_json::Map::new(),
-        run: Box::new(move |sink| sink.run(jobs, move |job| load(job, kind, keep_path, max))),
+        run: Box::new(move |sink| {
+            sink.run(jobs, move |job| load(job, kind, keep_path, max, &policy))
+        }),
     })
 }
 
@@ -375,7 +378,7 @@ enum Content {
     Data,
 }
 
-fn load(job: Job, kind: Content, keep_path: bool, max: u64) -> Loaded {
+fn load(job: Job, kind: Content, keep_path: bool, max: u64, policy: &super::VideoPolicy) -> Loaded {
     let image = kind == Content::Image;
     let skip = |reason: String| {
         Loaded::Skip(Skipped {
@@ -398,7 +401,7 @@ fn load(job: Job, kind: Content, keep_path: bool, max: u64) -> Loaded {
     let mut values = Vec::with_capacity(2 + job.others.len());
     values.push(match kind {
         Content::Image => FieldValue::Image(bytes.into()),
-        Content::Video => match super::image_folder::load_video(&bytes) {
+        Content::Video => match super::image_folder::load_video(&job.file, bytes, policy) {
             Ok(v) => FieldValue::Bytes(v.into()),
             Err(e) => return skip(e),
         },
