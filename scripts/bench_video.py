@@ -3,7 +3,9 @@
 Issue #54's benchmark. The script makes its own videos with the ``ffmpeg`` command from JPEGs
 the repository makes (bench-data/inet when present, else ``stokehold sample-data``): one set
 per resolution (480p, 1080p), each video 10 to 60 s at 25 fps, H.264 with x264's default
-keyframe interval (or ``--keyint K``). It packs each set (``stokehold pack``: the files with
+keyframe interval (or ``--keyint K``; ``--pack-keyint K`` keeps the default interval and packs
+with ``stokehold pack --video-keyint K``, so stokehold loads the re-encoded videos and torchcodec
+the originals: what the re-encode buys). It packs each set (``stokehold pack``: the files with
 their frame index) and loads random 16-frame clips, stride 2, resized to 224 (shorter side) and
 centre-cropped to 224x224:
 
@@ -78,6 +80,8 @@ def make_video(path: str, frames: list, size, keyint) -> None:
 def make_set(work: str, name: str, args) -> str:
     """The set's videos in a class folder, packed; returns (dataset dir, videos dir)."""
     tag = f"{name}-k{args.keyint or 'default'}-n{args.videos}-s{args.min_seconds}-{args.max_seconds}"
+    if args.pack_keyint:
+        tag += f"-p{args.pack_keyint}"
     src = os.path.join(work, tag, "videos")
     ds = os.path.join(work, tag, "ds")
     if not os.path.exists(os.path.join(ds, "manifest.json")):
@@ -91,7 +95,9 @@ def make_set(work: str, name: str, args) -> str:
             n = int(seconds * 25)
             frames = [pool[(i * 7919 + k) % len(pool)] for k in range(n)]
             make_video(os.path.join(src, "all", f"v{i:03d}.mp4"), frames, SIZES[name], args.keyint)
-        run_or_exit([*CLI, "pack", src, ds, "--overwrite"])
+        # --pack-keyint: stokehold reads videos re-encoded by pack, torchcodec the originals
+        again = ["--video-keyint", str(args.pack_keyint)] if args.pack_keyint else []
+        run_or_exit([*CLI, "pack", src, ds, "--overwrite", *again])
     return ds, src
 
 
@@ -207,6 +213,8 @@ def main():
     ap.add_argument("--min-seconds", type=int, default=10)
     ap.add_argument("--max-seconds", type=int, default=60)
     ap.add_argument("--keyint", type=int, default=None, help="x264 keyframe interval (default: x264's, 250)")
+    ap.add_argument("--pack-keyint", type=int, default=None,
+                    help="pack with --video-keyint K: stokehold loads the re-encoded videos, torchcodec the originals")
     ap.add_argument("--clips", type=int, default=256, help="clips loaded by each loader")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2, help="stokehold threads = DataLoader workers")
@@ -230,7 +238,8 @@ def main():
             )
         report[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
-    print(json.dumps({"keyint": args.keyint or "default", "threads": args.threads, "sets": report}))
+    print(json.dumps({"keyint": args.keyint or "default", "pack_keyint": args.pack_keyint, "threads": args.threads,
+                      "sets": report}))
 
 
 if __name__ == "__main__":
