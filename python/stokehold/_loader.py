@@ -532,6 +532,10 @@ class Loader(_Front):
     :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
         any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
         out as stored.
+    :param fields: the fields (a list of names) that come out in the batch, in the dataset's
+        order; default: every field. A field with ``transforms`` must be among them. The others
+        are not read out of their records: a video (a camera) not asked for is neither copied
+        nor decoded. For a LeRobot dataset, the features (cameras, ``action``, ...) to load.
     :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
         loop is slower than the loader (saves CPU; never makes the loop wait); an int fixes the
         number (0: one per core).
@@ -616,6 +620,7 @@ class Loader(_Front):
         seed: int = 0,
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
+        fields: Optional[Sequence[str]] = None,
         threads: Union[int, str] = "auto",
         prefetch: Union[int, str] = "auto",
         rank: Optional[int] = None,
@@ -668,7 +673,10 @@ class Loader(_Front):
                 decoded["keep_free"] = o["decoded_cache_keep_free"]
             loader_config["decoded_cache"] = decoded
         specs, stages = _stage_specs(o["transforms"])
-        spec = dict(loader=loader_config, samples=dict(kind="records", transforms=specs), **disk)
+        samples: Dict[str, Any] = dict(kind="records", transforms=specs)
+        if o["fields"] is not None:
+            samples["fields"] = _field_names(o["fields"])
+        spec = dict(loader=loader_config, samples=samples, **disk)
         if isinstance(dataset, Mixture):
             spec["mixture"] = dataset._spec(stages)
         self._start(dataset, dict(o, batch_size=batch_size), spec, stages)
@@ -698,6 +706,19 @@ class Loader(_Front):
             f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
             f"config={self._engine.config_json})"
         )
+
+
+def _field_names(fields: Any) -> list:
+    """``fields=`` as a list of names (one name alone is a list of one)."""
+    if isinstance(fields, str):
+        return [fields]
+    try:
+        names = list(fields)
+    except TypeError:
+        raise ConfigError(f"fields must be a list of field names, got {fields!r}") from None
+    if not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"fields must be a list of field names (str), got {fields!r}")
+    return names
 
 
 def _unpickle(cls: Any, dataset: Union[Dataset, Mixture], spec: str, stages: list, config: Dict[str, Any], state: Dict[str, Any]) -> Any:

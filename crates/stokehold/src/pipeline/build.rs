@@ -17,7 +17,7 @@ use crate::samples::{
     Tokens,
 };
 use crate::stages::Transform;
-use crate::stages::spec::{TransformSpec, build_columns};
+use crate::stages::spec::{TransformSpec, build_columns_of};
 
 /// A loader built from a spec, with what its kind of samples tells about the dataset.
 #[derive(Debug)]
@@ -299,9 +299,11 @@ impl EngineSpec {
         Ok(match &self.samples {
             SamplesSpec::Records {
                 transforms: default,
+                fields,
             } => {
                 let transforms = transforms.unwrap_or(default);
-                let columns = build_columns(ds.schema(), transforms, true, external)?;
+                let columns =
+                    build_columns_of(ds.schema(), transforms, fields.as_deref(), external)?;
                 let mut records = Records::new(ds, columns, cache_bytes, decoded.as_ref())?;
                 if let Some((cache, progress)) = disk {
                     records = records.with_disk_cache(cache, progress);

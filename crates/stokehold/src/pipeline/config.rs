@@ -300,6 +300,10 @@ pub enum SamplesSpec {
         /// Field name → its stages.
         #[serde(default)]
         transforms: BTreeMap<String, Vec<TransformSpec>>,
+        /// The fields in the batch (the loader's `fields=`; None: every field); the others are
+        /// not read out of their records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fields: Option<Vec<String>>,
     },
     /// Windows or documents of a token dataset.
     Tokens(TokenOptions),
