@@ -135,7 +135,10 @@ def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, incl
         text = spec if isinstance(spec, str) else json.dumps(spec)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"the loader configuration is not plain data: {e}") from None
-    target = list(dataset.datasets) if isinstance(dataset, Mixture) else dataset
+    # a LeRobot folder is read in place by the engine (the spec names it): no stokehold dataset
+    target = list(dataset.datasets) if isinstance(dataset, Mixture) else (
+        dataset if isinstance(dataset, (Dataset, Mixture)) else None
+    )
     try:
         return _native._Engine(target, text, stages, include_ids)
     except OverflowError as e:  # pragma: no cover - JSON carries big ints; serde says out of range
@@ -646,7 +649,16 @@ class Loader(_Front):
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         o = _options.given(LOADER, locals())
-        dataset = _open_dataset(dataset, o.pop("storage_options"))
+        from .lerobot import LeRobotDataset, is_lerobot
+
+        if not isinstance(dataset, (Dataset, Mixture, LeRobotDataset)) and is_lerobot(dataset):
+            dataset = LeRobotDataset(dataset)
+        if isinstance(dataset, LeRobotDataset):
+            o.pop("storage_options")
+            if transforms:
+                raise ConfigError("transforms on a LeRobot dataset's features are not supported yet")
+        else:
+            dataset = _open_dataset(dataset, o.pop("storage_options"))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         mode = _shuffle_mode(shuffle)
@@ -676,6 +688,8 @@ class Loader(_Front):
         samples: Dict[str, Any] = dict(kind="records", transforms=specs)
         if o["fields"] is not None:
             samples["fields"] = _field_names(o["fields"])
+        if isinstance(dataset, LeRobotDataset):
+            samples = dataset._spec(None if o["fields"] is None else _field_names(o["fields"]))
         spec = dict(loader=loader_config, samples=samples, **disk)
         if isinstance(dataset, Mixture):
             spec["mixture"] = dataset._spec(stages)

@@ -215,6 +215,24 @@ impl ClipDecoder {
             threads,
         )
     }
+
+    /// As [`ClipDecoder::frames_at`], the packets read from `file` (the video's file, read in
+    /// place: only the packets from the keyframe before the first frame to the last one).
+    pub fn frames_at_file(
+        &mut self,
+        video: &IndexedVideo,
+        file: &File,
+        frames: &[usize],
+        threads: u32,
+    ) -> Result<DecodedFrames, VideoError> {
+        decode(
+            &mut self.decoder,
+            video,
+            Packets::File(file),
+            frames,
+            threads,
+        )
+    }
 }
 
 /// Decodes `frames` (presentation order) of `video`, its packets read from `packets`, with the

@@ -310,6 +310,9 @@ pub enum SamplesSpec {
     /// Rows of whole conversations (a records dataset with a messages field), rendered with a
     /// chat template, tokenized and packed best-fit-decreasing.
     Chats(Box<crate::samples::ChatRowOptions>),
+    /// The steps of a LeRobot dataset read in place (no stokehold dataset: built by
+    /// [`EngineSpec::build_lerobot`]).
+    Lerobot(crate::samples::LeRobotOptions),
 }
 
 /// A whole loader, declaratively: what the Python front sends (as JSON) and what

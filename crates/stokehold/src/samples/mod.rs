@@ -30,6 +30,7 @@ use crate::stats::WorkerStats;
 pub mod chat_mix;
 pub mod chats;
 mod kept_counts;
+pub mod lerobot;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
@@ -38,6 +39,7 @@ pub use chat_mix::{ChatMixRows, ChatMixture, MixPackSummary, SourcePack};
 pub use chats::{
     ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, DocumentSpec, Overlong, PackSummary,
 };
+pub use lerobot::{LeRobotOptions, LeRobotSteps};
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};

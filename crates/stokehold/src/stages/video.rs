@@ -352,9 +352,14 @@ impl ClipStage {
 
 /// `[T, H, W, 3]` frames as `[T, 3, H, W]`.
 fn channels_first(got: &DecodedFrames) -> Vec<u8> {
-    let (h, w) = (got.height, got.width);
-    let plane = h * w;
     let mut out = vec![0u8; got.data.len()];
+    channels_first_into(got, &mut out);
+    out
+}
+
+/// `[T, H, W, 3]` frames written as `[T, 3, H, W]` into `out` (of their size).
+pub(crate) fn channels_first_into(got: &DecodedFrames, out: &mut [u8]) {
+    let plane = got.height * got.width;
     for (src, dst) in got
         .data
         .chunks_exact(plane * 3)
@@ -366,7 +371,6 @@ fn channels_first(got: &DecodedFrames) -> Vec<u8> {
             dst[2 * plane + i] = px[2];
         }
     }
-    out
 }
 
 impl Transform for ClipStage {
