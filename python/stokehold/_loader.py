@@ -521,7 +521,9 @@ class Loader(_Front):
     to the loader's pool when Python drops the array). Blocking waits release the GIL; Ctrl-C
     raises ``KeyboardInterrupt`` within about 100 ms and stops the worker threads.
 
-    :param dataset: a :class:`Dataset`, a dataset path, or a :class:`Mixture` of datasets.
+    :param dataset: a :class:`Dataset`, a dataset path, or a :class:`Mixture` of datasets; or a
+        LeRobot dataset read in place: a :class:`stokehold.lerobot.LeRobotDataset`, or the path
+        of a folder holding ``meta/info.json`` (docs/video.md).
     :param batch_size: samples per batch, per rank.
     :param shuffle: ``True`` (a new global permutation each epoch), ``False`` (stored order), or
         ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
