@@ -5,6 +5,7 @@ chooses it (``get_frames_at(round(t * fps))``, the frame nearest the query time)
 Parquet with pyarrow, MP4s with the ``ffmpeg`` command."""
 
 import json
+import pickle
 import shutil
 import subprocess
 
@@ -278,6 +279,14 @@ def test_batches_are_the_same_for_the_same_seed_whatever_the_thread_count(robot)
         for k in x:
             assert np.array_equal(x[k], y[k]), k
     assert not np.array_equal(a[0]["id"], a[len(a) // 2]["id"])  # another epoch, another order
+    # a pickled loader (spawned workers) continues from the same position with the same batches
+    loader = stokehold.Loader(ds, 4, seed=7, threads=2, include_ids=True,
+                              fields=["observation.images.wrist", "action"])
+    it = iter(loader)
+    next(it)
+    again = pickle.loads(pickle.dumps(loader))
+    rest = [b["id"].copy() for b in again]
+    assert [list(x) for x in rest] == [list(x["id"]) for x in a[1:len(a) // 2]]
 
 
 def test_bad_layouts_name_the_file(tmp_path):

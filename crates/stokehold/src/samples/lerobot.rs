@@ -487,3 +487,23 @@ impl Samples for LeRobotSteps {
         m
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nearest_frame_within_the_tolerance_is_chosen() {
+        let pts: Vec<f64> = (0..10).map(|i| f64::from(i) / 10.0).collect();
+        // float32 timestamps lie a little on either side of the frames' times
+        assert_eq!(nearest(&pts, f64::from(0.7f32), 1e-4), Ok(7));
+        assert_eq!(nearest(&pts, f64::from(0.3f32), 1e-4), Ok(3));
+        assert_eq!(nearest(&pts, 0.0, 1e-4), Ok(0));
+        assert_eq!(nearest(&pts, 0.9, 0.0), Ok(9));
+        // between two frames, beyond the tolerance: the nearest one's time is told
+        assert_eq!(nearest(&pts, 0.46, 1e-4), Err(0.5));
+        assert_eq!(nearest(&pts, 1.5, 1e-4), Err(0.9));
+        assert_eq!(nearest(&pts, -0.2, 1e-4), Err(0.0));
+        assert!(nearest(&[], 0.0, 1.0).is_err());
+    }
+}
