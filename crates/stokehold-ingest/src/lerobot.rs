@@ -557,6 +557,7 @@ impl LeRobot {
         let mut timestamps = Vec::new();
         let mut step_episode: Vec<u32> = Vec::new();
         let mut episodes: Vec<Episode> = Vec::new();
+        let mut started: std::collections::HashSet<i64> = std::collections::HashSet::new();
         for path in files {
             if !path.is_file() {
                 return Err(io(path, "the data file is missing"));
@@ -633,7 +634,7 @@ impl LeRobot {
                     match episodes.last_mut() {
                         Some(e) if e.index == ep => e.to = step + 1,
                         _ => {
-                            if episodes.iter().any(|e| e.index == ep) {
+                            if !started.insert(ep) {
                                 return Err(layout(
                                     path,
                                     format!("row {row}: episode {ep}'s steps are not contiguous"),

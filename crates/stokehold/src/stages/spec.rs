@@ -159,15 +159,14 @@ pub fn build_columns_of(
             )));
         }
     }
-    if let Some(fields) = fields {
-        if let Some(f) = fields.iter().find(|f| schema.index_of(f).is_none()) {
-            return Err(EngineError::Config(format!(
-                "fields= names {f:?}, which the dataset does not have ({schema})"
-            )));
-        }
-        if fields.is_empty() {
-            return Err(EngineError::Config("fields= names no field".into()));
-        }
+    if let Some(f) = fields
+        .into_iter()
+        .flatten()
+        .find(|f| schema.index_of(f).is_none())
+    {
+        return Err(EngineError::Config(format!(
+            "fields= names {f:?}, which the dataset does not have ({schema})"
+        )));
     }
     crate::stages::video::check_clocks(specs)?;
     let mut cols = Vec::new();
