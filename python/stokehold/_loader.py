@@ -300,6 +300,10 @@ class _Front:
         """The native iterator (reporting each batch to ``on_step`` when given), converted to
         ``to``'s arrays."""
         it = self._native_iter()
+        if getattr(self._dataset, "_pad_suffix", None):
+            # a LeRobot dataset's window masks (`<key>_is_pad`): bool, as LeRobot gives them (the
+            # engine's 0/1 bytes, viewed without a copy)
+            it = _converted(it, _bool_masks)
         if self._to != "numpy":
             it = _converted(it, _converter(self._to, self._pin))
         return it
@@ -722,6 +726,14 @@ class Loader(_Front):
             f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
             f"config={self._engine.config_json})"
         )
+
+
+def _bool_masks(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """A LeRobot batch with its ``*_is_pad`` masks viewed as bool."""
+    for k, v in batch.items():
+        if k.endswith("_is_pad") and isinstance(v, np.ndarray) and v.dtype == np.uint8:
+            batch[k] = v.view(np.bool_)
+    return batch
 
 
 def _field_names(fields: Any) -> list:

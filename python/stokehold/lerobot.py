@@ -10,7 +10,7 @@
                               fields=["observation.images.front", "observation.state", "action"])
     for batch in loader:
         frames = batch["observation.images.front"]      # uint8 [B, 2, 3, H, W]
-        pad = batch["observation.images.front_is_pad"]  # uint8 [B, 2]: 1 outside the episode
+        pad = batch["observation.images.front_is_pad"]  # bool [B, 2]: outside the episode
 
 ``stokehold.Loader("path/to/lerobot_dataset", ...)`` opens it too (a folder holding
 ``meta/info.json``). Layouts v3.0 (several episodes per data and video file) and v2.1 / v2.0 (one
@@ -44,12 +44,15 @@ class LeRobotDataset:
     :param path: the folder (it holds ``meta/info.json``, ``data/`` and ``videos/``).
     :param delta_timestamps: feature -> offsets in seconds from the sampled step, as LeRobot's
         ``LeRobotDataset(delta_timestamps=...)``: each feature then holds one value (or frame)
-        per offset, clamped to the episode's steps, with ``<feature>_is_pad`` (uint8, 1 where
+        per offset, clamped to the episode's steps, with ``<feature>_is_pad`` (bool, True where
         the offset fell outside the episode). Offsets must be multiples of ``1 / fps`` within
         ``tolerance_s``.
     :param tolerance_s: the largest distance (seconds) between a query time and the frame
         chosen for it (LeRobot's default, 1e-4).
     """
+
+    #: the batch's window masks end so; the loader gives them as bool
+    _pad_suffix = "_is_pad"
 
     def __init__(
         self,

@@ -223,6 +223,7 @@ def test_delta_timestamps_windows_are_clamped_to_the_episode_with_pads(robot):
         assert sorted(batch) == sorted(["id", "is_padding", FRONT, f"{FRONT}_is_pad", "action",
                                         "action_is_pad", "episode_index", "frame_index"])
         assert batch["action"].shape[1:] == (3, 3) and batch[FRONT].shape[1:] == (2, 3, 48, 64)
+        assert batch["action_is_pad"].dtype == np.bool_ and batch["action_is_pad"].shape[1:] == (3,)
         for j, i in enumerate(batch["id"]):
             r = rows[i]
             ep, f, n = r["episode_index"], r["frame_index"], LENGTHS[r["episode_index"]]

@@ -379,3 +379,23 @@ def test_synced_clips_of_other_rules_and_fields_left_out_are_refused(cameras_ds)
         stokehold.Loader(ds, 1, fields=["front"], transforms={"wrist": [Clip(4)]})
     with pytest.raises(stokehold.ConfigError, match="does not have"):
         stokehold.Loader(ds, 1, fields=["front", "side"])
+
+
+def test_a_synced_time_outside_another_cameras_video_is_the_samples_error(tmp_path):
+    # the clock (front) runs 3 s, the wrist camera 1 s: a 4-frame clip, stride 10, on the clock
+    # ends past 1.2 s, where the wrist shows nothing
+    values = {}
+    for cam, seconds in {"front": 3, "wrist": 1}.items():
+        src = tmp_path / cam / "all"
+        src.mkdir(parents=True)
+        make(src / "e.mp4", seconds, "64x48", "25", "-c:v", "libx264", "-pix_fmt", "yuv420p")
+        subprocess.run([*CLI, "pack", str(tmp_path / cam), str(tmp_path / f"p-{cam}")], check=True, capture_output=True)
+        values[cam] = stokehold.Dataset(str(tmp_path / f"p-{cam}"))[0]["video"]
+    with stokehold.ShardWriter(str(tmp_path / "ds"), [("front", "video"), ("wrist", "video")]) as w:
+        w.write(values)
+    loader = stokehold.Loader(
+        str(tmp_path / "ds"), 1,
+        transforms={cam: [Clip(frames=4, stride=10, sync=True)] for cam in ("front", "wrist")},
+    )
+    with pytest.raises(stokehold.SampleError, match=r"no frame is played at .* the video's frames run from 0 s to 1 s"):
+        list(loader)
