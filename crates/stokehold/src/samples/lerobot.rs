@@ -36,6 +36,10 @@ use crate::error::{EngineError, RecordPlace, Result, StageError};
 use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 
+/// The stages the statistics report: copying a step's columns, decoding its frames.
+const STAGE_COLUMNS: &str = "columns";
+const STAGE_DECODE: &str = "decode";
+
 thread_local! {
     /// This worker thread's decoder (kept between steps of one codec configuration).
     static DECODER: RefCell<ClipDecoder> = RefCell::new(ClipDecoder::new());
@@ -406,7 +410,8 @@ impl Samples for LeRobotSteps {
     }
 
     fn stage_names(&self) -> Vec<String> {
-        vec!["step".to_string()]
+        // the columns' copies, then each camera's decoding (no bytes read through the fetcher)
+        vec![STAGE_COLUMNS.to_string(), STAGE_DECODE.to_string()]
     }
 
     fn fingerprint(&self) -> String {
@@ -418,7 +423,7 @@ impl Samples for LeRobotSteps {
         id: u64,
         _k: usize,
         _io: &mut TaskIo,
-        _cx: &mut TaskCtx<'_, '_>,
+        cx: &mut TaskCtx<'_, '_>,
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let i = id as usize;
@@ -439,6 +444,7 @@ impl Samples for LeRobotSteps {
             column: column.to_string(),
             source: StageError::from(m),
         };
+        let mut clock = cx.ws.clock();
         for (c, item) in self.items.iter().enumerate() {
             let slot = out.fixed(c);
             let window: Vec<(usize, bool)> = match item {
@@ -460,12 +466,14 @@ impl Samples for LeRobotSteps {
                     for (dst, &(q, _)) in slot.chunks_exact_mut(n).zip(&window) {
                         dst.copy_from_slice(col.row(q));
                     }
+                    cx.ws.lap(0, id, &mut clock);
                 }
                 Item::Camera(k, _) => {
                     let cam = &self.cameras.0[*k];
                     let steps: Vec<usize> = window.iter().map(|&(q, _)| q).collect();
                     self.fill_camera(cam, i, &steps, slot)
                         .map_err(|m| fail(&cam.key, m))?;
+                    cx.ws.lap(1, id, &mut clock);
                 }
                 Item::Pad(_) => unreachable!("handled above"),
             }
