@@ -277,7 +277,7 @@ impl LeRobotSteps {
         i: usize,
         steps: &[usize],
         slot: &mut [u8],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<u64, String> {
         let (v, offset) = cam.episodes[self.data.step_episode[i] as usize];
         let video = &cam.videos[v];
         let mut frames = Vec::with_capacity(steps.len());
@@ -312,7 +312,7 @@ impl LeRobotSteps {
             ));
         }
         crate::stages::video::channels_first_into(&got, slot);
-        Ok(())
+        Ok(got.packet_bytes)
     }
 
     fn tolerance(&self) -> f64 {
@@ -445,6 +445,7 @@ impl Samples for LeRobotSteps {
             source: StageError::from(m),
         };
         let mut clock = cx.ws.clock();
+        let mut packets = 0u64;
         for (c, item) in self.items.iter().enumerate() {
             let slot = out.fixed(c);
             let window: Vec<(usize, bool)> = match item {
@@ -471,13 +472,17 @@ impl Samples for LeRobotSteps {
                 Item::Camera(k, _) => {
                     let cam = &self.cameras.0[*k];
                     let steps: Vec<usize> = window.iter().map(|&(q, _)| q).collect();
-                    self.fill_camera(cam, i, &steps, slot)
+                    let read = self
+                        .fill_camera(cam, i, &steps, slot)
                         .map_err(|m| fail(&cam.key, m))?;
+                    packets += read;
                     cx.ws.lap(1, id, &mut clock);
                 }
                 Item::Pad(_) => unreachable!("handled above"),
             }
         }
+        // the packets read from the video files are the step's bytes read (one record)
+        cx.ws.read(packets as usize);
         Ok(())
     }
 
