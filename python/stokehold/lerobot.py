@@ -87,6 +87,18 @@ class LeRobotDataset:
         return float(self.info["fps"])
 
     @property
+    def num_frames(self) -> Optional[int]:
+        """Steps in the dataset, as ``info.json`` says (``total_frames``)."""
+        n = self.info.get("total_frames")
+        return int(n) if n is not None else None
+
+    @property
+    def num_episodes(self) -> Optional[int]:
+        """Episodes in the dataset, as ``info.json`` says (``total_episodes``)."""
+        n = self.info.get("total_episodes")
+        return int(n) if n is not None else None
+
+    @property
     def video_keys(self) -> List[str]:
         """The cameras (features of dtype ``video``)."""
         return [k for k, f in self.info.get("features", {}).items() if f.get("dtype") == "video"]

@@ -216,6 +216,8 @@ def test_delta_timestamps_windows_are_clamped_to_the_episode_with_pads(robot):
     root, where = robot
     rows = steps()
     ds = LeRobotDataset(root, delta_timestamps={FRONT: [-0.2, 0.0], "action": [0.0, 0.1, 0.2]})
+    assert ds.num_frames == sum(LENGTHS) and ds.num_episodes == len(LENGTHS) and ds.fps == FPS
+    assert ds.video_keys == list(CAMERAS)
     loader = stokehold.Loader(ds, 5, shuffle=False, drop_last=False, include_ids=True,
                               fields=[FRONT, "action", "episode_index", "frame_index"])
     pads = 0
