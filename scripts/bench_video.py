@@ -19,8 +19,15 @@ system), their ratio, clips per second, and stokehold's bytes read per clip agai
 the keyframe intervals the clips touch (the packets from the keyframe at or before a clip's first
 frame to the frame before the keyframe after its last one).
 
+With ``--lerobot``, instead: a LeRobot-layout dataset (v3.0, 3 cameras of the same videos at
+480p, episodes one after another in each camera's file, a step table with pyarrow), loaded by
+stokehold's Loader with 1 camera asked for against all 3, and against LeRobot's own way (a torch
+``Dataset`` whose step decodes every camera with torchcodec's ``get_frames_at(round(t * fps))``
+from a decoder kept per file, in a ``DataLoader``): CPU-seconds per step and their ratios.
+
     python scripts/bench_video.py                       # the full benchmark (quiet machine)
     python scripts/bench_video.py --tiny                # a smoke run (seconds)
+    python scripts/bench_video.py --lerobot [--tiny]    # 3 cameras, loading 1 vs all 3
 """
 
 import argparse
@@ -184,25 +191,157 @@ class _TorchcodecClips:
         return x[..., top:top + 224, left:left + 224].round().clamp(0, 255).to(torch.uint8)
 
 
-def bench_torchcodec(src: str, args) -> dict:
+def torch_loop(dataset_of_epoch, count, args):
+    """Batches of a torch DataLoader (``args.threads`` workers) over ``dataset_of_epoch(epoch)``,
+    epoch after epoch, until ``count(batch)`` adds up to ``args.clips``: (items, CPU-seconds,
+    wall seconds)."""
     import torch
     from torch.utils.data import DataLoader
 
-    paths = sorted(glob.glob(os.path.join(src, "**", "*.mp4"), recursive=True))
-    clips = 0
+    n = 0
     c0, t0 = cpu_seconds(), time.perf_counter()
     epoch = 0
-    while clips < args.clips:
-        dl = DataLoader(_TorchcodecClips(paths, seed=epoch), batch_size=args.batch, shuffle=True,
+    while n < args.clips:
+        dl = DataLoader(dataset_of_epoch(epoch), batch_size=args.batch, shuffle=True,
                         num_workers=args.threads, generator=torch.Generator().manual_seed(epoch))
         for b in dl:
-            clips += b.shape[0]
-            if clips >= args.clips:
+            n += count(b)
+            if n >= args.clips:
                 break
         del dl  # its workers end here, so their CPU time is counted
         epoch += 1
-    cpu, wall = cpu_seconds() - c0, time.perf_counter() - t0
+    return n, cpu_seconds() - c0, time.perf_counter() - t0
+
+
+def bench_torchcodec(src: str, args) -> dict:
+    paths = sorted(glob.glob(os.path.join(src, "**", "*.mp4"), recursive=True))
+    clips, cpu, wall = torch_loop(lambda e: _TorchcodecClips(paths, seed=e), lambda b: b.shape[0], args)
     return {"clips": clips, "cpu_s_per_clip": cpu / clips, "clips_per_s": clips / wall}
+
+
+LEROBOT_CAMERAS = ["observation.images.front", "observation.images.wrist", "observation.images.top"]
+
+
+def make_lerobot(work: str, args) -> str:
+    """A LeRobot v3.0 dataset: `args.videos` episodes of `min_seconds` at 25 fps, each camera's
+    episodes in one MP4 (made from the JPEGs as the clip sets are), one data file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = os.path.join(work, f"lerobot-n{args.videos}-s{args.min_seconds}-k{args.keyint or 'default'}")
+    if os.path.exists(os.path.join(root, "meta", "info.json")):
+        return root
+    fps, steps = 25, args.min_seconds * 25
+    pool = jpegs(work, 200)
+    if not pool:
+        sys.exit("error: no JPEGs to make videos from")
+    total = steps * args.videos
+    for c, key in enumerate(LEROBOT_CAMERAS):
+        path = os.path.join(root, "videos", key, "chunk-000", "file-000.mp4")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        make_video(path, [pool[(c * 7919 + k) % len(pool)] for k in range(total)], SIZES["480p"], args.keyint)
+    n = list(range(total))
+    ep = [i // steps for i in n]
+    f = [i % steps for i in n]
+    data = pa.table({
+        "observation.state": pa.array([[float(i)] * 6 for i in n], pa.list_(pa.float32(), 6)),
+        "action": pa.array([[float(i)] * 6 for i in n], pa.list_(pa.float32(), 6)),
+        "timestamp": pa.array([x / fps for x in f], pa.float32()),
+        "frame_index": f, "episode_index": ep, "index": n, "task_index": [0] * total,
+    })
+    os.makedirs(os.path.join(root, "data", "chunk-000"))
+    pq.write_table(data, os.path.join(root, "data", "chunk-000", "file-000.parquet"))
+    episodes = {"episode_index": list(range(args.videos)), "length": [steps] * args.videos,
+                "data/chunk_index": [0] * args.videos, "data/file_index": [0] * args.videos,
+                "dataset_from_index": [e * steps for e in range(args.videos)],
+                "dataset_to_index": [(e + 1) * steps for e in range(args.videos)]}
+    for key in LEROBOT_CAMERAS:
+        episodes[f"videos/{key}/chunk_index"] = [0] * args.videos
+        episodes[f"videos/{key}/file_index"] = [0] * args.videos
+        episodes[f"videos/{key}/from_timestamp"] = [e * steps / fps for e in range(args.videos)]
+        episodes[f"videos/{key}/to_timestamp"] = [(e + 1) * steps / fps for e in range(args.videos)]
+    os.makedirs(os.path.join(root, "meta", "episodes", "chunk-000"))
+    pq.write_table(pa.table(episodes), os.path.join(root, "meta", "episodes", "chunk-000", "file-000.parquet"))
+    w, h = SIZES["480p"]
+    features = {k: {"dtype": "float32", "shape": [6]} for k in ("observation.state", "action")}
+    features.update({k: {"dtype": "video", "shape": [h, w, 3]} for k in LEROBOT_CAMERAS})
+    info = {"codebase_version": "v3.0", "fps": fps, "chunks_size": 1000, "features": features,
+            "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+            "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"}
+    with open(os.path.join(root, "meta", "info.json"), "w") as out:
+        json.dump(info, out)
+    return root
+
+
+def bench_lerobot_stokehold(root: str, cameras: list, args) -> dict:
+    import stokehold
+
+    loader = stokehold.Loader(root, args.batch, threads=args.threads, seed=0,
+                              fields=[*cameras, "observation.state", "action"])
+    steps = 0
+    c0, t0 = cpu_seconds(), time.perf_counter()
+    epoch = 0
+    while steps < args.clips:
+        loader.set_epoch(epoch)
+        for b in loader:
+            steps += len(b["action"])
+            if steps >= args.clips:
+                break
+        epoch += 1
+    cpu, wall = cpu_seconds() - c0, time.perf_counter() - t0
+    del loader
+    return {"steps": steps, "cpu_s_per_step": cpu / steps, "steps_per_s": steps / wall}
+
+
+class _LeRobotStyleSteps:
+    """A torch Dataset as LeRobot's reads a step: its row, and every camera's frame by
+    torchcodec's ``get_frames_at(round((from_timestamp + t) * fps))``, decoders kept per file."""
+
+    def __init__(self, root):
+        import pyarrow.parquet as pq
+
+        self.root = root
+        t = pq.read_table(os.path.join(root, "data", "chunk-000", "file-000.parquet")).to_pydict()
+        e = pq.read_table(os.path.join(root, "meta", "episodes", "chunk-000", "file-000.parquet")).to_pydict()
+        self.rows, self.episodes, self.decoders = t, e, {}
+
+    def __len__(self):
+        return len(self.rows["index"])
+
+    def __getitem__(self, i):
+        import torch
+        from torchcodec.decoders import VideoDecoder
+
+        ep, ts = self.rows["episode_index"][i], self.rows["timestamp"][i]
+        item = {k: torch.tensor(self.rows[k][i]) for k in ("observation.state", "action")}
+        for key in LEROBOT_CAMERAS:
+            path = os.path.join(self.root, "videos", key, "chunk-000", "file-000.mp4")
+            dec = self.decoders.get(path)
+            if dec is None:
+                dec = self.decoders[path] = VideoDecoder(path, seek_mode="approximate")
+            t = self.episodes[f"videos/{key}/from_timestamp"][ep] + ts
+            item[key] = dec.get_frames_at(indices=[round(t * dec.metadata.average_fps)]).data[0]
+        return item
+
+
+def bench_lerobot_style(root: str, args) -> dict:
+    steps, cpu, wall = torch_loop(lambda e: _LeRobotStyleSteps(root), lambda b: b["action"].shape[0], args)
+    return {"steps": steps, "cpu_s_per_step": cpu / steps, "steps_per_s": steps / wall}
+
+
+def main_lerobot(args) -> None:
+    require("stokehold", "numpy", "pyarrow", *([] if args.skip_torchcodec else ["torch", "torchcodec"]))
+    root = make_lerobot(args.work, args)
+    row = {
+        "stokehold_1_camera": bench_lerobot_stokehold(root, LEROBOT_CAMERAS[:1], args),
+        "stokehold_3_cameras": bench_lerobot_stokehold(root, LEROBOT_CAMERAS, args),
+    }
+    one = row["stokehold_1_camera"]["cpu_s_per_step"]
+    row["cpu_ratio_3_over_1"] = row["stokehold_3_cameras"]["cpu_s_per_step"] / one
+    if not args.skip_torchcodec:
+        row["lerobot_style_3_cameras"] = bench_lerobot_style(root, args)
+        row["cpu_ratio_lerobot_style_over_stokehold_1_camera"] = row["lerobot_style_3_cameras"]["cpu_s_per_step"] / one
+    print(json.dumps({"lerobot": row, "threads": args.threads, "keyint": args.keyint or "default"}))
 
 
 def main():
@@ -220,9 +359,16 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="stokehold threads = DataLoader workers")
     ap.add_argument("--skip-torchcodec", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: 2 short 480p videos, 8 clips")
+    ap.add_argument("--lerobot", action="store_true",
+                    help="a LeRobot-layout dataset of 3 cameras (--videos episodes of --min-seconds): 1 camera vs 3")
     args = ap.parse_args()
     if args.tiny:
         args.sets, args.videos, args.min_seconds, args.max_seconds, args.clips, args.batch = "480p", 2, 2, 3, 8, 4
+    if args.lerobot:
+        if not subprocess.run(["which", "ffmpeg"], capture_output=True).returncode == 0:
+            sys.exit("error: this script needs the ffmpeg command (make sysdeps installs it)")
+        os.makedirs(args.work, exist_ok=True)
+        return main_lerobot(args)
     require("stokehold", "numpy", *([] if args.skip_torchcodec else ["torch", "torchcodec"]))
     if not subprocess.run(["which", "ffmpeg"], capture_output=True).returncode == 0:
         sys.exit("error: this script needs the ffmpeg command (make sysdeps installs it)")

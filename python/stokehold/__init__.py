@@ -54,7 +54,7 @@ from ._native import (
     UnsupportedVersionError,
     __version__,
 )
-from . import image, text, transforms, video, vision
+from . import image, lerobot, text, transforms, video, vision
 from ._hf import from_hf
 from ._loader import Loader, default_rank_world_size
 from ._mixture import Mixture
@@ -79,6 +79,7 @@ __all__ = [
     "default_rank_world_size",
     "from_hf",
     "image",
+    "lerobot",
     "text",
     "video",
     "vision",

@@ -26,13 +26,14 @@ __all__ = [
     "default_rank_world_size",
     "from_hf",
     "image",
+    "lerobot",
     "text",
     "video",
     "vision",
     "transforms",
 ]
 
-from . import image as image, text as text, transforms as transforms, video as video, vision as vision
+from . import image as image, lerobot as lerobot, text as text, transforms as transforms, video as video, vision as vision
 
 #: A field value as returned by :meth:`Dataset.__getitem__`: ``bytes`` for bytes and image
 #: fields, ``str``, ``int``, ``float``, or a numpy array for ndarray fields.

@@ -135,7 +135,10 @@ def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, incl
         text = spec if isinstance(spec, str) else json.dumps(spec)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"the loader configuration is not plain data: {e}") from None
-    target = list(dataset.datasets) if isinstance(dataset, Mixture) else dataset
+    # a LeRobot folder is read in place by the engine (the spec names it): no stokehold dataset
+    target = list(dataset.datasets) if isinstance(dataset, Mixture) else (
+        dataset if isinstance(dataset, (Dataset, Mixture)) else None
+    )
     try:
         return _native._Engine(target, text, stages, include_ids)
     except OverflowError as e:  # pragma: no cover - JSON carries big ints; serde says out of range
@@ -297,6 +300,10 @@ class _Front:
         """The native iterator (reporting each batch to ``on_step`` when given), converted to
         ``to``'s arrays."""
         it = self._native_iter()
+        if getattr(self._dataset, "_pad_suffix", None):
+            # a LeRobot dataset's window masks (`<key>_is_pad`): bool, as LeRobot gives them (the
+            # engine's 0/1 bytes, viewed without a copy)
+            it = _converted(it, _bool_masks)
         if self._to != "numpy":
             it = _converted(it, _converter(self._to, self._pin))
         return it
@@ -520,7 +527,9 @@ class Loader(_Front):
     to the loader's pool when Python drops the array). Blocking waits release the GIL; Ctrl-C
     raises ``KeyboardInterrupt`` within about 100 ms and stops the worker threads.
 
-    :param dataset: a :class:`Dataset`, a dataset path, or a :class:`Mixture` of datasets.
+    :param dataset: a :class:`Dataset`, a dataset path, or a :class:`Mixture` of datasets; or a
+        LeRobot dataset read in place: a :class:`stokehold.lerobot.LeRobotDataset`, or the path
+        of a folder holding ``meta/info.json`` (docs/video.md).
     :param batch_size: samples per batch, per rank.
     :param shuffle: ``True`` (a new global permutation each epoch), ``False`` (stored order), or
         ``"shard_block"`` (shards in random windows of ``shuffle_window`` shards, shuffled within
@@ -534,6 +543,10 @@ class Loader(_Front):
     :param transforms: field name -> list of stages: :class:`stokehold.transforms.Lambda` (or
         any callable), or built-in stage objects (anything with ``_spec()``). Other fields come
         out as stored.
+    :param fields: the fields (a list of names) that come out in the batch, in the dataset's
+        order; default: every field. A field with ``transforms`` must be among them. The others
+        are not read out of their records: a video (a camera) not asked for is neither copied
+        nor decoded. For a LeRobot dataset, the features (cameras, ``action``, ...) to load.
     :param threads: ``"auto"`` (default): up to one thread per core, fewer while the training
         loop is slower than the loader (saves CPU; never makes the loop wait); an int fixes the
         number (0: one per core).
@@ -618,6 +631,7 @@ class Loader(_Front):
         seed: int = 0,
         drop_last: bool = True,
         transforms: Optional[Mapping[str, Any]] = None,
+        fields: Optional[Sequence[str]] = None,
         threads: Union[int, str] = "auto",
         prefetch: Union[int, str] = "auto",
         rank: Optional[int] = None,
@@ -643,7 +657,16 @@ class Loader(_Front):
         storage_options: Optional[Mapping[str, Any]] = None,
     ) -> None:
         o = _options.given(LOADER, locals())
-        dataset = _open_dataset(dataset, o.pop("storage_options"))
+        from .lerobot import LeRobotDataset, is_lerobot
+
+        if not isinstance(dataset, (Dataset, Mixture, LeRobotDataset)) and is_lerobot(dataset):
+            dataset = LeRobotDataset(dataset)
+        if isinstance(dataset, LeRobotDataset):
+            o.pop("storage_options")
+            if transforms:
+                raise ConfigError("transforms on a LeRobot dataset's features are not supported yet")
+        else:
+            dataset = _open_dataset(dataset, o.pop("storage_options"))
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         mode = _shuffle_mode(shuffle)
@@ -670,7 +693,12 @@ class Loader(_Front):
                 decoded["keep_free"] = o["decoded_cache_keep_free"]
             loader_config["decoded_cache"] = decoded
         specs, stages = _stage_specs(o["transforms"])
-        spec = dict(loader=loader_config, samples=dict(kind="records", transforms=specs), **disk)
+        samples: Dict[str, Any] = dict(kind="records", transforms=specs)
+        if o["fields"] is not None:
+            samples["fields"] = _field_names(o["fields"])
+        if isinstance(dataset, LeRobotDataset):
+            samples = dataset._spec(None if o["fields"] is None else _field_names(o["fields"]))
+        spec = dict(loader=loader_config, samples=samples, **disk)
         if isinstance(dataset, Mixture):
             spec["mixture"] = dataset._spec(stages)
         self._start(dataset, dict(o, batch_size=batch_size), spec, stages)
@@ -700,6 +728,27 @@ class Loader(_Front):
             f"{len(self)} batches per epoch, rank {self.rank}/{self.world_size}, to={self._to!r}, "
             f"config={self._engine.config_json})"
         )
+
+
+def _bool_masks(batch: Dict[str, Any]) -> Dict[str, Any]:
+    """A LeRobot batch with its ``*_is_pad`` masks viewed as bool."""
+    for k, v in batch.items():
+        if k.endswith("_is_pad") and isinstance(v, np.ndarray) and v.dtype == np.uint8:
+            batch[k] = v.view(np.bool_)
+    return batch
+
+
+def _field_names(fields: Any) -> list:
+    """``fields=`` as a list of names (one name alone is a list of one)."""
+    if isinstance(fields, str):
+        return [fields]
+    try:
+        names = list(fields)
+    except TypeError:
+        raise ConfigError(f"fields must be a list of field names, got {fields!r}") from None
+    if not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"fields must be a list of field names (str), got {fields!r}")
+    return names
 
 
 def _unpickle(cls: Any, dataset: Union[Dataset, Mixture], spec: str, stages: list, config: Dict[str, Any], state: Dict[str, Any]) -> Any:

@@ -60,6 +60,7 @@ OPTIONS: Tuple[Option, ...] = (
     Option("seed", 0, BOTH, "value", "the order and every random stage"),
     Option("drop_last", True, BOTH, "bool", "False: pad the last step with repeats, flagged in is_padding"),
     Option("transforms", None, (LOADER,), "value", "{\"field\": [stage, ...]}"),
+    Option("fields", None, (LOADER,), "value", "the fields in the batch (default: all); the others are not read out (a camera not asked for is not decoded)"),
     Option("threads", "auto", BOTH, "value", "up to one per core, fewer while the training loop is the slower side; or an int (at most 4 per core)"),
     Option("prefetch", "auto", BOTH, "value", "batches prepared ahead: starts at 4, deepened when the loop starves; or an int"),
     Option("memory_budget", None, BOTH, "bytes", "bytes batches prepared ahead may take (default 10% of RAM, at most 2 GiB); \"node:8GiB\": shared by the node's loaders"),

@@ -32,4 +32,17 @@ def stage_specs(transforms: Optional[Mapping[str, Any]], stages: Optional[list] 
                 )
             out.append({"name": "python", "params": {"index": len(stages) - 1}})
         specs[field] = out
+    _resolve_clocks(specs)
     return specs, stages
+
+
+def _resolve_clocks(specs: Dict[str, Any]) -> None:
+    """Clips given ``sync=True`` on several fields share one clock: the first of those fields
+    (in the order given); each synced clip's ``sync`` becomes ``clock: <that field>``."""
+    clock = None
+    for field, chain in specs.items():
+        for spec in chain:
+            params = spec.get("params") or {}
+            if spec.get("name") == "clip" and params.pop("sync", False):
+                clock = field if clock is None else clock
+                params["clock"] = clock

@@ -42,7 +42,13 @@ class Clip:
     As a loader stage, first in a video field's list (``transforms={"video": [Clip(16, stride=2),
     Resize(128), CenterCrop(112), Normalize(...)]}``): one clip per sample (``"random"`` or
     ``"uniform"`` with ``clips=1``), drawn from (seed, epoch, sample); the batch holds the frames,
-    ``[B, T, 3, H, W]``, and ``batch["video_timestamps"]``, float64 ``[B, T]``."""
+    ``[B, T, 3, H, W]``, and ``batch["video_timestamps"]``, float64 ``[B, T]``.
+
+    ``sync=True`` on the clips of several video fields (a robot episode's cameras): one set of
+    timestamps per sample, drawn from the video of the first of those fields in the
+    ``transforms`` dict (the clock); every synced field's frames are those played at the same
+    times (``get_frames_played_at``), whatever each camera's frame rate. Synced clips take the
+    same rule (``frames``, ``stride`` or ``fps``, ``start``)."""
 
     def __init__(
         self,
@@ -51,8 +57,12 @@ class Clip:
         fps: Optional[float] = None,
         start: str = "random",
         clips: int = 1,
+        sync: bool = False,
     ):
         self.frames, self.stride, self.fps, self.start, self.clips = frames, stride, fps, start, clips
+        if not isinstance(sync, bool):
+            raise TypeError(f"sync must be True or False, got {sync!r}")
+        self.sync = sync
 
     def timestamps(self, video: VideoFile, seed: int = 0, sample: int = 0) -> np.ndarray:
         """float64 ``[clips, frames]``: each clip's timestamps in seconds, for
@@ -70,6 +80,9 @@ class Clip:
             params["stride"] = self.stride
         if self.fps is not None:
             params["fps"] = self.fps
+        if self.sync:
+            # replaced by the clock field's name when the loader's stages are gathered
+            params["sync"] = True
         return {"name": "clip", "params": params}
 
     def __eq__(self, other: object) -> bool:
@@ -79,7 +92,8 @@ class Clip:
 
     def __repr__(self) -> str:
         step = f"fps={self.fps}" if self.fps is not None else f"stride={self.stride or 1}"
-        return f"Clip(frames={self.frames}, {step}, start={self.start!r}, clips={self.clips})"
+        sync = ", sync=True" if self.sync else ""
+        return f"Clip(frames={self.frames}, {step}, start={self.start!r}, clips={self.clips}{sync})"
 
 
 def decode_clip(path: str, seconds: Sequence[float]) -> Tuple[np.ndarray, np.ndarray]:

@@ -328,3 +328,104 @@ def test_pack_video_keyint_reencodes_with_a_keyframe_every_k_frames(tmp_path):
     assert np.abs(a.astype(np.int16) - b.astype(np.int16)).mean() < 3
     manifest = _json.loads((out / "manifest.json").read_text())
     assert manifest["source"]["video_keyint"] == 8 and manifest["source"]["video_crf"] == 18
+
+
+# --- several cameras in one sample: only the fields asked for, clips aligned in time ------------
+
+CAMERAS = {"front": "25", "wrist": "15", "top": "10"}  # different frame rates
+
+
+@pytest.fixture(scope="module")
+def cameras_ds(tmp_path_factory):
+    """Three episodes of three cameras (25, 15 and 10 fps, 3 s each), one sample per episode with
+    a video field per camera, written with ShardWriter from the values `pack` makes."""
+    root = tmp_path_factory.mktemp("cameras")
+    values = {}
+    paths = {}
+    for cam, rate in CAMERAS.items():
+        src = root / "src" / cam
+        (src / "all").mkdir(parents=True)
+        for ep in range(3):
+            paths[cam, ep] = make(src / "all" / f"ep{ep}.mp4", 3, "96x64", rate,
+                                  "-c:v", "libx264", "-pix_fmt", "yuv420p")
+        subprocess.run([*CLI, "pack", str(src), str(root / f"packed-{cam}")], check=True, capture_output=True)
+        packed = stokehold.Dataset(str(root / f"packed-{cam}"))
+        for i in range(len(packed)):
+            s = packed[i]
+            values[cam, int(s["path"][len("all/ep"):-len(".mp4")])] = s["video"]
+    out = root / "ds"
+    schema = [("episode", "int64")] + [(cam, "video") for cam in CAMERAS]
+    with stokehold.ShardWriter(str(out), schema) as w:
+        for ep in range(3):
+            w.write({"episode": ep, **{cam: values[cam, ep] for cam in CAMERAS}})
+    return paths, stokehold.Dataset(str(out))
+
+
+def test_synced_clips_are_the_frames_played_at_the_clocks_times_on_every_camera(cameras_ds):
+    paths, ds = cameras_ds
+    loader = stokehold.Loader(
+        ds, 1, shuffle=False, seed=2, fields=["episode", "front", "wrist"],
+        transforms={"front": [Clip(frames=5, stride=3, sync=True)], "wrist": [Clip(frames=5, stride=3, sync=True)]},
+    )
+    seen = 0
+    for batch in loader:
+        # only the fields asked for: the top camera is neither decoded nor copied out
+        assert sorted(batch) == ["episode", "front", "front_timestamps", "wrist", "wrist_timestamps"]
+        ep = int(batch["episode"][0])
+        clock = batch["front_timestamps"][0]  # stride 3 on the clock (front): its own frame times
+        front = torchcodec_decoders.VideoDecoder(paths["front", ep]).get_frames_played_at(clock.tolist())
+        np.testing.assert_array_equal(clock, front.pts_seconds.numpy())
+        assert np.array_equal(batch["front"][0], front.data.numpy())
+        # the wrist camera (15 fps): the frames played at the same times
+        wrist = torchcodec_decoders.VideoDecoder(paths["wrist", ep]).get_frames_played_at(clock.tolist())
+        np.testing.assert_array_equal(batch["wrist_timestamps"][0], wrist.pts_seconds.numpy())
+        assert np.array_equal(batch["wrist"][0], wrist.data.numpy())
+        seen += 1
+    assert seen == 3
+
+
+def test_synced_fps_clips_show_one_instant_on_every_camera(cameras_ds):
+    from stokehold.image import Resize
+
+    _, ds = cameras_ds
+    synced = {cam: [Clip(frames=6, fps=5.0, sync=True), Resize([32, 48])] for cam in CAMERAS}
+    batches = list(stokehold.Loader(ds, 3, shuffle=False, seed=9, transforms=synced))
+    assert len(batches) == 1
+    b = batches[0]
+    assert b["top"].shape == (3, 6, 3, 32, 48)
+    ts = {cam: b[f"{cam}_timestamps"] for cam in CAMERAS}
+    # each timestamp of the clock lies inside the frame each camera shows: the frames' spans
+    # [pts, pts + 1/fps) of the three cameras share an instant
+    lo = np.maximum.reduce([ts[c] for c in CAMERAS])
+    hi = np.minimum.reduce([ts[c] + 1.0 / float(CAMERAS[c]) for c in CAMERAS])
+    assert (lo < hi).all(), (lo, hi)
+
+
+def test_synced_clips_of_other_rules_and_fields_left_out_are_refused(cameras_ds):
+    _, ds = cameras_ds
+    with pytest.raises(stokehold.ConfigError, match="another rule"):
+        stokehold.Loader(ds, 1, transforms={"front": [Clip(4, stride=2, sync=True)], "wrist": [Clip(4, stride=3, sync=True)]})
+    with pytest.raises(stokehold.ConfigError, match="fields= leaves out"):
+        stokehold.Loader(ds, 1, fields=["front"], transforms={"wrist": [Clip(4)]})
+    with pytest.raises(stokehold.ConfigError, match="does not have"):
+        stokehold.Loader(ds, 1, fields=["front", "side"])
+
+
+def test_a_synced_time_outside_another_cameras_video_is_the_samples_error(tmp_path):
+    # the clock (front) runs 3 s, the wrist camera 1 s: a 4-frame clip, stride 10, on the clock
+    # ends past 1.2 s, where the wrist shows nothing
+    values = {}
+    for cam, seconds in {"front": 3, "wrist": 1}.items():
+        src = tmp_path / cam / "all"
+        src.mkdir(parents=True)
+        make(src / "e.mp4", seconds, "64x48", "25", "-c:v", "libx264", "-pix_fmt", "yuv420p")
+        subprocess.run([*CLI, "pack", str(tmp_path / cam), str(tmp_path / f"p-{cam}")], check=True, capture_output=True)
+        values[cam] = stokehold.Dataset(str(tmp_path / f"p-{cam}"))[0]["video"]
+    with stokehold.ShardWriter(str(tmp_path / "ds"), [("front", "video"), ("wrist", "video")]) as w:
+        w.write(values)
+    loader = stokehold.Loader(
+        str(tmp_path / "ds"), 1,
+        transforms={cam: [Clip(frames=4, stride=10, sync=True)] for cam in ("front", "wrist")},
+    )
+    with pytest.raises(stokehold.SampleError, match=r"no frame is played at .* the video's frames run from 0 s to 1 s"):
+        list(loader)

@@ -301,6 +301,7 @@ fn samples_spec(ds: &Dataset, a: &PipelineArgs) -> anyhow::Result<SamplesSpec> {
     if image.is_empty() {
         return Ok(SamplesSpec::Records {
             transforms: BTreeMap::new(),
+            fields: None,
         });
     }
     let field = ds
@@ -318,6 +319,7 @@ fn samples_spec(ds: &Dataset, a: &PipelineArgs) -> anyhow::Result<SamplesSpec> {
         .clone();
     Ok(SamplesSpec::Records {
         transforms: BTreeMap::from([(field, image)]),
+        fields: None,
     })
 }
 

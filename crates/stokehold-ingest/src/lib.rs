@@ -10,6 +10,7 @@ pub mod example;
 pub mod fuzzing;
 pub mod inplace;
 pub mod jpeg;
+pub mod lerobot;
 pub mod mp4;
 pub mod pack;
 mod parquet_pages;

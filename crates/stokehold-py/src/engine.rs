@@ -305,8 +305,11 @@ impl Engine {
         if !stages.is_empty() {
             spec.loader.prepare_next_epoch = false;
         }
+        // no dataset: a LeRobot folder read in place (the spec names it)
+        let lerobot = dataset.is_none();
         // one dataset, or a mixture's sources (a list, in the mixture's order)
         let datasets: Vec<PyRef<'_, Dataset>> = match dataset.cast::<PyList>() {
+            _ if lerobot => Vec::new(),
             Ok(list) => list
                 .iter()
                 .map(|d| d.extract::<PyRef<'_, Dataset>>().map_err(PyErr::from))
@@ -317,12 +320,16 @@ impl Engine {
                     .map_err(PyErr::from)?,
             ],
         };
-        let Some(options) = datasets.first().map(|d| d.options()) else {
+        let options = datasets.first().map(|d| d.options());
+        if options.is_none() && !lerobot {
             return Err(config_error(py, "a mixture needs at least one source"));
-        };
+        }
         let shared: Vec<_> = datasets.iter().map(|d| d.shared()).collect();
         let built = py
             .detach(|| {
+                let Some(options) = options else {
+                    return spec.build_lerobot();
+                };
                 let mut ext = |s: &TransformSpec| python_stage(s, &stages);
                 if spec.mixture.is_some() {
                     spec.build_mixture(shared, options, &mut ext)

@@ -33,6 +33,8 @@ pub struct DecodedFrames {
     pub pts_seconds: Vec<f64>,
     /// Each frame's index in presentation order.
     pub frames: Vec<usize>,
+    /// Bytes of the packets read to decode them (from the file, or from the bytes in memory).
+    pub packet_bytes: u64,
 }
 
 /// A video's frame index with its frames in presentation order, and the name its errors give
@@ -215,6 +217,24 @@ impl ClipDecoder {
             threads,
         )
     }
+
+    /// As [`ClipDecoder::frames_at`], the packets read from `file` (the video's file, read in
+    /// place: only the packets from the keyframe before the first frame to the last one).
+    pub fn frames_at_file(
+        &mut self,
+        video: &IndexedVideo,
+        file: &File,
+        frames: &[usize],
+        threads: u32,
+    ) -> Result<DecodedFrames, VideoError> {
+        decode(
+            &mut self.decoder,
+            video,
+            Packets::File(file),
+            frames,
+            threads,
+        )
+    }
 }
 
 /// Decodes `frames` (presentation order) of `video`, its packets read from `packets`, with the
@@ -250,6 +270,7 @@ fn decode(
         width: 0,
         pts_seconds: Vec::with_capacity(frames.len()),
         frames: frames.to_vec(),
+        packet_bytes: 0,
     };
     // output slots by pts; the decode-order indices wanted, ascending
     let mut slots: HashMap<i64, Vec<usize>> = HashMap::new();
@@ -519,6 +540,7 @@ impl Job<'_> {
             unsafe { (ff.av_packet_unref)(dec.pkt) };
             return Err(self.decode_error(d, format!("reading the packet: {e}")));
         }
+        self.out.packet_bytes += u64::from(f.size);
         // SAFETY: pts, dts and flags of a live AVPacket (offsets in ffi.rs); the decoder gives
         // the packet's pts back on the frame it makes of it, which is how frames are matched.
         unsafe {

@@ -32,7 +32,7 @@ pub(super) fn report(ds: &Dataset, samples: &SamplesSpec, seed: u64) -> Option<S
         _ => "tar members carry no checksum (pack stores a CRC-32C per record)",
     };
     let measured = match samples {
-        SamplesSpec::Records { transforms } => image_pipeline(ds, transforms)
+        SamplesSpec::Records { transforms, .. } => image_pipeline(ds, transforms)
             .map(|(field, column, specs)| measure(ds, field, &column, &specs, seed)),
         _ => None,
     };
@@ -130,6 +130,7 @@ fn run(
             seed,
             epoch: 0,
             rng: &mut rng,
+            other: None,
         };
         stage
             .apply_into(FieldValue::Image(bytes.as_slice().into()), &mut ctx, slot)

@@ -13,11 +13,11 @@ use crate::pipeline::{
 };
 use crate::samples::mixture::MixtureOptions;
 use crate::samples::{
-    ChatMixRows, ChatMixture, ChatPlanner, ChatRows, Mixture, MixtureSource, Records, TokenDataset,
-    Tokens,
+    ChatMixRows, ChatMixture, ChatPlanner, ChatRows, LeRobotSteps, Mixture, MixtureSource, Records,
+    TokenDataset, Tokens,
 };
 use crate::stages::Transform;
-use crate::stages::spec::{TransformSpec, build_columns};
+use crate::stages::spec::{TransformSpec, build_columns_of};
 
 /// A loader built from a spec, with what its kind of samples tells about the dataset.
 #[derive(Debug)]
@@ -48,6 +48,9 @@ impl EngineSpec {
             return self.build_mixture(vec![dataset], options, external);
         }
         self.loader.validate()?;
+        if let SamplesSpec::Lerobot(_) = &self.samples {
+            return self.build_lerobot();
+        }
         let whole = Share::default();
         if let SamplesSpec::Chats(chat) = &self.samples {
             if self.cache_dir.is_some() {
@@ -78,6 +81,30 @@ impl EngineSpec {
         Ok(Built {
             loader: Loader::from_samples(samples, self.loader.clone())?,
             tokens: tokens.into_iter().collect(),
+            chats: None,
+            chat_mix: None,
+        })
+    }
+
+    /// Build the loader of a LeRobot dataset read in place (`samples: {"kind": "lerobot",
+    /// ...}`): no stokehold dataset, the steps of the LeRobot folder the spec names.
+    pub fn build_lerobot(&self) -> Result<Built> {
+        let SamplesSpec::Lerobot(options) = &self.samples else {
+            return Err(EngineError::Config(
+                "a loader without a dataset loads a LeRobot folder (samples kind \"lerobot\")"
+                    .into(),
+            ));
+        };
+        if self.mixture.is_some() || self.cache_dir.is_some() {
+            return Err(EngineError::Config(
+                "a LeRobot dataset is read in place alone: no Mixture, no cache_dir".into(),
+            ));
+        }
+        self.loader.validate()?;
+        let steps: Arc<dyn crate::samples::Samples> = Arc::new(LeRobotSteps::open(options)?);
+        Ok(Built {
+            loader: Loader::from_samples(steps, self.loader.clone())?,
+            tokens: Vec::new(),
             chats: None,
             chat_mix: None,
         })
@@ -299,14 +326,21 @@ impl EngineSpec {
         Ok(match &self.samples {
             SamplesSpec::Records {
                 transforms: default,
+                fields,
             } => {
                 let transforms = transforms.unwrap_or(default);
-                let columns = build_columns(ds.schema(), transforms, true, external)?;
+                let columns =
+                    build_columns_of(ds.schema(), transforms, fields.as_deref(), external)?;
                 let mut records = Records::new(ds, columns, cache_bytes, decoded.as_ref())?;
                 if let Some((cache, progress)) = disk {
                     records = records.with_disk_cache(cache, progress);
                 }
                 (Loadable::from(Arc::new(records)), None)
+            }
+            SamplesSpec::Lerobot(_) => {
+                return Err(EngineError::Config(
+                    "a LeRobot dataset is read in place alone, not in a Mixture".into(),
+                ));
             }
             SamplesSpec::Chats(_) => {
                 return Err(EngineError::Config(

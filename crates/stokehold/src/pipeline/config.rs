@@ -300,12 +300,19 @@ pub enum SamplesSpec {
         /// Field name → its stages.
         #[serde(default)]
         transforms: BTreeMap<String, Vec<TransformSpec>>,
+        /// The fields in the batch (the loader's `fields=`; None: every field); the others are
+        /// not read out of their records.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fields: Option<Vec<String>>,
     },
     /// Windows or documents of a token dataset.
     Tokens(TokenOptions),
     /// Rows of whole conversations (a records dataset with a messages field), rendered with a
     /// chat template, tokenized and packed best-fit-decreasing.
     Chats(Box<crate::samples::ChatRowOptions>),
+    /// The steps of a LeRobot dataset read in place (no stokehold dataset: built by
+    /// [`EngineSpec::build_lerobot`]).
+    Lerobot(crate::samples::LeRobotOptions),
 }
 
 /// A whole loader, declaratively: what the Python front sends (as JSON) and what

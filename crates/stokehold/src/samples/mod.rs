@@ -31,6 +31,7 @@ pub mod chat_mix;
 mod chat_vision;
 pub mod chats;
 mod kept_counts;
+pub mod lerobot;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
@@ -40,6 +41,7 @@ pub use chat_vision::VisionSpec;
 pub use chats::{
     ChatPlanner, ChatRowOptions, ChatRows, ChatSpec, DocumentSpec, Overlong, PackSummary,
 };
+pub use lerobot::{LeRobotOptions, LeRobotSteps};
 pub use mixture::{Mixture, MixtureSource};
 pub use records::Records;
 pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VERIFY_MAX_RECORD};

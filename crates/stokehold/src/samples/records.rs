@@ -34,6 +34,8 @@ pub struct Records {
     columns: Vec<Column>,
     outputs: Vec<(String, Output)>,
     field_index: Vec<usize>,
+    /// Per column, the other field its stages read (a synced clip's clock), when one does.
+    other_index: Vec<Option<usize>>,
     fingerprint: String,
     /// The dataset's shards with the RAM cache of record bytes, when on.
     bytes: [ByteSource; 1],
@@ -80,7 +82,19 @@ impl Records {
             ));
         }
         let mut field_index = Vec::with_capacity(columns.len());
+        let mut other_index = Vec::with_capacity(columns.len());
         for c in &columns {
+            let other = c.transforms.iter().find_map(|t| t.reads_field());
+            other_index.push(match other {
+                None => None,
+                Some(f) => Some(schema.index_of(f).ok_or_else(|| {
+                    EngineError::Config(format!(
+                        "column {:?} also reads field {f:?}, which the dataset does not have \
+                         ({schema})",
+                        c.name
+                    ))
+                })?),
+            });
             field_index.push(schema.index_of(&c.field).ok_or_else(|| {
                 EngineError::Config(format!(
                     "column {:?} reads field {:?}, which the dataset does not have ({schema})",
@@ -163,6 +177,7 @@ impl Records {
             columns,
             outputs,
             field_index,
+            other_index,
             fingerprint: fp,
         })
     }
@@ -438,6 +453,18 @@ impl Records {
                     shard.limits().max_decompressed_bytes,
                 )
                 .map_err(|e| sample_err(shard.record_error(local, e)))?;
+            // the other field a stage reads (a synced clip's clock video): its bytes
+            let other = match self.other_index[c] {
+                None => None,
+                Some(j) => Some(
+                    view.field(schema, j, shard.limits().max_decompressed_bytes)
+                        .map_err(|e| sample_err(shard.record_error(local, e)))?,
+                ),
+            };
+            let other_bytes = match &other {
+                Some(FieldValue::Bytes(b)) => Some(&b[..]),
+                _ => None,
+            };
             ws.lap_into(&mut parse_time, STAGE_PARSE, id, &mut clock);
             let mut rng = SampleRng::for_sample(cx.seed, cx.epoch, id, c as u64);
             let mut ctx = SampleCtx {
@@ -445,6 +472,7 @@ impl Records {
                 seed: cx.seed,
                 epoch: cx.epoch,
                 rng: &mut rng,
+                other: other_bytes,
             };
             let fail = |stage_name: &str, source| EngineError::Transform {
                 id,

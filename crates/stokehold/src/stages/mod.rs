@@ -39,6 +39,9 @@ pub struct SampleCtx<'r> {
     pub epoch: u64,
     /// This sample's random numbers for this column.
     pub rng: &'r mut SampleRng,
+    /// The value (bytes) of the other field of the record the column's stage reads
+    /// ([`Transform::reads_field`]: a synced clip's clock video), when it reads one.
+    pub other: Option<&'r [u8]>,
 }
 
 /// One stage. Implementations must be deterministic given the input and `ctx.rng`.
@@ -48,6 +51,12 @@ pub trait Transform: Send + Sync + 'static {
 
     /// Transform a value.
     fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>>;
+
+    /// Another field of the record this stage reads besides its own (a clip synced to the clock
+    /// of another field's video), given as [`SampleCtx::other`]; None (the default): none.
+    fn reads_field(&self) -> Option<&str> {
+        None
+    }
 
     /// Transform a value and write the result into `slot` (a fixed-size output slot of
     /// `slot.len()` bytes). The default applies, then copies; stages that can produce their

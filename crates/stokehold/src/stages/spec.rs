@@ -137,15 +137,49 @@ pub fn build_columns(
     all_fields: bool,
     custom: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
 ) -> Result<Vec<Column>> {
+    let fields: Option<Vec<String>> = (!all_fields).then(|| specs.keys().cloned().collect());
+    build_columns_of(schema, specs, fields.as_deref(), custom)
+}
+
+/// Build the columns of `fields` (the loader's `fields=`; None: every field of the schema), in
+/// schema order: those named in `specs` with their stages, the others passed through. A field
+/// with stages must be one of `fields`; the other fields are not read out of their records at
+/// all (a camera's video that is not asked for is neither copied nor decoded).
+pub fn build_columns_of(
+    schema: &Schema,
+    specs: &BTreeMap<String, Vec<TransformSpec>>,
+    fields: Option<&[String]>,
+    custom: &mut dyn FnMut(&TransformSpec) -> Option<Arc<dyn Transform>>,
+) -> Result<Vec<Column>> {
     for name in specs.keys() {
         if schema.index_of(name).is_none() {
             return Err(EngineError::Config(format!(
                 "transforms given for {name:?}, which the dataset does not have ({schema})"
             )));
         }
+        if let Some(fields) = fields
+            && !fields.contains(name)
+        {
+            return Err(EngineError::Config(format!(
+                "transforms given for {name:?}, which fields= leaves out (fields: {fields:?})"
+            )));
+        }
     }
+    if let Some(f) = fields
+        .into_iter()
+        .flatten()
+        .find(|f| schema.index_of(f).is_none())
+    {
+        return Err(EngineError::Config(format!(
+            "fields= names {f:?}, which the dataset does not have ({schema})"
+        )));
+    }
+    crate::stages::video::check_clocks(specs)?;
     let mut cols = Vec::new();
     for f in &schema.fields {
+        if fields.is_some_and(|fs| !fs.contains(&f.name)) {
+            continue;
+        }
         match specs.get(&f.name) {
             Some(s) => {
                 cols.push(build_column(schema, &f.name, s, custom)?);
@@ -161,8 +195,7 @@ pub fn build_columns(
                     cols.push(ts);
                 }
             }
-            None if all_fields => cols.push(Column::passthrough(schema, &f.name)?),
-            None => {}
+            None => cols.push(Column::passthrough(schema, &f.name)?),
         }
     }
     Ok(cols)

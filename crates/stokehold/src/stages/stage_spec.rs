@@ -113,7 +113,8 @@ pub enum Stage {
 }
 
 /// `stokehold.video.Clip`'s parameters: `frames`, `stride` or `fps` (not both), `start`
-/// ("random" or "uniform"), `clips` (1 in a loader).
+/// ("random" or "uniform"), `clips` (1 in a loader), `clock` (the field whose video draws the
+/// timestamps of clips aligned across fields: `Clip(..., sync=True)`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ClipParams {
@@ -122,6 +123,7 @@ pub struct ClipParams {
     pub fps: Option<f64>,
     pub start: String,
     pub clips: u32,
+    pub clock: Option<String>,
 }
 
 impl Default for ClipParams {
@@ -132,6 +134,7 @@ impl Default for ClipParams {
             fps: None,
             start: "random".into(),
             clips: 1,
+            clock: None,
         }
     }
 }

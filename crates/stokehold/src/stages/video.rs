@@ -43,8 +43,9 @@ fn bad(column: &str, m: impl std::fmt::Display) -> EngineError {
     EngineError::Config(format!("column {column:?}: clip: {m}"))
 }
 
-/// The clip rule of a chain whose first stage is `clip`.
-fn clip_rule(column: &str, spec: &TransformSpec) -> Result<Clip> {
+/// The clip rule of a chain whose first stage is `clip`, and the field whose video draws its
+/// timestamps when it is synced to another field (`clock`; None: its own).
+fn clip_rule(column: &str, spec: &TransformSpec) -> Result<(Clip, Option<String>)> {
     let p = match spec.stage() {
         Some(Ok(Stage::Clip(p))) => p,
         Some(Err(e)) => return Err(bad(column, e)),
@@ -75,7 +76,63 @@ fn clip_rule(column: &str, spec: &TransformSpec) -> Result<Clip> {
             ));
         }
     };
-    Clip::new(p.frames, step, start).map_err(|e| bad(column, e))
+    let clip = Clip::new(p.frames, step, start).map_err(|e| bad(column, e))?;
+    Ok((clip, p.clock.filter(|c| c != column)))
+}
+
+/// The clip parameters of a field's chain when it starts with `clip` (for the checks across
+/// fields of [`check_clocks`]).
+fn clip_params(specs: &[TransformSpec]) -> Option<crate::stages::stage_spec::ClipParams> {
+    match specs.first()?.stage()? {
+        Ok(Stage::Clip(p)) => Some(p),
+        _ => None,
+    }
+}
+
+/// Clips synced to a clock field (`Clip(..., sync=True)` on several fields): the clock must be a
+/// field with a clip of the same rule (frames, stride or fps, start), so every synced field's
+/// frames are those played at the clock's timestamps.
+pub fn check_clocks(specs: &std::collections::BTreeMap<String, Vec<TransformSpec>>) -> Result<()> {
+    for (field, s) in specs {
+        let Some(p) = clip_params(s) else { continue };
+        let Some(clock) = p.clock.as_ref().filter(|c| *c != field) else {
+            continue;
+        };
+        let Some(c) = specs.get(clock).and_then(|s| clip_params(s)) else {
+            return Err(bad(
+                field,
+                format!(
+                    "synced to field {clock:?}, which has no clip: the clock field needs a clip of \
+                     the same rule"
+                ),
+            ));
+        };
+        let rule = |p: &crate::stages::stage_spec::ClipParams| {
+            (
+                p.frames,
+                p.stride,
+                p.fps.map(f64::to_bits),
+                p.start.clone(),
+                p.clips,
+            )
+        };
+        if rule(&c) != rule(&p) {
+            return Err(bad(
+                field,
+                format!(
+                    "synced to field {clock:?}, whose clip has another rule: synced clips take \
+                     the same frames, stride or fps, and start"
+                ),
+            ));
+        }
+        if c.clock.as_ref().is_some_and(|cc| cc != clock) {
+            return Err(bad(
+                field,
+                format!("synced to field {clock:?}, which is itself synced to another field"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Plan a column whose chain starts with `clip`; None when it has no `clip` stage.
@@ -94,10 +151,14 @@ fn plan_clip(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform
             "must be the first stage of its column, and the only clip",
         ));
     }
-    let clip = clip_rule(column, first)?;
+    let (clip, clock) = clip_rule(column, first)?;
     let t = clip.frames as usize;
     if rest.is_empty() {
-        let stage = ClipStage { clip, ops: None };
+        let stage = ClipStage {
+            clip,
+            clock,
+            ops: None,
+        };
         return Ok((Arc::new(stage), Output::List));
     }
     if let Some(s) = rest
@@ -123,6 +184,7 @@ fn plan_clip(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform
     Ok((
         Arc::new(ClipStage {
             clip,
+            clock,
             ops: Some(ops),
         }),
         output,
@@ -134,8 +196,8 @@ fn plan_clip(column: &str, specs: &[TransformSpec]) -> Result<(Arc<dyn Transform
 pub fn timestamps_column(field: &str, specs: &[TransformSpec]) -> Result<Option<Column>> {
     match specs.first() {
         Some(s) if s.name == CLIP => {
-            let clip = clip_rule(field, s)?;
-            let stage = Arc::new(TimestampsStage { clip });
+            let (clip, clock) = clip_rule(field, s)?;
+            let stage = Arc::new(TimestampsStage { clip, clock });
             let mut c = Column::fixed(field, vec![stage], DType::F64, vec![clip.frames as usize]);
             c.name = format!("{field}{TIMESTAMPS_SUFFIX}");
             Ok(Some(c))
@@ -161,40 +223,74 @@ struct Planned<'a> {
     frames: Vec<usize>,
 }
 
-fn plan_sample<'a>(clip: &Clip, x: &'a Value<'_>, ctx: &SampleCtx<'_>) -> StageResult<Planned<'a>> {
-    let bytes: &[u8] = match x {
-        FieldValue::Bytes(b) => b,
-        other => {
-            return Err(format!("expected a video value, got a {}", other.kind()).into());
-        }
-    };
+/// A video value's index and container bytes, its name for errors.
+fn indexed(bytes: &[u8], name: String) -> StageResult<(IndexedVideo, &[u8])> {
     let v = stokehold_format::video::parse_video(bytes)
-        .map_err(|e| StageError::from(format!("the video value: {e}")))?;
-    let name = format!("the video of sample {}", ctx.id);
+        .map_err(|e| StageError::from(format!("{name}: the video value: {e}")))?;
     let video = IndexedVideo::new(name, FrameIndex::from_video_index(v.index))
         .map_err(|e| StageError::from(e.to_string()))?;
-    let times = video.pts_seconds();
-    let stamps = clip
-        .timestamps(
-            &times,
-            video.end_seconds(),
-            clip_seed(ctx.seed, ctx.epoch),
-            ctx.id,
-        )
-        .map_err(|e| StageError::from(format!("{}: {e}", video.name())))?;
-    let first = stamps
-        .first()
-        .ok_or_else(|| StageError::from("the clip rule gave no clip".to_string()))?;
-    let frames = first
+    Ok((video, v.container))
+}
+
+/// The video bytes of a value.
+fn video_bytes<'a>(x: &'a Value<'_>) -> StageResult<&'a [u8]> {
+    match x {
+        FieldValue::Bytes(b) => Ok(b),
+        other => Err(format!("expected a video value, got a {}", other.kind()).into()),
+    }
+}
+
+/// Plans sample `ctx.id`'s clip of the video `x`. With a `clock` field, the timestamps are drawn
+/// from the clock's video (`ctx.other`, its value in the same record) and this video's frames
+/// are those played at them: clips aligned in time across a sample's cameras, whatever their
+/// frame rates.
+fn plan_sample<'a>(
+    clip: &Clip,
+    clock: Option<&str>,
+    x: &'a Value<'_>,
+    ctx: &SampleCtx<'_>,
+) -> StageResult<Planned<'a>> {
+    let (video, container) = indexed(video_bytes(x)?, format!("the video of sample {}", ctx.id))?;
+    let stamps = match clock {
+        None => clip_stamps(clip, &video, ctx)?,
+        Some(field) => {
+            let bytes = ctx.other.ok_or_else(|| {
+                StageError::from(format!("the clock field {field:?}'s value was not given"))
+            })?;
+            let name = format!(
+                "the video of field {field:?} of sample {} (the clock)",
+                ctx.id
+            );
+            let (clock_video, _) = indexed(bytes, name)?;
+            clip_stamps(clip, &clock_video, ctx)?
+        }
+    };
+    let frames = stamps
         .iter()
         .map(|&s| video.frame_played_at(s))
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| StageError::from(e.to_string()))?;
     Ok(Planned {
         video,
-        container: v.container,
+        container,
         frames,
     })
+}
+
+/// The timestamps of sample `ctx.id`'s one clip of `video`, from (mix(seed, epoch), id).
+fn clip_stamps(clip: &Clip, video: &IndexedVideo, ctx: &SampleCtx<'_>) -> StageResult<Vec<f64>> {
+    let stamps = clip
+        .timestamps(
+            &video.pts_seconds(),
+            video.end_seconds(),
+            clip_seed(ctx.seed, ctx.epoch),
+            ctx.id,
+        )
+        .map_err(|e| StageError::from(format!("{}: {e}", video.name())))?;
+    stamps
+        .into_iter()
+        .next()
+        .ok_or_else(|| StageError::from("the clip rule gave no clip".to_string()))
 }
 
 fn decode(p: &Planned<'_>) -> StageResult<DecodedFrames> {
@@ -212,6 +308,8 @@ fn decode(p: &Planned<'_>) -> StageResult<DecodedFrames> {
 #[derive(Debug)]
 pub struct ClipStage {
     clip: Clip,
+    /// The field whose video draws the timestamps (a synced clip), None: this field's own.
+    clock: Option<String>,
     /// The spatial pipeline; None: the frames as decoded, `[T, 3, H, W]` uint8.
     ops: Option<ImageOps>,
 }
@@ -254,9 +352,14 @@ impl ClipStage {
 
 /// `[T, H, W, 3]` frames as `[T, 3, H, W]`.
 fn channels_first(got: &DecodedFrames) -> Vec<u8> {
-    let (h, w) = (got.height, got.width);
-    let plane = h * w;
     let mut out = vec![0u8; got.data.len()];
+    channels_first_into(got, &mut out);
+    out
+}
+
+/// `[T, H, W, 3]` frames written as `[T, 3, H, W]` into `out` (of their size).
+pub(crate) fn channels_first_into(got: &DecodedFrames, out: &mut [u8]) {
+    let plane = got.height * got.width;
     for (src, dst) in got
         .data
         .chunks_exact(plane * 3)
@@ -268,7 +371,6 @@ fn channels_first(got: &DecodedFrames) -> Vec<u8> {
             dst[2 * plane + i] = px[2];
         }
     }
-    out
 }
 
 impl Transform for ClipStage {
@@ -280,8 +382,12 @@ impl Transform for ClipStage {
         }
     }
 
+    fn reads_field(&self) -> Option<&str> {
+        self.clock.as_deref()
+    }
+
     fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
-        let p = plan_sample(&self.clip, &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
         let got = decode(&p)?;
         match &self.ops {
             None => {
@@ -308,7 +414,7 @@ impl Transform for ClipStage {
             let v = self.apply(x, ctx)?;
             return crate::stages::write_value(&v, slot);
         };
-        let p = plan_sample(&self.clip, &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
         let got = decode(&p)?;
         self.frames_into(ops, &got, ctx, slot)
     }
@@ -318,6 +424,8 @@ impl Transform for ClipStage {
 #[derive(Debug)]
 pub struct TimestampsStage {
     clip: Clip,
+    /// As [`ClipStage`]'s.
+    clock: Option<String>,
 }
 
 impl Transform for TimestampsStage {
@@ -325,8 +433,12 @@ impl Transform for TimestampsStage {
         "clip-timestamps"
     }
 
+    fn reads_field(&self) -> Option<&str> {
+        self.clock.as_deref()
+    }
+
     fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
-        let p = plan_sample(&self.clip, &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
         let times = p.video.pts_seconds();
         let data: Vec<u8> = p
             .frames
