@@ -7,6 +7,7 @@ use pyo3::types::{PyBytes, PyDict, PyTuple};
 use stokehold::ops::DEFAULT_MAX_PIXELS;
 use stokehold::ops::vision::{FixedSize as Fixed, Qwen2Vl as Params, VisionWorkspace};
 
+use stokehold::advise_huge_pages;
 use stokehold::ops::OpsError;
 
 use crate::errors::{CorruptDataError, LimitExceededError, SampleError, config_error};
@@ -19,30 +20,6 @@ fn image_error(i: usize, e: OpsError) -> PyErr {
         OpsError::Decode { .. } | OpsError::UnknownFormat(_) => CorruptDataError::new_err(msg),
         OpsError::TooLarge { .. } => LimitExceededError::new_err(msg),
         _ => SampleError::new_err(msg),
-    }
-}
-
-/// Ask for transparent huge pages over the 2 MiB-aligned interior of a large buffer not yet
-/// touched (a fresh zeroed allocation): its first writes then fault in 2 MiB at a time. Only
-/// advice: where the kernel does not take it nothing changes.
-fn advise_huge_pages(buf: &mut [f32]) {
-    const HUGE: usize = 2 << 20;
-    let bytes = std::mem::size_of_val(buf);
-    if bytes < 2 * HUGE {
-        return;
-    }
-    let start = buf.as_mut_ptr() as usize;
-    let (lo, hi) = (start.next_multiple_of(HUGE), (start + bytes) / HUGE * HUGE);
-    if hi > lo {
-        // SAFETY: `lo..hi` lies inside `buf`, memory this function borrows mutably;
-        // MADV_HUGEPAGE changes how the kernel backs the pages, never their contents.
-        let _ = unsafe {
-            rustix::mm::madvise(
-                lo as *mut std::ffi::c_void,
-                hi - lo,
-                rustix::mm::Advice::LinuxHugepage,
-            )
-        };
     }
 }
 

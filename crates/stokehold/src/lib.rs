@@ -59,7 +59,7 @@ pub mod storage_bench;
 mod sync;
 mod units;
 
-pub use batch::{Batch, Buffer, BufferPool, ColumnData};
+pub use batch::{Batch, Buffer, BufferPool, ColumnData, advise_huge_pages};
 pub use cache::{CacheStats, DecodedCache, RecordCache};
 pub use error::{EngineError, RecordPlace, Result};
 pub use order::{Groups, Loadable, Order, OrderState, Shuffled};

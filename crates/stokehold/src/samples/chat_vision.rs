@@ -429,6 +429,7 @@ pub(crate) fn row_images<'p>(
         .map(|i| i.grid.iter().map(|&g| g as usize).product::<usize>())
         .sum();
     let mut bytes = vec![0u8; patches * row_len * 4];
+    crate::batch::advise_huge_pages(&mut bytes);
     let mut grids = Vec::with_capacity(images.len() * 3 * 8);
     let mut thw = Vec::with_capacity(images.len());
     let mut scratch = Vec::new();
