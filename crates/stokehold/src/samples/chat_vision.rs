@@ -13,20 +13,17 @@
 //! whole and its `pixel_values` match its placeholders; one whose first image already crosses
 //! is left out (counted as dropped).
 //!
-//! **Filling.** A row's images, in row, conversation and image order, are decoded, resized and
-//! patchified on the loader's thread into one float32 `[patches, row]` array (`pixel_values`,
+//! **Filling** (`super::chats::row_images`, beside the planner it asks). A row's images, in
+//! row, conversation and image order, are decoded, resized and patchified on the loader's thread into one float32 `[patches, row]` array (`pixel_values`,
 //! laid out as `transformers`' Qwen2-VL processor lays them out) and their grids into int64
 //! `[images, 3]` (`image_grid_thw`); each image's grid, from its header, is checked against the
 //! tokens its row was planned for.
 
-use stokehold_format::{ArrayValue, DType, FieldValue};
-use stokehold_ops::DEFAULT_MAX_PIXELS;
+use stokehold_format::FieldValue;
 use stokehold_ops::chat::ChatTemplate;
 use stokehold_ops::vision::Qwen2Vl;
 use stokehold_storage::Dataset;
 
-use super::SlotWriter;
-use super::chats::ChatPlanner;
 use crate::error::{EngineError, Result};
 use crate::stages::Qwen2VlParams;
 
@@ -203,7 +200,7 @@ impl ChatVision {
     }
 
     /// The encoded images of a sample (its fields `values`), in order.
-    fn images<'v>(
+    pub(crate) fn images<'v>(
         &self,
         values: &'v [FieldValue<'_>],
     ) -> std::result::Result<Vec<&'v [u8]>, ImageError> {
@@ -256,25 +253,6 @@ pub(crate) fn cut_before_image(ids: &[u32], seq_len: usize, placeholder: u32) ->
         at -= 1;
     }
     at
-}
-
-/// What filling a row's images makes: `pixel_values` and `image_grid_thw` as the batch's list
-/// values, each image's grid and merge size in order, and the bytes of encoded images read.
-pub(crate) struct RowImages {
-    pixel_values: FieldValue<'static>,
-    grid_values: FieldValue<'static>,
-    /// (grid, merge size) of each image, in row order.
-    pub(crate) grids: Vec<([u32; 3], u32)>,
-    pub(crate) bytes_read: usize,
-}
-
-impl RowImages {
-    /// Set the row's `pixel_values` and `image_grid_thw` (the last two columns of `out`).
-    pub(crate) fn write_lists(self, out: &mut SlotWriter<'_>) {
-        let cols = out.outputs().len();
-        out.set_list(cols - 2, self.pixel_values);
-        out.set_list(cols - 1, self.grid_values);
-    }
 }
 
 /// The multimodal RoPE positions of a packed row (`out`: 3 × its length, temporal, height and
@@ -351,130 +329,6 @@ pub(crate) fn mrope_positions(
         ));
     }
     Ok(())
-}
-
-/// The images of a row's conversations (each its planner and id), in order: each
-/// conversation's first images whose tokens make up the image tokens it was planned with.
-/// `row_len`: floats per patch row (every planner with images has it).
-pub(crate) fn row_images<'p>(
-    convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
-    row_len: usize,
-) -> Result<RowImages> {
-    // first the grids, from the headers: the row's size is then known and its buffer made once
-    struct Image<'p> {
-        planner: &'p ChatPlanner,
-        conv: u64,
-        record: usize,
-        item: usize,
-        grid: [u32; 3],
-    }
-    let mut records: Vec<Vec<FieldValue<'static>>> = Vec::new();
-    let mut images: Vec<Image<'p>> = Vec::new();
-    let mut bytes_read = 0usize;
-    for (planner, conv) in convs {
-        let (Some(vision), planned) = (planner.vision(), planner.images_of(conv)) else {
-            continue;
-        };
-        if planned == 0 {
-            continue;
-        }
-        let values = planner.record(conv)?;
-        let data = vision
-            .images(&values)
-            .map_err(|e| planner.bad(conv, e.to_string()))?;
-        let m = u64::from(vision.proc.merge_size * vision.proc.merge_size);
-        let mut left = u64::from(planned);
-        for (k, d) in data.iter().enumerate() {
-            if left == 0 {
-                break;
-            }
-            let grid = crate::stages::vision::with_workspace(|ws| {
-                vision.proc.image_grid(ws, d, DEFAULT_MAX_PIXELS)
-            })
-            .map_err(|e| planner.bad(conv, format!("image {k}: {e}")))?;
-            let tokens = grid.iter().map(|&g| u64::from(g)).product::<u64>() / m;
-            if tokens > left {
-                return Err(planner.bad(
-                    conv,
-                    format!(
-                        "image {k} is {tokens} tokens where its row was planned for {left} more \
-                         image tokens: the image changed since the conversation was counted"
-                    ),
-                ));
-            }
-            left -= tokens;
-            bytes_read += d.len();
-            images.push(Image {
-                planner,
-                conv,
-                record: records.len(),
-                item: k,
-                grid,
-            });
-        }
-        if left != 0 {
-            return Err(planner.bad(
-                conv,
-                format!(
-                    "its images make {} image tokens where its row was planned for {planned}: \
-                     the images changed since the conversation was counted",
-                    u64::from(planned) - left
-                ),
-            ));
-        }
-        records.push(values);
-    }
-    let patches: usize = images
-        .iter()
-        .map(|i| i.grid.iter().map(|&g| g as usize).product::<usize>())
-        .sum();
-    let mut bytes = vec![0u8; patches * row_len * 4];
-    crate::batch::advise_huge_pages(&mut bytes);
-    let mut grids = Vec::with_capacity(images.len() * 3 * 8);
-    let mut thw = Vec::with_capacity(images.len());
-    let mut scratch = Vec::new();
-    let mut at = 0usize;
-    for im in &images {
-        let Some(vision) = im.planner.vision() else {
-            continue;
-        };
-        let proc = &vision.proc;
-        let n = proc.values(im.grid);
-        let data = vision
-            .images(&records[im.record])
-            .map_err(|e| im.planner.bad(im.conv, e.to_string()))?[im.item];
-        let out = &mut bytes[at * 4..(at + n) * 4];
-        crate::stages::vision::with_workspace(|ws| {
-            match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
-                Ok(values) => proc.process_into(ws, data, DEFAULT_MAX_PIXELS, im.grid, values),
-                Err(_) => {
-                    scratch.resize(n, 0f32);
-                    proc.process_into(ws, data, DEFAULT_MAX_PIXELS, im.grid, &mut scratch)?;
-                    out.copy_from_slice(bytemuck::cast_slice(&scratch));
-                    Ok(())
-                }
-            }
-        })
-        .map_err(|e| im.planner.bad(im.conv, format!("image {}: {e}", im.item)))?;
-        for g in im.grid {
-            grids.extend_from_slice(&i64::from(g).to_le_bytes());
-        }
-        thw.push((im.grid, proc.merge_size));
-        at += n;
-    }
-    let array = |dtype, shape: Vec<u64>, data: Vec<u8>| {
-        FieldValue::Array(ArrayValue {
-            dtype,
-            shape,
-            data: std::borrow::Cow::Owned(data),
-        })
-    };
-    Ok(RowImages {
-        pixel_values: array(DType::F32, vec![patches as u64, row_len as u64], bytes),
-        grid_values: array(DType::I64, vec![images.len() as u64, 3], grids),
-        grids: thw,
-        bytes_read,
-    })
 }
 
 #[cfg(test)]
