@@ -7,7 +7,7 @@ import os
 import sys
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from ._mixture import Mixture
 from ._native import ConfigError, Dataset
 from ._options import LOADER, byte_count as _size, to_int as _int
 from ._stages import stage_specs as _stage_specs
+
+if TYPE_CHECKING:
+    from .lerobot import LeRobotDataset
 
 __all__ = ["Loader", "default_rank_world_size"]
 
@@ -128,7 +131,7 @@ def _on_error(on_error: str, max_skip_fraction: Any) -> Any:
     raise ConfigError(f'on_error must be "fail" or "skip", got {on_error!r}')
 
 
-def _make_engine(dataset: Union[Dataset, Mixture], spec: Any, stages: list, include_ids: bool) -> Any:
+def _make_engine(dataset: Union[Dataset, Mixture, "LeRobotDataset"], spec: Any, stages: list, include_ids: bool) -> Any:
     """The native engine of ``spec`` (an ``EngineSpec``: loader options and what a sample is; a
     dict, or its JSON)."""
     try:
@@ -271,13 +274,13 @@ class _Front:
 
     _engine: Any
     _config: Dict[str, Any]
-    _dataset: Union[Dataset, Mixture]
+    _dataset: Union[Dataset, Mixture, "LeRobotDataset"]
     _stages: list
     _to: str = "numpy"
     _pin: bool = False
     _trace: Optional[str] = None
 
-    def _start(self, dataset: Union[Dataset, Mixture], config: Dict[str, Any], spec: Any, stages: list) -> None:
+    def _start(self, dataset: Union[Dataset, Mixture, "LeRobotDataset"], config: Dict[str, Any], spec: Any, stages: list) -> None:
         """Make the native engine of ``spec`` (an ``EngineSpec`` as a dict, or its JSON) with the
         Python stages ``stages``; ``config`` is the options as given (checked)."""
         self._dataset = dataset
@@ -394,8 +397,8 @@ class _Front:
         return self._engine.epoch
 
     @property
-    def dataset(self) -> Union[Dataset, Mixture]:
-        """The dataset (or the :class:`Mixture`)."""
+    def dataset(self) -> Union[Dataset, Mixture, "LeRobotDataset"]:
+        """The dataset (or the :class:`Mixture`, or the LeRobot dataset read in place)."""
         return self._dataset
 
     @property
@@ -623,7 +626,7 @@ class Loader(_Front):
 
     def __init__(
         self,
-        dataset: Union[Dataset, Mixture, str, "os.PathLike[str]"],
+        dataset: Union[Dataset, Mixture, "LeRobotDataset", str, "os.PathLike[str]"],
         batch_size: int,
         *,
         shuffle: Union[bool, str] = True,

@@ -119,7 +119,7 @@ class _Engine:
 
     def __new__(
         cls,
-        dataset: Union[Dataset, List[Dataset]],
+        dataset: Union[Dataset, List[Dataset], None],
         config: str,
         python_stages: Optional[List[Tuple[Any, Optional[str], str]]] = ...,
         include_ids: bool = ...,
