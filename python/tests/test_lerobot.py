@@ -321,3 +321,16 @@ def test_bad_layouts_name_the_file(tmp_path):
     (root / "data" / "chunk-000" / "episode_000002.parquet").write_bytes(b"")
     with pytest.raises(stokehold.ConfigError, match="episode_000002.parquet"):
         stokehold.Loader(str(root), 2, fields=["action"])
+
+
+def test_dataset_and_the_cli_say_a_lerobot_folder_is_loaded_by_the_loader(tmp_path):
+    """stokehold.Dataset(path) and the CLI's commands take stokehold datasets: on a LeRobot
+    folder they say what it is and how to load it, not only "not a stokehold dataset"."""
+    import sys
+
+    root = tmp_path / "robot"
+    make_v21(root)
+    with pytest.raises(stokehold.StokeholdError, match=r"is a LeRobot dataset \(it has meta/info.json\).*stokehold.Loader"):
+        stokehold.Dataset(str(root))
+    r = subprocess.run([sys.executable, "-m", "stokehold._cli", "inspect", str(root)], capture_output=True, text=True)
+    assert r.returncode != 0 and "is a LeRobot dataset" in r.stderr, r.stderr

@@ -571,6 +571,15 @@ pub fn not_a_dataset(path: &Path, e: &FormatError, front: Front) -> Option<Strin
         return None;
     }
     let d = path.display();
+    if path.join("meta").join("info.json").is_file() {
+        // a LeRobot dataset: the Loader reads it in place, not Dataset or the CLI's commands
+        return Some(format!(
+            "{d} is a LeRobot dataset (it has meta/info.json), not a stokehold dataset: load it \
+             in place with stokehold.Loader(\"{d}\", batch_size) or \
+             stokehold.Loader(stokehold.lerobot.LeRobotDataset(\"{d}\", delta_timestamps=...), \
+             batch_size) (docs/video.md, \"LeRobot datasets, read in place\")"
+        ));
+    }
     let in_place = InPlaceFormat::ALL.map(InPlaceFormat::files);
     Some(match front {
         Front::Python => {
