@@ -355,13 +355,11 @@ class _Front:
             out.append(entry)
         return out
 
-    def _refuse_empty_epoch(self, batch_size: int, drop_last: bool, unit: str, samples: Optional[int] = None) -> None:
+    def _refuse_empty_epoch(self, batch_size: int, drop_last: bool, unit: str) -> None:
         """A ConfigError when ``drop_last`` leaves an epoch of samples without a single batch
         (one step of ``batch_size`` x ``world_size`` is more than the epoch holds): iterating
-        would silently give nothing. ``samples``: the epoch's count when it is not the
-        engine's (packed rows: the plan's)."""
-        if samples is None:
-            samples = self._engine.samples
+        would silently give nothing."""
+        samples = self._engine.samples
         if not drop_last or samples == 0 or len(self._engine) > 0:
             return
         world = self._config["world_size"]

@@ -226,8 +226,6 @@ class SequenceLoader(_Front):
         for t in (own or {"": text}).values():
             if not isinstance(t, (ChatTemplate, Documents)):
                 raise ConfigError(f'packing="whole" needs text=stokehold.text.ChatTemplate(...) (or text.Documents(...) for plain text), got {t!r}')
-        if o["max_image_tokens"] is not None and not any(getattr(t, "vision", None) is not None for t in (own or {"": text}).values()):
-            raise ConfigError("max_image_tokens is for conversations with images: give text=ChatTemplate(..., images=, vision=)")
         for name, default in (("max_len", None), ("bucket", 1), ("dtype", "int32"), ("cache_dir", None)):
             if o[name] != default:
                 raise ConfigError(f'{name} is not an option of packing="whole" (leave it at {default!r})')
@@ -249,10 +247,7 @@ class SequenceLoader(_Front):
                     src["text"] = own[src["name"]]._spec()
         config = dict(o, seq_len=seq_len, batch_size=batch_size)
         self._start(dataset, config, spec, [])
-        # the plan's rows of the epoch (the engine's count is of conversations, rows are fewer)
-        packing = self._engine.packing_json()
-        rows = json.loads(packing)["rows"] if packing is not None else None
-        self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}", rows)
+        self._refuse_empty_epoch(batch_size, o["drop_last"], f"rows of seq_len {seq_len}")
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         """Run (the rest of) the current epoch.
@@ -290,7 +285,7 @@ class SequenceLoader(_Front):
 
     @property
     def samples(self) -> int:
-        """Windows (or documents) per epoch over all ranks."""
+        """Windows, documents or packed rows per epoch over all ranks."""
         return self._engine.samples
 
     def __repr__(self) -> str:

@@ -248,7 +248,10 @@ class ChatTemplate:
             proc = self.vision._spec() if hasattr(self.vision, "_spec") else None
             if not proc or proc.get("name") != "qwen2vl":
                 raise ConfigError(f"packing conversations with images takes a stokehold.vision.Qwen2VL processor, got {self.vision!r}")
-            spec["vision"] = dict(images=self.images or "images", image_token=self.image_token, processor=proc["params"])
+            vision = dict(image_token=self.image_token, processor=proc["params"])
+            if self.images is not None:
+                vision["images"] = self.images  # else the engine's default field, "images"
+            spec["vision"] = vision
         return spec
 
     @property

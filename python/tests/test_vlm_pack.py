@@ -181,6 +181,8 @@ def test_rows_keep_within_max_image_tokens_and_a_conversation_over_it_is_dropped
     for row in rows:
         assert sum(tokens[d] for d in row) <= budget
     assert ld.stats()["packing"]["dropped"] == 1
+    # an epoch's samples are its planned rows (fewer than the conversations)
+    assert ld.samples == ld.stats()["packing"]["rows"] == len(rows) < len(samples)
     # without the budget, rows hold more images than it allows
     free = rows_of(list(loader(ds, ct, seq_len=1024, batch_size=1, seed=1)))
     assert max(sum(tokens[d] for d in row) for row in free) > budget

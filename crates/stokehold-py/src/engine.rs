@@ -421,10 +421,10 @@ impl Engine {
         self.spec.to_json()
     }
 
-    /// Samples per epoch over all ranks (records, windows or documents).
+    /// Samples per epoch over all ranks (records, windows, documents, or packed rows).
     #[getter]
     fn samples(&self, py: Python<'_>) -> PyResult<u64> {
-        self.with_state(py, |s| Ok(s.loader.samples().len()))
+        self.with_state(py, |s| s.loader.epoch_samples())
     }
 
     /// Tokens in a token dataset's stream (None for records).

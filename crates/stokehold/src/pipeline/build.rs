@@ -69,6 +69,9 @@ impl EngineSpec {
                     crate::pipeline::ErrorPolicy::Fail => None,
                 },
             )?);
+            if chat.max_image_tokens.is_some() && planner.vision().is_none() {
+                return Err(crate::samples::chats::no_images());
+            }
             let rows = Arc::new(ChatRows::new(Arc::clone(&planner)));
             return Ok(Built {
                 loader: Loader::from_samples(rows, self.loader.clone())?,

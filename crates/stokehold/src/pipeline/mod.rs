@@ -489,6 +489,13 @@ impl Loader {
         Ok(self.core.plan(self.core.cursor())?.steps())
     }
 
+    /// Samples in the current epoch over all ranks: its order's length (the samples' own count,
+    /// or an order's own, such as the rows planned for packed conversations).
+    pub fn epoch_samples(&self) -> Result<u64> {
+        let epoch = self.core.cursor().epoch;
+        Ok(self.core.plan(Cursor::epoch_start(epoch))?.order().len())
+    }
+
     /// Batches this rank gets in a whole epoch.
     pub fn steps_per_epoch(&self) -> Result<u64> {
         Ok(self.core.plan(Cursor::default())?.steps())

@@ -237,6 +237,9 @@ impl ChatMixture {
             }
         }
         let image_row = image_row.map(|(_, len)| len);
+        if options.max_image_tokens.is_some() && image_row.is_none() {
+            return Err(super::chats::no_images());
+        }
         Ok(ChatMixture {
             names: sources.iter().map(|(n, _)| n.clone()).collect(),
             planners: sources.into_iter().map(|(_, p)| p).collect(),

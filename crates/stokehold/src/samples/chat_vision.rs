@@ -34,8 +34,8 @@ pub struct VisionSpec {
     /// The field holding each sample's list of images (`list:image`).
     #[serde(default = "default_images")]
     pub images: String,
-    /// The placeholder token the template renders per image.
-    #[serde(default = "default_image_token")]
+    /// The placeholder token the template renders per image (`ChatTemplate`'s `image_token`,
+    /// whose default is the front's: always given).
     pub image_token: String,
     /// The processor (`stokehold.vision.Qwen2VL`'s parameters).
     #[serde(default)]
@@ -44,10 +44,6 @@ pub struct VisionSpec {
 
 fn default_images() -> String {
     "images".into()
-}
-
-fn default_image_token() -> String {
-    "<|image_pad|>".into()
 }
 
 /// Why a sample's images cannot be planned or placed (the planner's error names the

@@ -155,6 +155,16 @@ pub struct ChatRowOptions {
     pub max_image_tokens: Option<u32>,
 }
 
+/// The error of `max_image_tokens` given where no conversation has images (no source's
+/// template has `vision`): the budget would bound nothing.
+pub(crate) fn no_images() -> EngineError {
+    EngineError::Config(
+        "max_image_tokens is for conversations with images: give text=ChatTemplate(..., \
+         images=, vision=)"
+            .into(),
+    )
+}
+
 /// The default budget of kept encodings: 10% of physical memory, at most 1 GiB.
 pub fn default_keep() -> u64 {
     match stokehold_storage::file::physical_memory() {
@@ -1365,15 +1375,21 @@ pub(crate) fn row_images<'p>(
     let mut thw = Vec::with_capacity(images.len());
     let mut scratch = Vec::new();
     let mut at = 0usize;
+    // the images of the record being read (images come record after record)
+    let mut current: Option<(usize, Vec<&[u8]>)> = None;
     for im in &images {
         let Some(vision) = im.planner.vision() else {
             continue;
         };
         let proc = &vision.proc;
         let n = proc.values(im.grid);
-        let data = vision
-            .images(&records[im.record])
-            .map_err(|e| im.planner.bad(im.conv, e.to_string()))?[im.item];
+        if current.as_ref().is_none_or(|(r, _)| *r != im.record) {
+            let list = vision
+                .images(&records[im.record])
+                .map_err(|e| im.planner.bad(im.conv, e.to_string()))?;
+            current = Some((im.record, list));
+        }
+        let data = current.as_ref().map_or(&[][..], |(_, list)| list[im.item]);
         let out = &mut bytes[at * 4..(at + n) * 4];
         crate::stages::vision::with_workspace(|ws| {
             match bytemuck::try_cast_slice_mut::<u8, f32>(out) {
