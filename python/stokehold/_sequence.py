@@ -327,11 +327,9 @@ def _varlen(batch: Dict[str, Any]) -> Dict[str, Any]:
         # [4, B, N]: the text positions (the packed attention mask is made from them), then
         # temporal, height, width: what Qwen2-VL-family models take as position_ids for packed rows
         batch["mrope_position_ids"] = np.concatenate([batch["position_ids"][None], mrope.transpose(1, 0, 2)])
-    pixels = batch.get("pixel_values")
-    if isinstance(pixels, list):
-        # each row's images, one after another: what the model's forward takes for the batch
-        # (a batch of one row is its row's own arrays: no copy)
-        grids = batch["image_grid_thw"]
-        batch["pixel_values"] = pixels[0] if len(pixels) == 1 else np.concatenate(pixels)
+    # each row's images, one after another: what the model's forward takes for the batch (the
+    # engine writes the rows' patches in place into one array; the grids are small)
+    grids = batch.get("image_grid_thw")
+    if isinstance(grids, list):
         batch["image_grid_thw"] = grids[0] if len(grids) == 1 else np.concatenate(grids)
     return batch

@@ -534,7 +534,9 @@ pub fn bench(a: BenchArgs, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
             samples += batch.len() as u64;
             for (_, c) in &batch.columns {
                 bytes += match c {
-                    ColumnData::Fixed { data, .. } => data.len() as u64,
+                    ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => {
+                        data.len() as u64
+                    }
                     ColumnData::List(items) => items.iter().map(value_bytes).sum(),
                 };
             }

@@ -131,7 +131,10 @@ pub(crate) fn batch_to_py(
     let d = PyDict::new(py);
     for (name, col) in batch.into_columns() {
         match col {
-            ColumnData::Fixed { dtype, shape, data } => {
+            ColumnData::Fixed { dtype, shape, data }
+            | ColumnData::Ragged {
+                dtype, shape, data, ..
+            } => {
                 d.set_item(name, fixed_to_numpy(py, dtype, &shape, data, pool.clone())?)?;
             }
             ColumnData::List(items) => {

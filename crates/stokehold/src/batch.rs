@@ -44,6 +44,19 @@ pub enum Output {
     },
     /// A list with one owned value per sample (bytes, strings, arrays of varying shape).
     List,
+    /// One tensor of `[Σ rows, row_shape...]` elements of `dtype` for the whole batch, sample
+    /// `i` filling its `rows[i]` rows after those of the samples before it: arrays of varying
+    /// length known before they are made (a packed row's image patches, from the plan), written
+    /// in place by the workers and delivered with no concatenation. Only per batch
+    /// ([`crate::samples::Samples::batch_outputs`]); a column declares itself a `List`.
+    Ragged {
+        /// Element type.
+        dtype: DType,
+        /// The shape of one row.
+        row_shape: Vec<usize>,
+        /// Rows of each sample, in slot order.
+        rows: Vec<usize>,
+    },
 }
 
 impl Output {
@@ -51,7 +64,7 @@ impl Output {
     pub fn slot_bytes(&self) -> usize {
         match self {
             Output::Fixed { dtype, shape } => shape.iter().product::<usize>() * dtype.size(),
-            Output::List => 0,
+            Output::List | Output::Ragged { .. } => 0,
         }
     }
 }
@@ -67,10 +80,10 @@ pub struct Buffer {
 impl Buffer {
     /// A zeroed buffer of `len` bytes.
     pub fn zeroed(len: usize) -> Buffer {
-        Buffer {
-            words: vec![0u64; len.div_ceil(8)],
-            len,
-        }
+        let mut words = vec![0u64; len.div_ceil(8)];
+        // a large fresh buffer is faulted in 2 MiB at a time when it is first written
+        advise_huge_pages(&mut words);
+        Buffer { words, len }
     }
 
     /// The bytes.
@@ -117,8 +130,12 @@ impl BufferPool {
 
     /// A buffer of `len` bytes (contents unspecified but initialised).
     pub fn get(&self, len: usize) -> Buffer {
+        // the smallest that fits: a large buffer (a batch's image patches) stays for the next
+        // large request instead of holding a small column
         let reused = self.free.lock().ok().and_then(|mut f| {
-            let i = f.iter().position(|b| b.capacity() >= len)?;
+            let i = (0..f.len())
+                .filter(|&i| f[i].capacity() >= len)
+                .min_by_key(|&i| f[i].capacity())?;
             Some(f.swap_remove(i))
         });
         match reused {
@@ -160,6 +177,18 @@ pub enum ColumnData {
     },
     /// One value per sample.
     List(Vec<FieldValue<'static>>),
+    /// A `[Σ rows, row...]` tensor of `dtype`, the samples' rows one after another
+    /// ([`Output::Ragged`]).
+    Ragged {
+        /// Element type.
+        dtype: DType,
+        /// Shape, the samples' rows together first.
+        shape: Vec<usize>,
+        /// Rows of each sample.
+        rows: Vec<usize>,
+        /// The elements.
+        data: Buffer,
+    },
 }
 
 /// A batch, delivered in order.
@@ -212,7 +241,7 @@ impl Drop for Batch {
     fn drop(&mut self) {
         if let Some(pool) = &self.pool {
             for (_, c) in self.columns.drain(..) {
-                if let ColumnData::Fixed { data, .. } = c {
+                if let ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } = c {
                     pool.put(data);
                 }
             }
@@ -220,12 +249,13 @@ impl Drop for Batch {
     }
 }
 
-/// A fixed column's buffer while workers write into it.
+/// A fixed or ragged column's buffer while workers write into it.
 struct FixedSlots {
     /// Start of the buffer; the buffer lives in `buffer` and is neither moved nor resized until
     /// every task has finished.
     base: *mut u8,
-    slot_bytes: usize,
+    /// Where each slot starts, and the end (`slots + 1` offsets in bytes).
+    starts: Vec<usize>,
     buffer: Mutex<Option<Buffer>>,
 }
 
@@ -267,14 +297,30 @@ impl SharedBatch {
         let mut fixed = Vec::with_capacity(outputs.len());
         let mut lists = Vec::with_capacity(outputs.len());
         for o in &outputs {
+            let starts: Vec<usize> = match o {
+                Output::Fixed { .. } => (0..=b).map(|i| i * o.slot_bytes()).collect(),
+                Output::Ragged {
+                    dtype,
+                    row_shape,
+                    rows,
+                } => {
+                    let row = row_shape.iter().product::<usize>() * dtype.size();
+                    std::iter::once(0)
+                        .chain((0..b).scan(0, |at, i| {
+                            *at += rows.get(i).copied().unwrap_or(0) * row;
+                            Some(*at)
+                        }))
+                        .collect()
+                }
+                Output::List => Vec::new(),
+            };
             match o {
-                Output::Fixed { .. } => {
-                    let slot_bytes = o.slot_bytes();
-                    let mut buf = pool.get(slot_bytes * b);
+                Output::Fixed { .. } | Output::Ragged { .. } => {
+                    let mut buf = pool.get(starts[b]);
                     let base = buf.as_bytes_mut().as_mut_ptr();
                     fixed.push(Some(FixedSlots {
                         base,
-                        slot_bytes,
+                        starts,
                         buffer: Mutex::new(Some(buf)),
                     }));
                     lists.push(None);
@@ -298,27 +344,34 @@ impl SharedBatch {
         }
     }
 
-    /// The slot of `slot` in fixed column `col`.
+    /// The slot of `slot` in fixed or ragged column `col`.
     ///
     /// # Safety
     /// The caller must be the only one accessing this (column, slot) until it calls
-    /// [`SharedBatch::task_done`] for the task covering the slot, and `col` must be a fixed
-    /// column and `slot < ids.len()`.
+    /// [`SharedBatch::task_done`] for the task covering the slot, and `col` must be a fixed or
+    /// ragged column and `slot < ids.len()`.
     // A `&mut` from `&self` is the point: disjoint slots are written concurrently, and the
     // exclusivity that `&mut self` would prove is the caller's obligation instead (see Safety).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slot_mut(&self, col: usize, slot: usize) -> &mut [u8] {
         let f = self.fixed[col].as_ref().expect("a fixed column");
         assert!(slot < self.ids.len(), "slot {slot} out of range");
-        // SAFETY: `base` points to a live buffer of `ids.len() * slot_bytes` bytes (it is only
-        // taken out after all tasks are done), the range is in bounds (checked above), and the
-        // caller guarantees exclusive access to this slot.
-        unsafe { std::slice::from_raw_parts_mut(f.base.add(slot * f.slot_bytes), f.slot_bytes) }
+        let (at, end) = (f.starts[slot], f.starts[slot + 1]);
+        // SAFETY: `base` points to a live buffer of `starts[ids.len()]` bytes (it is only taken
+        // out after all tasks are done), `at..end` is in bounds (the offsets rise to that
+        // length; `slot` checked above) and no other slot's range overlaps it, and the caller
+        // guarantees exclusive access to this slot.
+        unsafe { std::slice::from_raw_parts_mut(f.base.add(at), end - at) }
     }
 
     /// Whether column `col` is a fixed (tensor) column.
     pub(crate) fn is_fixed(&self, col: usize) -> bool {
-        self.fixed.get(col).is_some_and(Option::is_some)
+        matches!(self.outputs.get(col), Some(Output::Fixed { .. }))
+    }
+
+    /// Whether column `col` is a ragged column.
+    pub(crate) fn is_ragged(&self, col: usize) -> bool {
+        matches!(self.outputs.get(col), Some(Output::Ragged { .. }))
     }
 
     /// Put a list column's value for `slot`.
@@ -339,12 +392,29 @@ impl SharedBatch {
         let b = self.ids.len();
         let mut out = Vec::with_capacity(self.outputs.len());
         for (k, o) in self.outputs.iter().enumerate() {
+            let buf = || {
+                self.fixed[k]
+                    .as_ref()
+                    .and_then(|f| crate::sync::lock(&f.buffer).take())
+                    .unwrap_or_default()
+            };
             let data = match o {
+                Output::Ragged {
+                    dtype,
+                    row_shape,
+                    rows,
+                } => {
+                    let mut shape = vec![rows.iter().sum()];
+                    shape.extend_from_slice(row_shape);
+                    ColumnData::Ragged {
+                        dtype: *dtype,
+                        shape,
+                        rows: rows.clone(),
+                        data: buf(),
+                    }
+                }
                 Output::Fixed { dtype, shape } => {
-                    let buf = self.fixed[k]
-                        .as_ref()
-                        .and_then(|f| crate::sync::lock(&f.buffer).take())
-                        .unwrap_or_default();
+                    let buf = buf();
                     let mut full = vec![b];
                     full.extend_from_slice(shape);
                     ColumnData::Fixed {
@@ -401,8 +471,110 @@ pub(crate) fn copy_slot(batch: &mut Batch, src: usize, dst: usize) {
                 let v = items[src].clone();
                 items[dst] = v;
             }
+            ColumnData::Ragged {
+                dtype,
+                shape,
+                rows,
+                data,
+            } => {
+                // the slot's rows change in number: the column is made again around them
+                let row = shape[1..].iter().product::<usize>() * dtype.size();
+                let start = |i: usize| rows[..i].iter().sum::<usize>() * row;
+                let old = data.as_bytes();
+                let (from, to) = (start(src)..start(src + 1), start(dst)..start(dst + 1));
+                let mut next = Buffer::zeroed(old.len() - to.len() + from.len());
+                let out = next.as_bytes_mut();
+                out[..to.start].copy_from_slice(&old[..to.start]);
+                out[to.start..to.start + from.len()].copy_from_slice(&old[from.clone()]);
+                out[to.start + from.len()..].copy_from_slice(&old[to.end..]);
+                rows[dst] = rows[src];
+                shape[0] = rows.iter().sum();
+                *data = next;
+            }
         }
     }
     batch.ids[dst] = batch.ids[src];
     batch.padding[dst] = true;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fill a ragged column of 3 slots (2, 0 and 3 rows of 2 floats), each slot with its index.
+    fn ragged_batch(pool: &Arc<BufferPool>) -> Batch {
+        let outputs = vec![Output::Ragged {
+            dtype: DType::F32,
+            row_shape: vec![2],
+            rows: vec![2, 0, 3],
+        }];
+        let names = vec![("pixels".to_string(), Output::List)];
+        let shared = SharedBatch::new(0, 0, vec![10, 11, 12], vec![false; 3], outputs, pool, 3);
+        for slot in 0..3 {
+            // SAFETY: one writer per slot, before its task is done
+            let bytes = unsafe { shared.slot_mut(0, slot) };
+            let floats: &mut [f32] = bytemuck::cast_slice_mut(bytes);
+            floats.fill(slot as f32);
+            shared.task_done();
+        }
+        finish_batch(&shared, &names, pool)
+    }
+
+    fn floats(b: &Batch) -> (Vec<usize>, Vec<usize>, Vec<f32>) {
+        match &b.columns[0].1 {
+            ColumnData::Ragged {
+                shape, rows, data, ..
+            } => (
+                shape.clone(),
+                rows.clone(),
+                bytemuck::cast_slice(data.as_bytes()).to_vec(),
+            ),
+            other => panic!("not ragged: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ragged_slots_lie_one_after_another_in_one_tensor() {
+        let pool = Arc::new(BufferPool::new(4));
+        let b = ragged_batch(&pool);
+        let (shape, rows, values) = floats(&b);
+        assert_eq!(shape, vec![5, 2]);
+        assert_eq!(rows, vec![2, 0, 3]);
+        assert_eq!(values, vec![0., 0., 0., 0., 2., 2., 2., 2., 2., 2.]);
+        drop(b);
+        // the buffer went back to the pool, and is what the next batch gets
+        assert_eq!(pool.free_count(), 1);
+        let again = ragged_batch(&pool);
+        assert_eq!(pool.free_count(), 0);
+        assert_eq!(floats(&again).2, values);
+    }
+
+    #[test]
+    fn a_copied_slot_takes_its_sources_rows_and_the_rest_move() {
+        let pool = Arc::new(BufferPool::new(4));
+        let mut b = ragged_batch(&pool);
+        copy_slot(&mut b, 0, 1);
+        let (shape, rows, values) = floats(&b);
+        assert_eq!(rows, vec![2, 2, 3]);
+        assert_eq!(shape, vec![7, 2]);
+        let mut want = vec![0f32; 8];
+        want.extend([2f32; 6]);
+        assert_eq!(values, want);
+        assert!(b.padding[1]);
+        copy_slot(&mut b, 2, 0);
+        let (shape, rows, values) = floats(&b);
+        assert_eq!((shape, rows), (vec![8, 2], vec![3, 2, 3]));
+        assert_eq!(values[..6], [2f32; 6]);
+        assert_eq!(values[6..10], [0f32; 4]);
+    }
+
+    #[test]
+    fn the_pool_gives_the_smallest_buffer_that_fits() {
+        let pool = BufferPool::new(4);
+        pool.put(Buffer::zeroed(1 << 20));
+        pool.put(Buffer::zeroed(64));
+        let small = pool.get(48);
+        assert!(small.capacity() < 1 << 20, "a small request took the large buffer");
+        assert!(pool.get(1000).capacity() >= 1 << 20);
+    }
 }

@@ -33,7 +33,8 @@ use crate::error::{EngineError, Result};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, Shuffle};
 use crate::samples::chats::{
-    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowIds, fill_row, row_outputs, window_rows,
+    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowIds, fill_row, row_outputs,
+    rows_batch_outputs, window_rows,
 };
 use crate::samples::mixture::MAX_STREAM;
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
@@ -514,29 +515,28 @@ impl Samples for ChatMixRows {
     }
 
     fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
-        let widest = ids
+        let rows: Vec<Option<Vec<(&ChatPlanner, u64)>>> = ids
             .iter()
-            .filter_map(|&id| {
+            .map(|&id| {
                 let (planned, r) = self.row_of(id).ok()?;
-                planned.rows.row(r).map(<[u64]>::len)
+                let convs = planned.rows.row(r)?;
+                Some(
+                    convs
+                        .iter()
+                        .map(|&conv| {
+                            let (s, local) = self.mix.source_of(conv);
+                            (&*self.mix.planners[s], local)
+                        })
+                        .collect(),
+                )
             })
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        Some(
-            self.mix
-                .outputs
-                .iter()
-                .enumerate()
-                .map(|(c, (_, o))| match (c, o) {
-                    (DOCS | DOC_SOURCES, Output::Fixed { dtype, .. }) => Output::Fixed {
-                        dtype: *dtype,
-                        shape: vec![widest],
-                    },
-                    (_, o) => o.clone(),
-                })
-                .collect(),
-        )
+            .collect();
+        Some(rows_batch_outputs(
+            &self.mix.outputs,
+            DOCS..DOC_SOURCES + 1,
+            &rows,
+            self.mix.image_row,
+        ))
     }
 
     fn stage_names(&self) -> Vec<String> {

@@ -1168,28 +1168,21 @@ impl Samples for ChatRows {
     }
 
     fn batch_outputs(&self, ids: &[u64]) -> Option<Vec<Output>> {
-        let widest = ids
+        let rows: Vec<Option<Vec<(&ChatPlanner, u64)>>> = ids
             .iter()
-            .filter_map(|&id| {
+            .map(|&id| {
                 let (rows, r) = self.row_of(id).ok()?;
-                rows.row(r).map(<[u64]>::len)
+                let convs = rows.row(r)?;
+                Some(convs.iter().map(|&c| (&*self.planner, c)).collect())
             })
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        Some(
-            self.outputs
-                .iter()
-                .enumerate()
-                .map(|(c, (_, o))| match (c, o) {
-                    (DOCS, Output::Fixed { dtype, .. }) => Output::Fixed {
-                        dtype: *dtype,
-                        shape: vec![widest],
-                    },
-                    (_, o) => o.clone(),
-                })
-                .collect(),
-        )
+            .collect();
+        let image_row = self.planner.vision.as_ref().map(ChatVision::row_len);
+        Some(rows_batch_outputs(
+            &self.outputs,
+            DOCS..DOCS + 1,
+            &rows,
+            image_row,
+        ))
     }
 
     fn stage_names(&self) -> Vec<String> {
@@ -1228,6 +1221,52 @@ impl Samples for ChatRows {
     }
 }
 
+/// The outputs of a batch of packed rows (`rows`: each slot's conversations with their
+/// planners, `None` where the row is not known: its fill fails): the per-conversation columns
+/// `docs` as wide as the batch's longest row, and with images (`image_row` floats a patch)
+/// `pixel_values` one ragged tensor, each row's place sized from its planned image tokens, so
+/// the workers write the patches where the batch delivers them.
+pub(crate) fn rows_batch_outputs(
+    outputs: &[(String, Output)],
+    docs: std::ops::Range<usize>,
+    rows: &[Option<Vec<(&ChatPlanner, u64)>>],
+    image_row: Option<usize>,
+) -> Vec<Output> {
+    let widest = rows
+        .iter()
+        .flatten()
+        .map(Vec::len)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let patches = |row: &Option<Vec<(&ChatPlanner, u64)>>| -> usize {
+        row.iter()
+            .flatten()
+            .map(|&(p, c)| {
+                let m = p.vision().map_or(0, |v| v.proc.merge_size as usize);
+                p.images_of(c) as usize * m * m
+            })
+            .sum()
+    };
+    let pixels = outputs.len().saturating_sub(2);
+    outputs
+        .iter()
+        .enumerate()
+        .map(|(c, (_, o))| match (c, o, image_row) {
+            (c, Output::Fixed { dtype, .. }, _) if docs.contains(&c) => Output::Fixed {
+                dtype: *dtype,
+                shape: vec![widest],
+            },
+            (c, Output::List, Some(row_len)) if c == pixels => Output::Ragged {
+                dtype: DType::F32,
+                row_shape: vec![row_len],
+                rows: rows.iter().map(patches).collect(),
+            },
+            (_, o, _) => o.clone(),
+        })
+        .collect()
+}
+
 /// Fill a packed row's slot (the columns of [`row_outputs`]): the conversations `convs` (each
 /// its planner and id) one after another, the per-conversation columns `docs` (`doc_ids`, then
 /// the extra ones; -1 past the row's conversations), and with `image_row` (floats a patch) the
@@ -1239,16 +1278,18 @@ pub(crate) fn fill_row(
     image_row: Option<usize>,
     out: &mut SlotWriter<'_>,
 ) -> Result<usize> {
+    const FIXED: &str = "the row's columns are fixed";
     let mut slots = out.fixed_columns();
-    let mut take = |c: usize| slots[c].take().expect("the row's columns are fixed");
+    let cols = slots.len();
+    let mut take = |c: usize| slots.get_mut(c).and_then(Option::take);
     let mut row = RowColumns {
-        input: bytemuck::cast_slice_mut(take(INPUT)),
-        labels: bytemuck::cast_slice_mut(take(LABELS)),
-        position: bytemuck::cast_slice_mut(take(POSITION)),
-        segment: bytemuck::cast_slice_mut(take(SEGMENT)),
+        input: bytemuck::cast_slice_mut(take(INPUT).expect(FIXED)),
+        labels: bytemuck::cast_slice_mut(take(LABELS).expect(FIXED)),
+        position: bytemuck::cast_slice_mut(take(POSITION).expect(FIXED)),
+        segment: bytemuck::cast_slice_mut(take(SEGMENT).expect(FIXED)),
     };
     for (c, values) in docs.iter().enumerate() {
-        let col: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + c));
+        let col: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + c).expect(FIXED));
         for (k, slot) in col.iter_mut().enumerate() {
             *slot = values.get(k).copied().unwrap_or(-1);
         }
@@ -1257,8 +1298,10 @@ pub(crate) fn fill_row(
     let Some(row_len) = image_row else {
         return Ok(bytes);
     };
-    let images = row_images(convs.iter().copied(), row_len)?;
-    let mrope: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + docs.len()));
+    // `pixel_values`, the column before the last: when ragged, this row's place in the batch's
+    let pixels = take(cols.saturating_sub(2));
+    let images = row_images(convs.iter().copied(), row_len, pixels)?;
+    let mrope: &mut [i64] = bytemuck::cast_slice_mut(take(DOCS + docs.len()).expect(FIXED));
     let placeholders: Vec<Option<u32>> = convs
         .iter()
         .map(|(p, _)| p.vision.as_ref().map(|v| v.placeholder))
@@ -1275,10 +1318,11 @@ pub(crate) fn fill_row(
     Ok(bytes)
 }
 
-/// What filling a row's images makes: `pixel_values` and `image_grid_thw` as the batch's list
-/// values, each image's grid and merge size in order, and the bytes of encoded images read.
+/// What filling a row's images makes: `pixel_values` (unless written into the batch's ragged
+/// column) and `image_grid_thw` as the batch's list values, each image's grid and merge size in
+/// order, and the bytes of encoded images read.
 pub(crate) struct RowImages {
-    pixel_values: FieldValue<'static>,
+    pixel_values: Option<FieldValue<'static>>,
     grid_values: FieldValue<'static>,
     /// (grid, merge size) of each image, in row order.
     pub(crate) grids: Vec<([u32; 3], u32)>,
@@ -1289,17 +1333,22 @@ impl RowImages {
     /// Set the row's `pixel_values` and `image_grid_thw` (the last two columns of `out`).
     pub(crate) fn write_lists(self, out: &mut SlotWriter<'_>) {
         let cols = out.outputs().len();
-        out.set_list(cols - 2, self.pixel_values);
+        if let Some(pixel_values) = self.pixel_values {
+            out.set_list(cols - 2, pixel_values);
+        }
         out.set_list(cols - 1, self.grid_values);
     }
 }
 
 /// The images of a row's conversations (each its planner and id), in order: each
 /// conversation's first images whose tokens make up the image tokens it was planned with.
-/// `row_len`: floats per patch row (every planner with images has it).
+/// `row_len`: floats per patch row (every planner with images has it). `into`: the row's place
+/// in the batch's ragged `pixel_values` (sized from the plan), written in place; without it
+/// the row's own array is made.
 pub(crate) fn row_images<'p>(
     convs: impl Iterator<Item = (&'p ChatPlanner, u64)>,
     row_len: usize,
+    into: Option<&mut [u8]>,
 ) -> Result<RowImages> {
     // first the grids, from the headers: the row's size is then known and its buffer made once
     struct Image<'p> {
@@ -1369,8 +1418,24 @@ pub(crate) fn row_images<'p>(
         .iter()
         .map(|i| i.grid.iter().map(|&g| g as usize).product::<usize>())
         .sum();
-    let mut bytes = vec![0u8; patches * row_len * 4];
-    crate::batch::advise_huge_pages(&mut bytes);
+    let mut own = Vec::new();
+    let ragged = into.is_some();
+    let bytes: &mut [u8] = match into {
+        Some(place) if place.len() == patches * row_len * 4 => place,
+        Some(place) => {
+            let floats = place.len() / 4;
+            return Err(EngineError::Worker(format!(
+                "a row planned for {floats} floats of pixel values has images of {} floats: \
+                 the images changed since their conversations were counted",
+                patches * row_len
+            )));
+        }
+        None => {
+            own = vec![0u8; patches * row_len * 4];
+            crate::batch::advise_huge_pages(&mut own);
+            &mut own
+        }
+    };
     let mut grids = Vec::with_capacity(images.len() * 3 * 8);
     let mut thw = Vec::with_capacity(images.len());
     let mut scratch = Vec::new();
@@ -1417,7 +1482,8 @@ pub(crate) fn row_images<'p>(
         })
     };
     Ok(RowImages {
-        pixel_values: array(DType::F32, vec![patches as u64, row_len as u64], bytes),
+        pixel_values: (!ragged)
+            .then(|| array(DType::F32, vec![patches as u64, row_len as u64], own)),
         grid_values: array(DType::I64, vec![images.len() as u64, 3], grids),
         grids: thw,
         bytes_read,

@@ -279,6 +279,9 @@ fn describe(o: &Output) -> String {
     match o {
         Output::Fixed { dtype, shape } => format!("{dtype:?} {shape:?}"),
         Output::List => "a list".into(),
+        Output::Ragged {
+            dtype, row_shape, ..
+        } => format!("{dtype:?} rows of {row_shape:?}"),
     }
 }
 

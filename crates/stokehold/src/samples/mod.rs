@@ -179,7 +179,7 @@ pub fn batch_bytes(samples: &dyn Samples, batch_size: u32) -> u64 {
         .iter()
         .map(|(_, o)| match o {
             Output::Fixed { .. } => o.slot_bytes() as u64,
-            Output::List => mean,
+            Output::List | Output::Ragged { .. } => mean,
         })
         .sum::<u64>()
         .saturating_mul(u64::from(batch_size))
@@ -450,12 +450,12 @@ impl<'b> SlotWriter<'b> {
         unsafe { self.batch.slot_mut(col, self.slot) }
     }
 
-    /// The sample's slot of every fixed column at once (`None` for list columns), for samples
-    /// that fill several columns together.
+    /// The sample's slot of every fixed and ragged column at once (`None` for list columns),
+    /// for samples that fill several columns together.
     pub fn fixed_columns(&mut self) -> Vec<Option<&mut [u8]>> {
         (0..self.batch.outputs.len())
             .map(|c| {
-                self.batch.is_fixed(c).then(|| {
+                (self.batch.is_fixed(c) || self.batch.is_ragged(c)).then(|| {
                     // SAFETY: `new`'s contract (this writer is the only one of `slot`, its task is
                     // running); each column's slot is a distinct buffer, handed out once here,
                     // and the `&mut self` borrow outlives the slices.

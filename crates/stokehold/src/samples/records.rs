@@ -490,7 +490,7 @@ impl Records {
             };
             if col.transforms.is_empty() {
                 match &col.output {
-                    Output::Fixed { .. } => {
+                    Output::Fixed { .. } | Output::Ragged { .. } => {
                         write_value(&value, out.fixed(c)).map_err(|m| fail("collate", m))?;
                     }
                     Output::List => out.set_list(c, value.into_owned()),
@@ -504,7 +504,7 @@ impl Records {
             for (i, t) in col.transforms.iter().enumerate() {
                 if i + 1 == n {
                     match &col.output {
-                        Output::Fixed { .. } => {
+                        Output::Fixed { .. } | Output::Ragged { .. } => {
                             t.apply_into(v, &mut ctx, out.fixed(c))
                                 .map_err(|m| fail(t.name(), m))?;
                         }

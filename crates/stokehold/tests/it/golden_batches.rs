@@ -55,7 +55,10 @@ fn digest(batches: &[Batch]) -> String {
         for (name, c) in &b.columns {
             h.bytes(name.as_bytes());
             match c {
-                ColumnData::Fixed { dtype, shape, data } => {
+                ColumnData::Fixed { dtype, shape, data }
+                | ColumnData::Ragged {
+                    dtype, shape, data, ..
+                } => {
                     h.bytes(format!("{dtype:?}").as_bytes());
                     for &s in shape {
                         h.u64(s as u64);

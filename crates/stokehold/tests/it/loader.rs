@@ -46,7 +46,9 @@ fn plain(b: &Batch) -> Plain {
         .columns
         .iter()
         .map(|(_, c)| match c {
-            ColumnData::Fixed { data, .. } => data.as_bytes().to_vec(),
+            ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => {
+                data.as_bytes().to_vec()
+            }
             ColumnData::List(items) => items
                 .iter()
                 .flat_map(|v| match v {
@@ -65,7 +67,7 @@ fn epoch(loader: &mut Loader) -> Vec<Plain> {
 
 fn f64s(b: &Batch, name: &str) -> Vec<f64> {
     match b.column(name).unwrap() {
-        ColumnData::Fixed { data, .. } => data
+        ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => data
             .as_bytes()
             .chunks(8)
             .map(|c| f64::from_le_bytes(c.try_into().unwrap()))

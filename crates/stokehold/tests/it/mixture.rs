@@ -103,7 +103,7 @@ type Plain = (Vec<u64>, Vec<bool>, Vec<i64>, Vec<i64>);
 
 fn ints(c: &ColumnData) -> Vec<i64> {
     match c {
-        ColumnData::Fixed { data, .. } => data
+        ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => data
             .as_bytes()
             .chunks(8)
             .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
@@ -513,7 +513,7 @@ fn token_windows_of_two_datasets_mix_and_resume_exactly_on_another_number_of_ran
 
 fn ints_i32(c: &ColumnData) -> Vec<i32> {
     match c {
-        ColumnData::Fixed { data, .. } => data
+        ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => data
             .as_bytes()
             .chunks(4)
             .map(|b| i32::from_le_bytes(b.try_into().unwrap()))

@@ -87,7 +87,9 @@ fn plain(b: &Batch) -> Plain {
         .columns
         .iter()
         .map(|(_, c)| match c {
-            ColumnData::Fixed { data, .. } => data.as_bytes().to_vec(),
+            ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => {
+                data.as_bytes().to_vec()
+            }
             ColumnData::List(items) => items
                 .iter()
                 .flat_map(|v| match v {

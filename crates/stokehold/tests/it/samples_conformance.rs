@@ -188,7 +188,9 @@ fn run(l: &mut Loader, steps: Option<usize>) -> (Vec<Plain>, bool) {
                     .columns
                     .iter()
                     .map(|(_, c)| match c {
-                        ColumnData::Fixed { data, .. } => data.as_bytes().to_vec(),
+                        ColumnData::Fixed { data, .. } | ColumnData::Ragged { data, .. } => {
+                            data.as_bytes().to_vec()
+                        }
                         ColumnData::List(items) => format!("{items:?}").into_bytes(),
                     })
                     .collect();

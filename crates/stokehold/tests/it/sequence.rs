@@ -456,6 +456,7 @@ fn tokenize_stage_gives_padded_fixed_ids_or_variable_lists() {
                         bytemuck::cast_slice::<u8, i64>(data.as_bytes())[r * 24..(r + 1) * 24]
                             .to_vec()
                     }
+                    ColumnData::Ragged { .. } => panic!("not a ragged column"),
                     ColumnData::List(items) => match &items[r] {
                         FieldValue::Array(a) => a
                             .data
