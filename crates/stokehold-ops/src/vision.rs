@@ -8,7 +8,8 @@
 //!
 //! The reference is `transformers`' processors. The resize is Pillow's bicubic resampling as its
 //! C code reads (its filter, its window arithmetic, its 22-bit fixed-point weights, horizontal
-//! then vertical passes with 8-bit intermediates), and the decode is libjpeg-turbo's (as
+//! then vertical passes with 8-bit intermediates; here each channel resized as its own plane, the
+//! layout the patches are read from), and the decode is libjpeg-turbo's (as
 //! Pillow's): a JPEG decoded at full size gives the `Qwen2VLImageProcessorPil` values bit for
 //! bit at most sizes (253 of 323 size pairs tried with Pillow 13; at the others a pixel differs
 //! by at most 6 of 255, no more than the PIL and torchvision processors differ from each other,
@@ -140,6 +141,8 @@ pub struct Bicubic {
     /// The horizontal pass's rows transposed (columns as rows), and its output so.
     cols: Vec<u8>,
     cols_out: Vec<u8>,
+    /// [`Bicubic::resize_planes`]' source channels, one plane each.
+    split: [Vec<u8>; 3],
 }
 
 impl Bicubic {
@@ -177,6 +180,67 @@ impl Bicubic {
         }
         self.x.compute(sw, ow);
         self.y.compute(sh, oh);
+        self.run(src, ow, oh, dst);
+        Ok(())
+    }
+
+    /// Packed RGB `src` resized to `out_w`×`out_h` as [`Bicubic::resize`] does (the same bytes),
+    /// into three planes (R, G, B; `out_w * out_h` bytes each, resized to fit): the channels
+    /// are split first and each resized as a one-channel image, whose passes move bytes, not
+    /// 3-byte pixels (what a planar consumer such as a patchify wants anyway).
+    pub fn resize_planes(
+        &mut self,
+        src: PixelsRef<'_>,
+        out_w: u32,
+        out_h: u32,
+        planes: &mut [Vec<u8>; 3],
+    ) -> Result<()> {
+        let (sw, sh) = (src.width as usize, src.height as usize);
+        let (ow, oh) = (out_w as usize, out_h as usize);
+        if src.channels != 3 || sw == 0 || sh == 0 || src.data.len() != sw * sh * 3 {
+            return Err(OpsError::Invalid(format!(
+                "source image for planes: {sw}x{sh}x{} with {} bytes",
+                src.channels,
+                src.data.len()
+            )));
+        }
+        if ow == 0 || oh == 0 {
+            return Err(OpsError::Invalid(format!("output size {ow}x{oh}")));
+        }
+        let mut split = std::mem::take(&mut self.split);
+        for p in split.iter_mut() {
+            p.resize(sw * sh, 0);
+        }
+        let [r, g, b] = &mut split;
+        deinterleave(src.data, r, g, b);
+        let same = (sw, sh) == (ow, oh);
+        if !same {
+            self.x.compute(sw, ow);
+            self.y.compute(sh, oh);
+        }
+        for (plane, out) in split.iter().zip(planes.iter_mut()) {
+            out.resize(ow * oh, 0);
+            if same {
+                out.copy_from_slice(plane);
+                continue;
+            }
+            let view = PixelsRef {
+                width: src.width,
+                height: src.height,
+                channels: 1,
+                data: plane,
+            };
+            self.run(view, ow, oh, out);
+        }
+        self.split = split;
+        Ok(())
+    }
+
+    /// The two passes of a validated resize whose coefficients are computed (`dst` of the
+    /// output's size).
+    fn run(&mut self, src: PixelsRef<'_>, ow: usize, oh: usize, dst: &mut [u8]) {
+        let c = usize::from(src.channels);
+        let (sw, sh) = (src.width as usize, src.height as usize);
         let need_h = ow != sw;
         let need_v = oh != sh;
         // the source rows the vertical pass reads
@@ -213,7 +277,6 @@ impl Bicubic {
         } else {
             dst.copy_from_slice(&rows[..oh * row_w * c]);
         }
-        Ok(())
     }
 }
 
@@ -222,8 +285,143 @@ impl Bicubic {
 fn transpose(src: &[u8], rows: usize, cols: usize, c: usize, out: &mut [u8]) {
     match c {
         3 => transpose_px::<3>(src, rows, cols, out),
-        1 => transpose_px::<1>(src, rows, cols, out),
+        1 => transpose_bytes(src, rows, cols, out),
         _ => transpose_px_any(src, rows, cols, c, out),
+    }
+}
+
+/// [`transpose`] of one-byte pixels: blocks of 8×8 bytes (with SSE2's byte, word and dword
+/// interleaves where the target has them, else eight `u64`s and three rounds of masked swaps),
+/// the edges that make no whole block byte by byte.
+fn transpose_bytes(src: &[u8], rows: usize, cols: usize, out: &mut [u8]) {
+    assert!(src.len() >= rows * cols && out.len() >= rows * cols);
+    let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
+    // a band of 8 source rows at a time, its blocks left to right
+    for r0 in (0..r8).step_by(8) {
+        for c0 in (0..c8).step_by(8) {
+            block8(src, r0 * cols + c0, cols, out, c0 * rows + r0, rows);
+        }
+        for c in c8..cols {
+            for r in r0..r0 + 8 {
+                out[c * rows + r] = src[r * cols + c];
+            }
+        }
+    }
+    for r in r8..rows {
+        for c in 0..cols {
+            out[c * rows + r] = src[r * cols + c];
+        }
+    }
+}
+
+/// The 8×8 bytes of `src` from `at` (rows `stride` apart) transposed into `out` from `to`
+/// (rows `out_stride` apart).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn block8(src: &[u8], at: usize, stride: usize, out: &mut [u8], to: usize, out_stride: usize) {
+    use std::arch::x86_64::*;
+    assert!(at + 7 * stride + 8 <= src.len() && to + 7 * out_stride + 8 <= out.len());
+    // SAFETY: SSE2 is part of every x86_64 target; the eight 8-byte loads lie in `src` and the
+    // eight 8-byte stores in `out` (both checked just above); unaligned loads and stores.
+    unsafe {
+        let p = src.as_ptr().add(at);
+        let row = |i: usize| _mm_loadl_epi64(p.add(i * stride) as *const __m128i);
+        let b0 = _mm_unpacklo_epi8(row(0), row(1));
+        let b1 = _mm_unpacklo_epi8(row(2), row(3));
+        let b2 = _mm_unpacklo_epi8(row(4), row(5));
+        let b3 = _mm_unpacklo_epi8(row(6), row(7));
+        let c0 = _mm_unpacklo_epi16(b0, b1);
+        let c1 = _mm_unpackhi_epi16(b0, b1);
+        let c2 = _mm_unpacklo_epi16(b2, b3);
+        let c3 = _mm_unpackhi_epi16(b2, b3);
+        // each holds two output rows (columns of the source), 8 bytes each
+        let d = [
+            _mm_unpacklo_epi32(c0, c2),
+            _mm_unpackhi_epi32(c0, c2),
+            _mm_unpacklo_epi32(c1, c3),
+            _mm_unpackhi_epi32(c1, c3),
+        ];
+        let q = out.as_mut_ptr().add(to);
+        for (k, v) in d.into_iter().enumerate() {
+            _mm_storel_epi64(q.add(2 * k * out_stride) as *mut __m128i, v);
+            _mm_storel_epi64(
+                q.add((2 * k + 1) * out_stride) as *mut __m128i,
+                _mm_unpackhi_epi64(v, v),
+            );
+        }
+    }
+}
+
+/// [`block8`] without SSE2: eight `u64`s, three rounds of masked swaps (1-, 2-, then 4-byte
+/// elements between rows 1, 2, then 4 apart).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn block8(src: &[u8], at: usize, stride: usize, out: &mut [u8], to: usize, out_stride: usize) {
+    let round = |a: &mut [u64; 8], d: usize, shift: u32, mask: u64| {
+        for i in (0..8).filter(|i| i & d == 0) {
+            let t = ((a[i] >> shift) ^ a[i + d]) & mask;
+            a[i + d] ^= t;
+            a[i] ^= t << shift;
+        }
+    };
+    let mut a = [0u64; 8];
+    for (i, v) in a.iter_mut().enumerate() {
+        let from = at + i * stride;
+        *v = u64::from_le_bytes(src[from..from + 8].try_into().expect("8 bytes"));
+    }
+    round(&mut a, 1, 8, 0x00ff_00ff_00ff_00ff);
+    round(&mut a, 2, 16, 0x0000_ffff_0000_ffff);
+    round(&mut a, 4, 32, 0x0000_0000_ffff_ffff);
+    for (j, v) in a.iter().enumerate() {
+        let from = to + j * out_stride;
+        out[from..from + 8].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Packed RGB `src` split into the planes `r`, `g`, `b` (each as long as the pixels). The loop
+/// is compiled twice, once for AVX2 (whose byte shuffles it vectorises into), chosen at run
+/// time; both copy the same bytes.
+fn deinterleave(src: &[u8], r: &mut [u8], g: &mut [u8], b: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected at run time just above.
+        unsafe { deinterleave_avx2(src, r, g, b) };
+        return;
+    }
+    deinterleave_body(src, r, g, b);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn deinterleave_avx2(src: &[u8], r: &mut [u8], g: &mut [u8], b: &mut [u8]) {
+    deinterleave_body(src, r, g, b);
+}
+
+#[inline(always)]
+fn deinterleave_body(src: &[u8], r: &mut [u8], g: &mut [u8], b: &mut [u8]) {
+    const N: usize = 32;
+    let n = src.len() / 3;
+    let whole = n / N * N;
+    let chunks = src[..whole * 3]
+        .chunks_exact(3 * N)
+        .zip(r.chunks_exact_mut(N))
+        .zip(g.chunks_exact_mut(N))
+        .zip(b.chunks_exact_mut(N));
+    for (((px, r), g), b) in chunks {
+        let px: &[u8; 3 * N] = px.try_into().expect("3N bytes");
+        let (r, g, b): (&mut [u8; N], &mut [u8; N], &mut [u8; N]) = (
+            r.try_into().expect("N bytes"),
+            g.try_into().expect("N bytes"),
+            b.try_into().expect("N bytes"),
+        );
+        for i in 0..N {
+            r[i] = px[3 * i];
+            g[i] = px[3 * i + 1];
+            b[i] = px[3 * i + 2];
+        }
+    }
+    for i in whole..n {
+        (r[i], g[i], b[i]) = (src[3 * i], src[3 * i + 1], src[3 * i + 2]);
     }
 }
 
@@ -527,10 +725,9 @@ impl Default for Qwen2Vl {
 pub struct VisionWorkspace {
     decoder: Decoder,
     decoded: Pixels,
-    resized: Vec<u8>,
+    /// The resized image's channels (R, G, B).
+    planes: [Vec<u8>; 3],
     bicubic: Bicubic,
-    /// [`Qwen2Vl::patchify`]'s planes of a band of patch rows.
-    strip: Vec<f32>,
 }
 
 impl VisionWorkspace {
@@ -544,9 +741,8 @@ impl VisionWorkspace {
                 channels: 3,
                 data: Vec::new(),
             },
-            resized: Vec::new(),
+            planes: Default::default(),
             bicubic: Bicubic::new(),
-            strip: Vec::new(),
         })
     }
 
@@ -561,15 +757,29 @@ impl VisionWorkspace {
     }
 
     /// `data` decoded as RGB, at a DCT scale when `target` (width, height) is at most a quarter
-    /// of it in both axes and `dct_scaling` (the decoded image at least twice the target); then resized to `target` with Pillow's bicubic. The
-    /// result is in `self.resized` (packed RGB).
+    /// of it in both axes and `dct_scaling` (the decoded image at least twice the target); then
+    /// resized to `target` with Pillow's bicubic, into `self.planes` (R, G, B).
     fn decode_resized(
+        &mut self,
+        data: &[u8],
+        target: (u32, u32),
+        dct_scaling: bool,
+        max_pixels: u64,
+    ) -> Result<()> {
+        self.decode(data, Some(target), dct_scaling, max_pixels)?;
+        self.bicubic
+            .resize_planes(self.decoded.view(), target.0, target.1, &mut self.planes)
+    }
+
+    /// `data` decoded as RGB into `self.decoded`, at the DCT scale [`Self::decode_resized`]
+    /// says for `target`.
+    fn decode(
         &mut self,
         data: &[u8],
         target: Option<(u32, u32)>,
         dct_scaling: bool,
         max_pixels: u64,
-    ) -> Result<(u32, u32)> {
+    ) -> Result<()> {
         let fmt = sniff(data)?;
         if fmt == Format::Jpeg {
             let hdr = self.decoder.header(data)?;
@@ -595,11 +805,7 @@ impl VisionWorkspace {
                 &mut self.decoded,
             )?;
         }
-        let (w, h) = (self.decoded.width, self.decoded.height);
-        let (tw, th) = target.unwrap_or((w, h));
-        self.bicubic
-            .resize(self.decoded.view(), tw, th, &mut self.resized)?;
-        Ok((tw, th))
+        Ok(())
     }
 }
 
@@ -710,21 +916,21 @@ impl Qwen2Vl {
             )));
         }
         let (th, tw) = (grid[1] * self.patch_size, grid[2] * self.patch_size);
-        ws.decode_resized(data, Some((tw, th)), self.dct_scaling, max_pixels_decoded)?;
-        self.patchify(&ws.resized, tw as usize, th as usize, &mut ws.strip, out);
+        ws.decode_resized(data, (tw, th), self.dct_scaling, max_pixels_decoded)?;
+        self.patchify(&ws.planes, tw as usize, th as usize, out);
         Ok(())
     }
 
-    /// Rescale, normalise and lay out packed RGB `px` (`w`×`h`, multiples of the factor) as
+    /// Rescale, normalise and lay out the RGB planes `px` (`w`×`h`, multiples of the factor) as
     /// `transformers` does: rows in (block row, block column, row in block, column in block)
     /// order, each row (channel, frame, y, x); the image repeated over the frames. Values as
     /// the PIL processor computes them: `f32(p · (1/255) in f64)`, then `(v − mean) / std` in
     /// `f32`.
     ///
-    /// A band of `merge_size` patch rows is first turned into three planes of floats (one table
-    /// lookup a byte), then each row of `pixel_values` is copied from them a patch line at a
-    /// time into `out` (exactly the image's floats).
-    fn patchify(&self, px: &[u8], w: usize, h: usize, strip: &mut Vec<f32>, out: &mut [f32]) {
+    /// Each patch's lines are read from the planes once (one table lookup a byte) and written
+    /// straight into `out` (exactly the image's floats), the first frame's values then copied
+    /// to the others while they are in cache.
+    fn patchify(&self, px: &[Vec<u8>; 3], w: usize, h: usize, out: &mut [f32]) {
         let (ps, m, tps) = (
             self.patch_size as usize,
             self.merge_size as usize,
@@ -732,7 +938,6 @@ impl Qwen2Vl {
         );
         let (gh, gw) = (h / ps, w / ps);
         debug_assert_eq!(out.len(), gh * gw * self.row_len());
-        let mut at = 0;
         // the value of every byte per channel, once
         let mut lut = [[0f32; 256]; 3];
         for (c, t) in lut.iter_mut().enumerate() {
@@ -741,37 +946,33 @@ impl Qwen2Vl {
                 *v = (r - self.mean[c]) / self.std[c];
             }
         }
-        let band = m * ps * w;
-        strip.resize(3 * band, 0.0);
+        let plane = ps * ps;
+        let mut rows = out.chunks_exact_mut(3 * tps * plane);
         for bh in 0..gh / m {
-            let rows = &px[bh * band * 3..(bh + 1) * band * 3];
-            let (r, gb) = strip.split_at_mut(band);
-            let (g, b) = gb.split_at_mut(band);
-            for (((rgb, r), g), b) in rows.chunks_exact(3).zip(r).zip(g).zip(b) {
-                *r = lut[0][usize::from(rgb[0])];
-                *g = lut[1][usize::from(rgb[1])];
-                *b = lut[2][usize::from(rgb[2])];
-            }
             for bw in 0..gw / m {
                 for mh in 0..m {
                     for mw in 0..m {
-                        let (y0, x0) = (mh * ps, (bw * m + mw) * ps);
-                        for plane in strip.chunks_exact(band) {
-                            let first = &mut out[at..at + ps * ps];
-                            // the common patch sides with a known length: copies inlined
+                        let (y0, x0) = ((bh * m + mh) * ps, (bw * m + mw) * ps);
+                        let row = rows.next().expect("out holds every patch");
+                        for (c, frames) in row.chunks_exact_mut(tps * plane).enumerate() {
+                            let (first, rest) = frames.split_at_mut(plane);
+                            // the common patch sides with a known length: loops unrolled
+                            let (plane_c, lut_c) = (&px[c], &lut[c]);
                             match ps {
-                                14 => patch_lines::<14>(plane, w, y0, x0, first),
-                                16 => patch_lines::<16>(plane, w, y0, x0, first),
+                                14 => patch_lines::<14>(plane_c, w, y0, x0, lut_c, first),
+                                16 => patch_lines::<16>(plane_c, w, y0, x0, lut_c, first),
                                 _ => {
                                     for (py, line) in first.chunks_exact_mut(ps).enumerate() {
-                                        line.copy_from_slice(&plane[(y0 + py) * w + x0..][..ps]);
+                                        let src = &plane_c[(y0 + py) * w + x0..][..ps];
+                                        for (v, &p) in line.iter_mut().zip(src) {
+                                            *v = lut_c[usize::from(p)];
+                                        }
                                     }
                                 }
                             }
-                            for f in 1..tps {
-                                out.copy_within(at..at + ps * ps, at + f * ps * ps);
+                            for frame in rest.chunks_exact_mut(plane) {
+                                frame.copy_from_slice(first);
                             }
-                            at += tps * ps * ps;
                         }
                     }
                 }
@@ -780,15 +981,24 @@ impl Qwen2Vl {
     }
 }
 
-/// The `PS` lines of `PS` floats of the patch at (`y0`, `x0`) of `plane` (`w` floats a line),
-/// into `out` (`PS * PS` floats).
+/// The `PS` lines of `PS` bytes of the patch at (`y0`, `x0`) of `plane` (`w` bytes a line),
+/// through `lut`, into `out` (`PS * PS` floats).
 #[inline(always)]
-fn patch_lines<const PS: usize>(plane: &[f32], w: usize, y0: usize, x0: usize, out: &mut [f32]) {
+fn patch_lines<const PS: usize>(
+    plane: &[u8],
+    w: usize,
+    y0: usize,
+    x0: usize,
+    lut: &[f32; 256],
+    out: &mut [f32],
+) {
     for (py, to) in out.chunks_exact_mut(PS).enumerate() {
-        let line: &[f32; PS] = plane[(y0 + py) * w + x0..][..PS]
+        let line: &[u8; PS] = plane[(y0 + py) * w + x0..][..PS]
             .try_into()
-            .expect("PS floats");
-        to.copy_from_slice(line);
+            .expect("PS bytes");
+        for (v, &p) in to.iter_mut().zip(line) {
+            *v = lut[usize::from(p)];
+        }
     }
 }
 
@@ -828,10 +1038,10 @@ impl FixedSize {
         crate::jpeg::check_pixels(u64::from(w), u64::from(h), max_pixels_decoded)?;
         match self.pad {
             None => {
-                ws.decode_resized(data, Some((self.size, self.size)), true, max_pixels_decoded)?;
+                ws.decode_resized(data, (self.size, self.size), true, max_pixels_decoded)?;
             }
             Some(colour) => {
-                ws.decode_resized(data, None, false, max_pixels_decoded)?;
+                ws.decode(data, None, false, max_pixels_decoded)?;
                 let (w, h) = (ws.decoded.width as usize, ws.decoded.height as usize);
                 let side = w.max(h);
                 let mut square = Vec::with_capacity(side * side * 3);
@@ -850,11 +1060,11 @@ impl FixedSize {
                     data: &square,
                 };
                 ws.bicubic
-                    .resize(view, self.size, self.size, &mut ws.resized)?;
+                    .resize_planes(view, self.size, self.size, &mut ws.planes)?;
             }
         }
         for (c, plane) in out.chunks_exact_mut(s * s).enumerate() {
-            for (o, p) in plane.iter_mut().zip(ws.resized.iter().skip(c).step_by(3)) {
+            for (o, p) in plane.iter_mut().zip(&ws.planes[c]) {
                 let r = (f64::from(*p) * (1.0 / 255.0)) as f32;
                 *o = (r - self.mean[c]) / self.std[c];
             }
@@ -952,6 +1162,42 @@ mod tests {
     }
 
     #[test]
+    fn the_byte_transpose_is_the_plain_one_at_every_shape() {
+        for (rows, cols) in [(1, 1), (8, 8), (9, 17), (16, 8), (23, 41), (64, 3), (3, 64)] {
+            let src: Vec<u8> = (0..rows * cols).map(|i| (i * 7 + i / 5) as u8).collect();
+            let (mut fast, mut plain) = (vec![0u8; rows * cols], vec![0u8; rows * cols]);
+            transpose(&src, rows, cols, 1, &mut fast);
+            transpose_px_any(&src, rows, cols, 1, &mut plain);
+            assert_eq!(fast, plain, "{rows}x{cols}");
+        }
+    }
+
+    #[test]
+    fn planes_are_the_packed_resize_split() {
+        let (w, h) = (37usize, 29usize);
+        let data: Vec<u8> = (0..w * h * 3)
+            .map(|i| ((i * 31) ^ (i >> 3)) as u8)
+            .collect();
+        let view = PixelsRef {
+            width: w as u32,
+            height: h as u32,
+            channels: 3,
+            data: &data,
+        };
+        let mut b = Bicubic::new();
+        for (ow, oh) in [(37, 29), (56, 28), (20, 61), (37, 12), (9, 29)] {
+            let mut packed = Vec::new();
+            b.resize(view, ow, oh, &mut packed).unwrap();
+            let mut planes: [Vec<u8>; 3] = Default::default();
+            b.resize_planes(view, ow, oh, &mut planes).unwrap();
+            for (c, plane) in planes.iter().enumerate() {
+                let want: Vec<u8> = packed.iter().skip(c).step_by(3).copied().collect();
+                assert_eq!(plane, &want, "channel {c} at {ow}x{oh}");
+            }
+        }
+    }
+
+    #[test]
     fn bicubic_keeps_flat_areas_flat_and_copies_the_same_size() {
         let src = vec![77u8; 40 * 30 * 3];
         let view = PixelsRef {
@@ -990,14 +1236,13 @@ mod tests {
             ..Qwen2Vl::default()
         };
         let (w, h) = (56usize, 28usize);
-        let px: Vec<u8> = (0..w * h)
-            .flat_map(|i| {
-                let (y, x) = (i / w, i % w);
-                [(x * 4) as u8, (y * 8) as u8, 200]
-            })
-            .collect();
+        let px: [Vec<u8>; 3] = [
+            (0..w * h).map(|i| ((i % w) * 4) as u8).collect(),
+            (0..w * h).map(|i| ((i / w) * 8) as u8).collect(),
+            vec![200; w * h],
+        ];
         let mut out = vec![0f32; (w / 14) * (h / 14) * q.row_len()];
-        q.patchify(&px, w, h, &mut Vec::new(), &mut out);
+        q.patchify(&px, w, h, &mut out);
         let row_len = q.row_len();
         assert_eq!(out.len(), 2 * 4 * row_len); // grid 2x4 patches
         let v = |p: u8| (f64::from(p) * (1.0 / 255.0)) as f32;

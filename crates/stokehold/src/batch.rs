@@ -574,7 +574,10 @@ mod tests {
         pool.put(Buffer::zeroed(1 << 20));
         pool.put(Buffer::zeroed(64));
         let small = pool.get(48);
-        assert!(small.capacity() < 1 << 20, "a small request took the large buffer");
+        assert!(
+            small.capacity() < 1 << 20,
+            "a small request took the large buffer"
+        );
         assert!(pool.get(1000).capacity() >= 1 << 20);
     }
 }
