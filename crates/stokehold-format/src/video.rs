@@ -95,6 +95,40 @@ pub struct Intervals {
     pub tail_crc: u32,
 }
 
+impl Intervals {
+    /// The keyframe intervals holding any byte of `ranges` (container offsets `[lo, hi)`), by
+    /// index, ascending: what a reader of those packets reads and checks.
+    pub fn covering(&self, ranges: &[(u64, u64)]) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for &(lo, hi) in ranges {
+            // the first span ending after lo, then every span starting before hi
+            let from = self.spans.partition_point(|s| s.hi <= lo);
+            for (j, s) in self.spans.iter().enumerate().skip(from) {
+                if s.lo >= hi {
+                    break;
+                }
+                out.push(j);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The decode-index ranges `[first, end)` of intervals `which` (ascending), adjacent ones
+    /// joined: the packets a reader of those intervals has.
+    pub fn frames_of(&self, which: &[usize]) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for s in which.iter().filter_map(|&j| self.spans.get(j)) {
+            match out.last_mut() {
+                Some(last) if last.1 == s.first => last.1 = s.end,
+                _ => out.push((s.first, s.end)),
+            }
+        }
+        out
+    }
+}
+
 /// One keyframe interval of [`Intervals`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IntervalSpan {
@@ -270,7 +304,7 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
     }
     // the count is held to the bytes that hold the frames before anything is sized by it
     let with_table = flags & FLAG_INTERVAL_CRCS != 0;
-    let frame_bytes = n.checked_mul(FRAME_BYTES).unwrap_or(usize::MAX);
+    let frame_bytes = n.saturating_mul(FRAME_BYTES);
     if i.0.len() < frame_bytes || (!with_table && i.0.len() != frame_bytes) {
         return Err(format!(
             "the index says {n} frames ({frame_bytes} bytes) and holds {} bytes of frames",
@@ -450,6 +484,34 @@ mod tests {
         ix.frames[0].size = 1;
         ix.frames[1].offset = 2;
         assert!(interval_spans(&ix.frames, body.len() as u64).is_none());
-        assert!(parse_video(&encode_video(&ix, body)).unwrap().intervals.is_none());
+        assert!(
+            parse_video(&encode_video(&ix, body))
+                .unwrap()
+                .intervals
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_intervals_covering_byte_ranges_and_their_frames() {
+        let span = |lo, hi, first, end| IntervalSpan {
+            lo,
+            hi,
+            first,
+            end,
+            crc: 0,
+        };
+        let iv = Intervals {
+            spans: vec![span(10, 20, 0, 4), span(20, 35, 4, 8), span(35, 50, 8, 12)],
+            lead_crc: 0,
+            tail_crc: 0,
+        };
+        assert_eq!(iv.covering(&[(12, 15)]), vec![0]);
+        assert_eq!(iv.covering(&[(19, 21)]), vec![0, 1]);
+        assert_eq!(iv.covering(&[(40, 41), (10, 11)]), vec![0, 2]);
+        assert_eq!(iv.covering(&[(20, 20)]), Vec::<usize>::new());
+        assert_eq!(iv.covering(&[(0, 10), (50, 60)]), Vec::<usize>::new());
+        assert_eq!(iv.frames_of(&[0, 2]), vec![(0, 4), (8, 12)]);
+        assert_eq!(iv.frames_of(&[1, 2]), vec![(4, 12)]);
     }
 }
