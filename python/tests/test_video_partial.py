@@ -197,3 +197,19 @@ def test_an_old_index_without_interval_checksums_loads_whole(keyint_ds, tmp_path
     np.testing.assert_array_equal(new_frames, old_frames)
     assert old_read >= len(old)  # read whole
     assert new_read < len(value) / 3
+
+
+def test_a_camera_left_out_has_only_its_index_read(keyint_ds, tmp_path):
+    ds_dir, value, container = keyint_ds
+    out = tmp_path / "cams"
+    with stokehold.ShardWriter(str(out), [("front", "video"), ("wrist", "video")]) as w:
+        w.write({"front": value, "wrist": value})
+    loader = stokehold.Loader(stokehold.Dataset(str(out)), 1, threads=1, seed=2, fields=["front"],
+                              transforms={"front": [Clip(frames=4, stride=2)]})
+    (batch,) = list(loader)
+    ts = batch["front_timestamps"][0]
+    ref, _ = VideoFile(container).frames_played_at(ts.tolist())
+    np.testing.assert_array_equal(batch["front"][0], ref.transpose(0, 3, 1, 2))
+    stats = loader.stats()
+    # per record: both indices and one clip's intervals, far from the two videos' bytes
+    assert stats["bytes_read"] / stats["records_read"] < len(value) / 3

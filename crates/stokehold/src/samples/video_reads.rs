@@ -28,9 +28,10 @@ use crate::stages::{Column, SampleCtx};
 /// stay near the bytes of its intervals.
 pub const HEAD_READ: u64 = 4 << 10;
 
-/// Which fields of the records may be read in part: `video` fields read by no column but
+/// Which fields of the records may be read in part: `video` fields that no column reads but
 /// through a stage that [`Transform::packet_ranges`](crate::stages::Transform) plans (a clip,
-/// its timestamps), or as another column's clock.
+/// its timestamps) or as another column's clock; a `video` field no column reads (a camera
+/// left out) has only its header and index read.
 #[derive(Debug, Clone, Default)]
 pub struct PartialVideo {
     /// Schema indices of those fields.
@@ -56,8 +57,8 @@ impl PartialVideo {
                     .zip(field_index)
                     .filter(|(_, i)| **i == f)
                     .map(|(c, _)| c.transforms.first().is_some_and(|t| t.reads_packets_only()));
-                // at least one column, and every one through a clip
-                read.clone().next().is_some() && read.all(|ok| ok)
+                // every column through a clip (none: a camera left out, only its index read)
+                read.all(|ok| ok)
             })
             .collect();
         (!fields.is_empty()).then(|| PartialVideo {
