@@ -270,7 +270,9 @@ pub fn read_in_part(
             r.corrupt(lo, format!("field {name:?}: the video value: {m}"))
         })?;
         c.start = hi - v.container.len();
-        c.intervals = v.intervals.expect("flags checked above");
+        c.intervals = v
+            .intervals
+            .ok_or_else(|| r.corrupt(lo, "the video's flags changed under the read".into()))?;
     }
     // the clips' packets, planned from the indices as the stages will
     for (k, col) in columns.iter().enumerate() {
@@ -380,4 +382,173 @@ fn check_record(r: &Sparse<'_>, containers: &[Container], stored: u32) -> Result
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use stokehold_format::video::{
+        CONTAINER_MP4, VideoFrame, VideoIndex, encode_video, encode_video_v1,
+    };
+    use stokehold_format::{
+        Field, FieldValue, Limits, Schema, ShardWriter, WriteOptions, memory_source,
+    };
+
+    use super::*;
+    use crate::stages::spec::TransformSpec;
+
+    /// 40 frames (a keyframe every 8) of 2000-byte packets after a 50-byte lead: its index,
+    /// its container.
+    fn video() -> (VideoIndex, Vec<u8>) {
+        let frames = (0..40)
+            .map(|i| VideoFrame {
+                pts: i,
+                dts: i,
+                duration: 1,
+                key: i % 8 == 0,
+                offset: 50 + 2000 * i as u64,
+                size: 2000,
+            })
+            .collect();
+        // 25 fps in a timescale of 25, 320x240
+        let index = VideoIndex {
+            frames,
+            extradata: vec![0x01, 0x64, 0x00, 0x1e],
+            timescale: 25,
+            width: 320,
+            height: 240,
+            codec: *b"avc1",
+            container: CONTAINER_MP4,
+        };
+        let container = (0..50 + 80_000 + 30).map(|i| (i * 7 % 251) as u8).collect();
+        (index, container)
+    }
+
+    /// A shard in memory of one record (label, video, path), its bytes and the record's offset.
+    fn shard(value: &[u8], damage: Option<usize>) -> (ShardReader, Vec<u8>) {
+        let schema = Schema::new(vec![
+            Field::new("label", FieldType::Int64),
+            Field::new("video", FieldType::Video),
+            Field::new("path", FieldType::String),
+        ])
+        .unwrap();
+        let mut w = ShardWriter::new(Vec::new(), schema, WriteOptions::default()).unwrap();
+        w.write(&[
+            FieldValue::Int64(3),
+            FieldValue::Bytes(value.into()),
+            FieldValue::String("cats/a.mp4".into()),
+        ])
+        .unwrap();
+        let (mut bytes, _) = w.finish().unwrap();
+        let clean =
+            ShardReader::from_source("s.skh", memory_source(bytes.clone()), Limits::default())
+                .unwrap();
+        let mut record = Vec::new();
+        clean.read_record(0, &mut record, true).unwrap();
+        // damage after the index was read and checked: a byte `at` of the record
+        let base = clean.entry(0).offset as usize;
+        let reader = match damage {
+            None => clean,
+            Some(at) => {
+                bytes[base + at] ^= 0x55;
+                // a record's bytes are not checked at open: the damaged copy opens
+                ShardReader::from_source("s.skh", memory_source(bytes), Limits::default()).unwrap()
+            }
+        };
+        (reader, record)
+    }
+
+    /// The columns of a uniform 4-frame clip of field "video" (the middle: frames 18 to 21,
+    /// keyframe interval 2) and the fields they read.
+    fn clip() -> (PartialVideo, Vec<Column>) {
+        let specs: Vec<TransformSpec> = serde_json::from_value(serde_json::json!([
+            {"name": "clip", "params": {"frames": 4, "start": "uniform"}}
+        ]))
+        .unwrap();
+        let (t, output) = crate::stages::video::plan("video", &specs)
+            .unwrap()
+            .unwrap();
+        let col = Column {
+            name: "video".into(),
+            field: "video".into(),
+            transforms: vec![t],
+            output,
+        };
+        let (ix, container) = video();
+        let schema = shard(&encode_video(&ix, &container), None)
+            .0
+            .meta()
+            .schema
+            .clone();
+        let cols = vec![col];
+        let pv = PartialVideo::new(&schema, &cols, &[1], &[None]).unwrap();
+        (pv, cols)
+    }
+
+    fn read(
+        reader: &ShardReader,
+        pv: &PartialVideo,
+        cols: &[Column],
+    ) -> Result<PartRead, FormatError> {
+        let (lo, hi) = plan_range(reader, 0);
+        let mut head = vec![0u8; (hi - lo) as usize];
+        reader.source().read_at(lo, &mut head).unwrap();
+        read_in_part(pv, cols, reader, 0, (0, 1, 0), &head, true)
+    }
+
+    #[test]
+    fn a_clip_reads_its_interval_and_the_record_checks_through_the_combined_crc() {
+        let (pv, cols) = clip();
+        let (ix, container) = video();
+        let value = encode_video(&ix, &container);
+        let (reader, record) = shard(&value, None);
+        let PartRead::Part(buf, n) = read(&reader, &pv, &cols).unwrap() else {
+            panic!("read whole")
+        };
+        assert_eq!(buf.len(), record.len());
+        // the header part, one interval of 8 packets (16000 bytes) and the path: not the rest
+        let index_end = 4 * 3 + 8 + (value.len() - container.len());
+        assert!(n <= index_end + 16_000 + 10 + 4096, "{n}");
+        assert!(n < record.len() / 3, "{n} of {}", record.len());
+        let start = record.len() - 10 - container.len();
+        let interval = start + 50 + 16 * 2000..start + 50 + 24 * 2000;
+        assert_eq!(buf[..index_end], record[..index_end]);
+        assert_eq!(buf[interval.clone()], record[interval.clone()]);
+        assert_eq!(buf[record.len() - 10..], record[record.len() - 10..]);
+        // past the first read, the intervals before the clip's were not read
+        let first_read = HEAD_READ as usize;
+        assert!(first_read < interval.start);
+        assert!(buf[first_read..interval.start].iter().all(|&b| b == 0));
+
+        // a damaged byte in an interval not read: not seen
+        let (reader, _) = shard(&value, Some(start + 50 + 3 * 2000));
+        assert!(matches!(read(&reader, &pv, &cols), Ok(PartRead::Part(..))));
+        // in the interval read: its checksum, named
+        let (reader, _) = shard(&value, Some(interval.start + 7));
+        let e = read(&reader, &pv, &cols).err().unwrap().to_string();
+        assert!(e.contains("keyframe interval 2 (frames 16..24"), "{e}");
+        // in the index (the last frame's time; the stored CRC of interval 0, not read), in the
+        // path: the record's checksum, combined from the parts read and the CRCs of the
+        // intervals not read
+        let table = 4 * (5 + 2);
+        for at in [
+            index_end - table - 33,
+            index_end - table + 5,
+            record.len() - 3,
+        ] {
+            let (reader, _) = shard(&value, Some(at));
+            match read(&reader, &pv, &cols) {
+                Err(FormatError::Checksum { what, .. }) => {
+                    assert!(what.contains("read in part"), "{what}")
+                }
+                Err(e) => panic!("damage at {at}: {e}"),
+                Ok(_) => panic!("damage at {at} not seen"),
+            }
+        }
+        // in the field table: an error, whichever check sees it first
+        let (reader, _) = shard(&value, Some(2));
+        assert!(read(&reader, &pv, &cols).is_err());
+        // an index of version 1: read whole
+        let (reader, _) = shard(&encode_video_v1(&ix, &container), None);
+        assert!(matches!(read(&reader, &pv, &cols), Ok(PartRead::Whole)));
+    }
 }
