@@ -356,6 +356,38 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
     })
 }
 
+/// Checks a parsed value's interval checksums against its container's bytes (what a writer
+/// does: a value whose table does not match its bytes would fail every clip reading it).
+pub fn check_intervals(v: &VideoValue<'_>) -> Result<(), String> {
+    let Some(iv) = &v.intervals else {
+        return Ok(());
+    };
+    let c = v.container;
+    let lead = iv.spans.first().map_or(0, |s| s.lo as usize);
+    let tail = iv.spans.last().map_or(0, |s| s.hi as usize);
+    let parts = std::iter::once((0, lead, iv.lead_crc, "the lead".to_string()))
+        .chain(iv.spans.iter().enumerate().map(|(j, s)| {
+            let what = format!("keyframe interval {j}");
+            (s.lo as usize, s.hi as usize, s.crc, what)
+        }))
+        .chain(std::iter::once((
+            tail,
+            c.len(),
+            iv.tail_crc,
+            "the tail".to_string(),
+        )));
+    for (lo, hi, stored, what) in parts {
+        let computed = crate::crc::crc32c(&c[lo..hi]);
+        if computed != stored {
+            return Err(format!(
+                "{what} (bytes {lo}..{hi} of the container): its checksum in the index is \
+                 {stored:#010x}, its bytes' {computed:#010x}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The interval checksums `table` of a version-2 index over `frames`, checked: the packets
 /// must tile as [`interval_spans`] says and the table must hold one CRC per part.
 fn interval_table(frames: &[VideoFrame], len: u64, table: &[u8]) -> Result<Intervals, String> {
@@ -471,6 +503,13 @@ mod tests {
         assert_eq!(old.len() + 12, v.len());
         let p = parse_video(&old).unwrap();
         assert_eq!((p.index, p.intervals), (index(), None));
+        // a writer checks the table against the bytes
+        assert!(check_intervals(&parse_video(&v).unwrap()).is_ok());
+        let mut bad = v.clone();
+        let n = bad.len();
+        bad[n - 6] ^= 1; // inside the interval "abcdefgh"
+        let e = check_intervals(&parse_video(&bad).unwrap()).unwrap_err();
+        assert!(e.contains("keyframe interval 0"), "{e}");
         // a table of the wrong size, unknown flags
         let mut bad = v.clone();
         bad[8..12].copy_from_slice(&((v.len() - HEAD - body.len() - 4) as u32).to_le_bytes());
