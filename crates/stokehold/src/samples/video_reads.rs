@@ -193,7 +193,6 @@ pub enum PartRead {
 
 /// Read record `local` of `shard` (sample `id`) in part, given its first bytes `head` (the
 /// fetch of [`plan_range`]); `verify`: check the intervals' and the record's CRCs.
-#[allow(clippy::too_many_arguments)] // the sample's coordinates, each needed
 pub fn read_in_part(
     pv: &PartialVideo,
     columns: &[Column],
