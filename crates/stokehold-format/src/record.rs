@@ -187,10 +187,12 @@ fn encode_plain(
         }
         // a video's bytes must be a video value: its frame index checked against its container
         (FieldType::Video, FieldValue::Bytes(b)) => {
-            crate::video::parse_video(b).map_err(|e| RecordError::Mismatch {
-                field: name.to_string(),
-                detail: format!("not a video value: {e}"),
-            })?;
+            crate::video::parse_video(b)
+                .and_then(|v| crate::video::check_intervals(&v))
+                .map_err(|e| RecordError::Mismatch {
+                    field: name.to_string(),
+                    detail: format!("not a video value: {e}"),
+                })?;
             out.extend_from_slice(b)
         }
         (FieldType::Int64, FieldValue::Int64(v)) => out.extend_from_slice(&v.to_le_bytes()),

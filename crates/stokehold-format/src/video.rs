@@ -5,14 +5,25 @@
 //! reads and decoding from the index alone, without parsing the container again.
 //!
 //! ```text
-//! value   := "SKV1" | container u8 (1 = MP4) | 3 zero bytes | index_len u32 | index | container bytes
+//! value   := "SKV1" | container u8 (1 = MP4) | flags u8 | 2 zero bytes | index_len u32 | index
+//!            | container bytes
 //! index   := codec [4] | timescale u32 | width u16 | height u16 | extradata_len u32 | extradata
-//!            | frames u32 | frame × frames
+//!            | frames u32 | frame × frames | [crc u32 × (keyframes + 2), when flags bit 0]
 //! frame   := pts i64 | dts i64 | duration u32 | flags u8 (bit 0: keyframe) | offset u64 | size u32
 //! ```
 //! All little-endian; offsets count from the container's first byte. Every length is checked
 //! against the bytes that hold it before anything is sized by it, and every packet must lie
 //! inside the container.
+//!
+//! **Interval checksums** (index version 2, the header's flags bit 0): the container is tiled
+//! by [`interval_spans`]: the lead (before the first keyframe's packet), one span per keyframe
+//! interval (from its keyframe's packet to the next keyframe's, the last one to the end of the
+//! last packet) and the tail; the table holds the CRC-32C of each, in that order. So a reader
+//! reads only the intervals a clip decodes, checks each against its checksum, and checks the
+//! rest of the record it read by combining these checksums into the record's
+//! (format.md §4.2). A value whose packets do not lie in keyframe order (each interval's packets
+//! between its keyframe's and the next one's) gets no table: it is read whole, as a version-1
+//! index (flags 0) is.
 
 /// The first four bytes of a video value.
 pub const VIDEO_MAGIC: &[u8; 4] = b"SKV1";
@@ -21,7 +32,9 @@ pub const CONTAINER_MP4: u8 = 1;
 /// Bytes of one frame entry.
 pub const FRAME_BYTES: usize = 33;
 /// Bytes before the index.
-const HEAD: usize = 12;
+pub const HEAD: usize = 12;
+/// The header's flags: the index ends with the interval checksums.
+pub const FLAG_INTERVAL_CRCS: u8 = 1;
 
 /// One frame (packet) of the index, in decode order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,15 +79,140 @@ pub struct VideoValue<'a> {
     pub index: VideoIndex,
     /// The container's bytes, as given when packed.
     pub container: &'a [u8],
+    /// The interval checksums (index version 2), None for a version-1 index.
+    pub intervals: Option<Intervals>,
 }
 
-/// A `video` value of `container`'s bytes led by `index` (which must describe them).
+/// How a video's container is tiled for partial reads, with each part's CRC-32C.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Intervals {
+    /// Per keyframe interval (decode order), its byte span `[lo, hi)` in the container and the
+    /// decode indices of its frames `[first, end)`.
+    pub spans: Vec<IntervalSpan>,
+    /// CRC-32C of the lead `[0, spans[0].lo)`.
+    pub lead_crc: u32,
+    /// CRC-32C of the tail `[spans.last().hi, container length)`.
+    pub tail_crc: u32,
+}
+
+impl Intervals {
+    /// The keyframe intervals holding any byte of `ranges` (container offsets `[lo, hi)`), by
+    /// index, ascending: what a reader of those packets reads and checks.
+    pub fn covering(&self, ranges: &[(u64, u64)]) -> Vec<usize> {
+        let mut out: Vec<usize> = Vec::new();
+        for &(lo, hi) in ranges {
+            // the first span ending after lo, then every span starting before hi
+            let from = self.spans.partition_point(|s| s.hi <= lo);
+            for (j, s) in self.spans.iter().enumerate().skip(from) {
+                if s.lo >= hi {
+                    break;
+                }
+                out.push(j);
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The decode-index ranges `[first, end)` of intervals `which` (ascending), adjacent ones
+    /// joined: the packets a reader of those intervals has.
+    pub fn frames_of(&self, which: &[usize]) -> Vec<(usize, usize)> {
+        let mut out: Vec<(usize, usize)> = Vec::new();
+        for s in which.iter().filter_map(|&j| self.spans.get(j)) {
+            match out.last_mut() {
+                Some(last) if last.1 == s.first => last.1 = s.end,
+                _ => out.push((s.first, s.end)),
+            }
+        }
+        out
+    }
+}
+
+/// One keyframe interval of [`Intervals`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalSpan {
+    /// First byte (its keyframe's packet), from the container's start.
+    pub lo: u64,
+    /// One past its last byte.
+    pub hi: u64,
+    /// Decode index of its keyframe.
+    pub first: usize,
+    /// One past the decode index of its last frame.
+    pub end: usize,
+    /// CRC-32C of bytes `[lo, hi)`.
+    pub crc: u32,
+}
+
+/// The keyframe intervals tiling a container of `len` bytes, CRCs left 0: per keyframe (decode
+/// order) `[its packet's offset, the next keyframe's packet's offset)`, the last one up to the
+/// end of the last packet. None when the packets are not laid out so (the first frame is not a
+/// keyframe, keyframes' packets not in increasing order, a packet outside its interval's span):
+/// such a video has no interval checksums and is read whole.
+pub fn interval_spans(frames: &[VideoFrame], len: u64) -> Option<Vec<IntervalSpan>> {
+    if !frames.first()?.key {
+        return None;
+    }
+    let keys: Vec<usize> = (0..frames.len()).filter(|&d| frames[d].key).collect();
+    let last_end = frames
+        .iter()
+        .map(|f| f.offset.checked_add(u64::from(f.size)))
+        .try_fold(0u64, |m, e| e.map(|e| m.max(e)))?;
+    if last_end > len {
+        return None;
+    }
+    let mut spans = Vec::with_capacity(keys.len());
+    for (j, &first) in keys.iter().enumerate() {
+        let end = keys.get(j + 1).copied().unwrap_or(frames.len());
+        let lo = frames[first].offset;
+        let hi = keys.get(j + 1).map_or(last_end, |&n| frames[n].offset);
+        if hi <= lo {
+            return None;
+        }
+        let inside = frames[first..end]
+            .iter()
+            .all(|f| f.offset >= lo && f.offset + u64::from(f.size) <= hi);
+        if !inside {
+            return None;
+        }
+        spans.push(IntervalSpan {
+            lo,
+            hi,
+            first,
+            end,
+            crc: 0,
+        });
+    }
+    Some(spans)
+}
+
+/// A `video` value of `container`'s bytes led by `index` (which must describe them), with the
+/// interval checksums when its packets allow them ([`interval_spans`]).
 pub fn encode_video(index: &VideoIndex, container: &[u8]) -> Vec<u8> {
+    encode(index, container, true)
+}
+
+/// A `video` value with a version-1 index (no interval checksums: read whole), as values
+/// packed before them are.
+pub fn encode_video_v1(index: &VideoIndex, container: &[u8]) -> Vec<u8> {
+    encode(index, container, false)
+}
+
+fn encode(index: &VideoIndex, container: &[u8], checksums: bool) -> Vec<u8> {
+    let spans = checksums
+        .then(|| interval_spans(&index.frames, container.len() as u64))
+        .flatten();
+    let table = spans.as_ref().map_or(0, |s| 4 * (s.len() + 2));
     let index_len =
-        4 + 4 + 2 + 2 + 4 + index.extradata.len() + 4 + FRAME_BYTES * index.frames.len();
+        4 + 4 + 2 + 2 + 4 + index.extradata.len() + 4 + FRAME_BYTES * index.frames.len() + table;
     let mut out = Vec::with_capacity(HEAD + index_len + container.len());
     out.extend_from_slice(VIDEO_MAGIC);
-    out.extend_from_slice(&[index.container, 0, 0, 0]);
+    let flags = if spans.is_some() {
+        FLAG_INTERVAL_CRCS
+    } else {
+        0
+    };
+    out.extend_from_slice(&[index.container, flags, 0, 0]);
     out.extend_from_slice(&(index_len as u32).to_le_bytes());
     out.extend_from_slice(&index.codec);
     out.extend_from_slice(&index.timescale.to_le_bytes());
@@ -90,6 +228,16 @@ pub fn encode_video(index: &VideoIndex, container: &[u8]) -> Vec<u8> {
         out.push(u8::from(f.key));
         out.extend_from_slice(&f.offset.to_le_bytes());
         out.extend_from_slice(&f.size.to_le_bytes());
+    }
+    if let Some(spans) = &spans {
+        let lead = &container[..spans[0].lo as usize];
+        out.extend_from_slice(&crate::crc::crc32c(lead).to_le_bytes());
+        for s in spans {
+            let crc = crate::crc::crc32c(&container[s.lo as usize..s.hi as usize]);
+            out.extend_from_slice(&crc.to_le_bytes());
+        }
+        let tail = &container[spans[spans.len() - 1].hi as usize..];
+        out.extend_from_slice(&crate::crc::crc32c(tail).to_le_bytes());
     }
     debug_assert_eq!(out.len(), HEAD + index_len);
     out.extend_from_slice(container);
@@ -127,11 +275,14 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
             value[..value.len().min(4)].escape_ascii()
         ));
     }
-    let [container, r0, r1, r2] = t.array::<4>("the video header")?;
+    let [container, flags, r1, r2] = t.array::<4>("the video header")?;
     if container != CONTAINER_MP4 {
         return Err(format!("unknown container code {container} (1 is MP4)"));
     }
-    if (r0, r1, r2) != (0, 0, 0) {
+    if flags & !FLAG_INTERVAL_CRCS != 0 {
+        return Err(format!("unknown header flags {flags:#x}"));
+    }
+    if (r1, r2) != (0, 0) {
         return Err("the header's reserved bytes are not zero".into());
     }
     let index_len = t.u32("the index length")? as usize;
@@ -152,15 +303,17 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
         return Err("the index has no frames".into());
     }
     // the count is held to the bytes that hold the frames before anything is sized by it
-    if i.0.len() != n * FRAME_BYTES {
+    let with_table = flags & FLAG_INTERVAL_CRCS != 0;
+    let frame_bytes = n.saturating_mul(FRAME_BYTES);
+    if i.0.len() < frame_bytes || (!with_table && i.0.len() != frame_bytes) {
         return Err(format!(
-            "the index says {n} frames ({} bytes) and holds {} bytes of frames",
-            n * FRAME_BYTES,
+            "the index says {n} frames ({frame_bytes} bytes) and holds {} bytes of frames",
             i.0.len()
         ));
     }
+    let (frame_table, crc_table) = i.0.split_at(frame_bytes);
     let mut frames = Vec::with_capacity(n);
-    for (k, b) in i.0.chunks_exact(FRAME_BYTES).enumerate() {
+    for (k, b) in frame_table.chunks_exact(FRAME_BYTES).enumerate() {
         let f = VideoFrame {
             pts: i64::from_le_bytes(b[0..8].try_into().expect("8")),
             dts: i64::from_le_bytes(b[8..16].try_into().expect("8")),
@@ -184,6 +337,10 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
         }
         frames.push(f);
     }
+    let intervals = match with_table {
+        false => None,
+        true => Some(interval_table(&frames, body.len() as u64, crc_table)?),
+    };
     Ok(VideoValue {
         index: VideoIndex {
             container,
@@ -195,6 +352,66 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
             frames,
         },
         container: body,
+        intervals,
+    })
+}
+
+/// Checks a parsed value's interval checksums against its container's bytes (what a writer
+/// does: a value whose table does not match its bytes would fail every clip reading it).
+pub fn check_intervals(v: &VideoValue<'_>) -> Result<(), String> {
+    let Some(iv) = &v.intervals else {
+        return Ok(());
+    };
+    let c = v.container;
+    let lead = iv.spans.first().map_or(0, |s| s.lo as usize);
+    let tail = iv.spans.last().map_or(0, |s| s.hi as usize);
+    let parts = std::iter::once((0, lead, iv.lead_crc, "the lead".to_string()))
+        .chain(iv.spans.iter().enumerate().map(|(j, s)| {
+            let what = format!("keyframe interval {j}");
+            (s.lo as usize, s.hi as usize, s.crc, what)
+        }))
+        .chain(std::iter::once((
+            tail,
+            c.len(),
+            iv.tail_crc,
+            "the tail".to_string(),
+        )));
+    for (lo, hi, stored, what) in parts {
+        let computed = crate::crc::crc32c(&c[lo..hi]);
+        if computed != stored {
+            return Err(format!(
+                "{what} (bytes {lo}..{hi} of the container): its checksum in the index is \
+                 {stored:#010x}, its bytes' {computed:#010x}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The interval checksums `table` of a version-2 index over `frames`, checked: the packets
+/// must tile as [`interval_spans`] says and the table must hold one CRC per part.
+fn interval_table(frames: &[VideoFrame], len: u64, table: &[u8]) -> Result<Intervals, String> {
+    let mut spans = interval_spans(frames, len).ok_or_else(|| {
+        "the index has interval checksums but its packets are not laid out in keyframe \
+         intervals"
+            .to_string()
+    })?;
+    if table.len() != 4 * (spans.len() + 2) {
+        return Err(format!(
+            "the index's interval checksums take {} bytes, its {} keyframe intervals need {}",
+            table.len(),
+            spans.len(),
+            4 * (spans.len() + 2)
+        ));
+    }
+    let crc = |k: usize| u32::from_le_bytes(table[4 * k..4 * k + 4].try_into().expect("4"));
+    for (j, s) in spans.iter_mut().enumerate() {
+        s.crc = crc(j + 1);
+    }
+    Ok(Intervals {
+        lead_crc: crc(0),
+        tail_crc: crc(spans.len() + 1),
+        spans,
     })
 }
 
@@ -266,5 +483,74 @@ mod tests {
                 .unwrap_err()
                 .contains("no frames")
         );
+    }
+
+    #[test]
+    fn interval_checksums_tile_the_container_and_an_old_index_reads_without_them() {
+        let body = b"..abcdefgh..";
+        let v = encode_video(&index(), body);
+        let p = parse_video(&v).unwrap();
+        let iv = p.intervals.expect("a version-2 index");
+        // one keyframe interval: the lead "..", the interval "abcdefgh", the tail ".."
+        assert_eq!(iv.spans.len(), 1);
+        let s = iv.spans[0];
+        assert_eq!((s.lo, s.hi, s.first, s.end), (2, 10, 0, 2));
+        assert_eq!(s.crc, crate::crc::crc32c(b"abcdefgh"));
+        assert_eq!(iv.lead_crc, crate::crc::crc32c(b".."));
+        assert_eq!(iv.tail_crc, crate::crc::crc32c(b".."));
+        // a version-1 index (no table) still reads, without checksums
+        let old = encode_video_v1(&index(), body);
+        assert_eq!(old.len() + 12, v.len());
+        let p = parse_video(&old).unwrap();
+        assert_eq!((p.index, p.intervals), (index(), None));
+        // a writer checks the table against the bytes
+        assert!(check_intervals(&parse_video(&v).unwrap()).is_ok());
+        let mut bad = v.clone();
+        let n = bad.len();
+        bad[n - 6] ^= 1; // inside the interval "abcdefgh"
+        let e = check_intervals(&parse_video(&bad).unwrap()).unwrap_err();
+        assert!(e.contains("keyframe interval 0"), "{e}");
+        // a table of the wrong size, unknown flags
+        let mut bad = v.clone();
+        bad[8..12].copy_from_slice(&((v.len() - HEAD - body.len() - 4) as u32).to_le_bytes());
+        assert!(parse_video(&bad).is_err());
+        let mut bad = v.clone();
+        bad[5] = 0x80;
+        assert!(parse_video(&bad).unwrap_err().contains("flags"));
+        // packets out of keyframe order: no table, read whole
+        let mut ix = index();
+        ix.frames[0].offset = 6;
+        ix.frames[0].size = 1;
+        ix.frames[1].offset = 2;
+        assert!(interval_spans(&ix.frames, body.len() as u64).is_none());
+        assert!(
+            parse_video(&encode_video(&ix, body))
+                .unwrap()
+                .intervals
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn the_intervals_covering_byte_ranges_and_their_frames() {
+        let span = |lo, hi, first, end| IntervalSpan {
+            lo,
+            hi,
+            first,
+            end,
+            crc: 0,
+        };
+        let iv = Intervals {
+            spans: vec![span(10, 20, 0, 4), span(20, 35, 4, 8), span(35, 50, 8, 12)],
+            lead_crc: 0,
+            tail_crc: 0,
+        };
+        assert_eq!(iv.covering(&[(12, 15)]), vec![0]);
+        assert_eq!(iv.covering(&[(19, 21)]), vec![0, 1]);
+        assert_eq!(iv.covering(&[(40, 41), (10, 11)]), vec![0, 2]);
+        assert_eq!(iv.covering(&[(20, 20)]), Vec::<usize>::new());
+        assert_eq!(iv.covering(&[(0, 10), (50, 60)]), Vec::<usize>::new());
+        assert_eq!(iv.frames_of(&[0, 2]), vec![(0, 4), (8, 12)]);
+        assert_eq!(iv.frames_of(&[1, 2]), vec![(4, 12)]);
     }
 }

@@ -202,12 +202,18 @@ impl ClipDecoder {
     /// The frames of `video` at these indices in presentation order, decoded from `bytes` (the
     /// video's bytes, which its index's byte ranges point into) and converted to RGB; FFmpeg's
     /// own threading `threads` (1: off).
+    ///
+    /// With `within` (decode-index ranges `[first, end)`: the keyframe intervals read of a video
+    /// read in part), only those packets are sent to the decoder: past them it is drained as at
+    /// the end of the stream, which gives the same frames (a decoder holds frames back only to
+    /// reorder them). `within` must hold the packets [`IndexedVideo::packet_ranges`] names.
     pub fn frames_at(
         &mut self,
         video: &IndexedVideo,
         bytes: &[u8],
         frames: &[usize],
         threads: u32,
+        within: Option<&[(usize, usize)]>,
     ) -> Result<DecodedFrames, VideoError> {
         decode(
             &mut self.decoder,
@@ -215,6 +221,7 @@ impl ClipDecoder {
             Packets::Memory(bytes),
             frames,
             threads,
+            within,
         )
     }
 
@@ -233,6 +240,7 @@ impl ClipDecoder {
             Packets::File(file),
             frames,
             threads,
+            None,
         )
     }
 }
@@ -245,6 +253,7 @@ fn decode(
     packets: Packets<'_>,
     frames: &[usize],
     threads: u32,
+    within: Option<&[(usize, usize)]>,
 ) -> Result<DecodedFrames, VideoError> {
     let (name, index, order) = (&video.name, &video.index, &video.order);
     let n = order.len();
@@ -294,6 +303,7 @@ fn decode(
         done: HashMap::new(),
         failed: None,
         out: &mut out,
+        within,
     };
     let r = job.run(decoder, &wanted);
     if r.is_err() {
@@ -376,6 +386,7 @@ impl VideoFile {
             Packets::File(&self.file),
             frames,
             self.threads,
+            None,
         )
     }
 }
@@ -422,9 +433,20 @@ struct Job<'a> {
     /// The error of a packet the decoder refused, while the frames before it are drained.
     failed: Option<VideoError>,
     out: &'a mut DecodedFrames,
+    /// The packets that may be sent (decode-index ranges), None: all.
+    within: Option<&'a [(usize, usize)]>,
 }
 
 impl Job<'_> {
+    /// Whether packet `n` (decode order) may be sent: past the last, or outside `within`, the
+    /// stream ends for this decoding.
+    fn available(&self, n: usize) -> bool {
+        n < self.index.frames.len()
+            && self
+                .within
+                .is_none_or(|w| w.iter().any(|&(a, b)| a <= n && n < b))
+    }
+
     fn seconds(&self, ticks: i64) -> f64 {
         ticks as f64 * 1.0 / f64::from(self.index.timescale)
     }
@@ -468,7 +490,7 @@ impl Job<'_> {
             }
             let mut n = next.expect("set above");
             while !self.done.contains_key(&pts) {
-                if n < self.index.frames.len() && !dec.draining {
+                if self.available(n) && !dec.draining {
                     let sent = self.send(dec, n);
                     n += 1;
                     if let Err(e) = sent {

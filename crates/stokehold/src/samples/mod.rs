@@ -35,6 +35,7 @@ pub mod lerobot;
 pub mod mixture;
 pub mod records;
 pub mod tokens;
+mod video_reads;
 
 pub use chat_mix::{ChatMixRows, ChatMixture, MixPackSummary, SourcePack};
 pub use chat_vision::VisionSpec;

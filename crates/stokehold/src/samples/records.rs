@@ -22,6 +22,8 @@ use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
+use super::video_reads::{PartRead, PartialVideo, plan_range, read_in_part};
+
 // Stage 0 is the read stage, which the engine times (the task's fetch).
 /// Index of the parse stage (record view and field lookup).
 const STAGE_PARSE: usize = 1;
@@ -41,6 +43,9 @@ pub struct Records {
     bytes: [ByteSource; 1],
     /// The caches, as the loader sees them.
     caches: Arc<RecordsCaches>,
+    /// The video fields read in part (only the keyframe intervals a clip needs), when any:
+    /// records read from storage, not from memory or the RAM cache.
+    partial: Option<PartialVideo>,
 }
 
 /// The caches of [`Records`]: the RAM cache of record bytes, the decoded caches of image
@@ -165,7 +170,11 @@ impl Records {
             .iter()
             .map(|c| (c.name.clone(), c.output.clone()))
             .collect();
+        let partial = (cache.is_none() && !in_memory)
+            .then(|| PartialVideo::new(schema, &columns, &field_index, &other_index))
+            .flatten();
         Ok(Records {
+            partial,
             bytes: [ByteSource::new(Arc::clone(&dataset), cache.clone())],
             caches: Arc::new(RecordsCaches {
                 dataset: Arc::clone(&dataset),
@@ -263,12 +272,16 @@ impl Samples for Records {
                 let shard = &self.dataset.shards()[k];
                 h = shard.held(local);
                 if h.is_none() {
-                    let e = shard.entry(local);
+                    // a record read in part: its first bytes now, the rest when filled
+                    let (lo, hi) = match self.partial_for(k) {
+                        true => plan_range(shard, local),
+                        false => (shard.entry(local).offset, shard.entry(local).end()),
+                    };
                     plan.push(ByteRange {
                         source: 0,
                         shard: k,
-                        lo: e.offset,
-                        hi: e.end(),
+                        lo,
+                        hi,
                     });
                 }
             }
@@ -295,6 +308,39 @@ impl Samples for Records {
         let held = io.scratch::<HeldRecords>().0.get(k).cloned().flatten();
         if let Some(held) = held.or_else(|| ds.shards()[shard].held(local)) {
             return self.process(id, (shard, local, Got::Held(&held)), cx, out);
+        }
+        if let Some(pv) = self.partial.as_ref().filter(|_| self.partial_for(shard)) {
+            let part = io.bytes(k, 0).and_then(|head| {
+                let at = (id, cx.seed, cx.epoch);
+                let sh = &ds.shards()[shard];
+                match read_in_part(
+                    pv,
+                    &self.columns,
+                    sh,
+                    local,
+                    at,
+                    head,
+                    ds.verifies_records(),
+                )? {
+                    PartRead::Part(buf, read) => Ok((buf, read)),
+                    PartRead::Whole => {
+                        let mut buf = Vec::new();
+                        sh.read_record(local, &mut buf, ds.verifies_records())?;
+                        let read = head.len() + buf.len();
+                        Ok((buf, read))
+                    }
+                }
+            });
+            return match part {
+                Ok((buf, read)) => self.process(id, (shard, local, Got::Part(&buf, read)), cx, out),
+                Err(e @ FormatError::Checksum { .. }) => match self.repair(id, &e) {
+                    Some((local, shard, bytes)) => {
+                        self.process(id, (shard, local, Got::Bytes(&bytes)), cx, out)
+                    }
+                    None => Err(EngineError::Sample { id, source: e }),
+                },
+                Err(e) => Err(EngineError::Sample { id, source: e }),
+            };
         }
         let got = io.bytes(k, 0).and_then(|bytes| {
             if ds.verifies_records() {
@@ -382,6 +428,9 @@ enum Got<'a> {
     Bytes(&'a [u8]),
     /// What its codec held decoded ([`stokehold_format::RecordCodec::held`]).
     Held(&'a Held),
+    /// Its bytes, read in part (checked; bytes not read are zero and not looked at), and how
+    /// many bytes were read.
+    Part(&'a [u8], usize),
 }
 
 /// Mean bytes of a record.
@@ -390,6 +439,12 @@ fn dataset_mean(ds: &Dataset) -> u64 {
 }
 
 impl Records {
+    /// Whether the records of shard `k` are read in part (video fields whose clips need only
+    /// some keyframe intervals, a shard of stokehold's own format).
+    fn partial_for(&self, k: usize) -> bool {
+        self.partial.is_some() && self.dataset.shards()[k].codec().is_none()
+    }
+
     /// Sample `id`'s record failed its checksum (`e`): when its shard was read from the disk
     /// cache's copy, that copy is what is damaged. Discard it (the shard reads its source again;
     /// the next run copies it anew), say so once, naming the damaged file, and read the record
@@ -437,6 +492,10 @@ impl Records {
         let view = match got {
             Got::Bytes(bytes) => {
                 ws.read(bytes.len());
+                shard.fields(local, bytes).map_err(sample_err)?
+            }
+            Got::Part(bytes, read) => {
+                ws.read(read);
                 shard.fields(local, bytes).map_err(sample_err)?
             }
             Got::Held(held) => shard.held_fields(local, held).ok_or_else(|| {

@@ -58,6 +58,24 @@ pub trait Transform: Send + Sync + 'static {
         None
     }
 
+    /// Whether this stage, first of its column, reads of a `video` value only its frame index
+    /// and the packets [`Transform::packet_ranges`] names (a clip; its timestamps): then its
+    /// record may be read in part. False (the default): it needs the whole value.
+    fn reads_packets_only(&self) -> bool {
+        false
+    }
+
+    /// For a stage that [`Transform::reads_packets_only`]: the byte ranges of the video
+    /// container (`x` is the `video` value) that applying it to `x` for the sample of `ctx`
+    /// reads, from the index alone (deterministic: the same as [`Transform::apply`] reads).
+    fn packet_ranges(&self, x: &[u8], ctx: &mut SampleCtx<'_>) -> StageResult<Vec<(u64, u64)>> {
+        let _ = (x, ctx);
+        Err(StageError::from(format!(
+            "{}: reads the whole value, not packets",
+            self.name()
+        )))
+    }
+
     /// Transform a value and write the result into `slot` (a fixed-size output slot of
     /// `slot.len()` bytes). The default applies, then copies; stages that can produce their
     /// output in place should override it.

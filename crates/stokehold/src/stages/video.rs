@@ -19,6 +19,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use stokehold_format::video::Intervals;
 use stokehold_format::{DType, FieldValue};
 use stokehold_ingest::mp4::FrameIndex;
 use stokehold_ops::{ImageOps, PixelsRef, run_pixels};
@@ -221,15 +222,24 @@ struct Planned<'a> {
     video: IndexedVideo,
     container: &'a [u8],
     frames: Vec<usize>,
+    /// The video's keyframe intervals (index version 2), None: a version-1 index.
+    intervals: Option<Intervals>,
+}
+
+impl Planned<'_> {
+    /// The container's byte ranges decoding the clip reads.
+    fn packet_ranges(&self) -> Vec<(u64, u64)> {
+        self.video.packet_ranges(&self.frames)
+    }
 }
 
 /// A video value's index and container bytes, its name for errors.
-fn indexed(bytes: &[u8], name: String) -> StageResult<(IndexedVideo, &[u8])> {
+fn indexed(bytes: &[u8], name: String) -> StageResult<(IndexedVideo, &[u8], Option<Intervals>)> {
     let v = stokehold_format::video::parse_video(bytes)
         .map_err(|e| StageError::from(format!("{name}: the video value: {e}")))?;
     let video = IndexedVideo::new(name, FrameIndex::from_video_index(v.index))
         .map_err(|e| StageError::from(e.to_string()))?;
-    Ok((video, v.container))
+    Ok((video, v.container, v.intervals))
 }
 
 /// The video bytes of a value.
@@ -247,10 +257,10 @@ fn video_bytes<'a>(x: &'a Value<'_>) -> StageResult<&'a [u8]> {
 fn plan_sample<'a>(
     clip: &Clip,
     clock: Option<&str>,
-    x: &'a Value<'_>,
+    x: &'a [u8],
     ctx: &SampleCtx<'_>,
 ) -> StageResult<Planned<'a>> {
-    let (video, container) = indexed(video_bytes(x)?, format!("the video of sample {}", ctx.id))?;
+    let (video, container, intervals) = indexed(x, format!("the video of sample {}", ctx.id))?;
     let stamps = match clock {
         None => clip_stamps(clip, &video, ctx)?,
         Some(field) => {
@@ -261,7 +271,7 @@ fn plan_sample<'a>(
                 "the video of field {field:?} of sample {} (the clock)",
                 ctx.id
             );
-            let (clock_video, _) = indexed(bytes, name)?;
+            let (clock_video, _, _) = indexed(bytes, name)?;
             clip_stamps(clip, &clock_video, ctx)?
         }
     };
@@ -274,6 +284,7 @@ fn plan_sample<'a>(
         video,
         container,
         frames,
+        intervals,
     })
 }
 
@@ -298,7 +309,13 @@ fn decode(p: &Planned<'_>) -> StageResult<DecodedFrames> {
         let mut d = d
             .try_borrow_mut()
             .map_err(|_| StageError::from("video decoder in use (re-entrant call)".to_string()))?;
-        d.frames_at(&p.video, p.container, &p.frames, 1)
+        // with interval checksums, only the packets of the keyframe intervals the clip needs
+        // (all a record read in part has): past them the decoder is drained, same frames
+        let within = p
+            .intervals
+            .as_ref()
+            .map(|iv| iv.frames_of(&iv.covering(&p.packet_ranges())));
+        d.frames_at(&p.video, p.container, &p.frames, 1, within.as_deref())
             .map_err(|e| StageError::from(e.to_string()))
     })
 }
@@ -386,8 +403,17 @@ impl Transform for ClipStage {
         self.clock.as_deref()
     }
 
+    fn reads_packets_only(&self) -> bool {
+        true
+    }
+
+    /// The packets decoding the clip reads: from the keyframe each frame needs to the frame.
+    fn packet_ranges(&self, x: &[u8], ctx: &mut SampleCtx<'_>) -> StageResult<Vec<(u64, u64)>> {
+        Ok(plan_sample(&self.clip, self.clock.as_deref(), x, ctx)?.packet_ranges())
+    }
+
     fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
-        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), video_bytes(&x)?, ctx)?;
         let got = decode(&p)?;
         match &self.ops {
             None => {
@@ -414,7 +440,7 @@ impl Transform for ClipStage {
             let v = self.apply(x, ctx)?;
             return crate::stages::write_value(&v, slot);
         };
-        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), video_bytes(&x)?, ctx)?;
         let got = decode(&p)?;
         self.frames_into(ops, &got, ctx, slot)
     }
@@ -437,8 +463,17 @@ impl Transform for TimestampsStage {
         self.clock.as_deref()
     }
 
+    fn reads_packets_only(&self) -> bool {
+        true
+    }
+
+    /// The timestamps come from the index alone: no packets.
+    fn packet_ranges(&self, _: &[u8], _: &mut SampleCtx<'_>) -> StageResult<Vec<(u64, u64)>> {
+        Ok(Vec::new())
+    }
+
     fn apply<'a>(&self, x: Value<'a>, ctx: &mut SampleCtx<'_>) -> StageResult<Value<'a>> {
-        let p = plan_sample(&self.clip, self.clock.as_deref(), &x, ctx)?;
+        let p = plan_sample(&self.clip, self.clock.as_deref(), video_bytes(&x)?, ctx)?;
         let times = p.video.pts_seconds();
         let data: Vec<u8> = p
             .frames
