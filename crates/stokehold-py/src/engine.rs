@@ -410,9 +410,14 @@ impl Engine {
         })
     }
 
-    /// Batches per epoch for this rank.
-    fn __len__(&self) -> usize {
-        usize::try_from(self.steps_per_epoch).unwrap_or(usize::MAX)
+    /// Batches per epoch for this rank: while packed conversations are still being counted an
+    /// estimate (`Loader::steps_per_epoch`), exact once the epoch is planned.
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let steps = match &self.chats {
+            Some(_) => self.with_state(py, |s| s.loader.steps_per_epoch())?,
+            None => self.steps_per_epoch,
+        };
+        Ok(usize::try_from(steps).unwrap_or(usize::MAX))
     }
 
     /// The loader's whole configuration as JSON (the `EngineSpec`).
