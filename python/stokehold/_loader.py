@@ -384,7 +384,9 @@ class _Front:
         )
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank. With ``packing="whole"``, while the conversations are
+        still being counted, an estimate; exact once the epoch is planned
+        (``stats()["packing"]["exact"]``; docs/text.md)."""
         return len(self._engine)
 
     def set_epoch(self, epoch: int) -> None:

@@ -967,7 +967,7 @@ impl ChatPlanner {
     }
 
     /// Count the conversations of `ids` not counted yet, on the planner's threads; the error
-    /// of the first one (in `ids`' order) that cannot be encoded.
+    /// of the lowest id that cannot be encoded.
     fn count_these(&self, ids: &[u64]) -> Result<()> {
         let unknown: Vec<u64> = ids
             .iter()
@@ -986,7 +986,16 @@ impl ChatPlanner {
             self.count_one(unknown[i])
         })
         .map_err(|_| EngineError::Worker("a counting thread panicked".into()))?;
-        results.into_iter().try_for_each(|r| r.map(|_| ()))
+        // the lowest id's error, as counting at open reports
+        let first = unknown
+            .iter()
+            .zip(results)
+            .filter_map(|(&id, r)| r.err().map(|e| (id, e)))
+            .min_by_key(|(id, _)| *id);
+        match first {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The count in a row and the image tokens of a conversation with images encoded as `ids`:
