@@ -17,6 +17,7 @@ from stokehold.text import ChatTemplate
 pytest.importorskip("tokenizers")
 
 from test_sft import loader, make_convs, models, rows_of, two_ranks_then_three, write  # noqa: E402,F401
+from test_chat import text, vl_model  # noqa: E402,F401  (vl_model: a fixture)
 
 KW = dict(seq_len=128, window=24, seed=7)
 
@@ -128,18 +129,24 @@ def test_a_lazily_counted_epoch_keeps_its_counts_for_the_next_open(tmp_path, mod
     counted and exact before its first batch, the same rows."""
     monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(tmp_path / "kept"))
     monkeypatch.setenv("STOKEHOLD_CHAT_COUNT_AHEAD", "0")
-    ds = write(tmp_path / "ds", make_convs(90, seed=24))
+    ds = write(tmp_path / "ds", make_convs(90, seed=24, long_every=6))
     tmpl = ChatTemplate(models["chatml"])
-    kw = dict(KW, batch_size=2, drop_last=False)
-    ld = loader(ds, tmpl, **kw)
-    assert not list((tmp_path / "kept").glob("counts/*.skcc"))
-    first = list(ld)
-    assert len(list((tmp_path / "kept").glob("counts/*.skcc"))) == 1
-    again = loader(ds, tmpl, **kw)
-    packing = again.stats()["packing"]
-    assert packing["counted"] == 90 and packing["exact"] and packing["kept"] == 0
-    assert len(again) == len(first)
-    same_batches(list(again), first)
+    for overlong in ("truncate", "drop"):
+        kw = dict(KW, batch_size=2, drop_last=False, overlong=overlong)
+        ld = loader(ds, tmpl, **kw)
+        first = list(ld)
+        was = ld.stats()["packing"]
+        assert was["counted"] == 90 and (was["truncated"] if overlong == "truncate" else was["dropped"]) > 0
+        again = loader(ds, tmpl, **kw)
+        packing = again.stats()["packing"]
+        assert packing["counted"] == 90 and packing["exact"] and packing["kept"] == 0
+        assert len(again) == len(first)
+        same_batches(list(again), first)
+        # (stats() after an epoch: the next epoch's plan, in both)
+        packing = again.stats()["packing"]
+        for k in ("rows", "truncated", "dropped", "fill"):
+            assert packing[k] == was[k], k
+    assert len(list((tmp_path / "kept").glob("counts/*.skcc"))) == 2
 
 
 def test_a_bad_conversation_counted_lazily_fails_the_batch_that_needs_it(tmp_path, models, no_kept):  # noqa: F811
@@ -153,3 +160,54 @@ def test_a_bad_conversation_counted_lazily_fails_the_batch_that_needs_it(tmp_pat
     from stokehold import StokeholdError
     with pytest.raises(StokeholdError, match="conversation 60"):
         list(it)
+
+
+def test_conversations_with_images_counted_lazily_give_the_rows_of_counting_at_open(tmp_path, vl_model, no_kept):  # noqa: F811
+    """Images: an overlong conversation cut before an image, one over max_image_tokens left
+    out; lazily and at open, on 1 and 2 ranks, the same rows, pixels and counts of what was
+    cut or left out; the counts a lazy epoch kept give them again."""
+    pytest.importorskip("PIL.Image")
+    import random
+
+    import numpy as np
+    from test_vlm_pack import photo, template, vl_samples
+    from test_vlm_pack import write as write_vl
+
+    rng = random.Random(5)
+    images = [photo((200, 150), 500 + k) for k in range(6)]
+    parts = []
+    for _ in images:
+        parts += [{"type": "text", "text": text(rng, "user")}, {"type": "image"}]
+    long = ([{"role": "user", "content": parts}, {"role": "assistant", "content": "ok"}], images)
+    big = ([{"role": "user", "content": [{"type": "image"}] * 8 + [{"type": "text", "text": "all"}]},
+            {"role": "assistant", "content": "yes"}], [photo((400, 300), 99 + k) for k in range(8)])
+    samples = vl_samples(30, seed=31, max_images=2)
+    samples[4], samples[17] = long, big
+    ds = write_vl(tmp_path / "ds", samples)
+    ct = template(vl_model)
+    keys = ("input_ids", "labels", "segment_ids", "doc_ids", "mrope_position_ids", "pixel_values", "image_grid_thw")
+    for world in (1, 2):
+        for rank in range(world):
+            kw = dict(seq_len=256, window=8, seed=3, max_image_tokens=200, batch_size=2, rank=rank,
+                      world_size=world, drop_last=False)
+            first = eager(no_kept, ds, ct, **kw)
+            want, was = list(first), first.stats()["packing"]
+            assert was["truncated"] >= 1 and was["dropped"] >= 1
+            ld = lazy(no_kept, ds, ct, **kw)
+            assert ld.stats()["packing"]["counted"] < 30
+            got = list(ld)
+            assert len(got) == len(want)
+            for x, y in zip(got, want):
+                for k in keys:
+                    assert np.array_equal(x[k], y[k]), k
+            packing = ld.stats()["packing"]
+            for k in ("rows", "truncated", "dropped", "fill", "counted"):
+                assert packing[k] == was[k], k
+            # the lazy epoch kept its counts: an open from them says the same
+            again = loader(ds, ct, **kw)
+            kept = again.stats()["packing"]
+            assert kept["kept"] == 0 and kept["exact"]
+            assert len(list(again)) == len(want)
+            kept = again.stats()["packing"]
+            for k in ("rows", "truncated", "dropped", "fill", "counted"):
+                assert kept[k] == was[k], k

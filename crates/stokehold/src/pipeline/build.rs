@@ -68,7 +68,7 @@ impl EngineSpec {
                     crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
                     crate::pipeline::ErrorPolicy::Fail => None,
                 },
-                // counted lazily (under on_error="fail", without images; see ChatPlanner::new)
+                // counted lazily (under on_error="fail"; see ChatPlanner::new)
                 true,
             )?);
             // the first window planned now (the first batch needs it): `len()` estimates the

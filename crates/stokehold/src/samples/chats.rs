@@ -4,14 +4,16 @@
 //! **Packing is an order, not a stage** (ARCHITECTURE.md). The records of a dataset hold a
 //! conversation each (a field whose bytes are the UTF-8 JSON text of the list of messages). Every
 //! conversation's token count, by the same render + tokenize + mask that filling runs
-//! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once when the loader is made, on
-//! the loader's threads ([`ChatPlanner`]). The plan of an epoch is then a pure function of
-//! (seed, epoch, counts): the conversations in the loader's shuffle, cut into windows of
-//! `window` candidates; each window packed by best-fit-decreasing into rows of at most `seq_len`
-//! tokens ([`pack_window`]); the rows of a window permuted by the seed (shuffled loaders). The
-//! rows of all windows, in order, are the **row order** of the epoch ([`EpochRows`]); the engine's
-//! position counts rows, so a resume state is a position in the row order and stays exact on any
-//! number of ranks.
+//! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once ([`ChatPlanner`]): lazily,
+//! a window's conversations when its rows are first needed and the rest by a background thread
+//! (under `on_error="skip"` and for a mixture's sources, all when the loader is made). The plan
+//! of an epoch is then a pure function of (seed, epoch, counts): the conversations in the
+//! loader's shuffle, cut into windows of `window` candidates; each window packed by
+//! best-fit-decreasing into rows of at most `seq_len` tokens ([`pack_window`]); the rows of a
+//! window permuted by the seed (shuffled loaders). The rows of all windows, in order, are the
+//! **row order** of the epoch ([`EpochRows`], planned window by window: [`EpochPlan`], its
+//! length known late until then); the engine's position counts rows, so a resume state is a
+//! position in the row order and stays exact on any number of ranks.
 //!
 //! A row's slot is filled from its conversations one after another (their encodings kept from
 //! the count pass within `keep_encodings`, else encoded again: the same tokens the count came
@@ -380,8 +382,9 @@ pub struct ChatPlanner {
     completion: Option<usize>,
     template: Arc<ChatTemplate>,
     options: ChatRowOptions,
-    /// Token count per conversation; `u32::MAX`: left out (overlong dropped, or bad);
-    /// [`UNKNOWN`]: not counted yet (counting lazily).
+    /// Token count per conversation as encoded (before [`ChatPlanner::settle_one`], which
+    /// [`ChatPlanner::count_of`] applies: what is kept on disk); `u32::MAX`: left out (bad, or
+    /// by an image); [`UNKNOWN`]: not counted yet (counting lazily).
     counts: Vec<AtomicU32>,
     /// Conversations whose count is known.
     counted: AtomicU64,
@@ -400,7 +403,11 @@ pub struct ChatPlanner {
     /// Images inside the conversations ([`VisionSpec`]).
     vision: Option<ChatVision>,
     /// Image tokens per conversation within its count (empty without `vision`).
-    images: Vec<u32>,
+    images: Vec<AtomicU32>,
+    /// Conversations with images cut before an image (counted in `truncated`), and left out by
+    /// the cut or the image budget (in `dropped`): kept with the counts.
+    cut: AtomicU64,
+    cut_out: AtomicU64,
     kept_count: AtomicU64,
     /// The counts came from a kept count pass (nothing was encoded at open).
     counts_kept: bool,
@@ -426,11 +433,23 @@ const LEFT_OUT: u32 = u32::MAX;
 /// The count of a conversation not counted yet.
 const UNKNOWN: u32 = u32::MAX - 1;
 
+/// The count of a conversation of more tokens than a `u32` holds (truncated or dropped).
+const OVER: u32 = u32::MAX - 2;
+
 /// What settling a count did ([`ChatPlanner::settle_one`]).
 enum Settled {
     Kept,
     Truncated,
     Dropped,
+}
+
+/// What counting a conversation with images did to it ([`ChatPlanner::vision_count`]).
+#[derive(Default)]
+struct Cut {
+    /// Cut before the image that crosses the row's end.
+    cut: bool,
+    /// Left out: the cut leaves nothing, or its image tokens are over `max_image_tokens`.
+    left_out: bool,
 }
 
 impl ChatPlanner {
@@ -440,7 +459,7 @@ impl ChatPlanner {
     /// first is the error, with the count); `None`: the first one (the lowest index) is the
     /// error.
     ///
-    /// `lazy` (with `skip_bad` `None` and no images): count nothing at open; each window's
+    /// `lazy` (with `skip_bad` `None`): count nothing at open; each window's
     /// conversations are counted when the window is planned ([`EpochPlan`]), the rest by
     /// [`ChatPlanner::count_in_background`]: the same counts, so the same rows, as counting at
     /// open. A bad conversation is then reported by the batch whose window holds it.
@@ -569,6 +588,8 @@ impl ChatPlanner {
             document,
             vision,
             images: Vec::new(),
+            cut: AtomicU64::new(0),
+            cut_out: AtomicU64::new(0),
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
@@ -654,8 +675,7 @@ impl ChatPlanner {
         usize::try_from(id)
             .ok()
             .and_then(|i| self.images.get(i))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |c| c.load(Ordering::Acquire))
     }
 
     /// The conversation `id` (its record's fields `values`): its field, parsed as JSON; with a
@@ -808,15 +828,22 @@ impl ChatPlanner {
             self.counts_kept = true;
             if self.vision.is_some() {
                 let rest = counts.split_off(len);
-                self.images = rest[..len].to_vec();
-                *self.truncated.get_mut() += u64::from(rest[len]);
-                *self.dropped.get_mut() += u64::from(rest[len + 1]);
+                self.images = rest[..len].iter().map(|&c| AtomicU32::new(c)).collect();
+                self.note_cuts(u64::from(rest[len]), u64::from(rest[len + 1]));
             }
+            // (counts saturated at `UNKNOWN` by an older version: over a `u32`)
+            counts
+                .iter_mut()
+                .filter(|c| **c == UNKNOWN)
+                .for_each(|c| *c = OVER);
             self.settle(counts);
             return Ok(());
         }
-        if lazy && skip_bad.is_none() && self.vision.is_none() {
+        if lazy && skip_bad.is_none() {
             self.counts = (0..len).map(|_| AtomicU32::new(UNKNOWN)).collect();
+            if self.vision.is_some() {
+                self.images = (0..len).map(|_| AtomicU32::new(0)).collect();
+            }
             return Ok(());
         }
 
@@ -826,11 +853,9 @@ impl ChatPlanner {
         let results = stokehold_ops::parallel::map_indexed(len, threads, 64, |i| {
             let id = i as u64;
             this.encode(id).map(|e| {
-                let len = e.input_ids.len();
-                let (count, images) = match &this.vision {
-                    None => (u32::try_from(len).unwrap_or(u32::MAX - 1), 0),
-                    Some(v) => this.vision_count(v, &e.input_ids, &cut, &left_out),
-                };
+                let (count, images, how) = this.raw_count(&e);
+                cut.fetch_add(u64::from(how.cut), Ordering::Relaxed);
+                left_out.fetch_add(u64::from(how.left_out), Ordering::Relaxed);
                 this.keep(i, e);
                 (count, images)
             })
@@ -868,30 +893,56 @@ impl ChatPlanner {
                 });
             }
         }
-        let (cut, left_out) = (cut.into_inner(), left_out.into_inner());
-        if errors.is_empty()
-            && let Some(d) = keep.as_deref()
-        {
-            match self.vision {
-                None => super::kept_counts::store(d, &key, &counts),
-                Some(_) => {
-                    let mut all = counts.clone();
-                    all.extend_from_slice(&images);
-                    all.push(u32::try_from(cut).unwrap_or(u32::MAX));
-                    all.push(u32::try_from(left_out).unwrap_or(u32::MAX));
-                    super::kept_counts::store(d, &key, &all);
-                }
-            }
+        self.note_cuts(cut.into_inner(), left_out.into_inner());
+        self.images = images.into_iter().map(AtomicU32::new).collect();
+        self.settle(counts);
+        if errors.is_empty() {
+            self.store_counts();
         }
         self.skipped = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
             .collect();
-        self.images = images;
-        *self.truncated.get_mut() += cut;
-        *self.dropped.get_mut() += left_out;
-        self.settle(counts);
         Ok(())
+    }
+
+    /// Add `cut` conversations cut before an image and `left_out` left out by it or by the
+    /// image budget (conversations with images).
+    fn note_cuts(&self, cut: u64, left_out: u64) {
+        self.cut.fetch_add(cut, Ordering::Relaxed);
+        self.cut_out.fetch_add(left_out, Ordering::Relaxed);
+        self.truncated.fetch_add(cut, Ordering::Relaxed);
+        self.dropped.fetch_add(left_out, Ordering::Relaxed);
+    }
+
+    /// Keep the counts on the node's disk (every conversation counted without failures): the
+    /// counts as encoded, with images also the image tokens and the cuts.
+    fn store_counts(&self) {
+        let Some(d) = super::kept_counts::dir() else {
+            return;
+        };
+        let load = |c: &AtomicU32| c.load(Ordering::Acquire);
+        let mut all: Vec<u32> = self.counts.iter().map(load).collect();
+        if self.vision.is_some() {
+            all.extend(self.images.iter().map(load));
+            for c in [&self.cut, &self.cut_out] {
+                all.push(u32::try_from(c.load(Ordering::Relaxed)).unwrap_or(u32::MAX));
+            }
+        }
+        super::kept_counts::store(&d, &self.counts_key(), &all);
+    }
+
+    /// A conversation's count as encoded, its image tokens and what the cut before an image
+    /// did (see [`ChatPlanner::vision_count`]).
+    fn raw_count(&self, e: &ChatEncoding) -> (u32, u32, Cut) {
+        match &self.vision {
+            None => (
+                u32::try_from(e.input_ids.len()).unwrap_or(OVER),
+                0,
+                Cut::default(),
+            ),
+            Some(v) => self.vision_count(v, &e.input_ids),
+        }
     }
 
     /// The key of this planner's kept counts: with images, the counts are kept with the image
@@ -927,10 +978,9 @@ impl ChatPlanner {
         }
     }
 
-    /// Count conversation `id` now if it is not counted yet (a lazily counting planner; no
-    /// images): the encode and the settling of the count pass, so the count is the one
-    /// counting at open gives, whoever counts it first. The last one counted keeps the counts
-    /// on disk.
+    /// Count conversation `id` now if it is not counted yet (a lazily counting planner): the
+    /// encode (and cut before an image) of the count pass, so the count is the one counting at
+    /// open gives, whoever counts it first. The last one counted keeps the counts on disk.
     fn count_one(&self, id: u64) -> Result<u32> {
         let Some(slot) = usize::try_from(id).ok().and_then(|i| self.counts.get(i)) else {
             return Ok(LEFT_OUT);
@@ -940,27 +990,24 @@ impl ChatPlanner {
             return Ok(c);
         }
         let e = self.encode(id)?;
-        let (count, settled) =
-            self.settle_one(u32::try_from(e.input_ids.len()).unwrap_or(u32::MAX));
-        match slot.compare_exchange(UNKNOWN, count, Ordering::AcqRel, Ordering::Acquire) {
+        let (raw, images, how) = self.raw_count(&e);
+        if let Some(im) = self.images.get(id as usize) {
+            // before the count is published: whoever sees the count sees its image tokens
+            im.store(images, Ordering::Release);
+        }
+        match slot.compare_exchange(UNKNOWN, raw, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {
-                match settled {
+                self.note_cuts(u64::from(how.cut), u64::from(how.left_out));
+                match self.settle_one(raw).1 {
                     Settled::Truncated => self.truncated.fetch_add(1, Ordering::Relaxed),
                     Settled::Dropped => self.dropped.fetch_add(1, Ordering::Relaxed),
                     Settled::Kept => 0,
                 };
                 self.keep(id as usize, e);
-                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len()
-                    && let Some(d) = super::kept_counts::dir()
-                {
-                    let counts: Vec<u32> = self
-                        .counts
-                        .iter()
-                        .map(|c| c.load(Ordering::Acquire))
-                        .collect();
-                    super::kept_counts::store(&d, &self.counts_key(), &counts);
+                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len() {
+                    self.store_counts();
                 }
-                Ok(count)
+                Ok(raw)
             }
             Err(other) => Ok(other),
         }
@@ -1000,56 +1047,43 @@ impl ChatPlanner {
 
     /// The count in a row and the image tokens of a conversation with images encoded as `ids`:
     /// longer than a row and truncated, it is cut before the image that crosses the row's end
-    /// (counted in `cut`; left out, in `left_out`, when that is its first token); more image
+    /// ([`Cut::cut`]; left out, [`Cut::left_out`], when that is its first token); more image
     /// tokens than `max_image_tokens`: left out. Other overlong ones are left to
     /// [`ChatPlanner::settle`] (dropped).
-    fn vision_count(
-        &self,
-        v: &ChatVision,
-        ids: &[u32],
-        cut: &AtomicU64,
-        left_out: &AtomicU64,
-    ) -> (u32, u32) {
+    fn vision_count(&self, v: &ChatVision, ids: &[u32]) -> (u32, u32, Cut) {
         let seq_len = self.options.seq_len as usize;
         let mut count = ids.len();
+        let mut how = Cut::default();
         if count > seq_len && self.options.overlong == Overlong::Truncate {
             let at = v.cut(ids, seq_len);
             if at < seq_len {
                 count = at;
-                match at {
-                    0 => left_out.fetch_add(1, Ordering::Relaxed),
-                    _ => cut.fetch_add(1, Ordering::Relaxed),
-                };
+                how.cut = at != 0;
+                how.left_out = at == 0;
             }
         }
         let images = v.count_in(&ids[..count.min(seq_len)]);
         let images = u32::try_from(images).unwrap_or(u32::MAX);
         if count == 0 || self.options.max_image_tokens.is_some_and(|b| images > b) {
-            if count != 0 {
-                left_out.fetch_add(1, Ordering::Relaxed);
-            }
-            return (LEFT_OUT, 0);
+            // (an empty conversation is left out uncounted, as `settle` leaves it)
+            how.left_out |= count != 0;
+            return (LEFT_OUT, 0, how);
         }
-        (u32::try_from(count).unwrap_or(u32::MAX - 1), images)
+        (u32::try_from(count).unwrap_or(OVER), images, how)
     }
 
     /// The counts as rows take them: overlong conversations truncated or left out, empty ones
     /// left out.
     fn settle(&mut self, counts: Vec<u32>) {
-        let settled: Vec<AtomicU32> = counts
-            .into_iter()
-            .map(|c| {
-                let (c, how) = self.settle_one(c);
-                match how {
-                    Settled::Truncated => *self.truncated.get_mut() += 1,
-                    Settled::Dropped => *self.dropped.get_mut() += 1,
-                    Settled::Kept => {}
-                }
-                AtomicU32::new(c)
-            })
-            .collect();
-        *self.counted.get_mut() = settled.len() as u64;
-        self.counts = settled;
+        for &c in &counts {
+            match self.settle_one(c).1 {
+                Settled::Truncated => *self.truncated.get_mut() += 1,
+                Settled::Dropped => *self.dropped.get_mut() += 1,
+                Settled::Kept => {}
+            }
+        }
+        *self.counted.get_mut() = counts.len() as u64;
+        self.counts = counts.into_iter().map(AtomicU32::new).collect();
     }
 
     /// One count as rows take it (see [`ChatPlanner::settle`]).
@@ -1075,10 +1109,14 @@ impl ChatPlanner {
     /// A conversation not counted yet (counting lazily) is `None` too: planning counts a
     /// window's conversations first.
     pub fn count_of(&self, id: u64) -> Option<u32> {
-        self.counts
-            .get(usize::try_from(id).ok()?)
-            .map(|c| c.load(Ordering::Acquire))
-            .filter(|&c| c != LEFT_OUT && c != UNKNOWN)
+        let c = self
+            .counts
+            .get(usize::try_from(id).ok()?)?
+            .load(Ordering::Acquire);
+        if c == UNKNOWN {
+            return None;
+        }
+        Some(self.settle_one(c).0).filter(|&c| c != LEFT_OUT)
     }
 
     /// Conversations (or documents) in the dataset, left-out ones included.
