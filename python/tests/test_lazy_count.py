@@ -17,7 +17,7 @@ from stokehold.text import ChatTemplate
 pytest.importorskip("tokenizers")
 
 from test_sft import loader, make_convs, models, rows_of, two_ranks_then_three, write  # noqa: E402,F401
-from test_chat import text, vl_model  # noqa: E402,F401  (vl_model: a fixture)
+from test_chat import vl_model  # noqa: E402,F401  (vl_model: a fixture)
 
 KW = dict(seq_len=128, window=24, seed=7)
 
@@ -167,18 +167,11 @@ def test_conversations_with_images_counted_lazily_give_the_rows_of_counting_at_o
     out; lazily and at open, on 1 and 2 ranks, the same rows, pixels and counts of what was
     cut or left out; the counts a lazy epoch kept give them again."""
     pytest.importorskip("PIL.Image")
-    import random
-
     import numpy as np
-    from test_vlm_pack import photo, template, vl_samples
+    from test_vlm_pack import long_with_images, photo, template, vl_samples
     from test_vlm_pack import write as write_vl
 
-    rng = random.Random(5)
-    images = [photo((200, 150), 500 + k) for k in range(6)]
-    parts = []
-    for _ in images:
-        parts += [{"type": "text", "text": text(rng, "user")}, {"type": "image"}]
-    long = ([{"role": "user", "content": parts}, {"role": "assistant", "content": "ok"}], images)
+    long = long_with_images()
     big = ([{"role": "user", "content": [{"type": "image"}] * 8 + [{"type": "text", "text": "all"}]},
             {"role": "assistant", "content": "yes"}], [photo((400, 300), 99 + k) for k in range(8)])
     samples = vl_samples(30, seed=31, max_images=2)
