@@ -937,7 +937,7 @@ impl ChatPlanner {
     fn raw_count(&self, e: &ChatEncoding) -> (u32, u32, Cut) {
         match &self.vision {
             None => (
-                u32::try_from(e.input_ids.len()).unwrap_or(OVER),
+                u32::try_from(e.input_ids.len()).map_or(OVER, |c| c.min(OVER)),
                 0,
                 Cut::default(),
             ),
@@ -1069,7 +1069,11 @@ impl ChatPlanner {
             how.left_out |= count != 0;
             return (LEFT_OUT, 0, how);
         }
-        (u32::try_from(count).unwrap_or(OVER), images, how)
+        (
+            u32::try_from(count).map_or(OVER, |c| c.min(OVER)),
+            images,
+            how,
+        )
     }
 
     /// The counts as rows take them: overlong conversations truncated or left out, empty ones
