@@ -359,8 +359,11 @@ class _Front:
         """A ConfigError when ``drop_last`` leaves an epoch of samples without a single batch
         (one step of ``batch_size`` x ``world_size`` is more than the epoch holds): iterating
         would silently give nothing."""
+        # len() first: packed conversations counted lazily plan their whole epoch for `samples`
+        if not drop_last or len(self._engine) > 0:
+            return
         samples = self._engine.samples
-        if not drop_last or samples == 0 or len(self._engine) > 0:
+        if samples == 0 or len(self._engine) > 0:
             return
         world = self._config["world_size"]
         step = batch_size * world
@@ -381,7 +384,9 @@ class _Front:
         )
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank. With ``packing="whole"``, while the conversations are
+        still being counted, an estimate; exact once the epoch is planned
+        (``stats()["packing"]["exact"]``; docs/text.md)."""
         return len(self._engine)
 
     def set_epoch(self, epoch: int) -> None:

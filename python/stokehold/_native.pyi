@@ -143,7 +143,8 @@ class _Engine:
         when given, is called after each batch with its exposed wait (``last_wait``'s dict with
         ``rank``); its exceptions propagate."""
     def __len__(self) -> int:
-        """Batches per epoch for this rank."""
+        """Batches per epoch for this rank (packed conversations still being counted: an
+        estimate, exact once the epoch is planned)."""
     @property
     def epoch(self) -> int:
         """The epoch the next iteration runs (or the one running)."""

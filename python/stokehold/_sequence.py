@@ -265,8 +265,11 @@ class SequenceLoader(_Front):
         """As :meth:`stokehold.Loader.stats`; with ``packing="whole"`` also ``packing``:
         ``conversations``, ``rows`` (of the current epoch's plan), ``fill`` (tokens that are not
         padding over ``rows * seq_len``), ``truncated`` and ``dropped`` (``overlong``), ``skipped``
-        (conversations that could not be read or encoded, under ``on_error="skip"``) and
-        ``skipped_examples`` (``[id, why]``, the first 100)."""
+        (conversations that could not be read or encoded, under ``on_error="skip"``),
+        ``skipped_examples`` (``[id, why]``, the first 100), ``counted`` (conversations counted so
+        far: they are counted lazily, a window as its rows are first needed, the rest in the
+        background) and ``exact`` (whether the epoch's rows are all planned: until then ``rows``
+        and ``fill`` are those planned so far, and ``len(loader)`` is an estimate)."""
         s = super().stats()
         packing = self._engine.packing_json()
         if packing is not None:

@@ -188,13 +188,20 @@ def test_rows_keep_within_max_image_tokens_and_a_conversation_over_it_is_dropped
     assert max(sum(tokens[d] for d in row) for row in free) > budget
 
 
-def test_an_overlong_conversation_is_cut_before_the_image_that_would_cross_the_row(tmp_path, vl_model):
+def long_with_images():
+    """A conversation of 6 images of 200x150 between texts, and its images: longer than 256
+    tokens, with an image across token 256."""
     rng = random.Random(5)
     images = [photo((200, 150), 500 + k) for k in range(6)]
     parts = []
     for _ in images:
         parts += [{"type": "text", "text": text(rng, "user")}, {"type": "image"}]
-    long = ([{"role": "user", "content": parts}, {"role": "assistant", "content": "ok"}], images)
+    return [{"role": "user", "content": parts}, {"role": "assistant", "content": "ok"}], images
+
+
+def test_an_overlong_conversation_is_cut_before_the_image_that_would_cross_the_row(tmp_path, vl_model):
+    long = long_with_images()
+    images = long[1]
     samples = [long] + vl_samples(6, seed=6)
     ds = write(tmp_path / "ds", samples)
     ct = template(vl_model)

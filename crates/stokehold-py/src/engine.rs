@@ -410,9 +410,17 @@ impl Engine {
         })
     }
 
-    /// Batches per epoch for this rank.
-    fn __len__(&self) -> usize {
-        usize::try_from(self.steps_per_epoch).unwrap_or(usize::MAX)
+    /// Batches per epoch for this rank: while packed conversations are still being counted an
+    /// estimate (`Loader::steps_per_epoch`), exact once the epoch is planned.
+    fn __len__(&self, py: Python<'_>) -> usize {
+        // (a closed engine, or one in a forked child, answers what it answered when made)
+        let steps = match &self.chats {
+            Some(_) => self
+                .with_state(py, |s| s.loader.steps_per_epoch())
+                .unwrap_or(self.steps_per_epoch),
+            None => self.steps_per_epoch,
+        };
+        usize::try_from(steps).unwrap_or(usize::MAX)
     }
 
     /// The loader's whole configuration as JSON (the `EngineSpec`).

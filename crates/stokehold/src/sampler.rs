@@ -300,6 +300,22 @@ pub trait PositionMap: Send + Sync + std::fmt::Debug {
     fn ids(&self, epoch: u64, positions: Range<u64>, out: &mut Vec<u64>);
 }
 
+/// The length of a custom order known late (packed conversations counted lazily): the positions
+/// come into being in order as the order's owner plans them, and the length is known once the
+/// plan is done. Every answer is the same whenever it is asked (the plan is a pure function);
+/// only when the length becomes known depends on the asking.
+pub trait LateLen: Send + Sync + std::fmt::Debug {
+    /// The length, once known.
+    fn known(&self) -> Option<u64>;
+    /// Whether position `p` exists (`p < len`), planning up to it. `false` means the length is
+    /// known now. A plan that fails answers `true`: the batch that holds `p` reports the error.
+    fn at_least(&self, p: u64) -> bool;
+    /// The length as far as it can be told without planning more (exact once known).
+    fn estimate(&self) -> u64;
+    /// The length, planning the rest of the epoch (a failing plan: the positions planned).
+    fn finish(&self) -> u64;
+}
+
 /// The global order of one epoch: a permutation of the sample ids `0..len`, looked up by position.
 ///
 /// Cheap to clone (the shard-block tables are shared).
@@ -310,6 +326,8 @@ pub struct EpochOrder {
     seed: u64,
     epoch: u64,
     kind: OrderKind,
+    /// A custom order's length known late ([`LateLen`]); `len` is then unused.
+    late: Option<Arc<dyn LateLen>>,
 }
 
 impl EpochOrder {
@@ -355,6 +373,7 @@ impl EpochOrder {
             seed,
             epoch,
             kind,
+            late: None,
         })
     }
 
@@ -373,13 +392,59 @@ impl EpochOrder {
             seed,
             epoch,
             kind: OrderKind::Custom(map),
+            late: None,
+        }
+    }
+
+    /// This custom order with its length told by `late` as it is planned (the `len` it was
+    /// made with is unused): what needs a position asks whether it exists
+    /// ([`EpochOrder::exists`]) instead of the length, so a run starts before the whole epoch
+    /// is planned.
+    pub fn known_late(self, late: Arc<dyn LateLen>) -> Self {
+        Self {
+            late: Some(late),
+            ..self
+        }
+    }
+
+    /// The length if it is known without planning more (always, but for a late one).
+    pub fn known_len(&self) -> Option<u64> {
+        match &self.late {
+            Some(l) => l.known(),
+            None => Some(self.len),
+        }
+    }
+
+    /// The length, or while a late one is planned its estimate ([`LateLen::estimate`]).
+    pub fn estimated_len(&self) -> u64 {
+        match &self.late {
+            Some(l) => l.estimate(),
+            None => self.len,
+        }
+    }
+
+    /// Whether `position` is in the epoch (a late order plans up to it).
+    pub fn exists(&self, position: u64) -> bool {
+        match &self.late {
+            Some(l) => l.at_least(position),
+            None => position < self.len,
+        }
+    }
+
+    /// `p.min(len)`, planning a late order only up to `p`.
+    fn clamp(&self, p: u64) -> u64 {
+        if p == 0 || self.exists(p - 1) {
+            p
+        } else {
+            self.len().min(p)
         }
     }
 
     /// Push the ids at `positions` (each `< len`) to `out`: one call of a custom order's map
     /// for the whole run, else [`EpochOrder::id_at`] each.
     pub fn ids_into(&self, positions: Range<u64>, out: &mut Vec<u64>) {
-        let positions = positions.start.min(self.len)..positions.end.min(self.len);
+        let end = self.clamp(positions.end);
+        let positions = positions.start.min(end)..end;
         match &self.kind {
             OrderKind::Custom(map) => map.ids(self.epoch, positions, out),
             _ => out.extend(positions.filter_map(|p| self.id_at(p))),
@@ -412,14 +477,18 @@ impl EpochOrder {
         }
     }
 
-    /// The number of samples (positions) in the epoch.
+    /// The number of samples (positions) in the epoch (a late order is planned to its end
+    /// first: see [`EpochOrder::known_len`]).
     pub fn len(&self) -> u64 {
-        self.len
+        match &self.late {
+            Some(l) => l.known().unwrap_or_else(|| l.finish()),
+            None => self.len,
+        }
     }
 
     /// Whether the epoch is empty.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        !self.exists(0)
     }
 
     /// The shuffle this order was built with.
@@ -442,7 +511,7 @@ impl EpochOrder {
     /// O(1) expected time for [`Shuffle::Sequential`] and [`Shuffle::Global`], O(log blocks) for
     /// [`Shuffle::ShardBlock`].
     pub fn id_at(&self, position: u64) -> Option<u64> {
-        if position >= self.len {
+        if !self.exists(position) {
             return None;
         }
         Some(match &self.kind {
@@ -469,7 +538,7 @@ impl EpochOrder {
 
     /// The ids of the whole epoch, in order.
     pub fn ids(&self) -> impl Iterator<Item = u64> + '_ {
-        (0..self.len).filter_map(|p| self.id_at(p))
+        (0..self.len()).filter_map(|p| self.id_at(p))
     }
 
     /// The number of [`Shuffle::ShardBlock`] windows in the epoch (0 for the other shuffles).
@@ -529,10 +598,72 @@ pub struct RankPlan {
     rank: u32,
     batch_size: u32,
     tail: Tail,
-    steps: u64,
+    /// `None` while a late order's length is not known ([`RankPlan::known_steps`]).
+    steps: Option<u64>,
 }
 
 impl RankPlan {
+    /// The steps from `start` of an epoch of `len` positions.
+    fn steps_of(
+        len: u64,
+        start: u64,
+        world_size: u32,
+        batch_size: u32,
+        tail: Tail,
+    ) -> Result<u64, SamplerError> {
+        let stride = u64::from(world_size) * u64::from(batch_size);
+        let remaining = len.saturating_sub(start);
+        Ok(match tail {
+            Tail::Drop => remaining / stride,
+            Tail::Pad => {
+                let steps = remaining / stride + u64::from(!remaining.is_multiple_of(stride));
+                // Every position of the padded epoch must be representable.
+                steps
+                    .checked_mul(stride)
+                    .and_then(|n| n.checked_add(start))
+                    .ok_or(SamplerError::PositionOverflow)?;
+                steps
+            }
+        })
+    }
+
+    /// The steps left from `start` once the order's length is known, without planning more
+    /// (`None` while a late order is being planned).
+    pub fn known_steps(&self) -> Option<u64> {
+        if self.steps.is_some() {
+            return self.steps;
+        }
+        let len = self.order.known_len()?;
+        Self::steps_of(len, self.start, self.world_size, self.batch_size, self.tail).ok()
+    }
+
+    /// Whether step `step` (counted from `start`) is in the epoch: a late order is planned up
+    /// to the positions the step needs (its last one, or under [`Tail::Pad`] its first).
+    pub fn has_step(&self, step: u64) -> bool {
+        if let Some(steps) = self.known_steps() {
+            return step < steps;
+        }
+        let stride = self.step_positions();
+        let first = step
+            .checked_mul(stride)
+            .and_then(|n| n.checked_add(self.start));
+        let needed = match self.tail {
+            Tail::Drop => first.and_then(|f| f.checked_add(stride - 1)),
+            Tail::Pad => first,
+        };
+        match needed {
+            Some(p) if self.order.exists(p) => true,
+            _ => step < self.steps(),
+        }
+    }
+
+    /// The steps of a whole epoch from position 0 as far as they can be told without planning
+    /// more: exact once the order's length is known, else from its estimate.
+    pub fn estimated_epoch_steps(&self) -> u64 {
+        let len = self.order.estimated_len();
+        Self::steps_of(len, 0, self.world_size, self.batch_size, self.tail).unwrap_or(0)
+    }
+
     /// The plan of rank `rank` of `world_size` ranks, each taking `batch_size` samples a step,
     /// from global position `start` (0 for a fresh epoch; a saved [`position_after`] to resume,
     /// possibly with a different world size). `start == order.len()` is the end of the epoch and
@@ -556,23 +687,20 @@ impl RankPlan {
         if batch_size == 0 {
             return Err(SamplerError::ZeroBatchSize);
         }
-        let len = order.len();
-        if start > len {
-            return Err(SamplerError::StartPastEnd { start, len });
+        // a late order is planned up to `start` only
+        let fits = match order.known_len() {
+            Some(len) => start <= len,
+            None => start == 0 || order.exists(start - 1),
+        };
+        if !fits {
+            return Err(SamplerError::StartPastEnd {
+                start,
+                len: order.len(),
+            });
         }
-        let stride = u64::from(world_size) * u64::from(batch_size);
-        let remaining = len - start;
-        let steps = match tail {
-            Tail::Drop => remaining / stride,
-            Tail::Pad => {
-                let steps = remaining / stride + u64::from(!remaining.is_multiple_of(stride));
-                // Every position of the padded epoch must be representable.
-                steps
-                    .checked_mul(stride)
-                    .and_then(|n| n.checked_add(start))
-                    .ok_or(SamplerError::PositionOverflow)?;
-                steps
-            }
+        let steps = match order.known_len() {
+            Some(len) => Some(Self::steps_of(len, start, world_size, batch_size, tail)?),
+            None => None,
         };
         Ok(Self {
             order,
@@ -631,17 +759,27 @@ impl RankPlan {
     }
 
     /// The number of steps (batches of this rank) left in the epoch from `start`; the same for
-    /// every rank.
+    /// every rank. A late order is planned to its end first ([`RankPlan::known_steps`],
+    /// [`RankPlan::has_step`] do not).
     pub fn steps(&self) -> u64 {
-        self.steps
+        self.known_steps().unwrap_or_else(|| {
+            Self::steps_of(
+                self.order.len(),
+                self.start,
+                self.world_size,
+                self.batch_size,
+                self.tail,
+            )
+            .unwrap_or(0)
+        })
     }
 
     /// This rank's batch at `step` (counted from `start`): exactly `batch_size` slots.
     pub fn batch(&self, step: u64) -> Result<Batch<'_>, SamplerError> {
-        if step >= self.steps {
+        if !self.has_step(step) {
             return Err(SamplerError::StepOutOfRange {
                 step,
-                steps: self.steps,
+                steps: self.steps(),
             });
         }
         let b = u64::from(self.batch_size);
@@ -662,10 +800,10 @@ impl RankPlan {
         if let OrderKind::Custom(_) = &self.order.kind {
             // one lookup for the run of real positions (a blend walks its state once), then
             // the padding, each the repeat of its position
-            let len = self.order.len();
             let (first, end) = (batch.next, batch.end);
+            let real_end = self.order.clamp(end).max(first);
             let mut ids = Vec::with_capacity((end - first) as usize);
-            self.order.ids_into(first..end.min(len), &mut ids);
+            self.order.ids_into(first..real_end, &mut ids);
             out.extend(ids.into_iter().zip(first..).map(|(id, position)| Slot {
                 id,
                 position,
@@ -685,14 +823,13 @@ impl RankPlan {
     /// [`steps`](RankPlan::steps) are done it is `len` (the epoch is over, including a tail that
     /// [`Tail::Drop`] dropped, so a resume on another world size does not pick the tail up).
     pub fn position_after(&self, steps_done: u64) -> u64 {
-        let len = self.order.len();
-        if steps_done >= self.steps {
-            return len;
+        if !self.has_step(steps_done) {
+            return self.order.len();
         }
         steps_done
             .checked_mul(self.step_positions())
             .and_then(|n| n.checked_add(self.start))
-            .map_or(len, |p| p.min(len))
+            .map_or_else(|| self.order.len(), |p| self.order.clamp(p))
     }
 }
 
@@ -714,11 +851,11 @@ impl Iterator for Batch<'_> {
         let position = self.next;
         self.next += 1;
         let order = &self.plan.order;
-        let len = order.len();
-        let (source, padding) = if position < len {
+        let (source, padding) = if order.exists(position) {
             (position, false)
         } else {
             // Only under Tail::Pad, and only with len > 0 (len == 0 gives no steps).
+            let len = order.len();
             ((position - len) % len.max(1), true)
         };
         let id = order.id_at(source)?;
@@ -746,6 +883,113 @@ impl ExactSizeIterator for Batch<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A late length over `len` positions planned `chunk` at a time: `planned` counts the
+    /// positions that came into being.
+    #[derive(Debug)]
+    struct Late {
+        len: u64,
+        chunk: u64,
+        planned: std::sync::Mutex<u64>,
+    }
+
+    impl LateLen for Late {
+        fn known(&self) -> Option<u64> {
+            let p = *self.planned.lock().unwrap();
+            (p >= self.len).then_some(self.len)
+        }
+        fn at_least(&self, p: u64) -> bool {
+            let mut planned = self.planned.lock().unwrap();
+            while *planned <= p && *planned < self.len {
+                *planned = (*planned + self.chunk).min(self.len);
+            }
+            p < self.len
+        }
+        fn estimate(&self) -> u64 {
+            self.len * 2
+        }
+        fn finish(&self) -> u64 {
+            *self.planned.lock().unwrap() = self.len;
+            self.len
+        }
+    }
+
+    #[derive(Debug)]
+    struct Times3;
+
+    impl PositionMap for Times3 {
+        fn ids(&self, _epoch: u64, positions: Range<u64>, out: &mut Vec<u64>) {
+            out.extend(positions.map(|p| p * 3));
+        }
+    }
+
+    #[test]
+    fn a_late_length_gives_the_plan_of_the_known_one_planning_only_what_steps_need() {
+        for (len, world, batch, tail, start) in [
+            (50u64, 1u32, 4u32, Tail::Drop, 0u64),
+            (50, 2, 3, Tail::Pad, 0),
+            (50, 3, 2, Tail::Drop, 12),
+            (49, 2, 5, Tail::Pad, 20),
+            (7, 1, 8, Tail::Pad, 0),
+            (7, 1, 8, Tail::Drop, 0),
+        ] {
+            let s = Shuffle::Global;
+            let known = EpochOrder::custom(len, &s, 1, 0, Arc::new(Times3));
+            let late = Arc::new(Late {
+                len,
+                chunk: 5,
+                planned: std::sync::Mutex::new(0),
+            });
+            let lazy = EpochOrder::custom(0, &s, 1, 0, Arc::new(Times3)).known_late(late.clone());
+            for rank in 0..world {
+                let a = RankPlan::new(known.clone(), start, world, rank, batch, tail).unwrap();
+                let b = RankPlan::new(lazy.clone(), start, world, rank, batch, tail).unwrap();
+                let mut step = 0;
+                let (mut x, mut y) = (Vec::new(), Vec::new());
+                while b.has_step(step) {
+                    a.fill_batch(step, &mut x).unwrap();
+                    b.fill_batch(step, &mut y).unwrap();
+                    assert_eq!(x, y, "len {len} rank {rank} step {step}");
+                    assert_eq!(a.position_after(step + 1), b.position_after(step + 1));
+                    step += 1;
+                }
+                assert_eq!(step, a.steps(), "len {len} world {world} {tail:?}");
+                assert!(matches!(
+                    b.fill_batch(step, &mut y),
+                    Err(SamplerError::StepOutOfRange { .. })
+                ));
+                assert_eq!(b.known_steps(), Some(a.steps()));
+                assert_eq!(b.position_after(step), len);
+            }
+        }
+        // the first step plans only the positions it needs: a chunk, not the epoch
+        let late = Arc::new(Late {
+            len: 1000,
+            chunk: 10,
+            planned: std::sync::Mutex::new(0),
+        });
+        let order = EpochOrder::custom(0, &Shuffle::Global, 1, 0, Arc::new(Times3))
+            .known_late(late.clone());
+        let plan = RankPlan::new(order, 0, 2, 1, 4, Tail::Drop).unwrap();
+        assert_eq!(plan.known_steps(), None);
+        assert_eq!(plan.estimated_epoch_steps(), 250);
+        let mut out = Vec::new();
+        plan.fill_batch(0, &mut out).unwrap();
+        assert_eq!(
+            out.iter().map(|s| s.id).collect::<Vec<_>>(),
+            vec![12, 15, 18, 21]
+        );
+        assert_eq!(*late.planned.lock().unwrap(), 10);
+        // a start deep into the epoch plans up to it; past the end is an error
+        let order = EpochOrder::custom(0, &Shuffle::Global, 1, 0, Arc::new(Times3))
+            .known_late(late.clone());
+        assert!(RankPlan::new(order.clone(), 400, 1, 0, 4, Tail::Drop).is_ok());
+        assert_eq!(*late.planned.lock().unwrap(), 400);
+        assert!(matches!(
+            RankPlan::new(order, 1001, 1, 0, 4, Tail::Drop),
+            Err(SamplerError::StartPastEnd { .. })
+        ));
+    }
 
     #[test]
     fn feistel_is_a_bijection_of_small_domains() {

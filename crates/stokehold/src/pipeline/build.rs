@@ -68,7 +68,13 @@ impl EngineSpec {
                     crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
                     crate::pipeline::ErrorPolicy::Fail => None,
                 },
+                // counted lazily (under on_error="fail"; see ChatPlanner::new)
+                true,
             )?);
+            // the first window planned now (the first batch needs it): `len()` estimates the
+            // epoch's rows from it
+            planner.plan_of(0)?.ensure(&planner, 0)?;
+            planner.count_in_background();
             if chat.max_image_tokens.is_some() && planner.vision().is_none() {
                 return Err(crate::samples::chats::no_images());
             }
@@ -252,6 +258,8 @@ impl EngineSpec {
                 src.max_skip_fraction
                     .or(skip_bad)
                     .filter(|_| skip_bad.is_some()),
+                // a mixture's blend is planned from all its sources' counts: counted at open
+                false,
             )
             .map_err(|e| match e {
                 EngineError::Config(m) => {

@@ -91,7 +91,7 @@ impl BatchIter {
             delivered_at: None,
         };
         it.first_step = it.core.step_at(c.epoch, c.position);
-        if it.run.steps == 0 {
+        if !it.run.plan.has_step(0) {
             it.finish_epoch();
         }
         Ok(it)
@@ -102,7 +102,16 @@ impl BatchIter {
         if self.finished {
             0
         } else {
-            self.run.steps - self.next_step
+            match self.run.plan.known_steps() {
+                Some(steps) => steps - self.next_step,
+                // an order whose length is known late: its estimate
+                None => self
+                    .run
+                    .plan
+                    .estimated_epoch_steps()
+                    .saturating_sub(self.first_step + self.next_step)
+                    .max(1),
+            }
         }
     }
 
@@ -121,7 +130,7 @@ impl BatchIter {
         if self.finished {
             return Next::End;
         }
-        if self.next_step >= self.run.steps {
+        if !self.run.plan.has_step(self.next_step) {
             self.finish_epoch();
             return Next::End;
         }
@@ -197,7 +206,7 @@ impl BatchIter {
         if let Some(g) = &self.core.groups {
             g.delivered(&batch.ids);
         }
-        if self.next_step >= self.run.steps {
+        if !self.run.plan.has_step(self.next_step) {
             self.finish_epoch();
         }
         Next::Batch(Ok(batch))
@@ -236,7 +245,7 @@ impl BatchIter {
             return;
         }
         if let Ok(plan) = core.plan(next)
-            && plan.steps() > 0
+            && plan.has_step(0)
             && let Ok(spawned) = spawn(core, plan, next.epoch)
         {
             let prepared = Prepared {

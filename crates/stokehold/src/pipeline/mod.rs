@@ -496,9 +496,13 @@ impl Loader {
         Ok(self.core.plan(Cursor::epoch_start(epoch))?.order().len())
     }
 
-    /// Batches this rank gets in a whole epoch.
+    /// Batches this rank gets in a whole epoch. While an order's length is known late (packed
+    /// conversations still being counted) an estimate, exact once the epoch is planned.
     pub fn steps_per_epoch(&self) -> Result<u64> {
-        Ok(self.core.plan(Cursor::default())?.steps())
+        let plan = self.core.plan(Cursor::default())?;
+        Ok(plan
+            .known_steps()
+            .unwrap_or_else(|| plan.estimated_epoch_steps()))
     }
 
     /// Where the loader is (after the last batch delivered): resume any number of ranks from it

@@ -102,7 +102,9 @@ impl Spawned {
 
 /// Start the workers of `plan` (epoch `epoch`).
 pub(crate) fn spawn(core: &Arc<Core>, plan: RankPlan, epoch: u64) -> Result<Spawned> {
-    let steps = plan.steps();
+    // an order whose length is known late: no bound but the first step past its end (workers
+    // stop there: `fill_batch` answers `StepOutOfRange`)
+    let steps = plan.known_steps().unwrap_or(u64::MAX);
     let b = core.config.batch_size as usize;
     let threads = core.threads;
     let layout = core.samples.layout();
@@ -189,7 +191,7 @@ fn worker(run: &Run, index: usize) {
     let reads = !samples.sources().is_empty();
     // this worker's figures of the samples' groups, added once per task
     let mut tally: Vec<(u64, u64)> = Vec::new();
-    let total = run.steps * run.tasks_per_batch as u64;
+    let total = run.steps.saturating_mul(run.tasks_per_batch as u64);
     loop {
         if run.stop.load(Ordering::Acquire) {
             return;

@@ -4,14 +4,16 @@
 //! **Packing is an order, not a stage** (ARCHITECTURE.md). The records of a dataset hold a
 //! conversation each (a field whose bytes are the UTF-8 JSON text of the list of messages). Every
 //! conversation's token count, by the same render + tokenize + mask that filling runs
-//! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once when the loader is made, on
-//! the loader's threads ([`ChatPlanner`]). The plan of an epoch is then a pure function of
-//! (seed, epoch, counts): the conversations in the loader's shuffle, cut into windows of
-//! `window` candidates; each window packed by best-fit-decreasing into rows of at most `seq_len`
-//! tokens ([`pack_window`]); the rows of a window permuted by the seed (shuffled loaders). The
-//! rows of all windows, in order, are the **row order** of the epoch ([`EpochRows`]); the engine's
-//! position counts rows, so a resume state is a position in the row order and stays exact on any
-//! number of ranks.
+//! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once ([`ChatPlanner`]): lazily,
+//! a window's conversations when its rows are first needed and the rest by a background thread
+//! (under `on_error="skip"` and for a mixture's sources, all when the loader is made). The plan
+//! of an epoch is then a pure function of (seed, epoch, counts): the conversations in the
+//! loader's shuffle, cut into windows of `window` candidates; each window packed by
+//! best-fit-decreasing into rows of at most `seq_len` tokens ([`pack_window`]); the rows of a
+//! window permuted by the seed (shuffled loaders). The rows of all windows, in order, are the
+//! **row order** of the epoch ([`EpochRows`], planned window by window: [`EpochPlan`], its
+//! length known late until then); the engine's position counts rows, so a resume state is a
+//! position in the row order and stays exact on any number of ranks.
 //!
 //! A row's slot is filled from its conversations one after another (their encodings kept from
 //! the count pass within `keep_encodings`, else encoded again: the same tokens the count came
@@ -32,8 +34,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use stokehold_format::{ArrayValue, DType, FieldValue};
 use stokehold_ops::DEFAULT_MAX_PIXELS;
@@ -45,7 +47,7 @@ use stokehold_storage::Dataset;
 use super::chat_vision::{ChatVision, VisionSpec, mrope_positions};
 use crate::error::{EngineError, RecordPlace, Result, StageError};
 use crate::order::{Loadable, Order};
-use crate::sampler::{EpochOrder, PositionMap, Shuffle};
+use crate::sampler::{EpochOrder, LateLen, PositionMap, Shuffle};
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 use crate::state::fingerprint;
@@ -349,7 +351,13 @@ pub(crate) fn row_key(seed: u64, epoch: u64, window: u64, row: u64) -> u64 {
 pub struct PackSummary {
     /// Conversations in the dataset.
     pub conversations: u64,
-    /// Rows of the last epoch planned.
+    /// Conversations counted so far (all of them once counting is done: conversations are
+    /// counted lazily, window by window as rows are asked for and in the background).
+    pub counted: u64,
+    /// Whether the epoch's rows are all planned: `rows` and `len()` are then exact (while
+    /// not, `rows` are those planned so far and `len()` an estimate).
+    pub exact: bool,
+    /// Rows of the epoch planned (so far, unless `exact`).
     pub rows: u64,
     /// Tokens that are not padding in those rows, over `rows * seq_len`.
     pub fill: f64,
@@ -374,11 +382,20 @@ pub struct ChatPlanner {
     completion: Option<usize>,
     template: Arc<ChatTemplate>,
     options: ChatRowOptions,
-    /// Token count per conversation; `u32::MAX`: left out (overlong dropped, or bad).
-    counts: Vec<u32>,
-    truncated: u64,
-    dropped: u64,
+    /// Token count per conversation as encoded (before [`ChatPlanner::settle_one`], which
+    /// [`ChatPlanner::count_of`] applies: what is kept on disk); `u32::MAX`: left out (bad, or
+    /// by an image); [`UNKNOWN`]: not counted yet (counting lazily).
+    counts: Vec<AtomicU32>,
+    /// Conversations whose count is known.
+    counted: AtomicU64,
+    truncated: AtomicU64,
+    dropped: AtomicU64,
     skipped: Vec<(u64, String)>,
+    /// Threads of a window's count.
+    threads: usize,
+    /// Bytes of kept encodings, within `keep_encodings` (`budget`).
+    used: AtomicU64,
+    budget: u64,
     /// Encodings kept from the count pass, within `keep_encodings`.
     kept: Vec<OnceLock<ChatEncoding>>,
     /// A plain-text source ([`DocumentSpec`]): the ids of its `bos` and `eos` tokens.
@@ -386,7 +403,11 @@ pub struct ChatPlanner {
     /// Images inside the conversations ([`VisionSpec`]).
     vision: Option<ChatVision>,
     /// Image tokens per conversation within its count (empty without `vision`).
-    images: Vec<u32>,
+    images: Vec<AtomicU32>,
+    /// Conversations with images cut before an image (counted in `truncated`), and left out by
+    /// the cut or the image budget (in `dropped`): kept with the counts.
+    cut: AtomicU64,
+    cut_out: AtomicU64,
     kept_count: AtomicU64,
     /// The counts came from a kept count pass (nothing was encoded at open).
     counts_kept: bool,
@@ -394,7 +415,7 @@ pub struct ChatPlanner {
     seed: u64,
     fingerprint: String,
     /// The epochs planned lately.
-    epochs: Mutex<Vec<(u64, Arc<EpochRows>)>>,
+    epochs: Mutex<Vec<(u64, Arc<EpochPlan>)>>,
 }
 
 impl std::fmt::Debug for ChatPlanner {
@@ -409,12 +430,39 @@ impl std::fmt::Debug for ChatPlanner {
 
 const LEFT_OUT: u32 = u32::MAX;
 
+/// The count of a conversation not counted yet.
+const UNKNOWN: u32 = u32::MAX - 1;
+
+/// The count of a conversation of more tokens than a `u32` holds (truncated or dropped).
+const OVER: u32 = u32::MAX - 2;
+
+/// What settling a count did ([`ChatPlanner::settle_one`]).
+enum Settled {
+    Kept,
+    Truncated,
+    Dropped,
+}
+
+/// What counting a conversation with images did to it ([`ChatPlanner::vision_count`]).
+#[derive(Default)]
+struct Cut {
+    /// Cut before the image that crosses the row's end.
+    cut: bool,
+    /// Left out: the cut leaves nothing, or its image tokens are over `max_image_tokens`.
+    left_out: bool,
+}
+
 impl ChatPlanner {
     /// Count every conversation of `ds` (field `options.chat.messages`) on `threads` threads
     /// (0: one per core). `skip_bad`: `Some(max_fraction)`: a conversation that cannot be read
     /// or encoded is left out and counted, unless more than `max_fraction` of them are (then the
     /// first is the error, with the count); `None`: the first one (the lowest index) is the
     /// error.
+    ///
+    /// `lazy` (with `skip_bad` `None`): count nothing at open; each window's
+    /// conversations are counted when the window is planned ([`EpochPlan`]), the rest by
+    /// [`ChatPlanner::count_in_background`]: the same counts, so the same rows, as counting at
+    /// open. A bad conversation is then reported by the batch whose window holds it.
     pub fn new(
         ds: Arc<Dataset>,
         options: ChatRowOptions,
@@ -422,12 +470,16 @@ impl ChatPlanner {
         seed: u64,
         threads: usize,
         skip_bad: Option<f64>,
+        lazy: bool,
     ) -> Result<ChatPlanner> {
         if options.seq_len == 0 {
             return Err(EngineError::Config("seq_len must be at least 1".into()));
         }
         if options.window == 0 {
             return Err(EngineError::Config("window must be at least 1".into()));
+        }
+        if options.seq_len >= UNKNOWN {
+            return Err(EngineError::Config("seq_len must be below 2^32 - 2".into()));
         }
         if matches!(shuffle, Shuffle::ShardBlock { .. }) {
             return Err(EngineError::Config(
@@ -523,23 +575,64 @@ impl ChatPlanner {
             completion,
             template,
             counts: Vec::new(),
-            truncated: 0,
-            dropped: 0,
+            counted: AtomicU64::new(0),
+            truncated: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
             skipped: Vec::new(),
+            threads,
+            used: AtomicU64::new(0),
+            budget: options.keep_encodings.resolve(default_keep),
             kept: Vec::new(),
             kept_count: AtomicU64::new(0),
             counts_kept: false,
             document,
             vision,
             images: Vec::new(),
+            cut: AtomicU64::new(0),
+            cut_out: AtomicU64::new(0),
             shuffle,
             seed,
             epochs: Mutex::new(Vec::new()),
             options,
             ds,
         };
-        planner.count(threads, skip_bad)?;
+        planner.count(threads, skip_bad, lazy)?;
         Ok(planner)
+    }
+
+    /// Count the conversations not counted yet in the background, in dataset order, one
+    /// thread, so that the windows planned later find their counts ready (a lazily counting
+    /// planner; nothing to do for one counted at open). The thread ends when every
+    /// conversation is counted or the planner is dropped; a conversation it cannot encode is
+    /// left to the window that needs it (whose plan then reports the error).
+    ///
+    /// `STOKEHOLD_CHAT_COUNT_AHEAD=0` in the environment leaves it off (tests that count what
+    /// the first batches needed).
+    pub fn count_in_background(self: &Arc<Self>) {
+        let off = std::env::var_os("STOKEHOLD_CHAT_COUNT_AHEAD").is_some_and(|v| v == "0");
+        if off || self.all_counted() {
+            return;
+        }
+        let weak: Weak<ChatPlanner> = Arc::downgrade(self);
+        let n = self.len();
+        let _ = std::thread::Builder::new()
+            .name("stokehold-chat-count".into())
+            .spawn(move || {
+                let mut id = 0u64;
+                while id < n {
+                    let Some(planner) = weak.upgrade() else {
+                        return;
+                    };
+                    if planner.all_counted() {
+                        return;
+                    }
+                    let end = (id + 64).min(n);
+                    for i in id..end {
+                        let _ = planner.count_one(i);
+                    }
+                    id = end;
+                }
+            });
     }
 
     /// The fields of record `id`.
@@ -582,8 +675,7 @@ impl ChatPlanner {
         usize::try_from(id)
             .ok()
             .and_then(|i| self.images.get(i))
-            .copied()
-            .unwrap_or(0)
+            .map_or(0, |c| c.load(Ordering::Acquire))
     }
 
     /// The conversation `id` (its record's fields `values`): its field, parsed as JSON; with a
@@ -719,17 +811,12 @@ impl ChatPlanner {
 
     /// Count every conversation (see [`ChatPlanner::new`]), or take the counts a count pass of
     /// the same dataset and encoding kept ([`super::kept_counts`]).
-    fn count(&mut self, threads: usize, skip_bad: Option<f64>) -> Result<()> {
+    fn count(&mut self, threads: usize, skip_bad: Option<f64>, lazy: bool) -> Result<()> {
         let n = self.ds.len();
         let len = usize::try_from(n).unwrap_or(0);
         self.kept = (0..n).map(|_| OnceLock::new()).collect();
         let keep = super::kept_counts::dir();
-        // with images, the counts are kept with the image tokens and what the cut left out
-        // (the encodings, which say where an image starts, are not)
-        let key = match self.vision {
-            None => format!("{}#counts-v1", self.fingerprint),
-            Some(_) => format!("{}#vision-counts-v1", self.fingerprint),
-        };
+        let key = self.counts_key();
         let stored_len = match self.vision {
             None => n,
             Some(_) => n.saturating_mul(2).saturating_add(2),
@@ -741,34 +828,35 @@ impl ChatPlanner {
             self.counts_kept = true;
             if self.vision.is_some() {
                 let rest = counts.split_off(len);
-                self.images = rest[..len].to_vec();
-                self.truncated += u64::from(rest[len]);
-                self.dropped += u64::from(rest[len + 1]);
+                self.images = rest[..len].iter().map(|&c| AtomicU32::new(c)).collect();
+                self.note_cuts(u64::from(rest[len]), u64::from(rest[len + 1]));
             }
+            // (counts saturated at `UNKNOWN` by an older version: over a `u32`)
+            counts
+                .iter_mut()
+                .filter(|c| **c == UNKNOWN)
+                .for_each(|c| *c = OVER);
             self.settle(counts);
             return Ok(());
         }
-        let budget = self.options.keep_encodings.resolve(default_keep);
-        let used = AtomicU64::new(0);
+        if lazy && skip_bad.is_none() {
+            self.counts = (0..len).map(|_| AtomicU32::new(UNKNOWN)).collect();
+            if self.vision.is_some() {
+                self.images = (0..len).map(|_| AtomicU32::new(0)).collect();
+            }
+            return Ok(());
+        }
+
         // conversations with images cut before an image, or left out by it or by the budget
         let (cut, left_out) = (AtomicU64::new(0), AtomicU64::new(0));
         let this = &*self;
         let results = stokehold_ops::parallel::map_indexed(len, threads, 64, |i| {
             let id = i as u64;
             this.encode(id).map(|e| {
-                let len = e.input_ids.len();
-                let (count, images) = match &this.vision {
-                    None => (u32::try_from(len).unwrap_or(u32::MAX - 1), 0),
-                    Some(v) => this.vision_count(v, &e.input_ids, &cut, &left_out),
-                };
-                let bytes = (len * 5 + 64) as u64;
-                let before = used.fetch_add(bytes, Ordering::Relaxed);
-                if before + bytes <= budget {
-                    let _ = this.kept[i].set(e);
-                    this.kept_count.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    used.fetch_sub(bytes, Ordering::Relaxed);
-                }
+                let (count, images, how) = this.raw_count(&e);
+                cut.fetch_add(u64::from(how.cut), Ordering::Relaxed);
+                left_out.fetch_add(u64::from(how.left_out), Ordering::Relaxed);
+                this.keep(i, e);
                 (count, images)
             })
         })
@@ -805,101 +893,234 @@ impl ChatPlanner {
                 });
             }
         }
-        let (cut, left_out) = (cut.into_inner(), left_out.into_inner());
-        if errors.is_empty()
-            && let Some(d) = keep.as_deref()
-        {
-            match self.vision {
-                None => super::kept_counts::store(d, &key, &counts),
-                Some(_) => {
-                    let mut all = counts.clone();
-                    all.extend_from_slice(&images);
-                    all.push(u32::try_from(cut).unwrap_or(u32::MAX));
-                    all.push(u32::try_from(left_out).unwrap_or(u32::MAX));
-                    super::kept_counts::store(d, &key, &all);
-                }
-            }
+        self.note_cuts(cut.into_inner(), left_out.into_inner());
+        self.images = images.into_iter().map(AtomicU32::new).collect();
+        self.settle(counts);
+        if errors.is_empty() {
+            self.store_counts();
         }
         self.skipped = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
             .collect();
-        self.images = images;
-        self.truncated += cut;
-        self.dropped += left_out;
-        self.settle(counts);
         Ok(())
+    }
+
+    /// Add `cut` conversations cut before an image and `left_out` left out by it or by the
+    /// image budget (conversations with images).
+    fn note_cuts(&self, cut: u64, left_out: u64) {
+        self.cut.fetch_add(cut, Ordering::Relaxed);
+        self.cut_out.fetch_add(left_out, Ordering::Relaxed);
+        self.truncated.fetch_add(cut, Ordering::Relaxed);
+        self.dropped.fetch_add(left_out, Ordering::Relaxed);
+    }
+
+    /// Keep the counts on the node's disk (every conversation counted without failures): the
+    /// counts as encoded, with images also the image tokens and the cuts.
+    fn store_counts(&self) {
+        let Some(d) = super::kept_counts::dir() else {
+            return;
+        };
+        let load = |c: &AtomicU32| c.load(Ordering::Acquire);
+        let mut all: Vec<u32> = self.counts.iter().map(load).collect();
+        if self.vision.is_some() {
+            all.extend(self.images.iter().map(load));
+            for c in [&self.cut, &self.cut_out] {
+                all.push(u32::try_from(c.load(Ordering::Relaxed)).unwrap_or(u32::MAX));
+            }
+        }
+        super::kept_counts::store(&d, &self.counts_key(), &all);
+    }
+
+    /// A conversation's count as encoded, its image tokens and what the cut before an image
+    /// did (see [`ChatPlanner::vision_count`]).
+    fn raw_count(&self, e: &ChatEncoding) -> (u32, u32, Cut) {
+        match &self.vision {
+            None => (
+                u32::try_from(e.input_ids.len()).map_or(OVER, |c| c.min(OVER)),
+                0,
+                Cut::default(),
+            ),
+            Some(v) => self.vision_count(v, &e.input_ids),
+        }
+    }
+
+    /// The key of this planner's kept counts: with images, the counts are kept with the image
+    /// tokens and what the cut left out (the encodings, which say where an image starts, are
+    /// not).
+    fn counts_key(&self) -> String {
+        match self.vision {
+            None => format!("{}#counts-v1", self.fingerprint),
+            Some(_) => format!("{}#vision-counts-v1", self.fingerprint),
+        }
+    }
+
+    /// Whether every conversation's count is known.
+    pub fn all_counted(&self) -> bool {
+        self.counted.load(Ordering::Acquire) >= self.len()
+    }
+
+    /// Conversations whose count is known (all of them but while counting lazily).
+    pub fn counted(&self) -> u64 {
+        self.counted.load(Ordering::Acquire).min(self.len())
+    }
+
+    /// Keep conversation `i`'s encoding for filling, within the budget.
+    fn keep(&self, i: usize, e: ChatEncoding) {
+        let bytes = (e.input_ids.len() * 5 + 64) as u64;
+        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
+        if before + bytes <= self.budget {
+            if self.kept[i].set(e).is_ok() {
+                self.kept_count.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Count conversation `id` now if it is not counted yet (a lazily counting planner): the
+    /// encode (and cut before an image) of the count pass, so the count is the one counting at
+    /// open gives, whoever counts it first. The last one counted keeps the counts on disk.
+    fn count_one(&self, id: u64) -> Result<u32> {
+        let Some(slot) = usize::try_from(id).ok().and_then(|i| self.counts.get(i)) else {
+            return Ok(LEFT_OUT);
+        };
+        let c = slot.load(Ordering::Acquire);
+        if c != UNKNOWN {
+            return Ok(c);
+        }
+        let e = self.encode(id)?;
+        let (raw, images, how) = self.raw_count(&e);
+        if let Some(im) = self.images.get(id as usize) {
+            // before the count is published: whoever sees the count sees its image tokens
+            im.store(images, Ordering::Release);
+        }
+        match slot.compare_exchange(UNKNOWN, raw, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                self.note_cuts(u64::from(how.cut), u64::from(how.left_out));
+                match self.settle_one(raw).1 {
+                    Settled::Truncated => self.truncated.fetch_add(1, Ordering::Relaxed),
+                    Settled::Dropped => self.dropped.fetch_add(1, Ordering::Relaxed),
+                    Settled::Kept => 0,
+                };
+                self.keep(id as usize, e);
+                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len() {
+                    self.store_counts();
+                }
+                Ok(raw)
+            }
+            Err(other) => Ok(other),
+        }
+    }
+
+    /// Count the conversations of `ids` not counted yet, on the planner's threads; the error
+    /// of the lowest id that cannot be encoded.
+    fn count_these(&self, ids: &[u64]) -> Result<()> {
+        let unknown: Vec<u64> = ids
+            .iter()
+            .copied()
+            .filter(|&id| {
+                usize::try_from(id)
+                    .ok()
+                    .and_then(|i| self.counts.get(i))
+                    .is_some_and(|c| c.load(Ordering::Acquire) == UNKNOWN)
+            })
+            .collect();
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        let results = stokehold_ops::parallel::map_indexed(unknown.len(), self.threads, 16, |i| {
+            self.count_one(unknown[i])
+        })
+        .map_err(|_| EngineError::Worker("a counting thread panicked".into()))?;
+        // the lowest id's error, as counting at open reports
+        let first = unknown
+            .iter()
+            .zip(results)
+            .filter_map(|(&id, r)| r.err().map(|e| (id, e)))
+            .min_by_key(|(id, _)| *id);
+        match first {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// The count in a row and the image tokens of a conversation with images encoded as `ids`:
     /// longer than a row and truncated, it is cut before the image that crosses the row's end
-    /// (counted in `cut`; left out, in `left_out`, when that is its first token); more image
+    /// ([`Cut::cut`]; left out, [`Cut::left_out`], when that is its first token); more image
     /// tokens than `max_image_tokens`: left out. Other overlong ones are left to
     /// [`ChatPlanner::settle`] (dropped).
-    fn vision_count(
-        &self,
-        v: &ChatVision,
-        ids: &[u32],
-        cut: &AtomicU64,
-        left_out: &AtomicU64,
-    ) -> (u32, u32) {
+    fn vision_count(&self, v: &ChatVision, ids: &[u32]) -> (u32, u32, Cut) {
         let seq_len = self.options.seq_len as usize;
         let mut count = ids.len();
+        let mut how = Cut::default();
         if count > seq_len && self.options.overlong == Overlong::Truncate {
             let at = v.cut(ids, seq_len);
             if at < seq_len {
                 count = at;
-                match at {
-                    0 => left_out.fetch_add(1, Ordering::Relaxed),
-                    _ => cut.fetch_add(1, Ordering::Relaxed),
-                };
+                how.cut = at != 0;
+                how.left_out = at == 0;
             }
         }
         let images = v.count_in(&ids[..count.min(seq_len)]);
         let images = u32::try_from(images).unwrap_or(u32::MAX);
         if count == 0 || self.options.max_image_tokens.is_some_and(|b| images > b) {
-            if count != 0 {
-                left_out.fetch_add(1, Ordering::Relaxed);
-            }
-            return (LEFT_OUT, 0);
+            // (an empty conversation is left out uncounted, as `settle` leaves it)
+            how.left_out |= count != 0;
+            return (LEFT_OUT, 0, how);
         }
-        (u32::try_from(count).unwrap_or(u32::MAX - 1), images)
+        (
+            u32::try_from(count).map_or(OVER, |c| c.min(OVER)),
+            images,
+            how,
+        )
     }
 
     /// The counts as rows take them: overlong conversations truncated or left out, empty ones
     /// left out.
-    fn settle(&mut self, mut counts: Vec<u32>) {
+    fn settle(&mut self, counts: Vec<u32>) {
+        for &c in &counts {
+            match self.settle_one(c).1 {
+                Settled::Truncated => *self.truncated.get_mut() += 1,
+                Settled::Dropped => *self.dropped.get_mut() += 1,
+                Settled::Kept => {}
+            }
+        }
+        *self.counted.get_mut() = counts.len() as u64;
+        self.counts = counts.into_iter().map(AtomicU32::new).collect();
+    }
+
+    /// One count as rows take it (see [`ChatPlanner::settle`]).
+    fn settle_one(&self, c: u32) -> (u32, Settled) {
         let seq_len = self.options.seq_len;
-        for c in counts.iter_mut() {
-            if *c == LEFT_OUT || *c <= seq_len {
-                continue;
-            }
-            match self.options.overlong {
-                Overlong::Truncate => {
-                    *c = seq_len;
-                    self.truncated += 1;
-                }
-                Overlong::Drop => {
-                    *c = LEFT_OUT;
-                    self.dropped += 1;
-                }
-            }
+        if c == LEFT_OUT {
+            return (c, Settled::Kept);
         }
         // an empty conversation (no tokens) has nothing to train on: left out like a dropped one
-        for c in counts.iter_mut() {
-            if *c == 0 {
-                *c = LEFT_OUT;
-            }
+        if c == 0 {
+            return (LEFT_OUT, Settled::Kept);
         }
-        self.counts = counts;
+        if c <= seq_len {
+            return (c, Settled::Kept);
+        }
+        match self.options.overlong {
+            Overlong::Truncate => (seq_len, Settled::Truncated),
+            Overlong::Drop => (LEFT_OUT, Settled::Dropped),
+        }
     }
 
     /// The token count of conversation `id` in a row (truncated to `seq_len`); `None`: left out.
+    /// A conversation not counted yet (counting lazily) is `None` too: planning counts a
+    /// window's conversations first.
     pub fn count_of(&self, id: u64) -> Option<u32> {
-        self.counts
-            .get(usize::try_from(id).ok()?)
-            .copied()
-            .filter(|&c| c != LEFT_OUT)
+        let c = self
+            .counts
+            .get(usize::try_from(id).ok()?)?
+            .load(Ordering::Acquire);
+        if c == UNKNOWN {
+            return None;
+        }
+        Some(self.settle_one(c).0).filter(|&c| c != LEFT_OUT)
     }
 
     /// Conversations (or documents) in the dataset, left-out ones included.
@@ -920,7 +1141,11 @@ impl ChatPlanner {
     /// (truncated, dropped, skipped) conversations: overlong ones, and those that could not be
     /// read or encoded.
     pub fn left_out(&self) -> (u64, u64, &[(u64, String)]) {
-        (self.truncated, self.dropped, &self.skipped)
+        (
+            self.truncated.load(Ordering::Relaxed),
+            self.dropped.load(Ordering::Relaxed),
+            &self.skipped,
+        )
     }
 
     /// Encodings kept from the count pass.
@@ -933,93 +1158,198 @@ impl ChatPlanner {
         &self.options
     }
 
-    /// The rows of epoch `epoch` (planned once, the last few kept).
-    pub fn rows(&self, epoch: u64) -> Result<Arc<EpochRows>> {
-        {
-            let kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
-                return Ok(Arc::clone(r));
-            }
-        }
-        let rows = Arc::new(self.plan(epoch)?);
+    /// The plan of epoch `epoch` (planned window by window as its rows are asked for; the
+    /// last few epochs kept).
+    pub fn plan_of(&self, epoch: u64) -> Result<Arc<EpochPlan>> {
         let mut kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-        if !kept.iter().any(|(e, _)| *e == epoch) {
-            kept.push((epoch, Arc::clone(&rows)));
-            if kept.len() > 3 {
-                kept.remove(0);
-            }
+        if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
+            return Ok(Arc::clone(r));
         }
-        Ok(rows)
-    }
-
-    /// Plan epoch `epoch`: windows of the shuffled conversations, each packed best-fit-decreasing,
-    /// its rows permuted by the seed when shuffling.
-    fn plan(&self, epoch: u64) -> Result<EpochRows> {
-        let n = self.counts.len() as u64;
-        let order = EpochOrder::new(n, None, &self.shuffle, self.seed, epoch)?;
-        let shuffled = !matches!(self.shuffle, Shuffle::Sequential);
-        let mut out = EpochRows {
-            starts: vec![0],
-            ..EpochRows::default()
-        };
-        let window = u64::from(self.options.window);
-        let mut ids = Vec::with_capacity(self.options.window as usize);
-        let mut items = Vec::with_capacity(self.options.window as usize);
-        let mut w = 0u64;
-        let mut at = 0u64;
-        while at < n {
-            let end = (at + window).min(n);
-            ids.clear();
-            order.ids_into(at..end, &mut ids);
-            items.clear();
-            items.extend(
-                ids.iter()
-                    .filter_map(|&id| self.count_of(id).map(|c| (c, self.images_of(id), id))),
-            );
-            let rows = window_rows(
-                &items,
-                self.options.seq_len,
-                self.options.max_image_tokens,
-                shuffled.then_some((self.seed, epoch, w)),
-            );
-            for row in rows {
-                for &id in &row {
-                    out.tokens += u64::from(self.count_of(id).unwrap_or(0));
-                }
-                out.ids.extend_from_slice(&row);
-                out.starts.push(out.ids.len());
-            }
-            at = end;
-            w += 1;
-        }
-        if out.len() >= 1 << ROW_BITS || epoch >= 1 << (64 - ROW_BITS) {
+        if epoch >= 1 << (64 - ROW_BITS) {
             return Err(EngineError::Config(format!(
-                "epoch {epoch} has {} rows: at most 2^{ROW_BITS} rows and 2^{} epochs",
-                out.len(),
+                "epoch {epoch}: at most 2^{} epochs",
                 64 - ROW_BITS
             )));
         }
-        Ok(out)
+        let n = self.len();
+        let plan = Arc::new(EpochPlan {
+            epoch,
+            order: EpochOrder::new(n, None, &self.shuffle, self.seed, epoch)?,
+            state: Mutex::new(Planned {
+                rows: EpochRows::empty(),
+                at: 0,
+                window: 0,
+            }),
+            done: AtomicBool::new(n == 0),
+        });
+        kept.push((epoch, Arc::clone(&plan)));
+        if kept.len() > 3 {
+            kept.remove(0);
+        }
+        Ok(plan)
     }
 
-    /// What the plan of epoch `epoch` says (see [`PackSummary`]).
+    /// The rows of epoch `epoch`, planned to its end.
+    pub fn rows(&self, epoch: u64) -> Result<EpochRows> {
+        let plan = self.plan_of(epoch)?;
+        plan.ensure(self, u64::MAX)?;
+        Ok(plan.lock().rows.clone())
+    }
+
+    /// What the plan of epoch `epoch` says (see [`PackSummary`]): the rows planned so far (all
+    /// of them once `exact`).
     pub fn summary(&self, epoch: u64) -> Result<PackSummary> {
-        let rows = self.rows(epoch)?;
-        let cap = rows.len() * u64::from(self.options.seq_len);
+        let plan = self.plan_of(epoch)?;
+        let exact = plan.done.load(Ordering::Acquire);
+        let (rows, tokens) = {
+            let p = plan.lock();
+            (p.rows.len(), p.rows.tokens)
+        };
+        let cap = rows * u64::from(self.options.seq_len);
+        let (truncated, dropped, skipped) = self.left_out();
         Ok(PackSummary {
-            conversations: self.counts.len() as u64,
-            rows: rows.len(),
+            conversations: self.len(),
+            counted: self.counted(),
+            exact,
+            rows,
             fill: if cap == 0 {
                 0.0
             } else {
-                rows.tokens as f64 / cap as f64
+                tokens as f64 / cap as f64
             },
-            truncated: self.truncated,
-            dropped: self.dropped,
-            skipped: self.skipped.len() as u64,
-            skipped_examples: self.skipped.iter().take(100).cloned().collect(),
+            truncated,
+            dropped,
+            skipped: skipped.len() as u64,
+            skipped_examples: skipped.iter().take(100).cloned().collect(),
             kept: self.kept_count.load(Ordering::Relaxed),
         })
+    }
+}
+
+/// The plan of one epoch, made window by window: window `w` is packed from the counts of its
+/// own conversations only (counted first when they are not yet), so row `p` needs only the
+/// windows up to the one holding it, and a run starts before the epoch is planned (or its
+/// conversations counted). The rows are the same however far and by whom it was planned.
+#[derive(Debug)]
+pub struct EpochPlan {
+    epoch: u64,
+    /// The order of the epoch's conversations.
+    order: EpochOrder,
+    state: Mutex<Planned>,
+    /// Every window is planned: the rows are all there.
+    done: AtomicBool,
+}
+
+/// The windows of an epoch planned so far.
+#[derive(Debug)]
+struct Planned {
+    rows: EpochRows,
+    /// Conversations of the order planned.
+    at: u64,
+    /// The next window.
+    window: u64,
+}
+
+impl EpochPlan {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Planned> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The length once every window is planned.
+    pub fn known(&self) -> Option<u64> {
+        self.done
+            .load(Ordering::Acquire)
+            .then(|| self.lock().rows.len())
+    }
+
+    /// Plan windows until row `r` exists or the windows run out; whether it exists.
+    pub fn ensure(&self, planner: &ChatPlanner, r: u64) -> Result<bool> {
+        let mut p = self.lock();
+        let n = self.order.len();
+        while p.rows.len() <= r && p.at < n {
+            let end = (p.at + u64::from(planner.options.window)).min(n);
+            let mut ids = Vec::with_capacity((end - p.at) as usize);
+            self.order.ids_into(p.at..end, &mut ids);
+            planner.count_these(&ids)?;
+            let items: Vec<(u32, u32, u64)> = ids
+                .iter()
+                .filter_map(|&id| planner.count_of(id).map(|c| (c, planner.images_of(id), id)))
+                .collect();
+            let shuffled = !matches!(planner.shuffle, Shuffle::Sequential);
+            let rows = window_rows(
+                &items,
+                planner.options.seq_len,
+                planner.options.max_image_tokens,
+                shuffled.then_some((planner.seed, self.epoch, p.window)),
+            );
+            for row in rows {
+                let tokens = row
+                    .iter()
+                    .map(|&id| u64::from(planner.count_of(id).unwrap_or(0)))
+                    .sum();
+                p.rows.push_row(&row, tokens);
+            }
+            if p.rows.len() >= 1 << ROW_BITS {
+                return Err(EngineError::Config(format!(
+                    "epoch {} has more than 2^{ROW_BITS} rows",
+                    self.epoch
+                )));
+            }
+            p.at = end;
+            p.window += 1;
+            if end == n {
+                self.done.store(true, Ordering::Release);
+            }
+        }
+        Ok(r < p.rows.len())
+    }
+
+    /// The conversations of row `r` (planned first), `None` past the epoch's rows.
+    pub fn row(&self, planner: &ChatPlanner, r: u64) -> Result<Option<Vec<u64>>> {
+        if !self.ensure(planner, r)? {
+            return Ok(None);
+        }
+        Ok(self.lock().rows.row(r).map(<[u64]>::to_vec))
+    }
+
+    /// The rows as far as they can be told now: those planned, plus the conversations left
+    /// times the rows per conversation so far (exact once planned).
+    pub fn estimate(&self) -> u64 {
+        let p = self.lock();
+        let n = self.order.len();
+        if p.at == 0 {
+            // nothing planned yet: a row per conversation is the bound
+            return n;
+        }
+        let per = p.rows.len() as f64 / p.at as f64;
+        p.rows.len() + ((n - p.at) as f64 * per).round() as u64
+    }
+}
+
+/// A lazily planned epoch as the engine's order sees its length ([`LateLen`]).
+#[derive(Debug)]
+struct LatePlan {
+    planner: Arc<ChatPlanner>,
+    plan: Arc<EpochPlan>,
+}
+
+impl LateLen for LatePlan {
+    fn known(&self) -> Option<u64> {
+        self.plan.known()
+    }
+
+    fn at_least(&self, p: u64) -> bool {
+        // a window that cannot be planned: its batch reports why (the row's fill plans it again)
+        self.plan.ensure(&self.planner, p).unwrap_or(true)
+    }
+
+    fn estimate(&self) -> u64 {
+        self.plan.estimate()
+    }
+
+    fn finish(&self) -> u64 {
+        let _ = self.plan.ensure(&self.planner, u64::MAX);
+        self.plan.lock().rows.len()
     }
 }
 
@@ -1033,7 +1363,9 @@ impl PositionMap for RowIds {
     }
 }
 
-/// The order of [`ChatRows`]: the row order of each epoch ([`ChatPlanner::rows`]).
+/// The order of [`ChatRows`]: the row order of each epoch ([`ChatPlanner::plan_of`]). While
+/// conversations are still being counted its length is known late ([`LatePlan`]); once all
+/// are counted the epoch is planned whole first (its length exact from the start).
 #[derive(Debug)]
 pub struct RowOrder {
     planner: Arc<ChatPlanner>,
@@ -1046,14 +1378,27 @@ impl Order for RowOrder {
                 "the row order was planned with another shuffle or seed".into(),
             ));
         }
-        let rows = self.planner.rows(epoch)?;
-        Ok(EpochOrder::custom(
-            rows.len(),
-            shuffle,
-            seed,
-            epoch,
-            Arc::new(RowIds),
-        ))
+        let plan = self.planner.plan_of(epoch)?;
+        if self.planner.all_counted() {
+            plan.ensure(&self.planner, u64::MAX)?;
+        }
+        if let Some(len) = plan.known() {
+            return Ok(EpochOrder::custom(
+                len,
+                shuffle,
+                seed,
+                epoch,
+                Arc::new(RowIds),
+            ));
+        }
+        Ok(
+            EpochOrder::custom(0, shuffle, seed, epoch, Arc::new(RowIds)).known_late(Arc::new(
+                LatePlan {
+                    planner: Arc::clone(&self.planner),
+                    plan,
+                },
+            )),
+        )
     }
 }
 
@@ -1122,17 +1467,16 @@ impl ChatRows {
         &self.planner
     }
 
-    /// The conversations of row id `id`.
-    fn row_of(&self, id: u64) -> Result<(Arc<EpochRows>, u64)> {
+    /// The conversations of row id `id` (its epoch planned up to it).
+    fn row_of(&self, id: u64) -> Result<Vec<u64>> {
         let (epoch, r) = (id >> ROW_BITS, id & ((1 << ROW_BITS) - 1));
-        let rows = self.planner.rows(epoch)?;
-        if rows.row(r).is_none() {
-            return Err(EngineError::Worker(format!(
+        let plan = self.planner.plan_of(epoch)?;
+        plan.row(&self.planner, r)?.ok_or_else(|| {
+            EngineError::Worker(format!(
                 "row {r} of epoch {epoch} is past the epoch's {} rows",
-                rows.len()
-            )));
-        }
-        Ok((rows, r))
+                plan.lock().rows.len()
+            ))
+        })
     }
 }
 
@@ -1171,8 +1515,7 @@ impl Samples for ChatRows {
         let rows: Vec<Option<Vec<(&ChatPlanner, u64)>>> = ids
             .iter()
             .map(|&id| {
-                let (rows, r) = self.row_of(id).ok()?;
-                let convs = rows.row(r)?;
+                let convs = self.row_of(id).ok()?;
                 Some(convs.iter().map(|&c| (&*self.planner, c)).collect())
             })
             .collect();
@@ -1202,8 +1545,7 @@ impl Samples for ChatRows {
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let mut clock = cx.ws.clock();
-        let (rows, r) = self.row_of(id)?;
-        let convs = rows.row(r).unwrap_or(&[]);
+        let convs = self.row_of(id)?;
         let ids: Vec<i64> = convs.iter().map(|&c| c as i64).collect();
         let planners: Vec<(&ChatPlanner, u64)> =
             convs.iter().map(|&c| (&*self.planner, c)).collect();
