@@ -7,7 +7,7 @@ use std::process::Command;
 
 use stokehold_ingest::mp4::{Mp4Error, Mp4Limits, index_file};
 
-fn ffmpeg(args: &[&str]) {
+pub(crate) fn ffmpeg(args: &[&str]) {
     let out = Command::new("ffmpeg")
         .args(["-v", "error", "-y"])
         .args(args)
@@ -61,7 +61,7 @@ fn ffprobe_packets(path: &Path) -> Vec<(i64, i64, u64, u64, bool)> {
 }
 
 /// `(extradata_size, CRC-32 of the extradata)` of the first video stream, as ffprobe gives them.
-fn ffprobe_extradata(path: &Path) -> (usize, Option<String>) {
+pub(crate) fn ffprobe_extradata(path: &Path) -> (usize, Option<String>) {
     let out = Command::new("ffprobe")
         .args(["-v", "error", "-select_streams", "v:0", "-show_data_hash"])
         .args([
