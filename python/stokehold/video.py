@@ -11,11 +11,10 @@
 
 The frames are those torchcodec's ``VideoDecoder(path).get_frames_played_at(seconds)`` returns
 (same FFmpeg). The frame index is read from the file's ``moov`` box (MP4) or its element headers
-(Matroska); decoding feeds the packets
-from the keyframe before the first wanted frame to the last one to FFmpeg's libavcodec, which is
-loaded at run time: ``import stokehold`` works without FFmpeg, and decoding without it raises
-``StokeholdError`` saying how to install it (``apt install ffmpeg``, ``conda install -c
-conda-forge ffmpeg``).
+(Matroska); decoding feeds the packets from the keyframe before the first wanted frame to the last
+one to FFmpeg's libavcodec, which is loaded at run time: ``import stokehold`` works without FFmpeg,
+and decoding without it raises ``StokeholdError`` saying how to install it (``apt install
+ffmpeg``, ``conda install -c conda-forge ffmpeg``).
 """
 
 from __future__ import annotations

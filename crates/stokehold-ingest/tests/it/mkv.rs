@@ -9,7 +9,7 @@ use std::process::Command;
 use stokehold_ingest::mkv::{MkvError, MkvLimits, index_file, video_value};
 use stokehold_ingest::mp4::{Mp4Limits, index_video_file};
 
-use super::mp4::{ffmpeg, ffprobe_extradata};
+use super::mp4::{ffprobe_extradata, lavfi};
 
 /// `(pts, size, key, CRC-32 of the packet's bytes)` of every video packet, in file order, and
 /// the stream's time base, as ffprobe gives them.
@@ -92,15 +92,7 @@ fn the_matroska_frame_index_is_ffmpegs_packet_table() {
     ];
     for (name, codec) in cases {
         let path = tmp.path().join(name);
-        let mut args = vec![
-            "-f",
-            "lavfi",
-            "-i",
-            "testsrc=duration=3:size=160x120:rate=25",
-        ];
-        args.extend_from_slice(codec);
-        args.push(path.to_str().unwrap());
-        ffmpeg(&args);
+        lavfi("testsrc=duration=3:size=160x120:rate=25", codec, &path);
         let index = index_file(&path, &MkvLimits::default()).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let (want, time_base) = ffprobe_packets(&path);
@@ -162,15 +154,11 @@ fn the_matroska_frame_index_is_ffmpegs_packet_table() {
 fn a_cut_or_audio_only_matroska_file_is_named_not_indexed() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("v.mkv");
-    ffmpeg(&[
-        "-f",
-        "lavfi",
-        "-i",
+    lavfi(
         "testsrc=duration=1:size=64x48:rate=10",
-        "-c:v",
-        "libx264",
-        path.to_str().unwrap(),
-    ]);
+        &["-c:v", "libx264"],
+        &path,
+    );
     let bytes = std::fs::read(&path).unwrap();
     // cut inside its clusters: the element that passes the end is named with its offset
     let cut = tmp.path().join("cut.mkv");
@@ -182,17 +170,11 @@ fn a_cut_or_audio_only_matroska_file_is_named_not_indexed() {
     );
     // audio only: no video track
     let audio = tmp.path().join("a.mka");
-    ffmpeg(&[
-        "-f",
-        "lavfi",
-        "-i",
+    lavfi(
         "sine=duration=1",
-        "-c:a",
-        "flac",
-        "-f",
-        "matroska",
-        audio.to_str().unwrap(),
-    ]);
+        &["-c:a", "flac", "-f", "matroska"],
+        &audio,
+    );
     let e = index_file(&audio, &MkvLimits::default()).unwrap_err();
     assert!(
         matches!(e, MkvError::Unsupported(ref m) if m.contains("no video track")),
