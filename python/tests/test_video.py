@@ -338,6 +338,14 @@ def test_matroska_and_webm_pack_and_clip_as_torchcodec_decodes_them(tmp_path):
     cut.write_bytes((src / "a.mkv").read_bytes()[:5000])
     with pytest.raises(stokehold.CorruptDataError, match=r"cut\.mkv.*Matroska .*at byte"):
         VideoFile(str(cut))
+    # and packing it names the file, the element and the byte (--strict: fatal, else skipped)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cut.rename(bad / "cut.mkv")
+    r = subprocess.run([*CLI, "pack", str(bad), str(tmp_path / "b"), "--strict"], capture_output=True,
+                       text=True)
+    assert r.returncode != 0
+    assert "cut.mkv" in r.stderr and "Matroska" in r.stderr and "at byte" in r.stderr, r.stderr
 
 
 def test_pack_video_keyint_reencodes_with_a_keyframe_every_k_frames(tmp_path):
