@@ -401,7 +401,7 @@ def abort_parts(
 
 @disjoint_base
 class VideoFile:
-    """An MP4 file's frame index and a decoder for its frames (``stokehold.video.VideoFile``)."""
+    """An MP4, Matroska or WebM file's frame index and a decoder for its frames (``stokehold.video.VideoFile``)."""
 
     def __new__(cls, path: Union[str, os.PathLike[str]], *, threads: int = 1) -> "VideoFile": ...
     def __len__(self) -> int: ...

@@ -1,4 +1,5 @@
-"""Frame-exact video frames and clips from MP4 files (``docs/video.md``)::
+"""Frame-exact video frames and clips from MP4, Matroska and WebM files
+(``docs/video.md``)::
 
     from stokehold.video import VideoFile, Clip
 
@@ -9,11 +10,11 @@
         frames, pts = v.frames_played_at(seconds)
 
 The frames are those torchcodec's ``VideoDecoder(path).get_frames_played_at(seconds)`` returns
-(same FFmpeg). The frame index is read from the file's ``moov`` box; decoding feeds the packets
-from the keyframe before the first wanted frame to the last one to FFmpeg's libavcodec, which is
-loaded at run time: ``import stokehold`` works without FFmpeg, and decoding without it raises
-``StokeholdError`` saying how to install it (``apt install ffmpeg``, ``conda install -c
-conda-forge ffmpeg``).
+(same FFmpeg). The frame index is read from the file's ``moov`` box (MP4) or its element headers
+(Matroska); decoding feeds the packets from the keyframe before the first wanted frame to the last
+one to FFmpeg's libavcodec, which is loaded at run time: ``import stokehold`` works without FFmpeg,
+and decoding without it raises ``StokeholdError`` saying how to install it (``apt install
+ffmpeg``, ``conda install -c conda-forge ffmpeg``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = ["Clip", "VideoFile", "decode_clip"]
 
 
 class VideoFile(_VideoFile):
-    """An MP4 file's frame index (``pts_seconds``, ``keyframes``, ``codec``, ``size``,
+    """An MP4, Matroska or WebM file's frame index (``pts_seconds``, ``keyframes``, ``codec``, ``size``,
     ``begin_seconds``, ``end_seconds``) and a decoder for its frames (``frames_played_at``,
     ``frames_at``). ``threads``: FFmpeg's own decoding threads (1: only the calling thread)."""
 

@@ -28,6 +28,8 @@ def make(path, seconds, size, rate, *codec):
     return str(path)
 
 
+VP9 = ["-c:v", "libvpx-vp9", "-g", "10", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "200k"]
+
 CASES = [
     # H.264 with B-frames and the default keyframe interval (250): 12 s at 25 fps
     ("h264-b.mp4", 12, "160x120", "25", ["-c:v", "libx264", "-pix_fmt", "yuv420p"]),
@@ -37,6 +39,9 @@ CASES = [
     ("h264-ntsc.mp4", 3, "160x120", "30000/1001", ["-c:v", "libx264", "-pix_fmt", "yuv420p"]),
     # open keyframe intervals (MPEG-4 part 2 with B-frames)
     ("mpeg4.mp4", 3, "160x120", "25", ["-c:v", "mpeg4", "-g", "12", "-bf", "2"]),
+    # Matroska: H.264 with B-frames; VP9 in WebM
+    ("h264-b.mkv", 4, "160x120", "25", ["-c:v", "libx264", "-g", "30", "-pix_fmt", "yuv420p"]),
+    ("vp9.webm", 3, "160x120", "25", VP9),
 ]
 
 
@@ -291,13 +296,56 @@ def test_clip_on_a_field_that_is_not_video_is_refused(video_ds):
         stokehold.Loader(ds, 1, transforms={"path": [Clip(frames=2)]})
 
 
-def test_matroska_is_refused_naming_the_file(tmp_path):
-    src = tmp_path / "src" / "a"
-    src.mkdir(parents=True)
-    make(src / "x.mkv", 1, "64x48", "10", "-c:v", "libx264", "-pix_fmt", "yuv420p")
-    r = subprocess.run([*CLI, "pack", str(tmp_path / "src"), str(tmp_path / "ds")], capture_output=True, text=True)
+def test_matroska_and_webm_pack_and_clip_as_torchcodec_decodes_them(tmp_path):
+    """A folder of .mkv (H.264) and .webm (VP9) videos packs (container code 2) and its clips in
+    the loader are the frames torchcodec gives for their timestamps, from the files as they are."""
+    src = tmp_path / "src"
+    src.mkdir()
+    make(src / "a.mkv", 3, "160x120", "25", "-c:v", "libx264", "-g", "12", "-pix_fmt", "yuv420p")
+    make(src / "b.webm", 3, "160x120", "25", *VP9)
+    out = tmp_path / "ds"
+    subprocess.run([*CLI, "pack", str(src), str(out)], check=True, capture_output=True)
+    ds = stokehold.Dataset(str(out))
+    assert len(ds) == 2
+    for s in (ds[0], ds[1]):
+        value = s["video"]
+        assert value[:5] == b"SKV1\x02"
+        assert value.endswith((src / s["path"]).read_bytes())
+    loader = stokehold.Loader(ds, 2, shuffle=False, threads=2, seed=3,
+                              transforms={"video": [Clip(frames=6, stride=2)]})
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        (batch,) = list(loader)
+        for k in range(2):
+            path = str(src / batch["path"][k])
+            ts = batch["video_timestamps"][k]
+            ref = torchcodec_decoders.VideoDecoder(path).get_frames_played_at(ts.tolist())
+            assert np.array_equal(batch["video"][k], ref.data.numpy()), path
+            np.testing.assert_array_equal(ts, ref.pts_seconds.numpy())
+            # stride 2 over the file's own index
+            pts = VideoFile(path).pts_seconds
+            first = int(np.searchsorted(pts, ts[0]))
+            np.testing.assert_array_equal(ts, pts[first:first + 12:2])
+    # a table naming them packs them as video fields too
+    (tmp_path / "t.jsonl").write_text(
+        '{"video": "src/a.mkv", "label": 0}\n{"video": "src/b.webm", "label": 1}\n')
+    subprocess.run([*CLI, "pack", str(tmp_path / "t.jsonl"), str(tmp_path / "t")], check=True,
+                   capture_output=True)
+    t = stokehold.Dataset(str(tmp_path / "t"))
+    assert [t[i]["video"] == ds[i]["video"] for i in range(2)] == [True, True]
+    # a cut file is named with the element and byte where it breaks
+    cut = tmp_path / "cut.mkv"
+    cut.write_bytes((src / "a.mkv").read_bytes()[:5000])
+    with pytest.raises(stokehold.CorruptDataError, match=r"cut\.mkv.*Matroska .*at byte"):
+        VideoFile(str(cut))
+    # and packing it names the file, the element and the byte (--strict: fatal, else skipped)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cut.rename(bad / "cut.mkv")
+    r = subprocess.run([*CLI, "pack", str(bad), str(tmp_path / "b"), "--strict"], capture_output=True,
+                       text=True)
     assert r.returncode != 0
-    assert "x.mkv" in r.stderr and "not supported yet" in r.stderr, r.stderr
+    assert "cut.mkv" in r.stderr and "Matroska" in r.stderr and "at byte" in r.stderr, r.stderr
 
 
 def test_pack_video_keyint_reencodes_with_a_keyframe_every_k_frames(tmp_path):

@@ -5,7 +5,7 @@
 //! reads and decoding from the index alone, without parsing the container again.
 //!
 //! ```text
-//! value   := "SKV1" | container u8 (1 = MP4) | flags u8 | 2 zero bytes | index_len u32 | index
+//! value   := "SKV1" | container u8 (1 = MP4, 2 = Matroska/WebM) | flags u8 | 2 zero bytes | index_len u32 | index
 //!            | container bytes
 //! index   := codec [4] | timescale u32 | width u16 | height u16 | extradata_len u32 | extradata
 //!            | frames u32 | frame × frames | [crc u32 × (keyframes + 2), when flags bit 0]
@@ -29,6 +29,9 @@
 pub const VIDEO_MAGIC: &[u8; 4] = b"SKV1";
 /// Container code of an MP4 (ISO base media) file.
 pub const CONTAINER_MP4: u8 = 1;
+/// Container code of a Matroska or WebM file (the same index; the packets lie inside its
+/// blocks).
+pub const CONTAINER_MATROSKA: u8 = 2;
 /// Bytes of one frame entry.
 pub const FRAME_BYTES: usize = 33;
 /// Bytes before the index.
@@ -56,7 +59,7 @@ pub struct VideoFrame {
 /// A video's frame index, as kept in a `video` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VideoIndex {
-    /// The container (only [`CONTAINER_MP4`] so far).
+    /// The container ([`CONTAINER_MP4`] or [`CONTAINER_MATROSKA`]).
     pub container: u8,
     /// The codec's four-character code (`avc1`, `hvc1`, `vp09`, `av01`, ...).
     pub codec: [u8; 4],
@@ -276,8 +279,10 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
         ));
     }
     let [container, flags, r1, r2] = t.array::<4>("the video header")?;
-    if container != CONTAINER_MP4 {
-        return Err(format!("unknown container code {container} (1 is MP4)"));
+    if container != CONTAINER_MP4 && container != CONTAINER_MATROSKA {
+        return Err(format!(
+            "unknown container code {container} (1 is MP4, 2 Matroska/WebM)"
+        ));
     }
     if flags & !FLAG_INTERVAL_CRCS != 0 {
         return Err(format!("unknown header flags {flags:#x}"));
@@ -483,6 +488,20 @@ mod tests {
                 .unwrap_err()
                 .contains("no frames")
         );
+    }
+
+    #[test]
+    fn a_matroska_value_round_trips_and_unknown_containers_are_refused() {
+        let body = b"..abcdefgh..";
+        let mut ix = index();
+        ix.container = CONTAINER_MATROSKA;
+        let v = encode_video(&ix, body);
+        assert_eq!(v[4], 2);
+        assert_eq!(parse_video(&v).unwrap().index, ix);
+        let mut bad = v.clone();
+        bad[4] = 3;
+        let e = parse_video(&bad).unwrap_err();
+        assert!(e.contains("unknown container code 3"), "{e}");
     }
 
     #[test]

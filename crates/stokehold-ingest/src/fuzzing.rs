@@ -104,3 +104,16 @@ pub fn fuzz_file_index(data: &[u8]) {
         Ok(&ix)
     );
 }
+
+/// Indexes `data` as a Matroska/WebM file; a successful index must hold every packet inside the
+/// file and no decode time after its presentation time.
+pub fn fuzz_mkv(data: &[u8]) {
+    let Ok(index) = crate::mkv::index_bytes(data, &crate::mkv::MkvLimits::default()) else {
+        return;
+    };
+    for f in &index.frames {
+        assert!(f.offset + u64::from(f.size) <= data.len() as u64, "{f:?}");
+        assert!(f.dts <= f.pts, "{f:?}");
+    }
+    assert!(index.timescale >= 1);
+}

@@ -11,6 +11,7 @@ pub mod fuzzing;
 pub mod inplace;
 pub mod jpeg;
 pub mod lerobot;
+pub mod mkv;
 pub mod mp4;
 pub mod pack;
 mod parquet_pages;

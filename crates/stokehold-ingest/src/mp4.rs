@@ -66,6 +66,19 @@ pub enum Mp4Error {
         /// The reader's message.
         detail: String,
     },
+    /// A Matroska/WebM file's error ([`index_video_file`] reads those too).
+    #[error(transparent)]
+    Matroska(#[from] crate::mkv::MkvError),
+}
+
+impl Mp4Error {
+    /// A valid file this reader does not handle (not damage).
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Mp4Error::Unsupported(_) | Mp4Error::Matroska(crate::mkv::MkvError::Unsupported(_))
+        )
+    }
 }
 
 type Result<T> = std::result::Result<T, Mp4Error>;
@@ -822,6 +835,24 @@ pub fn video_value(bytes: &[u8], limits: &Mp4Limits) -> Result<Vec<u8>> {
         &index.to_video_index(),
         bytes,
     ))
+}
+
+/// The frame index of a video file on local disk, MP4 or Matroska/WebM (told apart by their
+/// first bytes, not their names).
+pub fn index_video_file(path: &std::path::Path, limits: &Mp4Limits) -> Result<FrameIndex> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let n = std::fs::File::open(path)
+        .and_then(|f| f.take(4).read(&mut magic))
+        .map_err(|e| Mp4Error::Unsupported(format!("{}: {e}", path.display())))?;
+    if crate::mkv::is_matroska(&magic[..n]) {
+        let mkv = crate::mkv::MkvLimits {
+            max_frames: limits.max_frames,
+            ..crate::mkv::MkvLimits::default()
+        };
+        return Ok(crate::mkv::index_file(path, &mkv)?);
+    }
+    index_file(path, limits)
 }
 
 /// The frame index of an MP4 file on local disk.

@@ -1,4 +1,4 @@
-//! `stokehold.video`: an MP4 file's frame index and frame-exact decoding of the frames played at
+//! `stokehold.video`: an MP4 or Matroska/WebM file's frame index and frame-exact decoding of the frames played at
 //! given timestamps (issue #54), with FFmpeg's libavcodec loaded at run time (`stokehold-video`).
 //! Decoding runs with the GIL released.
 
@@ -19,9 +19,7 @@ fn video_err(e: VideoError) -> PyErr {
     let msg = e.to_string();
     match e {
         VideoError::Decode { .. } | VideoError::Missing { .. } => CorruptDataError::new_err(msg),
-        VideoError::Index { ref source, .. }
-            if !matches!(source, stokehold_ingest::mp4::Mp4Error::Unsupported(_)) =>
-        {
+        VideoError::Index { ref source, .. } if !source.is_unsupported() => {
             CorruptDataError::new_err(msg)
         }
         VideoError::OutOfRange { .. } | VideoError::Clip { .. } => PyValueError::new_err(msg),
@@ -29,7 +27,7 @@ fn video_err(e: VideoError) -> PyErr {
     }
 }
 
-/// An MP4 video: its frame index, read once, and a decoder kept for its clips.
+/// An MP4 or Matroska/WebM video: its frame index, read once, and a decoder kept for its clips.
 #[derive(Debug)]
 #[pyclass(name = "VideoFile", module = "stokehold.video", subclass)]
 pub struct VideoFile {

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use stokehold_ingest::mp4::{FrameIndex, Mp4Limits, index_file};
+use stokehold_ingest::mp4::{FrameIndex, Mp4Limits, index_video_file};
 
 use crate::VideoError;
 use crate::ffi::{self, Ffmpeg};
@@ -334,12 +334,13 @@ impl std::ops::Deref for VideoFile {
 }
 
 impl VideoFile {
-    /// Opens `path` and reads its frame index (no FFmpeg needed for that).
+    /// Opens `path` (MP4 or Matroska/WebM) and reads its frame index (no FFmpeg needed for
+    /// that).
     pub fn open(path: impl AsRef<Path>) -> Result<VideoFile, VideoError> {
         let path = path.as_ref().to_path_buf();
         let name = path.display().to_string();
         let index =
-            index_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
+            index_video_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
                 file: name.clone(),
                 source,
             })?;

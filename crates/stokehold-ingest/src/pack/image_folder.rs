@@ -4,10 +4,9 @@
 //! Fields: `image` (image:auto, the file's bytes as they are), `label` (int64, when there are
 //! classes), `path` (string, relative to `SRC`).
 //!
-//! A folder of videos (any `.mp4`, `.m4v` or `.mov` file in it) packs the same way with a
-//! `video` field instead of `image`: each file's bytes as they are, led by its frame index
-//! (`crate::mp4::video_value`); other files are skipped. Matroska and WebM (`.mkv`, `.webm`)
-//! are refused, naming the file, as not supported yet.
+//! A folder of videos (any `.mp4`, `.m4v`, `.mov`, `.mkv` or `.webm` file in it) packs the same
+//! way with a `video` field instead of `image`: each file's bytes as they are, led by its frame
+//! index (`crate::mp4::video_value`, `crate::mkv::video_value`); other files are skipped.
 
 use std::path::{Path, PathBuf};
 
@@ -15,25 +14,14 @@ use stokehold_format::{FieldValue, ImageCodec, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
 
-/// Extensions of the video files packed (MP4 and QuickTime, the ISO base media family).
-pub(crate) const VIDEO_EXTENSIONS: [&str; 3] = ["mp4", "m4v", "mov"];
-/// Video containers refused as not supported yet.
-pub(crate) const MATROSKA_EXTENSIONS: [&str; 2] = ["mkv", "webm"];
+/// Extensions of the video files packed: MP4 and QuickTime (the ISO base media family),
+/// Matroska and WebM.
+pub(crate) const VIDEO_EXTENSIONS: [&str; 5] = ["mp4", "m4v", "mov", "mkv", "webm"];
 
 fn has_extension(p: &Path, list: &[&str]) -> bool {
     p.extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
-}
-
-/// The error of a Matroska/WebM file: not supported yet, with what to do.
-pub(crate) fn matroska_refused(p: &Path) -> PackError {
-    PackError::Input(format!(
-        "{}: Matroska/WebM video is not supported yet (MP4 is); remux it without re-encoding: \
-         ffmpeg -i {} -c copy OUT.mp4",
-        p.display(),
-        p.display()
-    ))
 }
 
 /// A video file's `video` value: its frame index and its bytes (or why it cannot be one); with
@@ -47,6 +35,11 @@ pub(crate) fn load_video(
         Some(k) => reencode(path, k, policy.crf)?,
         None => bytes,
     };
+    // by content, not name: a re-encoded file is an MP4 whatever its source was
+    if crate::mkv::is_matroska(&bytes) {
+        return crate::mkv::video_value(&bytes, &crate::mkv::MkvLimits::default())
+            .map_err(|e| format!("not a usable Matroska/WebM video: {e}"));
+    }
     crate::mp4::video_value(&bytes, &crate::mp4::Mp4Limits::default())
         .map_err(|e| format!("not a usable MP4 video: {e}"))
 }
@@ -197,12 +190,6 @@ pub(super) fn plan<'a>(
         Some(names)
     };
     progress.finish();
-    if let Some(j) = jobs
-        .iter()
-        .find(|j| has_extension(&j.path, &MATROSKA_EXTENSIONS))
-    {
-        return Err(matroska_refused(&j.path));
-    }
     let video = jobs
         .iter()
         .any(|j| has_extension(&j.path, &VIDEO_EXTENSIONS));

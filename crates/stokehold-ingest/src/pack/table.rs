@@ -257,13 +257,7 @@ pub(super) fn plan<'a>(
             .map(str::to_ascii_lowercase),
         _ => None,
     };
-    if let Some(r) = table.rows.iter().find(|r| {
-        ext_of(r).is_some_and(|e| super::image_folder::MATROSKA_EXTENSIONS.contains(&e.as_str()))
-    }) && let Some(Cell::Str(p)) = &r.cells[path_col]
-    {
-        return Err(super::image_folder::matroska_refused(&base.join(p)));
-    }
-    // a table naming videos (every named file an MP4 one) packs them as `video` fields
+    // a table naming videos (every named file an MP4, Matroska or WebM one) packs them as `video` fields
     let all_videos = !table.rows.is_empty()
         && table.rows.iter().all(|r| {
             ext_of(r).is_some_and(|e| super::image_folder::VIDEO_EXTENSIONS.contains(&e.as_str()))

@@ -6,6 +6,7 @@ mod common;
 mod inplace;
 mod jsonl;
 mod lists;
+mod mkv;
 mod mp4;
 mod pack;
 mod parquet;

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use stokehold_ingest::mp4::{Mp4Error, Mp4Limits, index_file};
 
-fn ffmpeg(args: &[&str]) {
+pub(crate) fn ffmpeg(args: &[&str]) {
     let out = Command::new("ffmpeg")
         .args(["-v", "error", "-y"])
         .args(args)
@@ -18,6 +18,14 @@ fn ffmpeg(args: &[&str]) {
         "ffmpeg {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Runs `ffmpeg` on the lavfi source `src` with `args`, writing `out`.
+pub(crate) fn lavfi(src: &str, args: &[&str], out: &Path) {
+    let mut all = vec!["-f", "lavfi", "-i", src];
+    all.extend_from_slice(args);
+    all.push(out.to_str().unwrap());
+    ffmpeg(&all);
 }
 
 /// `(pts, dts, size, pos, key)` of every video packet, in file order, as ffprobe gives them.
@@ -61,7 +69,7 @@ fn ffprobe_packets(path: &Path) -> Vec<(i64, i64, u64, u64, bool)> {
 }
 
 /// `(extradata_size, CRC-32 of the extradata)` of the first video stream, as ffprobe gives them.
-fn ffprobe_extradata(path: &Path) -> (usize, Option<String>) {
+pub(crate) fn ffprobe_extradata(path: &Path) -> (usize, Option<String>) {
     let out = Command::new("ffprobe")
         .args(["-v", "error", "-select_streams", "v:0", "-show_data_hash"])
         .args([
@@ -159,15 +167,11 @@ fn the_frame_index_is_ffmpegs_packet_table() {
 fn a_cut_or_foreign_file_is_named_not_indexed() {
     let tmp = tempfile::tempdir().unwrap();
     let path = tmp.path().join("v.mp4");
-    ffmpeg(&[
-        "-f",
-        "lavfi",
-        "-i",
+    lavfi(
         "testsrc=duration=1:size=64x48:rate=10",
-        "-c:v",
-        "libx264",
-        path.to_str().unwrap(),
-    ]);
+        &["-c:v", "libx264"],
+        &path,
+    );
     let bytes = std::fs::read(&path).unwrap();
     // moov at the end (no faststart): cut it off
     let cut = tmp.path().join("cut.mp4");
@@ -179,15 +183,7 @@ fn a_cut_or_foreign_file_is_named_not_indexed() {
     );
     // audio only: no video track
     let audio = tmp.path().join("a.mp4");
-    ffmpeg(&[
-        "-f",
-        "lavfi",
-        "-i",
-        "sine=duration=1",
-        "-c:a",
-        "aac",
-        audio.to_str().unwrap(),
-    ]);
+    lavfi("sine=duration=1", &["-c:a", "aac"], &audio);
     let e = index_file(&audio, &Mp4Limits::default()).unwrap_err();
     assert!(
         matches!(e, Mp4Error::Unsupported(ref m) if m.contains("no video track")),

@@ -1,7 +1,7 @@
 //! The video decoder against FFmpeg's own command line: videos made by the `ffmpeg` command
 //! (installed by `make sysdeps`, which also brings the libraries the decoder loads), decoded by
 //! `ffmpeg` to raw RGB frame by frame, and the same frames from [`VideoFile`] fed packet by
-//! packet from the MP4 frame index.
+//! packet from the frame index (MP4, Matroska, WebM).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -144,6 +144,56 @@ fn cases() -> Vec<(&'static str, Vec<&'static str>, u32, &'static str)> {
         (
             "mpeg4.mp4",
             vec!["-c:v", "mpeg4", "-g", "12", "-bf", "2"],
+            2,
+            "25",
+        ),
+        // Matroska and WebM (the index from mkv.rs): H.264 with B-frames, H.265, VP9, AV1
+        (
+            "h264-b.mkv",
+            vec!["-c:v", "libx264", "-g", "30", "-pix_fmt", "yuv420p"],
+            3,
+            "25",
+        ),
+        (
+            "hevc.mkv",
+            vec![
+                "-c:v",
+                "libx265",
+                "-x265-params",
+                "keyint=20:log-level=error",
+                "-pix_fmt",
+                "yuv420p",
+            ],
+            2,
+            "25",
+        ),
+        (
+            "vp9.webm",
+            vec![
+                "-c:v",
+                "libvpx-vp9",
+                "-g",
+                "15",
+                "-deadline",
+                "realtime",
+                "-pix_fmt",
+                "yuv420p",
+            ],
+            2,
+            "25",
+        ),
+        (
+            "av1.mkv",
+            vec![
+                "-c:v",
+                "libaom-av1",
+                "-g",
+                "15",
+                "-cpu-used",
+                "8",
+                "-pix_fmt",
+                "yuv420p",
+            ],
             2,
             "25",
         ),
