@@ -107,7 +107,7 @@ fn parse_whole(data: &[u8], limits: &Limits, path: &Path) -> Option<Vec<IndexEnt
 /// an accepted index must lie inside the pixels. Must never panic.
 pub fn fuzz_containers(data: &[u8]) {
     use crate::container::{PartFooter, parse_counts, sealed_body};
-    let _ = sealed_body(data, b"SKHIDX\0\x02", "index");
+    let _ = sealed_body(data, b"SKHIDX\0\x03", "index");
     if let Ok((h, counts)) = parse_counts(data) {
         assert_eq!(counts.len() as u64, h.n);
     }

@@ -354,6 +354,14 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
         i: usize,
     ) -> Result<FieldValue<'a>, RecordError>;
 
+    /// Whether one field of a record is decoded from the record's bytes without the work of
+    /// the others, so that reading a small record whole for one field is worth it
+    /// ([`crate::ShardReader::field_from_prefix`]): JSONL, whose `list:image` fields read the
+    /// image files a line lists, which a conversation's field does not need.
+    fn fields_apart(&self) -> bool {
+        false
+    }
+
     /// What the codec keeps of decoded data between reads (Parquet: the decoded pages that the
     /// shards of a dataset share), for statistics; `None` when it keeps nothing.
     fn cache_stats(&self) -> Option<CodecCacheStats> {

@@ -1267,7 +1267,9 @@ impl ShardReader {
     /// Field `field` of record `i` read from the record's first `prefix` bytes when the record
     /// is larger and the prefix holds the field ([`crate::record::field_from_prefix`]: not
     /// checksummed); `None` when it does not, or for records of files read in place (read the
-    /// whole record then).
+    /// whole record then) but those whose codec decodes fields apart
+    /// ([`RecordCodec::fields_apart`]: a JSONL line, read whole and checked, for that field
+    /// alone, not the image files it lists).
     pub fn field_from_prefix(
         &self,
         i: u64,
@@ -1275,7 +1277,21 @@ impl ShardReader {
         prefix: usize,
     ) -> Result<Option<FieldValue<'static>>> {
         let e = self.entry(i);
-        if self.codec.is_some() || (e.len as usize) <= prefix {
+        if let Some(codec) = &self.codec {
+            // a file read in place whose fields are decoded apart: the record is read whole
+            // (checked) for that field alone
+            if !codec.fields_apart() {
+                return Ok(None);
+            }
+            let mut buf = Vec::new();
+            self.read_record(i, &mut buf, true)?;
+            return self
+                .fields(i, &buf)?
+                .field(&self.meta.schema, field, self.limits.max_decompressed_bytes)
+                .map(|v| Some(v.into_owned()))
+                .map_err(|err| self.record_error(i, err));
+        }
+        if (e.len as usize) <= prefix {
             return Ok(None);
         }
         let mut buf = vec![0u8; prefix];

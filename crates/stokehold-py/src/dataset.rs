@@ -359,8 +359,8 @@ impl Dataset {
     }
 
     /// Width and height of each image of sample `i`'s list of images `field`, as a list of
-    /// `(width, height)` tuples, from the shards' meta blocks: nothing is read or decoded. None
-    /// where the files keep no sizes (files read in place).
+    /// `(width, height)` tuples, from the shards' meta blocks (files read in place: their
+    /// indexes): nothing is read or decoded. None where the files keep no sizes.
     #[pyo3(signature = (i, field = "images"))]
     fn image_sizes<'py>(
         &self,

@@ -5,20 +5,35 @@
 //! object, or lacks a required key, is a corrupt sample then (the loader's error policy counts
 //! it), named by file, line number, byte offset and sample index.
 //!
+//! A key whose values are lists of image file names (`"images": ["a.jpg", "b.png"]`, the rule
+//! `pack` follows: [`crate::sources::jsonl::KeyStats::field_type`]) is a `list:image` field: the
+//! scan reads each listed file's header (paths relative to the JSONL file's folder) and keeps
+//! every image's width and height in the record's key bytes (per such key, in
+//! [`JsonlStats::images`]' order: u32 count, then u32 width and height per image), so a
+//! planner has them without reading an image ([`list_tables`]); a sample's value is the files'
+//! bytes, read when it is read. A file that cannot be read is noted at the scan (size 0 × 0:
+//! its sample lists no images in the table) and is an error naming the line and the path when
+//! its sample is read. Only a JSONL file on a local disk has its image paths read (one in
+//! object storage keeps them as JSON text, said in a note).
+//!
 //! Lines end with `\n` or `\r\n`; the last may have no newline; blank lines (only whitespace)
 //! are not samples; a UTF-8 byte order mark at the file's start is skipped. A line longer
 //! than the record limit is kept as a damaged record (reading it is an error that says so),
 //! and no buffer is ever sized by it.
 
+use std::collections::BTreeMap;
 use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use stokehold_format::{FieldValue, IndexEntry, RecordCodec, RecordError, Schema, crc};
+use stokehold_format::{
+    FieldValue, IndexEntry, ListTable, RecordCodec, RecordError, Schema, Storage, crc,
+};
 
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{ChooseError, Chosen, Scanned};
-use crate::sources::jsonl::{BOM, LineStats, SAMPLED_LINES, field_value, is_blank};
+use crate::sources::jsonl::{BOM, LineStats, SAMPLED_LINES, field_value, image_paths, is_blank};
 
 /// Blank lines whose places are kept exactly (for line numbers in messages); past them, line
 /// numbers are said as at least.
@@ -38,6 +53,9 @@ pub(super) struct JsonlStats {
     pub max: u64,
     /// A byte order mark was skipped.
     pub bom: bool,
+    /// The keys that list image files whose sizes each record's key bytes keep, in order.
+    #[serde(default)]
+    pub images: Vec<String>,
 }
 
 impl JsonlStats {
@@ -290,6 +308,175 @@ fn stats_of(s: &Scanned) -> Result<JsonlStats, ChooseError> {
     })
 }
 
+/// Bytes of an image file read first for its size (a JPEG whose frame header lies past them,
+/// behind large metadata, is read whole, up to the record limit).
+const HEAD: u64 = 4096;
+
+/// The width and height of image file `path`, from its header.
+fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), String> {
+    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut head = Vec::new();
+    (&mut f)
+        .take(HEAD)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    match stokehold_format::image_size::image_size(&head) {
+        Ok(wh) => Ok(wh),
+        Err(_) if head.len() as u64 == HEAD => {
+            let all = crate::pack::read_file(path, max)?;
+            stokehold_format::image_size::image_size(&all)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Images of unreadable files named in a file's notes.
+const NAMED_UNREADABLE: usize = 3;
+
+/// After the scan of JSONL file `place` (its bytes in `storage`, its folder `dir` where it is
+/// on a local disk): for each key that lists image files, every record's image sizes into its
+/// key bytes (see the module's doc), each read from the file's header.
+pub(super) fn size_images(
+    storage: &dyn Storage,
+    dir: Option<&Path>,
+    place: &str,
+    max: u64,
+    ix: &mut FileIndex,
+) -> Result<(), (u64, String)> {
+    let mut stats: JsonlStats = serde_json::from_value(ix.header.stats.clone())
+        .map_err(|e| (0, format!("the statistics do not parse: {e}")))?;
+    let keys: Vec<String> = stats
+        .lines
+        .keys
+        .iter()
+        .filter(|k| k.field_type().is_some_and(|t| t.is_image_list()))
+        .map(|k| k.name.clone())
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let Some(dir) = dir else {
+        ix.header.notes.push(format!(
+            "{place}: keys {keys:?} list image files, which are read only beside a JSONL file on \
+             a local disk: kept as JSON text (pack the file to read its images)"
+        ));
+        return Ok(());
+    };
+    let (mut first_key, mut out) = (vec![0u32], Vec::new());
+    let (mut unreadable, mut named) = (0u64, Vec::new());
+    let mut buf = Vec::new();
+    for (r, e) in ix.entries.iter().enumerate() {
+        if !ix.damaged(r) {
+            let line = match storage.slice(e.offset, e.len as usize) {
+                Some(l) => l,
+                None => {
+                    buf.resize(e.len as usize, 0);
+                    storage
+                        .read_at(e.offset, &mut buf)
+                        .map_err(|err| (e.offset, err.to_string()))?;
+                    &buf[..]
+                }
+            };
+            for key in &keys {
+                // a line that does not list its images fails when read: none here
+                let paths = image_paths(line, key, true).unwrap_or_default();
+                out.extend_from_slice(&(paths.len() as u32).to_le_bytes());
+                for p in &paths {
+                    let file = dir.join(p);
+                    let (w, h) = image_file_size(&file, max).unwrap_or_else(|why| {
+                        unreadable += 1;
+                        if named.len() < NAMED_UNREADABLE {
+                            let (n, _) = stats.line_of(r as u64);
+                            named.push(format!("line {n} (sample {r}): {}: {why}", file.display()));
+                        }
+                        (0, 0)
+                    });
+                    out.extend_from_slice(&w.to_le_bytes());
+                    out.extend_from_slice(&h.to_le_bytes());
+                }
+            }
+        }
+        let end = u32::try_from(out.len()).map_err(|_| {
+            (
+                e.offset,
+                "the image sizes of the file pass 4 GiB of index".to_string(),
+            )
+        })?;
+        first_key.push(end);
+    }
+    if unreadable > 0 {
+        ix.header.notes.push(format!(
+            "{place}: {unreadable} image files cannot be read (each one's sample is an error when \
+             read): {}",
+            named.join("; ")
+        ));
+    }
+    ix.header.key_bytes = out.len() as u64;
+    ix.keys = out;
+    ix.first_key = first_key;
+    stats.images = keys;
+    ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
+    Ok(())
+}
+
+/// The sizes record `raw` (its key bytes) keeps of the `k`-th key of [`JsonlStats::images`]:
+/// `[w, h, w, h, ...]`; `None` when they do not parse.
+fn sizes_in(raw: &[u8], k: usize) -> Option<Vec<u32>> {
+    let mut at = 0usize;
+    for j in 0..=k {
+        let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+        let bytes = n.checked_mul(8)?;
+        let sizes = raw.get(at + 4..(at + 4).checked_add(bytes)?)?;
+        if j == k {
+            return Some(
+                sizes
+                    .chunks_exact(4)
+                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                    .collect(),
+            );
+        }
+        at += 4 + bytes;
+    }
+    None
+}
+
+/// Per chosen list of images, each line's count and its images' sizes, from the index (what a
+/// shard's meta block keeps, for `Dataset::image_sizes`). A damaged line, or one with an image
+/// whose file could not be read, lists none; a file whose sizes are not kept gets no table.
+pub(super) fn list_tables(s: &Scanned, chosen: &[Chosen]) -> BTreeMap<String, ListTable> {
+    let mut out = BTreeMap::new();
+    let Ok(stats) = stats_of(s) else {
+        return out;
+    };
+    let ix = &s.index;
+    for c in chosen.iter().filter(|c| c.ty.is_image_list()) {
+        let Some(k) = stats.images.iter().position(|n| *n == c.name) else {
+            continue;
+        };
+        let table = (|| {
+            let (mut counts, mut sizes) = (Vec::with_capacity(ix.entries.len()), Vec::new());
+            for r in 0..ix.entries.len() {
+                let got = if ix.damaged(r) {
+                    Vec::new()
+                } else {
+                    sizes_in(ix.key_of(r), k)?
+                };
+                if got.chunks_exact(2).any(|wh| wh == [0, 0]) {
+                    counts.push(0);
+                    continue;
+                }
+                counts.push(u32::try_from(got.len() / 2).ok()?);
+                sizes.extend_from_slice(&got);
+            }
+            ListTable::new(counts, Some(sizes)).ok()
+        })();
+        if let Some(t) = table {
+            out.insert(c.name.clone(), t);
+        }
+    }
+    out
+}
+
 /// The fields of one JSONL file's lines.
 #[derive(Debug)]
 pub(super) struct JsonlCodec {
@@ -297,10 +484,17 @@ pub(super) struct JsonlCodec {
     stats: JsonlStats,
     /// Per schema field: its key and whether a line may lack it.
     pub fields: Vec<(String, bool)>,
+    /// The folder image paths are relative to (the file's, on a local disk).
+    dir: Option<PathBuf>,
 }
 
 impl JsonlCodec {
-    pub(super) fn new(s: &Scanned, chosen: &[Chosen]) -> Result<JsonlCodec, ChooseError> {
+    /// The codec of file `s`, whose folder is `dir` where it is on a local disk.
+    pub(super) fn new(
+        s: &Scanned,
+        chosen: &[Chosen],
+        dir: Option<PathBuf>,
+    ) -> Result<JsonlCodec, ChooseError> {
         Ok(JsonlCodec {
             index: Arc::clone(&s.index),
             stats: stats_of(s)?,
@@ -308,7 +502,28 @@ impl JsonlCodec {
                 .iter()
                 .map(|c| (c.name.clone(), c.optional))
                 .collect(),
+            dir,
         })
+    }
+
+    /// The `list:image` value of key `key` of `line`: the bytes of the files it lists, each
+    /// checked as an image. An error names the item and the file.
+    fn image_files(
+        &self,
+        line: &[u8],
+        key: &str,
+        optional: bool,
+    ) -> Result<FieldValue<'static>, String> {
+        let paths = image_paths(line, key, optional)?;
+        let dir = self.dir.as_deref().unwrap_or(Path::new("."));
+        let max = self.stats.max;
+        crate::sources::parquet::list_items(paths.len(), max, |k| {
+            let file = dir.join(&paths[k]);
+            let bytes = crate::pack::read_file(&file, max)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
+            Ok(FieldValue::Image(bytes.into()))
+        })
+        .map_err(|e| format!("key {key:?} {e}"))
     }
 
     fn line(&self, record: u64) -> String {
@@ -322,6 +537,12 @@ impl JsonlCodec {
 impl RecordCodec for JsonlCodec {
     fn format(&self) -> &'static str {
         "JSONL"
+    }
+
+    /// A line's other fields are parsed from it alone; only a `list:image` field reads more
+    /// (its files).
+    fn fields_apart(&self) -> bool {
+        true
     }
 
     fn field<'a>(
@@ -343,6 +564,9 @@ impl RecordCodec for JsonlCodec {
             )));
         }
         let (key, optional) = &self.fields[i];
+        if schema.fields[i].ty.is_image_list() {
+            return self.image_files(bytes, key, *optional).map_err(corrupt);
+        }
         field_value(bytes, key, &schema.fields[i].ty, *optional).map_err(corrupt)
     }
 }
@@ -356,8 +580,14 @@ pub(super) fn choose(
     source: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<Chosen>, ChooseError> {
     let mut all = LineStats::default();
+    // the keys whose image sizes every file's index keeps
+    let mut sized: Option<Vec<String>> = None;
     for f in files {
         let s = stats_of(f)?;
+        sized = Some(match sized {
+            None => s.images.clone(),
+            Some(v) => v.into_iter().filter(|k| s.images.contains(k)).collect(),
+        });
         if let Some((line, why)) = &s.lines.first_invalid {
             notes.push(format!(
                 "{} of the first {} lines of {} are not JSON objects (line {line}: {why}): each \
@@ -368,8 +598,20 @@ pub(super) fn choose(
         all.merge(&s.lines);
     }
     let fields = crate::sources::jsonl::choose(&all, files.len(), given, notes, source)?;
+    let sized = sized.unwrap_or_default();
     Ok(fields
         .into_iter()
+        .map(|mut f| {
+            if f.ty.is_image_list() && !sized.contains(&f.name) {
+                notes.push(format!(
+                    "key {:?} lists image files, but not in the first lines of every file, or not \
+                     beside every file on a local disk (no sizes kept): kept as JSON text",
+                    f.name
+                ));
+                f.ty = stokehold_format::FieldType::Json;
+            }
+            f
+        })
         .map(|f| Chosen {
             name: f.name,
             ty: f.ty,
@@ -390,6 +632,22 @@ mod tests {
             scan_slice(file, max, &mut ix, threads).unwrap();
         }
         ix
+    }
+
+    #[test]
+    fn kept_image_sizes_parse_per_key_and_bad_ones_give_none() {
+        let mut raw = Vec::new();
+        for v in [2u32, 40, 30, 10, 20, 0, 1, 5, 7] {
+            raw.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(sizes_in(&raw, 0), Some(vec![40, 30, 10, 20]));
+        assert_eq!(sizes_in(&raw, 1), Some(vec![]));
+        assert_eq!(sizes_in(&raw, 2), Some(vec![5, 7]));
+        assert_eq!(sizes_in(&raw, 3), None);
+        // a count past the bytes, a cut count
+        assert_eq!(sizes_in(&u32::MAX.to_le_bytes(), 0), None);
+        assert_eq!(sizes_in(&raw[..2], 0), None);
+        assert_eq!(sizes_in(&raw[..12], 0), None);
     }
 
     #[test]

@@ -727,6 +727,15 @@ fn scan(
             &mut ix,
         ),
     };
+    let r = r.and_then(|()| {
+        if format != InPlaceFormat::Jsonl {
+            return Ok(());
+        }
+        // image paths are relative to the JSONL file's folder
+        let dir = location.directory().map(|d| parent(&d.join(name)));
+        let place = path.display().to_string();
+        jsonl::size_images(&*storage, dir.as_deref(), &place, max, &mut ix)
+    });
     r.map_err(|(offset, detail)| FormatError::Corrupt {
         path,
         what: format!("{} file", format.name()),
@@ -981,7 +990,10 @@ fn open_resolved(
             }
             // a line's keys are known when it is read (a line without a required key is a
             // corrupt sample then, counted by the loader), not at open
-            InPlaceFormat::Jsonl => ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None),
+            InPlaceFormat::Jsonl => {
+                lists = jsonl::list_tables(s, &chosen);
+                ((0..ix.entries.len() as u32).collect::<Vec<u32>>(), None)
+            }
             _ => {
                 let lacking = (0..ix.entries.len())
                     .filter(|&r| !ix.damaged(r) && !holds(r))
@@ -1014,7 +1026,8 @@ fn open_resolved(
                     .collect(),
             }),
             InPlaceFormat::Jsonl => {
-                Arc::new(jsonl::JsonlCodec::new(s, &chosen).map_err(|e| e.at(&root))?)
+                let dir = location.directory().map(|d| parent(&d.join(&s.name)));
+                Arc::new(jsonl::JsonlCodec::new(s, &chosen, dir).map_err(|e| e.at(&root))?)
             }
             InPlaceFormat::WebDataset => Arc::new(webdataset::TarCodec {
                 index: Arc::clone(ix),

@@ -4,19 +4,19 @@
 //! `pack` of a JSONL file gives the samples reading it in place gives. A line that is not a
 //! JSON object, or lacks a required key, is skipped and counted (`FILE:LINE`).
 //!
-//! One thing `pack` does that reading in place does not: a key whose values in the first lines
-//! are all lists of file names with an image extension (`"images": ["a.jpg", "b/c.png"]`, every
-//! string ending in `.jpg`, `.jpeg`, `.jpe`, `.png` or `.webp`, at least one of them) becomes a
-//! `list:image` field of those files' bytes, read relative to the JSONL file's folder. A file
-//! that cannot be read, or is no image, skips its line, naming the line, the item and the path.
+//! A key whose values in the first lines are all lists of file names with an image extension
+//! (`"images": ["a.jpg", "b/c.png"]`: [`crate::sources::jsonl::KeyStats::field_type`], the rule
+//! reading in place shares) is a `list:image` field of those files' bytes, read relative to the
+//! JSONL file's folder. A file that cannot be read, or is no image, skips its line, naming the
+//! line, the item and the path.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stokehold_format::{Field, FieldType, FieldValue, ImageCodec, ListItem, Schema};
+use stokehold_format::{Field, FieldValue, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Skipped, check_image, read_file};
-use crate::sources::jsonl::{Got, LineStats, SAMPLED_LINES, field_value, find, lines};
+use crate::sources::jsonl::{LineStats, SAMPLED_LINES, field_value, image_paths, lines};
 
 /// The first lines' statistics of a JSONL file's bytes.
 pub(super) fn first_lines(all: &[u8]) -> LineStats {
@@ -49,21 +49,13 @@ pub(super) fn plan<'a>(
         &mut notes,
         &mut source,
     )?;
-    let mut fields = fields;
-    for f in fields.iter_mut().filter(|f| f.ty == FieldType::Json) {
-        if lists_image_paths(&all, &f.name) {
-            f.ty = FieldType::List {
-                item: ListItem::Image {
-                    codec: ImageCodec::Auto,
-                },
-            };
-            notes.push(format!(
-                "key {:?} lists image files: packed as a list of images (list:image), read \
-                 relative to {}",
-                f.name,
-                dir_of(src).display()
-            ));
-        }
+    for f in fields.iter().filter(|f| f.ty.is_image_list()) {
+        notes.push(format!(
+            "key {:?} lists image files: packed as a list of images (list:image), read \
+             relative to {}",
+            f.name,
+            dir_of(src).display()
+        ));
     }
     let schema = Schema::new(
         fields
@@ -127,30 +119,6 @@ fn dir_of(src: &Path) -> &Path {
         .unwrap_or(Path::new("."))
 }
 
-/// The strings of a list value's canonical JSON text, `None` when it is not a list of strings.
-fn string_list(text: &str) -> Option<Vec<String>> {
-    serde_json::from_str(text).ok()
-}
-
-/// Whether key `key` of the first lines of `all` holds lists of image file names: every value
-/// not null is a list of strings, each with an image extension, and there is at least one.
-fn lists_image_paths(all: &[u8], key: &str) -> bool {
-    let mut names = 0usize;
-    for (_, _, line) in lines(all).take(SAMPLED_LINES as usize) {
-        match find(line, key) {
-            Ok(None | Some(Got::Null)) | Err(_) => {}
-            Ok(Some(Got::Json(text))) => match string_list(&text) {
-                Some(list) if list.iter().all(|p| crate::sources::has_image_extension(p)) => {
-                    names += list.len();
-                }
-                _ => return false,
-            },
-            Ok(Some(_)) => return false,
-        }
-    }
-    names > 0
-}
-
 /// The `list:image` value of key `key` of `line`: the bytes of the files it lists (relative to
 /// `dir`), each checked as an image; a missing or null key is an empty list where `optional`.
 /// An error names the item and the file.
@@ -162,14 +130,7 @@ fn image_files(
     max: u64,
     progressive: &mut bool,
 ) -> Result<FieldValue<'static>, String> {
-    let paths = match find(line, key).map_err(|e| e.to_string())? {
-        Some(Got::Json(text)) => string_list(&text),
-        None | Some(Got::Null) if optional => Some(Vec::new()),
-        None => return Err(format!("has no key {key:?}")),
-        Some(Got::Null) => return Err(format!("key {key:?} is null")),
-        _ => None,
-    }
-    .ok_or_else(|| format!("key {key:?} is not a list of image file names"))?;
+    let paths = image_paths(line, key, optional)?;
     crate::sources::parquet::list_items(paths.len(), max, |k| {
         let file = dir.join(&paths[k]);
         let bytes = read_file(&file, max).map_err(|e| format!("{}: {e}", file.display()))?;

@@ -92,6 +92,20 @@ pub fn field_value<'a>(
     })
 }
 
+/// The file names a `list:image` key `key` of `line` lists (relative to the JSONL file's
+/// folder, or absolute); none where the key is missing or null and the field is `optional`.
+/// The error says what is wrong (without the line's place).
+pub fn image_paths(line: &[u8], key: &str, optional: bool) -> Result<Vec<String>, String> {
+    match find(line, key).map_err(|e| e.to_string())? {
+        Some(Got::Json(text)) => serde_json::from_str(&text).ok(),
+        None | Some(Got::Null) if optional => Some(Vec::new()),
+        None => return Err(format!("has no key {key:?}")),
+        Some(Got::Null) => return Err(format!("key {key:?} is null")),
+        _ => None,
+    }
+    .ok_or_else(|| format!("key {key:?} is not a list of image file names"))
+}
+
 /// A field of JSON Lines: its key, type, and whether a line may lack it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonlField {
@@ -150,7 +164,7 @@ pub fn choose(
         &counts,
         objects,
         given,
-        |n| matches!(types[n], FieldType::String | FieldType::Json),
+        |n| matches!(types[n], FieldType::String | FieldType::Json) || types[n].is_image_list(),
         |n| format!("key {n:?}"),
         notes,
         source,
@@ -280,8 +294,10 @@ pub fn find<'a>(line: &'a [u8], key: &str) -> Result<Option<Got<'a>>, BadLine> {
     got.map_err(BadLine::NotObject)
 }
 
-/// The keys of the JSON object that is `line`, in order, each with its value's kind.
-pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind)>, BadLine> {
+/// The keys of the JSON object that is `line`, in order, each with its value's kind and, where
+/// the value is a list of strings each with an image extension, how many (a string: 1 where it
+/// has one; see [`KeyStats::field_type`]).
+pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind, Option<u32>)>, BadLine> {
     let mut de = serde_json::Deserializer::from_slice(line);
     let got = de
         .deserialize_any(KeysVisitor)
@@ -352,7 +368,7 @@ impl<'de> Visitor<'de> for FindVisitor<'_> {
 struct KeysVisitor;
 
 impl<'de> Visitor<'de> for KeysVisitor {
-    type Value = OrKind<Vec<(String, Kind)>>;
+    type Value = OrKind<Vec<(String, Kind, Option<u32>)>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -361,13 +377,13 @@ impl<'de> Visitor<'de> for KeysVisitor {
     not_object!();
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out: Vec<(String, Kind)> = Vec::new();
+        let mut out: Vec<(String, Kind, Option<u32>)> = Vec::new();
         while let Some(k) = map.next_key_seed(KeySeed)? {
-            let kind = map.next_value_seed(KindSeed)?;
+            let (kind, images) = map.next_value_seed(KindSeed)?;
             // a repeated key: the last value counts, as Python keeps it
-            match out.iter_mut().find(|(n, _)| *n == k) {
-                Some(slot) => slot.1 = kind,
-                None => out.push((k.into_owned(), kind)),
+            match out.iter_mut().find(|(n, _, _)| *n == k) {
+                Some(slot) => (slot.1, slot.2) = (kind, images),
+                None => out.push((k.into_owned(), kind, images)),
             }
         }
         Ok(Ok(out))
@@ -402,11 +418,12 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
-/// A value's kind, the value itself skipped.
+/// A value's kind, and for a list of image file names (every item a string with an image
+/// extension) how many (for a string, 1 where it is one); the value itself skipped.
 struct KindSeed;
 
 impl<'de> DeserializeSeed<'de> for KindSeed {
-    type Value = Kind;
+    type Value = (Kind, Option<u32>);
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(KindVisitor)
     }
@@ -415,39 +432,45 @@ impl<'de> DeserializeSeed<'de> for KindSeed {
 struct KindVisitor;
 
 impl<'de> Visitor<'de> for KindVisitor {
-    type Value = Kind;
+    type Value = (Kind, Option<u32>);
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Kind, E> {
-        Ok(Kind::Bool)
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok((Kind::Bool, None))
     }
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Kind, E> {
-        Ok(Kind::Int)
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok((Kind::Int, None))
     }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Kind, E> {
-        Ok(if i64::try_from(v).is_ok() {
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        let kind = if i64::try_from(v).is_ok() {
             Kind::Int
         } else {
             Kind::Float
-        })
+        };
+        Ok((kind, None))
     }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Kind, E> {
-        Ok(Kind::Float)
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok((Kind::Float, None))
     }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Kind, E> {
-        Ok(Kind::Str)
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        // (one image file name: what a list's item is checked for)
+        Ok((Kind::Str, super::has_image_extension(v).then_some(1)))
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Kind, E> {
-        Ok(Kind::Null)
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok((Kind::Null, None))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Kind, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Kind::Json)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let (mut names, mut all) = (0u32, true);
+        while let Some(item) = seq.next_element_seed(KindSeed)? {
+            all &= item == (Kind::Str, Some(1));
+            names = names.saturating_add(1);
+        }
+        Ok((Kind::Json, all.then_some(names)))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Kind, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Kind::Json)
+        Ok((Kind::Json, None))
     }
 }
 
@@ -526,10 +549,20 @@ pub struct KeyStats {
     pub str: u64,
     /// Lists and objects.
     pub json: u64,
+    /// Of the lists, those of image file names only (strings with an image extension).
+    #[serde(default)]
+    pub image_lists: u64,
+    /// The names those lists hold.
+    #[serde(default)]
+    pub image_names: u64,
 }
 
 impl KeyStats {
-    fn add(&mut self, kind: Kind) {
+    fn add(&mut self, kind: Kind, images: Option<u32>) {
+        if let (Kind::Json, Some(n)) = (kind, images) {
+            self.image_lists += 1;
+            self.image_names += u64::from(n);
+        }
         match kind {
             Kind::Null => self.null += 1,
             Kind::Bool => self.bool += 1,
@@ -551,15 +584,26 @@ impl KeyStats {
         self.float += o.float;
         self.str += o.str;
         self.json += o.json;
+        self.image_lists += o.image_lists;
+        self.image_names += o.image_names;
     }
 
     /// The field type its values make: int64 (integers, booleans as 0/1), float64 (numbers),
-    /// json (lists and objects), string (strings; mixed kinds as each value's text, a list or
-    /// object as its canonical JSON text); `None` when every value is null.
+    /// list:image (every value a list of file names with an image extension, `.jpg`, `.jpeg`,
+    /// `.jpe`, `.png` or `.webp`, and at least one name: the files' bytes, read relative to the
+    /// JSONL file's folder, by `pack` and in place alike), json (lists and objects), string
+    /// (strings; mixed kinds as each value's text, a list or object as its canonical JSON
+    /// text); `None` when every value is null.
     pub fn field_type(&self) -> Option<FieldType> {
         let numbers = self.int + self.float;
         Some(if self.count == 0 {
             return None;
+        } else if self.json == self.count && self.image_lists == self.json && self.image_names > 0 {
+            FieldType::List {
+                item: stokehold_format::ListItem::Image {
+                    codec: stokehold_format::ImageCodec::Auto,
+                },
+            }
         } else if self.str + self.json == 0 && self.float == 0 {
             FieldType::Int64
         } else if self.str + self.json + self.bool == 0 && numbers > 0 {
@@ -599,16 +643,16 @@ impl LineStats {
         self.lines += 1;
         match keys(line) {
             Ok(ks) => {
-                for (name, kind) in ks {
+                for (name, kind, images) in ks {
                     match self.keys.iter().position(|k| k.name == name) {
-                        Some(i) => self.keys[i].add(kind),
+                        Some(i) => self.keys[i].add(kind, images),
                         None if self.keys.len() >= MAX_KEYS => self.more_keys = true,
                         None => {
                             let mut k = KeyStats {
                                 name,
                                 ..KeyStats::default()
                             };
-                            k.add(kind);
+                            k.add(kind, images);
                             self.keys.push(k);
                         }
                     }
@@ -675,10 +719,10 @@ mod tests {
         assert_eq!(
             keys(br#"{"x": "1", "y": [1], "z": null, "w": 18446744073709551615}"#).unwrap(),
             vec![
-                ("x".into(), Kind::Str),
-                ("y".into(), Kind::Json),
-                ("z".into(), Kind::Null),
-                ("w".into(), Kind::Float)
+                ("x".into(), Kind::Str, None),
+                ("y".into(), Kind::Json, None),
+                ("z".into(), Kind::Null, None),
+                ("w".into(), Kind::Float, None)
             ]
         );
     }
@@ -724,6 +768,27 @@ mod tests {
                 ("j".into(), Some(FieldType::Json)),
                 ("n".into(), None),
                 ("b".into(), Some(FieldType::Int64)),
+            ]
+        );
+        // lists of image file names only (an empty one too, or null), at least one name: a list
+        // of images; one other item, or a string, or an object, and it is json
+        let image_list = Some(FieldType::List {
+            item: stokehold_format::ListItem::Image {
+                codec: stokehold_format::ImageCodec::Auto,
+            },
+        });
+        assert_eq!(
+            t(&[
+                br#"{"im":["a.jpg","b/c.PNG"],"e":[],"x":["a.jpg"],"o":["a.jpg"],"s":["a.jpg"]}"#,
+                br#"{"im":[],"e":[],"x":["a.jpg","n.txt"],"o":{"a":"b.jpg"},"s":"a.jpg"}"#,
+                br#"{"im":null,"e":[],"x":["b.webp"],"o":["a.jpg"],"s":["a.jpg"]}"#,
+            ]),
+            vec![
+                ("im".into(), image_list),
+                ("e".into(), Some(FieldType::Json)),
+                ("x".into(), Some(FieldType::Json)),
+                ("o".into(), Some(FieldType::Json)),
+                ("s".into(), Some(FieldType::String)),
             ]
         );
     }

@@ -1,7 +1,7 @@
 //! Several images per sample (`list:image`, and `list:bytes`, `list:string`) through `pack` of
 //! Parquet (Hugging Face `Sequence(Image())`, lists of binary and of strings), JSONL (a list of
-//! image paths), WebDataset (numbered image members) and Parquet read in place: the items in
-//! order, each image's size kept in the index, a bad item named by its place and number.
+//! image paths), WebDataset (numbered image members), and Parquet and JSONL read in place: the
+//! items in order, each image's size kept in the index, a bad item named by its place and number.
 
 use std::fs;
 use std::path::Path;
@@ -222,8 +222,9 @@ fn pack_rewrites_the_jpegs_of_a_list_as_it_rewrites_single_images() {
     assert_eq!(sizes(&ds, "raw", 1), Some(vec![(64, 48)]));
 }
 
-#[test]
-fn jsonl_lists_of_image_paths_become_lists_of_images() {
+/// A temporary folder with `src/imgs/{0,1,2}.jpg` (40 × 30, 10 × 20, 5 × 7): the folder, `src`
+/// and the images' bytes.
+fn jsonl_images() -> (tempfile::TempDir, std::path::PathBuf, [Vec<u8>; 3]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("src");
     fs::create_dir_all(dir.join("imgs")).unwrap();
@@ -231,6 +232,12 @@ fn jsonl_lists_of_image_paths_become_lists_of_images() {
     for (k, b) in imgs.iter().enumerate() {
         fs::write(dir.join(format!("imgs/{k}.jpg")), b).unwrap();
     }
+    (tmp, dir, imgs)
+}
+
+#[test]
+fn jsonl_lists_of_image_paths_become_lists_of_images() {
+    let (tmp, dir, imgs) = jsonl_images();
     fs::write(dir.join("imgs/fake.png"), b"not a png at all").unwrap();
     let lines = [
         r#"{"text": "two", "images": ["imgs/0.jpg", "imgs/1.jpg"]}"#,
@@ -425,4 +432,64 @@ fn parquet_image_lists_read_in_place_are_what_pack_makes_of_them() {
     let again = open(std::slice::from_ref(&src), OpenOptions::default(), &o).unwrap();
     assert_eq!(sizes(&again, "raw", 1), Some(vec![(64, 48)]));
     assert!(ds.image_sizes("tags", 0).is_err());
+}
+
+#[test]
+fn jsonl_image_paths_read_in_place_are_what_pack_makes_of_them() {
+    let (tmp, dir, imgs) = jsonl_images();
+    // an absolute path outside the JSONL file's folder is read as given
+    let outside = tmp.path().join("elsewhere.jpg");
+    fs::write(&outside, &imgs[1]).unwrap();
+    let lines = [
+        r#"{"text": "two", "images": ["imgs/0.jpg", "imgs/1.jpg"]}"#.to_string(),
+        r#"{"text": "none", "images": []}"#.to_string(),
+        r#"{"text": "gone", "images": ["imgs/2.jpg", "imgs/missing.jpg"]}"#.to_string(),
+        format!(
+            r#"{{"text": "abs", "images": ["imgs/2.jpg", {:?}]}}"#,
+            outside.display().to_string()
+        ),
+    ];
+    let src = dir.join("rows.jsonl");
+    fs::write(&src, lines.join("\n\n")).unwrap();
+    let (_, packed) = pack_as_given(&src, &tmp.path().join("o"), None);
+    let o = InPlaceOptions {
+        index_dir: Some(tmp.path().join("idx")),
+        ..InPlaceOptions::default()
+    };
+    let ds = open(std::slice::from_ref(&src), OpenOptions::default(), &o).unwrap();
+    assert_eq!(ds.schema(), packed.schema());
+    assert_eq!(
+        ds.schema().to_string(),
+        "text: string, images: list:image:auto"
+    );
+    assert_eq!(ds.len(), 4);
+    for (i, p) in [(0, 0), (1, 1), (3, 2)] {
+        assert_eq!(ds.get(i).unwrap(), packed.get(p).unwrap(), "{i}");
+        assert_eq!(sizes(&ds, "images", i), sizes(&packed, "images", p), "{i}");
+    }
+    assert_eq!(ds.get(3).unwrap()[1], images(&[&imgs[2], &imgs[1]]));
+    assert_eq!(sizes(&ds, "images", 0), Some(vec![(40, 30), (10, 20)]));
+    // a missing file: the sample is an error naming the file, the line and the path (line 5:
+    // blank lines between), and the scan's note says so; it lists no images in the table
+    let e = ds.get(2).unwrap_err().to_string();
+    assert!(
+        e.contains("rows.jsonl") && e.contains("line 5") && e.contains("imgs/missing.jpg"),
+        "{e}"
+    );
+    let notes = ds.manifest().source["notes"].to_string();
+    assert!(
+        notes.contains("line 5 (sample 2)") && notes.contains("imgs/missing.jpg"),
+        "{notes}"
+    );
+    assert_eq!(sizes(&ds, "images", 2), Some(vec![]));
+    // opened again from the kept index (no image read for the sizes): the same
+    fs::remove_file(dir.join("imgs/0.jpg")).unwrap();
+    let again = open(std::slice::from_ref(&src), OpenOptions::default(), &o).unwrap();
+    assert_eq!(sizes(&again, "images", 0), Some(vec![(40, 30), (10, 20)]));
+    assert!(again.get(0).unwrap_err().to_string().contains("imgs/0.jpg"));
+    // one field of a line alone (a conversation, for planning): the files it lists are not read
+    assert_eq!(
+        again.field_from_prefix(0, 0, 16).unwrap(),
+        Some(FieldValue::String("two".into()))
+    );
 }
