@@ -7,6 +7,7 @@
 
 pub mod arrow;
 pub mod example;
+pub mod frames;
 pub mod fuzzing;
 pub mod inplace;
 pub mod jpeg;

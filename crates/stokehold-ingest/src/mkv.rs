@@ -26,7 +26,7 @@
 //! Refused with a clear error: laced video blocks (rare for video), tracks with ContentEncodings
 //! (compression or encryption changes the bytes a decoder gets), other codecs.
 
-use crate::mp4::{FourCc, Frame, FrameIndex};
+use crate::frames::{FourCc, Frame, FrameIndex};
 
 /// Bounds on what a Matroska file may declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

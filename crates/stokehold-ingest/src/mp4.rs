@@ -11,8 +11,6 @@
 //! starts the media at `media_time`: every time moves back by it), so presentation times are
 //! those FFmpeg (and torchcodec) give. Fragmented MP4 (`moof`) is refused for now.
 
-use std::fmt;
-
 /// Bounds on what an MP4 file may declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mp4Limits {
@@ -83,96 +81,7 @@ impl Mp4Error {
 
 type Result<T> = std::result::Result<T, Mp4Error>;
 
-/// A four-character code.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct FourCc(pub [u8; 4]);
-
-impl fmt::Display for FourCc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for &b in &self.0 {
-            let c = if b.is_ascii_graphic() || b == b' ' {
-                b as char
-            } else {
-                '?'
-            };
-            write!(f, "{c}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for FourCc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}")
-    }
-}
-
-/// One frame (a packet of the video track), in decode order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame {
-    /// Presentation time, in the track's timescale (edit list applied).
-    pub pts: i64,
-    /// Decode time, in the track's timescale (edit list applied).
-    pub dts: i64,
-    /// Duration, in the track's timescale.
-    pub duration: u32,
-    /// A sync sample: decoding can start here.
-    pub key: bool,
-    /// The packet's first byte in the file.
-    pub offset: u64,
-    /// The packet's size in bytes.
-    pub size: u32,
-}
-
-/// The frame index of a file's first video track.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FrameIndex {
-    /// Ticks per second of the times.
-    pub timescale: u32,
-    /// The codec's sample entry (`avc1`, `hvc1`, `hev1`, `vp09`, `av01`, ...).
-    pub codec: FourCc,
-    /// Width in pixels, as the sample entry says.
-    pub width: u16,
-    /// Height in pixels.
-    pub height: u16,
-    /// The codec's configuration record, as FFmpeg's MP4 demuxer hands it to the decoder as
-    /// `extradata`: the payload of the sample entry's `avcC` (H.264), `hvcC` (H.265) or `av1C`
-    /// (AV1) box, or the decoder-specific info of `esds` (MPEG-4 part 2); empty for VP9 (`vpcC`
-    /// holds only colour and profile, which the VP9 bitstream repeats) and codecs without one.
-    pub extradata: Vec<u8>,
-    /// The frames in decode order.
-    pub frames: Vec<Frame>,
-}
-
-impl FrameIndex {
-    /// Frame indices (into `frames`) in presentation order.
-    pub fn presentation_order(&self) -> Vec<usize> {
-        let mut order: Vec<usize> = (0..self.frames.len()).collect();
-        order.sort_by_key(|&i| (self.frames[i].pts, i));
-        order
-    }
-
-    /// The index (into `frames`, decode order) of the keyframe at or before frame `i` in decode
-    /// order: where decoding must start to show frame `i`.
-    pub fn keyframe_before(&self, i: usize) -> Option<usize> {
-        (0..=i.min(self.frames.len().checked_sub(1)?))
-            .rev()
-            .find(|&j| self.frames[j].key)
-    }
-
-    /// Where decoding must start to show frame `i` (decode order) correctly: the last keyframe
-    /// at or before it in decode order whose presentation time is not after frame `i`'s. With
-    /// closed keyframe intervals this is [`FrameIndex::keyframe_before`]; with open ones (the
-    /// frames right after a keyframe in decode order that are shown before it, and reference
-    /// the interval before) it is the keyframe before that, as torchcodec and FFmpeg's seeking
-    /// choose (the keyframe with the latest presentation time not after the frame's).
-    pub fn decode_start(&self, i: usize) -> Option<usize> {
-        let pts = self.frames.get(i)?.pts;
-        (0..=i)
-            .rev()
-            .find(|&j| self.frames[j].key && self.frames[j].pts <= pts)
-    }
-}
+pub use crate::frames::{FourCc, Frame, FrameIndex};
 
 /// Where the `moov` box is: `(offset, size)`. `read(offset, len)` returns up to `len` bytes at
 /// `offset` (fewer only at the end of the file). Only box headers are read.
