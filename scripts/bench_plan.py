@@ -5,6 +5,10 @@ the first rows need, the rest in the background; the second plans from the count
 to plan a whole epoch's rows (`len(loader)` is known at open: the plan is made then).
 
     .venv/bin/python scripts/bench_plan.py --conversations 1000000 [--work /tmp/bench-plan]
+    .venv/bin/python scripts/bench_plan.py --conversations 1000000 --gigabytes 10 [--cold]
+
+`--gigabytes G` opens a JSONL of at least G GB (the 1 M conversations repeated) the first time
+and stops at its first batch (the issue asks <= 5 s for 10 GB on a local NVMe-class disk).
 
 Makes its own data (deterministic; kept in --work for later runs) with the tokenizer and template
 of scripts/bench_chat.py. `--images K`: conversations with images instead (a packed dataset of
@@ -62,6 +66,20 @@ def write_vl(path, n, k):
             w.write({"messages": json.dumps(msgs), "images": images})
 
 
+def grow(data, gigabytes):
+    """`data` repeated into a file of at least `gigabytes` GB (made once)."""
+    out = data.replace(".jsonl", f"-x{gigabytes:g}GB.jsonl")
+    if not os.path.exists(out):
+        unit = os.path.getsize(data)
+        with open(out + ".part", "wb") as f:
+            for _ in range(max(1, -(-int(gigabytes * 1e9) // unit))):
+                with open(data, "rb") as src:
+                    while chunk := src.read(1 << 24):
+                        f.write(chunk)
+        os.replace(out + ".part", out)
+    return out
+
+
 def first_batch(data, model, threads, images=False):
     t0 = time.perf_counter()
     if images:
@@ -84,6 +102,9 @@ def main():
     ap.add_argument("--work", default="/tmp/bench-plan")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--images", type=int, default=0, help="conversations with 1 to this many images (80%%)")
+    ap.add_argument("--gigabytes", type=float, default=0,
+                    help="a JSONL of at least this many GB: the --conversations file repeated (first open only)")
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before the first open (root)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     data = os.path.join(a.work, f"convs-{a.conversations}.jsonl" if not a.images else f"vl-{a.conversations}-{a.images}")
@@ -101,15 +122,26 @@ def main():
             write_vl(data, a.conversations, a.images)
         else:
             write(data, a.conversations)
+    if a.gigabytes and not a.images:
+        data = grow(data, a.gigabytes)
     kept = os.path.join(a.work, "kept")
     os.environ["STOKEHOLD_INDEX_DIR"] = kept
     import shutil
 
     shutil.rmtree(kept, ignore_errors=True)
+    if a.cold:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
     opened, first, loader = first_batch(data, model, a.threads, a.images > 0)
     counted = loader.stats()["packing"].get("counted")
-    print(f"first open (line index, then conversations counted as rows need them): {opened:.2f} s to open, "
+    size = os.path.getsize(data) if os.path.isfile(data) else 0
+    print(f"first open{' of %.2f GB' % (size / 1e9) if size else ''}{' (page cache dropped)' if a.cold else ''} "
+          f"(line index, then conversations counted as rows need them): {opened:.2f} s to open, "
           f"{first:.2f} s to the first batch ({counted} conversations counted by then)")
+    if a.gigabytes:
+        loader.close()
+        return
     # the rest are counted in the background; the epoch's length is exact once they are
     t0 = time.perf_counter()
     while (loader.stats()["packing"].get("counted") or a.conversations) < a.conversations \
