@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Planning packed conversations (issues #52, #53): the first open of a JSONL of short
 conversations indexes its lines and counts (render + tokenize) only the window of conversations
-the first rows need, the rest in the background; the second plans from the counts kept on disk. Prints, for each, the time from `SequenceLoader(...)` to its first batch, and the time
-to plan a whole epoch's rows (`len(loader)` is known at open: the plan is made then).
+the first rows need, the rest in the background; the second plans from the counts kept on disk. Prints, for each, the time from `SequenceLoader(...)` to its first batch, and for the
+first, the time until every conversation is counted (`len(loader)` is exact from then).
 
     .venv/bin/python scripts/bench_plan.py --conversations 1000000 [--work /tmp/bench-plan]
     .venv/bin/python scripts/bench_plan.py --conversations 1000000 --gigabytes 10 [--cold]
@@ -106,6 +106,8 @@ def main():
                     help="a JSONL of at least this many GB: the --conversations file repeated (first open only)")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before the first open (root)")
     a = ap.parse_args()
+    if a.gigabytes and a.images:
+        ap.error("--gigabytes repeats the JSONL of plain conversations; it does not go with --images")
     os.makedirs(a.work, exist_ok=True)
     data = os.path.join(a.work, f"convs-{a.conversations}.jsonl" if not a.images else f"vl-{a.conversations}-{a.images}")
     model = os.path.join(a.work, "model-vl" if a.images else "model")
@@ -122,7 +124,7 @@ def main():
             write_vl(data, a.conversations, a.images)
         else:
             write(data, a.conversations)
-    if a.gigabytes and not a.images:
+    if a.gigabytes:
         data = grow(data, a.gigabytes)
     kept = os.path.join(a.work, "kept")
     os.environ["STOKEHOLD_INDEX_DIR"] = kept
