@@ -94,12 +94,14 @@ impl MmapFile {
         Ok(MmapFile { map })
     }
 
-    /// Map `path`, reading every page in at once and advising sequential access (for a single
-    /// front-to-back pass such as verification).
+    /// Map `path` advising sequential access (for a front-to-back pass such as verification or
+    /// a scan). Pages come in as they are read, with the kernel's readahead. (The map is not
+    /// populated at open: that read a cold file whole inside `mmap`, before any search could
+    /// start, at 0.7 GB/s where faulting it front to back reads it at 2.4 GB/s.)
     pub fn open_sequential(path: &Path) -> io::Result<MmapFile> {
         let f = File::open(path)?;
         // SAFETY: as in `open`: a read-only map under the documented no-modification contract.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&f) }?;
+        let map = unsafe { memmap2::Mmap::map(&f) }?;
         let _ = map.advise(memmap2::Advice::Sequential);
         Ok(MmapFile { map })
     }

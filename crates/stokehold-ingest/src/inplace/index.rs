@@ -132,6 +132,17 @@ impl FileIndex {
         self.header.key_bytes = self.keys.len() as u64;
     }
 
+    /// Add records of no members and no key (`entries`, in order): as many [`FileIndex::push`]
+    /// calls, in bulk.
+    pub fn push_plain(&mut self, entries: &[IndexEntry]) {
+        self.entries.extend_from_slice(entries);
+        let (m, k) = (self.members.len() as u32, self.keys.len() as u32);
+        self.first_member
+            .extend(std::iter::repeat_n(m, entries.len()));
+        self.first_key.extend(std::iter::repeat_n(k, entries.len()));
+        self.header.records = self.entries.len() as u64;
+    }
+
     /// Record `r`'s members.
     pub fn members_of(&self, r: usize) -> &[Member] {
         &self.members[self.first_member[r] as usize..self.first_member[r + 1] as usize]
@@ -255,6 +266,31 @@ impl FileIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn records_pushed_in_bulk_are_those_pushed_one_by_one() {
+        let plain: Vec<IndexEntry> = (0..5u32)
+            .map(|i| IndexEntry {
+                offset: u64::from(i) * 100 + 2000,
+                len: 90 + i,
+                crc: i * 31,
+            })
+            .collect();
+        // after a record with members and a key, so the bulk ones point past them
+        let (mut one, mut bulk) = (sample(), sample());
+        for e in &plain {
+            one.push(*e, &[], b"");
+        }
+        bulk.push_plain(&plain[..2]);
+        bulk.push_plain(&[]);
+        bulk.push_plain(&plain[2..]);
+        assert_eq!(bulk.to_bytes(), one.to_bytes());
+        assert_eq!(bulk.members_of(bulk.entries.len() - 1), &[] as &[Member]);
+        assert_eq!(
+            FileIndex::parse(&bulk.to_bytes()).unwrap().entries,
+            one.entries
+        );
+    }
 
     fn sample() -> FileIndex {
         let mut ix = FileIndex::new("webdataset", "a.tar", 4096, Some("v1".into()));

@@ -142,44 +142,113 @@ impl Lines {
     }
 }
 
-/// Index a JSONL file whose bytes are all in memory (a mapped file) into `ix`, split among
-/// `threads` threads at line ends.
+/// The first line start at or after `pos` in `all` (lines from `lo`, the first byte after a
+/// byte-order mark): `pos` itself when a line ends just before it, else the byte after the
+/// next `\n`; `all.len()` when no line starts there.
+fn line_start_at(all: &[u8], lo: usize, pos: usize) -> usize {
+    if pos <= lo {
+        return lo;
+    }
+    if pos >= all.len() {
+        return all.len();
+    }
+    if all[pos - 1] == b'\n' {
+        return pos;
+    }
+    memchr::memchr(b'\n', &all[pos..]).map_or(all.len(), |i| pos + i + 1)
+}
+
+/// How far a scan's reader thread has brought the file in, for the threads that search it.
+#[derive(Default)]
+struct ReadTo {
+    to: std::sync::Mutex<usize>,
+    moved: std::sync::Condvar,
+}
+
+impl ReadTo {
+    fn set(&self, to: usize) {
+        *self.to.lock().unwrap_or_else(|p| p.into_inner()) = to;
+        self.moved.notify_all();
+    }
+
+    /// Wait until the reader is at `at` or past it.
+    fn wait(&self, at: usize) {
+        let mut to = self.to.lock().unwrap_or_else(|p| p.into_inner());
+        while *to < at {
+            to = self.moved.wait(to).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// Index a JSONL file whose bytes are all in memory (a mapped file) into `ix`: the file in
+/// windows of `window` bytes (each the lines that start in it), taken in file order by
+/// `threads` threads, behind one reader thread that brings the pages in front to back. The
+/// disk sees one sequential stream, as when a single thread reads the file (on a 2-core VM a
+/// cold 10 GB file read that way came in at 2.4 GB/s; two threads faulting their own halves,
+/// 1.3 GB/s); a file in the page cache costs the reader one touch a page. The index does not
+/// depend on `threads` nor on `window`.
 pub(super) fn scan_slice(
     all: &[u8],
     max: u64,
     ix: &mut FileIndex,
     threads: usize,
+    window: usize,
 ) -> Result<(), (u64, String)> {
+    /// Bytes the reader brings in between two reports of its progress.
+    const STEP: usize = 4 << 20;
+    /// The page size the reader touches at (a smaller page only means more touches).
+    const PAGE: usize = 4096;
     let lo = if all.starts_with(BOM) { BOM.len() } else { 0 };
     let threads = threads.max(1);
-    let mut cuts = vec![lo];
-    for k in 1..threads {
-        let at = lo + (all.len() - lo) * k / threads;
-        let at = at.max(*cuts.last().expect("one cut"));
-        let cut = memchr::memchr(b'\n', &all[at..]).map_or(all.len(), |i| at + i + 1);
-        if cut > *cuts.last().expect("one cut") && cut < all.len() {
-            cuts.push(cut);
-        }
-    }
-    cuts.push(all.len());
+    let window = window.max(1);
+    let windows = (all.len() - lo).div_ceil(window);
     let max = max.min(u64::from(u32::MAX));
-    let parts: Vec<Lines> = std::thread::scope(|s| {
-        let handles: Vec<_> = cuts
-            .windows(2)
-            .map(|w| {
-                let (a, b) = (w[0], w[1]);
-                s.spawn(move || {
-                    let mut l = Lines::new(max, false);
-                    l.scan(all, a, b);
-                    l
+    let read_to = ReadTo::default();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut parts: Vec<(usize, Lines)> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut at = 0;
+            while at < all.len() {
+                let end = (at + STEP).min(all.len());
+                let mut touched = 0u8;
+                for i in (at..end).step_by(PAGE) {
+                    touched ^= all[i];
+                }
+                std::hint::black_box(touched);
+                read_to.set(end);
+                at = end;
+            }
+        });
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if k >= windows {
+                            return mine;
+                        }
+                        let from = lo + k * window;
+                        let to = from.saturating_add(window).min(all.len());
+                        // the window's bytes in, and a line past it (most end there)
+                        read_to.wait(to.saturating_add(STEP).min(all.len()));
+                        let (a, b) = (line_start_at(all, lo, from), line_start_at(all, lo, to));
+                        let mut l = Lines::new(max, false);
+                        if a < b {
+                            l.scan(all, a, b);
+                        }
+                        mine.push((k, l));
+                    }
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("indexing lines does not panic"))
+            .flat_map(|h| h.join().expect("indexing lines does not panic"))
             .collect()
     });
+    parts.sort_unstable_by_key(|(k, _)| *k);
+    let parts: Vec<Lines> = parts.into_iter().map(|(_, l)| l).collect();
     let mut stats = finish(parts, ix, max, lo > 0);
     // the first lines parsed after the split, so that the statistics do not depend on it
     for (r, e) in ix.entries.iter().enumerate() {
@@ -280,11 +349,15 @@ fn finish(parts: Vec<Lines>, ix: &mut FileIndex, max: u64, bom: bool) -> JsonlSt
         if let Some(s) = part.stats.take() {
             stats.lines = s;
         }
-        let mut bad = part.damaged.iter().peekable();
-        for (r, e) in part.entries.iter().enumerate() {
-            let hurt = bad.next_if(|&&d| d == r as u64).is_some();
-            ix.push(*e, if hurt { &damaged } else { &[] }, b"");
+        // the records between two damaged ones in bulk
+        let mut from = 0;
+        for &d in &part.damaged {
+            let d = d as usize;
+            ix.push_plain(&part.entries[from..d]);
+            ix.push(part.entries[d], &damaged, b"");
+            from = d + 1;
         }
+        ix.push_plain(&part.entries[from..]);
         // past the cap, a part's blank lines are counted, not placed
         let room = MAX_BLANKS.saturating_sub(stats.blank.len());
         let placed_all = stats.blank.len() as u64 == stats.blanks;
@@ -629,9 +702,54 @@ mod tests {
         if stream {
             scan(file, max, &mut ix).unwrap();
         } else {
-            scan_slice(file, max, &mut ix, threads).unwrap();
+            // windows of a few bytes, so that lines start and end in many of them
+            scan_slice(file, max, &mut ix, threads, 5).unwrap();
         }
         ix
+    }
+
+    #[test]
+    fn the_index_does_not_depend_on_the_windows_nor_the_threads() {
+        let mut file = b"\xef\xbb\xbf".to_vec(); // a byte-order mark first
+        for i in 0..300u32 {
+            let n = i * 7919 % 1000;
+            match i % 50 {
+                7 => file.push(b'\n'),                    // a blank line
+                9 => file.extend_from_slice(&[b'x'; 90]), // over the limit
+                _ => file.extend_from_slice(format!("{{\"n\": {n}}}").as_bytes()),
+            }
+            file.push(b'\n');
+        }
+        file.extend_from_slice(b"{\"last\": 1}"); // no newline at the end
+        let want = index(&file, 64, 1, true);
+        assert_eq!(
+            want.entries.len(),
+            301 - 6,
+            "the blank lines are not records"
+        );
+        for threads in [1, 2, 3] {
+            for window in [1, 2, 13, 64, 1 << 20] {
+                let mut ix = FileIndex::new("jsonl", "f", file.len() as u64, None);
+                scan_slice(&file, 64, &mut ix, threads, window).unwrap();
+                assert_eq!(
+                    ix.to_bytes(),
+                    want.to_bytes(),
+                    "threads {threads} window {window}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_line_starts_after_a_newline_or_at_the_first_byte() {
+        let all = b"ab\ncd\n\nef";
+        let starts: Vec<usize> = (0..=all.len()).map(|p| line_start_at(all, 0, p)).collect();
+        assert_eq!(starts, [0, 3, 3, 3, 6, 6, 6, 7, 9, 9]);
+        assert_eq!(
+            line_start_at(b"\xef\xbb\xbfa\nb", 3, 1),
+            3,
+            "not inside the mark"
+        );
     }
 
     #[test]

@@ -397,7 +397,7 @@ pub struct ChatPlanner {
     used: AtomicU64,
     budget: u64,
     /// Encodings kept from the count pass, within `keep_encodings`.
-    kept: Vec<OnceLock<ChatEncoding>>,
+    kept: KeptEncodings,
     /// A plain-text source ([`DocumentSpec`]): the ids of its `bos` and `eos` tokens.
     document: Option<(Option<u32>, Option<u32>)>,
     /// Images inside the conversations ([`VisionSpec`]).
@@ -425,6 +425,50 @@ impl std::fmt::Debug for ChatPlanner {
             .field("options", &self.options)
             .field("conversations", &self.counts.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The encodings a count pass keeps (within `keep_encodings`), by conversation: slots set at
+/// most once, in chunks made when one of their slots is first set. (A slot per conversation made
+/// at open was 56 bytes each written, 1.2 GB for 21 M conversations of which the budget keeps
+/// a few; the chunks cost 16 bytes per 4,096 conversations until something is kept.)
+#[derive(Default)]
+struct KeptEncodings {
+    chunks: Vec<OnceLock<Box<[OnceLock<ChatEncoding>]>>>,
+    /// Conversations.
+    n: usize,
+}
+
+impl KeptEncodings {
+    /// Conversations per chunk.
+    const CHUNK: usize = 4096;
+
+    /// Slots for `n` conversations, none made yet.
+    fn new(n: usize) -> KeptEncodings {
+        KeptEncodings {
+            chunks: (0..n.div_ceil(Self::CHUNK))
+                .map(|_| OnceLock::new())
+                .collect(),
+            n,
+        }
+    }
+
+    /// The encoding kept for conversation `i`.
+    fn get(&self, i: usize) -> Option<&ChatEncoding> {
+        self.chunks
+            .get(i / Self::CHUNK)?
+            .get()?
+            .get(i % Self::CHUNK)?
+            .get()
+    }
+
+    /// Keep `e` for conversation `i`; false when one is kept already (or `i` is out of range).
+    fn set(&self, i: usize, e: ChatEncoding) -> bool {
+        let Some(chunk) = self.chunks.get(i / Self::CHUNK).filter(|_| i < self.n) else {
+            return false;
+        };
+        let slots = chunk.get_or_init(|| (0..Self::CHUNK).map(|_| OnceLock::new()).collect());
+        slots[i % Self::CHUNK].set(e).is_ok()
     }
 }
 
@@ -582,7 +626,7 @@ impl ChatPlanner {
             threads,
             used: AtomicU64::new(0),
             budget: options.keep_encodings.resolve(default_keep),
-            kept: Vec::new(),
+            kept: KeptEncodings::default(),
             kept_count: AtomicU64::new(0),
             counts_kept: false,
             document,
@@ -600,39 +644,56 @@ impl ChatPlanner {
         Ok(planner)
     }
 
-    /// Count the conversations not counted yet in the background, in dataset order, one
-    /// thread, so that the windows planned later find their counts ready (a lazily counting
-    /// planner; nothing to do for one counted at open). The thread ends when every
-    /// conversation is counted or the planner is dropped; a conversation it cannot encode is
-    /// left to the window that needs it (whose plan then reports the error).
+    /// Count the conversations not counted yet in the background, in dataset order, on as
+    /// many threads as the planner counts with (one per core by default), each at a lower
+    /// priority (nice 10) so that it takes the cores the loader leaves idle rather than the
+    /// loader's; the windows planned later then find their counts ready (a lazily counting
+    /// planner; nothing to do for one counted at open). The threads take blocks of
+    /// conversations in turn, and end when every conversation is counted or the planner is
+    /// dropped; a conversation they cannot encode is left to the window that needs it (whose
+    /// plan then reports the error). Who counts a conversation does not change its count.
     ///
     /// `STOKEHOLD_CHAT_COUNT_AHEAD=0` in the environment leaves it off (tests that count what
     /// the first batches needed).
     pub fn count_in_background(self: &Arc<Self>) {
+        /// Conversations a counter takes at a time.
+        const BLOCK: u64 = 64;
         let off = std::env::var_os("STOKEHOLD_CHAT_COUNT_AHEAD").is_some_and(|v| v == "0");
         if off || self.all_counted() {
             return;
         }
-        let weak: Weak<ChatPlanner> = Arc::downgrade(self);
         let n = self.len();
-        let _ = std::thread::Builder::new()
-            .name("stokehold-chat-count".into())
-            .spawn(move || {
-                let mut id = 0u64;
-                while id < n {
-                    let Some(planner) = weak.upgrade() else {
-                        return;
-                    };
-                    if planner.all_counted() {
-                        return;
+        let next = Arc::new(AtomicU64::new(0));
+        let threads = match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            t => t,
+        };
+        for k in 0..threads {
+            let weak: Weak<ChatPlanner> = Arc::downgrade(self);
+            let next = Arc::clone(&next);
+            let _ = std::thread::Builder::new()
+                .name(format!("stokehold-chat-count-{k}"))
+                .spawn(move || {
+                    // nice is per thread on Linux: this one only yields to the loader's
+                    let tid = rustix::thread::gettid();
+                    let _ = rustix::process::setpriority_process(Some(tid), 10);
+                    loop {
+                        let id = next.fetch_add(BLOCK, Ordering::Relaxed);
+                        if id >= n {
+                            return;
+                        }
+                        let Some(planner) = weak.upgrade() else {
+                            return;
+                        };
+                        if planner.all_counted() {
+                            return;
+                        }
+                        for i in id..(id + BLOCK).min(n) {
+                            let _ = planner.count_one(i);
+                        }
                     }
-                    let end = (id + 64).min(n);
-                    for i in id..end {
-                        let _ = planner.count_one(i);
-                    }
-                    id = end;
-                }
-            });
+                });
+        }
     }
 
     /// The fields of record `id`.
@@ -772,10 +833,7 @@ impl ChatPlanner {
 
     /// The tokens and mask of conversation `id`: kept from the count pass, or encoded now.
     pub fn encoding(&self, id: u64) -> Result<Cow<'_, ChatEncoding>> {
-        match usize::try_from(id)
-            .ok()
-            .and_then(|i| self.kept.get(i)?.get())
-        {
+        match usize::try_from(id).ok().and_then(|i| self.kept.get(i)) {
             Some(e) => Ok(Cow::Borrowed(e)),
             None => self.encode(id).map(Cow::Owned),
         }
@@ -814,7 +872,7 @@ impl ChatPlanner {
     fn count(&mut self, threads: usize, skip_bad: Option<f64>, lazy: bool) -> Result<()> {
         let n = self.ds.len();
         let len = usize::try_from(n).unwrap_or(0);
-        self.kept = (0..n).map(|_| OnceLock::new()).collect();
+        self.kept = KeptEncodings::new(len);
         let keep = super::kept_counts::dir();
         let key = self.counts_key();
         let stored_len = match self.vision {
@@ -970,7 +1028,7 @@ impl ChatPlanner {
         let bytes = (e.input_ids.len() * 5 + 64) as u64;
         let before = self.used.fetch_add(bytes, Ordering::Relaxed);
         if before + bytes <= self.budget {
-            if self.kept[i].set(e).is_ok() {
+            if self.kept.set(i, e) {
                 self.kept_count.fetch_add(1, Ordering::Relaxed);
             }
         } else {
@@ -1904,6 +1962,32 @@ impl RowColumns<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_encodings_are_set_once_in_chunks_made_on_first_use() {
+        let n = KeptEncodings::CHUNK * 2 + 5;
+        let kept = KeptEncodings::new(n);
+        let enc = |t: u32| ChatEncoding {
+            input_ids: vec![t, t + 1],
+            mask: vec![0, 1],
+        };
+        assert_eq!(kept.chunks.len(), 3);
+        for i in [0, KeptEncodings::CHUNK - 1, KeptEncodings::CHUNK * 2 + 4] {
+            assert!(kept.get(i).is_none());
+            assert!(kept.set(i, enc(i as u32)));
+            assert!(!kept.set(i, enc(7)), "a slot is set once");
+            assert_eq!(kept.get(i), Some(&enc(i as u32)));
+        }
+        // the middle chunk was never written to: not made
+        assert!(kept.chunks[1].get().is_none());
+        assert!(kept.get(KeptEncodings::CHUNK + 3).is_none());
+        assert!(
+            kept.get(1).is_none(),
+            "a neighbour in a made chunk is empty"
+        );
+        assert!(!kept.set(n, enc(1)), "past the end");
+        assert!(kept.get(n).is_none());
+    }
 
     /// A deterministic generator (splitmix64) for the tests' lengths.
     struct Gen(u64);
