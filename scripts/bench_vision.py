@@ -11,7 +11,7 @@ Two settings: `--inline` runs every side in this process, one image at a time, o
 kernels alone); the default is the issue's setting: the peers in a torch DataLoader with
 `--workers` worker processes (batches of `--batch` images, `pixel_values` concatenated as
 transformers' processors return them), stokehold's Loader over the same images (a dataset
-written once) with the Qwen2VL stage on `--workers` threads, each batch collated the same way.
+written once) with the Qwen2VL stage on `--workers` threads, each batch delivered that way.
 
     python scripts/bench_vision.py --images bench-data/inet/train --large bench-data/inet/large
 """
@@ -152,7 +152,6 @@ def main():
         import tempfile
 
         import stokehold
-        from stokehold.vision import collate
 
         tmp = tempfile.TemporaryDirectory(prefix="bench-vision-")
         ours_loaders = {}
@@ -169,7 +168,8 @@ def main():
                 ours_loaders[key] = stokehold.Loader(path, a.batch, transforms={"image": ours}, shuffle=False,
                                                      threads=a.workers, drop_last=False)
             for batch in ours_loaders[key]:
-                collate(batch["image"])
+                # delivered as the processor returns them: pixel_values and the grids
+                batch["image"], batch["image_grid_thw"]
 
         run_pil, run_tv = loader_of("pil"), loader_of("tv")
 

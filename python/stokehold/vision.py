@@ -11,9 +11,12 @@ bit; with ``dct_scaling`` (the default) a JPEG at least twice the target in both
 at 1/2, 1/4 or 1/8 scale first, within the bound ``docs/vision.md`` states.
 
 As a loader stage, ``Loader(ds, 16, transforms={"image": Qwen2VL(...)})`` runs it on the loader's
-threads: each sample's ``batch["image"]`` is a float32 array ``[grid_h / m, grid_w / m, m * m,
-row]`` (rows in the model's order); :func:`collate` turns a batch's list of them into
-``(pixel_values, image_grid_thw)``.
+threads, and each batch holds what the processor's call returns for the batch's images:
+``batch["image"]`` is ``pixel_values`` (float32 ``[patches, row]``, the images' rows one after
+another in the model's order) and ``batch["image_grid_thw"]`` the grids (int64 ``[B, 3]``),
+assembled in Rust into a recycled buffer (no per-image arrays, no concatenation in Python).
+:func:`collate` turns a list of per-image patch arrays (``[grid_h / m, grid_w / m, m * m, row]``)
+into the same pair.
 
 ``FixedSize(384)`` is the fixed-size processor of SigLIP/CLIP-style encoders (resize to a square
 with Pillow's bicubic, rescale, normalise; ``pad=`` a colour pads to a square first, as LLaVA's
@@ -31,9 +34,15 @@ __all__ = ["FixedSize", "Qwen2VL", "collate"]
 
 
 def collate(images: Sequence[Any], merge_size: int = 2) -> Tuple[Any, Any]:
-    """``(pixel_values, image_grid_thw)`` of a batch's images as the ``Qwen2VL`` stage gives them
-    (``batch["image"]``): float32 ``[patches, row]`` (the images' rows one after the other) and
-    int64 ``[images, 3]``, what ``Qwen2VLImageProcessor`` returns for the same images."""
+    """``(pixel_values, image_grid_thw)`` of per-image patch arrays ``[grid_h / m, grid_w / m,
+    m * m, row]`` (rows in the model's order): float32 ``[patches, row]`` (the images' rows one
+    after the other) and int64 ``[images, 3]``, what ``Qwen2VLImageProcessor`` returns for the
+    same images. (A loader's ``Qwen2VL`` column is delivered as that pair already.)"""
+    if isinstance(images, np.ndarray) and images.ndim == 2:
+        raise TypeError(
+            "collate() takes a list of per-image patch arrays; a loader's Qwen2VL column is "
+            "already pixel_values, with its grids in batch[<column> + '_grid_thw']"
+        )
     arrays = [np.asarray(a) for a in images]
     for a in arrays:
         if a.ndim != 4 or a.shape[2] % (merge_size * merge_size):

@@ -120,10 +120,10 @@ def test_bad_images_and_bad_parameters_are_named():
 
 
 def test_the_processor_as_a_loader_stage_gives_the_calls_values_in_the_models_order(tmp_path):
-    """Loader(transforms={"image": Qwen2VL(...)}) on 2 threads: each sample's array reshaped is
-    what the processor's call gives that image, collate() gives the batch's pixel_values and
-    image_grid_thw as transformers' processor lays them out; a damaged image is named by the
-    loader's error policy; the stage pickles with the loader's options."""
+    """Loader(transforms={"image": Qwen2VL(...)}) on 2 threads: each batch's pixel_values
+    (batch["image"]) and image_grid_thw are what the processor's call gives the batch's images,
+    laid out as transformers' processor lays them out; collate() of per-image arrays gives the
+    same pair, and refuses the delivered column with a clear error."""
     from stokehold.vision import collate
 
     sizes = [(300, 200), (64, 64), (640, 480), (200, 900), (37, 501), (1200, 800), (90, 90), (500, 375)]
@@ -135,7 +135,8 @@ def test_the_processor_as_a_loader_stage_gives_the_calls_values_in_the_models_or
     loader = stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"image": proc}, shuffle=True, seed=5, threads=2)
     seen = []
     for batch in loader:
-        pv, grid = collate(batch["image"])
+        pv, grid = batch["image"], batch["image_grid_thw"]
+        assert pv.dtype == np.float32 and grid.dtype == np.int64 and grid.shape == (len(batch["n"]), 3)
         want_pv, want_grid = proc([images[n] for n in batch["n"]], threads=1)
         assert np.array_equal(grid, want_grid) and np.array_equal(pv, want_pv)
         ref = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=28 * 28 * 300)
@@ -143,10 +144,47 @@ def test_the_processor_as_a_loader_stage_gives_the_calls_values_in_the_models_or
         assert np.array_equal(pil["image_grid_thw"], grid) and pil["pixel_values"].shape == pv.shape
         seen += list(batch["n"])
     assert sorted(seen) == list(range(len(images)))
+    # per-image arrays, as the loader assembled them: the same pair
+    m = 2
+    arrays, at = [], 0
+    for t, h, w in want_grid:
+        n = t * h * w
+        arrays.append(want_pv[at:at + n].reshape(h // m, w // m, m * m * t, -1))
+        at += n
+    cpv, cgrid = collate(arrays)
+    assert np.array_equal(cpv, want_pv) and np.array_equal(cgrid, want_grid)
+    with pytest.raises(TypeError, match="_grid_thw"):
+        collate(pv)
     with pytest.raises(stokehold.ConfigError, match="qwen2vl: must be the only stage"):
         stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"image": [proc, proc]})
     with pytest.raises(stokehold.ConfigError, match="qwen2vl needs encoded image bytes, and the field is of type int64"):
         stokehold.Loader(str(tmp_path / "ds"), 4, transforms={"n": proc})
+
+
+def test_a_damaged_image_under_skip_is_stood_in_for_in_the_patches_and_the_grids(tmp_path):
+    """on_error="skip" with one truncated JPEG: its slot repeats another sample's image (marked
+    padding), and the delivered pixel_values and image_grid_thw stay consistent: the grids'
+    patches add up to the rows, each batch is what the processor gives its (stood-in) images."""
+    sizes = [(300, 200), (64, 64), (640, 480), (200, 900), (90, 90), (500, 375)]
+    images = [jpeg(w, h, seed=i) for i, (w, h) in enumerate(sizes)]
+    images[2] = images[2][: len(images[2]) // 3]
+    with stokehold.ShardWriter(tmp_path / "ds", {"image": "image:jpeg", "n": "int64"}) as w:
+        for i, im in enumerate(images):
+            w.write({"image": im, "n": i})
+    proc = Qwen2VL(max_pixels=28 * 28 * 300)
+    loader = stokehold.Loader(str(tmp_path / "ds"), 3, transforms={"image": proc}, shuffle=False, threads=2,
+                              on_error="skip", max_skip_fraction=0.5, include_ids=True)
+    padded = 0
+    for batch in loader:
+        pv, grid = batch["image"], batch["image_grid_thw"]
+        assert grid.shape == (3, 3) and pv.shape[0] == int(np.prod(grid, axis=1).sum())
+        ns = list(batch["n"])
+        padded += int(batch["is_padding"].sum())
+        assert 2 not in [n for n, p in zip(ns, batch["is_padding"]) if not p]
+        want_pv, want_grid = proc([images[n] for n in ns], threads=1)
+        assert np.array_equal(grid, want_grid) and np.array_equal(pv, want_pv)
+    assert padded == 1
+    assert len(loader.stats()["skipped"]) == 1
 
 
 def test_fixed_size_gives_siglip_and_llava_processors_values_and_runs_as_a_loader_stage(tmp_path):

@@ -44,6 +44,17 @@ pub enum Output {
     },
     /// A list with one owned value per sample (bytes, strings, arrays of varying shape).
     List,
+    /// Image patches in merge blocks (the `qwen2vl` stage): each sample puts a float32 array
+    /// `[grid_h / merge, grid_w / merge, merge² · grid_t, row]` in a list slot, and the
+    /// delivered batch has them one after another as a `[Σ patches, row]` float32 column
+    /// (Qwen2-VL's `pixel_values`, rows in the model's order) beside a `{name}_grid_thw` int64
+    /// `[batch, 3]` column ([`deliver_patches`]), as `Qwen2VLImageProcessor` returns them.
+    Patches {
+        /// The merge size.
+        merge: usize,
+        /// Floats per patch.
+        row: usize,
+    },
     /// One tensor of `[Σ rows, row_shape...]` elements of `dtype` for the whole batch, sample
     /// `i` filling its `rows[i]` rows after those of the samples before it: arrays of varying
     /// length known before they are made (a packed row's image patches, from the plan), written
@@ -64,7 +75,7 @@ impl Output {
     pub fn slot_bytes(&self) -> usize {
         match self {
             Output::Fixed { dtype, shape } => shape.iter().product::<usize>() * dtype.size(),
-            Output::List | Output::Ragged { .. } => 0,
+            Output::List | Output::Ragged { .. } | Output::Patches { .. } => 0,
         }
     }
 }
@@ -312,7 +323,7 @@ impl SharedBatch {
                         }))
                         .collect()
                 }
-                Output::List => Vec::new(),
+                Output::List | Output::Patches { .. } => Vec::new(),
             };
             match o {
                 Output::Fixed { .. } | Output::Ragged { .. } => {
@@ -325,7 +336,7 @@ impl SharedBatch {
                     }));
                     lists.push(None);
                 }
-                Output::List => {
+                Output::List | Output::Patches { .. } => {
                     fixed.push(None);
                     lists.push(Some(Mutex::new((0..b).map(|_| None).collect())));
                 }
@@ -423,7 +434,7 @@ impl SharedBatch {
                         data: buf,
                     }
                 }
-                Output::List => {
+                Output::List | Output::Patches { .. } => {
                     let items = self.lists[k]
                         .as_ref()
                         .map(|l| std::mem::take(&mut *crate::sync::lock(l)))
@@ -456,6 +467,125 @@ pub(crate) fn finish_batch(
         columns: shared.take_columns(names),
         pool: Some(Arc::clone(pool)),
     }
+}
+
+/// Per-sample value buffers given back by [`deliver_patches`] once copied into their batch's
+/// column, for the next samples' values ([`spare_bytes`]): a large array made per sample (an
+/// image's patches, megabytes) is then written into memory already faulted in, not into fresh
+/// pages each time.
+static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+
+/// Spare buffers kept at most.
+const SPARE_MAX: usize = 64;
+
+/// A buffer of `len` bytes for a sample's value (contents unspecified but initialised): a
+/// spare one when one holds `len` bytes, else a new one.
+pub(crate) fn spare_bytes(len: usize) -> Vec<u8> {
+    let reused = {
+        let mut spare = crate::sync::lock(&SPARE);
+        let i = spare.iter().position(|v| v.capacity() >= len);
+        i.map(|i| spare.swap_remove(i))
+    };
+    match reused {
+        Some(mut v) => {
+            // a shorter buffer grows (the new bytes zeroed), a longer one is cut: no pass over
+            // what the caller overwrites anyway
+            v.resize(len, 0);
+            v
+        }
+        None => vec![0u8; len],
+    }
+}
+
+fn give_spare(v: Vec<u8>) {
+    let mut spare = crate::sync::lock(&SPARE);
+    if spare.len() < SPARE_MAX {
+        spare.push(v);
+    }
+}
+
+/// Turn each [`Output::Patches`] column of `batch` (per `names`, the loader's columns) from its
+/// list of per-sample arrays into the `[Σ patches, row]` float32 column and its
+/// `{name}_grid_thw` int64 `[batch, 3]` column (appended after the loader's columns): one copy
+/// into a buffer of `pool`; the per-sample buffers go back for the next samples. Run after
+/// failed slots are filled ([`copy_slot`]). An error when a value is not such an array.
+pub(crate) fn deliver_patches(
+    batch: &mut Batch,
+    names: &[(String, Output)],
+    pool: &BufferPool,
+) -> Result<(), String> {
+    for (k, (name, o)) in names.iter().enumerate() {
+        let &Output::Patches { merge, row } = o else {
+            continue;
+        };
+        let Some((_, ColumnData::List(items))) = batch.columns.get_mut(k) else {
+            continue;
+        };
+        let items = std::mem::take(items);
+        let mm = merge * merge;
+        let mut rows = Vec::with_capacity(items.len());
+        let mut grid = Vec::with_capacity(items.len() * 3);
+        for (slot, v) in items.iter().enumerate() {
+            let shape = match v {
+                FieldValue::Array(a)
+                    if a.dtype == DType::F32
+                        && a.shape.len() == 4
+                        && a.shape[3] as usize == row
+                        && mm > 0
+                        && (a.shape[2] as usize).is_multiple_of(mm)
+                        && a.shape.iter().try_fold(4u64, |p, &d| p.checked_mul(d))
+                            == Some(a.data.len() as u64) =>
+                {
+                    &a.shape
+                }
+                other => {
+                    return Err(format!(
+                        "column {name:?}, slot {slot}: not image patches in blocks of                          {merge}x{merge} of {row} floats: {}",
+                        other.kind()
+                    ));
+                }
+            };
+            let n = (shape[0] * shape[1] * shape[2]) as usize;
+            rows.push(n);
+            let m = merge as i64;
+            grid.extend([
+                shape[2] as i64 / (m * m),
+                shape[0] as i64 * m,
+                shape[1] as i64 * m,
+            ]);
+        }
+        let total: usize = rows.iter().sum();
+        let mut data = pool.get(total * row * 4);
+        let out = data.as_bytes_mut();
+        let mut at = 0;
+        for v in items {
+            if let FieldValue::Array(a) = v {
+                out[at..at + a.data.len()].copy_from_slice(&a.data);
+                at += a.data.len();
+                if let std::borrow::Cow::Owned(bytes) = a.data {
+                    give_spare(bytes);
+                }
+            }
+        }
+        let mut thw = pool.get(grid.len() * 8);
+        thw.as_bytes_mut()
+            .copy_from_slice(bytemuck::cast_slice(&grid));
+        batch.columns[k].1 = ColumnData::Ragged {
+            dtype: DType::F32,
+            shape: vec![total, row],
+            rows: rows.clone(),
+            data,
+        };
+        batch.columns.push((
+            format!("{name}_grid_thw"),
+            ColumnData::Fixed {
+                dtype: DType::I64,
+                shape: vec![rows.len(), 3],
+                data: thw,
+            },
+        ));
+    }
+    Ok(())
 }
 
 /// Fill slot `dst` of every column with a copy of slot `src` (used for skipped samples).
@@ -566,6 +696,105 @@ mod tests {
         assert_eq!((shape, rows), (vec![8, 2], vec![3, 2, 3]));
         assert_eq!(values[..6], [2f32; 6]);
         assert_eq!(values[6..10], [0f32; 4]);
+    }
+
+    #[test]
+    fn image_patches_are_delivered_as_one_tensor_and_their_grids() {
+        let (merge, row) = (2usize, 3usize);
+        let patches = vec![("image".to_string(), Output::Patches { merge, row })];
+        let pool = Arc::new(BufferPool::new(4));
+        // sample 0: grid (1, 2, 4), 8 patches; sample 1: grid (1, 4, 2); sample 2: grid (2, 2, 2)
+        let shapes: [[u64; 4]; 3] = [[1, 2, 4, 3], [2, 1, 4, 3], [1, 1, 8, 3]];
+        let shared = SharedBatch::new(
+            0,
+            0,
+            vec![5, 6, 7],
+            vec![false; 3],
+            vec![patches[0].1.clone()],
+            &pool,
+            3,
+        );
+        for (slot, shape) in shapes.iter().enumerate() {
+            let n = shape.iter().product::<u64>() as usize;
+            let values: Vec<f32> = (0..n).map(|i| (slot * 100 + i) as f32).collect();
+            let v = FieldValue::Array(stokehold_format::ArrayValue {
+                dtype: DType::F32,
+                shape: shape.to_vec(),
+                data: bytemuck::cast_slice(&values).to_vec().into(),
+            });
+            shared.set_list(0, slot, v);
+            shared.task_done();
+        }
+        let mut b = finish_batch(&shared, &patches, &pool);
+        deliver_patches(&mut b, &patches, &pool).unwrap();
+        assert_eq!(b.columns.len(), 2);
+        match &b.columns[0] {
+            (
+                name,
+                ColumnData::Ragged {
+                    dtype,
+                    shape,
+                    rows,
+                    data,
+                },
+            ) => {
+                assert_eq!((name.as_str(), *dtype), ("image", DType::F32));
+                assert_eq!((shape.clone(), rows.clone()), (vec![24, 3], vec![8, 8, 8]));
+                let got: &[f32] = bytemuck::cast_slice(data.as_bytes());
+                // each sample's values, in order, one after another
+                let want: Vec<f32> = (0..3)
+                    .flat_map(|s| (0..24).map(move |i| (s * 100 + i) as f32))
+                    .collect();
+                assert_eq!(got, &want[..]);
+            }
+            other => panic!("not patches: {other:?}"),
+        }
+        match &b.columns[1] {
+            (name, ColumnData::Fixed { dtype, shape, data }) => {
+                assert_eq!((name.as_str(), *dtype), ("image_grid_thw", DType::I64));
+                assert_eq!(shape, &vec![3, 3]);
+                let got: &[i64] = bytemuck::cast_slice(data.as_bytes());
+                assert_eq!(got, &[1, 2, 4, 1, 4, 2, 2, 2, 2]);
+            }
+            other => panic!("not the grids: {other:?}"),
+        }
+        // the per-sample buffers are there for the next samples' values
+        let again = spare_bytes(24 * 4);
+        assert_eq!(again.len(), 96);
+        assert!(again.capacity() >= 96);
+    }
+
+    #[test]
+    fn a_value_that_is_not_image_patches_is_an_error_naming_the_slot() {
+        let patches = vec![("image".to_string(), Output::Patches { merge: 2, row: 3 })];
+        let pool = Arc::new(BufferPool::new(4));
+        let shared = SharedBatch::new(
+            0,
+            0,
+            vec![1, 2],
+            vec![false; 2],
+            vec![patches[0].1.clone()],
+            &pool,
+            2,
+        );
+        let ok = FieldValue::Array(stokehold_format::ArrayValue {
+            dtype: DType::F32,
+            shape: vec![1, 1, 4, 3],
+            data: vec![0u8; 48].into(),
+        });
+        // a row of 2 floats where the column's rows are 3
+        let bad = FieldValue::Array(stokehold_format::ArrayValue {
+            dtype: DType::F32,
+            shape: vec![1, 1, 4, 2],
+            data: vec![0u8; 32].into(),
+        });
+        shared.set_list(0, 0, ok);
+        shared.set_list(0, 1, bad);
+        shared.task_done();
+        shared.task_done();
+        let mut b = finish_batch(&shared, &patches, &pool);
+        let e = deliver_patches(&mut b, &patches, &pool).unwrap_err();
+        assert!(e.contains("slot 1") && e.contains("\"image\""), "{e}");
     }
 
     #[test]

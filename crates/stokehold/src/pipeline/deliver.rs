@@ -187,6 +187,10 @@ impl BatchIter {
         if let Err(e) = self.apply_policy(&mut batch, failures) {
             return self.fail(e);
         }
+        let columns = self.core.samples.columns();
+        if let Err(e) = crate::batch::deliver_patches(&mut batch, columns, &self.core.pool) {
+            return self.fail(EngineError::Worker(e));
+        }
         if self.core.config.autotune || self.core.config.prefetch_auto {
             self.tuner.tune(&self.core, &self.run, self.workers.len());
         }

@@ -279,6 +279,7 @@ fn describe(o: &Output) -> String {
     match o {
         Output::Fixed { dtype, shape } => format!("{dtype:?} {shape:?}"),
         Output::List => "a list".into(),
+        Output::Patches { merge, row } => format!("image patches ({merge}x{merge} of {row})"),
         Output::Ragged {
             dtype, row_shape, ..
         } => format!("{dtype:?} rows of {row_shape:?}"),

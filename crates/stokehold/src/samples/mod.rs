@@ -180,7 +180,7 @@ pub fn batch_bytes(samples: &dyn Samples, batch_size: u32) -> u64 {
         .iter()
         .map(|(_, o)| match o {
             Output::Fixed { .. } => o.slot_bytes() as u64,
-            Output::List | Output::Ragged { .. } => mean,
+            Output::List | Output::Ragged { .. } | Output::Patches { .. } => mean,
         })
         .sum::<u64>()
         .saturating_mul(u64::from(batch_size))

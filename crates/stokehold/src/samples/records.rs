@@ -552,7 +552,7 @@ impl Records {
                     Output::Fixed { .. } | Output::Ragged { .. } => {
                         write_value(&value, out.fixed(c)).map_err(|m| fail("collate", m))?;
                     }
-                    Output::List => out.set_list(c, value.into_owned()),
+                    Output::List | Output::Patches { .. } => out.set_list(c, value.into_owned()),
                 }
                 ws.lap(stage, id, &mut clock);
                 stage += 1;
@@ -567,7 +567,7 @@ impl Records {
                             t.apply_into(v, &mut ctx, out.fixed(c))
                                 .map_err(|m| fail(t.name(), m))?;
                         }
-                        Output::List => {
+                        Output::List | Output::Patches { .. } => {
                             let r = t.apply(v, &mut ctx).map_err(|m| fail(t.name(), m))?;
                             out.set_list(c, r.into_owned());
                         }

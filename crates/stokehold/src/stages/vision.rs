@@ -7,7 +7,8 @@
 //! shape `[grid_h / m, grid_w / m, m * m, row]` (`m` the merge size, `row` =
 //! `3 * temporal_patch_size * patch_size²`): its rows in the model's order (by merge block, then
 //! within it), so `reshape(-1, row)` is that image's `pixel_values` and the shape gives its
-//! grid `(1, shape[0] * m, shape[1] * m)`. A list column (images differ in size).
+//! grid `(1, shape[0] * m, shape[1] * m)`. The batch delivers a column of these as Qwen2-VL's
+//! `pixel_values` and `{column}_grid_thw` ([`Output::Patches`]).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -73,8 +74,12 @@ pub fn plan(column: &str, specs: &[TransformSpec]) -> Option<Result<(Arc<dyn Tra
     };
     Some(match spec.stage() {
         Some(Ok(Stage::Qwen2Vl(p))) => p.processor().map_err(|e| bad(&e)).map(|proc| {
+            let output = Output::Patches {
+                merge: proc.merge_size as usize,
+                row: proc.row_len(),
+            };
             let stage: Arc<dyn Transform> = Arc::new(Qwen2VlStage { proc });
-            (stage, Output::List)
+            (stage, output)
         }),
         Some(Ok(Stage::FixedSize(p))) => p.processor().map_err(|e| bad(&e)).map(|proc| {
             let s = proc.size as usize;
@@ -132,8 +137,9 @@ impl Transform for Qwen2VlStage {
             let grid = p.image_grid(ws, data, DEFAULT_MAX_PIXELS)?;
             let n = p.values(grid);
             // the value's bytes (the format's arrays are little-endian, as f32 is in memory on
-            // the targets built for), written in place when the allocation is f32-aligned
-            let mut bytes = vec![0u8; n * 4];
+            // the targets built for), written in place when the allocation is f32-aligned: a
+            // buffer an earlier batch gave back (see `batch::deliver_patches`) when one fits
+            let mut bytes = crate::batch::spare_bytes(n * 4);
             match bytemuck::try_cast_slice_mut::<u8, f32>(&mut bytes) {
                 Ok(values) => p.process_into(ws, data, DEFAULT_MAX_PIXELS, grid, values),
                 Err(_) => {
