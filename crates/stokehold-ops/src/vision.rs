@@ -208,10 +208,12 @@ impl Bicubic {
             return Err(OpsError::Invalid(format!("output size {ow}x{oh}")));
         }
         let mut split = std::mem::take(&mut self.split);
-        for p in split.iter_mut() {
-            p.resize(sw * sh, 0);
-        }
         let [r, g, b] = &mut split;
+        let (r, g, b) = (
+            scratch(r, sw * sh),
+            scratch(g, sw * sh),
+            scratch(b, sw * sh),
+        );
         deinterleave(src.data, r, g, b);
         let same = (sw, sh) == (ow, oh);
         if !same {
@@ -219,6 +221,7 @@ impl Bicubic {
             self.y.compute(sh, oh);
         }
         for (plane, out) in split.iter().zip(planes.iter_mut()) {
+            let plane = &plane[..sw * sh];
             out.resize(ow * oh, 0);
             if same {
                 out.copy_from_slice(plane);
@@ -249,26 +252,20 @@ impl Bicubic {
         let (rows, rows_from, row_w): (&[u8], usize, usize) = if need_h {
             let (lo, hi) = if need_v { (first, last) } else { (0, sh) };
             let n = hi - lo;
-            self.mid.resize(n * ow * c, 0);
+            let mid = scratch(&mut self.mid, n * ow * c);
             if n >= 8 {
                 // the horizontal pass as a vertical one over the transposed rows (the same
                 // sums, in the loop that vectorises), then transposed back
-                // (every byte is written below: a buffer of the right size is reused as is)
-                self.cols.resize(sw * n * c, 0);
-                transpose(
-                    &src.data[lo * sw * c..hi * sw * c],
-                    n,
-                    sw,
-                    c,
-                    &mut self.cols,
-                );
-                self.cols_out.resize(ow * n * c, 0);
-                vertical(&self.cols, n * c, 0, &self.x, ow, &mut self.cols_out);
-                transpose(&self.cols_out, ow, n, c, &mut self.mid);
+                // (every byte is written below: scratch reused as it is, never zeroed again)
+                let cols = scratch(&mut self.cols, sw * n * c);
+                transpose(&src.data[lo * sw * c..hi * sw * c], n, sw, c, cols);
+                let cols_out = scratch(&mut self.cols_out, ow * n * c);
+                vertical(cols, n * c, 0, &self.x, ow, cols_out);
+                transpose(cols_out, ow, n, c, mid);
             } else {
-                horizontal(src.data, sw * c, lo..hi, &self.x, c, ow, &mut self.mid);
+                horizontal(src.data, sw * c, lo..hi, &self.x, c, ow, mid);
             }
-            (&self.mid, lo, ow)
+            (&self.mid[..n * ow * c], lo, ow)
         } else {
             (src.data, 0, sw)
         };
@@ -278,6 +275,16 @@ impl Bicubic {
             dst.copy_from_slice(&rows[..oh * row_w * c]);
         }
     }
+}
+
+/// The first `n` elements of scratch buffer `v`, which is grown to hold them and never cut: a
+/// buffer reused for images of varying sizes is not zeroed again each time it grows back (the
+/// callers write every element they read).
+fn scratch<T: Copy + Default>(v: &mut Vec<T>, n: usize) -> &mut [T] {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+    &mut v[..n]
 }
 
 /// `src`, `rows` rows of `cols` pixels of `c` bytes, transposed into `out` (`cols` rows of

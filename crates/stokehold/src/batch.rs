@@ -151,11 +151,23 @@ impl BufferPool {
         });
         match reused {
             Some(mut b) => {
-                b.words.resize(len.div_ceil(8), 0);
+                // only ever grown: the bytes past `len` stay as they were (initialised), so a
+                // reused buffer is not zeroed again for a request larger than its last one
+                let words = len.div_ceil(8);
+                if b.words.len() < words {
+                    b.words.resize(words, 0);
+                }
                 b.len = len;
                 b
             }
-            None => Buffer::zeroed(len),
+            None => {
+                // a large buffer is made a quarter larger than asked (pages never written are
+                // never faulted in), so that it also holds the somewhat larger requests of
+                // later batches whose sizes vary (rows of image patches) when it comes back
+                let mut b = Buffer::zeroed(if len >= 1 << 20 { len + len / 4 } else { len });
+                b.len = len;
+                b
+            }
         }
     }
 
@@ -795,6 +807,29 @@ mod tests {
         let mut b = finish_batch(&shared, &patches, &pool);
         let e = deliver_patches(&mut b, &patches, &pool).unwrap_err();
         assert!(e.contains("slot 1") && e.contains("\"image\""), "{e}");
+    }
+
+    #[test]
+    fn a_reused_buffer_keeps_its_bytes_and_a_large_one_has_room_to_grow() {
+        let pool = BufferPool::new(4);
+        let mut b = pool.get(2 << 20);
+        assert_eq!(b.len(), 2 << 20);
+        assert!(b.capacity() >= (2 << 20) + (1 << 19), "a quarter more room");
+        b.as_bytes_mut().fill(7);
+        pool.put(b);
+        // smaller, then larger than the first (within its room): the same buffer, not zeroed
+        let small = pool.get(1000);
+        assert_eq!(small.as_bytes(), &[7u8; 1000][..]);
+        pool.put(small);
+        let large = pool.get((2 << 20) + 100);
+        assert_eq!(large.len(), (2 << 20) + 100);
+        assert_eq!(&large.as_bytes()[..2 << 20], &vec![7u8; 2 << 20][..]);
+        assert_eq!(
+            &large.as_bytes()[2 << 20..],
+            &[0u8; 100][..],
+            "grown bytes are zeroed"
+        );
+        assert_eq!(pool.free_count(), 0);
     }
 
     #[test]
