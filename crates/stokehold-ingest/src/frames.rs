@@ -1,8 +1,11 @@
 //! A video file's frame index, whatever its container: the types the MP4 (`mp4.rs`) and
 //! Matroska/WebM (`mkv.rs`) readers both give (a module of its own, so neither reader imports
-//! the other's types).
+//! the other's types). A frame is the format crate's [`VideoFrame`], the entry a `video` value
+//! keeps, so an index turns into a value's (and back) without a copy of each frame's fields.
 
 use std::fmt;
+
+use stokehold_format::video::VideoFrame;
 
 /// A four-character code.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,23 +31,6 @@ impl fmt::Debug for FourCc {
     }
 }
 
-/// One frame (a packet of the video track), in decode order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame {
-    /// Presentation time, in the track's timescale (edit list applied).
-    pub pts: i64,
-    /// Decode time, in the track's timescale (edit list applied).
-    pub dts: i64,
-    /// Duration, in the track's timescale.
-    pub duration: u32,
-    /// A sync sample: decoding can start here.
-    pub key: bool,
-    /// The packet's first byte in the file.
-    pub offset: u64,
-    /// The packet's size in bytes.
-    pub size: u32,
-}
-
 /// The frame index of a file's first video track.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameIndex {
@@ -61,8 +47,8 @@ pub struct FrameIndex {
     /// (AV1) box, or the decoder-specific info of `esds` (MPEG-4 part 2); empty for VP9 (`vpcC`
     /// holds only colour and profile, which the VP9 bitstream repeats) and codecs without one.
     pub extradata: Vec<u8>,
-    /// The frames in decode order.
-    pub frames: Vec<Frame>,
+    /// The frames (packets of the video track) in decode order, as a `video` value keeps them.
+    pub frames: Vec<VideoFrame>,
 }
 
 impl FrameIndex {

@@ -26,7 +26,9 @@
 //! Refused with a clear error: laced video blocks (rare for video), tracks with ContentEncodings
 //! (compression or encryption changes the bytes a decoder gets), other codecs.
 
-use crate::frames::{FourCc, Frame, FrameIndex};
+use stokehold_format::video::VideoFrame;
+
+use crate::frames::{FourCc, FrameIndex};
 
 /// Bounds on what a Matroska file may declare.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -370,7 +372,7 @@ struct Walk {
     track: Track,
     /// TimestampScale units to index ticks.
     factor: i64,
-    frames: Vec<Frame>,
+    frames: Vec<VideoFrame>,
     /// Per frame: its BlockGroup gave its duration (BlockDuration).
     timed: Vec<bool>,
     max_frames: u64,
@@ -420,7 +422,7 @@ impl Walk {
             .ok_or_else(|| h.err("a timestamp out of range"))?;
         let size = h.end()? - h.data - hl;
         let size = u32::try_from(size).map_err(|_| h.err(format!("a frame of {size} bytes")))?;
-        self.frames.push(Frame {
+        self.frames.push(VideoFrame {
             pts,
             dts: pts,
             duration: 0,

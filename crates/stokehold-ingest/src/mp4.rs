@@ -81,7 +81,8 @@ impl Mp4Error {
 
 type Result<T> = std::result::Result<T, Mp4Error>;
 
-pub use crate::frames::{FourCc, Frame, FrameIndex};
+pub use crate::frames::{FourCc, FrameIndex};
+use stokehold_format::video::VideoFrame;
 
 /// Where the `moov` box is: `(offset, size)`. `read(offset, len)` returns up to `len` bytes at
 /// `offset` (fewer only at the end of the file). Only box headers are read.
@@ -568,7 +569,7 @@ fn video_track(t: &Track<'_>, file_len: u64, limits: &Mp4Limits) -> Result<Frame
     let mut frames = Vec::with_capacity(n);
     let mut dts = 0i64;
     for i in 0..n {
-        frames.push(Frame {
+        frames.push(VideoFrame {
             pts: dts + offsets[i] - shift,
             dts: dts - shift,
             duration: durations[i],
@@ -683,7 +684,7 @@ pub fn index_bytes(bytes: &[u8], limits: &Mp4Limits) -> Result<FrameIndex> {
 impl FrameIndex {
     /// The index as a `video` value keeps it (format.md, the `video` field type).
     pub fn to_video_index(&self) -> stokehold_format::video::VideoIndex {
-        use stokehold_format::video::{CONTAINER_MP4, VideoFrame, VideoIndex};
+        use stokehold_format::video::{CONTAINER_MP4, VideoIndex};
         VideoIndex {
             container: CONTAINER_MP4,
             codec: self.codec.0,
@@ -691,18 +692,7 @@ impl FrameIndex {
             width: self.width,
             height: self.height,
             extradata: self.extradata.clone(),
-            frames: self
-                .frames
-                .iter()
-                .map(|f| VideoFrame {
-                    pts: f.pts,
-                    dts: f.dts,
-                    duration: f.duration,
-                    key: f.key,
-                    offset: f.offset,
-                    size: f.size,
-                })
-                .collect(),
+            frames: self.frames.clone(),
         }
     }
 
@@ -714,18 +704,7 @@ impl FrameIndex {
             width: v.width,
             height: v.height,
             extradata: v.extradata,
-            frames: v
-                .frames
-                .into_iter()
-                .map(|f| Frame {
-                    pts: f.pts,
-                    dts: f.dts,
-                    duration: f.duration,
-                    key: f.key,
-                    offset: f.offset,
-                    size: f.size,
-                })
-                .collect(),
+            frames: v.frames,
         }
     }
 }
