@@ -1,11 +1,33 @@
 //! A video file's frame index, whatever its container: the types the MP4 (`mp4.rs`) and
 //! Matroska/WebM (`mkv.rs`) readers both give (a module of its own, so neither reader imports
-//! the other's types). A frame is the format crate's [`VideoFrame`], the entry a `video` value
+//! the other's types), and the [`ContainerLimits`] both check. A frame is the format crate's [`VideoFrame`], the entry a `video` value
 //! keeps, so an index turns into a value's (and back) without a copy of each frame's fields.
 
 use std::fmt;
 
 use stokehold_format::video::VideoFrame;
+
+/// Bounds on what a video container (MP4, Matroska/WebM) may declare: one type for both readers,
+/// so a caller that indexes a video of either kind (`mp4::index_video_file`) gives one set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerLimits {
+    /// MP4: largest `moov` box read.
+    pub max_moov_bytes: u64,
+    /// Matroska/WebM: largest `Info` or `Tracks` element read whole (and the EBML header).
+    pub max_mkv_header_bytes: u64,
+    /// Most frames in the video track.
+    pub max_frames: u64,
+}
+
+impl Default for ContainerLimits {
+    fn default() -> ContainerLimits {
+        ContainerLimits {
+            max_moov_bytes: 256 << 20,
+            max_mkv_header_bytes: 16 << 20,
+            max_frames: 50_000_000,
+        }
+    }
+}
 
 /// A four-character code.
 #[derive(Clone, Copy, PartialEq, Eq)]
