@@ -1,8 +1,33 @@
 //! A video file's frame index, whatever its container: the types the MP4 (`mp4.rs`) and
 //! Matroska/WebM (`mkv.rs`) readers both give (a module of its own, so neither reader imports
-//! the other's types).
+//! the other's types), and the [`ContainerLimits`] both check. A frame is the format crate's [`VideoFrame`], the entry a `video` value
+//! keeps, so an index turns into a value's (and back) without a copy of each frame's fields.
 
 use std::fmt;
+
+use stokehold_format::video::VideoFrame;
+
+/// Bounds on what a video container (MP4, Matroska/WebM) may declare: one type for both readers,
+/// so a caller that indexes a video of either kind (`mp4::index_video_file`) gives one set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerLimits {
+    /// MP4: largest `moov` box read.
+    pub max_moov_bytes: u64,
+    /// Matroska/WebM: largest `Info` or `Tracks` element read whole (and the EBML header).
+    pub max_mkv_header_bytes: u64,
+    /// Most frames in the video track.
+    pub max_frames: u64,
+}
+
+impl Default for ContainerLimits {
+    fn default() -> ContainerLimits {
+        ContainerLimits {
+            max_moov_bytes: 256 << 20,
+            max_mkv_header_bytes: 16 << 20,
+            max_frames: 50_000_000,
+        }
+    }
+}
 
 /// A four-character code.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -28,23 +53,6 @@ impl fmt::Debug for FourCc {
     }
 }
 
-/// One frame (a packet of the video track), in decode order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Frame {
-    /// Presentation time, in the track's timescale (edit list applied).
-    pub pts: i64,
-    /// Decode time, in the track's timescale (edit list applied).
-    pub dts: i64,
-    /// Duration, in the track's timescale.
-    pub duration: u32,
-    /// A sync sample: decoding can start here.
-    pub key: bool,
-    /// The packet's first byte in the file.
-    pub offset: u64,
-    /// The packet's size in bytes.
-    pub size: u32,
-}
-
 /// The frame index of a file's first video track.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FrameIndex {
@@ -61,8 +69,8 @@ pub struct FrameIndex {
     /// (AV1) box, or the decoder-specific info of `esds` (MPEG-4 part 2); empty for VP9 (`vpcC`
     /// holds only colour and profile, which the VP9 bitstream repeats) and codecs without one.
     pub extradata: Vec<u8>,
-    /// The frames in decode order.
-    pub frames: Vec<Frame>,
+    /// The frames (packets of the video track) in decode order, as a `video` value keeps them.
+    pub frames: Vec<VideoFrame>,
 }
 
 impl FrameIndex {

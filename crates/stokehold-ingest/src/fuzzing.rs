@@ -108,7 +108,8 @@ pub fn fuzz_file_index(data: &[u8]) {
 /// Indexes `data` as a Matroska/WebM file; a successful index must hold every packet inside the
 /// file and no decode time after its presentation time.
 pub fn fuzz_mkv(data: &[u8]) {
-    let Ok(index) = crate::mkv::index_bytes(data, &crate::mkv::MkvLimits::default()) else {
+    let Ok(index) = crate::mkv::index_bytes(data, &crate::frames::ContainerLimits::default())
+    else {
         return;
     };
     for f in &index.frames {

@@ -4,7 +4,7 @@
 //!
 //! Sans I/O: [`index_with`] walks the EBML elements through a read callback. Only headers are
 //! read (12 bytes an element, a block's first 11 bytes), except `Info` and `Tracks`, read whole
-//! up to [`MkvLimits::max_header_bytes`]; a frame's bytes are never read. Every element size is
+//! up to [`ContainerLimits::max_mkv_header_bytes`]; a frame's bytes are never read. Every element size is
 //! checked against its parent's bytes (and the file's) before anything is sized by it; every
 //! error names the element and its byte offset. An unknown-size `Segment` runs to the end of the
 //! file, an unknown-size `Cluster` to the next top-level element (as live muxers write them);
@@ -26,25 +26,9 @@
 //! Refused with a clear error: laced video blocks (rare for video), tracks with ContentEncodings
 //! (compression or encryption changes the bytes a decoder gets), other codecs.
 
-use crate::frames::{FourCc, Frame, FrameIndex};
+use stokehold_format::video::VideoFrame;
 
-/// Bounds on what a Matroska file may declare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MkvLimits {
-    /// Largest `Info` or `Tracks` element read whole (and the EBML header).
-    pub max_header_bytes: u64,
-    /// Most frames in the video track.
-    pub max_frames: u64,
-}
-
-impl Default for MkvLimits {
-    fn default() -> MkvLimits {
-        MkvLimits {
-            max_header_bytes: 16 << 20,
-            max_frames: 50_000_000,
-        }
-    }
-}
+use crate::frames::{ContainerLimits, FourCc, FrameIndex};
 
 /// What is wrong with a Matroska/WebM file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -370,7 +354,7 @@ struct Walk {
     track: Track,
     /// TimestampScale units to index ticks.
     factor: i64,
-    frames: Vec<Frame>,
+    frames: Vec<VideoFrame>,
     /// Per frame: its BlockGroup gave its duration (BlockDuration).
     timed: Vec<bool>,
     max_frames: u64,
@@ -420,7 +404,7 @@ impl Walk {
             .ok_or_else(|| h.err("a timestamp out of range"))?;
         let size = h.end()? - h.data - hl;
         let size = u32::try_from(size).map_err(|_| h.err(format!("a frame of {size} bytes")))?;
-        self.frames.push(Frame {
+        self.frames.push(VideoFrame {
             pts,
             dts: pts,
             duration: 0,
@@ -437,7 +421,7 @@ impl Walk {
 /// (up to `len` bytes at `offset`, fewer only at the end of the file).
 pub fn index_with(
     file_len: u64,
-    limits: &MkvLimits,
+    limits: &ContainerLimits,
     read: impl FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>,
 ) -> Result<FrameIndex> {
     let mut src = Src {
@@ -451,7 +435,7 @@ pub fn index_with(
         ));
     }
     let ebml = src.header(0, file_len, "file")?;
-    let doc = src.data(&ebml, limits.max_header_bytes)?;
+    let doc = src.data(&ebml, limits.max_mkv_header_bytes)?;
     for (h, v) in children(&doc, ebml.data, "EBML header")? {
         if h.id == DOC_TYPE && v != b"matroska" && v != b"webm" {
             return Err(MkvError::Unsupported(format!(
@@ -485,7 +469,7 @@ pub fn index_with(
                 if walk.as_ref().is_some_and(|w| !w.frames.is_empty()) {
                     return Err(h.err("an Info element after the first Cluster"));
                 }
-                let b = src.data(&h, limits.max_header_bytes)?;
+                let b = src.data(&h, limits.max_mkv_header_bytes)?;
                 for (c, v) in children(&b, h.data, "Info")? {
                     if c.id == TIMESTAMP_SCALE {
                         scale = uint(&c, v)?;
@@ -496,7 +480,7 @@ pub fn index_with(
                 }
             }
             TRACKS if walk.is_none() => {
-                let b = src.data(&h, limits.max_header_bytes)?;
+                let b = src.data(&h, limits.max_mkv_header_bytes)?;
                 let track = first_video_track(&b, h.data)?.ok_or_else(|| {
                     MkvError::Unsupported("the Matroska file has no video track".into())
                 })?;
@@ -657,7 +641,7 @@ fn finish_times(w: &mut Walk, tick_ns: u64) {
 }
 
 /// The frame index of a Matroska/WebM file whose bytes are `bytes`.
-pub fn index_bytes(bytes: &[u8], limits: &MkvLimits) -> Result<FrameIndex> {
+pub fn index_bytes(bytes: &[u8], limits: &ContainerLimits) -> Result<FrameIndex> {
     index_with(bytes.len() as u64, limits, |offset, n| {
         let lo = usize::try_from(offset)
             .map_err(|e| e.to_string())?
@@ -668,7 +652,7 @@ pub fn index_bytes(bytes: &[u8], limits: &MkvLimits) -> Result<FrameIndex> {
 
 /// The frame index of a Matroska/WebM file on local disk (only element and block headers are
 /// read, with positioned reads).
-pub fn index_file(path: &std::path::Path, limits: &MkvLimits) -> Result<FrameIndex> {
+pub fn index_file(path: &std::path::Path, limits: &ContainerLimits) -> Result<FrameIndex> {
     use std::os::unix::fs::FileExt;
     let name = path.display().to_string();
     let io = |e: std::io::Error| MkvError::Unsupported(format!("{name}: {e}"));
@@ -691,7 +675,7 @@ pub fn is_matroska(bytes: &[u8]) -> bool {
 /// A `video` field's value for a Matroska/WebM file's bytes: its frame index (container code
 /// [`stokehold_format::video::CONTAINER_MATROSKA`]), then the bytes as they are. A file this
 /// reader cannot index is refused with why; so is one without frames.
-pub fn video_value(bytes: &[u8], limits: &MkvLimits) -> Result<Vec<u8>> {
+pub fn video_value(bytes: &[u8], limits: &ContainerLimits) -> Result<Vec<u8>> {
     let index = index_bytes(bytes, limits)?;
     if index.frames.is_empty() {
         return Err(MkvError::Unsupported(
@@ -789,7 +773,7 @@ mod tests {
     fn blocks_become_frames_with_times_keys_and_byte_ranges() {
         for unknown in [false, true] {
             let f = file(0, unknown);
-            let ix = index_bytes(&f, &MkvLimits::default()).unwrap();
+            let ix = index_bytes(&f, &ContainerLimits::default()).unwrap();
             assert_eq!(ix.codec, FourCc(*b"avc1"));
             assert_eq!((ix.timescale, ix.width, ix.height), (1000, 64, 48));
             assert_eq!(ix.extradata, [1, 0x64, 0, 0x1e]);
@@ -818,11 +802,11 @@ mod tests {
 
     #[test]
     fn laced_blocks_and_cut_or_damaged_files_are_refused_by_name_never_a_panic() {
-        let e = index_bytes(&file(0x02, false), &MkvLimits::default()).unwrap_err();
+        let e = index_bytes(&file(0x02, false), &ContainerLimits::default()).unwrap_err();
         assert!(e.to_string().contains("laced"), "{e}");
         let f = file(0, false);
         for cut in 0..f.len() {
-            let _ = index_bytes(&f[..cut], &MkvLimits::default());
+            let _ = index_bytes(&f[..cut], &ContainerLimits::default());
         }
         // a size larger than the parent: named with the element and its offset
         let mut bad = f.clone();
@@ -831,7 +815,7 @@ mod tests {
             .position(|w| w == [0x1F, 0x43, 0xB6, 0x75])
             .unwrap();
         bad[at + 4] = 0xFE;
-        let e = index_bytes(&bad, &MkvLimits::default()).unwrap_err();
+        let e = index_bytes(&bad, &ContainerLimits::default()).unwrap_err();
         assert!(
             e.to_string().contains("Cluster") && e.to_string().contains(&format!("byte {at}")),
             "{e}"
@@ -844,23 +828,23 @@ mod tests {
                 crate::fuzzing::fuzz_mkv(&b);
             }
         }
-        let tiny = MkvLimits {
-            max_header_bytes: 8,
-            ..MkvLimits::default()
+        let tiny = ContainerLimits {
+            max_mkv_header_bytes: 8,
+            ..ContainerLimits::default()
         };
         assert!(matches!(
             index_bytes(&f, &tiny),
             Err(MkvError::TooLarge { .. })
         ));
-        let one = MkvLimits {
+        let one = ContainerLimits {
             max_frames: 1,
-            ..MkvLimits::default()
+            ..ContainerLimits::default()
         };
         assert!(matches!(
             index_bytes(&f, &one),
             Err(MkvError::TooLarge { .. })
         ));
-        let e = index_bytes(b"\0\0\0\x20ftypisom", &MkvLimits::default()).unwrap_err();
+        let e = index_bytes(b"\0\0\0\x20ftypisom", &ContainerLimits::default()).unwrap_err();
         assert!(e.to_string().contains("not a Matroska"), "{e}");
     }
 }

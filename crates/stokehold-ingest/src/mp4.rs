@@ -5,29 +5,11 @@
 //!
 //! Sans I/O: [`locate_moov`] walks the top-level boxes through a read callback (16 bytes a box),
 //! [`parse_moov`] parses the `moov` box's bytes. Every count and size read from the file is
-//! checked against the bytes that hold it and against [`Mp4Limits`] before anything is sized
+//! checked against the bytes that hold it and against [`ContainerLimits`] before anything is sized
 //! by it; every error names the box and its byte offset in the file. Times are in the track's
 //! timescale with the edit list applied as FFmpeg's demuxer applies it (a single edit that
 //! starts the media at `media_time`: every time moves back by it), so presentation times are
 //! those FFmpeg (and torchcodec) give. Fragmented MP4 (`moof`) is refused for now.
-
-/// Bounds on what an MP4 file may declare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Mp4Limits {
-    /// Largest `moov` box read.
-    pub max_moov_bytes: u64,
-    /// Most frames in a track.
-    pub max_frames: u64,
-}
-
-impl Default for Mp4Limits {
-    fn default() -> Mp4Limits {
-        Mp4Limits {
-            max_moov_bytes: 256 << 20,
-            max_frames: 50_000_000,
-        }
-    }
-}
 
 /// What is wrong with an MP4 file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -81,13 +63,15 @@ impl Mp4Error {
 
 type Result<T> = std::result::Result<T, Mp4Error>;
 
-pub use crate::frames::{FourCc, Frame, FrameIndex};
+use crate::frames::ContainerLimits;
+pub use crate::frames::{FourCc, FrameIndex};
+use stokehold_format::video::VideoFrame;
 
 /// Where the `moov` box is: `(offset, size)`. `read(offset, len)` returns up to `len` bytes at
 /// `offset` (fewer only at the end of the file). Only box headers are read.
 pub fn locate_moov(
     file_len: u64,
-    limits: &Mp4Limits,
+    limits: &ContainerLimits,
     mut read: impl FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>,
 ) -> Result<(u64, u64)> {
     let mut at = 0u64;
@@ -315,7 +299,7 @@ pub fn parse_moov(
     moov: &[u8],
     offset: u64,
     file_len: u64,
-    limits: &Mp4Limits,
+    limits: &ContainerLimits,
 ) -> Result<FrameIndex> {
     let (ty, size, header) = box_header(moov, offset, moov.len() as u64)?;
     if &ty.0 != b"moov" || size != moov.len() as u64 {
@@ -345,7 +329,7 @@ pub fn parse_moov(
     Err(Mp4Error::Unsupported("the file has no video track".into()))
 }
 
-fn video_track(t: &Track<'_>, file_len: u64, limits: &Mp4Limits) -> Result<FrameIndex> {
+fn video_track(t: &Track<'_>, file_len: u64, limits: &ContainerLimits) -> Result<FrameIndex> {
     let find = |name: &[u8; 4]| {
         t.stbl
             .iter()
@@ -568,7 +552,7 @@ fn video_track(t: &Track<'_>, file_len: u64, limits: &Mp4Limits) -> Result<Frame
     let mut frames = Vec::with_capacity(n);
     let mut dts = 0i64;
     for i in 0..n {
-        frames.push(Frame {
+        frames.push(VideoFrame {
             pts: dts + offsets[i] - shift,
             dts: dts - shift,
             duration: durations[i],
@@ -666,7 +650,7 @@ fn esds_config(b: &[u8], base: u64) -> Result<Vec<u8>> {
 }
 
 /// The frame index of an MP4 file whose bytes are `bytes` (a file packed into a `video` field).
-pub fn index_bytes(bytes: &[u8], limits: &Mp4Limits) -> Result<FrameIndex> {
+pub fn index_bytes(bytes: &[u8], limits: &ContainerLimits) -> Result<FrameIndex> {
     let len = bytes.len() as u64;
     let read = |offset: u64, n: usize| -> std::result::Result<Vec<u8>, String> {
         let lo = usize::try_from(offset)
@@ -683,7 +667,7 @@ pub fn index_bytes(bytes: &[u8], limits: &Mp4Limits) -> Result<FrameIndex> {
 impl FrameIndex {
     /// The index as a `video` value keeps it (format.md, the `video` field type).
     pub fn to_video_index(&self) -> stokehold_format::video::VideoIndex {
-        use stokehold_format::video::{CONTAINER_MP4, VideoFrame, VideoIndex};
+        use stokehold_format::video::{CONTAINER_MP4, VideoIndex};
         VideoIndex {
             container: CONTAINER_MP4,
             codec: self.codec.0,
@@ -691,18 +675,7 @@ impl FrameIndex {
             width: self.width,
             height: self.height,
             extradata: self.extradata.clone(),
-            frames: self
-                .frames
-                .iter()
-                .map(|f| VideoFrame {
-                    pts: f.pts,
-                    dts: f.dts,
-                    duration: f.duration,
-                    key: f.key,
-                    offset: f.offset,
-                    size: f.size,
-                })
-                .collect(),
+            frames: self.frames.clone(),
         }
     }
 
@@ -714,18 +687,7 @@ impl FrameIndex {
             width: v.width,
             height: v.height,
             extradata: v.extradata,
-            frames: v
-                .frames
-                .into_iter()
-                .map(|f| Frame {
-                    pts: f.pts,
-                    dts: f.dts,
-                    duration: f.duration,
-                    key: f.key,
-                    offset: f.offset,
-                    size: f.size,
-                })
-                .collect(),
+            frames: v.frames,
         }
     }
 }
@@ -733,7 +695,7 @@ impl FrameIndex {
 /// A `video` field's value for an MP4 file's bytes: its frame index, then the bytes as they
 /// are (format.md). A file that is not an MP4 this reader indexes (cut before its `moov`, no
 /// video track, fragmented) is refused with why; so is one without frames.
-pub fn video_value(bytes: &[u8], limits: &Mp4Limits) -> Result<Vec<u8>> {
+pub fn video_value(bytes: &[u8], limits: &ContainerLimits) -> Result<Vec<u8>> {
     let index = index_bytes(bytes, limits)?;
     if index.frames.is_empty() {
         return Err(Mp4Error::Unsupported(
@@ -748,24 +710,20 @@ pub fn video_value(bytes: &[u8], limits: &Mp4Limits) -> Result<Vec<u8>> {
 
 /// The frame index of a video file on local disk, MP4 or Matroska/WebM (told apart by their
 /// first bytes, not their names).
-pub fn index_video_file(path: &std::path::Path, limits: &Mp4Limits) -> Result<FrameIndex> {
+pub fn index_video_file(path: &std::path::Path, limits: &ContainerLimits) -> Result<FrameIndex> {
     use std::io::Read;
     let mut magic = [0u8; 4];
     let n = std::fs::File::open(path)
         .and_then(|f| f.take(4).read(&mut magic))
         .map_err(|e| Mp4Error::Unsupported(format!("{}: {e}", path.display())))?;
     if crate::mkv::is_matroska(&magic[..n]) {
-        let mkv = crate::mkv::MkvLimits {
-            max_frames: limits.max_frames,
-            ..crate::mkv::MkvLimits::default()
-        };
-        return Ok(crate::mkv::index_file(path, &mkv)?);
+        return Ok(crate::mkv::index_file(path, limits)?);
     }
     index_file(path, limits)
 }
 
 /// The frame index of an MP4 file on local disk.
-pub fn index_file(path: &std::path::Path, limits: &Mp4Limits) -> Result<FrameIndex> {
+pub fn index_file(path: &std::path::Path, limits: &ContainerLimits) -> Result<FrameIndex> {
     use std::io::{Read, Seek, SeekFrom};
     let name = path.display().to_string();
     let io = |e: std::io::Error| Mp4Error::Unsupported(format!("{name}: {e}"));
@@ -815,21 +773,28 @@ mod tests {
             let f = f.clone();
             move |o: u64, n: usize| Ok(f[o as usize..(o as usize + n).min(f.len())].to_vec())
         };
-        let e = locate_moov(file.len() as u64, &Mp4Limits::default(), read(&file)).unwrap_err();
+        let e =
+            locate_moov(file.len() as u64, &ContainerLimits::default(), read(&file)).unwrap_err();
         assert!(e.to_string().contains("no moov"), "{e}");
         let mut frag = ftyp.clone();
         frag.extend(bx(b"moof", &[0; 8]));
-        let e = locate_moov(frag.len() as u64, &Mp4Limits::default(), read(&frag)).unwrap_err();
+        let e =
+            locate_moov(frag.len() as u64, &ContainerLimits::default(), read(&frag)).unwrap_err();
         assert!(e.to_string().contains("fragmented"), "{e}");
         let other = bx(b"free", &[0; 8]);
-        let e = locate_moov(other.len() as u64, &Mp4Limits::default(), read(&other)).unwrap_err();
+        let e = locate_moov(
+            other.len() as u64,
+            &ContainerLimits::default(),
+            read(&other),
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("not an MP4"), "{e}");
         // a huge moov is refused before it is read
         let mut big = ftyp;
         big.extend(bx(b"moov", &[0; 64]));
-        let tiny = Mp4Limits {
+        let tiny = ContainerLimits {
             max_moov_bytes: 16,
-            ..Mp4Limits::default()
+            ..ContainerLimits::default()
         };
         let e = locate_moov(big.len() as u64, &tiny, read(&big)).unwrap_err();
         assert!(matches!(e, Mp4Error::TooLarge { .. }), "{e}");

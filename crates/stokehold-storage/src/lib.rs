@@ -2,7 +2,7 @@
 //! - [`Location`] ([`locate`]): where a dataset's objects live (a local directory, memory, an
 //!   object-store prefix with the `remote` feature), one trait for reads and writes;
 //! - the local backends of the format's [`Storage`](stokehold_format::Storage) contract
-//!   ([`file`]: `pread`, maps, `O_DIRECT`) and batched reads ([`read_batch`]: io_uring, with
+//!   ([`file`](mod@file): `pread`, maps, `O_DIRECT`) and batched reads ([`read_batch`]: io_uring, with
 //!   `pread` as the fallback);
 //! - [`DatasetWriter`]: writes a dataset directory atomically, rolling shards at a target size;
 //!   [`PartWriter`] and [`commit_parts`]: a dataset written by many tasks;

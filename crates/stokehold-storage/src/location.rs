@@ -7,8 +7,7 @@
 //! (which object storage sends concurrently), listing, whole-object, conditional and streamed
 //! writes, deletes. The data plane is the [`Storage`] that [`Location::open_storage`] returns for
 //! one object, read by position for the life of an open dataset. What the bytes mean (a shard's
-//! structure, a manifest) is decided outside, from the bytes alone: see
-//! [`ShardOpening`](stokehold_format::shard::ShardOpening).
+//! structure, a manifest) is decided outside, from the bytes alone: see [`ShardOpening`].
 //!
 //! Paths and URLs: a [`Place`] is taken of a path wherever a path of a dataset or a source is
 //! given, instead of treating `s3://bucket/x` as a local folder named `s3:` (the one test of

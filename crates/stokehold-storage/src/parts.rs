@@ -125,7 +125,7 @@ pub struct Commit {
     pub classes: Option<Vec<String>>,
     /// The manifest's free-form `source`.
     pub source: serde_json::Value,
-    /// Extra files (names from [`EXTRA_FILES`]) and their contents.
+    /// Extra files (names from [`crate::EXTRA_FILES`]) and their contents.
     pub files: Vec<(String, Vec<u8>)>,
 }
 

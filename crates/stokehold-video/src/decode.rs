@@ -6,7 +6,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use stokehold_ingest::mp4::{FrameIndex, Mp4Limits, index_video_file};
+use stokehold_ingest::frames::ContainerLimits;
+use stokehold_ingest::mp4::{FrameIndex, index_video_file};
 
 use crate::VideoError;
 use crate::ffi::{self, Ffmpeg};
@@ -339,11 +340,12 @@ impl VideoFile {
     pub fn open(path: impl AsRef<Path>) -> Result<VideoFile, VideoError> {
         let path = path.as_ref().to_path_buf();
         let name = path.display().to_string();
-        let index =
-            index_video_file(&path, &Mp4Limits::default()).map_err(|source| VideoError::Index {
+        let index = index_video_file(&path, &ContainerLimits::default()).map_err(|source| {
+            VideoError::Index {
                 file: name.clone(),
                 source,
-            })?;
+            }
+        })?;
         let file = File::open(&path).map_err(|e| VideoError::Index {
             file: name.clone(),
             source: stokehold_ingest::mp4::Mp4Error::Unsupported(e.to_string()),

@@ -6,7 +6,8 @@
 //!   converted to RGB.
 //! - Which frame a timestamp means is torchcodec's rule (`VideoDecoder(path)
 //!   .get_frames_played_at(seconds)` in its default exact mode): the frame whose presentation
-//!   interval `[pts, next frame's pts)` holds it ([`VideoFile::frame_played_at`]).
+//!   interval `[pts, next frame's pts)` holds it ([`IndexedVideo::frame_played_at`], which a
+//!   [`VideoFile`] derefs to).
 //! - [`Clip`]: the sampling rule, a pure function of (seed, sample id) to timestamps.
 //! - The decoder is FFmpeg's libavcodec, loaded at run time (see `ffi.rs` and docs/video.md):
 //!   nothing here links FFmpeg, and decoding without it is an error saying how to install it.

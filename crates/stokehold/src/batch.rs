@@ -48,7 +48,7 @@ pub enum Output {
     /// `[grid_h / merge, grid_w / merge, merge² · grid_t, row]` in a list slot, and the
     /// delivered batch has them one after another as a `[Σ patches, row]` float32 column
     /// (Qwen2-VL's `pixel_values`, rows in the model's order) beside a `{name}_grid_thw` int64
-    /// `[batch, 3]` column ([`deliver_patches`]), as `Qwen2VLImageProcessor` returns them.
+    /// `[batch, 3]` column (`deliver_patches`), as `Qwen2VLImageProcessor` returns them.
     Patches {
         /// The merge size.
         merge: usize,

@@ -2,7 +2,7 @@
 //!
 //! This is the Rust API. A [`Loader`] (the one engine, [`pipeline`]) takes [`Samples`] in the
 //! order the [`sampler`] gives this rank, has them fetched and filled on a pool of native threads
-//! (records of a packed [`format::Dataset`] through [`transform`] stages: [`Records`]; token
+//! (records of a packed [`format::Dataset`] through [`Transform`] stages: [`Records`]; token
 //! windows or padded documents: [`Tokens`]), collates them into recycled batch buffers
 //! ([`Batch`]) and delivers the batches in order through a bounded prefetch window. Every random choice comes from a [`SampleRng`]
 //! seeded by (seed, epoch, sample id), so output is the same whatever the thread count. A
@@ -39,13 +39,10 @@ pub use stokehold_ops as ops;
 pub use stokehold_storage as storage;
 
 mod batch;
-/// The order of a mixture of datasets (blending, each source's passes).
 pub mod blend;
 pub mod cache;
 mod error;
-/// The one fetcher of sample bytes (what a [`Samples`] implementation plans, the engine reads).
 pub mod fetch;
-/// The order of an epoch as a value beside the samples, and the groups delivery counts.
 pub mod order;
 pub mod pipeline;
 mod rng;

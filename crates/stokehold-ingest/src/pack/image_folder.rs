@@ -37,10 +37,10 @@ pub(crate) fn load_video(
     };
     // by content, not name: a re-encoded file is an MP4 whatever its source was
     if crate::mkv::is_matroska(&bytes) {
-        return crate::mkv::video_value(&bytes, &crate::mkv::MkvLimits::default())
+        return crate::mkv::video_value(&bytes, &crate::frames::ContainerLimits::default())
             .map_err(|e| format!("not a usable Matroska/WebM video: {e}"));
     }
-    crate::mp4::video_value(&bytes, &crate::mp4::Mp4Limits::default())
+    crate::mp4::video_value(&bytes, &crate::frames::ContainerLimits::default())
         .map_err(|e| format!("not a usable MP4 video: {e}"))
 }
 

@@ -5,9 +5,9 @@
 //!   file extensions ([`SourceKind::of_name`]), one sniffer of a file's first bytes
 //!   ([`sniff_head`], over a [`Location`] or a local file), and [`detect`] for `pack`'s sources.
 //!   [`InPlaceFormat`] is the subset read in place, named through the same table.
-//! - **Which fields**: the field choice (`--fields`, [`FieldChoice`]; [`choose_fields`] for
+//! - **Which fields**: the field choice (`--fields`, [`FieldChoice`]; `choose_fields` for
 //!   sources whose samples hold different sets of fields), the empty value of an optional field
-//!   ([`empty_value`]), and per format what a source's values become ([`tfrecord`],
+//!   (`empty_value`), and per format what a source's values become ([`tfrecord`],
 //!   [`webdataset`], [`parquet`]).
 //! - **What is not a dataset**: [`not_a_dataset`], the one explanation the CLI and Python give
 //!   when a path is neither a dataset nor files read in place.

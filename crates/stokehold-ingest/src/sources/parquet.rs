@@ -1,7 +1,7 @@
-//! Parquet columns as fields, for `pack` and files read in place alike: the [`Kind`] a column's
+//! Parquet columns as fields, for `pack` and files read in place alike: the `Kind` a column's
 //! Arrow type maps to ([`crate::arrow::field_type`], the one mapping every Arrow writer shares),
-//! whether a binary column holds images ([`sniff_images`]), the Hugging Face class names, and a
-//! column value as pack stores it ([`value_at`]).
+//! whether a binary column holds images (`sniff_images`), the Hugging Face class names, and a
+//! column value as pack stores it (`value_at`).
 
 use std::borrow::Cow;
 

@@ -1,6 +1,6 @@
 //! TFRecord features as fields, for `pack` and files read in place alike: what the records hold
-//! of each feature ([`Stats`], gathered by [`observe`] and [`merge`]), and the field type each
-//! usable feature gets ([`feature_types`]).
+//! of each feature (`Stats`, gathered by `observe` and `merge`), and the field type each
+//! usable feature gets (`feature_types`).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! WebDataset members as fields, for `pack` and files read in place alike: a member name's
-//! sample key and extension ([`split_name`]), and the field type an extension gives
-//! ([`field_type`]).
+//! sample key and extension (`split_name`), and the field type an extension gives
+//! (`field_type`).
 
 use stokehold_format::{FieldType, ImageCodec};
 

@@ -6,8 +6,9 @@
 use std::path::Path;
 use std::process::Command;
 
-use stokehold_ingest::mkv::{MkvError, MkvLimits, index_file, video_value};
-use stokehold_ingest::mp4::{Mp4Limits, index_video_file};
+use stokehold_ingest::frames::ContainerLimits;
+use stokehold_ingest::mkv::{MkvError, index_file, video_value};
+use stokehold_ingest::mp4::index_video_file;
 
 use super::mp4::{ffprobe_extradata, lavfi};
 
@@ -93,7 +94,7 @@ fn the_matroska_frame_index_is_ffmpegs_packet_table() {
     for (name, codec) in cases {
         let path = tmp.path().join(name);
         lavfi("testsrc=duration=3:size=160x120:rate=25", codec, &path);
-        let index = index_file(&path, &MkvLimits::default()).unwrap();
+        let index = index_file(&path, &ContainerLimits::default()).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let (want, time_base) = ffprobe_packets(&path);
         assert_eq!(time_base, format!("1/{}", index.timescale), "{name}");
@@ -132,10 +133,10 @@ fn the_matroska_frame_index_is_ffmpegs_packet_table() {
         // the same index through the reader that tells containers apart by content, and in a
         // packed value (container code 2)
         assert_eq!(
-            index_video_file(&path, &Mp4Limits::default()).unwrap(),
+            index_video_file(&path, &ContainerLimits::default()).unwrap(),
             index
         );
-        let value = video_value(&bytes, &MkvLimits::default()).unwrap();
+        let value = video_value(&bytes, &ContainerLimits::default()).unwrap();
         let parsed = stokehold_format::video::parse_video(&value).unwrap();
         assert_eq!(parsed.index.container, 2);
         assert_eq!(parsed.index, {
@@ -163,7 +164,7 @@ fn a_cut_or_audio_only_matroska_file_is_named_not_indexed() {
     // cut inside its clusters: the element that passes the end is named with its offset
     let cut = tmp.path().join("cut.mkv");
     std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
-    let e = index_file(&cut, &MkvLimits::default()).unwrap_err();
+    let e = index_file(&cut, &ContainerLimits::default()).unwrap_err();
     assert!(
         matches!(e, MkvError::Invalid { .. }) && e.to_string().contains("at byte"),
         "{e}"
@@ -175,15 +176,15 @@ fn a_cut_or_audio_only_matroska_file_is_named_not_indexed() {
         &["-c:a", "flac", "-f", "matroska"],
         &audio,
     );
-    let e = index_file(&audio, &MkvLimits::default()).unwrap_err();
+    let e = index_file(&audio, &ContainerLimits::default()).unwrap_err();
     assert!(
         matches!(e, MkvError::Unsupported(ref m) if m.contains("no video track")),
         "{e}"
     );
     // more frames than the limit: refused
-    let few = MkvLimits {
+    let few = ContainerLimits {
         max_frames: 3,
-        ..MkvLimits::default()
+        ..ContainerLimits::default()
     };
     assert!(matches!(
         index_file(&path, &few),

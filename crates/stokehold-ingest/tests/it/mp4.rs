@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::Command;
 
-use stokehold_ingest::mp4::{Mp4Error, Mp4Limits, index_file};
+use stokehold_ingest::frames::ContainerLimits;
+use stokehold_ingest::mp4::{Mp4Error, index_file};
 
 pub(crate) fn ffmpeg(args: &[&str]) {
     let out = Command::new("ffmpeg")
@@ -126,7 +127,7 @@ fn the_frame_index_is_ffmpegs_packet_table() {
         let p = path.to_str().unwrap();
         args.push(p);
         ffmpeg(&args);
-        let index = index_file(&path, &Mp4Limits::default()).unwrap();
+        let index = index_file(&path, &ContainerLimits::default()).unwrap();
         let want = ffprobe_packets(&path);
         assert_eq!(index.frames.len(), want.len(), "{name}");
         assert_eq!((index.width, index.height), (160, 120), "{name}");
@@ -176,7 +177,7 @@ fn a_cut_or_foreign_file_is_named_not_indexed() {
     // moov at the end (no faststart): cut it off
     let cut = tmp.path().join("cut.mp4");
     std::fs::write(&cut, &bytes[..bytes.len() - 200]).unwrap();
-    let e = index_file(&cut, &Mp4Limits::default()).unwrap_err();
+    let e = index_file(&cut, &ContainerLimits::default()).unwrap_err();
     assert!(
         e.to_string().contains("moov") || e.to_string().contains("size"),
         "{e}"
@@ -184,7 +185,7 @@ fn a_cut_or_foreign_file_is_named_not_indexed() {
     // audio only: no video track
     let audio = tmp.path().join("a.mp4");
     lavfi("sine=duration=1", &["-c:a", "aac"], &audio);
-    let e = index_file(&audio, &Mp4Limits::default()).unwrap_err();
+    let e = index_file(&audio, &ContainerLimits::default()).unwrap_err();
     assert!(
         matches!(e, Mp4Error::Unsupported(ref m) if m.contains("no video track")),
         "{e}"
@@ -192,11 +193,11 @@ fn a_cut_or_foreign_file_is_named_not_indexed() {
     // not an MP4
     let jpeg = tmp.path().join("x.mp4");
     std::fs::write(&jpeg, b"\xff\xd8\xff\xe0 not a video at all").unwrap();
-    assert!(index_file(&jpeg, &Mp4Limits::default()).is_err());
+    assert!(index_file(&jpeg, &ContainerLimits::default()).is_err());
     // a frame table declaring more frames than the limit is refused before it is read
-    let few = Mp4Limits {
+    let few = ContainerLimits {
         max_frames: 3,
-        ..Mp4Limits::default()
+        ..ContainerLimits::default()
     };
     let e = index_file(&path, &few).unwrap_err();
     assert!(matches!(e, Mp4Error::TooLarge { .. }), "{e}");

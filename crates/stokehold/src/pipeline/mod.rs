@@ -5,17 +5,17 @@
 //! figures and skip budget.
 //!
 //! Follow one batch: [`Loader::iter`] plans the epoch ([`RankPlan`]) and starts the workers
-//! ([`run`]); a worker takes the next task (a few slots of one batch), waits for the prefetch
-//! window, creates the step's [`SharedBatch`] if it is the first of its tasks, has the samples
+//! (`run.rs`); a worker takes the next task (a few slots of one batch), waits for the prefetch
+//! window, creates the step's `SharedBatch` if it is the first of its tasks, has the samples
 //! fetch the task's bytes and fill each slot, and sends the batch when its last task is done. The
-//! consumer ([`BatchIter::next_timeout`], [`deliver`]) reorders by step, applies the error policy,
-//! lets the autotuner decide ([`tune`]) and moves the shared cursor.
+//! consumer ([`BatchIter::next_timeout`], `deliver.rs`) reorders by step, applies the error policy,
+//! lets the autotuner decide (`tune.rs`) and moves the shared cursor.
 //!
 //! Work is split into tasks of a few samples; a task writes only its own slots of its batch, so
 //! workers never wait for each other, and the order of delivery (and every random choice) is
 //! independent of which thread did what.
 //!
-//! **Ownership.** The loader and its iterators share one [`Core`] (`Arc`): the iterator owns what
+//! **Ownership.** The loader and its iterators share one `Core` (`Arc`): the iterator owns what
 //! it needs, and the loader's position (a cursor behind a mutex) follows the batches the
 //! iterator delivers. Run one iterator of a loader at a time.
 

@@ -27,8 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use stokehold_format::DType;
+use stokehold_ingest::frames::ContainerLimits;
 use stokehold_ingest::lerobot::LeRobot;
-use stokehold_ingest::mp4::{Mp4Limits, index_file};
+use stokehold_ingest::mp4::index_file;
 use stokehold_video::{ClipDecoder, IndexedVideo};
 
 use crate::cache::CacheStats;
@@ -362,8 +363,8 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
                 "{name}: the video file of camera {key:?} is missing"
             )));
         }
-        let index =
-            index_file(path, &Mp4Limits::default()).map_err(|e| config(format!("{name}: {e}")))?;
+        let index = index_file(path, &ContainerLimits::default())
+            .map_err(|e| config(format!("{name}: {e}")))?;
         let file = File::open(path).map_err(|e| config(format!("{name}: {e}")))?;
         let video = IndexedVideo::new(name.clone(), index).map_err(|e| config(e.to_string()))?;
         let (w, h) = (

@@ -6,7 +6,7 @@
 //! to fill one sample's slot of every column from those bytes ([`Samples::fill`]). The order of
 //! an epoch and what a resume state keeps of it are a value beside the samples
 //! ([`crate::order::Order`]), and so are the groups whose skips and figures delivery counts
-//! ([`crate::order::Groups`]): [`Loadable`] carries the three.
+//! ([`crate::order::Groups`]): [`crate::order::Loadable`] carries the three.
 //!
 //! - [`Records`]: the records of a packed dataset (or of files read in place), each field
 //!   through its transform stages (images, labels, anything packed).
@@ -68,7 +68,7 @@ pub struct Layout {
 /// seed and the samples' own definition, never on the thread or the task that runs it.
 ///
 /// The order of an epoch, a resume state's part of it, and per-group accounts are not here:
-/// they are values beside the samples ([`Loadable`]).
+/// they are values beside the samples ([`crate::order::Loadable`]).
 #[allow(clippy::len_without_is_empty)] // `len() == 0` says it; the trait stays narrow
 pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     /// Samples per epoch (what the order permutes and the resume state counts).
