@@ -31,11 +31,11 @@ const MAGIC: &[u8; 8] = b"SKHIDX\0\x03";
 /// Example): it is kept, and reading it is an error naming it.
 pub const DAMAGED: u32 = u32::MAX;
 
-/// One member of a record: a field it holds (an index into [`FileIndex::names`]) and, in a tar,
+/// One member of a record: a field it holds (an index into [`IndexHeader::names`]) and, in a tar,
 /// where the member's data is in the record's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
-    /// Index of the feature or extension in [`FileIndex::names`] ([`DAMAGED`]: see there).
+    /// Index of the feature or extension in [`IndexHeader::names`] ([`DAMAGED`]: see there).
     pub name: u32,
     /// Offset of the data in the record's bytes.
     pub offset: u32,

@@ -89,7 +89,7 @@ pub struct ChatSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub document: Option<DocumentSpec>,
     /// Images inside the conversations: each placeholder expanded to its image's tokens, the
-    /// rows' images processed into `pixel_values` ([`super::chat_vision`]).
+    /// rows' images processed into `pixel_values` (`chat_vision.rs`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vision: Option<VisionSpec>,
 }
@@ -1422,7 +1422,7 @@ impl PositionMap for RowIds {
 }
 
 /// The order of [`ChatRows`]: the row order of each epoch ([`ChatPlanner::plan_of`]). While
-/// conversations are still being counted its length is known late ([`LatePlan`]); once all
+/// conversations are still being counted its length is known late (`LatePlan`); once all
 /// are counted the epoch is planned whole first (its length exact from the start).
 #[derive(Debug)]
 pub struct RowOrder {
