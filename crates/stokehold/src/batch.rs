@@ -487,8 +487,10 @@ pub(crate) fn finish_batch(
 /// pages each time.
 static SPARE: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
-/// Spare buffers kept at most.
+/// Spare buffers kept at most, and their bytes at most (an image's patches at the default
+/// `max_pixels` are ~24 MB: a few batches' worth are kept, not the largest ever seen forever).
 const SPARE_MAX: usize = 64;
+const SPARE_MAX_BYTES: usize = 256 << 20;
 
 /// A buffer of `len` bytes for a sample's value (contents unspecified but initialised): a
 /// spare one when one holds `len` bytes, else a new one.
@@ -511,7 +513,8 @@ pub(crate) fn spare_bytes(len: usize) -> Vec<u8> {
 
 fn give_spare(v: Vec<u8>) {
     let mut spare = crate::sync::lock(&SPARE);
-    if spare.len() < SPARE_MAX {
+    let held: usize = spare.iter().map(Vec::capacity).sum();
+    if spare.len() < SPARE_MAX && held + v.capacity() <= SPARE_MAX_BYTES {
         spare.push(v);
     }
 }

@@ -582,14 +582,13 @@ fn keep_soon(
     }
     let (location, root, name) = (Arc::clone(location), root.to_path_buf(), name.to_string());
     let (ix, inplace, dir) = (Arc::clone(ix), inplace.clone(), dir.map(Path::to_path_buf));
-    let spawned = std::thread::Builder::new()
+    // a failure to start the thread keeps nothing: the file is scanned again next time
+    let _ = std::thread::Builder::new()
         .name("stokehold-keep-index".into())
         .spawn(move || {
             // not `must_keep`: a failure is a note on stderr, never an error
             let _ = keep(&*location, &root, &name, &ix, &inplace, dir.as_deref());
         });
-    // no thread to spare: nothing kept, the file is scanned again next time
-    drop(spawned);
     Ok(())
 }
 
