@@ -5,7 +5,8 @@ the repository makes (bench-data/inet when present, else ``stokehold sample-data
 per resolution (480p, 1080p), each video 10 to 60 s at 25 fps, H.264 with x264's default
 keyframe interval (or ``--keyint K``; ``--pack-keyint K`` keeps the default interval and packs
 with ``stokehold pack --video-keyint K``, so stokehold loads the re-encoded videos and torchcodec
-the originals: what the re-encode buys). It packs each set (``stokehold pack``: the files with
+the originals: what the re-encode buys; ``--content shots``: 10-second shots panning across a
+photograph, as camera footage, instead of a new photograph every frame). It packs each set (``stokehold pack``: the files with
 their frame index) and loads random 16-frame clips, stride 2, resized to 224 (shorter side) and
 centre-cropped to 224x224:
 
@@ -65,16 +66,37 @@ def jpegs(work: str, need: int) -> list:
     return files
 
 
-def make_video(path: str, frames: list, size, keyint) -> None:
-    """One video from `frames` (JPEG paths), one photograph per frame at 25 fps (a numbered
-    sequence of links, read by ffmpeg's image2 demuxer; each scaled and cropped to `size`)."""
+SHOT_FRAMES = 250  # 10 s at 25 fps: a cut no more often than x264's default keyframe interval
+
+
+def make_video(path: str, frames: list, size, keyint, content: str = "photos") -> None:
+    """One video from `frames` (JPEG paths, one per frame) at 25 fps (a numbered sequence of
+    links, read by ffmpeg's image2 demuxer; each scaled and cropped to `size`).
+
+    ``content="photos"``: one photograph per frame, every frame a new picture (no two frames
+    alike: x264 codes them as P-frames of mostly intra blocks, no B-frames; the worst case for
+    any decoder). ``content="shots"``: one photograph per 10-second shot, filmed with a slow
+    zoom and pan across it (ffmpeg's zoompan over the photograph scaled to 1.5x the frame), a
+    cut between shots: what camera footage looks like to a codec (frames alike from one to the
+    next, x264's default B-frames, a keyframe at each cut)."""
     seq = path + ".frames"
     os.makedirs(seq, exist_ok=True)
+    if content == "shots":
+        frames = frames[::SHOT_FRAMES]
     for k, p in enumerate(frames):
         os.symlink(os.path.abspath(p), os.path.join(seq, f"{k:06d}.jpg"))
     w, h = size
-    vf = f"scale={w}:{h}:force_original_aspect_ratio=increase,crop={w}:{h},setsar=1"
-    cmd = ["ffmpeg", "-v", "error", "-y", "-framerate", "25", "-i", os.path.join(seq, "%06d.jpg"),
+    if content == "shots":
+        bw, bh = (w * 3 // 4) * 2, (h * 3 // 4) * 2  # 1.5x, even
+        d = SHOT_FRAMES
+        vf = (f"scale={bw}:{bh}:force_original_aspect_ratio=increase,crop={bw}:{bh},"
+              f"zoompan=z='1.0+0.15*on/{d}':x='(iw-iw/zoom)*on/{d}':y='(ih-ih/zoom)/2'"
+              f":d={d}:s={w}x{h}:fps=25,setsar=1")
+        rate = f"25/{d}"
+    else:
+        vf = f"scale={w}:{h}:force_original_aspect_ratio=increase,crop={w}:{h},setsar=1"
+        rate = "25"
+    cmd = ["ffmpeg", "-v", "error", "-y", "-framerate", rate, "-i", os.path.join(seq, "%06d.jpg"),
            "-vf", vf, "-c:v", "libx264", "-pix_fmt", "yuv420p"]
     if keyint:
         cmd += ["-g", str(keyint)]
@@ -87,6 +109,8 @@ def make_video(path: str, frames: list, size, keyint) -> None:
 def make_set(work: str, name: str, args) -> str:
     """The set's videos in a class folder, packed; returns (dataset dir, videos dir)."""
     tag = f"{name}-k{args.keyint or 'default'}-n{args.videos}-s{args.min_seconds}-{args.max_seconds}"
+    if args.content != "photos":
+        tag += f"-{args.content}"
     if args.pack_keyint:
         tag += f"-p{args.pack_keyint}"
     src = os.path.join(work, tag, "videos")
@@ -101,7 +125,8 @@ def make_set(work: str, name: str, args) -> str:
             seconds = args.min_seconds + (span * i // max(1, args.videos - 1) if span else 0)
             n = int(seconds * 25)
             frames = [pool[(i * 7919 + k) % len(pool)] for k in range(n)]
-            make_video(os.path.join(src, "all", f"v{i:03d}.mp4"), frames, SIZES[name], args.keyint)
+            make_video(os.path.join(src, "all", f"v{i:03d}.mp4"), frames, SIZES[name], args.keyint,
+                       args.content)
         # --pack-keyint: stokehold reads videos re-encoded by pack, torchcodec the originals
         again = ["--video-keyint", str(args.pack_keyint)] if args.pack_keyint else []
         run_or_exit([*CLI, "pack", src, ds, "--overwrite", *again])
@@ -368,6 +393,9 @@ def main():
     ap.add_argument("--videos", type=int, default=16, help="videos per set")
     ap.add_argument("--min-seconds", type=int, default=10)
     ap.add_argument("--max-seconds", type=int, default=60)
+    ap.add_argument("--content", choices=["photos", "shots"], default="photos",
+                    help="photos: a new photograph every frame (no B-frames; the worst case); "
+                         "shots: 10-second shots panning across a photograph, as camera footage")
     ap.add_argument("--keyint", type=int, default=None, help="x264 keyframe interval (default: x264's, 250)")
     ap.add_argument("--pack-keyint", type=int, default=None,
                     help="pack with --video-keyint K: stokehold loads the re-encoded videos, torchcodec the originals")
@@ -401,7 +429,7 @@ def main():
             )
         report[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
-    print(json.dumps({"keyint": args.keyint or "default", "pack_keyint": args.pack_keyint, "threads": args.threads,
+    print(json.dumps({"content": args.content, "keyint": args.keyint or "default", "pack_keyint": args.pack_keyint, "threads": args.threads,
                       "sets": report}))
 
 

@@ -36,6 +36,11 @@ pub struct DecodedFrames {
     pub frames: Vec<usize>,
     /// Bytes of the packets read to decode them (from the file, or from the bytes in memory).
     pub packet_bytes: u64,
+    /// Packets sent to the decoder.
+    pub packets: u64,
+    /// Frames the decoder gave out (the wanted ones and the reference frames decoded on the way
+    /// to them: non-reference frames that no slot wants are skipped, not decoded).
+    pub decoded: u64,
 }
 
 /// A video's frame index with its frames in presentation order, and the name its errors give
@@ -281,6 +286,8 @@ fn decode(
         pts_seconds: Vec::with_capacity(frames.len()),
         frames: frames.to_vec(),
         packet_bytes: 0,
+        packets: 0,
+        decoded: 0,
     };
     // output slots by pts; the decode-order indices wanted, ascending
     let mut slots: HashMap<i64, Vec<usize>> = HashMap::new();
@@ -566,6 +573,7 @@ impl Job<'_> {
             return Err(self.decode_error(d, format!("reading the packet: {e}")));
         }
         self.out.packet_bytes += u64::from(f.size);
+        self.out.packets += 1;
         // SAFETY: pts, dts and flags of a live AVPacket (offsets in ffi.rs); the decoder gives
         // the packet's pts back on the frame it makes of it, which is how frames are matched.
         unsafe {
@@ -577,6 +585,18 @@ impl Job<'_> {
                 if f.key { ffi::AV_PKT_FLAG_KEY } else { 0 },
             );
         }
+        // a frame no clip slot wants is not decoded when no other frame refers to it (the
+        // non-reference B-frames between a keyframe and a clip, and those a stride skips):
+        // every reference frame is still decoded, so the wanted frames come out the same
+        let wanted = self.slots.contains_key(&f.pts) && !self.done.contains_key(&f.pts);
+        dec.set_discard(
+            ff,
+            if wanted {
+                ffi::AVDISCARD_DEFAULT
+            } else {
+                ffi::AVDISCARD_NONREF
+            },
+        );
         // SAFETY: an open decoder and a filled packet; the decoder takes its own reference.
         let r = unsafe { (ff.avcodec_send_packet)(dec.ctx, dec.pkt) };
         // SAFETY: our reference to the packet's buffer is released; the packet is blank again.
@@ -599,6 +619,7 @@ impl Job<'_> {
             if r < 0 {
                 return Err(self.decode_error(d, ff.error_string(r)));
             }
+            self.out.decoded += 1;
             // SAFETY: AVFrame.pts of the frame just received (offset in ffi.rs).
             let pts: i64 = unsafe { ffi::read_at(dec.frame, ffi::FRAME_PTS) };
             let result = if pts != NOPTS && !self.done.contains_key(&pts) {
@@ -738,6 +759,8 @@ struct Decoder {
     scratch: Vec<u8>,
     /// A null packet was sent: the decoder must be flushed before the next packet.
     draining: bool,
+    /// The context's `skip_frame` now (`AVDISCARD_*`).
+    discard: i64,
     ff: &'static Ffmpeg,
 }
 
@@ -795,6 +818,7 @@ impl Decoder {
             sws_key: (0, 0, 0, 0, 0),
             scratch: Vec::new(),
             draining: false,
+            discard: ffi::AVDISCARD_DEFAULT,
             ff,
         };
         let fail = |what: &str, r: c_int| {
@@ -860,6 +884,21 @@ impl Decoder {
             return Err(fail("opening the decoder", r));
         }
         Ok(dec)
+    }
+
+    /// Sets which frames the decoder skips from the next packet on (`skip_frame`, an
+    /// `AVDISCARD_*` level). Decoding runs on the caller's thread or FFmpeg's frame threads,
+    /// which copy the level from the context with each packet.
+    fn set_discard(&mut self, ff: &Ffmpeg, level: i64) {
+        if self.discard == level {
+            return;
+        }
+        // SAFETY: an open codec context; "skip_frame" is an AVCodecContext option in every
+        // major, read by the decoders at each packet.
+        let r = unsafe { (ff.av_opt_set_int)(self.ctx, c"skip_frame".as_ptr(), level, 0) };
+        if r >= 0 {
+            self.discard = level;
+        }
     }
 
     /// Back to the state after opening: nothing buffered, not draining.

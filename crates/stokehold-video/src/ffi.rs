@@ -37,6 +37,12 @@ pub const AVERROR_EOF: c_int = -0x2046_4F45;
 pub const AVCOL_RANGE_UNSPECIFIED: i64 = 0;
 /// Full range.
 pub const AVCOL_RANGE_JPEG: i64 = 2;
+/// `AVDISCARD_DEFAULT` (libavcodec/defs.h, avcodec.h before 5.0; the same in every major):
+/// decode every frame.
+pub const AVDISCARD_DEFAULT: i64 = 0;
+/// `AVDISCARD_NONREF`: skip the frames no other frame refers to (H.264's and H.265's
+/// non-reference pictures; a decoder that cannot tell decodes them anyway).
+pub const AVDISCARD_NONREF: i64 = 8;
 
 // Byte offsets in layout-stable prefixes (x86_64 and aarch64 Linux: 8-byte pointers, 4-byte int).
 //
