@@ -290,6 +290,59 @@ def test_a_clip_longer_than_the_video_is_named_or_skipped(video_ds):
     assert list(batch["path"]) == ["dogs/v1.mp4"] * 4
 
 
+def test_a_jsonl_naming_videos_reads_in_place_as_its_pack(video_ds, tmp_path):
+    """A JSONL table naming video files (``{"video": "cats/v0.mp4", ...}``) read in place: each
+    file's frame index made once and kept with the file's index; samples, clips and their stages
+    are those of ``pack`` of the same table; a video changed since, or missing, is an error
+    naming its file."""
+    import json
+
+    from stokehold.image import CenterCrop, Resize
+
+    src, _ = video_ds
+    root = tmp_path / "v"
+    shutil.copytree(src, root)
+    names = ["cats/v0.mp4", "dogs/v1.mp4", "cats/v1.mp4", "dogs/v0.mp4"]
+    table = root / "clips.jsonl"
+    table.write_text("".join(
+        json.dumps({"video": n, "label": i % 2, "caption": f"clip {i}"}) + "\n" for i, n in enumerate(names)
+    ))
+    subprocess.run([*CLI, "pack", str(table), str(tmp_path / "packed")], check=True, capture_output=True)
+    packed = stokehold.Dataset(str(tmp_path / "packed"))
+    ds = stokehold.Dataset(str(table))
+    assert ds.schema == packed.schema and ds.schema["video"] == "video", (ds.schema, packed.schema)
+    assert len(ds) == len(packed) == 4
+    for i, n in enumerate(names):
+        assert ds[i] == packed[i]
+        assert ds[i]["video"].endswith((root / n).read_bytes())
+    kw = dict(threads=2, seed=5, transforms={"video": [Clip(frames=4, stride=2), Resize(64), CenterCrop(48)]})
+    got = list(stokehold.Loader(ds, 2, **kw))
+    want = list(stokehold.Loader(packed, 2, **kw))
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want):
+        assert g["video"].shape == (2, 4, 3, 48, 48)
+        assert np.array_equal(g["video"], w["video"])
+        assert np.array_equal(g["video_timestamps"], w["video_timestamps"])
+        assert list(g["label"]) == list(w["label"])
+    # the index is kept: a video whose bytes changed since is named, not decoded as garbage
+    with open(root / "dogs/v1.mp4", "ab") as f:
+        f.write(b"\0" * 10)
+    again = stokehold.Dataset(str(table))
+    with pytest.raises(Exception) as e:
+        again[1]
+    assert "dogs/v1.mp4" in str(e.value) and "changed" in str(e.value), str(e.value)
+    assert again[0] == packed[0]
+    # a line naming a file that is not there: the dataset opens, its sample's error names it
+    missing = root / "missing.jsonl"
+    missing.write_text(json.dumps({"video": "cats/v0.mp4"}) + "\n" + json.dumps({"video": "cats/gone.mp4"}) + "\n")
+    ds = stokehold.Dataset(str(missing))
+    assert ds.schema["video"] == "video"
+    assert ds[0]["video"].endswith((root / "cats/v0.mp4").read_bytes())
+    with pytest.raises(Exception) as e:
+        ds[1]
+    assert "cats/gone.mp4" in str(e.value) and "line 2" in str(e.value), str(e.value)
+
+
 def test_clip_on_a_field_that_is_not_video_is_refused(video_ds):
     _, ds = video_ds
     with pytest.raises(Exception, match="clip needs a video field"):

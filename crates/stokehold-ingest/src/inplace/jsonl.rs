@@ -16,6 +16,15 @@
 //! its sample is read. Only a JSONL file on a local disk has its image paths read (one in
 //! object storage keeps them as JSON text, said in a note).
 //!
+//! A key whose values name video files (`"video": "clips/a.mp4"`) is a `video` field: the scan
+//! indexes each file once (its frame index, as `pack` makes it: [`crate::mp4`], [`crate::mkv`])
+//! and keeps the index's bytes and the file's size in the record's key bytes, after the image
+//! sizes (per such key, in [`JsonlStats::videos`]' order: u32 index bytes (0: the file could not
+//! be indexed), u64 file size, the index bytes: the head of a `video` value, format.md §3). A
+//! sample's value is that head followed by the file's bytes, read when the sample is read: the
+//! value `pack` stores, so clips, their stages and errors are the same. A file whose size
+//! changed since it was indexed is an error naming it (`stokehold index --rebuild`).
+//!
 //! Lines end with `\n` or `\r\n`; the last may have no newline; blank lines (only whitespace)
 //! are not samples; a UTF-8 byte order mark at the file's start is skipped. A line longer
 //! than the record limit is kept as a damaged record (reading it is an error that says so),
@@ -33,7 +42,9 @@ use stokehold_format::{
 
 use super::index::{DAMAGED, FileIndex, Member};
 use super::{ChooseError, Chosen, Scanned};
-use crate::sources::jsonl::{BOM, LineStats, SAMPLED_LINES, field_value, image_paths, is_blank};
+use crate::sources::jsonl::{
+    BOM, LineStats, SAMPLED_LINES, field_value, image_paths, is_blank, video_path,
+};
 
 /// Blank lines whose places are kept exactly (for line numbers in messages); past them, line
 /// numbers are said as at least.
@@ -56,6 +67,10 @@ pub(super) struct JsonlStats {
     /// The keys that list image files whose sizes each record's key bytes keep, in order.
     #[serde(default)]
     pub images: Vec<String>,
+    /// The keys that name video files whose frame indexes each record's key bytes keep (after
+    /// the image sizes), in order.
+    #[serde(default)]
+    pub videos: Vec<String>,
 }
 
 impl JsonlStats {
@@ -406,10 +421,32 @@ fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), String> {
 /// Images of unreadable files named in a file's notes.
 const NAMED_UNREADABLE: usize = 3;
 
+/// The head of the `video` value of file `path` (its frame index: format.md §3) and the file's
+/// size.
+fn video_head(path: &Path, max: u64) -> Result<(Vec<u8>, u64), String> {
+    let bytes = crate::pack::read_file(path, max)?;
+    let size = bytes.len() as u64;
+    let mut value =
+        crate::pack::image_folder::load_video(path, bytes, &crate::pack::VideoPolicy::default())?;
+    let head = head_len(&value).ok_or("the video's index does not parse")?;
+    value.truncate(head);
+    Ok((value, size))
+}
+
+/// Bytes of the head (header and frame index) of `video` value `v`; `None` when it is shorter
+/// than its header says.
+fn head_len(v: &[u8]) -> Option<usize> {
+    let h = stokehold_format::video::HEAD;
+    let n = u32::from_le_bytes(v.get(h - 4..h)?.try_into().ok()?) as usize;
+    let end = h.checked_add(n)?;
+    (end <= v.len()).then_some(end)
+}
+
 /// After the scan of JSONL file `place` (its bytes in `storage`, its folder `dir` where it is
 /// on a local disk): for each key that lists image files, every record's image sizes into its
-/// key bytes (see the module's doc), each read from the file's header.
-pub(super) fn size_images(
+/// key bytes, each read from the file's header; then for each key that names video files, each
+/// file's frame index (see the module's doc).
+pub(super) fn index_named_files(
     storage: &dyn Storage,
     dir: Option<&Path>,
     place: &str,
@@ -425,13 +462,21 @@ pub(super) fn size_images(
         .filter(|k| k.field_type().is_some_and(|t| t.is_image_list()))
         .map(|k| k.name.clone())
         .collect();
-    if keys.is_empty() {
+    let videos: Vec<String> = stats
+        .lines
+        .keys
+        .iter()
+        .filter(|k| k.field_type() == Some(stokehold_format::FieldType::Video))
+        .map(|k| k.name.clone())
+        .collect();
+    if keys.is_empty() && videos.is_empty() {
         return Ok(());
     }
     let Some(dir) = dir else {
         ix.header.notes.push(format!(
-            "{place}: keys {keys:?} list image files, which are read only beside a JSONL file on \
-             a local disk: kept as JSON text (pack the file to read its images)"
+            "{place}: keys {:?} name image or video files, which are read only beside a JSONL \
+             file on a local disk: kept as text (pack the file to read them)",
+            [&keys[..], &videos[..]].concat()
         ));
         return Ok(());
     };
@@ -468,19 +513,39 @@ pub(super) fn size_images(
                     out.extend_from_slice(&h.to_le_bytes());
                 }
             }
+            for key in &videos {
+                // a line that does not name its video fails when read: an empty entry here
+                let got = video_path(line, key).and_then(|p| {
+                    let file = dir.join(p);
+                    video_head(&file, max).map_err(|why| format!("{}: {why}", file.display()))
+                });
+                let (head, size) = got.unwrap_or_else(|why| {
+                    unreadable += 1;
+                    if named.len() < NAMED_UNREADABLE {
+                        let (n, _) = stats.line_of(r as u64);
+                        named.push(format!("line {n} (sample {r}): {why}"));
+                    }
+                    (Vec::new(), 0)
+                });
+                let len = u32::try_from(head.len())
+                    .map_err(|_| (e.offset, "a video's frame index passes 4 GiB".to_string()))?;
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&size.to_le_bytes());
+                out.extend_from_slice(&head);
+            }
         }
         let end = u32::try_from(out.len()).map_err(|_| {
             (
                 e.offset,
-                "the image sizes of the file pass 4 GiB of index".to_string(),
+                "the image sizes and video indexes of the file pass 4 GiB of index".to_string(),
             )
         })?;
         first_key.push(end);
     }
     if unreadable > 0 {
         ix.header.notes.push(format!(
-            "{place}: {unreadable} image files cannot be read (each one's sample is an error when \
-             read): {}",
+            "{place}: {unreadable} image or video files cannot be read (each one's sample is an \
+             error when read): {}",
             named.join("; ")
         ));
     }
@@ -488,6 +553,7 @@ pub(super) fn size_images(
     ix.keys = out;
     ix.first_key = first_key;
     stats.images = keys;
+    stats.videos = videos;
     ix.header.stats = serde_json::to_value(&stats).expect("the statistics serialize");
     Ok(())
 }
@@ -509,6 +575,28 @@ fn sizes_in(raw: &[u8], k: usize) -> Option<Vec<u32>> {
             );
         }
         at += 4 + bytes;
+    }
+    None
+}
+
+/// The frame index record `raw` (its key bytes) keeps of the `k`-th key of
+/// [`JsonlStats::videos`], after the sizes of its `images` image keys: (the head of the video
+/// value, the file's size when indexed); an empty head when the file could not be indexed;
+/// `None` when the key bytes do not parse.
+fn video_in(raw: &[u8], images: usize, k: usize) -> Option<(&[u8], u64)> {
+    let mut at = 0usize;
+    for _ in 0..images {
+        let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+        at = at.checked_add(4)?.checked_add(n.checked_mul(8)?)?;
+    }
+    for j in 0..=k {
+        let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
+        let size = u64::from_le_bytes(raw.get(at + 4..at + 12)?.try_into().ok()?);
+        let head = raw.get(at + 12..(at + 12).checked_add(n)?)?;
+        if j == k {
+            return Some((head, size));
+        }
+        at += 12 + n;
     }
     None
 }
@@ -599,6 +687,51 @@ impl JsonlCodec {
         .map_err(|e| format!("key {key:?} {e}"))
     }
 
+    /// The `video` value of key `key` of `line` (record `record`): the frame index kept at the
+    /// scan, then the bytes of the file it names. An error names the key and the file.
+    fn video_file(
+        &self,
+        record: u64,
+        line: &[u8],
+        key: &str,
+    ) -> Result<FieldValue<'static>, String> {
+        let file = self
+            .dir
+            .as_deref()
+            .unwrap_or(Path::new("."))
+            .join(video_path(line, key)?);
+        let at = |why: String| format!("key {key:?}: {}: {why}", file.display());
+        let k = self.stats.videos.iter().position(|v| v == key);
+        let kept = k.and_then(|k| {
+            video_in(
+                self.index.key_of(record as usize),
+                self.stats.images.len(),
+                k,
+            )
+        });
+        let Some((head, size)) = kept else {
+            return Err(at("its frame index is not in the file's kept index".into()));
+        };
+        if head.is_empty() {
+            return Err(at(
+                "it could not be indexed when the JSONL file was scanned (see the dataset's notes)"
+                    .into(),
+            ));
+        }
+        let bytes = crate::pack::read_file(&file, self.stats.max.max(size)).map_err(&at)?;
+        if bytes.len() as u64 != size {
+            return Err(at(format!(
+                "it is {} bytes, {size} when indexed: it changed since (index the files again: \
+                 `stokehold index --rebuild`)",
+                bytes.len()
+            )));
+        }
+        let mut value = Vec::with_capacity(head.len() + bytes.len());
+        value.extend_from_slice(head);
+        value.extend_from_slice(&bytes);
+        Ok(FieldValue::Bytes(value.into()))
+    }
+
     fn line(&self, record: u64) -> String {
         match self.stats.line_of(record) {
             (n, true) => format!("line {n}"),
@@ -612,8 +745,8 @@ impl RecordCodec for JsonlCodec {
         "JSONL"
     }
 
-    /// A line's other fields are parsed from it alone; only a `list:image` field reads more
-    /// (its files).
+    /// A line's other fields are parsed from it alone; only a `list:image` or `video` field
+    /// reads more (its files).
     fn fields_apart(&self) -> bool {
         true
     }
@@ -640,6 +773,9 @@ impl RecordCodec for JsonlCodec {
         if schema.fields[i].ty.is_image_list() {
             return self.image_files(bytes, key, *optional).map_err(corrupt);
         }
+        if schema.fields[i].ty == stokehold_format::FieldType::Video {
+            return self.video_file(record, bytes, key).map_err(corrupt);
+        }
         field_value(bytes, key, &schema.fields[i].ty, *optional).map_err(corrupt)
     }
 }
@@ -653,13 +789,18 @@ pub(super) fn choose(
     source: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<Vec<Chosen>, ChooseError> {
     let mut all = LineStats::default();
-    // the keys whose image sizes every file's index keeps
+    // the keys whose image sizes (video indexes) every file's index keeps
     let mut sized: Option<Vec<String>> = None;
+    let mut indexed: Option<Vec<String>> = None;
     for f in files {
         let s = stats_of(f)?;
         sized = Some(match sized {
             None => s.images.clone(),
             Some(v) => v.into_iter().filter(|k| s.images.contains(k)).collect(),
+        });
+        indexed = Some(match indexed {
+            None => s.videos.clone(),
+            Some(v) => v.into_iter().filter(|k| s.videos.contains(k)).collect(),
         });
         if let Some((line, why)) = &s.lines.first_invalid {
             notes.push(format!(
@@ -672,6 +813,7 @@ pub(super) fn choose(
     }
     let fields = crate::sources::jsonl::choose(&all, files.len(), given, notes, source)?;
     let sized = sized.unwrap_or_default();
+    let indexed = indexed.unwrap_or_default();
     Ok(fields
         .into_iter()
         .map(|mut f| {
@@ -682,6 +824,14 @@ pub(super) fn choose(
                     f.name
                 ));
                 f.ty = stokehold_format::FieldType::Json;
+            }
+            if f.ty == stokehold_format::FieldType::Video && !indexed.contains(&f.name) {
+                notes.push(format!(
+                    "key {:?} names video files, but not in the first lines of every file, or not \
+                     beside every file on a local disk (no frame index kept): kept as a string",
+                    f.name
+                ));
+                f.ty = stokehold_format::FieldType::String;
             }
             f
         })

@@ -771,7 +771,7 @@ fn scan(
         // image paths are relative to the JSONL file's folder
         let dir = location.directory().map(|d| parent(&d.join(name)));
         let place = path.display().to_string();
-        jsonl::size_images(&*storage, dir.as_deref(), &place, max, &mut ix)
+        jsonl::index_named_files(&*storage, dir.as_deref(), &place, max, &mut ix)
     });
     r.map_err(|(offset, detail)| FormatError::Corrupt {
         path,

@@ -8,15 +8,19 @@
 //! (`"images": ["a.jpg", "b/c.png"]`: [`crate::sources::jsonl::KeyStats::field_type`], the rule
 //! reading in place shares) is a `list:image` field of those files' bytes, read relative to the
 //! JSONL file's folder. A file that cannot be read, or is no image, skips its line, naming the
-//! line, the item and the path.
+//! line, the item and the path. A key whose values are all names of video files (`.mp4`,
+//! `.mkv`, `.webm`, ...) is a `video` field: each file's frame index and bytes (as a folder of
+//! videos packs them, re-encoded with `--video-keyint`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stokehold_format::{Field, FieldValue, Schema};
+use stokehold_format::{Field, FieldType, FieldValue, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Skipped, check_image, read_file};
-use crate::sources::jsonl::{LineStats, SAMPLED_LINES, field_value, image_paths, lines};
+use crate::sources::jsonl::{
+    LineStats, SAMPLED_LINES, field_value, image_paths, lines, video_path,
+};
 
 /// The first lines' statistics of a JSONL file's bytes.
 pub(super) fn first_lines(all: &[u8]) -> LineStats {
@@ -65,6 +69,7 @@ pub(super) fn plan<'a>(
     )?;
     let dir = dir_of(src).to_path_buf();
     let max = options.max_item_bytes;
+    let policy = options.video.clone();
     let all: Arc<[u8]> = all.into();
     let jobs: Vec<(u64, usize, usize)> = lines(&all)
         .map(|(n, at, line)| (n, at, line.len()))
@@ -87,12 +92,14 @@ pub(super) fn plan<'a>(
                 for f in &fields {
                     let v = if f.ty.is_image_list() {
                         image_files(line, &f.name, f.optional, &dir, max, &mut progressive)
+                    } else if f.ty == FieldType::Video {
+                        video_file(line, &f.name, &dir, max, &policy)
                     } else {
                         field_value(line, &f.name, &f.ty, f.optional).map(FieldValue::into_owned)
                     };
                     match v {
                         Ok(v) => {
-                            if f.ty.is_image_list() {
+                            if f.ty.is_image_list() || f.ty == FieldType::Video {
                                 // the files read, beside the line
                                 bytes += super::parquet::value_bytes(&v);
                             }
@@ -117,6 +124,23 @@ fn dir_of(src: &Path) -> &Path {
     src.parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."))
+}
+
+/// The `video` value of key `key` of `line`: the frame index and bytes of the file it names
+/// (relative to `dir`). An error names the key and the file.
+fn video_file(
+    line: &[u8],
+    key: &str,
+    dir: &Path,
+    max: u64,
+    policy: &super::VideoPolicy,
+) -> Result<FieldValue<'static>, String> {
+    let file = dir.join(video_path(line, key)?);
+    let bytes =
+        read_file(&file, max).map_err(|e| format!("key {key:?}: {}: {e}", file.display()))?;
+    super::image_folder::load_video(&file, bytes, policy)
+        .map(|v| FieldValue::Bytes(v.into()))
+        .map_err(|e| format!("key {key:?}: {}: {e}", file.display()))
 }
 
 /// The `list:image` value of key `key` of `line`: the bytes of the files it lists (relative to

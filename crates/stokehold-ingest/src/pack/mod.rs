@@ -9,7 +9,7 @@
 //! skipped, with a count at the end and a `skipped.txt` in the dataset; with `strict` the first
 //! one is fatal.
 
-mod image_folder;
+pub(crate) mod image_folder;
 mod jsonl;
 pub(crate) mod parquet;
 mod table;

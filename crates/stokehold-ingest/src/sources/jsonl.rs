@@ -106,6 +106,16 @@ pub fn image_paths(line: &[u8], key: &str, optional: bool) -> Result<Vec<String>
     .ok_or_else(|| format!("key {key:?} is not a list of image file names"))
 }
 
+/// The file name a `video` key `key` of `line` holds (relative to the JSONL file's folder, or
+/// absolute). The error says what is wrong (without the line's place).
+pub fn video_path(line: &[u8], key: &str) -> Result<String, String> {
+    match find(line, key).map_err(|e| e.to_string())? {
+        Some(Got::Str(s)) => Ok(s.into_owned()),
+        None => Err(format!("has no key {key:?}")),
+        Some(_) => Err(format!("key {key:?} is not a video file name")),
+    }
+}
+
 /// A field of JSON Lines: its key, type, and whether a line may lack it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonlField {
@@ -294,10 +304,21 @@ pub fn find<'a>(line: &'a [u8], key: &str) -> Result<Option<Got<'a>>, BadLine> {
     got.map_err(BadLine::NotObject)
 }
 
-/// The keys of the JSON object that is `line`, in order, each with its value's kind and, where
-/// the value is a list of strings each with an image extension, how many (a string: 1 where it
-/// has one; see [`KeyStats::field_type`]).
-pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind, Option<u32>)>, BadLine> {
+/// What a value names of files read by their names: a list of image file names (how many), or
+/// one video file name (see [`KeyStats::field_type`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Names {
+    /// Nothing of the kind.
+    None,
+    /// A list of strings each with an image extension, of this many (a string with one: 1).
+    Images(u32),
+    /// A string with a video extension (`.mp4`, `.mkv`, `.webm`, ...).
+    Video,
+}
+
+/// The keys of the JSON object that is `line`, in order, each with its value's kind and what
+/// it names of files ([`Names`]).
+pub fn keys(line: &[u8]) -> Result<Vec<(String, Kind, Names)>, BadLine> {
     let mut de = serde_json::Deserializer::from_slice(line);
     let got = de
         .deserialize_any(KeysVisitor)
@@ -368,7 +389,7 @@ impl<'de> Visitor<'de> for FindVisitor<'_> {
 struct KeysVisitor;
 
 impl<'de> Visitor<'de> for KeysVisitor {
-    type Value = OrKind<Vec<(String, Kind, Option<u32>)>>;
+    type Value = OrKind<Vec<(String, Kind, Names)>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
@@ -377,7 +398,7 @@ impl<'de> Visitor<'de> for KeysVisitor {
     not_object!();
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut out: Vec<(String, Kind, Option<u32>)> = Vec::new();
+        let mut out: Vec<(String, Kind, Names)> = Vec::new();
         while let Some(k) = map.next_key_seed(KeySeed)? {
             let (kind, images) = map.next_value_seed(KindSeed)?;
             // a repeated key: the last value counts, as Python keeps it
@@ -418,12 +439,11 @@ impl<'de> Visitor<'de> for KeyVisitor {
     }
 }
 
-/// A value's kind, and for a list of image file names (every item a string with an image
-/// extension) how many (for a string, 1 where it is one); the value itself skipped.
+/// A value's kind, and what it names of files ([`Names`]); the value itself skipped.
 struct KindSeed;
 
 impl<'de> DeserializeSeed<'de> for KindSeed {
-    type Value = (Kind, Option<u32>);
+    type Value = (Kind, Names);
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(KindVisitor)
     }
@@ -432,15 +452,15 @@ impl<'de> DeserializeSeed<'de> for KindSeed {
 struct KindVisitor;
 
 impl<'de> Visitor<'de> for KindVisitor {
-    type Value = (Kind, Option<u32>);
+    type Value = (Kind, Names);
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
-        Ok((Kind::Bool, None))
+        Ok((Kind::Bool, Names::None))
     }
     fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
-        Ok((Kind::Int, None))
+        Ok((Kind::Int, Names::None))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
         let kind = if i64::try_from(v).is_ok() {
@@ -448,29 +468,43 @@ impl<'de> Visitor<'de> for KindVisitor {
         } else {
             Kind::Float
         };
-        Ok((kind, None))
+        Ok((kind, Names::None))
     }
     fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
-        Ok((Kind::Float, None))
+        Ok((Kind::Float, Names::None))
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
         // (one image file name: what a list's item is checked for)
-        Ok((Kind::Str, super::has_image_extension(v).then_some(1)))
+        let names = if super::has_image_extension(v) {
+            Names::Images(1)
+        } else if super::has_video_extension(v) {
+            Names::Video
+        } else {
+            Names::None
+        };
+        Ok((Kind::Str, names))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-        Ok((Kind::Null, None))
+        Ok((Kind::Null, Names::None))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let (mut names, mut all) = (0u32, true);
         while let Some(item) = seq.next_element_seed(KindSeed)? {
-            all &= item == (Kind::Str, Some(1));
+            all &= item == (Kind::Str, Names::Images(1));
             names = names.saturating_add(1);
         }
-        Ok((Kind::Json, all.then_some(names)))
+        Ok((
+            Kind::Json,
+            if all {
+                Names::Images(names)
+            } else {
+                Names::None
+            },
+        ))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok((Kind::Json, None))
+        Ok((Kind::Json, Names::None))
     }
 }
 
@@ -555,13 +589,20 @@ pub struct KeyStats {
     /// The names those lists hold.
     #[serde(default)]
     pub image_names: u64,
+    /// Of the strings, those that name a video file (a video extension).
+    #[serde(default)]
+    pub video_names: u64,
 }
 
 impl KeyStats {
-    fn add(&mut self, kind: Kind, images: Option<u32>) {
-        if let (Kind::Json, Some(n)) = (kind, images) {
-            self.image_lists += 1;
-            self.image_names += u64::from(n);
+    fn add(&mut self, kind: Kind, names: Names) {
+        match (kind, names) {
+            (Kind::Json, Names::Images(n)) => {
+                self.image_lists += 1;
+                self.image_names += u64::from(n);
+            }
+            (Kind::Str, Names::Video) => self.video_names += 1,
+            _ => {}
         }
         match kind {
             Kind::Null => self.null += 1,
@@ -586,12 +627,14 @@ impl KeyStats {
         self.json += o.json;
         self.image_lists += o.image_lists;
         self.image_names += o.image_names;
+        self.video_names += o.video_names;
     }
 
     /// The field type its values make: int64 (integers, booleans as 0/1), float64 (numbers),
     /// list:image (every value a list of file names with an image extension, `.jpg`, `.jpeg`,
     /// `.jpe`, `.png` or `.webp`, and at least one name: the files' bytes, read relative to the
-    /// JSONL file's folder, by `pack` and in place alike), json (lists and objects), string
+    /// JSONL file's folder, by `pack` and in place alike), video (every value a string naming
+    /// a video file, none null: the file's frame index and bytes), json (lists and objects), string
     /// (strings; mixed kinds as each value's text, a list or object as its canonical JSON
     /// text); `None` when every value is null.
     pub fn field_type(&self) -> Option<FieldType> {
@@ -604,6 +647,8 @@ impl KeyStats {
                     codec: stokehold_format::ImageCodec::Auto,
                 },
             }
+        } else if self.str == self.count && self.video_names == self.str && self.null == 0 {
+            FieldType::Video
         } else if self.str + self.json == 0 && self.float == 0 {
             FieldType::Int64
         } else if self.str + self.json + self.bool == 0 && numbers > 0 {
@@ -643,16 +688,16 @@ impl LineStats {
         self.lines += 1;
         match keys(line) {
             Ok(ks) => {
-                for (name, kind, images) in ks {
+                for (name, kind, names) in ks {
                     match self.keys.iter().position(|k| k.name == name) {
-                        Some(i) => self.keys[i].add(kind, images),
+                        Some(i) => self.keys[i].add(kind, names),
                         None if self.keys.len() >= MAX_KEYS => self.more_keys = true,
                         None => {
                             let mut k = KeyStats {
                                 name,
                                 ..KeyStats::default()
                             };
-                            k.add(kind, images);
+                            k.add(kind, names);
                             self.keys.push(k);
                         }
                     }
@@ -719,10 +764,18 @@ mod tests {
         assert_eq!(
             keys(br#"{"x": "1", "y": [1], "z": null, "w": 18446744073709551615}"#).unwrap(),
             vec![
-                ("x".into(), Kind::Str, None),
-                ("y".into(), Kind::Json, None),
-                ("z".into(), Kind::Null, None),
-                ("w".into(), Kind::Float, None)
+                ("x".into(), Kind::Str, Names::None),
+                ("y".into(), Kind::Json, Names::None),
+                ("z".into(), Kind::Null, Names::None),
+                ("w".into(), Kind::Float, Names::None)
+            ]
+        );
+        assert_eq!(
+            keys(br#"{"v": "a/b.MP4", "i": "c.jpg", "l": ["c.jpg", "d.png"]}"#).unwrap(),
+            vec![
+                ("v".into(), Kind::Str, Names::Video),
+                ("i".into(), Kind::Str, Names::Images(1)),
+                ("l".into(), Kind::Json, Names::Images(2)),
             ]
         );
     }
@@ -789,6 +842,20 @@ mod tests {
                 ("x".into(), Some(FieldType::Json)),
                 ("o".into(), Some(FieldType::Json)),
                 ("s".into(), Some(FieldType::String)),
+            ]
+        );
+        // names of video files in every line, none null: a video; a null, another name, or a
+        // list of them, and it is a string (json)
+        assert_eq!(
+            t(&[
+                br#"{"v":"a.mp4","n":"a.mp4","o":"a.mkv","l":["a.mp4"]}"#,
+                br#"{"v":"b/c.webm","n":null,"o":"a.txt","l":["b.mp4"]}"#,
+            ]),
+            vec![
+                ("v".into(), Some(FieldType::Video)),
+                ("n".into(), Some(FieldType::String)),
+                ("o".into(), Some(FieldType::String)),
+                ("l".into(), Some(FieldType::Json)),
             ]
         );
     }

@@ -493,6 +493,16 @@ pub(crate) fn has_image_extension(name: &str) -> bool {
         .is_some_and(|e| webdataset::IMAGE.contains(&e.to_ascii_lowercase().as_str()))
 }
 
+/// Whether file name `name` has a video extension (those `pack` reads as videos).
+pub(crate) fn has_video_extension(name: &str) -> bool {
+    Path::new(name)
+        .extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| {
+            crate::pack::image_folder::VIDEO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str())
+        })
+}
+
 /// The value stored for an optional field a sample lacks (or holds null): empty text, bytes,
 /// array or list; `None` for types without an empty value.
 pub(crate) fn empty_value(ty: &FieldType) -> Option<FieldValue<'static>> {
