@@ -14,9 +14,7 @@ use stokehold_format::{FieldValue, ImageCodec, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
 
-/// Extensions of the video files packed: MP4 and QuickTime (the ISO base media family),
-/// Matroska and WebM.
-pub(crate) const VIDEO_EXTENSIONS: [&str; 5] = ["mp4", "m4v", "mov", "mkv", "webm"];
+pub(crate) use crate::sources::VIDEO_EXTENSIONS;
 
 fn has_extension(p: &Path, list: &[&str]) -> bool {
     p.extension()

@@ -493,14 +493,16 @@ pub(crate) fn has_image_extension(name: &str) -> bool {
         .is_some_and(|e| webdataset::IMAGE.contains(&e.to_ascii_lowercase().as_str()))
 }
 
-/// Whether file name `name` has a video extension (those `pack` reads as videos).
+/// Extensions of the video files read as videos (by `pack` and in place): MP4 and QuickTime
+/// (the ISO base media family), Matroska and WebM.
+pub(crate) const VIDEO_EXTENSIONS: [&str; 5] = ["mp4", "m4v", "mov", "mkv", "webm"];
+
+/// Whether file name `name` has a video extension ([`VIDEO_EXTENSIONS`]).
 pub(crate) fn has_video_extension(name: &str) -> bool {
     Path::new(name)
         .extension()
         .and_then(|e| e.to_str())
-        .is_some_and(|e| {
-            crate::pack::image_folder::VIDEO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str())
-        })
+        .is_some_and(|e| VIDEO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// The value stored for an optional field a sample lacks (or holds null): empty text, bytes,
