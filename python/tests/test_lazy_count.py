@@ -1,16 +1,20 @@
 """Packed conversations counted lazily (issue #52 item 4): the loader is made without counting
 its conversations; each window of the epoch's order is counted when a batch needs its rows (the
 rest in the background), so the first batch comes before the dataset is counted. The rows are the
-same as those of counting at open (the eager path: on_error="skip"), len() is an estimate until
+same as those of counting at open (the eager path: STOKEHOLD_CHAT_COUNT_AT_OPEN=1), len() is an estimate until
 the epoch is planned and exact after, and a resume while counting is exact on another number of
-ranks.
+ranks. Under on_error="skip" too: a conversation that cannot be read or encoded is left out when its
+window is counted, with the rows of counting at open.
 
 The background counter is switched off (STOKEHOLD_CHAT_COUNT_AHEAD=0) where a test counts what
 the first batches needed: `stats()["packing"]["counted"]` is then only what planning counted."""
 
 import json
+import os
 
 import pytest
+
+from stokehold import StokeholdError
 
 from stokehold.text import ChatTemplate
 
@@ -41,9 +45,13 @@ def lazy(fresh, ds, tmpl, **kw):
 
 
 def eager(fresh, ds, tmpl, **kw):
-    """Counted at open: on_error="skip" counts every conversation first (no bad one here)."""
+    """Counted at open (STOKEHOLD_CHAT_COUNT_AT_OPEN=1: every conversation counted first)."""
     fresh()
-    return loader(ds, tmpl, on_error="skip", max_skip_fraction=0.0, **kw)
+    os.environ["STOKEHOLD_CHAT_COUNT_AT_OPEN"] = "1"
+    try:
+        return loader(ds, tmpl, **kw)
+    finally:
+        del os.environ["STOKEHOLD_CHAT_COUNT_AT_OPEN"]
 
 
 def same_batches(a, b):
@@ -70,6 +78,33 @@ def test_lazy_and_eager_counting_give_the_same_batches_on_one_and_two_ranks(tmp_
             monkeypatch.setenv("STOKEHOLD_CHAT_COUNT_AHEAD", "1")
             same_batches(list(lazy(no_kept, ds, tmpl, **kw)), want)
             monkeypatch.setenv("STOKEHOLD_CHAT_COUNT_AHEAD", "0")
+
+
+def test_bad_conversations_are_skipped_as_their_windows_are_counted(tmp_path, models, no_kept):  # noqa: F811
+    """on_error="skip" no longer counts the whole dataset at open: the loader is made with the
+    first window counted; the bad conversations are left out as their windows are counted, and
+    the epoch's rows, the skipped ones and their reasons are those of counting at open; past
+    max_skip_fraction the loader fails (at open or with the batch whose window crosses it)."""
+    convs = make_convs(120, seed=23)
+    bad = [5, 50, 97]
+    for i in bad:
+        convs[i] = "{not json"
+    ds = write(tmp_path / "ds", convs)
+    tmpl = ChatTemplate(models["chatml"])
+    kw = dict(KW, batch_size=3, drop_last=False, on_error="skip", max_skip_fraction=0.05)
+    first = eager(no_kept, ds, tmpl, **kw)
+    packing = first.stats()["packing"]
+    assert packing["counted"] == 120 and packing["skipped"] == 3
+    want = list(first)
+    ld = lazy(no_kept, ds, tmpl, **kw)
+    assert ld.stats()["packing"]["counted"] == KW["window"] < 120
+    same_batches(list(ld), want)
+    got = ld.stats()["packing"]
+    assert got["counted"] == 120 and got["skipped"] == 3
+    assert [e[0] for e in got["skipped_examples"]] == bad
+    assert got["skipped_examples"] == first.stats()["packing"]["skipped_examples"]
+    with pytest.raises(StokeholdError, match="max_skip_fraction"):
+        list(lazy(no_kept, ds, tmpl, **dict(kw, max_skip_fraction=0.02)))
 
 
 def test_the_first_batch_counts_only_the_window_its_rows_need(tmp_path, models, no_kept):  # noqa: F811

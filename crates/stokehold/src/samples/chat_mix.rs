@@ -402,7 +402,7 @@ impl ChatMixture {
             total.dropped += dropped;
             total.skipped += skipped.len() as u64;
             total.kept += p.kept();
-            for (id, why) in skipped {
+            for (id, why) in &skipped {
                 if total.skipped_examples.len() < 100 {
                     total
                         .skipped_examples

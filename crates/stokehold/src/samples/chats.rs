@@ -6,7 +6,7 @@
 //! conversation's token count, by the same render + tokenize + mask that filling runs
 //! ([`stokehold_ops::chat::ChatTemplate::encode`]), is counted once ([`ChatPlanner`]): lazily,
 //! a window's conversations when its rows are first needed and the rest by a background thread
-//! (under `on_error="skip"` and for a mixture's sources, all when the loader is made). The plan
+//! (for a mixture's sources, all when the loader is made). The plan
 //! of an epoch is then a pure function of (seed, epoch, counts): the conversations in the
 //! loader's shuffle, cut into windows of `window` candidates; each window packed by
 //! best-fit-decreasing into rows of at most `seq_len` tokens ([`pack_window`]); the rows of a
@@ -24,9 +24,10 @@
 //! longest list of the batch).
 //!
 //! A conversation longer than `seq_len` is truncated to `seq_len` tokens (a row of its own) or
-//! dropped from the plan ([`Overlong`]); one that cannot be read or encoded fails the loader when
-//! it is made (`on_error = fail`, naming the conversation), or is left out of the plan and
-//! counted (`on_error = skip`). [`ChatPlanner::summary`] reports these and the fill.
+//! dropped from the plan ([`Overlong`]); one that cannot be read or encoded fails the batch whose
+//! window holds it (`on_error = fail`, naming the conversation), or is left out of the plan and
+//! counted when its window is counted (`on_error = skip`, within `max_skip_fraction` of the
+//! whole dataset). [`ChatPlanner::summary`] reports these and the fill.
 //!
 //! Row ids carry their epoch (`epoch << 40 | row`), so filling and the batch's shapes need no
 //! other state than the id.
@@ -390,7 +391,13 @@ pub struct ChatPlanner {
     counted: AtomicU64,
     truncated: AtomicU64,
     dropped: AtomicU64,
-    skipped: Vec<(u64, String)>,
+    /// Conversations that could not be read or encoded, left out (`on_error = skip`), and why.
+    skipped: Mutex<Vec<(u64, String)>>,
+    /// `on_error = skip`: the largest fraction of the conversations that may be left out so.
+    skip_bad: Option<f64>,
+    /// More than that were found (by a counter in the background): the error the next window
+    /// planned reports.
+    over_budget: AtomicBool,
     /// Threads of a window's count.
     threads: usize,
     /// Bytes of kept encodings, within `keep_encodings` (`budget`).
@@ -503,10 +510,11 @@ impl ChatPlanner {
     /// first is the error, with the count); `None`: the first one (the lowest index) is the
     /// error.
     ///
-    /// `lazy` (with `skip_bad` `None`): count nothing at open; each window's
+    /// `lazy`: count nothing at open; each window's
     /// conversations are counted when the window is planned ([`EpochPlan`]), the rest by
     /// [`ChatPlanner::count_in_background`]: the same counts, so the same rows, as counting at
-    /// open. A bad conversation is then reported by the batch whose window holds it.
+    /// open. A bad conversation is then reported by the batch whose window holds it, or (with
+    /// `skip_bad`) left out there, the budget checked as they are found.
     pub fn new(
         ds: Arc<Dataset>,
         options: ChatRowOptions,
@@ -622,7 +630,9 @@ impl ChatPlanner {
             counted: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
-            skipped: Vec::new(),
+            skipped: Mutex::new(Vec::new()),
+            skip_bad,
+            over_budget: AtomicBool::new(false),
             threads,
             used: AtomicU64::new(0),
             budget: options.keep_encodings.resolve(default_keep),
@@ -897,7 +907,7 @@ impl ChatPlanner {
             self.settle(counts);
             return Ok(());
         }
-        if lazy && skip_bad.is_none() {
+        if lazy {
             self.counts = (0..len).map(|_| AtomicU32::new(UNKNOWN)).collect();
             if self.vision.is_some() {
                 self.images = (0..len).map(|_| AtomicU32::new(0)).collect();
@@ -957,7 +967,7 @@ impl ChatPlanner {
         if errors.is_empty() {
             self.store_counts();
         }
-        self.skipped = errors
+        *crate::sync::lock(&self.skipped) = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
             .collect();
@@ -1047,7 +1057,10 @@ impl ChatPlanner {
         if c != UNKNOWN {
             return Ok(c);
         }
-        let e = self.encode(id)?;
+        let e = match self.encode(id) {
+            Ok(e) => e,
+            Err(err) => return self.skip_or_fail(id, slot, err),
+        };
         let (raw, images, how) = self.raw_count(&e);
         if let Some(im) = self.images.get(id as usize) {
             // before the count is published: whoever sees the count sees its image tokens
@@ -1062,13 +1075,69 @@ impl ChatPlanner {
                     Settled::Kept => 0,
                 };
                 self.keep(id as usize, e);
-                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len() {
+                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len()
+                    && crate::sync::lock(&self.skipped).is_empty()
+                {
                     self.store_counts();
                 }
                 Ok(raw)
             }
             Err(other) => Ok(other),
         }
+    }
+
+    /// Conversation `id` (count slot `slot`) cannot be read or encoded (`err`): its error, or
+    /// under `on_error = skip` (a sample's failure) left out and counted, as counting at open
+    /// leaves it out; once more than `max_skip_fraction` of all the conversations are left out,
+    /// the error that says so.
+    fn skip_or_fail(&self, id: u64, slot: &AtomicU32, err: EngineError) -> Result<u32> {
+        let Some(fraction) = self.skip_bad.filter(|_| err.is_sample_failure()) else {
+            return Err(err);
+        };
+        if let Err(other) =
+            slot.compare_exchange(UNKNOWN, LEFT_OUT, Ordering::AcqRel, Ordering::Acquire)
+        {
+            return Ok(other); // counted meanwhile by another thread
+        }
+        let many = {
+            let mut skipped = crate::sync::lock(&self.skipped);
+            skipped.push((id, err.to_string()));
+            skipped.len()
+        };
+        // (a dataset with conversations left out keeps no counts: the next open finds them again)
+        self.counted.fetch_add(1, Ordering::AcqRel);
+        let n = self.len();
+        if many as f64 > fraction * n as f64 {
+            self.over_budget.store(true, Ordering::Release);
+            return Err(EngineError::TooManyFailures {
+                detail: format!(
+                    "{many} of the {n} conversations cannot be read or encoded, more than \
+                     max_skip_fraction {fraction}"
+                ),
+                first: Box::new(err),
+            });
+        }
+        Ok(LEFT_OUT)
+    }
+
+    /// The error of conversations left out past `max_skip_fraction` (found by a counter in the
+    /// background), naming the first of them.
+    fn over_budget_error(&self) -> Option<EngineError> {
+        if !self.over_budget.load(Ordering::Acquire) {
+            return None;
+        }
+        let skipped = self.left_out().2;
+        let n = self.len();
+        let (id, why) = skipped.first().cloned().unwrap_or_default();
+        Some(EngineError::TooManyFailures {
+            detail: format!(
+                "{} of the {n} conversations cannot be read or encoded, more than \
+                 max_skip_fraction {}",
+                skipped.len(),
+                self.skip_bad.unwrap_or(0.0)
+            ),
+            first: Box::new(EngineError::Worker(format!("conversation {id}: {why}"))),
+        })
     }
 
     /// Count the conversations of `ids` not counted yet, on the planner's threads; the error
@@ -1085,7 +1154,7 @@ impl ChatPlanner {
             })
             .collect();
         if unknown.is_empty() {
-            return Ok(());
+            return self.over_budget_error().map_or(Ok(()), Err);
         }
         let results = stokehold_ops::parallel::map_indexed(unknown.len(), self.threads, 16, |i| {
             self.count_one(unknown[i])
@@ -1099,7 +1168,7 @@ impl ChatPlanner {
             .min_by_key(|(id, _)| *id);
         match first {
             Some((_, e)) => Err(e),
-            None => Ok(()),
+            None => self.over_budget_error().map_or(Ok(()), Err),
         }
     }
 
@@ -1198,11 +1267,14 @@ impl ChatPlanner {
 
     /// (truncated, dropped, skipped) conversations: overlong ones, and those that could not be
     /// read or encoded.
-    pub fn left_out(&self) -> (u64, u64, &[(u64, String)]) {
+    pub fn left_out(&self) -> (u64, u64, Vec<(u64, String)>) {
+        let mut skipped = crate::sync::lock(&self.skipped).clone();
+        // counted lazily, in whatever order the counters went: by index, as counting at open
+        skipped.sort_by_key(|(id, _)| *id);
         (
             self.truncated.load(Ordering::Relaxed),
             self.dropped.load(Ordering::Relaxed),
-            &self.skipped,
+            skipped,
         )
     }
 
