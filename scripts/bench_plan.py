@@ -80,7 +80,7 @@ def grow(data, gigabytes):
     return out
 
 
-def first_batch(data, model, threads, images=False):
+def first_batch(data, model, threads, images=False, **kw):
     t0 = time.perf_counter()
     if images:
         from stokehold.vision import Qwen2VL
@@ -90,7 +90,7 @@ def first_batch(data, model, threads, images=False):
     else:
         text, seq_len = ChatTemplate(model), 4096
     loader = stokehold.SequenceLoader(stokehold.Dataset(data), seq_len=seq_len, batch_size=8, packing="whole",
-                                      text=text, threads=threads, rank=0, world_size=1)
+                                      text=text, threads=threads, rank=0, world_size=1, **kw)
     opened = time.perf_counter() - t0
     next(iter(loader))
     return opened, time.perf_counter() - t0, loader
@@ -105,6 +105,8 @@ def main():
     ap.add_argument("--gigabytes", type=float, default=0,
                     help="a JSONL of at least this many GB: the --conversations file repeated (first open only)")
     ap.add_argument("--cold", action="store_true", help="drop the page cache before the first open (root)")
+    ap.add_argument("--skip", action="store_true",
+                    help='on_error="skip" (max_skip_fraction 0.01): the first open only')
     a = ap.parse_args()
     if a.gigabytes and a.images:
         ap.error("--gigabytes repeats the JSONL of plain conversations; it does not go with --images")
@@ -135,13 +137,15 @@ def main():
         os.sync()
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
-    opened, first, loader = first_batch(data, model, a.threads, a.images > 0)
+    skip = dict(on_error="skip", max_skip_fraction=0.01) if a.skip else {}
+    opened, first, loader = first_batch(data, model, a.threads, a.images > 0, **skip)
     counted = loader.stats()["packing"].get("counted")
     size = os.path.getsize(data) if os.path.isfile(data) else 0
     print(f"first open{' of %.2f GB' % (size / 1e9) if size else ''}{' (page cache dropped)' if a.cold else ''} "
           f"(line index, then conversations counted as rows need them): {opened:.2f} s to open, "
-          f"{first:.2f} s to the first batch ({counted} conversations counted by then)")
-    if a.gigabytes:
+          f"{first:.2f} s to the first batch ({counted} conversations counted by then)"
+          f"{' on_error=skip' if a.skip else ''}")
+    if a.gigabytes or a.skip:
         loader.close()
         return
     # the rest are counted in the background; the epoch's length is exact once they are
