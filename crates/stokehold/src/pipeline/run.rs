@@ -256,7 +256,7 @@ fn worker(run: &Run, index: usize) {
                 .as_ref()
                 .map(|g| (&group_of as &dyn Fn(u64) -> usize, g.len()));
             // SAFETY: this task owns the slots `first..last` (tasks cover disjoint slot ranges),
-            // reports itself done only below, after `task` is gone, and writes no slot itself.
+            // reports itself done only below, after its last use of `task`, and writes no slot itself.
             let mut task =
                 unsafe { TaskFill::new(&batch, first..last, cx, groups, &mut tally, &mut filled) };
             // each sample's panic is caught in `TaskFill::sample`; one outside them (in the
@@ -266,7 +266,6 @@ fn worker(run: &Run, index: usize) {
             }))
             .err()
             .map(|p| panic_message(&p));
-            drop(task);
             if filled.iter().any(|d| !d) {
                 let mut failures = lock(&batch.failures);
                 for (k, _) in filled.iter().enumerate().filter(|(_, d)| !**d) {
