@@ -54,7 +54,8 @@ run)
       # shellcheck disable=SC2086
       valgrind --tool=callgrind --callgrind-out-file="$out" "$S" bench $args --epochs "$e" > "$B/log.$TAG.$n.e$e" 2>&1
       ir[$e]=$(grep -o "Collected : [0-9]*" "$B/log.$TAG.$n.e$e" | awk '{print $3}')
-      fills[$e]=$(callgrind_annotate --inclusive=yes "$out" 2>/dev/null | grep -F "$fn" | grep -o "([0-9,]*x)" | head -1 | tr -d '(),x')
+      # every call site counted (a caller that inlines the one calling it included)
+      fills[$e]=$(python3 "$here/calls.py" "$out" "$fn")
     done
     per=$(python3 -c "print(f'{(${ir[$e2]}-${ir[$e1]})/(${fills[$e2]}-${fills[$e1]}):.1f}')")
     echo "$TAG $n Ir(e$e1)=${ir[$e1]} Ir(e$e2)=${ir[$e2]} fills=${fills[$e1]},${fills[$e2]} per_sample=$per" | tee -a "$B/results.txt"

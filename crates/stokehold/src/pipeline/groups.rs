@@ -4,10 +4,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::order::Groups;
-use crate::samples::{SlotWriter, TaskCtx};
 use crate::stats::GroupStats;
 use crate::sync::lock;
 
@@ -60,7 +59,13 @@ impl GroupAccounts {
         }
     }
 
-    fn group_of(&self, id: u64) -> usize {
+    /// How many groups there are.
+    pub(crate) fn len(&self) -> usize {
+        self.counters.len()
+    }
+
+    /// The group of sample `id`.
+    pub(crate) fn group_of(&self, id: u64) -> usize {
         self.groups
             .group_of(id)
             .min(self.counters.len().saturating_sub(1))
@@ -136,33 +141,6 @@ impl GroupAccounts {
                 }
             })
             .collect()
-    }
-
-    /// Fill sample `id` with `fill`, adding the bytes it read and (for the samples the stages
-    /// time, scaled to all) its time to its group's figures in `tally` (this worker's, added
-    /// with [`GroupAccounts::add`] once per task).
-    pub(crate) fn fill<R>(
-        &self,
-        id: u64,
-        cx: &mut TaskCtx<'_, '_>,
-        out: &mut SlotWriter<'_>,
-        tally: &mut Vec<(u64, u64)>,
-        fill: impl FnOnce(&mut TaskCtx<'_, '_>, &mut SlotWriter<'_>) -> R,
-    ) -> R {
-        if tally.len() < self.counters.len() {
-            tally.resize(self.counters.len(), (0, 0));
-        }
-        let g = self.group_of(id);
-        let before = cx.ws.bytes_since_flush();
-        // timed with the samples the stages time (one in 8), scaled to all
-        let t0 = cx.ws.next_timed().map(|scale| (scale, Instant::now()));
-        let r = fill(cx, out);
-        let p = &mut tally[g];
-        p.0 += cx.ws.bytes_since_flush().saturating_sub(before);
-        if let Some((scale, t0)) = t0 {
-            p.1 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
-        }
-        r
     }
 
     /// Add a worker's `tally` into the groups' figures (and clear it).

@@ -14,7 +14,7 @@ use crate::error::{EngineError, Result};
 use crate::fetch::Readahead;
 use crate::pipeline::{Core, lock};
 use crate::sampler::{RankPlan, Slot};
-use crate::samples::{SlotWriter, TaskCtx, TaskIo};
+use crate::samples::{TaskCtx, TaskFill, TaskIo, panic_message};
 
 /// Steps between a batch being started and the batch whose samples are then announced to
 /// storage (readahead).
@@ -191,6 +191,8 @@ fn worker(run: &Run, index: usize) {
     let reads = !samples.sources().is_empty();
     // this worker's figures of the samples' groups, added once per task
     let mut tally: Vec<(u64, u64)> = Vec::new();
+    // which samples of the task were filled
+    let mut filled: Vec<bool> = Vec::new();
     let total = run.steps.saturating_mul(run.tasks_per_batch as u64);
     loop {
         if run.stop.load(Ordering::Acquire) {
@@ -235,41 +237,54 @@ fn worker(run: &Run, index: usize) {
         }
         let first = task * run.task_size;
         let last = (first + run.task_size).min(run.batch_size);
-        let mut cx = TaskCtx {
+        let ids = &batch.ids[first..last];
+        if reads {
+            // the read stage: one fetch per task (coalesced reads), its time shared by the samples
+            ws.shared_stage(STAGE_READ, ids, || io.fetch(samples, ids));
+        } else {
+            io.fetch(samples, ids);
+        }
+        let cx = TaskCtx {
             seed: core.config.seed,
             epoch: run.epoch,
             ws: &mut ws,
         };
-        let ids = &batch.ids[first..last];
-        if reads {
-            // the read stage: one fetch per task (coalesced reads), its time shared by the samples
-            cx.ws
-                .shared_stage(STAGE_READ, ids, || io.fetch(samples, ids));
-        } else {
-            io.fetch(samples, ids);
-        }
-        for slot in first..last {
-            let id = batch.ids[slot];
-            let outcome = catch_unwind(AssertUnwindSafe(|| {
-                // SAFETY: this task owns `slot` (tasks cover disjoint slot ranges), has not yet
-                // reported itself done, and makes one writer of it at a time.
-                let mut out = unsafe { SlotWriter::new(&batch, slot) };
-                match &core.groups {
-                    None => samples.fill(id, slot - first, &mut io, &mut cx, &mut out),
-                    Some(g) => g.fill(id, &mut cx, &mut out, &mut tally, |cx, out| {
-                        samples.fill(id, slot - first, &mut io, cx, out)
-                    }),
+        {
+            let group_of = |id: u64| core.groups.as_ref().map_or(0, |g| g.group_of(id));
+            let groups = core
+                .groups
+                .as_ref()
+                .map(|g| (&group_of as &dyn Fn(u64) -> usize, g.len()));
+            // SAFETY: this task owns the slots `first..last` (tasks cover disjoint slot ranges),
+            // reports itself done only below, after its last use of `task`, and writes no slot itself.
+            let mut task =
+                unsafe { TaskFill::new(&batch, first..last, cx, groups, &mut tally, &mut filled) };
+            // each sample's panic is caught in `TaskFill::sample`; one outside them (in the
+            // samples' own bookkeeping) fails the samples not filled yet
+            let outside = catch_unwind(AssertUnwindSafe(|| {
+                samples.fill_task(ids, &mut io, &mut task);
+            }))
+            .err()
+            .map(|p| panic_message(&p));
+            if filled.iter().any(|d| !d) {
+                let mut failures = lock(&batch.failures);
+                for (k, _) in filled.iter().enumerate().filter(|(_, d)| !**d) {
+                    let id = ids[k];
+                    failures.push((
+                        first + k,
+                        match &outside {
+                            Some(message) => EngineError::Panic {
+                                id,
+                                message: message.clone(),
+                            },
+                            None => EngineError::Worker(format!(
+                                "sample {id} of a task was never filled (its samples' fill_task \
+                                 skipped it)"
+                            )),
+                        },
+                    ));
                 }
-            }));
-            let err = match outcome {
-                Ok(Ok(())) => continue,
-                Ok(Err(e)) => e,
-                Err(panic) => EngineError::Panic {
-                    id,
-                    message: panic_message(&panic),
-                },
-            };
-            lock(&batch.failures).push((slot, err));
+            }
         }
         if let Some(g) = &core.groups {
             g.add(&mut tally);
@@ -352,16 +367,6 @@ fn announce(run: &Run, step: u64, io: &mut TaskIo, hints: &mut Vec<(u16, usize, 
         if !ids.is_empty() {
             io.hint(samples, &ids, hints);
         }
-    }
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a non-string panic payload".to_string()
     }
 }
 

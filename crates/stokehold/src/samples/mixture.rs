@@ -23,7 +23,7 @@ use crate::error::{EngineError, Result};
 use crate::fetch::ByteSource;
 use crate::order::{Groups, Loadable, Order, OrderState, Share};
 use crate::sampler::{EpochOrder, PositionMap, Shuffle};
-use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo, TaskView};
+use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskFill, TaskIo, TaskView};
 use crate::stages::Output;
 use crate::sync::lock;
 
@@ -186,6 +186,8 @@ struct MixScratch {
     first: Vec<usize>,
     /// Per sample of the task: (source, index in its group).
     slot: Vec<(u32, u32)>,
+    /// Per source: the task's index of each sample of its group.
+    at: Vec<Vec<u32>>,
 }
 
 impl MixScratch {
@@ -193,15 +195,18 @@ impl MixScratch {
         let n = mix.sources.len();
         self.subs.resize_with(n, || None);
         self.groups.resize_with(n, Vec::new);
+        self.at.resize_with(n, Vec::new);
         self.first.resize(n, 0);
-        for g in &mut self.groups {
+        for (g, a) in self.groups.iter_mut().zip(&mut self.at) {
             g.clear();
+            a.clear();
         }
         self.slot.clear();
-        for &id in ids {
+        for (k, &id) in ids.iter().enumerate() {
             let (s, local) = mix.source_of(id);
             self.slot.push((s as u32, self.groups[s].len() as u32));
             self.groups[s].push(local);
+            self.at[s].push(k as u32);
         }
     }
 }
@@ -994,6 +999,46 @@ impl Samples for Mixture {
             out.fixed(col).copy_from_slice(&(s as i64).to_le_bytes());
         }
         r
+    }
+
+    /// Each source's samples of the task filled together: its part entered once per task, not
+    /// once per sample.
+    fn fill_task(&self, ids: &[u64], io: &mut TaskIo, task: &mut TaskFill<'_, '_, '_>) {
+        let mut held = Held::new(io);
+        if held.sc().slot.len() != ids.len() {
+            // not planned as this task: each sample says so ([`Mixture::fill`])
+            drop(held);
+            for (k, &id) in ids.iter().enumerate() {
+                task.sample(k, |cx, out| self.fill(id, k, io, cx, out));
+            }
+            return;
+        }
+        let base = held.io.view().source;
+        let column = self.source_column.then(|| self.columns.len() - 1);
+        for (s, src) in self.sources.iter().enumerate() {
+            let sc = held.sc();
+            if sc.groups[s].is_empty() {
+                continue;
+            }
+            let view = TaskView {
+                first: sc.first[s],
+                source: base + self.first_byte_source[s],
+            };
+            held.enter(s, view);
+            let Held { io, sc, .. } = &mut held;
+            let sc = sc.as_ref().expect("held until dropped");
+            let tag = (s as i64).to_le_bytes();
+            for (kk, (&local, &k)) in sc.groups[s].iter().zip(&sc.at[s]).enumerate() {
+                task.sample(k as usize, |cx, out| {
+                    let r = src.samples.fill(local, kk, io, cx, out);
+                    if let Some(col) = column {
+                        out.fixed(col).copy_from_slice(&tag);
+                    }
+                    r
+                });
+            }
+            held.leave();
+        }
     }
 
     fn describe(&self, id: u64, read: bool) -> serde_json::Map<String, serde_json::Value> {

@@ -18,11 +18,13 @@
 //!   by weight, then packed.
 //! - [`Mixture`]: several of these as one, blended.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::batch::SharedBatch;
 use crate::cache::CacheStats;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::fetch::{ByteSource, Fetched, TaskPlan};
 use crate::stages::Output;
 use crate::stats::WorkerStats;
@@ -123,6 +125,18 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         cx: &mut TaskCtx<'_, '_>,
         out: &mut SlotWriter<'_>,
     ) -> Result<()>;
+
+    /// Fill the samples `ids` of one task (planned and fetched into `io`): each through
+    /// [`TaskFill::sample`] with its index `k` in `ids`, once, in any order (what a sample
+    /// writes depends on its id alone, and the engine catches each sample's panic and records
+    /// each failure on its own). The default fills them in order with [`Samples::fill`];
+    /// samples that hold others (a mixture) override it to fill each part's samples together,
+    /// entering the part once per task instead of once per sample.
+    fn fill_task(&self, ids: &[u64], io: &mut TaskIo, task: &mut TaskFill<'_, '_, '_>) {
+        for (k, &id) in ids.iter().enumerate() {
+            task.sample(k, |cx, out| self.fill(id, k, io, cx, out));
+        }
+    }
 
     /// The caches these samples fill (RAM cache, decoded caches, ...): their figures, and their
     /// end of epoch.
@@ -412,6 +426,133 @@ impl TaskCtx<'_, '_> {
     /// The epoch being loaded.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+}
+
+/// The engine's side of filling one task ([`Samples::fill_task`]): each sample is filled
+/// through [`TaskFill::sample`], which hands it its slot of every column, catches its panic,
+/// records its failure and adds the bytes it read (and, for the samples the stages time, its
+/// time) to its group's figures, so that a sample fails alone whatever order its task fills in.
+pub struct TaskFill<'t, 'w, 'c> {
+    batch: &'t SharedBatch,
+    /// The batch slot of the task's sample 0.
+    first: usize,
+    cx: TaskCtx<'w, 'c>,
+    /// The group of a sample id, when the samples have groups ([`crate::order::Groups`]).
+    group_of: Option<&'t dyn Fn(u64) -> usize>,
+    /// Per group: the bytes read and the (scaled) time of this worker's samples, added to the
+    /// groups' figures once per task.
+    tally: &'t mut Vec<(u64, u64)>,
+    /// Per sample of the task: whether it was filled.
+    filled: &'t mut Vec<bool>,
+}
+
+impl std::fmt::Debug for TaskFill<'_, '_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskFill")
+            .field("step", &self.batch.step)
+            .field("first", &self.first)
+            .field("len", &self.filled.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'t, 'w, 'c> TaskFill<'t, 'w, 'c> {
+    /// The filling of the task of `batch` whose samples are the slots `slots`; `groups` (the
+    /// group of an id and how many groups there are) when the samples have groups, `tally` and
+    /// `filled` the worker's, reused across tasks.
+    ///
+    /// # Safety
+    /// (This constructor's own body does nothing unsafe; the contract is what makes the slot
+    /// writers [`TaskFill::sample`] makes sound, see [`SlotWriter::new`].)
+    ///
+    /// The caller's task must own the slots `slots` (tasks cover disjoint slot ranges), must not
+    /// have reported itself done ([`SharedBatch::task_done`]) while this lives, and must write
+    /// none of these slots itself while this lives.
+    pub(crate) unsafe fn new(
+        batch: &'t SharedBatch,
+        slots: std::ops::Range<usize>,
+        cx: TaskCtx<'w, 'c>,
+        groups: Option<(&'t dyn Fn(u64) -> usize, usize)>,
+        tally: &'t mut Vec<(u64, u64)>,
+        filled: &'t mut Vec<bool>,
+    ) -> TaskFill<'t, 'w, 'c> {
+        filled.clear();
+        filled.resize(slots.len(), false);
+        if let Some((_, n)) = groups
+            && tally.len() < n
+        {
+            tally.resize(n, (0, 0));
+        }
+        TaskFill {
+            batch,
+            first: slots.start,
+            cx,
+            group_of: groups.map(|g| g.0),
+            tally,
+            filled,
+        }
+    }
+
+    /// Fill the task's `k`-th sample with `fill` (given the task's context and the sample's slot
+    /// writer): its panic is caught and its error recorded as the sample's failure. Panics
+    /// when `k` is not a sample of the task (before anything is written).
+    pub fn sample(
+        &mut self,
+        k: usize,
+        fill: impl FnOnce(&mut TaskCtx<'_, '_>, &mut SlotWriter<'_>) -> Result<()>,
+    ) {
+        let Some(done) = self.filled.get_mut(k) else {
+            panic!(
+                "sample {k} of a task of {} samples was filled",
+                self.filled.len()
+            );
+        };
+        *done = true;
+        let slot = self.first + k;
+        let id = self.batch.ids[slot];
+        let (batch, cx, tally, group_of) =
+            (self.batch, &mut self.cx, &mut *self.tally, self.group_of);
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: `new`'s contract: this task owns `slot` (k is one of its samples, checked
+            // above), has not reported itself done, and this is the slot's one writer now.
+            let mut out = unsafe { SlotWriter::new(batch, slot) };
+            let Some(group_of) = group_of else {
+                return fill(cx, &mut out);
+            };
+            let g = group_of(id);
+            let before = cx.ws.bytes_since_flush();
+            // timed with the samples the stages time (one in 8), scaled to all
+            let t0 = cx.ws.next_timed().map(|scale| (scale, Instant::now()));
+            let r = fill(cx, &mut out);
+            if let Some(p) = tally.get_mut(g) {
+                p.0 += cx.ws.bytes_since_flush().saturating_sub(before);
+                if let Some((scale, t0)) = t0 {
+                    p.1 += t0.elapsed().as_nanos() as u64 * u64::from(scale);
+                }
+            }
+            r
+        }));
+        let err = match outcome {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e,
+            Err(panic) => EngineError::Panic {
+                id,
+                message: panic_message(&panic),
+            },
+        };
+        crate::sync::lock(&batch.failures).push((slot, err));
+    }
+}
+
+/// What a panic says (its message when it is a string).
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-string panic payload".to_string()
     }
 }
 

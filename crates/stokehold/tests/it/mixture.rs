@@ -861,3 +861,230 @@ fn a_source_left_out_of_weights_by_name_is_refused_naming_it_and_an_explicit_0_i
     assert!(sources.contains(&0) && sources.contains(&1), "{sources:?}");
     assert!(!sources.contains(&2), "{sources:?}");
 }
+
+/// Samples of `n` ids that read no bytes: `x` is `tag * 1000 + id`; the ids in `corrupt` fail
+/// with a corrupt record, those in `panic` panic (after writing a part of their slot).
+#[derive(Debug)]
+struct Made {
+    tag: i64,
+    n: u64,
+    corrupt: Vec<u64>,
+    panic: Vec<u64>,
+    columns: Vec<(String, stokehold::Output)>,
+}
+
+impl Made {
+    fn new(tag: i64, n: u64, corrupt: &[u64], panic: &[u64]) -> Arc<Made> {
+        Arc::new(Made {
+            tag,
+            n,
+            corrupt: corrupt.to_vec(),
+            panic: panic.to_vec(),
+            columns: vec![(
+                "x".into(),
+                stokehold::Output::Fixed {
+                    dtype: DType::I64,
+                    shape: vec![],
+                },
+            )],
+        })
+    }
+}
+
+impl Samples for Made {
+    fn len(&self) -> u64 {
+        self.n
+    }
+
+    fn layout(&self) -> stokehold::samples::Layout {
+        stokehold::samples::Layout {
+            mean_bytes: 8,
+            blocks: None,
+            whole_batch_tasks: true,
+        }
+    }
+
+    fn columns(&self) -> &[(String, stokehold::Output)] {
+        &self.columns
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        vec!["make".into()]
+    }
+
+    fn fingerprint(&self) -> String {
+        format!("made:{}:{}", self.tag, self.n)
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        _k: usize,
+        _io: &mut stokehold::samples::TaskIo,
+        _cx: &mut stokehold::samples::TaskCtx<'_, '_>,
+        out: &mut stokehold::samples::SlotWriter<'_>,
+    ) -> stokehold::Result<()> {
+        if self.corrupt.contains(&id) {
+            return Err(EngineError::Sample {
+                id,
+                source: stokehold::format::FormatError::Corrupt {
+                    path: PathBuf::from(format!("made{}", self.tag)),
+                    what: format!("made sample {id}"),
+                    offset: id,
+                    detail: "made to fail".into(),
+                },
+            });
+        }
+        out.fixed(0).copy_from_slice(&(-1i64).to_le_bytes());
+        if self.panic.contains(&id) {
+            panic!("made sample {id} panics");
+        }
+        let x = self.tag * 1000 + id as i64;
+        out.fixed(0).copy_from_slice(&x.to_le_bytes());
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failing_or_panicking_sample_of_a_source_fails_alone_and_is_counted_to_its_source() {
+    // source 0's samples 3 (corrupt) and 7 (a panic) fail; source 1's none. Whole-batch tasks:
+    // each task fills both sources' samples, source by source.
+    let mk = || {
+        let sources = vec![
+            MixtureSource::new("s0", Made::new(1, 40, &[3], &[7])),
+            MixtureSource::new("s1", Made::new(2, 40, &[], &[])),
+        ];
+        let o = options(vec![(0, vec![0.5, 0.5])], ScheduleUnit::Samples, 0);
+        Arc::new(Mixture::new(sources, o).unwrap())
+    };
+    let skip = |threads| LoaderConfig {
+        on_error: stokehold::ErrorPolicy::skip(),
+        ..config(threads, 2, Tail::Drop)
+    };
+    let mut one = Loader::from_samples(mk(), skip(1)).unwrap();
+    let a = run(&mut one, None);
+    let mut skipped = one.stats().skipped.clone();
+    skipped.sort_unstable();
+    // one pass of each source (80 samples, half each): each failing sample is met once
+    assert_eq!(skipped, vec![3, 7]);
+    let groups = &one.stats().groups;
+    assert_eq!((groups[0].failed, groups[1].failed), (2, 0));
+    // every other sample delivered, with its own value and source (a skipped slot takes another
+    // sample of its batch, marked as padding)
+    let mut xs: Vec<i64> = Vec::new();
+    for (ids, padding, x, source) in &a {
+        for (i, &id) in ids.iter().enumerate() {
+            let (s, local) = if id < 40 { (0, id) } else { (1, id - 40) };
+            assert_eq!(source[i], s, "sample {id}");
+            assert_eq!(x[i], (s + 1) * 1000 + local as i64, "sample {id}");
+            if !padding[i] {
+                xs.push(x[i]);
+            }
+        }
+    }
+    assert_eq!(xs.len(), 78);
+    xs.sort_unstable();
+    xs.dedup();
+    let want: Vec<i64> = (0..40)
+        .filter(|i| ![3, 7].contains(i))
+        .map(|i| 1000 + i)
+        .chain((0..40).map(|i| 2000 + i))
+        .collect();
+    assert_eq!(xs, want);
+    // the same on 3 threads
+    let mut three = Loader::from_samples(mk(), skip(3)).unwrap();
+    assert_eq!(run(&mut three, None), a);
+    // under `fail`, the first failure is the loader's error, naming its sample
+    let mut fail = Loader::from_samples(mk(), config(2, 2, Tail::Drop)).unwrap();
+    let err = fail
+        .iter()
+        .unwrap()
+        .find_map(|b| b.err())
+        .expect("a sample fails");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("made sample 3") || msg.contains("made sample 7 panics"),
+        "{msg}"
+    );
+}
+
+/// [`Made`] samples whose `fill_task` leaves out the task's second sample, or panics after
+/// filling its first (outside any sample's fill).
+#[derive(Debug)]
+struct Careless {
+    made: Arc<Made>,
+    panic_between: bool,
+}
+
+impl Samples for Careless {
+    fn len(&self) -> u64 {
+        self.made.len()
+    }
+
+    fn layout(&self) -> stokehold::samples::Layout {
+        self.made.layout()
+    }
+
+    fn columns(&self) -> &[(String, stokehold::Output)] {
+        self.made.columns()
+    }
+
+    fn stage_names(&self) -> Vec<String> {
+        self.made.stage_names()
+    }
+
+    fn fingerprint(&self) -> String {
+        self.made.fingerprint()
+    }
+
+    fn fill(
+        &self,
+        id: u64,
+        k: usize,
+        io: &mut stokehold::samples::TaskIo,
+        cx: &mut stokehold::samples::TaskCtx<'_, '_>,
+        out: &mut stokehold::samples::SlotWriter<'_>,
+    ) -> stokehold::Result<()> {
+        self.made.fill(id, k, io, cx, out)
+    }
+
+    fn fill_task(
+        &self,
+        ids: &[u64],
+        io: &mut stokehold::samples::TaskIo,
+        task: &mut stokehold::samples::TaskFill<'_, '_, '_>,
+    ) {
+        for (k, &id) in ids.iter().enumerate() {
+            if k == 1 {
+                assert!(!self.panic_between, "between the samples");
+                continue;
+            }
+            task.sample(k, |cx, out| self.fill(id, k, io, cx, out));
+        }
+    }
+}
+
+#[test]
+fn a_sample_its_fill_task_leaves_out_or_panics_before_fails_alone_naming_it() {
+    for panic_between in [false, true] {
+        let samples: Arc<dyn Samples> = Arc::new(Careless {
+            made: Made::new(1, 40, &[], &[]),
+            panic_between,
+        });
+        let cfg = LoaderConfig {
+            shuffle: Shuffle::Sequential,
+            ..config(1, 2, Tail::Drop)
+        };
+        let mut l = Loader::from_samples(samples, cfg).unwrap();
+        let err = l.iter().unwrap().next().unwrap().unwrap_err();
+        // the batch's second sample (id 1), never its first
+        assert_eq!(err.sample_id(), panic_between.then_some(1), "{err}");
+        let msg = err.to_string();
+        let want = if panic_between {
+            "between the samples"
+        } else {
+            "sample 1 of a task was never filled"
+        };
+        assert!(msg.contains(want), "{msg}");
+    }
+}
