@@ -562,21 +562,24 @@ pub(super) fn index_named_files(
 /// `[w, h, w, h, ...]`; `None` when they do not parse.
 fn sizes_in(raw: &[u8], k: usize) -> Option<Vec<u32>> {
     let mut at = 0usize;
-    for j in 0..=k {
-        let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
-        let bytes = n.checked_mul(8)?;
-        let sizes = raw.get(at + 4..(at + 4).checked_add(bytes)?)?;
-        if j == k {
-            return Some(
-                sizes
-                    .chunks_exact(4)
-                    .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                    .collect(),
-            );
-        }
-        at += 4 + bytes;
+    for _ in 0..k {
+        at = image_section(raw, at)?.1;
     }
-    None
+    Some(
+        image_section(raw, at)?
+            .0
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect(),
+    )
+}
+
+/// The image sizes of the key bytes' section at `at` (u32 count, then u32 width and height per
+/// image) and where the next section starts; `None` when it does not parse.
+fn image_section(raw: &[u8], at: usize) -> Option<(&[u8], usize)> {
+    let n = u32::from_le_bytes(raw.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
+    let end = (at + 4).checked_add(n.checked_mul(8)?)?;
+    Some((raw.get(at + 4..end)?, end))
 }
 
 /// The frame index record `raw` (its key bytes) keeps of the `k`-th key of
@@ -586,8 +589,7 @@ fn sizes_in(raw: &[u8], k: usize) -> Option<Vec<u32>> {
 fn video_in(raw: &[u8], images: usize, k: usize) -> Option<(&[u8], u64)> {
     let mut at = 0usize;
     for _ in 0..images {
-        let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
-        at = at.checked_add(4)?.checked_add(n.checked_mul(8)?)?;
+        at = image_section(raw, at)?.1;
     }
     for j in 0..=k {
         let n = u32::from_le_bytes(raw.get(at..at + 4)?.try_into().ok()?) as usize;
@@ -718,17 +720,32 @@ impl JsonlCodec {
                     .into(),
             ));
         }
-        let bytes = crate::pack::read_file(&file, self.stats.max.max(size)).map_err(&at)?;
-        if bytes.len() as u64 != size {
+        if size > self.stats.max {
+            return Err(at(format!(
+                "its kept size {size} is over the record limit of {} bytes",
+                self.stats.max
+            )));
+        }
+        // read straight after the index: one copy of the file's bytes, not two
+        let mut value = Vec::with_capacity(head.len() + size as usize);
+        value.extend_from_slice(head);
+        let mut f = std::fs::File::open(&file).map_err(|e| at(e.to_string()))?;
+        (&mut f)
+            .take(size + 1)
+            .read_to_end(&mut value)
+            .map_err(|e| at(e.to_string()))?;
+        let got = (value.len() - head.len()) as u64;
+        if got != size {
             return Err(at(format!(
                 "it is {} bytes, {size} when indexed: it changed since (index the files again: \
                  `stokehold index --rebuild`)",
-                bytes.len()
+                if got > size {
+                    format!("more than {size}")
+                } else {
+                    got.to_string()
+                }
             )));
         }
-        let mut value = Vec::with_capacity(head.len() + bytes.len());
-        value.extend_from_slice(head);
-        value.extend_from_slice(&bytes);
         Ok(FieldValue::Bytes(value.into()))
     }
 

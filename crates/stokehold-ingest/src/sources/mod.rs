@@ -487,10 +487,15 @@ pub(crate) fn choose_fields(
 /// Whether a file's name has an image extension (`.jpg`, `.jpeg`, `.jpe`, `.png`, `.webp`, in
 /// any case): a table's column of such names holds images.
 pub(crate) fn has_image_extension(name: &str) -> bool {
+    has_extension_of(name, &webdataset::IMAGE)
+}
+
+/// Whether file name `name`'s extension (in any case) is one of `list`'s.
+fn has_extension_of(name: &str, list: &[&str]) -> bool {
     Path::new(name)
         .extension()
         .and_then(|e| e.to_str())
-        .is_some_and(|e| webdataset::IMAGE.contains(&e.to_ascii_lowercase().as_str()))
+        .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
 }
 
 /// Extensions of the video files read as videos (by `pack` and in place): MP4 and QuickTime
@@ -499,10 +504,7 @@ pub(crate) const VIDEO_EXTENSIONS: [&str; 5] = ["mp4", "m4v", "mov", "mkv", "web
 
 /// Whether file name `name` has a video extension ([`VIDEO_EXTENSIONS`]).
 pub(crate) fn has_video_extension(name: &str) -> bool {
-    Path::new(name)
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| VIDEO_EXTENSIONS.contains(&e.to_ascii_lowercase().as_str()))
+    has_extension_of(name, &VIDEO_EXTENSIONS)
 }
 
 /// The value stored for an optional field a sample lacks (or holds null): empty text, bytes,

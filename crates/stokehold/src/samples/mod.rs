@@ -463,12 +463,12 @@ impl<'t, 'w, 'c> TaskFill<'t, 'w, 'c> {
     /// `filled` the worker's, reused across tasks.
     ///
     /// # Safety
-    /// (This constructor's own body does nothing unsafe; the contract is what makes the slot
-    /// writers [`TaskFill::sample`] makes sound, see [`SlotWriter::new`].)
-    ///
     /// The caller's task must own the slots `slots` (tasks cover disjoint slot ranges), must not
     /// have reported itself done ([`SharedBatch::task_done`]) while this lives, and must write
     /// none of these slots itself while this lives.
+    // SAFETY: the body only stores its arguments; the function is marked so because
+    // `TaskFill::sample` makes slot writers ([`SlotWriter::new`]) on the strength of this
+    // contract, which only the caller can keep.
     pub(crate) unsafe fn new(
         batch: &'t SharedBatch,
         slots: std::ops::Range<usize>,
