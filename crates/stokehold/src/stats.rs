@@ -146,6 +146,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_step_is_bound_by_the_stage_with_the_most_time_even_when_it_is_rarely_timed() {
+        // "read" times every item (a shared stage, 1 µs each); "slow" is counted for every item
+        // but timed for one sample in TIME_EVERY (50 ms each): 4 samples a step, so only every
+        // other step holds a timed "slow" sample
+        let c = Collector::new(vec!["read".into(), "slow".into()], 1, true, 0);
+        let mut sample = 0u32;
+        for step in 0..10u64 {
+            for _ in 0..4 {
+                c.items[0].fetch_add(1, Ordering::Relaxed);
+                c.timed[0].fetch_add(1, Ordering::Relaxed);
+                c.nanos[0].fetch_add(1_000, Ordering::Relaxed);
+                c.items[1].fetch_add(1, Ordering::Relaxed);
+                if sample.is_multiple_of(TIME_EVERY) {
+                    c.timed[1].fetch_add(1, Ordering::Relaxed);
+                    c.nanos[1].fetch_add(50_000_000, Ordering::Relaxed);
+                }
+                sample += 1;
+            }
+            c.step_waited(
+                0,
+                step,
+                Duration::from_millis(200),
+                Duration::from_millis(201),
+            );
+        }
+        let waits = c.snapshot().waits;
+        assert_eq!(waits.len(), 10);
+        for w in &waits {
+            assert_eq!(w.bound.as_deref(), Some("slow"), "step {}", w.step);
+        }
+        // a step in which no stage did anything names none
+        c.step_waited(0, 10, Duration::from_millis(1), Duration::from_millis(1));
+        assert_eq!(c.last_wait().unwrap().bound, None);
+    }
+
+    #[test]
     fn histogram_buckets_bound_the_value_within_a_quarter_octave() {
         for ns in [
             0u64,
@@ -204,7 +240,7 @@ pub(crate) struct Collector {
     /// The span ring (None: tracing off).
     trace: Option<Mutex<TraceRing>>,
     origin: Instant,
-    /// The last steps' waits, and each stage's timed nanoseconds at the last one.
+    /// The last steps' waits, and each stage's items at the last one.
     waits: Mutex<(VecDeque<StepWait>, Vec<u64>)>,
 }
 
@@ -259,12 +295,22 @@ impl Collector {
             return;
         };
         let (history, last) = &mut *w;
+        // the stage that took the most time since the last step: the items each stage did since
+        // then, at its mean timed time per item (most items are counted, not timed: one sample
+        // in TIME_EVERY is, while a shared stage times them all, so raw timed nanoseconds would
+        // credit a rarely timed slow stage only in the steps where its timed sample fell)
         let mut bound = None;
-        let mut most = 0;
-        for (i, (n, l)) in self.nanos.iter().zip(last.iter_mut()).enumerate() {
-            let now = n.load(Ordering::Relaxed);
-            let d = now.saturating_sub(*l);
-            *l = now;
+        let mut most = 0.0;
+        for (i, l) in last.iter_mut().enumerate() {
+            let items = self.items[i].load(Ordering::Relaxed);
+            let done = items.saturating_sub(*l);
+            *l = items;
+            let timed = self.timed[i].load(Ordering::Relaxed);
+            if timed == 0 || done == 0 {
+                continue;
+            }
+            let per_item = self.nanos[i].load(Ordering::Relaxed) as f64 / timed as f64;
+            let d = done as f64 * per_item;
             if d > most {
                 most = d;
                 bound = Some(i);
