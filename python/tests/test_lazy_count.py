@@ -239,3 +239,42 @@ def test_conversations_with_images_counted_lazily_give_the_rows_of_counting_at_o
             kept = again.stats()["packing"]
             for k in ("rows", "truncated", "dropped", "fill", "counted"):
                 assert kept[k] == was[k], k
+
+
+def test_a_mixture_counts_each_window_of_its_stream_as_counting_at_open_would(tmp_path, models, no_kept,
+                                                                              monkeypatch):  # noqa: F811
+    """SequenceLoader(Mixture(...), packing="whole") counts lazily too: the loader is made with the
+    first window of the blended stream counted (the sources' counted conversations sum to the
+    window, len() an estimate), the batches are those of counting at open on one and two ranks
+    (the background counter off and on), the epoch's end has counted every source, and bad
+    conversations of a source are skipped as their windows are counted, as at open."""
+    from stokehold import Mixture
+
+    a_convs, b_convs = make_convs(150, seed=31, long_every=9), make_convs(90, seed=32)
+    b_convs[40] = "{not json"
+    a, b = write(tmp_path / "a", a_convs), write(tmp_path / "b", b_convs)
+    tmpl = ChatTemplate(models["chatml"])
+
+    def mix():
+        return Mixture({"a": a, "b": b})  # weights in proportion: each conversation once an epoch
+
+    for world in (1, 2):
+        for rank in range(world):
+            kw = dict(KW, batch_size=3, rank=rank, world_size=world, drop_last=False, on_error="skip")
+            first = eager(no_kept, mix(), tmpl, **kw)
+            packing = first.stats()["packing"]
+            assert packing["counted"] == 240 and packing["exact"]
+            want = list(first)
+            ld = lazy(no_kept, mix(), tmpl, **kw)
+            packing = ld.stats()["packing"]
+            assert packing["counted"] == KW["window"] and not packing["exact"]
+            assert sum(s["conversations"] for s in packing["sources"].values()) <= KW["window"]
+            same_batches(list(ld), want)
+            packing = ld.stats()["packing"]
+            assert packing["counted"] == 240 and packing["exact"]
+            assert packing["sources"]["b"]["skipped"] == 1
+            assert packing["skipped_examples"] == first.stats()["packing"]["skipped_examples"]
+            assert "source 'b'" in packing["skipped_examples"][0][1]
+            monkeypatch.setenv("STOKEHOLD_CHAT_COUNT_AHEAD", "1")
+            same_batches(list(lazy(no_kept, mix(), tmpl, **kw)), want)
+            monkeypatch.setenv("STOKEHOLD_CHAT_COUNT_AHEAD", "0")

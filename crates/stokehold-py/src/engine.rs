@@ -413,12 +413,14 @@ impl Engine {
     /// Batches per epoch for this rank: while packed conversations are still being counted an
     /// estimate (`Loader::steps_per_epoch`), exact once the epoch is planned.
     fn __len__(&self, py: Python<'_>) -> usize {
-        // (a closed engine, or one in a forked child, answers what it answered when made)
-        let steps = match &self.chats {
-            Some(_) => self
-                .with_state(py, |s| s.loader.steps_per_epoch())
-                .unwrap_or(self.steps_per_epoch),
-            None => self.steps_per_epoch,
+        // packed conversations (of one dataset or a mixture) are counted lazily: asked again,
+        // an estimate until the epoch is planned (a closed engine, or one in a forked child,
+        // answers what it answered when made)
+        let steps = if self.chats.is_some() || self.chat_mix.is_some() {
+            self.with_state(py, |s| s.loader.steps_per_epoch())
+                .unwrap_or(self.steps_per_epoch)
+        } else {
+            self.steps_per_epoch
         };
         usize::try_from(steps).unwrap_or(usize::MAX)
     }

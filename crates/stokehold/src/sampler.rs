@@ -310,7 +310,8 @@ pub trait LateLen: Send + Sync + std::fmt::Debug {
     /// Whether position `p` exists (`p < len`), planning up to it. `false` means the length is
     /// known now. A plan that fails answers `true`: the batch that holds `p` reports the error.
     fn at_least(&self, p: u64) -> bool;
-    /// The length as far as it can be told without planning more (exact once known).
+    /// The length as far as it can be told without counting more (exact once known; once
+    /// everything it plans from is counted, it may plan the rest: arithmetic then).
     fn estimate(&self) -> u64;
     /// The length, planning the rest of the epoch (a failing plan: the positions planned).
     fn finish(&self) -> u64;

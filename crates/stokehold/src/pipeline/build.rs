@@ -33,6 +33,12 @@ pub struct Built {
     pub chat_mix: Option<Arc<ChatMixture>>,
 }
 
+/// Packed conversations are counted lazily (see `ChatPlanner::new`), unless asked to count at
+/// open (`STOKEHOLD_CHAT_COUNT_AT_OPEN=1`: the reference the tests compare with).
+fn count_lazily() -> bool {
+    std::env::var_os("STOKEHOLD_CHAT_COUNT_AT_OPEN").is_none_or(|v| v != "1")
+}
+
 impl EngineSpec {
     /// Build the loader this spec describes over `dataset` (opened with `options`, which the
     /// local copy of `cache_dir` is opened with too). `external` resolves stages the engine
@@ -68,9 +74,7 @@ impl EngineSpec {
                     crate::pipeline::ErrorPolicy::Skip { max_fraction, .. } => Some(max_fraction),
                     crate::pipeline::ErrorPolicy::Fail => None,
                 },
-                // counted lazily (see ChatPlanner::new), unless asked to count at open
-                // (STOKEHOLD_CHAT_COUNT_AT_OPEN=1: the reference the tests compare with)
-                std::env::var_os("STOKEHOLD_CHAT_COUNT_AT_OPEN").is_none_or(|v| v != "1"),
+                count_lazily(),
             )?);
             // the first window planned now (the first batch needs it): `len()` estimates the
             // epoch's rows from it
@@ -259,8 +263,8 @@ impl EngineSpec {
                 src.max_skip_fraction
                     .or(skip_bad)
                     .filter(|_| skip_bad.is_some()),
-                // a mixture's blend is planned from all its sources' counts: counted at open
-                false,
+                // counted lazily, window by window of the blended stream, as one dataset's
+                count_lazily(),
             )
             .map_err(|e| match e {
                 EngineError::Config(m) => {
@@ -278,6 +282,8 @@ impl EngineSpec {
             self.loader.shuffle,
             self.loader.seed,
         )?);
+        // the first window planned now (the first batch needs it), the rest counted behind
+        mixture.plan_first_window(0)?;
         let rows = Arc::new(ChatMixRows::new(Arc::clone(&mixture)));
         Ok(Built {
             loader: Loader::from_samples(rows, self.loader.clone())?,

@@ -26,27 +26,44 @@
 //! the loader is made.)
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::blend::{Blend, BlendDef, BlendSource, Phase, UNIT, quantize};
 use crate::error::{EngineError, Result};
 use crate::order::{Loadable, Order};
 use crate::sampler::{EpochOrder, Shuffle};
 use crate::samples::chats::{
-    ChatPlanner, EpochRows, PackSummary, ROW_BITS, RowIds, fill_row, row_outputs,
-    rows_batch_outputs, window_rows,
+    ChatPlanner, EpochRows, LazyRows, PackSummary, ROW_BITS, estimate_rows, fill_row, row_order,
+    row_outputs, rows_batch_outputs, window_rows,
 };
 use crate::samples::mixture::MAX_STREAM;
 use crate::samples::{Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::Output;
 
-/// One epoch's plan: its rows (conversations as mixture ids) and, per source, the
-/// conversations and tokens it put in them.
+/// One epoch's plan, made window by window as its rows are asked for (as one dataset's,
+/// [`super::chats::EpochPlan`]): window `w` is packed from the counts of its own conversations
+/// only, each source's counted first when they are not yet, so the first batch needs only the
+/// first window counted. The rows are the same however far and by whom it was planned.
 #[derive(Debug)]
-struct MixEpoch {
+struct MixPlan {
+    epoch: u64,
+    state: Mutex<MixPlanned>,
+    /// Every window is planned: the rows are all there.
+    done: AtomicBool,
+}
+
+/// The windows of an epoch planned so far: its rows (conversations as mixture ids) and, per
+/// source, the conversations and tokens it put in them.
+#[derive(Debug)]
+struct MixPlanned {
     rows: EpochRows,
     conversations: Vec<u64>,
     tokens: Vec<u64>,
+    /// Conversations of the epoch's stream planned.
+    at: u64,
+    /// The next window.
+    window: u64,
 }
 
 /// What a mixture's plan says, per source, for `stats()["packing"]["sources"]`.
@@ -106,7 +123,7 @@ pub struct ChatMixture {
     fingerprint: String,
     outputs: Vec<(String, Output)>,
     /// The epochs planned lately.
-    epochs: Mutex<Vec<(u64, Arc<MixEpoch>)>>,
+    epochs: Mutex<Vec<(u64, Arc<MixPlan>)>>,
 }
 
 impl std::fmt::Debug for ChatMixture {
@@ -124,7 +141,7 @@ const DOCS: usize = 4;
 const DOC_SOURCES: usize = 5;
 
 impl ChatMixture {
-    /// A mixture of the sources `(name, planner)` (each planner counted already, all with the
+    /// A mixture of the sources `(name, planner)` (counted at open or lazily, all with the
     /// same `seq_len`, `window`, `overlong` and `pad_id`), blended by the weights of `schedule`
     /// (from each entry's conversation of the stream on, the first at 0; one weight per source,
     /// finite and >= 0; empty: in proportion to the sources' conversations), `epoch_len`
@@ -282,39 +299,30 @@ impl ChatMixture {
         (s, id - self.offsets[s])
     }
 
+    /// An error of source `s`'s planner, as the mixture reports it: a configuration error names
+    /// the source (its conversations' own errors name their dataset and conversation).
+    fn source_error(&self, s: usize, e: EngineError) -> EngineError {
+        match e {
+            EngineError::Config(m) => {
+                EngineError::Config(format!("source '{}': {m}", self.names[s]))
+            }
+            other => other,
+        }
+    }
+
     /// The token count of mixture id `id` in a row; `None`: left out.
     fn count_of(&self, id: u64) -> Option<u32> {
         let (s, local) = self.source_of(id);
         self.planners[s].count_of(local)
     }
 
-    /// The plan of epoch `epoch` (planned once, the last few kept).
-    fn epoch(&self, epoch: u64) -> Result<Arc<MixEpoch>> {
-        {
-            let kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
-                return Ok(Arc::clone(r));
-            }
+    /// The plan of epoch `epoch` (planned window by window as its rows are asked for; the last
+    /// few epochs kept).
+    fn plan_of(&self, epoch: u64) -> Result<Arc<MixPlan>> {
+        let mut kept = crate::sync::lock(&self.epochs);
+        if let Some((_, r)) = kept.iter().find(|(e, _)| *e == epoch) {
+            return Ok(Arc::clone(r));
         }
-        let planned = Arc::new(self.plan(epoch)?);
-        let mut kept = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
-        if !kept.iter().any(|(e, _)| *e == epoch) {
-            kept.push((epoch, Arc::clone(&planned)));
-            if kept.len() > 3 {
-                kept.remove(0);
-            }
-        }
-        Ok(planned)
-    }
-
-    /// The rows of epoch `epoch`.
-    pub fn rows(&self, epoch: u64) -> Result<u64> {
-        Ok(self.epoch(epoch)?.rows.len())
-    }
-
-    /// Plan epoch `epoch`: the epoch's slice of the blended stream in windows of `window`, each
-    /// packed best-fit-decreasing, its rows permuted by the seed when shuffling.
-    fn plan(&self, epoch: u64) -> Result<MixEpoch> {
         let start = u128::from(epoch) * u128::from(self.epoch_len);
         if start + u128::from(self.epoch_len) > u128::from(MAX_STREAM)
             || epoch >= 1 << (64 - ROW_BITS)
@@ -325,66 +333,71 @@ impl ChatMixture {
                 self.epoch_len
             )));
         }
-        let start = start as u64;
-        let shuffled = !matches!(self.shuffle, Shuffle::Sequential);
         let n = self.planners.len();
-        let mut out = MixEpoch {
-            rows: EpochRows::empty(),
-            conversations: vec![0; n],
-            tokens: vec![0; n],
-        };
-        let window = u64::from(self.window);
-        let mut ids = Vec::with_capacity(self.window as usize);
-        let mut items = Vec::with_capacity(self.window as usize);
-        let (mut at, mut w) = (0u64, 0u64);
-        while at < self.epoch_len {
-            let end = (at + window).min(self.epoch_len);
-            ids.clear();
-            self.blend.ids(start + at..start + end, &mut ids);
-            items.clear();
-            items.extend(ids.iter().filter_map(|&id| {
-                let (s, local) = self.source_of(id);
-                let p = &self.planners[s];
-                p.count_of(local).map(|c| (c, p.images_of(local), id))
-            }));
-            let rows = window_rows(
-                &items,
-                self.seq_len,
-                self.max_image_tokens,
-                shuffled.then_some((self.seed, epoch, w)),
-            );
-            for row in rows {
-                let mut tokens = 0u64;
-                for &id in &row {
-                    let c = u64::from(self.count_of(id).unwrap_or(0));
-                    let (s, _) = self.source_of(id);
-                    out.conversations[s] += 1;
-                    out.tokens[s] += c;
-                    tokens += c;
-                }
-                out.rows.push_row(&row, tokens);
-            }
-            at = end;
-            w += 1;
+        let plan = Arc::new(MixPlan {
+            epoch,
+            state: Mutex::new(MixPlanned {
+                rows: EpochRows::empty(),
+                conversations: vec![0; n],
+                tokens: vec![0; n],
+                at: 0,
+                window: 0,
+            }),
+            done: AtomicBool::new(self.epoch_len == 0),
+        });
+        kept.push((epoch, Arc::clone(&plan)));
+        if kept.len() > 3 {
+            kept.remove(0);
         }
-        if out.rows.len() >= 1 << ROW_BITS {
-            return Err(EngineError::Config(format!(
-                "epoch {epoch} has {} rows: at most 2^{ROW_BITS}",
-                out.rows.len()
-            )));
+        Ok(plan)
+    }
+
+    /// Whether every source's conversations are counted.
+    fn all_counted(&self) -> bool {
+        self.planners.iter().all(|p| p.all_counted())
+    }
+
+    /// The rows of epoch `epoch`, planned to its end.
+    pub fn rows(&self, epoch: u64) -> Result<u64> {
+        let plan = self.plan_of(epoch)?;
+        plan.ensure(self, u64::MAX)?;
+        Ok(plan.lock().rows.len())
+    }
+
+    /// Plan the first window of epoch `epoch` (the first batch needs it; the engine's `len()`
+    /// estimates the epoch's rows from it), then count the rest of every source in the
+    /// background ([`ChatPlanner::count_in_background`]).
+    pub fn plan_first_window(&self, epoch: u64) -> Result<()> {
+        self.plan_of(epoch)?.ensure(self, 0)?;
+        for p in &self.planners {
+            p.count_in_background();
         }
-        Ok(out)
+        Ok(())
+    }
+
+    /// The conversations of row `r` of epoch `epoch` (planned first), `None` past its rows.
+    fn row(&self, epoch: u64, r: u64) -> Result<Option<Vec<u64>>> {
+        let plan = self.plan_of(epoch)?;
+        if !plan.ensure(self, r)? {
+            return Ok(None);
+        }
+        Ok(plan.lock().rows.row(r).map(<[u64]>::to_vec))
     }
 
     /// What the plan of epoch `epoch` says, in all and per source.
+    /// The rows are those planned so far (all of them once `exact`).
     pub fn summary(&self, epoch: u64) -> Result<MixPackSummary> {
-        let planned = self.epoch(epoch)?;
+        let plan = self.plan_of(epoch)?;
+        let exact = plan.done.load(Ordering::Acquire);
+        let planned = plan.lock();
         let cap = planned.rows.len() * u64::from(self.seq_len);
         let counts = self
             .blend
             .counts_at(epoch.saturating_add(1).saturating_mul(self.epoch_len));
         let mut total = PackSummary {
             conversations: self.epoch_len,
+            counted: self.planners.iter().map(|p| p.counted()).sum(),
+            exact,
             rows: planned.rows.len(),
             fill: if cap == 0 {
                 0.0
@@ -433,7 +446,117 @@ impl ChatMixture {
     }
 }
 
-/// The order of [`ChatMixRows`]: the row order of each epoch's plan.
+impl MixPlan {
+    fn lock(&self) -> MutexGuard<'_, MixPlanned> {
+        crate::sync::lock(&self.state)
+    }
+
+    /// The length once every window is planned.
+    fn known(&self) -> Option<u64> {
+        self.done
+            .load(Ordering::Acquire)
+            .then(|| self.lock().rows.len())
+    }
+
+    /// Plan windows of the epoch's slice of the blended stream until row `r` exists or the
+    /// windows run out; whether it exists. Each window's conversations are counted first (by
+    /// their sources' planners, on their threads), then packed best-fit-decreasing, its rows
+    /// permuted by the seed when shuffling.
+    fn ensure(&self, mix: &ChatMixture, r: u64) -> Result<bool> {
+        let mut p = self.lock();
+        let start = self.epoch * mix.epoch_len; // checked by `plan_of`
+        let shuffled = !matches!(mix.shuffle, Shuffle::Sequential);
+        let window = u64::from(mix.window);
+        let mut ids = Vec::with_capacity(mix.window as usize);
+        let mut locals: Vec<Vec<u64>> = vec![Vec::new(); mix.planners.len()];
+        while p.rows.len() <= r && p.at < mix.epoch_len {
+            let end = (p.at + window).min(mix.epoch_len);
+            ids.clear();
+            mix.blend.ids(start + p.at..start + end, &mut ids);
+            for l in &mut locals {
+                l.clear();
+            }
+            for &id in &ids {
+                let (s, local) = mix.source_of(id);
+                locals[s].push(local);
+            }
+            for (s, l) in locals.iter().enumerate() {
+                mix.planners[s]
+                    .count_these(l)
+                    .map_err(|e| mix.source_error(s, e))?;
+            }
+            let items: Vec<(u32, u32, u64)> = ids
+                .iter()
+                .filter_map(|&id| {
+                    let (s, local) = mix.source_of(id);
+                    let planner = &mix.planners[s];
+                    planner
+                        .count_of(local)
+                        .map(|c| (c, planner.images_of(local), id))
+                })
+                .collect();
+            let rows = window_rows(
+                &items,
+                mix.seq_len,
+                mix.max_image_tokens,
+                shuffled.then_some((mix.seed, self.epoch, p.window)),
+            );
+            for row in rows {
+                let mut tokens = 0u64;
+                for &id in &row {
+                    let c = u64::from(mix.count_of(id).unwrap_or(0));
+                    let (s, _) = mix.source_of(id);
+                    p.conversations[s] += 1;
+                    p.tokens[s] += c;
+                    tokens += c;
+                }
+                p.rows.push_row(&row, tokens);
+            }
+            if p.rows.len() >= 1 << ROW_BITS {
+                return Err(EngineError::Config(format!(
+                    "epoch {} has more than 2^{ROW_BITS} rows",
+                    self.epoch
+                )));
+            }
+            p.at = end;
+            p.window += 1;
+            if end == mix.epoch_len {
+                self.done.store(true, Ordering::Release);
+            }
+        }
+        Ok(r < p.rows.len())
+    }
+}
+
+/// A mixture's epoch plan with its mixture.
+#[derive(Debug)]
+struct LateMixPlan {
+    mix: Arc<ChatMixture>,
+    plan: Arc<MixPlan>,
+}
+
+impl LazyRows for LateMixPlan {
+    fn ensure(&self, r: u64) -> Result<bool> {
+        self.plan.ensure(&self.mix, r)
+    }
+    fn known(&self) -> Option<u64> {
+        self.plan.known()
+    }
+    fn planned(&self) -> u64 {
+        self.plan.lock().rows.len()
+    }
+    fn estimate(&self) -> u64 {
+        let p = self.plan.lock();
+        estimate_rows(p.rows.len(), p.at, self.mix.epoch_len)
+    }
+    fn all_counted(&self) -> bool {
+        self.mix.all_counted()
+    }
+}
+
+/// The order of [`ChatMixRows`]: the row order of each epoch's plan. While the sources'
+/// conversations are still being counted its length is known late ([`LateMixPlan`]); once all
+/// are counted the epoch is planned whole first (its length exact from the start).
 #[derive(Debug)]
 struct MixRowOrder {
     mix: Arc<ChatMixture>,
@@ -446,14 +569,9 @@ impl Order for MixRowOrder {
                 "the row order was planned with another shuffle or seed".into(),
             ));
         }
-        let rows = self.mix.rows(epoch)?;
-        Ok(EpochOrder::custom(
-            rows,
-            shuffle,
-            seed,
-            epoch,
-            Arc::new(RowIds),
-        ))
+        let plan = self.mix.plan_of(epoch)?;
+        let mix = Arc::clone(&self.mix);
+        row_order(LateMixPlan { mix, plan }, shuffle, seed, epoch)
     }
 }
 
@@ -470,17 +588,15 @@ impl ChatMixRows {
         ChatMixRows { mix }
     }
 
-    /// The conversations of row id `id`.
-    fn row_of(&self, id: u64) -> Result<(Arc<MixEpoch>, u64)> {
+    /// The conversations of row id `id` (its epoch planned up to it).
+    fn row_of(&self, id: u64) -> Result<Vec<u64>> {
         let (epoch, r) = (id >> ROW_BITS, id & ((1 << ROW_BITS) - 1));
-        let planned = self.mix.epoch(epoch)?;
-        if planned.rows.row(r).is_none() {
-            return Err(EngineError::Worker(format!(
+        self.mix.row(epoch, r)?.ok_or_else(|| {
+            EngineError::Worker(format!(
                 "row {r} of epoch {epoch} is past the epoch's {} rows",
-                planned.rows.len()
-            )));
-        }
-        Ok((planned, r))
+                self.mix.rows(epoch).unwrap_or(0)
+            ))
+        })
     }
 }
 
@@ -518,8 +634,7 @@ impl Samples for ChatMixRows {
         let rows: Vec<Option<Vec<(&ChatPlanner, u64)>>> = ids
             .iter()
             .map(|&id| {
-                let (planned, r) = self.row_of(id).ok()?;
-                let convs = planned.rows.row(r)?;
+                let convs = self.row_of(id).ok()?;
                 Some(
                     convs
                         .iter()
@@ -556,11 +671,10 @@ impl Samples for ChatMixRows {
         out: &mut SlotWriter<'_>,
     ) -> Result<()> {
         let mut clock = cx.ws.clock();
-        let (planned, r) = self.row_of(id)?;
-        let convs = planned.rows.row(r).unwrap_or(&[]);
+        let convs = self.row_of(id)?;
         let mut planners = Vec::with_capacity(convs.len());
         let (mut locals, mut sources) = (Vec::new(), Vec::new());
-        for &conv in convs {
+        for &conv in &convs {
             let (s, local) = self.mix.source_of(conv);
             planners.push((&*self.mix.planners[s], local));
             locals.push(local as i64);

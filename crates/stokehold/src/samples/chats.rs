@@ -1142,7 +1142,7 @@ impl ChatPlanner {
 
     /// Count the conversations of `ids` not counted yet, on the planner's threads; the error
     /// of the lowest id that cannot be encoded.
-    fn count_these(&self, ids: &[u64]) -> Result<()> {
+    pub(crate) fn count_these(&self, ids: &[u64]) -> Result<()> {
         let unknown: Vec<u64> = ids
             .iter()
             .copied()
@@ -1446,40 +1446,86 @@ impl EpochPlan {
     /// times the rows per conversation so far (exact once planned).
     pub fn estimate(&self) -> u64 {
         let p = self.lock();
-        let n = self.order.len();
-        if p.at == 0 {
-            // nothing planned yet: a row per conversation is the bound
-            return n;
-        }
-        let per = p.rows.len() as f64 / p.at as f64;
-        p.rows.len() + ((n - p.at) as f64 * per).round() as u64
+        estimate_rows(p.rows.len(), p.at, self.order.len())
     }
 }
 
+/// The rows of an epoch of `n` conversations as far as they can be told when the first `at`
+/// made `rows`: those, plus the conversations left times the rows per conversation so far
+/// (before any window, a row per conversation: the bound).
+pub(crate) fn estimate_rows(rows: u64, at: u64, n: u64) -> u64 {
+    if at == 0 {
+        return n;
+    }
+    let per = rows as f64 / at as f64;
+    rows + (n.saturating_sub(at) as f64 * per).round() as u64
+}
+
+/// A lazily planned epoch's rows, as [`LateRows`] asks them of one dataset's plan (with its
+/// planner) or of a mixture's.
+pub(crate) trait LazyRows: Send + Sync + std::fmt::Debug {
+    /// Plan until row `r` exists or the windows run out; whether it exists.
+    fn ensure(&self, r: u64) -> Result<bool>;
+    /// The rows, once every window is planned.
+    fn known(&self) -> Option<u64>;
+    /// The rows planned so far.
+    fn planned(&self) -> u64;
+    /// The estimate from the windows planned so far ([`estimate_rows`]).
+    fn estimate(&self) -> u64;
+    /// Whether every conversation it plans from is counted.
+    fn all_counted(&self) -> bool;
+}
+
 /// A lazily planned epoch as the engine's order sees its length ([`LateLen`]).
+#[derive(Debug)]
+pub(crate) struct LateRows<T>(pub T);
+
+impl<T: LazyRows> LateLen for LateRows<T> {
+    fn known(&self) -> Option<u64> {
+        self.0.known()
+    }
+
+    fn at_least(&self, p: u64) -> bool {
+        // a window that cannot be planned: its batch reports why (the row's fill plans it again)
+        self.0.ensure(p).unwrap_or(true)
+    }
+
+    fn estimate(&self) -> u64 {
+        if self.0.all_counted() {
+            // counted since the order was made (in the background): planning is arithmetic now
+            return self.finish();
+        }
+        self.0.estimate()
+    }
+
+    fn finish(&self) -> u64 {
+        let _ = self.0.ensure(u64::MAX);
+        self.0.planned()
+    }
+}
+
+/// One dataset's epoch plan with its planner.
 #[derive(Debug)]
 struct LatePlan {
     planner: Arc<ChatPlanner>,
     plan: Arc<EpochPlan>,
 }
 
-impl LateLen for LatePlan {
+impl LazyRows for LatePlan {
+    fn ensure(&self, r: u64) -> Result<bool> {
+        self.plan.ensure(&self.planner, r)
+    }
     fn known(&self) -> Option<u64> {
         self.plan.known()
     }
-
-    fn at_least(&self, p: u64) -> bool {
-        // a window that cannot be planned: its batch reports why (the row's fill plans it again)
-        self.plan.ensure(&self.planner, p).unwrap_or(true)
+    fn planned(&self) -> u64 {
+        self.plan.lock().rows.len()
     }
-
     fn estimate(&self) -> u64 {
         self.plan.estimate()
     }
-
-    fn finish(&self) -> u64 {
-        let _ = self.plan.ensure(&self.planner, u64::MAX);
-        self.plan.lock().rows.len()
+    fn all_counted(&self) -> bool {
+        self.planner.all_counted()
     }
 }
 
@@ -1509,27 +1555,34 @@ impl Order for RowOrder {
             ));
         }
         let plan = self.planner.plan_of(epoch)?;
-        if self.planner.all_counted() {
-            plan.ensure(&self.planner, u64::MAX)?;
-        }
-        if let Some(len) = plan.known() {
-            return Ok(EpochOrder::custom(
-                len,
-                shuffle,
-                seed,
-                epoch,
-                Arc::new(RowIds),
-            ));
-        }
-        Ok(
-            EpochOrder::custom(0, shuffle, seed, epoch, Arc::new(RowIds)).known_late(Arc::new(
-                LatePlan {
-                    planner: Arc::clone(&self.planner),
-                    plan,
-                },
-            )),
-        )
+        let planner = Arc::clone(&self.planner);
+        row_order(LatePlan { planner, plan }, shuffle, seed, epoch)
     }
+}
+
+/// The row order of epoch `epoch` planned by `plan`: once every conversation is counted the
+/// epoch is planned whole first (its length exact from the start), else its length is known
+/// late ([`LateRows`]).
+pub(crate) fn row_order<T: LazyRows + 'static>(
+    plan: T,
+    shuffle: &Shuffle,
+    seed: u64,
+    epoch: u64,
+) -> Result<EpochOrder> {
+    if plan.all_counted() {
+        plan.ensure(u64::MAX)?;
+    }
+    let order = EpochOrder::custom(
+        plan.known().unwrap_or(0),
+        shuffle,
+        seed,
+        epoch,
+        Arc::new(RowIds),
+    );
+    Ok(match plan.known() {
+        Some(_) => order,
+        None => order.known_late(Arc::new(LateRows(plan))),
+    })
 }
 
 /// Column indices.
