@@ -59,9 +59,9 @@ pub use schema::{
     Compression, DType, Field, FieldType, ImageCodec, InvalidFieldType, ListItem, Schema,
 };
 pub use shard::{
-    Header, IndexEntry, ListTable, MAX_SHARD_LIST_ITEMS, OpenStep, SHARD_VERSION, ShardMeta,
-    ShardOpening, ShardReader, ShardSource, ShardStructure, ShardSummary, ShardWriter, Trailer,
-    WriteError, WriteOptions, parse_index, read_structure,
+    Header, IndexEntry, ListTable, ListTableError, MAX_SHARD_LIST_ITEMS, OpenStep, SHARD_VERSION,
+    ShardMeta, ShardOpening, ShardReader, ShardSource, ShardStructure, ShardSummary, ShardWriter,
+    Trailer, WriteError, WriteOptions, parse_index, read_structure,
 };
 pub use source::{Memory, ReadProfile, Storage, memory_source};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};

@@ -259,7 +259,7 @@ fn encode_plain(
                     // its size is what a list of images keeps: an image without one is refused
                     crate::image_size::image_size(b).map_err(|e| RecordError::Mismatch {
                         field: item_name.clone(),
-                        detail: e,
+                        detail: e.to_string(),
                     })?;
                 }
                 encode_plain(&item_ty, &item_name, v, out)?;
@@ -275,28 +275,74 @@ fn encode_plain(
     Ok(())
 }
 
+/// What is wrong with a `list` field's bytes ([`list_items`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListError {
+    /// Fewer than the 4 bytes of the count.
+    #[error("a list's count needs 4 bytes, found {found}")]
+    NoCount {
+        /// The bytes there are.
+        found: usize,
+    },
+    /// A count over [`MAX_LIST_ITEMS`].
+    #[error("a list of {count} items, over the limit of {}", MAX_LIST_ITEMS)]
+    TooMany {
+        /// The count.
+        count: usize,
+    },
+    /// Fewer bytes than the count and its table of ends take.
+    #[error("a list of {count} items needs a table of {need} bytes, found {found}")]
+    TableCut {
+        /// The count.
+        count: usize,
+        /// The bytes of the count and the table.
+        need: usize,
+        /// The bytes there are.
+        found: usize,
+    },
+    /// An item's end before the previous item's or past the items' bytes.
+    #[error("item {k} of the list ends at {end}, outside {prev}..={body} (at byte {at})")]
+    ItemEnd {
+        /// The item.
+        k: usize,
+        /// Its end.
+        end: usize,
+        /// The previous item's end.
+        prev: usize,
+        /// The bytes of items.
+        body: usize,
+        /// The byte of the end in the list's bytes.
+        at: usize,
+    },
+    /// The last item ends before the items' bytes do.
+    #[error("the list's items end at {end} but it has {body} bytes of items")]
+    ItemsEnd {
+        /// The last item's end.
+        end: usize,
+        /// The bytes of items.
+        body: usize,
+    },
+}
+
 /// The items of a `list` field's bytes `data`: their table checked (the count against
 /// [`MAX_LIST_ITEMS`] and the bytes there are before anything is allocated, the ends in order and
 /// within the bytes), each item's byte range within `data`.
-pub fn list_items(data: &[u8]) -> Result<Vec<std::ops::Range<usize>>, String> {
+pub fn list_items(data: &[u8]) -> Result<Vec<std::ops::Range<usize>>, ListError> {
     if data.len() < 4 {
-        return Err(format!(
-            "a list's count needs 4 bytes, found {}",
-            data.len()
-        ));
+        return Err(ListError::NoCount { found: data.len() });
     }
     let count = read_u32(data, 0) as usize;
     if count > MAX_LIST_ITEMS {
-        return Err(format!(
-            "a list of {count} items, over the limit of {MAX_LIST_ITEMS}"
-        ));
+        return Err(ListError::TooMany { count });
     }
     let base = 4 + 4 * count;
     if data.len() < base {
-        return Err(format!(
-            "a list of {count} items needs a table of {base} bytes, found {}",
-            data.len()
-        ));
+        return Err(ListError::TableCut {
+            count,
+            need: base,
+            found: data.len(),
+        });
     }
     let body = data.len() - base;
     let mut ranges = Vec::with_capacity(count);
@@ -304,18 +350,19 @@ pub fn list_items(data: &[u8]) -> Result<Vec<std::ops::Range<usize>>, String> {
     for k in 0..count {
         let end = read_u32(data, 4 + 4 * k) as usize;
         if end < prev || end > body {
-            return Err(format!(
-                "item {k} of the list ends at {end}, outside {prev}..={body} (at byte {})",
-                4 + 4 * k
-            ));
+            return Err(ListError::ItemEnd {
+                k,
+                end,
+                prev,
+                body,
+                at: 4 + 4 * k,
+            });
         }
         ranges.push(base + prev..base + end);
         prev = end;
     }
     if prev != body {
-        return Err(format!(
-            "the list's items end at {prev} but it has {body} bytes of items"
-        ));
+        return Err(ListError::ItemsEnd { end: prev, body });
     }
     Ok(ranges)
 }
@@ -548,10 +595,10 @@ impl<'a> RecordView<'a> {
     ) -> Result<FieldValue<'a>, RecordError> {
         let field = &schema.fields[i];
         let (raw, offset) = self.raw(i);
-        let corrupt = |detail: String| RecordError::Corrupt {
+        let corrupt = |e: DecodeError| RecordError::Corrupt {
             field: i,
             offset: offset as u64,
-            detail,
+            detail: e.to_string(),
         };
         let data: Cow<'a, [u8]> = match field.compression {
             Compression::None => Cow::Borrowed(raw),
@@ -601,10 +648,10 @@ pub fn field_from_prefix<'a>(
         return Ok(None);
     }
     let raw = &prefix[table + start..end];
-    let corrupt = |detail: String| RecordError::Corrupt {
+    let corrupt = |e: DecodeError| RecordError::Corrupt {
         field: i,
         offset: (table + start) as u64,
-        detail,
+        detail: e.to_string(),
     };
     let field = &schema.fields[i];
     let data: Cow<'a, [u8]> = match field.compression {
@@ -644,31 +691,81 @@ fn read_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// What is wrong with one field's stored bytes (the reader adds the field and its offset: see
+/// [`RecordError::Corrupt`]).
+#[derive(Debug, thiserror::Error)]
+enum DecodeError {
+    /// The zstd frame's header does not give the decompressed size.
+    #[error("zstd frame does not state its decompressed size")]
+    ZstdNoSize,
+    /// Not a zstd frame.
+    #[error("not a valid zstd frame header")]
+    ZstdHeader,
+    /// A decompressed size over the limit (nothing was allocated).
+    #[error("zstd frame claims {size} decompressed bytes, over the limit of {max}")]
+    ZstdOverLimit { size: u64, max: u64 },
+    /// The frame does not decompress.
+    #[error("zstd decompression failed: {0}")]
+    Zstd(#[source] std::io::Error),
+    /// The frame decompresses to another size than its header says.
+    #[error("zstd frame claims {size} bytes but holds {found}")]
+    ZstdSize { size: u64, found: usize },
+    /// A list's table.
+    #[error(transparent)]
+    List(#[from] ListError),
+    /// One item of a list.
+    #[error("item {k}: {source}")]
+    Item { k: usize, source: Box<DecodeError> },
+    /// A string that is not UTF-8.
+    #[error(transparent)]
+    Utf8(#[from] std::str::Utf8Error),
+    /// An `int64` or `float64` of other than 8 bytes.
+    #[error("a {ty} takes 8 bytes, found {found}")]
+    Scalar { ty: FieldType, found: usize },
+    /// An array shorter than its header.
+    #[error("array header needs 8 bytes, found {found}")]
+    ArrayHeader { found: usize },
+    /// An array of more than [`MAX_NDIM`] dimensions.
+    #[error("array has {ndim} dimensions, at most {} allowed", MAX_NDIM)]
+    ArrayDims { ndim: usize },
+    /// An array shorter than its header's dimensions.
+    #[error("array header of {ndim} dimensions needs {need} bytes, found {found}")]
+    ArrayShape {
+        ndim: usize,
+        need: usize,
+        found: usize,
+    },
+    /// An array whose elements' bytes are not its shape's.
+    #[error("shape {shape:?} of {} does not match the {body} bytes of data", .dtype.name())]
+    ArrayBytes {
+        shape: Vec<u64>,
+        dtype: DType,
+        body: u64,
+    },
+}
+
 /// Decompress one zstd frame whose header states its size, refusing sizes over `max` before
 /// allocating anything.
-fn decompress(frame: &[u8], max: u64) -> Result<Vec<u8>, String> {
+fn decompress(frame: &[u8], max: u64) -> Result<Vec<u8>, DecodeError> {
     let size = match zstd::zstd_safe::get_frame_content_size(frame) {
         Ok(Some(n)) => n,
-        Ok(None) => return Err("zstd frame does not state its decompressed size".into()),
-        Err(_) => return Err("not a valid zstd frame header".into()),
+        Ok(None) => return Err(DecodeError::ZstdNoSize),
+        Err(_) => return Err(DecodeError::ZstdHeader),
     };
     if size > max {
-        return Err(format!(
-            "zstd frame claims {size} decompressed bytes, over the limit of {max}"
-        ));
+        return Err(DecodeError::ZstdOverLimit { size, max });
     }
-    let out = zstd::bulk::decompress(frame, size as usize)
-        .map_err(|e| format!("zstd decompression failed: {e}"))?;
+    let out = zstd::bulk::decompress(frame, size as usize).map_err(DecodeError::Zstd)?;
     if out.len() as u64 != size {
-        return Err(format!(
-            "zstd frame claims {size} bytes but holds {}",
-            out.len()
-        ));
+        return Err(DecodeError::ZstdSize {
+            size,
+            found: out.len(),
+        });
     }
     Ok(out)
 }
 
-fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a>, String> {
+fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a>, DecodeError> {
     Ok(match ty {
         FieldType::List { item } => {
             let ranges = list_items(&data)?;
@@ -682,21 +779,24 @@ fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a
                     }
                     Cow::Owned(v) => Cow::Owned(v[r].to_vec()),
                 };
-                items.push(decode_plain(&item_ty, part).map_err(|e| format!("item {k}: {e}"))?);
+                items.push(decode_plain(&item_ty, part).map_err(|e| DecodeError::Item {
+                    k,
+                    source: Box::new(e),
+                })?);
             }
             FieldValue::List(items)
         }
         FieldType::Bytes | FieldType::Video => FieldValue::Bytes(data),
         FieldType::Image { .. } => FieldValue::Image(data),
         FieldType::String | FieldType::Json => FieldValue::String(match data {
-            Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b).map_err(|e| e.to_string())?),
-            Cow::Owned(v) => Cow::Owned(String::from_utf8(v).map_err(|e| e.to_string())?),
+            Cow::Borrowed(b) => Cow::Borrowed(std::str::from_utf8(b)?),
+            Cow::Owned(v) => Cow::Owned(String::from_utf8(v).map_err(|e| e.utf8_error())?),
         }),
         FieldType::Int64 | FieldType::Float64 => {
-            let arr: [u8; 8] = data
-                .as_ref()
-                .try_into()
-                .map_err(|_| format!("a {ty} takes 8 bytes, found {}", data.len()))?;
+            let arr: [u8; 8] = data.as_ref().try_into().map_err(|_| DecodeError::Scalar {
+                ty: ty.clone(),
+                found: data.len(),
+            })?;
             match ty {
                 FieldType::Int64 => FieldValue::Int64(i64::from_le_bytes(arr)),
                 _ => FieldValue::Float64(f64::from_le_bytes(arr)),
@@ -704,28 +804,28 @@ fn decode_plain<'a>(ty: &FieldType, data: Cow<'a, [u8]>) -> Result<FieldValue<'a
         }
         FieldType::Ndarray { dtype } => {
             if data.len() < 8 {
-                return Err(format!("array header needs 8 bytes, found {}", data.len()));
+                return Err(DecodeError::ArrayHeader { found: data.len() });
             }
             let ndim = read_u32(&data, 0) as usize;
             if ndim > MAX_NDIM {
-                return Err(format!(
-                    "array has {ndim} dimensions, at most {MAX_NDIM} allowed"
-                ));
+                return Err(DecodeError::ArrayDims { ndim });
             }
             let head = 8 + 8 * ndim;
             if data.len() < head {
-                return Err(format!(
-                    "array header of {ndim} dimensions needs {head} bytes, found {}",
-                    data.len()
-                ));
+                return Err(DecodeError::ArrayShape {
+                    ndim,
+                    need: head,
+                    found: data.len(),
+                });
             }
             let shape: Vec<u64> = (0..ndim).map(|k| read_u64(&data, 8 + 8 * k)).collect();
             let body = (data.len() - head) as u64;
             if array_bytes(&shape, *dtype) != Some(body) {
-                return Err(format!(
-                    "shape {shape:?} of {} does not match the {body} bytes of data",
-                    dtype.name()
-                ));
+                return Err(DecodeError::ArrayBytes {
+                    shape,
+                    dtype: *dtype,
+                    body,
+                });
             }
             let elems = match data {
                 Cow::Borrowed(b) => Cow::Borrowed(&b[head..]),

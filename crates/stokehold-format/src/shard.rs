@@ -92,6 +92,71 @@ pub struct ShardMeta {
 /// stays within [`Limits::max_meta_bytes`] (about 12 bytes of JSON an image).
 pub const MAX_SHARD_LIST_ITEMS: u64 = 1 << 20;
 
+/// What is wrong with a [`ListTable`] (checked against its shard's record count).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListTableError {
+    /// Not one count per record.
+    #[error("{counts} counts for {records} records")]
+    Counts {
+        /// The counts.
+        counts: usize,
+        /// The records.
+        records: u64,
+    },
+    /// A record's count over [`MAX_LIST_ITEMS`].
+    #[error(
+        "record {record} has {count} items, over the limit of {}",
+        MAX_LIST_ITEMS
+    )]
+    RecordItems {
+        /// The record.
+        record: usize,
+        /// Its count.
+        count: u32,
+    },
+    /// Items over [`MAX_SHARD_LIST_ITEMS`] in all.
+    #[error(
+        "{total} items in one shard, over the limit of {}",
+        MAX_SHARD_LIST_ITEMS
+    )]
+    ShardItems {
+        /// The items.
+        total: u64,
+    },
+    /// Not two sizes per image.
+    #[error("{sizes} sizes for {total} images (two numbers each)")]
+    Sizes {
+        /// The numbers of sizes.
+        sizes: usize,
+        /// The images.
+        total: u64,
+    },
+    /// Sizes for a list that is not of images.
+    #[error("sizes for a list that is not of images")]
+    SizesNotImages,
+    /// A list of images without sizes.
+    #[error("no sizes for a list of images")]
+    NoSizes,
+}
+
+/// What is wrong with a meta block's list tables ([`ShardMeta::lists`]) as a whole.
+#[derive(Debug, thiserror::Error)]
+enum ListsError {
+    /// A list field without its table.
+    #[error("no list table for the list field {field:?}")]
+    Missing { field: String },
+    /// A table of a field that is not a list.
+    #[error("a list table for {name:?}, which is no list field")]
+    NotAList { name: String },
+    /// A table that does not check.
+    #[error("list table of {name:?}: {source}")]
+    Table {
+        name: String,
+        source: ListTableError,
+    },
+}
+
 /// What a shard's meta block keeps of one `list` field ([`ShardMeta::lists`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,7 +177,10 @@ impl ListTable {
     /// A table of `counts` items per record and, for a list of images, their `sizes` (`[w0, h0,
     /// w1, h1, ...]`), checked as a meta block's is at open (for files read in place, whose
     /// index gives them).
-    pub fn new(counts: Vec<u32>, sizes: Option<Vec<u32>>) -> std::result::Result<Self, String> {
+    pub fn new(
+        counts: Vec<u32>,
+        sizes: Option<Vec<u32>>,
+    ) -> std::result::Result<Self, ListTableError> {
         let records = counts.len() as u64;
         let has_sizes = sizes.is_some();
         let mut t = ListTable {
@@ -126,41 +194,40 @@ impl ListTable {
 
     /// Check the table against `records` records of a field that `has_sizes` (a list of
     /// images), and compute where each record's items start.
-    fn check(&mut self, records: u64, has_sizes: bool) -> std::result::Result<(), String> {
+    fn check(&mut self, records: u64, has_sizes: bool) -> std::result::Result<(), ListTableError> {
         if self.counts.len() as u64 != records {
-            return Err(format!(
-                "{} counts for {records} records",
-                self.counts.len()
-            ));
+            return Err(ListTableError::Counts {
+                counts: self.counts.len(),
+                records,
+            });
         }
         let mut starts = Vec::with_capacity(self.counts.len() + 1);
         let mut total = 0u64;
         starts.push(0);
         for (i, &c) in self.counts.iter().enumerate() {
             if c as usize > MAX_LIST_ITEMS {
-                return Err(format!(
-                    "record {i} has {c} items, over the limit of {MAX_LIST_ITEMS}"
-                ));
+                return Err(ListTableError::RecordItems {
+                    record: i,
+                    count: c,
+                });
             }
             total += u64::from(c);
             starts.push(total);
         }
         if total > MAX_SHARD_LIST_ITEMS {
-            return Err(format!(
-                "{total} items in one shard, over the limit of {MAX_SHARD_LIST_ITEMS}"
-            ));
+            return Err(ListTableError::ShardItems { total });
         }
         match (&self.sizes, has_sizes) {
             (Some(sizes), true) if sizes.len() as u64 == 2 * total => {}
             (Some(sizes), true) => {
-                return Err(format!(
-                    "{} sizes for {total} images (two numbers each)",
-                    sizes.len()
-                ));
+                return Err(ListTableError::Sizes {
+                    sizes: sizes.len(),
+                    total,
+                });
             }
             (None, false) => {}
-            (Some(_), false) => return Err("sizes for a list that is not of images".into()),
-            (None, true) => return Err("no sizes for a list of images".into()),
+            (Some(_), false) => return Err(ListTableError::SizesNotImages),
+            (None, true) => return Err(ListTableError::NoSizes),
         }
         self.starts = starts;
         Ok(())
@@ -401,12 +468,11 @@ impl<W: Write> ShardWriter<W> {
                 continue;
             }
             let (raw, offset) = view.raw(i);
-            let corrupt = |detail: String| RecordError::Corrupt {
+            let items = list_items(raw).map_err(|e| RecordError::Corrupt {
                 field: i,
                 offset: offset as u64,
-                detail,
-            };
-            let items = list_items(raw).map_err(corrupt)?;
+                detail: e.to_string(),
+            })?;
             let table = &self.lists[&f.name];
             if table.items() + items.len() as u64 > MAX_SHARD_LIST_ITEMS {
                 return Err(RecordError::Mismatch {
@@ -422,7 +488,7 @@ impl<W: Write> ShardWriter<W> {
                     let (w, h) = crate::image_size::image_size(&raw[r.clone()]).map_err(|e| {
                         RecordError::Mismatch {
                             field: format!("{}[{k}]", f.name),
-                            detail: e,
+                            detail: e.to_string(),
                         }
                     })?;
                     sizes.extend_from_slice(&[w, h]);
@@ -743,27 +809,32 @@ impl ShardMeta {
             ));
         }
         meta.check_lists()
-            .map_err(|e| corrupt(path, "meta block", meta_offset, e))?;
+            .map_err(|e| corrupt(path, "meta block", meta_offset, e.to_string()))?;
         Ok(meta)
     }
 
     /// Every `list` field has its table and every table a `list` field, each checked against
     /// the record count ([`ListTable`]).
-    fn check_lists(&mut self) -> std::result::Result<(), String> {
+    fn check_lists(&mut self) -> std::result::Result<(), ListsError> {
         for f in &self.schema.fields {
             if matches!(f.ty, FieldType::List { .. }) && !self.lists.contains_key(&f.name) {
-                return Err(format!("no list table for the list field {:?}", f.name));
+                return Err(ListsError::Missing {
+                    field: f.name.clone(),
+                });
             }
         }
         let records = self.records;
         for (name, table) in &mut self.lists {
             let field = self.schema.index_of(name).map(|i| &self.schema.fields[i]);
             let Some(field) = field.filter(|f| matches!(f.ty, FieldType::List { .. })) else {
-                return Err(format!("a list table for {name:?}, which is no list field"));
+                return Err(ListsError::NotAList { name: name.clone() });
             };
             table
                 .check(records, field.ty.is_image_list())
-                .map_err(|e| format!("list table of {name:?}: {e}"))?;
+                .map_err(|source| ListsError::Table {
+                    name: name.clone(),
+                    source,
+                })?;
         }
         Ok(())
     }

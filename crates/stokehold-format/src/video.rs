@@ -247,48 +247,173 @@ fn encode(index: &VideoIndex, container: &[u8], checksums: bool) -> Vec<u8> {
     out
 }
 
+/// What is wrong with a `video` value ([`parse_video`], [`check_intervals`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VideoValueError {
+    /// A part of the value goes past its end (or past the index's end).
+    #[error("{what} needs {need} bytes, {left} are left")]
+    Short {
+        /// The part ("the frame index", "the extradata", ...).
+        what: &'static str,
+        /// Its bytes.
+        need: usize,
+        /// The bytes left.
+        left: usize,
+    },
+    /// Not [`VIDEO_MAGIC`].
+    #[error("not a stokehold video value: it starts with \"{}\", not \"SKV1\"", .found.escape_ascii())]
+    Magic {
+        /// The first four bytes.
+        found: [u8; 4],
+    },
+    /// A container code other than [`CONTAINER_MP4`] and [`CONTAINER_MATROSKA`].
+    #[error("unknown container code {0} (1 is MP4, 2 Matroska/WebM)")]
+    Container(u8),
+    /// Header flags other than [`FLAG_INTERVAL_CRCS`].
+    #[error("unknown header flags {0:#x}")]
+    Flags(u8),
+    /// Reserved header bytes that are not zero.
+    #[error("the header's reserved bytes are not zero")]
+    Reserved,
+    /// A timescale of 0.
+    #[error("a timescale of 0")]
+    ZeroTimescale,
+    /// An index without frames.
+    #[error("the index has no frames")]
+    NoFrames,
+    /// A frame count the index's bytes do not hold.
+    #[error("the index says {frames} frames ({need} bytes) and holds {held} bytes of frames")]
+    FrameCount {
+        /// The count.
+        frames: usize,
+        /// The bytes of that many frames.
+        need: usize,
+        /// The bytes of frames there are.
+        held: usize,
+    },
+    /// A frame's unknown flags.
+    #[error("frame {frame}: unknown flags {flags:#x}")]
+    FrameFlags {
+        /// The frame (decode order).
+        frame: usize,
+        /// Its flags byte.
+        flags: u8,
+    },
+    /// A frame's packet outside the container.
+    #[error(
+        "frame {frame}: its packet ({size} bytes at byte {offset} of the container) lies outside \
+         the container's {len} bytes"
+    )]
+    PacketOutside {
+        /// The frame (decode order).
+        frame: usize,
+        /// Its packet's size.
+        size: u32,
+        /// Its packet's offset in the container.
+        offset: u64,
+        /// The container's bytes.
+        len: usize,
+    },
+    /// Interval checksums for packets not laid out in keyframe intervals.
+    #[error(
+        "the index has interval checksums but its packets are not laid out in keyframe intervals"
+    )]
+    NotIntervals,
+    /// A table of interval checksums of another size than its intervals take.
+    #[error(
+        "the index's interval checksums take {bytes} bytes, its {intervals} keyframe intervals \
+         need {need}"
+    )]
+    IntervalTable {
+        /// The table's bytes.
+        bytes: usize,
+        /// The keyframe intervals.
+        intervals: usize,
+        /// The bytes they take (with the lead's and the tail's).
+        need: usize,
+    },
+    /// A part of the container whose checksum in the index is not its bytes'.
+    #[error(
+        "{part} (bytes {lo}..{hi} of the container): its checksum in the index is {stored:#010x}, \
+         its bytes' {computed:#010x}"
+    )]
+    Checksum {
+        /// The part.
+        part: IntervalPart,
+        /// Its first byte.
+        lo: usize,
+        /// One past its last byte.
+        hi: usize,
+        /// The checksum in the index.
+        stored: u32,
+        /// The checksum of its bytes.
+        computed: u32,
+    },
+}
+
+/// A part of a container that interval checksums cover ([`interval_spans`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntervalPart {
+    /// Before the first keyframe's packet.
+    Lead,
+    /// Keyframe interval `j`.
+    Interval(usize),
+    /// After the last packet.
+    Tail,
+}
+
+impl std::fmt::Display for IntervalPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntervalPart::Lead => f.write_str("the lead"),
+            IntervalPart::Interval(j) => write!(f, "keyframe interval {j}"),
+            IntervalPart::Tail => f.write_str("the tail"),
+        }
+    }
+}
+
 /// Reads little-endian fields off a slice, each read checked against what is left.
 struct Take<'a>(&'a [u8]);
 
 impl<'a> Take<'a> {
-    fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+    fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], VideoValueError> {
         if n > self.0.len() {
-            return Err(format!("{what} needs {n} bytes, {} are left", self.0.len()));
+            return Err(VideoValueError::Short {
+                what,
+                need: n,
+                left: self.0.len(),
+            });
         }
         let (a, b) = self.0.split_at(n);
         self.0 = b;
         Ok(a)
     }
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], VideoValueError> {
         Ok(self.bytes(N, what)?.try_into().expect("N bytes"))
     }
-    fn u32(&mut self, what: &str) -> Result<u32, String> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, VideoValueError> {
         self.array(what).map(u32::from_le_bytes)
     }
 }
 
 /// Parses and checks a `video` value: its header, its index, every packet inside the
 /// container. The message says what is wrong and at which byte of the value.
-pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
+pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, VideoValueError> {
     let mut t = Take(value);
-    let magic = t.bytes(4, "the video header")?;
-    if magic != VIDEO_MAGIC {
-        return Err(format!(
-            "not a stokehold video value: it starts with \"{}\", not \"SKV1\"",
-            value[..value.len().min(4)].escape_ascii()
-        ));
+    let magic = t.array::<4>("the video header")?;
+    if &magic != VIDEO_MAGIC {
+        return Err(VideoValueError::Magic { found: magic });
     }
     let [container, flags, r1, r2] = t.array::<4>("the video header")?;
     if container != CONTAINER_MP4 && container != CONTAINER_MATROSKA {
-        return Err(format!(
-            "unknown container code {container} (1 is MP4, 2 Matroska/WebM)"
-        ));
+        return Err(VideoValueError::Container(container));
     }
     if flags & !FLAG_INTERVAL_CRCS != 0 {
-        return Err(format!("unknown header flags {flags:#x}"));
+        return Err(VideoValueError::Flags(flags));
     }
     if (r1, r2) != (0, 0) {
-        return Err("the header's reserved bytes are not zero".into());
+        return Err(VideoValueError::Reserved);
     }
     let index_len = t.u32("the index length")? as usize;
     let index_bytes = t.bytes(index_len, "the frame index")?;
@@ -297,7 +422,7 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
     let codec = i.array::<4>("the codec")?;
     let timescale = i.u32("the timescale")?;
     if timescale == 0 {
-        return Err("a timescale of 0".into());
+        return Err(VideoValueError::ZeroTimescale);
     }
     let width = u16::from_le_bytes(i.array("the width")?);
     let height = u16::from_le_bytes(i.array("the height")?);
@@ -305,16 +430,17 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
     let extradata = i.bytes(extra_len, "the extradata")?.to_vec();
     let n = i.u32("the frame count")? as usize;
     if n == 0 {
-        return Err("the index has no frames".into());
+        return Err(VideoValueError::NoFrames);
     }
     // the count is held to the bytes that hold the frames before anything is sized by it
     let with_table = flags & FLAG_INTERVAL_CRCS != 0;
     let frame_bytes = n.saturating_mul(FRAME_BYTES);
     if i.0.len() < frame_bytes || (!with_table && i.0.len() != frame_bytes) {
-        return Err(format!(
-            "the index says {n} frames ({frame_bytes} bytes) and holds {} bytes of frames",
-            i.0.len()
-        ));
+        return Err(VideoValueError::FrameCount {
+            frames: n,
+            need: frame_bytes,
+            held: i.0.len(),
+        });
     }
     let (frame_table, crc_table) = i.0.split_at(frame_bytes);
     let mut frames = Vec::with_capacity(n);
@@ -328,17 +454,19 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
             size: u32::from_le_bytes(b[29..33].try_into().expect("4")),
         };
         if b[20] & !1 != 0 {
-            return Err(format!("frame {k}: unknown flags {:#x}", b[20]));
+            return Err(VideoValueError::FrameFlags {
+                frame: k,
+                flags: b[20],
+            });
         }
         let end = f.offset.checked_add(u64::from(f.size));
         if end.is_none_or(|e| e > body.len() as u64) {
-            return Err(format!(
-                "frame {k}: its packet ({} bytes at byte {} of the container) lies outside the \
-                 container's {} bytes",
-                f.size,
-                f.offset,
-                body.len()
-            ));
+            return Err(VideoValueError::PacketOutside {
+                frame: k,
+                size: f.size,
+                offset: f.offset,
+                len: body.len(),
+            });
         }
         frames.push(f);
     }
@@ -363,31 +491,38 @@ pub fn parse_video(value: &[u8]) -> Result<VideoValue<'_>, String> {
 
 /// Checks a parsed value's interval checksums against its container's bytes (what a writer
 /// does: a value whose table does not match its bytes would fail every clip reading it).
-pub fn check_intervals(v: &VideoValue<'_>) -> Result<(), String> {
+pub fn check_intervals(v: &VideoValue<'_>) -> Result<(), VideoValueError> {
     let Some(iv) = &v.intervals else {
         return Ok(());
     };
     let c = v.container;
     let lead = iv.spans.first().map_or(0, |s| s.lo as usize);
     let tail = iv.spans.last().map_or(0, |s| s.hi as usize);
-    let parts = std::iter::once((0, lead, iv.lead_crc, "the lead".to_string()))
+    let parts = std::iter::once((0, lead, iv.lead_crc, IntervalPart::Lead))
         .chain(iv.spans.iter().enumerate().map(|(j, s)| {
-            let what = format!("keyframe interval {j}");
-            (s.lo as usize, s.hi as usize, s.crc, what)
+            (
+                s.lo as usize,
+                s.hi as usize,
+                s.crc,
+                IntervalPart::Interval(j),
+            )
         }))
         .chain(std::iter::once((
             tail,
             c.len(),
             iv.tail_crc,
-            "the tail".to_string(),
+            IntervalPart::Tail,
         )));
-    for (lo, hi, stored, what) in parts {
+    for (lo, hi, stored, part) in parts {
         let computed = crate::crc::crc32c(&c[lo..hi]);
         if computed != stored {
-            return Err(format!(
-                "{what} (bytes {lo}..{hi} of the container): its checksum in the index is \
-                 {stored:#010x}, its bytes' {computed:#010x}"
-            ));
+            return Err(VideoValueError::Checksum {
+                part,
+                lo,
+                hi,
+                stored,
+                computed,
+            });
         }
     }
     Ok(())
@@ -395,19 +530,18 @@ pub fn check_intervals(v: &VideoValue<'_>) -> Result<(), String> {
 
 /// The interval checksums `table` of a version-2 index over `frames`, checked: the packets
 /// must tile as [`interval_spans`] says and the table must hold one CRC per part.
-fn interval_table(frames: &[VideoFrame], len: u64, table: &[u8]) -> Result<Intervals, String> {
-    let mut spans = interval_spans(frames, len).ok_or_else(|| {
-        "the index has interval checksums but its packets are not laid out in keyframe \
-         intervals"
-            .to_string()
-    })?;
+fn interval_table(
+    frames: &[VideoFrame],
+    len: u64,
+    table: &[u8],
+) -> Result<Intervals, VideoValueError> {
+    let mut spans = interval_spans(frames, len).ok_or(VideoValueError::NotIntervals)?;
     if table.len() != 4 * (spans.len() + 2) {
-        return Err(format!(
-            "the index's interval checksums take {} bytes, its {} keyframe intervals need {}",
-            table.len(),
-            spans.len(),
-            4 * (spans.len() + 2)
-        ));
+        return Err(VideoValueError::IntervalTable {
+            bytes: table.len(),
+            intervals: spans.len(),
+            need: 4 * (spans.len() + 2),
+        });
     }
     let crc = |k: usize| u32::from_le_bytes(table[4 * k..4 * k + 4].try_into().expect("4"));
     for (j, s) in spans.iter_mut().enumerate() {
@@ -467,6 +601,7 @@ mod tests {
         assert!(
             parse_video(&v[..v.len() - 3])
                 .unwrap_err()
+                .to_string()
                 .contains("outside")
         );
         let mut bad = v.clone();
@@ -474,18 +609,25 @@ mod tests {
         assert!(
             parse_video(&bad)
                 .unwrap_err()
+                .to_string()
                 .contains("not a stokehold video")
         );
         // a frame count larger than the bytes that hold it
         let mut bad = v.clone();
         let at = HEAD + 4 + 4 + 2 + 2 + 4 + 3;
         bad[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(parse_video(&bad).unwrap_err().contains("frames"));
+        assert!(
+            parse_video(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("frames")
+        );
         let mut none = index();
         none.frames.clear();
         assert!(
             parse_video(&encode_video(&none, body))
                 .unwrap_err()
+                .to_string()
                 .contains("no frames")
         );
     }
@@ -500,7 +642,7 @@ mod tests {
         assert_eq!(parse_video(&v).unwrap().index, ix);
         let mut bad = v.clone();
         bad[4] = 3;
-        let e = parse_video(&bad).unwrap_err();
+        let e = parse_video(&bad).unwrap_err().to_string();
         assert!(e.contains("unknown container code 3"), "{e}");
     }
 
@@ -527,7 +669,9 @@ mod tests {
         let mut bad = v.clone();
         let n = bad.len();
         bad[n - 6] ^= 1; // inside the interval "abcdefgh"
-        let e = check_intervals(&parse_video(&bad).unwrap()).unwrap_err();
+        let e = check_intervals(&parse_video(&bad).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("keyframe interval 0"), "{e}");
         // a table of the wrong size, unknown flags
         let mut bad = v.clone();
@@ -535,7 +679,7 @@ mod tests {
         assert!(parse_video(&bad).is_err());
         let mut bad = v.clone();
         bad[5] = 0x80;
-        assert!(parse_video(&bad).unwrap_err().contains("flags"));
+        assert!(parse_video(&bad).unwrap_err().to_string().contains("flags"));
         // packets out of keyframe order: no table, read whole
         let mut ix = index();
         ix.frames[0].offset = 6;

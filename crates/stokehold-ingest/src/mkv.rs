@@ -322,9 +322,12 @@ struct Src<R> {
     len: u64,
 }
 
-impl<R: FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>> Src<R> {
+impl<R: FnMut(u64, usize) -> std::io::Result<Vec<u8>>> Src<R> {
     fn at(&mut self, offset: u64, n: usize) -> Result<Vec<u8>> {
-        (self.read)(offset, n).map_err(|detail| MkvError::Read { offset, detail })
+        (self.read)(offset, n).map_err(|e| MkvError::Read {
+            offset,
+            detail: e.to_string(),
+        })
     }
     fn header(&mut self, at: u64, end: u64, parent: &str) -> Result<Header> {
         let n = (end - at).min(12) as usize;
@@ -422,7 +425,7 @@ impl Walk {
 pub fn index_with(
     file_len: u64,
     limits: &ContainerLimits,
-    read: impl FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>,
+    read: impl FnMut(u64, usize) -> std::io::Result<Vec<u8>>,
 ) -> Result<FrameIndex> {
     let mut src = Src {
         read,
@@ -531,7 +534,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 /// Walks the Cluster `c`; returns where the Segment's next child starts (for an unknown-size
 /// Cluster, the first top-level element after it).
-fn cluster<R: FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>>(
+fn cluster<R: FnMut(u64, usize) -> std::io::Result<Vec<u8>>>(
     src: &mut Src<R>,
     w: &mut Walk,
     c: &Header,
@@ -566,7 +569,7 @@ fn cluster<R: FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>>(
 }
 
 /// A BlockGroup: its Block (header only), whether it has a ReferenceBlock, its BlockDuration.
-fn block_group<R: FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>>(
+fn block_group<R: FnMut(u64, usize) -> std::io::Result<Vec<u8>>>(
     src: &mut Src<R>,
     w: &mut Walk,
     g: &Header,
@@ -644,7 +647,7 @@ fn finish_times(w: &mut Walk, tick_ns: u64) {
 pub fn index_bytes(bytes: &[u8], limits: &ContainerLimits) -> Result<FrameIndex> {
     index_with(bytes.len() as u64, limits, |offset, n| {
         let lo = usize::try_from(offset)
-            .map_err(|e| e.to_string())?
+            .map_err(std::io::Error::other)?
             .min(bytes.len());
         Ok(bytes[lo..lo.saturating_add(n).min(bytes.len())].to_vec())
     })
@@ -661,8 +664,7 @@ pub fn index_file(path: &std::path::Path, limits: &ContainerLimits) -> Result<Fr
     index_with(len, limits, |offset, n| {
         let n = n.min(len.saturating_sub(offset) as usize);
         let mut buf = vec![0; n];
-        f.read_exact_at(&mut buf, offset)
-            .map_err(|e| e.to_string())?;
+        f.read_exact_at(&mut buf, offset)?;
         Ok(buf)
     })
 }

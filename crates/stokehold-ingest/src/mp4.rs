@@ -72,12 +72,15 @@ use stokehold_format::video::VideoFrame;
 pub fn locate_moov(
     file_len: u64,
     limits: &ContainerLimits,
-    mut read: impl FnMut(u64, usize) -> std::result::Result<Vec<u8>, String>,
+    mut read: impl FnMut(u64, usize) -> std::io::Result<Vec<u8>>,
 ) -> Result<(u64, u64)> {
     let mut at = 0u64;
     let mut first = true;
     while at < file_len {
-        let head = read(at, 16).map_err(|detail| Mp4Error::Read { offset: at, detail })?;
+        let head = read(at, 16).map_err(|e| Mp4Error::Read {
+            offset: at,
+            detail: e.to_string(),
+        })?;
         let (ty, size, _) = box_header(&head, at, file_len - at)?;
         if first && &ty.0 != b"ftyp" {
             return Err(Mp4Error::Unsupported(format!(
@@ -652,9 +655,9 @@ fn esds_config(b: &[u8], base: u64) -> Result<Vec<u8>> {
 /// The frame index of an MP4 file whose bytes are `bytes` (a file packed into a `video` field).
 pub fn index_bytes(bytes: &[u8], limits: &ContainerLimits) -> Result<FrameIndex> {
     let len = bytes.len() as u64;
-    let read = |offset: u64, n: usize| -> std::result::Result<Vec<u8>, String> {
+    let read = |offset: u64, n: usize| -> std::io::Result<Vec<u8>> {
         let lo = usize::try_from(offset)
-            .map_err(|e| e.to_string())?
+            .map_err(std::io::Error::other)?
             .min(bytes.len());
         Ok(bytes[lo..lo.saturating_add(n).min(bytes.len())].to_vec())
     };
@@ -729,18 +732,18 @@ pub fn index_file(path: &std::path::Path, limits: &ContainerLimits) -> Result<Fr
     let io = |e: std::io::Error| Mp4Error::Unsupported(format!("{name}: {e}"));
     let mut f = std::fs::File::open(path).map_err(io)?;
     let len = f.metadata().map_err(io)?.len();
-    let mut read = |offset: u64, n: usize| -> std::result::Result<Vec<u8>, String> {
-        f.seek(SeekFrom::Start(offset)).map_err(|e| e.to_string())?;
+    let mut read = |offset: u64, n: usize| -> std::io::Result<Vec<u8>> {
+        f.seek(SeekFrom::Start(offset))?;
         let mut buf = Vec::with_capacity(n);
-        (&mut f)
-            .take(n as u64)
-            .read_to_end(&mut buf)
-            .map_err(|e| e.to_string())?;
+        (&mut f).take(n as u64).read_to_end(&mut buf)?;
         Ok(buf)
     };
     let (at, size) = locate_moov(len, limits, &mut read)?;
     // size <= max_moov_bytes and fits the file (checked by locate_moov)
-    let moov = read(at, size as usize).map_err(|detail| Mp4Error::Read { offset: at, detail })?;
+    let moov = read(at, size as usize).map_err(|e| Mp4Error::Read {
+        offset: at,
+        detail: e.to_string(),
+    })?;
     parse_moov(&moov, at, len, limits)
 }
 

@@ -280,6 +280,35 @@ pub(crate) fn check_page(
     Ok(())
 }
 
+/// What is wrong with a column chunk's page headers ([`check_chunk`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ChunkError {
+    /// A page header that does not parse, or that declares what its chunk cannot hold.
+    #[error(transparent)]
+    Page(crate::Unusable),
+    /// The read callback failed.
+    #[error(transparent)]
+    Read(std::io::Error),
+    /// The chunk ends inside a page header.
+    #[error("a page header is cut short")]
+    CutShort,
+}
+
+/// What is wrong with the page headers of a row group's column chunks ([`check_row_group`]).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RowGroupError {
+    /// A column chunk that lies past the file's end.
+    #[error("row group {group}: a column chunk's {len} bytes lie past the file's end")]
+    PastEnd { group: usize, len: u64 },
+    /// A page header of one column's chunk.
+    #[error("row group {group}, column {column:?}: {source}")]
+    Column {
+        group: usize,
+        column: String,
+        source: ChunkError,
+    },
+}
+
 /// Check the page headers of the column chunks of `roots` in row group `g` of a file of `size`
 /// bytes (every leaf of those roots but `except`) with [`check_chunk`], `read(offset, len)`
 /// reading the file. Errors give the page's byte offset and name the row group and column.
@@ -287,9 +316,9 @@ pub(crate) fn check_row_group(
     md: &parquet::file::metadata::ParquetMetaData,
     (g, roots, except): (usize, &[usize], Option<usize>),
     size: u64,
-    mut read: impl FnMut(u64, usize) -> Result<Vec<u8>, String>,
+    mut read: impl FnMut(u64, usize) -> std::io::Result<Vec<u8>>,
     max: u64,
-) -> Result<(), (u64, String)> {
+) -> Result<(), (u64, RowGroupError)> {
     let descr = md.file_metadata().schema_descr();
     let rg = md.row_group(g);
     for leaf in (0..descr.num_columns())
@@ -297,14 +326,19 @@ pub(crate) fn check_row_group(
     {
         let chunk = rg.column(leaf);
         let (start, len) = chunk.byte_range();
-        let end = start.checked_add(len).filter(|&e| e <= size).ok_or((
-            start,
-            format!("row group {g}: a column chunk's {len} bytes lie past the file's end"),
-        ))?;
+        let end = start
+            .checked_add(len)
+            .filter(|&e| e <= size)
+            .ok_or((start, RowGroupError::PastEnd { group: g, len }))?;
         let read = |at: u64, n: usize| read(at, n.min((end - at) as usize));
-        check_chunk(read, (start, end), chunk.compression(), max).map_err(|(at, e)| {
+        check_chunk(read, (start, end), chunk.compression(), max).map_err(|(at, source)| {
             let column = descr.column(leaf).path().string();
-            (at, format!("row group {g}, column {column:?}: {e}"))
+            let e = RowGroupError::Column {
+                group: g,
+                column,
+                source,
+            };
+            (at, e)
         })?;
     }
     Ok(())
@@ -315,11 +349,11 @@ pub(crate) fn check_row_group(
 /// bytes at `offset` (fewer at the chunk's end). Reads are windows of up to 64 KiB, so a chunk
 /// of small pages takes one or a few. Errors give the byte offset of the page.
 pub(crate) fn check_chunk(
-    mut read: impl FnMut(u64, usize) -> Result<Vec<u8>, String>,
+    mut read: impl FnMut(u64, usize) -> std::io::Result<Vec<u8>>,
     (start, end): (u64, u64),
     codec: Compression,
     max: u64,
-) -> Result<(), (u64, String)> {
+) -> Result<(), (u64, ChunkError)> {
     const WINDOW: usize = 64 << 10;
     let (mut buf, mut buf_at) = (Vec::new(), start);
     let mut pos = start;
@@ -332,20 +366,21 @@ pub(crate) fn check_chunk(
             let complete = pos + avail.len() as u64 >= end || avail.len() >= MAX_PAGE_HEADER;
             match Thrift::new(avail).page_header() {
                 Ok(h) => break h,
-                Err(e) if complete => return Err((pos, e.0)),
+                Err(e) if complete => return Err((pos, ChunkError::Page(e))),
                 Err(_) => {
                     let len = ((end - pos).min(MAX_PAGE_HEADER as u64) as usize)
                         .min((avail.len() * 2).max(WINDOW));
-                    let bytes = read(pos, len).map_err(|e| (pos, e))?;
+                    let bytes = read(pos, len).map_err(|e| (pos, ChunkError::Read(e)))?;
                     if bytes.len() <= avail.len() {
-                        return Err((pos, "a page header is cut short".into()));
+                        return Err((pos, ChunkError::CutShort));
                     }
                     (buf, buf_at) = (bytes, pos);
                 }
             }
         };
         let body = pos + head.len as u64;
-        check_page(&head, codec, end.saturating_sub(body), max).map_err(|e| (pos, e.0))?;
+        check_page(&head, codec, end.saturating_sub(body), max)
+            .map_err(|e| (pos, ChunkError::Page(e)))?;
         pos = body + head.compressed_size as u64;
     }
     Ok(())
@@ -474,7 +509,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(offset, at);
-        assert!(e.contains("UNCOMPRESSED"), "{e}");
+        assert!(e.to_string().contains("UNCOMPRESSED"), "{e}");
         // cut inside a header
         let cut = &bad[..at as usize + 3];
         let read = |a: u64, n: usize| Ok(cut[a as usize..(a as usize + n).min(cut.len())].to_vec());

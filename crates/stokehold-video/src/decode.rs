@@ -17,6 +17,41 @@ const MAX_PACKET: u32 = 1 << 30;
 /// `AV_NOPTS_VALUE`.
 const NOPTS: i64 = i64::MIN;
 
+/// Why a decoded frame cannot be converted to RGB (the message of a [`VideoError::Decode`]).
+#[derive(Debug, thiserror::Error)]
+enum ConvertError {
+    /// A frame without pixels.
+    #[error("the decoder gave a {width}x{height} frame")]
+    Empty { width: c_int, height: c_int },
+    /// A frame of another size than the clip's earlier frames.
+    #[error(
+        "the frame is {width}x{height}, earlier frames of the clip {was_width}x{was_height}: a \
+         change of size within a clip is not supported"
+    )]
+    SizeChange {
+        width: c_int,
+        height: c_int,
+        was_width: usize,
+        was_height: usize,
+    },
+    /// A pixel format swscale does not convert.
+    #[error("swscale cannot convert pixel format {format} ({width}x{height}) to RGB")]
+    PixelFormat {
+        format: c_int,
+        width: c_int,
+        height: c_int,
+    },
+    /// `sws_getColorspaceDetails` failed.
+    #[error("sws_getColorspaceDetails failed")]
+    ColorspaceDetails,
+    /// A colour matrix or range swscale does not convert.
+    #[error("swscale cannot convert colour matrix {colorspace} (range {range}) to RGB")]
+    ColourMatrix { colorspace: c_int, range: i64 },
+    /// swscale converted fewer rows than the frame has.
+    #[error("swscale converted {rows} of {height} rows")]
+    Rows { rows: c_int, height: c_int },
+}
+
 /// Frames decoded for a list of timestamps: `data` is uint8 `[count, height, width, 3]` (RGB),
 /// `pts_seconds[i]` the presentation time of frame `i`, `frames[i]` its index in presentation
 /// order.
@@ -637,12 +672,12 @@ impl Job<'_> {
             };
             // SAFETY: the frame is ours until unref'd; it is not used after.
             unsafe { (ff.av_frame_unref)(dec.frame) };
-            result.map_err(|detail| self.decode_error(d, detail))?;
+            result.map_err(|e| self.decode_error(d, e.to_string()))?;
         }
     }
 
     /// Converts the decoder's current frame to RGB into each of `slots`.
-    fn convert(&mut self, dec: &mut Decoder, slots: &[usize]) -> Result<(), String> {
+    fn convert(&mut self, dec: &mut Decoder, slots: &[usize]) -> Result<(), ConvertError> {
         let ff = self.ff;
         let frame = dec.frame;
         // SAFETY: width, height and format of a decoded frame (offsets in ffi.rs).
@@ -654,7 +689,10 @@ impl Job<'_> {
             )
         };
         if w <= 0 || h <= 0 {
-            return Err(format!("the decoder gave a {w}x{h} frame"));
+            return Err(ConvertError::Empty {
+                width: w,
+                height: h,
+            });
         }
         let (wu, hu) = (w as usize, h as usize);
         if self.out.data.is_empty() {
@@ -662,10 +700,12 @@ impl Job<'_> {
             self.out.height = hu;
             self.out.data = vec![0u8; self.out.count * hu * wu * 3];
         } else if (self.out.width, self.out.height) != (wu, hu) {
-            return Err(format!(
-                "the frame is {w}x{h}, earlier frames of the clip {}x{}: a change of size within a clip is not supported",
-                self.out.width, self.out.height
-            ));
+            return Err(ConvertError::SizeChange {
+                width: w,
+                height: h,
+                was_width: self.out.width,
+                was_height: self.out.height,
+            });
         }
         // the colour matrix and range: the codec context's (the decoder sets them from the
         // stream's headers and copies them to every frame), read through AVOptions
@@ -729,7 +769,7 @@ impl Job<'_> {
             )
         };
         if rows != h {
-            return Err(format!("swscale converted {rows} of {h} rows"));
+            return Err(ConvertError::Rows { rows, height: h });
         }
         let converted = &dec.scratch[skip..skip + pitch * hu];
         for (y, out_row) in self.out.data[at..at + frame_bytes]
@@ -918,7 +958,7 @@ impl Decoder {
         format: c_int,
         colorspace: c_int,
         range: i64,
-    ) -> Result<*mut c_void, String> {
+    ) -> Result<*mut c_void, ConvertError> {
         let key = (w, h, format, colorspace, range);
         if !self.sws.is_null() && self.sws_key == key {
             return Ok(self.sws);
@@ -944,9 +984,11 @@ impl Decoder {
             )
         };
         if sws.is_null() {
-            return Err(format!(
-                "swscale cannot convert pixel format {format} ({w}x{h}) to RGB"
-            ));
+            return Err(ConvertError::PixelFormat {
+                format,
+                width: w,
+                height: h,
+            });
         }
         self.sws = sws;
         self.sws_key = key;
@@ -968,7 +1010,7 @@ impl Decoder {
             )
         };
         if r < 0 {
-            return Err("sws_getColorspaceDetails failed".into());
+            return Err(ConvertError::ColorspaceDetails);
         }
         if range != ffi::AVCOL_RANGE_UNSPECIFIED {
             src_range = c_int::from(range == ffi::AVCOL_RANGE_JPEG);
@@ -990,9 +1032,7 @@ impl Decoder {
             )
         };
         if r < 0 {
-            return Err(format!(
-                "swscale cannot convert colour matrix {colorspace} (range {range}) to RGB"
-            ));
+            return Err(ConvertError::ColourMatrix { colorspace, range });
         }
         Ok(sws)
     }

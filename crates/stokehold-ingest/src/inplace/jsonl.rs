@@ -412,9 +412,9 @@ fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), String> {
         Ok(wh) => Ok(wh),
         Err(_) if head.len() as u64 == HEAD => {
             let all = crate::pack::read_file(path, max)?;
-            stokehold_format::image_size::image_size(&all)
+            stokehold_format::image_size::image_size(&all).map_err(|e| e.to_string())
         }
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
     }
 }
 

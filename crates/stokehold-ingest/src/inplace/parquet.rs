@@ -139,8 +139,9 @@ impl StorageChunks {
         except: Option<usize>,
         max: u64,
     ) -> Result<(), (u64, String)> {
-        let read = |at: u64, n: usize| self.read(at, n).map_err(|e| e.to_string());
+        let read = |at: u64, n: usize| self.read(at, n).map_err(std::io::Error::other);
         check_row_group(md, (g, roots, except), self.size, read, max)
+            .map_err(|(at, e)| (at, e.to_string()))
     }
 }
 

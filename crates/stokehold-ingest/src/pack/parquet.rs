@@ -167,9 +167,7 @@ fn check_pages(file: &SourceFile, f: &File, g: usize, roots: &[usize]) -> Result
         .len();
     let read = |at: u64, n: usize| {
         let mut v = vec![0u8; n];
-        f.read_exact_at(&mut v, at)
-            .map(|()| v)
-            .map_err(|e| e.to_string())
+        f.read_exact_at(&mut v, at).map(|()| v)
     };
     let md = file.meta.metadata();
     crate::parquet_pages::check_row_group(

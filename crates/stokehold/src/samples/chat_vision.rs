@@ -178,7 +178,7 @@ impl ChatVision {
                         ImageError::Header {
                             field: self.name.clone(),
                             k,
-                            detail,
+                            detail: detail.to_string(),
                         }
                     })
                 })
