@@ -129,18 +129,39 @@ pub struct LeRobot {
     pub episodes: Vec<Episode>,
 }
 
+/// Why a path template of `info.json` cannot be formatted ([`format_path`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum TemplateError {
+    /// A `{` without its `}`.
+    #[error("unclosed {{ in {template:?}")]
+    Unclosed {
+        /// The template.
+        template: String,
+    },
+    /// A name that is not one of the values.
+    #[error("{template:?} names {{{name}}}, which is not known")]
+    Unknown {
+        /// The template.
+        template: String,
+        /// The name in braces.
+        name: String,
+    },
+}
+
 /// A Python format template (`{episode_index:06d}`, `{video_key}`) with these values.
 fn format_path(
     template: &str,
     values: &[(&str, FormatValue<'_>)],
-) -> std::result::Result<String, String> {
+) -> std::result::Result<String, TemplateError> {
     let mut out = String::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let close = rest[open..]
             .find('}')
-            .ok_or_else(|| format!("unclosed {{ in {template:?}"))?
+            .ok_or_else(|| TemplateError::Unclosed {
+                template: template.to_string(),
+            })?
             + open;
         let field = &rest[open + 1..close];
         let (name, spec) = field.split_once(':').unwrap_or((field, ""));
@@ -148,7 +169,10 @@ fn format_path(
             .iter()
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v)
-            .ok_or_else(|| format!("{template:?} names {{{name}}}, which is not known"))?;
+            .ok_or_else(|| TemplateError::Unknown {
+                template: template.to_string(),
+                name: name.to_string(),
+            })?;
         match value {
             FormatValue::Int(i) => {
                 let width: usize = spec
@@ -260,7 +284,22 @@ struct Values<'a> {
     list: Option<(Vec<usize>, usize)>,
 }
 
-fn values<'a>(a: &'a ArrayRef) -> Option<std::result::Result<Values<'a>, String>> {
+/// A list column whose rows are not all as long as its first ([`values`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "row {row} has {len} values, the first row {width}: a step column needs the same length in \
+     every row"
+)]
+struct RaggedColumn {
+    /// The row.
+    row: usize,
+    /// Its values.
+    len: i32,
+    /// The first row's values.
+    width: usize,
+}
+
+fn values<'a>(a: &'a ArrayRef) -> Option<std::result::Result<Values<'a>, RaggedColumn>> {
     match a.data_type() {
         DataType::FixedSizeList(_, n) => {
             let l = a.as_fixed_size_list();
@@ -278,11 +317,11 @@ fn values<'a>(a: &'a ArrayRef) -> Option<std::result::Result<Values<'a>, String>
             let width = l.value_length(0).max(0) as usize;
             for i in 0..l.len() {
                 if l.value_length(i) as usize != width {
-                    return Some(Err(format!(
-                        "row {i} has {} values, the first row {width}: a step column needs the \
-                         same length in every row",
-                        l.value_length(i)
-                    )));
+                    return Some(Err(RaggedColumn {
+                        row: i,
+                        len: l.value_length(i),
+                        width,
+                    }));
                 }
             }
             let starts = (0..l.len()).map(|i| offsets[i] as usize).collect();
@@ -435,7 +474,7 @@ fn listed_v3(root: &Path, info: &Info) -> Result<Vec<Listed>> {
                         ),
                     ],
                 )
-                .map_err(|e| layout(&root.join("meta").join("info.json"), e))?;
+                .map_err(|e| layout(&root.join("meta").join("info.json"), e.to_string()))?;
                 let mut videos = BTreeMap::new();
                 for key in &info.video_keys {
                     let col = |c: &str| format!("videos/{key}/{c}");
@@ -454,7 +493,7 @@ fn listed_v3(root: &Path, info: &Info) -> Result<Vec<Listed>> {
                             ),
                         ],
                     )
-                    .map_err(|e| layout(&root.join("meta").join("info.json"), e))?;
+                    .map_err(|e| layout(&root.join("meta").join("info.json"), e.to_string()))?;
                     let from = float_at(&batch, &col("from_timestamp"), row, path)?;
                     videos.insert(key.clone(), (root.join(file), from));
                 }
@@ -495,7 +534,7 @@ fn listed_v2(root: &Path, info: &Info) -> Result<Vec<Listed>> {
                 ("episode_index", FormatValue::Int(index)),
             ],
         )
-        .map_err(|e| layout(&meta, e))?;
+        .map_err(|e| layout(&meta, e.to_string()))?;
         let mut videos = BTreeMap::new();
         for key in &info.video_keys {
             let file = format_path(
@@ -506,7 +545,7 @@ fn listed_v2(root: &Path, info: &Info) -> Result<Vec<Listed>> {
                     ("episode_index", FormatValue::Int(index)),
                 ],
             )
-            .map_err(|e| layout(&meta, e))?;
+            .map_err(|e| layout(&meta, e.to_string()))?;
             videos.insert(key.clone(), (root.join(file), 0.0));
         }
         out.push(Listed {
