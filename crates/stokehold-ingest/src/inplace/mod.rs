@@ -1017,7 +1017,7 @@ fn open_resolved(
                     lists: tables,
                 } = parquet::codec(s, &chosen).map_err(|detail| FormatError::Manifest {
                     path: root.join(&s.name),
-                    detail,
+                    detail: detail.into(),
                 })?;
                 if let (Some(large), Some(pages)) = (codec.large.as_mut(), &page_cache) {
                     large.set_page_cache(Arc::clone(pages));

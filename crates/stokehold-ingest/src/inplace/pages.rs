@@ -67,14 +67,13 @@ impl DecodedRows {
 
     /// Row `k`'s value, copied (`None`: a null); an error when the pages hold fewer rows than
     /// the index says.
-    pub(super) fn value(&self, k: u32) -> Result<Option<Vec<u8>>, String> {
+    pub(super) fn value(&self, k: u32) -> Result<Option<Vec<u8>>, FewerRows> {
         match self.get(k as usize) {
             Some(v) => Ok(v.map(<[u8]>::to_vec)),
-            None => Err(format!(
-                "the pages hold {} rows, not the {} the index says",
-                self.len(),
-                k + 1
-            )),
+            None => Err(FewerRows {
+                held: self.len(),
+                wanted: u64::from(k) + 1,
+            }),
         }
     }
 
@@ -83,6 +82,22 @@ impl DecodedRows {
         (self.data.capacity()
             + self.rows.capacity() * std::mem::size_of::<Option<(usize, usize)>>()
             + std::mem::size_of::<DecodedRows>()) as u64
+    }
+}
+
+/// Pages that hold fewer rows than the index says ([`DecodedRows::value`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the pages hold {held} rows, not the {wanted} the index says")]
+pub(super) struct FewerRows {
+    /// The rows the pages hold.
+    held: usize,
+    /// The rows the index says (at least).
+    wanted: u64,
+}
+
+impl From<FewerRows> for crate::Unusable {
+    fn from(e: FewerRows) -> Self {
+        crate::Unusable(e.to_string())
     }
 }
 

@@ -827,9 +827,15 @@ impl LargeDecoder {
 
     /// Value `k` of the rows in `bytes` (the pages at file offset `offset`, of row group `g`);
     /// `None`: a null.
-    fn value(&self, bytes: &[u8], offset: u64, k: u32, g: u32) -> Result<Option<Vec<u8>>, String> {
+    fn value(
+        &self,
+        bytes: &[u8],
+        offset: u64,
+        k: u32,
+        g: u32,
+    ) -> Result<Option<Vec<u8>>, crate::Unusable> {
         let key = (self.id, offset, bytes.len());
-        self.page(key, bytes, offset, g)?.value(k)
+        Ok(self.page(key, bytes, offset, g)?.value(k)?)
     }
 
     /// The decoded rows of the pages `key` (`bytes`, checked against the index by the read that
@@ -843,7 +849,7 @@ impl LargeDecoder {
         bytes: &[u8],
         offset: u64,
         g: u32,
-    ) -> Result<Arc<DecodedRows>, String> {
+    ) -> Result<Arc<DecodedRows>, crate::Unusable> {
         let cache = self.pages.as_deref();
         if let Some(rows) = cache.and_then(|c| c.get(key)) {
             return Ok(rows);
@@ -990,7 +996,7 @@ impl RecordCodec for PqCodec {
             if let Some(c) = &decoder.pages {
                 c.hit();
             }
-            page.rows.value(k)
+            Ok(page.rows.value(k)?)
         })
     }
 }
@@ -1011,7 +1017,7 @@ impl PqCodec {
         record: u64,
         schema: &Schema,
         i: usize,
-        large: impl FnOnce(&LargeDecoder, u64, u32, u32) -> Result<Option<Vec<u8>>, String>,
+        large: impl FnOnce(&LargeDecoder, u64, u32, u32) -> Result<Option<Vec<u8>>, crate::Unusable>,
     ) -> Result<FieldValue<'static>, RecordError> {
         let corrupt = |detail: String| RecordError::Corrupt {
             field: i,
@@ -1049,7 +1055,7 @@ impl PqCodec {
                     .large
                     .as_ref()
                     .ok_or_else(|| corrupt("no large column".into()))?;
-                match large(decoder, offset, k, g).map_err(corrupt)? {
+                match large(decoder, offset, k, g).map_err(|e| corrupt(e.into()))? {
                     None => return empty(),
                     Some(v) => match ty {
                         FieldType::String => FieldValue::String(Cow::Owned(
@@ -1256,7 +1262,7 @@ pub(super) struct FileCodec {
 }
 
 /// The codec of one file for the chosen fields, and what goes with it ([`FileCodec`]).
-pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<FileCodec, String> {
+pub(super) fn codec(s: &Scanned, chosen: &[super::Chosen]) -> Result<FileCodec, crate::Unusable> {
     let ix = &s.index;
     let stats: PqStats = serde_json::from_value(ix.header.stats.clone())
         .map_err(|e| format!("{}: its index's statistics are not valid: {e}", s.place))?;
