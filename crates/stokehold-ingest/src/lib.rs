@@ -47,6 +47,12 @@ impl From<stokehold_format::container::ContainerError> for Unusable {
     }
 }
 
+impl From<sources::jsonl::FieldError> for Unusable {
+    fn from(e: sources::jsonl::FieldError) -> Self {
+        Unusable(e.to_string())
+    }
+}
+
 impl std::ops::Deref for Unusable {
     type Target = str;
     fn deref(&self) -> &str {

@@ -400,21 +400,39 @@ fn stats_of(s: &Scanned) -> Result<JsonlStats, ChooseError> {
 /// behind large metadata, is read whole, up to the record limit).
 const HEAD: u64 = 4096;
 
+/// Why a file a line names gives no image size or video index at the scan (without the file's
+/// name: the scan puts it before).
+#[derive(Debug, thiserror::Error)]
+enum FileError {
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The file could not be read whole.
+    #[error(transparent)]
+    Read(#[from] crate::pack::ReadFileError),
+    /// Not an image whose size its header gives.
+    #[error(transparent)]
+    ImageSize(#[from] stokehold_format::image_size::ImageSizeError),
+    /// Not a video whose frame index can be built.
+    #[error(transparent)]
+    Video(#[from] crate::pack::image_folder::VideoFileError),
+    /// The frame index built does not parse.
+    #[error("the video's index does not parse")]
+    VideoIndex,
+}
+
 /// The width and height of image file `path`, from its header.
-fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), String> {
-    let mut f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), FileError> {
+    let mut f = std::fs::File::open(path)?;
     let mut head = Vec::new();
-    (&mut f)
-        .take(HEAD)
-        .read_to_end(&mut head)
-        .map_err(|e| e.to_string())?;
+    (&mut f).take(HEAD).read_to_end(&mut head)?;
     match stokehold_format::image_size::image_size(&head) {
         Ok(wh) => Ok(wh),
         Err(_) if head.len() as u64 == HEAD => {
             let all = crate::pack::read_file(path, max)?;
-            stokehold_format::image_size::image_size(&all).map_err(|e| e.to_string())
+            Ok(stokehold_format::image_size::image_size(&all)?)
         }
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -423,12 +441,12 @@ const NAMED_UNREADABLE: usize = 3;
 
 /// The head of the `video` value of file `path` (its frame index: format.md §3) and the file's
 /// size.
-fn video_head(path: &Path, max: u64) -> Result<(Vec<u8>, u64), String> {
+fn video_head(path: &Path, max: u64) -> Result<(Vec<u8>, u64), FileError> {
     let bytes = crate::pack::read_file(path, max)?;
     let size = bytes.len() as u64;
     let mut value =
         crate::pack::image_folder::load_video(path, bytes, &crate::pack::VideoPolicy::default())?;
-    let head = head_len(&value).ok_or("the video's index does not parse")?;
+    let head = head_len(&value).ok_or(FileError::VideoIndex)?;
     value.truncate(head);
     Ok((value, size))
 }
@@ -515,10 +533,12 @@ pub(super) fn index_named_files(
             }
             for key in &videos {
                 // a line that does not name its video fails when read: an empty entry here
-                let got = video_path(line, key).and_then(|p| {
-                    let file = dir.join(p);
-                    video_head(&file, max).map_err(|why| format!("{}: {why}", file.display()))
-                });
+                let got = video_path(line, key)
+                    .map_err(|e| e.to_string())
+                    .and_then(|p| {
+                        let file = dir.join(p);
+                        video_head(&file, max).map_err(|why| format!("{}: {why}", file.display()))
+                    });
                 let (head, size) = got.unwrap_or_else(|why| {
                     unreadable += 1;
                     if named.len() < NAMED_UNREADABLE {
@@ -676,7 +696,7 @@ impl JsonlCodec {
         line: &[u8],
         key: &str,
         optional: bool,
-    ) -> Result<FieldValue<'static>, String> {
+    ) -> Result<FieldValue<'static>, crate::Unusable> {
         let paths = image_paths(line, key, optional)?;
         let dir = self.dir.as_deref().unwrap_or(Path::new("."));
         let max = self.stats.max;
@@ -686,7 +706,7 @@ impl JsonlCodec {
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             Ok(FieldValue::Image(bytes.into()))
         })
-        .map_err(|e| format!("key {key:?} {e}"))
+        .map_err(|e| format!("key {key:?} {e}").into())
     }
 
     /// The `video` value of key `key` of `line` (record `record`): the frame index kept at the
@@ -696,13 +716,13 @@ impl JsonlCodec {
         record: u64,
         line: &[u8],
         key: &str,
-    ) -> Result<FieldValue<'static>, String> {
+    ) -> Result<FieldValue<'static>, crate::Unusable> {
         let file = self
             .dir
             .as_deref()
             .unwrap_or(Path::new("."))
             .join(video_path(line, key)?);
-        let at = |why: String| format!("key {key:?}: {}: {why}", file.display());
+        let at = |why: String| crate::Unusable(format!("key {key:?}: {}: {why}", file.display()));
         let k = self.stats.videos.iter().position(|v| v == key);
         let kept = k.and_then(|k| {
             video_in(
@@ -788,12 +808,16 @@ impl RecordCodec for JsonlCodec {
         }
         let (key, optional) = &self.fields[i];
         if schema.fields[i].ty.is_image_list() {
-            return self.image_files(bytes, key, *optional).map_err(corrupt);
+            return self
+                .image_files(bytes, key, *optional)
+                .map_err(|e| corrupt(e.into()));
         }
         if schema.fields[i].ty == stokehold_format::FieldType::Video {
-            return self.video_file(record, bytes, key).map_err(corrupt);
+            return self
+                .video_file(record, bytes, key)
+                .map_err(|e| corrupt(e.into()));
         }
-        field_value(bytes, key, &schema.fields[i].ty, *optional).map_err(corrupt)
+        field_value(bytes, key, &schema.fields[i].ty, *optional).map_err(|e| corrupt(e.to_string()))
     }
 }
 

@@ -22,13 +22,44 @@ fn has_extension(p: &Path, list: &[&str]) -> bool {
         .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
 }
 
+/// Why a video file gives no `video` value ([`load_video`]; without the file's name).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum VideoFileError {
+    /// `--video-keyint` and no `ffmpeg` command.
+    #[error(
+        "--video-keyint re-encodes with the ffmpeg command, which is not installed (apt \
+         install ffmpeg)"
+    )]
+    NoFfmpeg,
+    /// The `ffmpeg` command could not be started.
+    #[error("ffmpeg could not be started: {0}")]
+    Start(#[source] std::io::Error),
+    /// The `ffmpeg` command failed: its status and the last lines it wrote (` / `-joined).
+    #[error("re-encoding with --video-keyint failed ({status}): {tail}")]
+    Reencode {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// Its last three lines of stderr, last first.
+        tail: String,
+    },
+    /// The re-encoded file could not be read back.
+    #[error("the re-encoded video: {0}")]
+    ReadBack(#[source] std::io::Error),
+    /// A Matroska/WebM file whose frame index cannot be built.
+    #[error("not a usable Matroska/WebM video: {0}")]
+    Matroska(#[source] crate::mkv::MkvError),
+    /// An MP4 file whose frame index cannot be built (or not a video file).
+    #[error("not a usable MP4 video: {0}")]
+    Mp4(#[source] crate::mp4::Mp4Error),
+}
+
 /// A video file's `video` value: its frame index and its bytes (or why it cannot be one); with
 /// `policy.keyint`, the file re-encoded first ([`reencode`]).
 pub(crate) fn load_video(
     path: &Path,
     bytes: Vec<u8>,
     policy: &super::VideoPolicy,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, VideoFileError> {
     let bytes = match policy.keyint {
         Some(k) => reencode(path, k, policy.crf)?,
         None => bytes,
@@ -36,17 +67,17 @@ pub(crate) fn load_video(
     // by content, not name: a re-encoded file is an MP4 whatever its source was
     if crate::mkv::is_matroska(&bytes) {
         return crate::mkv::video_value(&bytes, &crate::frames::ContainerLimits::default())
-            .map_err(|e| format!("not a usable Matroska/WebM video: {e}"));
+            .map_err(VideoFileError::Matroska);
     }
     crate::mp4::video_value(&bytes, &crate::frames::ContainerLimits::default())
-        .map_err(|e| format!("not a usable MP4 video: {e}"))
+        .map_err(VideoFileError::Mp4)
 }
 
 /// The video of `path` re-encoded by the `ffmpeg` command: its first video stream as H.264
 /// (x264 at `crf`, 8-bit 4:2:0) with a keyframe every `keyint` frames exactly (no scene-cut
 /// keyframes), in an MP4 whose index comes first; one encoder thread (pack runs one file per
 /// thread). Audio and other streams are left out.
-fn reencode(path: &Path, keyint: u32, crf: u8) -> Result<Vec<u8>, String> {
+fn reencode(path: &Path, keyint: u32, crf: u8) -> Result<Vec<u8>, VideoFileError> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!("stokehold-keyint-{}-{n}.mp4", std::process::id()));
@@ -70,21 +101,17 @@ fn reencode(path: &Path, keyint: u32, crf: u8) -> Result<Vec<u8>, String> {
         .arg(&out)
         .output();
     let result = match run {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(
-            "--video-keyint re-encodes with the ffmpeg command, which is not installed (apt \
-             install ffmpeg)"
-                .to_string(),
-        ),
-        Err(e) => Err(format!("ffmpeg could not be started: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(VideoFileError::NoFfmpeg),
+        Err(e) => Err(VideoFileError::Start(e)),
         Ok(o) if !o.status.success() => {
             let err = String::from_utf8_lossy(&o.stderr);
             let tail: String = err.lines().rev().take(3).collect::<Vec<_>>().join(" / ");
-            Err(format!(
-                "re-encoding with --video-keyint failed ({}): {tail}",
-                o.status
-            ))
+            Err(VideoFileError::Reencode {
+                status: o.status,
+                tail,
+            })
         }
-        Ok(_) => std::fs::read(&out).map_err(|e| format!("the re-encoded video: {e}")),
+        Ok(_) => std::fs::read(&out).map_err(VideoFileError::ReadBack),
     };
     let _ = std::fs::remove_file(&out);
     result
@@ -259,7 +286,7 @@ fn load(job: Job, max: u64, video: bool, policy: &super::VideoPolicy) -> Loaded 
         let n = bytes.len() as u64;
         let value = match load_video(&job.path, bytes, policy) {
             Ok(v) => v,
-            Err(e) => return skip(e),
+            Err(e) => return skip(e.to_string()),
         };
         let mut values = vec![FieldValue::Bytes(value.into())];
         if let Some(label) = job.label {

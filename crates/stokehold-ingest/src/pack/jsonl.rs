@@ -95,7 +95,9 @@ pub(super) fn plan<'a>(
                     } else if f.ty == FieldType::Video {
                         video_file(line, &f.name, &dir, max, &policy)
                     } else {
-                        field_value(line, &f.name, &f.ty, f.optional).map(FieldValue::into_owned)
+                        field_value(line, &f.name, &f.ty, f.optional)
+                            .map(FieldValue::into_owned)
+                            .map_err(crate::Unusable::from)
                     };
                     match v {
                         Ok(v) => {
@@ -105,7 +107,12 @@ pub(super) fn plan<'a>(
                             }
                             values.push(v)
                         }
-                        Err(reason) => return Loaded::Skip(Skipped { input, reason }),
+                        Err(reason) => {
+                            return Loaded::Skip(Skipped {
+                                input,
+                                reason: reason.into(),
+                            });
+                        }
                     }
                 }
                 Loaded::Sample {
@@ -134,13 +141,13 @@ fn video_file(
     dir: &Path,
     max: u64,
     policy: &super::VideoPolicy,
-) -> Result<FieldValue<'static>, String> {
+) -> Result<FieldValue<'static>, crate::Unusable> {
     let file = dir.join(video_path(line, key)?);
     let bytes =
         read_file(&file, max).map_err(|e| format!("key {key:?}: {}: {e}", file.display()))?;
     super::image_folder::load_video(&file, bytes, policy)
         .map(|v| FieldValue::Bytes(v.into()))
-        .map_err(|e| format!("key {key:?}: {}: {e}", file.display()))
+        .map_err(|e| format!("key {key:?}: {}: {e}", file.display()).into())
 }
 
 /// The `list:image` value of key `key` of `line`: the bytes of the files it lists (relative to
@@ -153,7 +160,7 @@ fn image_files(
     dir: &Path,
     max: u64,
     progressive: &mut bool,
-) -> Result<FieldValue<'static>, String> {
+) -> Result<FieldValue<'static>, crate::Unusable> {
     let paths = image_paths(line, key, optional)?;
     crate::sources::parquet::list_items(paths.len(), max, |k| {
         let file = dir.join(&paths[k]);
@@ -161,5 +168,5 @@ fn image_files(
         *progressive |= check_image(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
         Ok(FieldValue::Image(bytes.into()))
     })
-    .map_err(|e| format!("key {key:?} {e}"))
+    .map_err(|e| format!("key {key:?} {e}").into())
 }

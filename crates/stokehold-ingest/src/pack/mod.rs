@@ -912,16 +912,28 @@ pub(crate) fn source_files(
     Ok(files)
 }
 
+/// Why [`read_file`] gives no bytes (without the file's name: callers put it before).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ReadFileError {
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The file is larger than the limit.
+    #[error("larger than the limit of {max} bytes")]
+    TooLarge {
+        /// The limit.
+        max: u64,
+    },
+}
+
 /// Read a whole file of at most `max` bytes.
-pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn read_file(path: &Path, max: u64) -> Result<Vec<u8>, ReadFileError> {
     use std::io::Read;
-    let f = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let f = std::fs::File::open(path)?;
     let mut v = Vec::new();
-    f.take(max + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| e.to_string())?;
+    f.take(max + 1).read_to_end(&mut v)?;
     if v.len() as u64 > max {
-        return Err(format!("larger than the limit of {max} bytes"));
+        return Err(ReadFileError::TooLarge { max });
     }
     Ok(v)
 }

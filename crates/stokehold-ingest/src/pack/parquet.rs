@@ -561,12 +561,12 @@ fn image_at(
     kind: Kind,
     dir: &Path,
     max: u64,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, crate::Unusable> {
     if kind == Kind::Image {
         return Ok(binary_at(a, i).map(<[u8]>::to_vec));
     }
     let Some(s) = a.as_struct_opt() else {
-        return Err(format!("{} is not a struct", a.data_type()));
+        return Err(format!("{} is not a struct", a.data_type()).into());
     };
     if s.is_null(i) {
         return Ok(None);
@@ -582,7 +582,7 @@ fn image_at(
             let file = dir.join(p);
             read_file(&file, max)
                 .map(Some)
-                .map_err(|e| format!("no bytes, and its path {}: {e}", file.display()))
+                .map_err(|e| format!("no bytes, and its path {}: {e}", file.display()).into())
         }
         _ => Ok(None),
     }
@@ -596,11 +596,11 @@ fn image_list_at(
     dir: &Path,
     max: u64,
     progressive: &mut bool,
-) -> Result<Option<FieldValue<'static>>, String> {
+) -> Result<Option<FieldValue<'static>>, crate::Unusable> {
     if a.is_null(i) {
         return Ok(None);
     }
-    let items = list_at(a, i).map_err(String::from)?;
+    let items = list_at(a, i)?;
     let kind = if items.as_struct_opt().is_some() {
         Kind::ImageStruct
     } else {
@@ -642,14 +642,14 @@ fn load(b: &Batch, i: usize, columns: &[Column], max: u64) -> Loaded {
         let v = match c.kind {
             Kind::Image | Kind::ImageStruct => match image_at(a, i, c.kind, &b.dir, max) {
                 Ok(Some(img)) if img.len() as u64 > max => {
-                    Err(format!("{} bytes, over the limit of {max}", img.len()))
+                    Err(format!("{} bytes, over the limit of {max}", img.len()).into())
                 }
                 Ok(Some(img)) => match check_image(&img) {
                     Ok(p) => {
                         progressive |= p;
                         Ok(Some(FieldValue::Image(img.into())))
                     }
-                    Err(e) => Err(e.into()),
+                    Err(e) => Err(e),
                 },
                 Ok(None) => Ok(None),
                 Err(e) => Err(e),

@@ -397,7 +397,7 @@ fn load(job: Job, kind: Content, keep_path: bool, max: u64, policy: &super::Vide
         Content::Image => FieldValue::Image(bytes.into()),
         Content::Video => match super::image_folder::load_video(&job.file, bytes, policy) {
             Ok(v) => FieldValue::Bytes(v.into()),
-            Err(e) => return skip(e),
+            Err(e) => return skip(e.to_string()),
         },
         Content::Data => FieldValue::Bytes(bytes.into()),
     });

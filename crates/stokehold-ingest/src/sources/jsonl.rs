@@ -48,6 +48,37 @@ pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
+/// Why a line gives no value for a key ([`field_value`], [`image_paths`], [`video_path`]): what is
+/// wrong, without the line's place.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FieldError {
+    /// The line is not a JSON object.
+    #[error("{0}")]
+    Line(BadLine),
+    /// The line lacks the key (and the field is not optional).
+    #[error("has no key {0:?}")]
+    NoKey(String),
+    /// The key holds null (and the field is not optional).
+    #[error("key {0:?} is null")]
+    Null(String),
+    /// The key's value does not fit the field's type.
+    #[error("key {key:?} is {}, which does not fit its field type {ty}", kind.describe())]
+    Type {
+        /// The key.
+        key: String,
+        /// What it holds.
+        kind: Kind,
+        /// The field's type.
+        ty: FieldType,
+    },
+    /// A `list:image` key that does not hold a list of strings.
+    #[error("key {0:?} is not a list of image file names")]
+    NotImageNames(String),
+    /// A `video` key that does not hold a string.
+    #[error("key {0:?} is not a video file name")]
+    NotVideoName(String),
+}
+
 /// Field `key` of type `ty` of the JSON object that is `line`: an int64 from an integer or a
 /// boolean, a float64 from a number, a string from a string (as it is) or any other value (its
 /// canonical JSON text), a json field from any value (its canonical JSON text, `null` too); a
@@ -58,15 +89,15 @@ pub fn field_value<'a>(
     key: &str,
     ty: &FieldType,
     optional: bool,
-) -> Result<FieldValue<'a>, String> {
-    let got = find(line, key).map_err(|e| e.to_string())?;
+) -> Result<FieldValue<'a>, FieldError> {
+    let got = find(line, key).map_err(FieldError::Line)?;
     let got = match got {
         Some(Got::Null) if *ty == FieldType::Json => return Ok(FieldValue::String("null".into())),
         None | Some(Got::Null) => {
             return match super::empty_value(ty).filter(|_| optional) {
                 Some(v) => Ok(v),
-                None if got.is_none() => Err(format!("has no key {key:?}")),
-                None => Err(format!("key {key:?} is null")),
+                None if got.is_none() => Err(FieldError::NoKey(key.to_string())),
+                None => Err(FieldError::Null(key.to_string())),
             };
         }
         Some(v) => v,
@@ -84,10 +115,11 @@ pub fn field_value<'a>(
         )),
         (FieldType::Json, v) => FieldValue::String(v.into_text().unwrap_or(Cow::Borrowed("null"))),
         (ty, _) => {
-            return Err(format!(
-                "key {key:?} is {}, which does not fit its field type {ty}",
-                kind.describe()
-            ));
+            return Err(FieldError::Type {
+                key: key.to_string(),
+                kind,
+                ty: ty.clone(),
+            });
         }
     })
 }
@@ -95,24 +127,24 @@ pub fn field_value<'a>(
 /// The file names a `list:image` key `key` of `line` lists (relative to the JSONL file's
 /// folder, or absolute); none where the key is missing or null and the field is `optional`.
 /// The error says what is wrong (without the line's place).
-pub fn image_paths(line: &[u8], key: &str, optional: bool) -> Result<Vec<String>, String> {
-    match find(line, key).map_err(|e| e.to_string())? {
+pub fn image_paths(line: &[u8], key: &str, optional: bool) -> Result<Vec<String>, FieldError> {
+    match find(line, key).map_err(FieldError::Line)? {
         Some(Got::Json(text)) => serde_json::from_str(&text).ok(),
         None | Some(Got::Null) if optional => Some(Vec::new()),
-        None => return Err(format!("has no key {key:?}")),
-        Some(Got::Null) => return Err(format!("key {key:?} is null")),
+        None => return Err(FieldError::NoKey(key.to_string())),
+        Some(Got::Null) => return Err(FieldError::Null(key.to_string())),
         _ => None,
     }
-    .ok_or_else(|| format!("key {key:?} is not a list of image file names"))
+    .ok_or_else(|| FieldError::NotImageNames(key.to_string()))
 }
 
 /// The file name a `video` key `key` of `line` holds (relative to the JSONL file's folder, or
 /// absolute). The error says what is wrong (without the line's place).
-pub fn video_path(line: &[u8], key: &str) -> Result<String, String> {
-    match find(line, key).map_err(|e| e.to_string())? {
+pub fn video_path(line: &[u8], key: &str) -> Result<String, FieldError> {
+    match find(line, key).map_err(FieldError::Line)? {
         Some(Got::Str(s)) => Ok(s.into_owned()),
-        None => Err(format!("has no key {key:?}")),
-        Some(_) => Err(format!("key {key:?} is not a video file name")),
+        None => Err(FieldError::NoKey(key.to_string())),
+        Some(_) => Err(FieldError::NotVideoName(key.to_string())),
     }
 }
 

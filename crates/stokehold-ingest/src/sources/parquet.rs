@@ -420,13 +420,14 @@ pub(crate) fn list_at(a: &dyn Array, i: usize) -> Result<ArrayRef, crate::Unusab
 }
 
 /// A list's elements as a 1-d array of `dtype`, little-endian.
-fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, String> {
+fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, crate::Unusable> {
     if values.null_count() > 0 {
         return Err(format!(
             "{} of its {} elements are null (an array has no null elements)",
             values.null_count(),
             values.len()
-        ));
+        )
+        .into());
     }
     macro_rules! le {
         ($t:ty, $conv:expr) => {
@@ -462,7 +463,7 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
         DataType::Float16 => le!(Float16Type, std::convert::identity),
         DataType::Float32 => le!(Float32Type, std::convert::identity),
         DataType::Float64 => le!(Float64Type, std::convert::identity),
-        t => return Err(format!("elements of type {t} are not numbers")),
+        t => return Err(format!("elements of type {t} are not numbers").into()),
     };
     debug_assert_eq!(data.len(), values.len() * dtype.size());
     Ok(ArrayValue {
@@ -478,13 +479,11 @@ fn list_value(values: &dyn Array, dtype: DType) -> Result<ArrayValue<'static>, S
 pub(crate) fn list_items(
     n: usize,
     max: u64,
-    mut item: impl FnMut(usize) -> Result<FieldValue<'static>, String>,
-) -> Result<FieldValue<'static>, String> {
+    mut item: impl FnMut(usize) -> Result<FieldValue<'static>, crate::Unusable>,
+) -> Result<FieldValue<'static>, crate::Unusable> {
     use stokehold_format::schema::MAX_LIST_ITEMS;
     if n > MAX_LIST_ITEMS {
-        return Err(format!(
-            "a list of {n} items, over the limit of {MAX_LIST_ITEMS}"
-        ));
+        return Err(format!("a list of {n} items, over the limit of {MAX_LIST_ITEMS}").into());
     }
     let mut out = Vec::with_capacity(n);
     let mut total = 0u64;
@@ -499,9 +498,7 @@ pub(crate) fn list_items(
             _ => 0,
         };
         if total > max {
-            return Err(format!(
-                "its items pass the limit of {max} bytes at item {k}"
-            ));
+            return Err(format!("its items pass the limit of {max} bytes at item {k}").into());
         }
         out.push(v);
     }
@@ -524,7 +521,7 @@ pub(crate) fn value_at(
     i: usize,
     kind: Kind,
     max: u64,
-) -> Result<Option<FieldValue<'static>>, String> {
+) -> Result<Option<FieldValue<'static>>, crate::Unusable> {
     match kind {
         Kind::Image | Kind::ImageStruct => {
             let bytes = match kind {
@@ -533,31 +530,26 @@ pub(crate) fn value_at(
             };
             match bytes {
                 Some(v) if v.len() as u64 > max => {
-                    Err(format!("{} bytes, over the limit of {max}", v.len()))
+                    Err(format!("{} bytes, over the limit of {max}", v.len()).into())
                 }
                 v => Ok(v.map(|v| FieldValue::Image(v.to_vec().into()))),
             }
         }
         Kind::Bytes => match binary_at(a, i) {
             Some(v) if v.len() as u64 > max => {
-                Err(format!("{} bytes, over the limit of {max}", v.len()))
+                Err(format!("{} bytes, over the limit of {max}", v.len()).into())
             }
             v => Ok(v.map(|v| FieldValue::Bytes(v.to_vec().into()))),
         },
         Kind::Str => Ok(string_at(a, i).map(|s| FieldValue::String(s.to_string().into()))),
         _ if a.is_null(i) => Ok(None),
-        Kind::Int => int_at(a, i)
-            .map(|v| Some(FieldValue::Int64(v)))
-            .map_err(String::from),
-        Kind::Float => float_at(a, i)
-            .map(|v| Some(FieldValue::Float64(v)))
-            .map_err(String::from),
+        Kind::Int => int_at(a, i).map(|v| Some(FieldValue::Int64(v))),
+        Kind::Float => float_at(a, i).map(|v| Some(FieldValue::Float64(v))),
         Kind::List(dtype) => list_at(a, i)
-            .map_err(String::from)
             .and_then(|l| list_value(l.as_ref(), dtype))
             .map(|v| Some(FieldValue::Array(v))),
         Kind::ImageList | Kind::BytesList | Kind::StrList => {
-            let items = list_at(a, i).map_err(String::from)?;
+            let items = list_at(a, i)?;
             list_items(items.len(), max, |k| {
                 let items = items.as_ref();
                 let v = match kind {
@@ -572,18 +564,15 @@ pub(crate) fn value_at(
                         .or_else(|| struct_bytes(items, k))
                         .map(|b| FieldValue::Image(b.to_vec().into())),
                 };
-                v.ok_or_else(|| "null (no value, or an image with no bytes)".to_string())
+                v.ok_or_else(|| "null (no value, or an image with no bytes)".into())
             })
             .map(Some)
         }
         Kind::Json => {
             let mut out = String::new();
-            json_at(a, i, &mut out).map_err(String::from)?;
+            json_at(a, i, &mut out)?;
             if out.len() as u64 > max {
-                return Err(format!(
-                    "{} bytes of JSON, over the limit of {max}",
-                    out.len()
-                ));
+                return Err(format!("{} bytes of JSON, over the limit of {max}", out.len()).into());
             }
             // a null is a missing value (stored `null` where the field is optional)
             Ok(Some(FieldValue::String(out.into())))
