@@ -519,16 +519,35 @@ fn give_spare(v: Vec<u8>) {
     }
 }
 
+/// A value of an [`Output::Patches`] column that is not image patches ([`deliver_patches`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "column {column:?}, slot {slot}: not image patches in blocks of                          {merge}x{merge} of {row} \
+     floats: {kind}"
+)]
+pub(crate) struct NotPatches<'a> {
+    /// The column.
+    column: &'a str,
+    /// The slot of the batch.
+    slot: usize,
+    /// The blocks' side, in patches.
+    merge: usize,
+    /// The floats of a patch.
+    row: usize,
+    /// What the value is.
+    kind: &'static str,
+}
+
 /// Turn each [`Output::Patches`] column of `batch` (per `names`, the loader's columns) from its
 /// list of per-sample arrays into the `[Σ patches, row]` float32 column and its
 /// `{name}_grid_thw` int64 `[batch, 3]` column (appended after the loader's columns): one copy
 /// into a buffer of `pool`; the per-sample buffers go back for the next samples. Run after
 /// failed slots are filled ([`copy_slot`]). An error when a value is not such an array.
-pub(crate) fn deliver_patches(
+pub(crate) fn deliver_patches<'a>(
     batch: &mut Batch,
-    names: &[(String, Output)],
+    names: &'a [(String, Output)],
     pool: &BufferPool,
-) -> Result<(), String> {
+) -> Result<(), NotPatches<'a>> {
     for (k, (name, o)) in names.iter().enumerate() {
         let &Output::Patches { merge, row } = o else {
             continue;
@@ -554,10 +573,13 @@ pub(crate) fn deliver_patches(
                     &a.shape
                 }
                 other => {
-                    return Err(format!(
-                        "column {name:?}, slot {slot}: not image patches in blocks of                          {merge}x{merge} of {row} floats: {}",
-                        other.kind()
-                    ));
+                    return Err(NotPatches {
+                        column: name,
+                        slot,
+                        merge,
+                        row,
+                        kind: other.kind(),
+                    });
                 }
             };
             let n = (shape[0] * shape[1] * shape[2]) as usize;
@@ -808,7 +830,9 @@ mod tests {
         shared.task_done();
         shared.task_done();
         let mut b = finish_batch(&shared, &patches, &pool);
-        let e = deliver_patches(&mut b, &patches, &pool).unwrap_err();
+        let e = deliver_patches(&mut b, &patches, &pool)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("slot 1") && e.contains("\"image\""), "{e}");
     }
 

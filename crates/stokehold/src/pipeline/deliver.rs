@@ -189,7 +189,7 @@ impl BatchIter {
         }
         let columns = self.core.samples.columns();
         if let Err(e) = crate::batch::deliver_patches(&mut batch, columns, &self.core.pool) {
-            return self.fail(EngineError::Worker(e));
+            return self.fail(EngineError::Worker(e.to_string()));
         }
         if self.core.config.autotune || self.core.config.prefetch_auto {
             self.tuner.tune(&self.core, &self.run, self.workers.len());

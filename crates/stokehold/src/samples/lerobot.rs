@@ -272,45 +272,45 @@ impl LeRobotSteps {
         (q.clamp(e.from as i64, e.to as i64 - 1) as usize, pad)
     }
 
-    fn fill_camera(
+    fn fill_camera<'a>(
         &self,
-        cam: &Camera,
+        cam: &'a Camera,
         i: usize,
         steps: &[usize],
         slot: &mut [u8],
-    ) -> std::result::Result<u64, String> {
+    ) -> std::result::Result<u64, CameraError<'a>> {
         let (v, offset) = cam.episodes[self.data.step_episode[i] as usize];
         let video = &cam.videos[v];
         let mut frames = Vec::with_capacity(steps.len());
         for &q in steps {
             let t = offset + self.data.timestamps[q];
             frames.push(nearest(&video.pts, t, self.tolerance()).map_err(|near| {
-                format!(
-                    "{}: no frame within {} s of {t} s (step {q}, timestamp {} s + the episode's \
-                     start {offset} s): the nearest is at {near} s",
-                    video.video.name(),
-                    self.tolerance(),
-                    self.data.timestamps[q]
-                )
+                CameraError::NoFrame {
+                    video: video.video.name(),
+                    tolerance: self.tolerance(),
+                    t,
+                    step: q,
+                    timestamp: self.data.timestamps[q],
+                    offset,
+                    near,
+                }
             })?);
         }
         let got = DECODER.with(|d| {
-            let mut d = d
-                .try_borrow_mut()
-                .map_err(|_| "video decoder in use (re-entrant call)".to_string())?;
+            let mut d = d.try_borrow_mut().map_err(|_| CameraError::InUse)?;
             d.frames_at_file(&video.video, &video.file, &frames, 1)
-                .map_err(|e| e.to_string())
+                .map_err(CameraError::Decode)
         })?;
         cam.decoded
             .fetch_add(frames.len() as u64, Ordering::Relaxed);
         let (h, w) = (got.height, got.width);
         if (w, h) != cam.size || slot.len() != frames.len() * 3 * h * w {
-            return Err(format!(
-                "{}: frames of {w}x{h}, the camera's first file has {}x{}",
-                video.video.name(),
-                cam.size.0,
-                cam.size.1
-            ));
+            return Err(CameraError::Size {
+                video: video.video.name(),
+                width: w,
+                height: h,
+                first: cam.size,
+            });
         }
         crate::stages::video::channels_first_into(&got, slot);
         Ok(got.packet_bytes)
@@ -319,6 +319,54 @@ impl LeRobotSteps {
     fn tolerance(&self) -> f64 {
         self.tolerance
     }
+}
+
+/// Why a camera's frames for a step cannot be given ([`LeRobotSteps::fill_camera`]).
+#[derive(Debug, thiserror::Error)]
+enum CameraError<'a> {
+    /// No frame of the video is near enough a step's time.
+    #[error(
+        "{video}: no frame within {tolerance} s of {t} s (step {step}, timestamp {timestamp} s + \
+         the episode's start {offset} s): the nearest is at {near} s"
+    )]
+    NoFrame {
+        /// The video's name.
+        video: &'a str,
+        /// The tolerance, in seconds.
+        tolerance: f64,
+        /// The time sought in the video.
+        t: f64,
+        /// The step.
+        step: usize,
+        /// The step's timestamp.
+        timestamp: f64,
+        /// The episode's start in the video.
+        offset: f64,
+        /// The nearest frame's time.
+        near: f64,
+    },
+    /// This thread's decoder is already borrowed.
+    #[error("video decoder in use (re-entrant call)")]
+    InUse,
+    /// The frames could not be decoded.
+    #[error(transparent)]
+    Decode(stokehold_video::VideoError),
+    /// Frames of another size than the camera's first file's.
+    #[error(
+        "{video}: frames of {width}x{height}, the camera's first file has {}x{}",
+        first.0,
+        first.1
+    )]
+    Size {
+        /// The video's name.
+        video: &'a str,
+        /// The frames' width.
+        width: usize,
+        /// Their height.
+        height: usize,
+        /// The camera's first file's (width, height).
+        first: (usize, usize),
+    },
 }
 
 /// The frame (presentation order) nearest `t` within `tol`; Err: the nearest frame's time.
@@ -475,7 +523,7 @@ impl Samples for LeRobotSteps {
                     let steps: Vec<usize> = window.iter().map(|&(q, _)| q).collect();
                     let read = self
                         .fill_camera(cam, i, &steps, slot)
-                        .map_err(|m| fail(&cam.key, m))?;
+                        .map_err(|e| fail(&cam.key, e.to_string()))?;
                     packets += read;
                     cx.ws.lap(1, id, &mut clock);
                 }
