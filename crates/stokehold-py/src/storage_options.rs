@@ -14,14 +14,36 @@ use crate::errors::config_error;
 /// never fails, so that the `ConfigError` is raised as it is (pyo3 would add "while processing
 /// 'storage_options'" to an argument's error); [`resolve`] raises it.
 #[derive(Debug, Clone)]
-pub struct StorageOptions(Result<BTreeMap<String, String>, String>);
+pub struct StorageOptions(Result<BTreeMap<String, String>, OptionsError>);
+
+/// What is wrong with `storage_options=` (the message of its `ConfigError`; never a value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// Not a dict: the type it is.
+    #[error(
+        "storage_options must be a dict of option name to value, like {{\"anon\": True}} or \
+         {{\"endpoint_url\": \"https://...\"}}, got a {0}"
+    )]
+    NotDict(String),
+    /// A key that is not a string.
+    #[error("storage_options: option names are strings (like \"endpoint_url\")")]
+    Name,
+    /// A value that is not a str, a bool or a number: its option, and the type it is.
+    #[error("storage_options['{key}'] must be a str, a bool or a number, got a {type_name}")]
+    Value {
+        /// The option.
+        key: String,
+        /// The value's type.
+        type_name: String,
+    },
+}
 
 /// The options as the format takes them (none given: none), or the `ConfigError` saying what is
 /// wrong with them.
 pub fn resolve(py: Python<'_>, o: Option<StorageOptions>) -> PyResult<BTreeMap<String, String>> {
     match o {
         None => Ok(BTreeMap::new()),
-        Some(StorageOptions(r)) => r.map_err(|m| config_error(py, m)),
+        Some(StorageOptions(r)) => r.map_err(|e| config_error(py, e.to_string())),
     }
 }
 
@@ -40,26 +62,18 @@ impl<'a, 'py> FromPyObject<'a, 'py> for StorageOptions {
     }
 }
 
-fn convert(obj: Borrowed<'_, '_, PyAny>) -> Result<BTreeMap<String, String>, String> {
+fn convert(obj: Borrowed<'_, '_, PyAny>) -> Result<BTreeMap<String, String>, OptionsError> {
     let Ok(d) = obj.cast::<PyDict>() else {
-        return Err(format!(
-            "storage_options must be a dict of option name to value, like {{\"anon\": True}} \
-             or {{\"endpoint_url\": \"https://...\"}}, got a {}",
-            type_name(&obj)
-        ));
+        return Err(OptionsError::NotDict(type_name(&obj)));
     };
     let mut out = BTreeMap::new();
     for (k, v) in d.iter() {
         let Ok(key) = k.extract::<String>() else {
-            return Err(
-                "storage_options: option names are strings (like \"endpoint_url\")".to_string(),
-            );
+            return Err(OptionsError::Name);
         };
-        let wrong = || {
-            format!(
-                "storage_options['{key}'] must be a str, a bool or a number, got a {}",
-                type_name(&v.as_borrowed())
-            )
+        let wrong = || OptionsError::Value {
+            key: key.clone(),
+            type_name: type_name(&v.as_borrowed()),
         };
         // bool before int: a Python bool is an int
         let value = if v.is_instance_of::<PyBool>() {
