@@ -737,7 +737,15 @@ mod tests {
             p,
             "videos/chunk-001/observation.images.top/episode_001042.mp4"
         );
-        assert!(format_path("{nope}", &[]).is_err());
-        assert!(format_path("data/{x", &[("x", FormatValue::Int(1))]).is_err());
+        assert_eq!(
+            format_path("{nope}", &[]).unwrap_err().to_string(),
+            r#""{nope}" names {nope}, which is not known"#
+        );
+        assert_eq!(
+            format_path("data/{x", &[("x", FormatValue::Int(1))])
+                .unwrap_err()
+                .to_string(),
+            r#"unclosed { in "data/{x""#
+        );
     }
 }

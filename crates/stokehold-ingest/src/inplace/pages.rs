@@ -291,6 +291,16 @@ mod tests {
     }
 
     #[test]
+    fn a_row_past_the_pages_is_an_error_that_counts_both() {
+        let p = page(2, 3);
+        assert_eq!(p.value(1).unwrap(), Some(vec![7u8; 3]));
+        assert_eq!(
+            p.value(5).unwrap_err().to_string(),
+            "the pages hold 2 rows, not the 6 the index says"
+        );
+    }
+
+    #[test]
     fn sizes_parse() {
         assert_eq!(parse_size("0"), Some(0));
         assert_eq!(parse_size("1234"), Some(1234));

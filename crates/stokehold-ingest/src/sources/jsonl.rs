@@ -891,4 +891,45 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn a_key_that_gives_no_value_says_why_in_the_same_words() {
+        let err = |r: Result<FieldValue<'_>, FieldError>| r.unwrap_err().to_string();
+        let line = br#"{"a": "x", "n": null, "l": [1]}"#;
+        assert_eq!(
+            err(field_value(line, "b", &FieldType::Int64, false)),
+            r#"has no key "b""#
+        );
+        assert_eq!(
+            err(field_value(line, "n", &FieldType::Int64, false)),
+            r#"key "n" is null"#
+        );
+        assert_eq!(
+            err(field_value(line, "a", &FieldType::Int64, false)),
+            r#"key "a" is a string, which does not fit its field type int64"#
+        );
+        assert_eq!(
+            err(field_value(b"[1]", "a", &FieldType::Int64, false)),
+            "not a JSON object (it is a list or object)"
+        );
+        assert_eq!(
+            image_paths(line, "a", false).unwrap_err().to_string(),
+            r#"key "a" is not a list of image file names"#
+        );
+        assert_eq!(
+            image_paths(line, "n", false).unwrap_err().to_string(),
+            r#"key "n" is null"#
+        );
+        assert_eq!(
+            video_path(line, "l").unwrap_err().to_string(),
+            r#"key "l" is not a video file name"#
+        );
+        assert_eq!(
+            video_path(line, "v").unwrap_err().to_string(),
+            r#"has no key "v""#
+        );
+        assert!(
+            err(field_value(b"{", "a", &FieldType::Int64, false)).starts_with("not valid JSON (")
+        );
+    }
 }
