@@ -522,7 +522,7 @@ fn give_spare(v: Vec<u8>) {
 /// A value of an [`Output::Patches`] column that is not image patches ([`deliver_patches`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "column {column:?}, slot {slot}: not image patches in blocks of                          {merge}x{merge} of {row} \
+    "column {column:?}, slot {slot}: not image patches in blocks of {merge}x{merge} of {row} \
      floats: {kind}"
 )]
 pub(crate) struct NotPatches<'a> {
