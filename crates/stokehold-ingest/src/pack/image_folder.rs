@@ -14,13 +14,7 @@ use stokehold_format::{FieldValue, ImageCodec, Schema};
 
 use super::{Loaded, PackError, PackOptions, Plan, Progress, Skipped, check_image, read_file};
 
-pub(crate) use crate::sources::VIDEO_EXTENSIONS;
-
-fn has_extension(p: &Path, list: &[&str]) -> bool {
-    p.extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
-}
+use crate::sources::{VIDEO_EXTENSIONS, has_video_extension};
 
 /// Why a video file gives no `video` value ([`load_video`]; without the file's name).
 #[derive(Debug, thiserror::Error)]
@@ -215,13 +209,11 @@ pub(super) fn plan<'a>(
         Some(names)
     };
     progress.finish();
-    let video = jobs
-        .iter()
-        .any(|j| has_extension(&j.path, &VIDEO_EXTENSIONS));
+    let video = jobs.iter().any(|j| has_video_extension(&j.path));
     if video {
         let others = jobs
             .iter()
-            .filter(|j| !has_extension(&j.path, &VIDEO_EXTENSIONS))
+            .filter(|j| !has_video_extension(&j.path))
             .count();
         if others > 0 {
             notes.push(format!(
@@ -230,13 +222,13 @@ pub(super) fn plan<'a>(
             ));
             skipped.extend(
                 jobs.iter()
-                    .filter(|j| !has_extension(&j.path, &VIDEO_EXTENSIONS))
+                    .filter(|j| !has_video_extension(&j.path))
                     .map(|j| Skipped {
                         input: j.path.display().to_string(),
                         reason: "not a video file (a folder with videos packs videos)".into(),
                     }),
             );
-            jobs.retain(|j| has_extension(&j.path, &VIDEO_EXTENSIONS));
+            jobs.retain(|j| has_video_extension(&j.path));
         }
     }
     let mut fields = vec![if video {

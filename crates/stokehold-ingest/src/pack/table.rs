@@ -260,7 +260,7 @@ pub(super) fn plan<'a>(
     // a table naming videos (every named file an MP4, Matroska or WebM one) packs them as `video` fields
     let all_videos = !table.rows.is_empty()
         && table.rows.iter().all(|r| {
-            ext_of(r).is_some_and(|e| super::image_folder::VIDEO_EXTENSIONS.contains(&e.as_str()))
+            ext_of(r).is_some_and(|e| crate::sources::VIDEO_EXTENSIONS.contains(&e.as_str()))
         });
     let kind = if all_videos {
         Content::Video

@@ -491,8 +491,8 @@ pub(crate) fn has_image_extension(name: &str) -> bool {
 }
 
 /// Whether file name `name`'s extension (in any case) is one of `list`'s.
-fn has_extension_of(name: &str, list: &[&str]) -> bool {
-    Path::new(name)
+fn has_extension_of(name: &(impl AsRef<Path> + ?Sized), list: &[&str]) -> bool {
+    name.as_ref()
         .extension()
         .and_then(|e| e.to_str())
         .is_some_and(|e| list.contains(&e.to_ascii_lowercase().as_str()))
@@ -503,7 +503,7 @@ fn has_extension_of(name: &str, list: &[&str]) -> bool {
 pub(crate) const VIDEO_EXTENSIONS: [&str; 5] = ["mp4", "m4v", "mov", "mkv", "webm"];
 
 /// Whether file name `name` has a video extension ([`VIDEO_EXTENSIONS`]).
-pub(crate) fn has_video_extension(name: &str) -> bool {
+pub(crate) fn has_video_extension(name: &(impl AsRef<Path> + ?Sized)) -> bool {
     has_extension_of(name, &VIDEO_EXTENSIONS)
 }
 
