@@ -267,6 +267,29 @@ def test_only_the_cameras_asked_for_are_opened_and_decoded(robot):
     assert all(n >= slots for n in videos.values())
 
 
+def test_video_files_are_not_held_open_so_many_episodes_fit_the_open_file_limit(tmp_path):
+    """A v2.1 dataset has a video file per episode and camera (the largest have hundreds of
+    thousands): a loader holds none of them open between reads, so it loads with fewer file
+    descriptors left than the dataset has videos (9 here, 8 descriptors left: holding each one
+    open fails with "Too many open files")."""
+    root = tmp_path / "v21"
+    make_v21(root)
+    script = tmp_path / "limited.py"
+    script.write_text(
+        "import os, resource, sys\n"
+        "import stokehold\n"
+        "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "opened = len(os.listdir('/proc/self/fd'))\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (opened + 8, hard))\n"
+        "loader = stokehold.Loader(sys.argv[1], 4, shuffle=False, threads=2, drop_last=False)\n"
+        "print(sum(len(b['index']) for b in loader))\n"
+    )
+    import sys
+    done = subprocess.run([sys.executable, str(script), str(root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) == -(-sum(LENGTHS) // 4) * 4
+
+
 def test_batches_are_the_same_for_the_same_seed_whatever_the_thread_count(robot):
     root, _ = robot
     ds = LeRobotDataset(root, delta_timestamps={"action": [-0.1, 0.0, 0.1]})

@@ -87,7 +87,9 @@ struct Video {
     video: IndexedVideo,
     /// Presentation times (seconds), presentation order.
     pts: Vec<f64>,
-    file: File,
+    /// The file, opened for each read (a LeRobot v2 dataset has a file per episode and camera:
+    /// hundreds of thousands for the largest, more than a process may hold open).
+    path: PathBuf,
 }
 
 /// What an output column is.
@@ -296,9 +298,13 @@ impl LeRobotSteps {
                 }
             })?);
         }
+        let file = File::open(&video.path).map_err(|error| CameraError::Open {
+            video: video.video.name(),
+            error,
+        })?;
         let got = DECODER.with(|d| {
             let mut d = d.try_borrow_mut().map_err(|_| CameraError::InUse)?;
-            d.frames_at_file(&video.video, &video.file, &frames, 1)
+            d.frames_at_file(&video.video, &file, &frames, 1)
                 .map_err(CameraError::Decode)
         })?;
         cam.decoded
@@ -344,6 +350,14 @@ enum CameraError<'a> {
         offset: f64,
         /// The nearest frame's time.
         near: f64,
+    },
+    /// The file could not be opened (it was there when the dataset was opened).
+    #[error("{video}: {error}")]
+    Open {
+        /// The video's name.
+        video: &'a str,
+        /// Why.
+        error: std::io::Error,
     },
     /// This thread's decoder is already borrowed.
     #[error("video decoder in use (re-entrant call)")]
@@ -413,7 +427,6 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
         }
         let index = index_file(path, &ContainerLimits::default())
             .map_err(|e| config(format!("{name}: {e}")))?;
-        let file = File::open(path).map_err(|e| config(format!("{name}: {e}")))?;
         let video = IndexedVideo::new(name.clone(), index).map_err(|e| config(e.to_string()))?;
         let (w, h) = (
             usize::from(video.index().width),
@@ -430,7 +443,11 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
             _ => {}
         }
         let pts = video.pts_seconds();
-        videos.push(Video { video, pts, file });
+        videos.push(Video {
+            video,
+            pts,
+            path: path.clone(),
+        });
     }
     Ok(Camera {
         key: key.to_string(),
