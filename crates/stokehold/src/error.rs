@@ -85,6 +85,15 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// This error as a mixture reports it of its source `name`: a configuration error names
+    /// the source (other errors name their dataset and sample already).
+    pub(crate) fn in_source(self, name: &str) -> EngineError {
+        match self {
+            EngineError::Config(m) => EngineError::Config(format!("source '{name}': {m}")),
+            other => other,
+        }
+    }
+
     /// True for failures of one sample that the `skip` policy may skip: damaged data, a failed
     /// transform or a caught panic.
     pub fn is_sample_failure(&self) -> bool {

@@ -171,12 +171,7 @@ impl EngineSpec {
                     external,
                     share,
                 )
-                .map_err(|e| match e {
-                    EngineError::Config(m) => {
-                        EngineError::Config(format!("source '{}': {m}", src.name))
-                    }
-                    other => other,
-                })?;
+                .map_err(|e| e.in_source(&src.name))?;
             if let Some(t) = t {
                 if let Some(first) = tokens.first() {
                     check_tokens_agree(&mix.sources[0].name, first, &src.name, &t)?;
@@ -266,12 +261,7 @@ impl EngineSpec {
                 // counted lazily, window by window of the blended stream, as one dataset's
                 count_lazily(),
             )
-            .map_err(|e| match e {
-                EngineError::Config(m) => {
-                    EngineError::Config(format!("source '{}': {m}", src.name))
-                }
-                other => other,
-            })?;
+            .map_err(|e| e.in_source(&src.name))?;
             sources.push((src.name.clone(), Arc::new(planner)));
         }
         let schedule = resolved_schedule(mix)?;

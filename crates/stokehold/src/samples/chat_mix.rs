@@ -299,17 +299,6 @@ impl ChatMixture {
         (s, id - self.offsets[s])
     }
 
-    /// An error of source `s`'s planner, as the mixture reports it: a configuration error names
-    /// the source (its conversations' own errors name their dataset and conversation).
-    fn source_error(&self, s: usize, e: EngineError) -> EngineError {
-        match e {
-            EngineError::Config(m) => {
-                EngineError::Config(format!("source '{}': {m}", self.names[s]))
-            }
-            other => other,
-        }
-    }
-
     /// The token count of mixture id `id` in a row; `None`: left out.
     fn count_of(&self, id: u64) -> Option<u32> {
         let (s, local) = self.source_of(id);
@@ -483,7 +472,7 @@ impl MixPlan {
             for (s, l) in locals.iter().enumerate() {
                 mix.planners[s]
                     .count_these(l)
-                    .map_err(|e| mix.source_error(s, e))?;
+                    .map_err(|e| e.in_source(&mix.names[s]))?;
             }
             let items: Vec<(u32, u32, u64)> = ids
                 .iter()
@@ -564,14 +553,16 @@ struct MixRowOrder {
 
 impl Order for MixRowOrder {
     fn epoch(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Result<EpochOrder> {
-        if *shuffle != self.mix.shuffle || seed != self.mix.seed {
-            return Err(EngineError::Config(
-                "the row order was planned with another shuffle or seed".into(),
-            ));
-        }
         let plan = self.mix.plan_of(epoch)?;
         let mix = Arc::clone(&self.mix);
-        row_order(LateMixPlan { mix, plan }, shuffle, seed, epoch)
+        let planned_with = (&self.mix.shuffle, self.mix.seed);
+        row_order(
+            LateMixPlan { mix, plan },
+            planned_with,
+            shuffle,
+            seed,
+            epoch,
+        )
     }
 }
 

@@ -1549,26 +1549,35 @@ pub struct RowOrder {
 
 impl Order for RowOrder {
     fn epoch(&self, shuffle: &Shuffle, seed: u64, epoch: u64) -> Result<EpochOrder> {
-        if *shuffle != self.planner.shuffle || seed != self.planner.seed {
-            return Err(EngineError::Config(
-                "the row order was planned with another shuffle or seed".into(),
-            ));
-        }
         let plan = self.planner.plan_of(epoch)?;
         let planner = Arc::clone(&self.planner);
-        row_order(LatePlan { planner, plan }, shuffle, seed, epoch)
+        let planned_with = (&self.planner.shuffle, self.planner.seed);
+        row_order(
+            LatePlan { planner, plan },
+            planned_with,
+            shuffle,
+            seed,
+            epoch,
+        )
     }
 }
 
-/// The row order of epoch `epoch` planned by `plan`: once every conversation is counted the
-/// epoch is planned whole first (its length exact from the start), else its length is known
-/// late ([`LateRows`]).
+/// The row order of epoch `epoch` planned by `plan` (whose rows were permuted with
+/// `planned_with`, the shuffle and seed the engine's must be): once every conversation is
+/// counted the epoch is planned whole first (its length exact from the start), else its length
+/// is known late ([`LateRows`]).
 pub(crate) fn row_order<T: LazyRows + 'static>(
     plan: T,
+    planned_with: (&Shuffle, u64),
     shuffle: &Shuffle,
     seed: u64,
     epoch: u64,
 ) -> Result<EpochOrder> {
+    if planned_with != (shuffle, seed) {
+        return Err(EngineError::Config(
+            "the row order was planned with another shuffle or seed".into(),
+        ));
+    }
     if plan.all_counted() {
         plan.ensure(u64::MAX)?;
     }
