@@ -1337,13 +1337,11 @@ impl ChatTemplate {
         }
         let err = |detail: String| ChatError::Conversation { index, detail };
         let rendered = self.render(conversation).map_err(|e| err(e.to_string()))?;
-        let enc = self
+        let (input_ids, offsets) = self
             .tokenizer
-            .inner()
-            .encode_char_offsets(rendered.text.as_str(), false)
-            .map_err(|e| err(format!("tokenization failed: {e}")))?;
-        let input_ids = enc.get_ids().to_vec();
-        let offsets = enc.get_offsets();
+            .encode_with_offsets(rendered.text.as_str())
+            .map_err(|e| err(e.to_string()))?;
+        let offsets = offsets.as_slice();
         let mut mask = vec![0u8; input_ids.len()];
         match self.loss_on {
             // (`Completion` only with `pairs`, which `encode_pair` encodes)

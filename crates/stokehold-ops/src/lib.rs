@@ -7,6 +7,7 @@
 //! Tokenization lives in [`text`] (which reads one file: a `tokenizer.json`), chat templates
 //! (render, tokenize, loss mask) in [`chat`].
 
+mod byte_bpe;
 pub mod chat;
 pub mod color;
 pub mod decode;

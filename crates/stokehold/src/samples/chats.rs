@@ -389,6 +389,10 @@ pub struct ChatPlanner {
     counts: Vec<AtomicU32>,
     /// Conversations whose count is known.
     counted: AtomicU64,
+    /// The counts of a lazily counting planner kept on disk, once, by whoever first sees them
+    /// all counted; anyone else who sees that waits for it (so a dataset opened again after an
+    /// epoch finds them, whichever thread counted last).
+    stored: std::sync::Once,
     truncated: AtomicU64,
     dropped: AtomicU64,
     /// Conversations that could not be read or encoded, left out (`on_error = skip`), and why.
@@ -628,6 +632,7 @@ impl ChatPlanner {
             template,
             counts: Vec::new(),
             counted: AtomicU64::new(0),
+            stored: std::sync::Once::new(),
             truncated: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             skipped: Mutex::new(Vec::new()),
@@ -964,9 +969,13 @@ impl ChatPlanner {
         self.note_cuts(cut.into_inner(), left_out.into_inner());
         self.images = images.into_iter().map(AtomicU32::new).collect();
         self.settle(counts);
-        if errors.is_empty() {
-            self.store_counts();
-        }
+        // kept now, and never again by `keep_counted`
+        let whole = errors.is_empty();
+        self.stored.call_once(|| {
+            if whole {
+                self.store_counts();
+            }
+        });
         *crate::sync::lock(&self.skipped) = errors
             .into_iter()
             .map(|(id, e)| (id, e.to_string()))
@@ -1023,9 +1032,26 @@ impl ChatPlanner {
         }
     }
 
-    /// Whether every conversation's count is known.
+    /// Whether every conversation's count is known (counted lazily: then kept on disk first).
     pub fn all_counted(&self) -> bool {
-        self.counted.load(Ordering::Acquire) >= self.len()
+        let all = self.counted.load(Ordering::Acquire) >= self.len();
+        if all {
+            self.keep_counted();
+        }
+        all
+    }
+
+    /// Every conversation counted lazily: keep the counts on disk, once (without failures);
+    /// a caller while another keeps them waits until they are kept.
+    fn keep_counted(&self) {
+        if self.counts_kept || self.counts.is_empty() {
+            return; // found on disk (or nothing to keep)
+        }
+        self.stored.call_once(|| {
+            if crate::sync::lock(&self.skipped).is_empty() {
+                self.store_counts();
+            }
+        });
     }
 
     /// Conversations whose count is known (all of them but while counting lazily).
@@ -1075,10 +1101,8 @@ impl ChatPlanner {
                     Settled::Kept => 0,
                 };
                 self.keep(id as usize, e);
-                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len()
-                    && crate::sync::lock(&self.skipped).is_empty()
-                {
-                    self.store_counts();
+                if self.counted.fetch_add(1, Ordering::AcqRel) + 1 == self.len() {
+                    self.keep_counted();
                 }
                 Ok(raw)
             }
