@@ -41,7 +41,7 @@ use stokehold_format::{
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
-use super::{ChooseError, Chosen, Scanned};
+use super::{ChooseError, Chosen, ScanDetail, ScanError, Scanned};
 use crate::sources::jsonl::{
     BOM, LineStats, SAMPLED_LINES, field_value, image_paths, is_blank, video_path,
 };
@@ -208,7 +208,7 @@ pub(super) fn scan_slice(
     ix: &mut FileIndex,
     threads: usize,
     window: usize,
-) -> Result<(), (u64, String)> {
+) -> Result<(), ScanError> {
     /// Bytes the reader brings in between two reports of its progress.
     const STEP: usize = 4 << 20;
     /// The page size the reader touches at (a smaller page only means more touches).
@@ -282,7 +282,7 @@ pub(super) fn scan_slice(
 
 /// Index the JSONL file read by `r` into `ix`, front to back, in chunks; a line is held only
 /// while it is at most `max` bytes.
-pub(super) fn scan(mut r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+pub(super) fn scan(mut r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), ScanError> {
     let max = max.min(u64::from(u32::MAX));
     let mut lines = Lines::new(max, true);
     let mut chunk = vec![0u8; 1 << 20];
@@ -296,7 +296,7 @@ pub(super) fn scan(mut r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(),
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err((pos, e.to_string())),
+            Err(e) => return Err(ScanError::at(pos, e)),
         };
         let mut data = &chunk[..n];
         let mut at = pos;
@@ -470,9 +470,9 @@ pub(super) fn index_named_files(
     place: &str,
     max: u64,
     ix: &mut FileIndex,
-) -> Result<(), (u64, String)> {
+) -> Result<(), ScanError> {
     let mut stats: JsonlStats = serde_json::from_value(ix.header.stats.clone())
-        .map_err(|e| (0, format!("the statistics do not parse: {e}")))?;
+        .map_err(|e| ScanError::at(0, ScanDetail::Statistics(e)))?;
     let keys: Vec<String> = stats
         .lines
         .keys
@@ -509,7 +509,7 @@ pub(super) fn index_named_files(
                     buf.resize(e.len as usize, 0);
                     storage
                         .read_at(e.offset, &mut buf)
-                        .map_err(|err| (e.offset, err.to_string()))?;
+                        .map_err(|err| ScanError::at(e.offset, err))?;
                     &buf[..]
                 }
             };
@@ -548,18 +548,14 @@ pub(super) fn index_named_files(
                     (Vec::new(), 0)
                 });
                 let len = u32::try_from(head.len())
-                    .map_err(|_| (e.offset, "a video's frame index passes 4 GiB".to_string()))?;
+                    .map_err(|_| ScanError::at(e.offset, ScanDetail::VideoIndexTooLarge))?;
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(&size.to_le_bytes());
                 out.extend_from_slice(&head);
             }
         }
-        let end = u32::try_from(out.len()).map_err(|_| {
-            (
-                e.offset,
-                "the image sizes and video indexes of the file pass 4 GiB of index".to_string(),
-            )
-        })?;
+        let end = u32::try_from(out.len())
+            .map_err(|_| ScanError::at(e.offset, ScanDetail::KeyBytesTooLarge))?;
         first_key.push(end);
     }
     if unreadable > 0 {

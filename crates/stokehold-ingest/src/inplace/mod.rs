@@ -263,6 +263,144 @@ impl From<crate::sources::SourceError> for ChooseError {
     }
 }
 
+/// Why the scan of a file read in place failed: where (the byte offset in the file of the
+/// record, member, page, row group or footer at fault) and what. Its text is the detail's; the
+/// opener makes it a [`FormatError::Corrupt`] that names the file.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub(crate) struct ScanError {
+    /// The byte offset in the file.
+    pub(crate) offset: u64,
+    /// What is wrong there.
+    pub(crate) detail: ScanDetail,
+}
+
+impl ScanError {
+    /// `detail` at byte `offset`.
+    pub(crate) fn at(offset: u64, detail: impl Into<ScanDetail>) -> ScanError {
+        ScanError {
+            offset,
+            detail: detail.into(),
+        }
+    }
+}
+
+/// Two scans failed alike: at the same byte, saying the same (the details hold I/O and decoder
+/// errors, which have no equality of their own).
+impl PartialEq for ScanError {
+    fn eq(&self, other: &ScanError) -> bool {
+        self.offset == other.offset && self.detail.to_string() == other.detail.to_string()
+    }
+}
+
+impl From<crate::tar::TarError> for ScanError {
+    /// A tar's framing, at the offset the tar reader gives.
+    fn from(e: crate::tar::TarError) -> ScanError {
+        ScanError::at(e.offset(), ScanDetail::Tar(e))
+    }
+}
+
+impl From<crate::tfrecord::TfRecordError> for ScanError {
+    /// A TFRecord's framing, at the offset the reader gives.
+    fn from(e: crate::tfrecord::TfRecordError) -> ScanError {
+        ScanError::at(e.offset(), ScanDetail::TfRecord(e))
+    }
+}
+
+/// What a scan found wrong (see [`ScanError`] for where).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ScanDetail {
+    /// Reading the file failed.
+    #[error("{0}")]
+    Read(#[from] io::Error),
+    /// Bytes that cannot be used (a page header, a kept column's type, ...).
+    #[error("{0}")]
+    Unusable(#[from] crate::Unusable),
+    /// A tar's framing (a header checksum, a member cut short, ...).
+    #[error("{0}")]
+    Tar(crate::tar::TarError),
+    /// The tar ends at a member boundary without its end-of-archive blocks.
+    #[error("{}", crate::tar::CUT)]
+    TarCut,
+    /// A sample of a tar whose members span 4 GiB or more.
+    #[error("sample {key:?} spans {len} bytes (at most 4 GiB)")]
+    SampleTooLarge { key: String, len: u64 },
+    /// A TFRecord's framing (a length or its CRC, a record cut short, ...).
+    #[error("{0}")]
+    TfRecord(crate::tfrecord::TfRecordError),
+    /// A kept JSONL index's statistics.
+    #[error("the statistics do not parse: {0}")]
+    Statistics(serde_json::Error),
+    /// A video's frame index in a JSONL record's key bytes.
+    #[error("a video's frame index passes 4 GiB")]
+    VideoIndexTooLarge,
+    /// A JSONL file's image sizes and video indexes together.
+    #[error("the image sizes and video indexes of the file pass 4 GiB of index")]
+    KeyBytesTooLarge,
+    /// Only a file read front to back gets here.
+    #[error("a Parquet file is not read front to back")]
+    NotSequential,
+    /// The `parquet` crate panicked on the file.
+    #[error(
+        "the Parquet decoder failed ({payload}): the file is damaged or uses what it does not \
+         support"
+    )]
+    DecoderPanicked { payload: String },
+    /// The footer does not read.
+    #[error("not a readable Parquet file: {0}")]
+    NotParquet(::parquet::errors::ParquetError),
+    /// The page headers of a row group's column chunks.
+    #[error("{0}")]
+    RowGroupPages(crate::parquet_pages::RowGroupError),
+    /// What was wrong while one column was looked at (to choose its kind).
+    #[error("column {name:?}: {detail}")]
+    Column {
+        name: String,
+        detail: Box<ScanDetail>,
+    },
+    /// A row group's reader could not be made.
+    #[error("row group {group}: {source}")]
+    RowGroupOpen {
+        group: usize,
+        source: ::parquet::errors::ParquetError,
+    },
+    /// A row group's rows do not decode.
+    #[error("row group {group}: {source}")]
+    RowGroupRead {
+        group: usize,
+        source: arrow_schema::ArrowError,
+    },
+    /// A row group that decodes to more rows than its footer says.
+    #[error("row group {group}: more rows than its {rows}")]
+    MoreRows { group: usize, rows: usize },
+    /// A row group that decodes to fewer rows than its footer says.
+    #[error("row group {group}: {decoded} rows decoded, the footer says {rows}")]
+    RowCount {
+        group: usize,
+        decoded: usize,
+        rows: usize,
+    },
+    /// A row's kept columns do not encode as a record.
+    #[error("row group {group}, row {row}: {source}")]
+    Encode {
+        group: usize,
+        row: usize,
+        source: stokehold_format::RecordError,
+    },
+    /// A column chunk past the file's end.
+    #[error("the column chunk's {len} bytes lie past the file's end")]
+    ChunkPastEnd { len: u64 },
+    /// A column chunk whose pages' rows do not add up to its row group's.
+    #[error("the column chunk's pages hold {pages} rows, its row group {rows}")]
+    PageRows { pages: u64, rows: usize },
+    /// A dictionary-coded data page in a chunk with no dictionary page.
+    #[error("a dictionary-coded page without a dictionary page")]
+    NoDictionary,
+    /// A row's range (its page, from the chunk's start when dictionary-coded) of 4 GiB or more.
+    #[error("a page range of 4 GiB or more")]
+    PageRangeTooLarge,
+}
+
 impl ChooseError {
     /// The error of opening the files under `root`.
     fn at(self, root: &Path) -> FormatError {
@@ -773,11 +911,11 @@ fn scan(
         let place = path.display().to_string();
         jsonl::index_named_files(&*storage, dir.as_deref(), &place, max, &mut ix)
     });
-    r.map_err(|(offset, detail)| FormatError::Corrupt {
+    r.map_err(|e| FormatError::Corrupt {
         path,
         what: format!("{} file", format.name()),
-        offset,
-        detail,
+        offset: e.offset,
+        detail: e.detail.to_string(),
     })?;
     Ok(ix)
 }
@@ -787,13 +925,13 @@ fn scan_with(
     format: InPlaceFormat,
     max: u64,
     ix: &mut FileIndex,
-) -> Result<(), (u64, String)> {
+) -> Result<(), ScanError> {
     match format {
         InPlaceFormat::TfRecord => tfrecord::scan(r, max, ix),
         InPlaceFormat::WebDataset => webdataset::scan(r, max, ix),
         InPlaceFormat::Jsonl => jsonl::scan(r, max, ix),
         // read by random access from its footer ([`scan`]), never front to back
-        InPlaceFormat::Parquet => Err((0, "a Parquet file is not read front to back".into())),
+        InPlaceFormat::Parquet => Err(ScanError::at(0, ScanDetail::NotSequential)),
     }
 }
 
@@ -1211,5 +1349,45 @@ mod tests {
         );
         assert_eq!(InPlaceFormat::of_name("train-00000-of-01024"), None);
         assert_eq!(InPlaceFormat::parse("tar"), Some(InPlaceFormat::WebDataset));
+    }
+
+    /// A scan's typed error says, to the byte, what the scanners' hand-made messages said (the
+    /// `detail` of the `FormatError::Corrupt` a user reads).
+    #[test]
+    fn a_scan_error_says_what_the_hand_made_message_said() {
+        let said = |d: ScanDetail| ScanError::at(9, d).to_string();
+        assert_eq!(
+            said(ScanDetail::RowCount {
+                group: 2,
+                decoded: 5,
+                rows: 6
+            }),
+            "row group 2: 5 rows decoded, the footer says 6"
+        );
+        assert_eq!(
+            said(ScanDetail::DecoderPanicked {
+                payload: "index out of bounds".into()
+            }),
+            "the Parquet decoder failed (index out of bounds): the file is damaged or uses what \
+             it does not support"
+        );
+        assert_eq!(
+            said(ScanDetail::SampleTooLarge {
+                key: "s1".into(),
+                len: 1 << 32
+            }),
+            "sample \"s1\" spans 4294967296 bytes (at most 4 GiB)"
+        );
+        assert_eq!(
+            said(ScanDetail::PageRows { pages: 3, rows: 4 }),
+            "the column chunk's pages hold 3 rows, its row group 4"
+        );
+        assert_eq!(
+            said(ScanDetail::Unusable(crate::Unusable(
+                "a page header cut short".into()
+            ))),
+            "a page header cut short"
+        );
+        assert_eq!(ScanError::at(9, ScanDetail::NoDictionary).offset, 9);
     }
 }

@@ -39,7 +39,7 @@ use stokehold_format::{
 
 use super::index::{DAMAGED, FileIndex, Member};
 use super::pages::{DecodedRows, PageCache, PageKey};
-use super::{Rows, Scanned, StorageReader};
+use super::{Rows, ScanDetail, ScanError, Scanned, StorageReader};
 use crate::parquet_pages::{
     MAX_PAGE_BYTES, MAX_PAGE_HEADER, PageHead, PageKind, Thrift, check_chunk, check_page,
     check_row_group,
@@ -138,10 +138,10 @@ impl StorageChunks {
         roots: &[usize],
         except: Option<usize>,
         max: u64,
-    ) -> Result<(), (u64, String)> {
+    ) -> Result<(), ScanError> {
         let read = |at: u64, n: usize| self.read(at, n).map_err(std::io::Error::other);
         check_row_group(md, (g, roots, except), self.size, read, max)
-            .map_err(|(at, e)| (at, e.to_string()))
+            .map_err(|(at, e)| ScanError::at(at, ScanDetail::RowGroupPages(e)))
     }
 }
 
@@ -227,17 +227,20 @@ pub(super) fn scan(
     size: u64,
     max: u64,
     ix: &mut FileIndex,
-) -> Result<(), (u64, String)> {
+) -> Result<(), ScanError> {
     let chunks = StorageChunks { storage, size };
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scan_file(&chunks, max, ix)))
-        .unwrap_or_else(|p| Err((0, panic_text(p.as_ref()))))
+        .unwrap_or_else(|p| {
+            let payload = crate::sources::parquet::panic_payload(p.as_ref());
+            Err(ScanError::at(0, ScanDetail::DecoderPanicked { payload }))
+        })
 }
 
-fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(), ScanError> {
     let footer = size_of_footer(chunks);
     let options = ArrowReaderOptions::new().with_skip_arrow_metadata(true);
     let meta = ArrowReaderMetadata::load(chunks, options)
-        .map_err(|e| (footer, format!("not a readable Parquet file: {e}")))?;
+        .map_err(|e| ScanError::at(footer, ScanDetail::NotParquet(e)))?;
     let md = meta.metadata();
     let descr = md.file_metadata().schema_descr();
     let features = hf_features(&meta);
@@ -254,7 +257,16 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             _ if name.starts_with("__index_level_") => Err("a pandas index".to_string()),
             Some(k @ (Kind::Bytes | Kind::BytesList)) => match first_rows(md)
                 .map_or(Ok(()), |g| chunks.check_pages(md, g, &[root], None, max))
-                .map_err(|(at, e)| (at, format!("column {name:?}: {e}")))
+                .map_err(|e| {
+                    let detail = Box::new(e.detail);
+                    ScanError::at(
+                        e.offset,
+                        ScanDetail::Column {
+                            name: name.into(),
+                            detail,
+                        },
+                    )
+                })
                 .map(|()| {
                     // first values that do not decode (a damaged page: its rows are named when
                     // the pages are walked below) leave the name to say what the column holds
@@ -352,7 +364,7 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
     let kept: Vec<usize> = (0..stats.columns.len())
         .filter(|&j| large.is_none_or(|(_, l, _)| l != j))
         .collect();
-    let kept_schema = kept_schema(&stats, &kept).map_err(|e| (footer, e.0))?;
+    let kept_schema = kept_schema(&stats, &kept).map_err(|e| ScanError::at(footer, e))?;
     let mut encoder = RecordEncoder::new(3);
     let mut path_only_rows = 0u64;
     let mut record = Vec::new();
@@ -407,15 +419,19 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                 .with_projection(ProjectionMask::roots(meta.parquet_schema(), wanted))
                 .with_batch_size(SCAN_BATCH)
                 .build()
-                .map_err(|e| (rg_offset, format!("row group {g}: {e}")))?;
+                .map_err(|source| {
+                    ScanError::at(rg_offset, ScanDetail::RowGroupOpen { group: g, source })
+                })?;
         let mut row = 0usize;
         for batch in reader {
-            let batch = batch.map_err(|e| (rg_offset, format!("row group {g}: {e}")))?;
+            let batch = batch.map_err(|source| {
+                ScanError::at(rg_offset, ScanDetail::RowGroupRead { group: g, source })
+            })?;
             for i in 0..batch.num_rows() {
                 if row >= rows {
-                    return Err((
+                    return Err(ScanError::at(
                         rg_offset,
-                        format!("row group {g}: more rows than its {rows}"),
+                        ScanDetail::MoreRows { group: g, rows },
                     ));
                 }
                 let (entry, k, page_bad) = places[row];
@@ -473,7 +489,14 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
                     None => {
                         encoder
                             .encode(&kept_schema, &values, &mut record)
-                            .map_err(|e| (rg_offset, format!("row group {g}, row {row}: {e}")))?;
+                            .map_err(|source| {
+                                let detail = ScanDetail::Encode {
+                                    group: g,
+                                    row,
+                                    source,
+                                };
+                                ScanError::at(rg_offset, detail)
+                            })?;
                         key.extend_from_slice(&bitmap);
                         key.extend_from_slice(&record);
                         &[]
@@ -495,9 +518,13 @@ fn scan_file(chunks: &StorageChunks, max: u64, ix: &mut FileIndex) -> Result<(),
             }
         }
         if row != rows {
-            return Err((
+            return Err(ScanError::at(
                 rg_offset,
-                format!("row group {g}: {row} rows decoded, the footer says {rows}"),
+                ScanDetail::RowCount {
+                    group: g,
+                    decoded: row,
+                    rows,
+                },
             ));
         }
     }
@@ -611,27 +638,26 @@ fn pages(
     chunk: &ColumnChunkMetaData,
     rows: usize,
     max: u64,
-) -> Result<Vec<RowPlace>, (u64, String)> {
+) -> Result<Vec<RowPlace>, ScanError> {
     let (start, len) = chunk.byte_range();
     let end = start
         .checked_add(len)
         .filter(|&e| e <= chunks.size)
-        .ok_or((
-            start,
-            format!("the column chunk's {len} bytes lie past the file's end"),
-        ))?;
+        .ok_or(ScanError::at(start, ScanDetail::ChunkPastEnd { len }))?;
     let mut r = Sequential::new(chunks, start, end);
     let mut found = Vec::new();
     let mut dictionary: Option<(u64, bool)> = None;
     while r.pos < end {
         let at = r.pos;
-        let head: PageHead = r.header().map_err(|e| (at, e.0))?;
-        check_page(&head, chunk.compression(), end - r.pos, max).map_err(|e| (at, e.0))?;
+        let head: PageHead = r.header().map_err(|e| ScanError::at(at, e))?;
+        check_page(&head, chunk.compression(), end - r.pos, max)
+            .map_err(|e| ScanError::at(at, e))?;
         let body = r.pos;
-        r.skip(head.compressed_size as u64).map_err(|e| (at, e.0))?;
+        r.skip(head.compressed_size as u64)
+            .map_err(|e| ScanError::at(at, e))?;
         // the writer's own checksum of the page, when it stored one
         let bad = match head.crc {
-            Some(c) => r.crc32(body, r.pos).map_err(|e| (at, e.0))? != c,
+            Some(c) => r.crc32(body, r.pos).map_err(|e| ScanError::at(at, e))? != c,
             None => false,
         };
         match head.kind {
@@ -651,9 +677,9 @@ fn pages(
     }
     let total: u64 = found.iter().map(|p| p.rows).sum();
     if total != rows as u64 {
-        return Err((
+        return Err(ScanError::at(
             start,
-            format!("the column chunk's pages hold {total} rows, its row group {rows}"),
+            ScanDetail::PageRows { pages: total, rows },
         ));
     }
     // CRCs: the dictionary-coded pages' ranges all start at the chunk's start, so one running
@@ -664,16 +690,13 @@ fn pages(
         let (lo, k0, bad) = match (p.dictionary_coded, dictionary) {
             (true, Some((d, dict_bad))) => (d, 0, p.bad || dict_bad),
             (true, None) => {
-                return Err((
-                    p.start,
-                    "a dictionary-coded page without a dictionary page".into(),
-                ));
+                return Err(ScanError::at(p.start, ScanDetail::NoDictionary));
             }
             _ => (p.start, first_row, p.bad),
         };
         let len = u32::try_from(p.end - lo)
-            .map_err(|_| (lo, "a page range of 4 GiB or more".to_string()))?;
-        let crc = r.crc(lo, p.end).map_err(|e| (lo, e.0))?;
+            .map_err(|_| ScanError::at(lo, ScanDetail::PageRangeTooLarge))?;
+        let crc = r.crc(lo, p.end).map_err(|e| ScanError::at(lo, e))?;
         let entry = IndexEntry {
             offset: lo,
             len,

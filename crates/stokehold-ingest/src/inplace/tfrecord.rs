@@ -15,7 +15,7 @@ use stokehold_format::ImageCodec;
 
 use super::example_view::{FeatureView, feature};
 use super::index::{DAMAGED, FileIndex, Member};
-use super::{Rows, Scanned};
+use super::{Rows, ScanError, Scanned};
 use crate::example::decode_example;
 use crate::sources::tfrecord::{ListKind, Stats, observe, observe_one};
 use crate::tfrecord::{TfRecordError, TfRecordReader};
@@ -88,8 +88,8 @@ pub(super) fn scan_slice(
     max: u64,
     ix: &mut FileIndex,
     threads: usize,
-) -> Result<(), (u64, String)> {
-    let records = framing(all, max).map_err(|e| (e.offset(), e.to_string()))?;
+) -> Result<(), ScanError> {
+    let records = framing(all, max)?;
     let threads = threads.clamp(1, records.len().max(1));
     let per = records.len().div_ceil(threads.max(1)).max(1);
     let parts: Vec<(FileIndex, TfStats)> = std::thread::scope(|s| {
@@ -184,7 +184,7 @@ fn index_records(all: &[u8], records: &[(usize, usize)]) -> (FileIndex, TfStats)
 /// whose data CRC fails, or that is no Example, is kept marked damaged (reading it is an error
 /// naming it); broken framing (a bad length CRC, a cut record) is an error: what follows cannot
 /// be trusted.
-pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), ScanError> {
     let mut reader = TfRecordReader::new(r, max.min(u64::from(u32::MAX)));
     let mut stats = TfStats::default();
     let mut buf = Vec::new();
@@ -229,7 +229,7 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
                 };
                 ix.push(entry, &[damaged()], b"");
             }
-            Err(e) => return Err((e.offset(), e.to_string())),
+            Err(e) => return Err(e.into()),
         }
     }
     stats.conflicts.sort();

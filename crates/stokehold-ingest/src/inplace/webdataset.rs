@@ -19,7 +19,7 @@ use stokehold_format::{
 };
 
 use super::index::{FileIndex, Member};
-use super::{Rows, Scanned};
+use super::{Rows, ScanDetail, ScanError, Scanned};
 use crate::sources::webdataset::{field_type, image_item, is_pickle, split_name};
 use crate::tar::{EntryKind, TarLimits, TarReader};
 
@@ -58,7 +58,7 @@ type Gathered = (String, u64, u64, Option<(u32, u32)>);
 
 /// Index the tar read by `r` into `ix`. A damaged archive (a bad header checksum, a cut member)
 /// is an error at its byte offset.
-pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), ScanError> {
     let reader = TarReader::new(r, limits(max));
     scan_with(reader, ix, |reader, crc, mut head| {
         reader.read_data_with(|chunk| {
@@ -73,7 +73,7 @@ pub(super) fn scan(r: impl Read, max: u64, ix: &mut FileIndex) -> Result<(), (u6
 
 /// [`scan`] of a tar whose bytes are all in memory (a mapped file): each member's data is
 /// checksummed where it lies.
-pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), (u64, String)> {
+pub(super) fn scan_slice(all: &[u8], max: u64, ix: &mut FileIndex) -> Result<(), ScanError> {
     let reader = TarReader::new(all, limits(max));
     scan_with(reader, ix, |reader, crc, head| {
         reader.read_data_slice().map(|data| {
@@ -102,7 +102,7 @@ fn scan_with<R: Read>(
         &mut u32,
         Option<&mut Vec<u8>>,
     ) -> Result<(), crate::tar::TarError>,
-) -> Result<(), (u64, String)> {
+) -> Result<(), ScanError> {
     let mut head = Vec::new();
     let mut stats = TarStats::default();
     let mut current: Option<Gathering> = None;
@@ -111,7 +111,7 @@ fn scan_with<R: Read>(
         let entry = match reader.next_entry() {
             Ok(Some(e)) => e,
             Ok(None) => break,
-            Err(e) => return Err((e.offset(), e.to_string())),
+            Err(e) => return Err(e.into()),
         };
         match entry.kind {
             EntryKind::Regular => {}
@@ -149,13 +149,12 @@ fn scan_with<R: Read>(
         // size)
         let image = image_item(&ext).is_some();
         head.clear();
-        data(&mut reader, &mut g.crc, image.then_some(&mut head))
-            .map_err(|e| (e.offset(), e.to_string()))?;
+        data(&mut reader, &mut g.crc, image.then_some(&mut head))?;
         let size = image.then(|| stokehold_format::image_size::image_size(&head).unwrap_or((0, 0)));
         g.members.push((ext, entry.data_offset, entry.size, size));
     }
     if let Some(at) = reader.cut_at() {
-        return Err((at, crate::tar::CUT.into()));
+        return Err(ScanError::at(at, ScanDetail::TarCut));
     }
     finish(current, ix, &mut stats)?;
     if refused > 3 {
@@ -175,21 +174,16 @@ fn scan_with<R: Read>(
     Ok(())
 }
 
-fn finish(
-    g: Option<Gathering>,
-    ix: &mut FileIndex,
-    stats: &mut TarStats,
-) -> Result<(), (u64, String)> {
+fn finish(g: Option<Gathering>, ix: &mut FileIndex, stats: &mut TarStats) -> Result<(), ScanError> {
     let Some(g) = g else { return Ok(()) };
     let end = g.members.last().map_or(g.start, |(_, o, n, _)| o + n);
     let len = u32::try_from(end - g.start).map_err(|_| {
-        (
+        ScanError::at(
             g.start,
-            format!(
-                "sample {:?} spans {} bytes (at most 4 GiB)",
-                g.key,
-                end - g.start
-            ),
+            ScanDetail::SampleTooLarge {
+                key: g.key.clone(),
+                len: end - g.start,
+            },
         )
     })?;
     let exts: BTreeSet<&str> = g.members.iter().map(|(e, _, _, _)| e.as_str()).collect();
@@ -595,5 +589,35 @@ mod scan_tests {
             index(cut, true).unwrap_err(),
             index(cut, false).unwrap_err()
         );
+    }
+
+    /// A tar cut at a member boundary (no end-of-archive blocks) is refused at that byte, in
+    /// the words it had when the scanners returned an (offset, text) pair: the opener's
+    /// `FormatError::Corrupt` reads as before.
+    #[test]
+    fn a_tar_cut_at_a_member_boundary_is_refused_in_the_same_words() {
+        let mut b = ::tar::Builder::new(Vec::new());
+        let mut h = ::tar::Header::new_ustar();
+        h.set_size(3);
+        h.set_cksum();
+        b.append_data(&mut h, "s1.cls", &b"abc"[..]).unwrap();
+        let mut archive = b.into_inner().unwrap();
+        let end = 512 + 512; // the header, then the data padded to a block
+        archive.truncate(end);
+        for slice in [true, false] {
+            let mut ix = FileIndex::new("webdataset", "t.tar", end as u64, None);
+            let e = if slice {
+                scan_slice(&archive, 1 << 30, &mut ix)
+            } else {
+                scan(&archive[..], 1 << 30, &mut ix)
+            }
+            .unwrap_err();
+            assert_eq!(e.offset, end as u64);
+            assert_eq!(
+                e.to_string(),
+                "the file ends here, at a member boundary, without tar's end-of-archive blocks: \
+                 it was cut (the members after this byte are lost); copy it again"
+            );
+        }
     }
 }
