@@ -131,11 +131,10 @@ def _damaged_copy(tmp_path, ds_dir, value, interval):
     return (copy, *_flip(copy, value, interval))
 
 
-def test_a_damaged_interval_fails_the_clip_that_reads_it_and_no_other(keyint_ds, tmp_path):
-    ds_dir, value, container = keyint_ds
-    copy, at, shard = _damaged_copy(tmp_path, ds_dir, value, interval=1)  # frames 8..16
-    ds = stokehold.Dataset(str(copy))
-    # the middle clip (frames ~48..52) does not touch interval 1: it loads, and is right
+def _middle_loads_and_a_long_clip_fails(ds, container):
+    """With keyframe interval 1 (frames 8..16) of `ds`'s one video damaged: the middle clip
+    (frames ~48..52, not touching it) loads and is right; a clip over frames 5..94 reads it and
+    fails: the error's message."""
     loader = stokehold.Loader(ds, 1, threads=1, seed=0,
                               transforms={"video": [Clip(frames=4, start="uniform")]})
     (batch,) = list(loader)
@@ -143,18 +142,24 @@ def test_a_damaged_interval_fails_the_clip_that_reads_it_and_no_other(keyint_ds,
     assert ts[0] > 1.0
     ref, _ = VideoFile(container).frames_played_at(ts.tolist())
     np.testing.assert_array_equal(batch["video"][0], ref.transpose(0, 3, 1, 2))
-    # a clip over frames 5..94 reads interval 1: the format's checksum error, named
     loader = stokehold.Loader(ds, 1, threads=1, seed=0,
                               transforms={"video": [Clip(frames=90, start="uniform")]})
     with pytest.raises(stokehold.CorruptDataError) as e:
         list(loader)
-    msg = str(e.value)
+    assert e.value.sample_id == 0
+    return str(e.value)
+
+
+def test_a_damaged_interval_fails_the_clip_that_reads_it_and_no_other(keyint_ds, tmp_path):
+    ds_dir, value, container = keyint_ds
+    copy, at, shard = _damaged_copy(tmp_path, ds_dir, value, interval=1)  # frames 8..16
+    ds = stokehold.Dataset(str(copy))
+    msg = _middle_loads_and_a_long_clip_fails(ds, container)
     assert shard in msg and "keyframe interval 1" in msg and "checksum" in msg.lower(), msg
     assert "record 0" in msg, msg
     # the interval's bytes in the shard file hold the damaged byte
     lo, hi = (int(x) for x in msg.split(", bytes ")[1].split(":")[0].split(".."))
     assert lo <= at < hi, msg
-    assert e.value.sample_id == 0
     # two records of the video, the first damaged: with on_error="skip" it is replaced
     two = tmp_path / "two"
     with stokehold.ShardWriter(str(two), [("video", "video"), ("label", "int64")]) as w:
@@ -213,3 +218,87 @@ def test_a_camera_left_out_has_only_its_index_read(keyint_ds, tmp_path):
     stats = loader.stats()
     # per record: both indices and one clip's intervals, far from the two videos' bytes
     assert stats["bytes_read"] / stats["records_read"] < len(value) / 3
+
+
+def _table(tmp_path, container, name="clips.jsonl"):
+    """A JSONL table naming a copy of `container` (a video with a keyframe every 8 frames), read
+    in place: (the table, the copy)."""
+    import json
+
+    root = tmp_path / "inplace"
+    root.mkdir(exist_ok=True)
+    video = root / "v.mp4"
+    shutil.copyfile(container, video)
+    table = root / name
+    table.write_text(json.dumps({"video": "v.mp4", "label": 7}) + "\n")
+    return table, video
+
+
+def test_a_jsonl_table_of_videos_reads_only_the_intervals_of_its_clips(keyint_ds, tmp_path, monkeypatch):
+    """Files read in place too: a clip of a video named by a JSONL table reads the frame index
+    kept at the scan and the keyframe intervals it decodes from the video file, not the file
+    whole; the frames are those of the whole file."""
+    monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(tmp_path / "kept"))
+    _, value, container = keyint_ds
+    _, _, frames, _ = _index(value)
+    table, video = _table(tmp_path, container)
+    size = video.stat().st_size
+    ds = stokehold.Dataset(str(table))
+    timescale = struct.unpack("<I", value[16:20])[0]
+    spec = {"video": [Clip(frames=4, stride=2)]}
+    v = VideoFile(str(video))
+    loader = stokehold.Loader(ds, 1, threads=1, seed=3, transforms=spec)
+    batches, rchar = [], _rchar()
+    for epoch in range(6):
+        loader.set_epoch(epoch)
+        batches.extend(loader)
+    # what the process read (its threads included), the loader's own count aside
+    rchar = _rchar() - rchar
+    for batch in batches:
+        ts = batch["video_timestamps"][0]
+        ref, pts = v.frames_played_at(ts.tolist())
+        np.testing.assert_array_equal(batch["video"][0], ref.transpose(0, 3, 1, 2))
+        np.testing.assert_array_equal(pts, ts)
+        assert list(batch["label"]) == [7]
+    stats = loader.stats()
+    read, records = stats["bytes_read"], stats["records_read"]
+    assert records >= 6  # and the next epoch's clip, read ahead
+    need = 0
+    for epoch in range(records):
+        again = stokehold.Loader(stokehold.Dataset(str(table)), 1, threads=1, seed=3, transforms=spec)
+        again.set_epoch(epoch)
+        ts = next(iter(again))["video_timestamps"][0]
+        need += _interval_bytes(frames, round(ts[0] * timescale), round(ts[-1] * timescale))
+    # the JSONL line (read whole) and the intervals: far from the whole file per clip
+    line = table.stat().st_size
+    assert read <= 1.5 * need + records * line, (read, need)
+    assert rchar <= 1.5 * need + records * line + (64 << 10), (rchar, need)
+    assert rchar < records * size / 3, (rchar, records, size)
+
+
+def _rchar():
+    """Bytes this process has read through read(2)-like calls so far (/proc/self/io)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+    assert read / records < size / 3, (read, records, size)
+
+
+def test_a_damaged_interval_of_a_video_read_in_place_fails_only_the_clips_that_read_it(
+        keyint_ds, tmp_path, monkeypatch):
+    monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(tmp_path / "kept"))
+    _, value, container = keyint_ds
+    _, _, frames, _ = _index(value)
+    table, video = _table(tmp_path, container)
+    ds = stokehold.Dataset(str(table))  # indexed now, before the damage
+    data = bytearray(video.read_bytes())
+    _, _, off, size = frames[1 * KEYINT + 1]  # inside keyframe interval 1 (frames 8..16)
+    data[off + size // 2] ^= 0xFF
+    video.write_bytes(bytes(data))  # the same size: only the interval's checksum tells
+    msg = _middle_loads_and_a_long_clip_fails(ds, container)
+    assert "v.mp4" in msg and "keyframe interval 1" in msg and "line 1" in msg, msg
+    # a file whose size changed: named, as when read whole
+    with open(video, "ab") as f:
+        f.write(b"\0" * 10)
+    with pytest.raises(stokehold.CorruptDataError, match="changed since") as e:
+        list(stokehold.Loader(ds, 1, threads=1, seed=0, transforms={"video": [Clip(frames=4)]}))
+    assert "v.mp4" in str(e.value)

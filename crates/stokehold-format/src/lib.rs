@@ -53,7 +53,7 @@ pub use limits::Limits;
 pub use manifest::{DATASET_VERSION, FORMAT_NAME, MANIFEST_FILE, Manifest, ShardInfo};
 pub use record::{
     ArrayValue, CodecCacheStats, FieldValue, Held, RecordCodec, RecordEncoder, RecordError,
-    RecordFields, RecordView,
+    RecordFields, RecordView, VideoFile,
 };
 pub use schema::{
     Compression, DType, Field, FieldType, ImageCodec, InvalidFieldType, ListItem, Schema,

@@ -409,6 +409,22 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// Field `i` (a `video`) of record `record` as the head of its value and the file that holds
+    /// its container, when the codec reads the value from a file of its own (a JSONL table of
+    /// videos read in place): a reader that needs only some of the container's packets (a clip)
+    /// reads only those ([`VideoFile`]). `None`: the value is read whole by
+    /// [`RecordCodec::field`].
+    fn video_file(
+        &self,
+        record: u64,
+        bytes: &[u8],
+        schema: &Schema,
+        i: usize,
+    ) -> Option<Result<VideoFile, RecordError>> {
+        let _ = (record, bytes, schema, i);
+        None
+    }
+
     /// What the codec keeps of decoded data between reads (Parquet: the decoded pages that the
     /// shards of a dataset share), for statistics; `None` when it keeps nothing.
     fn cache_stats(&self) -> Option<CodecCacheStats> {
@@ -440,6 +456,36 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
             offset: 0,
             detail: "this format holds nothing decoded".into(),
         })
+    }
+}
+
+/// A `video` value whose container is a file of its own ([`RecordCodec::video_file`]): the
+/// value is `head` followed by the file's `size` bytes, as [`RecordCodec::field`] reads it.
+#[derive(Debug, Clone)]
+pub struct VideoFile {
+    /// The value's header and frame index (format.md §3), kept when the file was indexed.
+    pub head: Vec<u8>,
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Its size when it was indexed.
+    pub size: u64,
+    /// The record, field and file in words, for messages (`line 3: key "video": clips/a.mp4`).
+    pub what: String,
+}
+
+impl VideoFile {
+    /// Why a video file of `got` bytes (more than `size` when `got > size`) is not the one
+    /// indexed with `size` bytes.
+    pub fn changed(got: u64, size: u64) -> String {
+        format!(
+            "it is {} bytes, {size} when indexed: it changed since (index the files again: \
+             `stokehold index --rebuild`)",
+            if got > size {
+                format!("more than {size}")
+            } else {
+                got.to_string()
+            }
+        )
     }
 }
 

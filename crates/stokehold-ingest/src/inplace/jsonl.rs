@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use stokehold_format::{
-    FieldValue, IndexEntry, ListTable, RecordCodec, RecordError, Schema, Storage, crc,
+    FieldValue, IndexEntry, ListTable, RecordCodec, RecordError, Schema, Storage, VideoFile, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
@@ -705,14 +705,15 @@ impl JsonlCodec {
         .map_err(|e| format!("key {key:?} {e}").into())
     }
 
-    /// The `video` value of key `key` of `line` (record `record`): the frame index kept at the
-    /// scan, then the bytes of the file it names. An error names the key and the file.
-    fn video_file(
+    /// Where the `video` value of key `key` of `line` (record `record`) is: the frame index kept
+    /// at the scan (the value's head), the file it names and its size then. An error names the
+    /// key and the file.
+    fn video_place(
         &self,
         record: u64,
         line: &[u8],
         key: &str,
-    ) -> Result<FieldValue<'static>, crate::Unusable> {
+    ) -> Result<(&[u8], PathBuf, u64), crate::Unusable> {
         let file = self
             .dir
             .as_deref()
@@ -742,6 +743,19 @@ impl JsonlCodec {
                 self.stats.max
             )));
         }
+        Ok((head, file, size))
+    }
+
+    /// The `video` value of key `key` of `line` (record `record`): the frame index kept at the
+    /// scan, then the bytes of the file it names. An error names the key and the file.
+    fn video_file(
+        &self,
+        record: u64,
+        line: &[u8],
+        key: &str,
+    ) -> Result<FieldValue<'static>, crate::Unusable> {
+        let (head, file, size) = self.video_place(record, line, key)?;
+        let at = |why: String| crate::Unusable(format!("key {key:?}: {}: {why}", file.display()));
         // read straight after the index: one copy of the file's bytes, not two
         let mut value = Vec::with_capacity(head.len() + size as usize);
         value.extend_from_slice(head);
@@ -752,15 +766,7 @@ impl JsonlCodec {
             .map_err(|e| at(e.to_string()))?;
         let got = (value.len() - head.len()) as u64;
         if got != size {
-            return Err(at(format!(
-                "it is {} bytes, {size} when indexed: it changed since (index the files again: \
-                 `stokehold index --rebuild`)",
-                if got > size {
-                    format!("more than {size}")
-                } else {
-                    got.to_string()
-                }
-            )));
+            return Err(at(VideoFile::changed(got, size)));
         }
         Ok(FieldValue::Bytes(value.into()))
     }
@@ -782,6 +788,36 @@ impl RecordCodec for JsonlCodec {
     /// reads more (its files).
     fn fields_apart(&self) -> bool {
         true
+    }
+
+    fn video_file(
+        &self,
+        record: u64,
+        bytes: &[u8],
+        schema: &Schema,
+        i: usize,
+    ) -> Option<Result<VideoFile, RecordError>> {
+        if schema.fields.get(i)?.ty != stokehold_format::FieldType::Video
+            || self.index.damaged(record as usize)
+        {
+            return None; // read as any field (a damaged line: `field` says so)
+        }
+        let (key, _) = &self.fields[i];
+        let corrupt = |detail: String| RecordError::Corrupt {
+            field: i,
+            offset: 0,
+            detail: format!("{}: {detail}", self.line(record)),
+        };
+        Some(
+            self.video_place(record, bytes, key)
+                .map(|(head, path, size)| VideoFile {
+                    head: head.to_vec(),
+                    what: format!("{}: key {key:?}: {}", self.line(record), path.display()),
+                    path,
+                    size,
+                })
+                .map_err(|e| corrupt(e.into())),
+        )
     }
 
     fn field<'a>(

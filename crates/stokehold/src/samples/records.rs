@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stokehold_format::{FieldValue, FormatError, Held};
+use stokehold_format::{FieldValue, FormatError, Held, RecordError, VideoFile};
 use stokehold_storage::Dataset;
 
 use crate::cache::disk::{CacheProgress, DiskCache};
@@ -22,7 +22,7 @@ use crate::samples::{Cache, Layout, Samples, SlotWriter, TaskCtx, TaskIo};
 use crate::stages::{Column, Output, SampleCtx, write_value};
 use crate::state::fingerprint;
 
-use super::video_reads::{PartRead, PartialVideo, plan_range, read_in_part};
+use super::video_reads::{PartRead, PartialVideo, plan_range, read_file_in_part, read_in_part};
 
 // Stage 0 is the read stage, which the engine times (the task's fetch).
 /// Index of the parse stage (record view and field lookup).
@@ -489,6 +489,11 @@ impl Records {
         let mut clock = ws.clock();
         let shard = &ds.shards()[k];
         let schema = ds.schema();
+        // the record's own bytes, for a codec that reads a video from a file of its own
+        let line = match got {
+            Got::Bytes(b) => Some(b),
+            _ => None,
+        };
         let view = match got {
             Got::Bytes(bytes) => {
                 ws.read(bytes.len());
@@ -505,24 +510,63 @@ impl Records {
         let mut stage = STAGE_FIRST_COLUMN;
         let mut parse_time = Duration::ZERO;
         for (c, col) in self.columns.iter().enumerate() {
-            let value = view
-                .field(
-                    schema,
-                    self.field_index[c],
-                    shard.limits().max_decompressed_bytes,
-                )
-                .map_err(|e| sample_err(shard.record_error(local, e)))?;
-            // the other field a stage reads (a synced clip's clock video): its bytes
+            // a video in a file of its own (files in place): read in part ([`read_file_in_part`])
+            let file_video = |f: usize| {
+                let vf = shard.codec()?.video_file(local, line?, schema, f)?;
+                Some(vf.map_err(|e| sample_err(shard.record_error(local, e))))
+            };
+            let in_file = |e: String| {
+                let e = RecordError::Corrupt {
+                    field: self.field_index[c],
+                    offset: 0,
+                    detail: e,
+                };
+                sample_err(shard.record_error(local, e))
+            };
+            // the clip's packets planned as the stage will plan them (a generator of its own)
+            let read_part = |vf: &VideoFile, other: Option<&[u8]>, index_only: bool| {
+                let mut rng = SampleRng::for_sample(cx.seed, cx.epoch, id, c as u64);
+                let mut at = SampleCtx {
+                    id,
+                    seed: cx.seed,
+                    epoch: cx.epoch,
+                    rng: &mut rng,
+                    other,
+                };
+                read_file_in_part(col, vf, &mut at, index_only).map_err(in_file)
+            };
+            // the other field a stage reads (a synced clip's clock video): its bytes (of a
+            // video in a file of its own, only its index: the clock's packets are not decoded)
             let other = match self.other_index[c] {
                 None => None,
-                Some(j) => Some(
-                    view.field(schema, j, shard.limits().max_decompressed_bytes)
+                Some(j) => Some(match file_video(j) {
+                    Some(vf) => FieldValue::Bytes(read_part(&vf?, None, true)?.0.into()),
+                    None => view
+                        .field(schema, j, shard.limits().max_decompressed_bytes)
                         .map_err(|e| sample_err(shard.record_error(local, e)))?,
-                ),
+                }),
             };
             let other_bytes = match &other {
                 Some(FieldValue::Bytes(b)) => Some(&b[..]),
                 _ => None,
+            };
+            let partial = self
+                .partial
+                .as_ref()
+                .is_some_and(|pv| pv.fields.contains(&self.field_index[c]));
+            let value = match file_video(self.field_index[c]).filter(|_| partial) {
+                Some(vf) => {
+                    let (buf, read) = read_part(&vf?, other_bytes, false)?;
+                    ws.read(read);
+                    FieldValue::Bytes(buf.into())
+                }
+                None => view
+                    .field(
+                        schema,
+                        self.field_index[c],
+                        shard.limits().max_decompressed_bytes,
+                    )
+                    .map_err(|e| sample_err(shard.record_error(local, e)))?,
             };
             ws.lap_into(&mut parse_time, STAGE_PARSE, id, &mut clock);
             let mut rng = SampleRng::for_sample(cx.seed, cx.epoch, id, c as u64);

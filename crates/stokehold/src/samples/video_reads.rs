@@ -17,7 +17,7 @@
 //! A video without interval checksums (an index of version 1) is read whole.
 
 use stokehold_format::video::{FLAG_INTERVAL_CRCS, HEAD, Intervals, parse_video};
-use stokehold_format::{FieldType, FormatError, ShardReader, crc};
+use stokehold_format::{FieldType, FormatError, ShardReader, VideoFile, crc};
 
 use crate::rng::SampleRng;
 use crate::stages::{Column, SampleCtx};
@@ -340,6 +340,80 @@ pub fn read_in_part(
     }
     let read = r.read;
     Ok(PartRead::Part(r.buf, read))
+}
+
+/// A `video` value whose container is a file of its own (a JSONL table of videos read in place:
+/// [`VideoFile`]), read in part for column `col` of sample `ctx`: its head (kept at the scan),
+/// then only the keyframe intervals holding the packets the column's clip decodes (each checked
+/// against its CRC-32C in the index); the value at its full length, the bytes not read zero, and
+/// the bytes read. With `index_only` (a clip's clock), only the head. A video without interval
+/// checksums, or a clip that cannot be planned (its stage then says why), is read whole. Errors
+/// name the line, key and file (`vf.what`).
+pub fn read_file_in_part(
+    col: &Column,
+    vf: &VideoFile,
+    ctx: &mut SampleCtx<'_>,
+    index_only: bool,
+) -> Result<(Vec<u8>, usize), String> {
+    use std::os::unix::fs::FileExt;
+    let at = |why: String| format!("{}: {why}", vf.what);
+    let h = vf.head.len();
+    let size = usize::try_from(vf.size).map_err(|_| at("too large for this machine".into()))?;
+    // zeroed: the pages not written are never touched (nor committed)
+    let mut buf = vec![0u8; h + size];
+    buf[..h].copy_from_slice(&vf.head);
+    if index_only {
+        return Ok((buf, 0));
+    }
+    let file = std::fs::File::open(&vf.path).map_err(|e| at(e.to_string()))?;
+    let len = file.metadata().map_err(|e| at(e.to_string()))?.len();
+    if len != vf.size {
+        return Err(at(VideoFile::changed(len, vf.size)));
+    }
+    let read_at = |buf: &mut [u8], lo: usize, hi: usize| {
+        file.read_exact_at(&mut buf[h + lo..h + hi], lo as u64)
+            .map_err(|e| at(format!("bytes {lo}..{hi}: {e}")))
+    };
+    let planned = parse_video(&buf).ok().and_then(|v| {
+        let intervals = v.intervals?;
+        let ranges = col.transforms.first()?.packet_ranges(&buf, ctx).ok()?;
+        Some((intervals, ranges))
+    });
+    let Some((intervals, ranges)) = planned else {
+        read_at(&mut buf, 0, size)?;
+        return Ok((buf, size));
+    };
+    // the container starts right after the head: file offset = container offset
+    let mut wanted = intervals.covering(&ranges);
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut read = 0usize;
+    for (a, b) in intervals.frames_of(&wanted) {
+        // decode-index ranges of adjacent intervals: their bytes are adjacent too
+        let lo = intervals.spans.iter().find(|s| s.first == a);
+        let hi = intervals.spans.iter().rev().find(|s| s.end == b);
+        if let (Some(lo), Some(hi)) = (lo, hi) {
+            let (lo, hi) = (lo.lo as usize, (hi.hi as usize).min(size));
+            if lo < hi {
+                read_at(&mut buf, lo, hi)?;
+                read += hi - lo;
+            }
+        }
+    }
+    for &j in &wanted {
+        let s = intervals.spans[j];
+        let (a, b) = (h + s.lo as usize, (h + s.hi as usize).min(buf.len()));
+        let computed = crc::crc32c(&buf[a..b]);
+        if computed != s.crc {
+            return Err(at(format!(
+                "keyframe interval {j} (frames {}..{} in decode order, bytes {}..{} of the \
+                 file): CRC-32C {computed:08x}, {:08x} when indexed (the file changed or is \
+                 damaged: `stokehold index --rebuild`)",
+                s.first, s.end, s.lo, s.hi, s.crc
+            )));
+        }
+    }
+    Ok((buf, read))
 }
 
 /// The record's CRC-32C from the bytes read and, for the parts of its containers not read, the
