@@ -46,6 +46,21 @@ def test_other_negative_ints_name_their_option(ds):
         loader.set_epoch(-1)
 
 
+def test_a_rank_outside_the_world_is_refused_naming_rank_world_size_and_the_range(ds, monkeypatch):
+    # the engine's check (LoaderConfig::validate), for every front, and for RANK / WORLD_SIZE
+    # from the environment too
+    for rank in (2, 5):
+        expected = rf"^invalid configuration: rank {rank} is out of range for world_size 2: ranks are numbered 0 to world_size - 1$"
+        with pytest.raises(ConfigError, match=expected):
+            Loader(ds, 2, rank=rank, world_size=2)
+        with pytest.raises(ConfigError, match=expected):
+            SequenceLoader(ds, 8, 2, rank=rank, world_size=2)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"^invalid configuration: rank 3 is out of range for world_size 2: "):
+        Loader(ds, 2)
+
+
 @pytest.mark.parametrize(
     "make, given",
     [
