@@ -20,6 +20,11 @@ system), their ratio, clips per second, and stokehold's bytes read per clip agai
 the keyframe intervals the clips touch (the packets from the keyframe at or before a clip's first
 frame to the frame before the keyframe after its last one).
 
+With ``--in-place``, stokehold reads the videos where they are instead of packed: a JSONL table
+naming each video file (``{"video": "all/v000.mp4", "name": "v000"}``), each file's frame index
+made at the table's first scan and kept; a clip reads the kept index and its keyframe intervals
+from the file.
+
 With ``--lerobot``, instead: a LeRobot-layout dataset (v3.0, 3 cameras of the same videos at
 480p, episodes one after another in each camera's file, a step table with pyarrow), loaded by
 stokehold's Loader with 1 camera asked for against all 3, and against LeRobot's own way (a torch
@@ -178,13 +183,14 @@ def bench_stokehold(ds_dir: str, src: str, args) -> dict:
     while clips < args.clips:
         loader.set_epoch(epoch)
         for b in loader:
-            for k in range(len(b["path"])):
-                path = b["path"][k]
+            names = b["path"] if "path" in b else [f"all/{n}.mp4" for n in b["name"]]
+            for k in range(len(names)):
+                path = names[k]
                 if path not in videos:
                     videos[path] = VideoFile(os.path.join(src, path))
                 ts = b["video_timestamps"][k]
                 interval_bytes += keyframe_interval_bytes(videos[path], ts[0], ts[-1])
-            clips += len(b["path"])
+            clips += len(names)
             if clips >= args.clips:
                 break
         epoch += 1
@@ -403,10 +409,14 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2, help="stokehold threads = DataLoader workers")
     ap.add_argument("--skip-torchcodec", action="store_true")
+    ap.add_argument("--in-place", action="store_true",
+                    help="stokehold reads the video files in place (a JSONL table naming them), not packed")
     ap.add_argument("--tiny", action="store_true", help="a smoke run: 2 short 480p videos, 8 clips")
     ap.add_argument("--lerobot", action="store_true",
                     help="a LeRobot-layout dataset of 3 cameras (--videos episodes of --min-seconds): 1 camera vs 3")
     args = ap.parse_args()
+    if args.in_place and args.pack_keyint:
+        sys.exit("error: --in-place reads the videos as they are: --pack-keyint re-encodes them in a pack")
     if args.tiny:
         args.sets, args.videos, args.min_seconds, args.max_seconds, args.clips, args.batch = "480p", 2, 2, 3, 8, 4
     if args.lerobot:
@@ -421,6 +431,13 @@ def main():
     report = {}
     for name in args.sets.split(","):
         ds, src = make_set(args.work, name, args)
+        if args.in_place:
+            ds = os.path.join(src, "clips.jsonl")
+            with open(ds, "w") as f:
+                for v in sorted(os.listdir(os.path.join(src, "all"))):
+                    if v.endswith(".mp4"):
+                        # (a "path" key naming the file would be a second video field)
+                        f.write(json.dumps({"video": f"all/{v}", "name": v[:-4]}) + "\n")
         row = {"stokehold": bench_stokehold(ds, src, args)}
         if not args.skip_torchcodec:
             row["torchcodec"] = bench_torchcodec(src, args)
@@ -429,7 +446,8 @@ def main():
             )
         report[name] = row
         print(name, json.dumps(row, indent=1), flush=True)
-    print(json.dumps({"content": args.content, "keyint": args.keyint or "default", "pack_keyint": args.pack_keyint, "threads": args.threads,
+    print(json.dumps({"content": args.content, "keyint": args.keyint or "default", "pack_keyint": args.pack_keyint,
+                      "in_place": args.in_place, "threads": args.threads,
                       "sets": report}))
 
 

@@ -623,6 +623,11 @@ impl WorkerStats<'_> {
         self.records += 1;
     }
 
+    /// `n` more bytes of the record counted last (a value read from a file of its own).
+    pub(crate) fn read_more(&mut self, n: usize) {
+        self.bytes += n as u64;
+    }
+
     /// Add everything since the last flush into the collector.
     pub(crate) fn flush(&mut self) {
         let c = self.collector;

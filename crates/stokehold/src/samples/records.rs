@@ -557,7 +557,7 @@ impl Records {
             let value = match file_video(self.field_index[c]).filter(|_| partial) {
                 Some(vf) => {
                     let (buf, read) = read_part(&vf?, other_bytes, false)?;
-                    ws.read(read);
+                    ws.read_more(read);
                     FieldValue::Bytes(buf.into())
                 }
                 None => view
