@@ -41,8 +41,10 @@ const LOOKAHEAD_TAIL: &str = r"|\s+(?!\S)|\s+";
 /// Pieces at most this long have their merges cached (longer ones are rare and merged anew).
 const CACHED_PIECE: usize = 64;
 
-/// Entries of one thread's cache of one tokenizer before it is emptied.
-const CACHE_ENTRIES: usize = 1 << 16;
+/// Entries of one thread's cache of one tokenizer before it is emptied: at most a few MiB a
+/// loader thread (pieces of at most 64 bytes); natural text repeats its common words well
+/// within it.
+const CACHE_ENTRIES: usize = 1 << 15;
 
 /// A distinct number per encoder, the key of its per-thread cache.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
