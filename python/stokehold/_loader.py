@@ -672,8 +672,7 @@ class Loader(_Front):
                 raise ConfigError("transforms on a LeRobot dataset's features are not supported yet")
         else:
             dataset = _open_dataset(dataset, o.pop("storage_options"))
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
+        batch_size = _int("batch_size", batch_size, 1, _U32, "a positive int (at most 2**32 - 1)")
         mode = _shuffle_mode(shuffle)
         if o["shuffle_window"] is not None and mode != "shard_block":
             raise ConfigError('shuffle_window only applies to shuffle="shard_block"')

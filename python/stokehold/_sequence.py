@@ -18,9 +18,8 @@ __all__ = ["SequenceLoader"]
 
 
 def _positive(name: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ConfigError(f"{name} must be a positive int, got {v!r}")
-    return v
+    """``v`` as a Python int from 1 to 2**32 - 1 (numpy integers accepted)."""
+    return _int(name, v, 1, _U32, "a positive int (at most 2**32 - 1)")
 
 
 class SequenceLoader(_Front):
@@ -180,8 +179,8 @@ class SequenceLoader(_Front):
             raise ConfigError(f'dtype must be "int32" or "int64", got {dtype!r}')
         if not isinstance(shuffle, bool):
             raise ConfigError(f"shuffle must be True or False, got {shuffle!r}")
-        _positive("seq_len", seq_len)
-        _positive("batch_size", batch_size)
+        seq_len = _positive("seq_len", seq_len)
+        batch_size = _positive("batch_size", batch_size)
         o["pad_id"] = _int("pad_id", pad_id, 0, _U32, "a token id, an int from 0 to 2**32 - 1")
         loader_config, disk = _shared_config(o, batch_size, "global" if shuffle else "sequential")
         if o["max_len"] is None:
@@ -229,8 +228,8 @@ class SequenceLoader(_Front):
         for name, default in (("max_len", None), ("bucket", 1), ("dtype", "int32"), ("cache_dir", None)):
             if o[name] != default:
                 raise ConfigError(f'{name} is not an option of packing="whole" (leave it at {default!r})')
-        _positive("seq_len", seq_len)
-        _positive("batch_size", batch_size)
+        seq_len = _positive("seq_len", seq_len)
+        batch_size = _positive("batch_size", batch_size)
         if not isinstance(o["shuffle"], bool):
             raise ConfigError(f"shuffle must be True or False, got {o['shuffle']!r}")
         pad_id = _int("pad_id", o["pad_id"], 0, 2**31 - 1, "a token id, an int from 0 to 2**31 - 1")

@@ -200,3 +200,21 @@ def test_a_prefetch_or_budget_that_could_take_the_machine_down_is_refused_with_t
     # as larger than the dataset)
     with pytest.raises(ConfigError, match=r"one batch of 1000000 samples would take about .* give a smaller batch_size"):
         Loader(ds, 1_000_000, drop_last=False, transforms={"blob": [RandomResizedCrop(1024)]})
+
+
+def test_batch_size_and_seq_len_take_numpy_ints_and_refuse_what_does_not_fit_by_name(tmp_path):
+    """numpy integers are ints (as rank, world_size and seed take them); a bool, a float, zero or
+    a value past 2**32 - 1 is refused naming the option and the value, before the engine."""
+    ds = write(tmp_path / "ds", 16)
+    batch = next(iter(Loader(ds, np.int64(4), rank=0, world_size=1)))
+    assert len(batch["label"]) == 4
+    fronts = {
+        "batch_size": lambda b: Loader(ds, b, rank=0, world_size=1),
+        "batch_size ": lambda b: SequenceLoader(ds, 8, b, rank=0, world_size=1),
+        "seq_len": lambda b: SequenceLoader(ds, b, 4, rank=0, world_size=1),
+    }
+    for name, front in fronts.items():
+        for bad in (0, -1, 1.5, True, "8", 2**32, 2**64):
+            with pytest.raises(ConfigError) as e:
+                front(bad)
+            assert str(e.value) == f"{name.strip()} must be a positive int (at most 2**32 - 1), got {bad!r}"
