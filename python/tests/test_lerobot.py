@@ -316,6 +316,63 @@ def test_batches_are_the_same_for_the_same_seed_whatever_the_thread_count(robot)
     assert [list(x) for x in rest] == [list(x["id"]) for x in a[1:len(a) // 2]]
 
 
+def test_video_indexes_are_kept_and_made_again_only_for_a_changed_file(tmp_path, monkeypatch):
+    """Each video file's frame index is kept under $STOKEHOLD_INDEX_DIR/videos (one file per
+    video) and used by later opens while the video is unchanged: the camera's `hits` count the
+    files whose kept index was used instead of parsing their `moov` box again. A video with a new
+    modification time is indexed again (its kept file replaced); a damaged kept file is a miss."""
+    import os
+
+    root = tmp_path / "v21"
+    where = make_v21(root)
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(kept))
+
+    def run():
+        loader = stokehold.Loader(str(root), 4, shuffle=False, drop_last=False, include_ids=True,
+                                  fields=[FRONT, "action"])
+        batches = [{k: v.copy() for k, v in b.items()} for b in loader]
+        return batches, loader.stats()["caches"][f"video:{FRONT}"]
+
+    def files():
+        return {p.name: p.read_bytes() for p in (kept / "videos").iterdir()}
+
+    def same(a, b):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            assert x.keys() == y.keys()
+            for k in x:
+                assert np.array_equal(x[k], y[k]), k
+
+    n = len(LENGTHS)
+    first, stats = run()
+    assert (stats["entries"], stats["hits"]) == (n, 0)
+    made = files()
+    assert len(made) == n  # one per video of the camera asked for (the others never opened)
+    second, stats = run()
+    assert (stats["entries"], stats["hits"]) == (n, n)
+    assert files() == made
+    same(first, second)
+    # a video with a new modification time: indexed again, its kept file replaced, the others used
+    video = where[FRONT, 1][0]
+    st = video.stat()
+    os.utime(video, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    third, stats = run()
+    assert (stats["entries"], stats["hits"]) == (n, n - 1)
+    now = files()
+    assert now.keys() == made.keys()
+    assert sum(now[k] != made[k] for k in made) == 1
+    same(first, third)
+    # damaged, cut or foreign kept files are misses: indexed again, kept again, the same batches
+    for i, (name, data) in enumerate(sorted(now.items())):
+        bad = [bytes(len(data)), data[: len(data) // 2], data[:-1] + bytes([data[-1] ^ 1])][i % 3]
+        (kept / "videos" / name).write_bytes(bad)
+    fourth, stats = run()
+    assert (stats["entries"], stats["hits"]) == (n, 0)
+    assert files() == now
+    same(first, fourth)
+
+
 def test_bad_layouts_name_the_file(tmp_path):
     root = tmp_path / "bad"
     make_v21(root)

@@ -13,6 +13,9 @@
 //!   then a 32-byte footer that locates the index (opened from its end, as a shard).
 //! - [`seal_counts`] / [`parse_counts`]: kept token counts of packed conversations (`.skcc`), a
 //!   sealed container of a JSON header naming what they count, then one `u32` per sample.
+//! - [`seal_video_index`] / [`parse_video_index`]: the kept frame index of a video file read in
+//!   place (`.skvi`), a sealed container of a JSON header naming the file (its key) and the
+//!   index's fields, then the codec's extradata and one 33-byte entry per frame.
 
 use std::ops::Range;
 
@@ -94,6 +97,9 @@ pub enum ContainerError {
     /// An index entry points outside the pixels.
     #[error("index entry {0} points outside the pixels")]
     EntryOutside(u64),
+    /// A kept video index whose fields are not an index's.
+    #[error("its video index is not valid: {0}")]
+    VideoIndex(String),
 }
 
 /// The result of parsing a container.
@@ -263,6 +269,130 @@ pub fn parse_counts(bytes: &[u8]) -> ContainerResult<(CountsHeader, Vec<u32>)> {
         });
     }
     Ok((header, counts))
+}
+
+/// The magic of a kept video frame index ([`seal_video_index`]).
+pub const VIDEO_INDEX_MAGIC: &[u8; 8] = b"SKHVIX\0\x01";
+
+/// What a kept video index is of, and its fields but the tables: the key of the file (its
+/// path, size and modification time, as its keeper makes it) and the sizes of the extradata
+/// and of the frame table that follow the header.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VideoIndexHeader {
+    /// The file's key.
+    pub key: String,
+    /// The container ([`crate::video::CONTAINER_MP4`] or [`crate::video::CONTAINER_MATROSKA`]).
+    pub container: u8,
+    /// The codec's four-character code.
+    pub codec: [u8; 4],
+    /// Ticks per second (at least 1).
+    pub timescale: u32,
+    /// Width in pixels.
+    pub width: u16,
+    /// Height in pixels.
+    pub height: u16,
+    /// Bytes of the codec's extradata.
+    pub extradata: u64,
+    /// Frames (at least one), [`crate::video::FRAME_BYTES`] each.
+    pub frames: u64,
+}
+
+/// A kept video frame index, sealed: `magic | header length u32 | JSON header | extradata |
+/// frame × frames | CRC-32C`, each frame as in a `video` value (`pts i64 | dts i64 | duration
+/// u32 | flags u8 (bit 0: keyframe) | offset u64 | size u32`).
+pub fn seal_video_index(key: &str, index: &crate::video::VideoIndex) -> Vec<u8> {
+    let header = serde_json::to_vec(&VideoIndexHeader {
+        key: key.to_string(),
+        container: index.container,
+        codec: index.codec,
+        timescale: index.timescale,
+        width: index.width,
+        height: index.height,
+        extradata: index.extradata.len() as u64,
+        frames: index.frames.len() as u64,
+    })
+    .expect("a header serializes");
+    let mut out = Vec::with_capacity(
+        VIDEO_INDEX_MAGIC.len()
+            + 8
+            + header.len()
+            + index.extradata.len()
+            + index.frames.len() * crate::video::FRAME_BYTES,
+    );
+    out.extend_from_slice(VIDEO_INDEX_MAGIC);
+    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header);
+    out.extend_from_slice(&index.extradata);
+    for f in &index.frames {
+        f.encode_into(&mut out);
+    }
+    seal(out)
+}
+
+/// A kept video frame index ([`seal_video_index`]): the file's key and the index, every length
+/// checked against the bytes there, the whole against its CRC-32C, and the fields as a `video`
+/// value's are (a known container, a timescale, at least one frame, no unknown frame flags, no
+/// packet whose end overflows). Whether the packets lie inside the file is the caller's to
+/// check: it knows the file's size.
+pub fn parse_video_index(bytes: &[u8]) -> ContainerResult<(String, crate::video::VideoIndex)> {
+    use crate::video::{CONTAINER_MATROSKA, CONTAINER_MP4, FRAME_BYTES, VideoFrame, VideoIndex};
+    let body = sealed_body(bytes, VIDEO_INDEX_MAGIC, "video index")?;
+    let mut r = Cursor::new(body, VIDEO_INDEX_MAGIC.len());
+    let hlen = r.u32()? as usize;
+    let h: VideoIndexHeader = r.json_header(hlen, &Limits::default())?;
+    let bad = |m: String| Err(ContainerError::VideoIndex(m));
+    if h.container != CONTAINER_MP4 && h.container != CONTAINER_MATROSKA {
+        return bad(format!("unknown container code {}", h.container));
+    }
+    if h.timescale == 0 {
+        return bad("a timescale of 0".into());
+    }
+    if h.frames == 0 {
+        return bad("no frames".into());
+    }
+    let extra_len = usize::try_from(h.extradata).map_err(|_| ContainerError::EndsEarly)?;
+    let extradata = r.take(extra_len)?.to_vec();
+    let mut k = 0u64;
+    let frames = r.table(h.frames, FRAME_BYTES, |c| {
+        let (pts, dts, duration) = (c.u64()? as i64, c.u64()? as i64, c.u32()?);
+        let flags = c.take(1)?[0];
+        let (offset, size) = (c.u64()?, c.u32()?);
+        if flags & !1 != 0 {
+            return Err(ContainerError::VideoIndex(format!(
+                "frame {k}: unknown flags {flags:#x}"
+            )));
+        }
+        if offset.checked_add(u64::from(size)).is_none() {
+            return Err(ContainerError::VideoIndex(format!(
+                "frame {k}: its packet's end overflows"
+            )));
+        }
+        k += 1;
+        Ok(VideoFrame {
+            pts,
+            dts,
+            duration,
+            key: flags & 1 == 1,
+            offset,
+            size,
+        })
+    })?;
+    if r.remaining() != 0 {
+        return Err(ContainerError::TrailingBytes {
+            left: r.remaining(),
+        });
+    }
+    let index = VideoIndex {
+        container: h.container,
+        codec: h.codec,
+        timescale: h.timescale,
+        width: h.width,
+        height: h.height,
+        extradata,
+        frames,
+    };
+    Ok((h.key, index))
 }
 
 /// The footer of a decoded part: `magic (8) | version u32 | index CRC-32C u32 | count u64 |
@@ -545,6 +675,131 @@ mod tests {
         ));
     }
 
+    fn video_index() -> crate::video::VideoIndex {
+        use crate::video::{CONTAINER_MP4, VideoFrame, VideoIndex};
+        let frame = |pts: i64, key, offset, size| VideoFrame {
+            pts,
+            dts: pts.wrapping_sub(512),
+            duration: 512,
+            key,
+            offset,
+            size,
+        };
+        VideoIndex {
+            container: CONTAINER_MP4,
+            codec: *b"avc1",
+            timescale: 12800,
+            width: 64,
+            height: 48,
+            extradata: vec![1, 2, 3, 0xff],
+            frames: vec![
+                frame(0, true, 48, 700),
+                frame(1024, false, 748, 30),
+                frame(512, false, 778, u32::MAX),
+                frame(i64::MIN, true, u64::MAX - u64::from(u32::MAX), u32::MAX),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_kept_video_index_round_trips() {
+        let ix = video_index();
+        let b = seal_video_index("120 17 /data/ep|0.mp4", &ix);
+        assert_eq!(&b[..8], VIDEO_INDEX_MAGIC);
+        let (key, got) = parse_video_index(&b).unwrap();
+        assert_eq!((key.as_str(), got), ("120 17 /data/ep|0.mp4", ix.clone()));
+        // Matroska and an empty extradata too
+        let mkv = crate::video::VideoIndex {
+            container: crate::video::CONTAINER_MATROSKA,
+            extradata: Vec::new(),
+            ..ix
+        };
+        assert_eq!(
+            parse_video_index(&seal_video_index("", &mkv)).unwrap(),
+            (String::new(), mkv)
+        );
+    }
+
+    #[test]
+    fn every_cut_and_every_flipped_byte_of_a_kept_video_index_is_refused() {
+        let b = seal_video_index("k", &video_index());
+        for cut in 0..b.len() {
+            assert!(parse_video_index(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        for at in 0..b.len() {
+            for bit in [0x01, 0x80] {
+                let mut bad = b.clone();
+                bad[at] ^= bit;
+                assert!(parse_video_index(&bad).is_err(), "byte {at} ^ {bit:#x}");
+            }
+        }
+        // another container's bytes
+        assert!(matches!(
+            parse_video_index(&seal_counts("k", &[1, 2])),
+            Err(ContainerError::BadMagic { .. })
+        ));
+    }
+
+    /// A kept video index of `header` (as JSON) and `rest`, sealed: what a foreign writer could
+    /// leave with a valid checksum.
+    fn forged_video_index(header: &str, rest: &[u8]) -> Vec<u8> {
+        let mut body = VIDEO_INDEX_MAGIC.to_vec();
+        body.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        body.extend_from_slice(header.as_bytes());
+        body.extend_from_slice(rest);
+        seal(body)
+    }
+
+    #[test]
+    fn a_sealed_video_index_with_bad_fields_is_refused_before_allocating() {
+        let h = |container: u8, timescale: u32, extradata: u64, frames: u64| {
+            format!(
+                r#"{{"key":"k","container":{container},"codec":[97,118,99,49],"timescale":{timescale},"width":2,"height":2,"extradata":{extradata},"frames":{frames}}}"#
+            )
+        };
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&0i64.to_le_bytes());
+        frame.extend_from_slice(&0i64.to_le_bytes());
+        frame.extend_from_slice(&1u32.to_le_bytes());
+        frame.push(1);
+        frame.extend_from_slice(&0u64.to_le_bytes());
+        frame.extend_from_slice(&4u32.to_le_bytes());
+        assert!(parse_video_index(&forged_video_index(&h(1, 1, 0, 1), &frame)).is_ok());
+        let err = |b: Vec<u8>| parse_video_index(&b).unwrap_err().to_string();
+        assert!(err(forged_video_index(&h(3, 1, 0, 1), &frame)).contains("container code 3"));
+        assert!(err(forged_video_index(&h(1, 0, 0, 1), &frame)).contains("timescale"));
+        assert!(err(forged_video_index(&h(1, 1, 0, 0), &[])).contains("no frames"));
+        // counts that the bytes do not hold: refused before anything is sized by them
+        assert!(matches!(
+            parse_video_index(&forged_video_index(&h(1, 1, 0, u64::MAX), &frame)),
+            Err(ContainerError::TableTooLarge { .. })
+        ));
+        assert!(matches!(
+            parse_video_index(&forged_video_index(&h(1, 1, u64::MAX, 1), &frame)),
+            Err(ContainerError::EndsEarly)
+        ));
+        assert!(matches!(
+            parse_video_index(&forged_video_index(
+                &h(1, 1, 0, 1),
+                &[frame.clone(), vec![0]].concat()
+            )),
+            Err(ContainerError::TrailingBytes { left: 1 })
+        ));
+        // unknown frame flags, a packet whose end overflows
+        let mut flags = frame.clone();
+        flags[20] = 2;
+        assert!(err(forged_video_index(&h(1, 1, 0, 1), &flags)).contains("unknown flags"));
+        let mut far = frame.clone();
+        far[21..29].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(forged_video_index(&h(1, 1, 0, 1), &far)).contains("overflows"));
+        // unknown header fields
+        let extra = h(1, 1, 0, 1).replace("}", r#","more":1}"#);
+        assert!(matches!(
+            parse_video_index(&forged_video_index(&extra, &frame)),
+            Err(ContainerError::BadHeader(_))
+        ));
+    }
+
     /// `b` with `edits` applied, whole and cut at `cut`, through the containers' fuzz entry.
     fn fuzz_mutated(
         mut b: Vec<u8>,
@@ -570,6 +825,15 @@ mod tests {
             cut in proptest::prelude::any::<proptest::sample::Index>(),
         ) {
             fuzz_mutated(seal_counts("key", &[1, 2, 3, 4, 5]), &edits, cut);
+        }
+
+        /// Mutated and cut kept video indexes never panic the parser.
+        #[test]
+        fn mutated_video_indexes_never_panic(
+            edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..8),
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            fuzz_mutated(seal_video_index("key", &video_index()), &edits, cut);
         }
 
         /// Mutated and cut parts never panic the parser (`fuzz_containers` asserts what an

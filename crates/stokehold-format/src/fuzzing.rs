@@ -103,13 +103,21 @@ fn parse_whole(data: &[u8], limits: &Limits, path: &Path) -> Option<Vec<IndexEnt
 
 /// Run the container parser of a decoded part ([`crate::container::PartFooter`]) on arbitrary
 /// bytes taken as a whole part (its magic and version taken from its own footer, so that the
-/// checks past them are reached), and [`crate::container::sealed_body`] on them. Every entry of
-/// an accepted index must lie inside the pixels. Must never panic.
+/// checks past them are reached), and [`crate::container::sealed_body`],
+/// [`crate::container::parse_counts`] and [`crate::container::parse_video_index`] on them. Every
+/// entry of an accepted index must lie inside the pixels; an accepted video index has frames, a
+/// timescale and packets whose ends do not overflow. Must never panic.
 pub fn fuzz_containers(data: &[u8]) {
-    use crate::container::{PartFooter, parse_counts, sealed_body};
+    use crate::container::{PartFooter, parse_counts, parse_video_index, sealed_body};
     let _ = sealed_body(data, b"SKHIDX\0\x03", "index");
     if let Ok((h, counts)) = parse_counts(data) {
         assert_eq!(counts.len() as u64, h.n);
+    }
+    if let Ok((_, ix)) = parse_video_index(data) {
+        assert!(ix.timescale > 0 && !ix.frames.is_empty());
+        for f in &ix.frames {
+            assert!(f.offset.checked_add(u64::from(f.size)).is_some(), "{f:?}");
+        }
     }
     let size = data.len() as u64;
     if size < PartFooter::LEN {

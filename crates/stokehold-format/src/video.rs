@@ -56,6 +56,20 @@ pub struct VideoFrame {
     pub size: u32,
 }
 
+impl VideoFrame {
+    /// Append the frame's [`FRAME_BYTES`] bytes (`pts i64 | dts i64 | duration u32 | flags u8
+    /// (bit 0: keyframe) | offset u64 | size u32`, little-endian) to `out`: its entry in a
+    /// `video` value's index and in a kept video index (`crate::container::seal_video_index`).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.pts.to_le_bytes());
+        out.extend_from_slice(&self.dts.to_le_bytes());
+        out.extend_from_slice(&self.duration.to_le_bytes());
+        out.push(u8::from(self.key));
+        out.extend_from_slice(&self.offset.to_le_bytes());
+        out.extend_from_slice(&self.size.to_le_bytes());
+    }
+}
+
 /// A video's frame index, as kept in a `video` value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VideoIndex {
@@ -225,12 +239,7 @@ fn encode(index: &VideoIndex, container: &[u8], checksums: bool) -> Vec<u8> {
     out.extend_from_slice(&index.extradata);
     out.extend_from_slice(&(index.frames.len() as u32).to_le_bytes());
     for f in &index.frames {
-        out.extend_from_slice(&f.pts.to_le_bytes());
-        out.extend_from_slice(&f.dts.to_le_bytes());
-        out.extend_from_slice(&f.duration.to_le_bytes());
-        out.push(u8::from(f.key));
-        out.extend_from_slice(&f.offset.to_le_bytes());
-        out.extend_from_slice(&f.size.to_le_bytes());
+        f.encode_into(&mut out);
     }
     if let Some(spans) = &spans {
         let lead = &container[..spans[0].lo as usize];

@@ -146,6 +146,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_cameras_line_says_frames_decoded_and_kept_indexes_not_a_hit_rate() {
+        let c = CacheStats {
+            kind: "video:observation.images.front".into(),
+            hits: 2,
+            misses: 40,
+            bytes: 0,
+            budget: 0,
+            entries: 3,
+            saved: Duration::ZERO,
+            shared: 0,
+        };
+        assert_eq!(
+            c.report_line(),
+            "camera observation.images.front: 40 frames decoded · 3 video files, 2 with a kept index"
+        );
+    }
+
+    #[test]
     fn each_step_is_bound_by_the_stage_with_the_most_time_even_when_it_is_rarely_timed() {
         // "read" times every item (a shared stage, 1 µs each); "slow" is counted for every item
         // but timed for one sample in TIME_EVERY (50 ms each): 4 samples a step, so only every
@@ -798,6 +816,14 @@ impl CacheStats {
                 mib(self.budget),
                 self.hits,
                 self.misses
+            );
+        }
+        if let Some(camera) = self.kind.strip_prefix("video:") {
+            // a LeRobot camera (`samples/lerobot.rs`): frames decoded, its files and the kept
+            // indexes used, no cache of its own
+            return format!(
+                "camera {camera}: {} frames decoded · {} video files, {} with a kept index",
+                self.misses, self.entries, self.hits
             );
         }
         let total = (self.hits + self.misses).max(1);

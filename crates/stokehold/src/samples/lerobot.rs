@@ -5,8 +5,10 @@
 //! `<key>_is_pad` mask), as LeRobot's `LeRobotDataset(delta_timestamps=...)` gives.
 //!
 //! - The tables (`stokehold_ingest::lerobot`) are read at open into memory; each video file of
-//!   an asked camera is indexed at open (its `moov` box: `stokehold_ingest::mp4`, no decoding)
-//!   and opened once; a camera not asked for is never opened.
+//!   an asked camera is indexed at open (its `moov` box: `stokehold_ingest::mp4`, no decoding),
+//!   its index kept on node-local disk and reused at later opens while the file is unchanged
+//!   (its size and modification time: [`super::kept_videos`]); a camera not asked for is never
+//!   opened.
 //! - **Which frame**: the frame whose presentation time is nearest the query time (the step's
 //!   `timestamp` plus the episode's `from_timestamp` in its file), within `tolerance_s` (1e-4 s
 //!   as LeRobot's default), else the sample's error naming the file and time: LeRobot's
@@ -16,7 +18,8 @@
 //!   thread. Frames are uint8 `[3, H, W]` (LeRobot gives float32 in [0, 1]: divide by 255).
 //! - Nothing here is random: a step's sample is a function of its id alone, so batches are the
 //!   same whatever the thread count. Figures per camera (`video:<key>` in the loader's caches:
-//!   `misses` = frames decoded, `entries` = files indexed) show what was decoded.
+//!   `misses` = frames decoded, `entries` = video files, `hits` = those whose kept index was
+//!   used, not made again at this open) show what was decoded and indexed.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -29,7 +32,7 @@ use serde::{Deserialize, Serialize};
 use stokehold_format::DType;
 use stokehold_ingest::frames::ContainerLimits;
 use stokehold_ingest::lerobot::LeRobot;
-use stokehold_ingest::mp4::index_file;
+use stokehold_ingest::mp4::{FrameIndex, index_file};
 use stokehold_video::{ClipDecoder, IndexedVideo};
 
 use crate::cache::CacheStats;
@@ -80,6 +83,8 @@ struct Camera {
     size: (usize, usize),
     /// Frames decoded so far.
     decoded: AtomicU64,
+    /// Files whose kept index was used at open (the others were indexed).
+    kept: u64,
 }
 
 #[derive(Debug)]
@@ -125,7 +130,7 @@ impl Cache for Cameras {
             .iter()
             .map(|c| CacheStats {
                 kind: format!("video:{}", c.key),
-                hits: 0,
+                hits: c.kept,
                 misses: c.decoded.load(Ordering::Relaxed),
                 bytes: 0,
                 budget: 0,
@@ -398,7 +403,25 @@ fn nearest(pts: &[f64], t: f64, tol: f64) -> std::result::Result<usize, f64> {
     }
 }
 
-/// Index every video file of camera `key` (each once, however many episodes it holds).
+/// The frame index of the MP4 file `path` (named `name` in errors): the one kept for it while it
+/// is unchanged (true), else made from its `moov` box and kept (false).
+fn video_index(path: &std::path::Path, name: &str) -> Result<(FrameIndex, bool)> {
+    let kept = super::kept_videos::dir().zip(super::kept_videos::VideoKey::of(path));
+    if let Some((dir, key)) = &kept
+        && let Some(index) = super::kept_videos::load(dir, key)
+    {
+        return Ok((index, true));
+    }
+    let index = index_file(path, &ContainerLimits::default())
+        .map_err(|e| config(format!("{name}: {e}")))?;
+    if let Some((dir, key)) = &kept {
+        super::kept_videos::store(dir, key, &index);
+    }
+    Ok((index, false))
+}
+
+/// Index every video file of camera `key` (each once, however many episodes it holds; each
+/// index kept and reused while its file is unchanged).
 fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
     let mut paths: Vec<PathBuf> = Vec::new();
     let mut episodes = Vec::with_capacity(data.episodes.len());
@@ -418,6 +441,7 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
     }
     let mut videos = Vec::with_capacity(paths.len());
     let mut size = None;
+    let mut kept = 0;
     for path in &paths {
         let name = path.display().to_string();
         if !path.is_file() {
@@ -425,8 +449,8 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
                 "{name}: the video file of camera {key:?} is missing"
             )));
         }
-        let index = index_file(path, &ContainerLimits::default())
-            .map_err(|e| config(format!("{name}: {e}")))?;
+        let (index, was_kept) = video_index(path, &name)?;
+        kept += u64::from(was_kept);
         let video = IndexedVideo::new(name.clone(), index).map_err(|e| config(e.to_string()))?;
         let (w, h) = (
             usize::from(video.index().width),
@@ -455,6 +479,7 @@ fn open_camera(data: &LeRobot, key: &str) -> Result<Camera> {
         episodes,
         size: size.unwrap_or((0, 0)),
         decoded: AtomicU64::new(0),
+        kept,
     })
 }
 

@@ -33,6 +33,7 @@ pub mod chat_mix;
 mod chat_vision;
 pub mod chats;
 mod kept_counts;
+mod kept_videos;
 pub mod lerobot;
 pub mod mixture;
 pub mod records;
