@@ -280,7 +280,81 @@ def _rchar():
     """Bytes this process has read through read(2)-like calls so far (/proc/self/io)."""
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
-    assert read / records < size / 3, (read, records, size)
+
+
+def test_a_jsonl_table_of_videos_in_object_storage_reads_its_clips_intervals_from_the_store(
+        keyint_ds, tmp_path, monkeypatch):
+    """A JSONL table in a real S3 server naming videos beside it (relative to its prefix): the
+    scan indexes each video once, a clip reads its keyframe intervals with ranged GETs, the frames
+    are the local table's; a video replaced in the store is an error naming it, never a mix."""
+    import json
+
+    from conftest import moto_s3
+
+    monkeypatch.setenv("STOKEHOLD_INDEX_DIR", str(tmp_path / "kept"))
+    _, value, container = keyint_ds
+    _, _, frames, _ = _index(value)
+    timescale = struct.unpack("<I", value[16:20])[0]
+    table, video = _table(tmp_path, container)
+    lines = [{"video": "v.mp4", "label": 7}, {"video": "./sub/v.mp4", "label": 8}, {"video": "../v.mp4", "label": 9}]
+    key, secret = "stokehold-test", "stokehold-test-secret"
+    spec = {"video": [Clip(frames=4, stride=2)]}
+    with moto_s3(key, secret, bucket="videos") as (endpoint, client):
+        options = {"key": key, "secret": secret, "region_name": "us-east-1", "endpoint_url": endpoint,
+                   "allow_http": "true"}
+        body = "".join(json.dumps(x) + "\n" for x in lines)
+        client.put_object(Bucket="videos", Key="t/clips.jsonl", Body=body.encode())
+        client.upload_file(str(video), "videos", "t/v.mp4")
+        client.upload_file(str(video), "videos", "t/sub/v.mp4")
+        client.upload_file(str(video), "videos", "v.mp4")  # outside the table's folder: not read
+        url = "s3://videos/t/clips.jsonl"
+        ds = stokehold.Dataset(url, storage_options=options, index_dir=tmp_path / "ix")
+        assert ds.schema["video"] == "video" and len(ds) == 3
+        notes = " ".join(ds.manifest["source"]["notes"])
+        assert "line 3 (sample 2)" in notes and "../v.mp4" in notes and "relative to its folder" in notes, notes
+        v = VideoFile(str(video))
+        loader = stokehold.Loader(ds, 1, threads=1, seed=3, transforms=spec, shuffle=False,
+                                  on_error="skip", max_skip_fraction=0.5, include_ids=True)
+        need, batches = 0, []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            got = [b for b in loader if not b["is_padding"][0]]
+            assert [int(b["label"][0]) for b in got] == [7, 8]  # the third sample: skipped, counted
+            batches.extend(got)
+        for batch in batches:
+            ts = batch["video_timestamps"][0]
+            ref, pts = v.frames_played_at(ts.tolist())
+            np.testing.assert_array_equal(batch["video"][0], ref.transpose(0, 3, 1, 2))
+            np.testing.assert_array_equal(pts, ts)
+            need += _interval_bytes(frames, round(ts[0] * timescale), round(ts[-1] * timescale))
+        stats = loader.stats()
+        assert stats["skipped"] and set(stats["skipped"]) == {2}, stats  # the `..` line
+        # what the store sent: the line and the intervals, far from the whole files
+        read, records = stats["bytes_read"], stats["records_read"]
+        assert read <= 1.5 * need + records * len(body) + records * (64 << 10), (read, need)
+        assert read < records * video.stat().st_size / 2, (read, records)
+        # the same samples as the table on a local disk
+        local = stokehold.Loader(stokehold.Dataset(str(table)), 1, threads=1, seed=3, transforms=spec,
+                                 shuffle=False)
+        (mine,) = list(local)
+        np.testing.assert_array_equal(mine["video"], batches[0]["video"])
+        # the kept index: a second open reads no video to index it
+        again = stokehold.Dataset(url, storage_options=options, index_dir=tmp_path / "ix")
+        assert again.schema == ds.schema and len(again) == 3
+        # a video replaced in the store (same size, one interval changed): a dataset that saw it
+        # refuses the new object by its ETag; a new one finds the damaged interval by its CRC
+        data = bytearray(video.read_bytes())
+        _, _, off, size = frames[1 * KEYINT + 1]
+        data[off + size // 2] ^= 0xFF
+        client.put_object(Bucket="videos", Key="t/v.mp4", Body=bytes(data))
+        long = {"video": [Clip(frames=FRAMES // 2, stride=2)]}
+        with pytest.raises(stokehold.StokeholdError, match="changed since it was opened") as e:
+            list(stokehold.Loader(ds, 1, threads=1, seed=0, transforms=long, shuffle=False))
+        assert "t/v.mp4" in str(e.value), e.value
+        fresh = stokehold.Dataset(url, storage_options=options, index_dir=tmp_path / "ix")
+        with pytest.raises(stokehold.CorruptDataError, match="keyframe interval 1") as e:
+            list(stokehold.Loader(fresh, 1, threads=1, seed=0, transforms=long, shuffle=False))
+        assert "s3://videos/t/v.mp4" in str(e.value) and "line 1" in str(e.value), e.value
 
 
 def test_a_damaged_interval_of_a_video_read_in_place_fails_only_the_clips_that_read_it(

@@ -72,6 +72,43 @@ def test_jsonl_image_paths_read_in_place_are_packs_samples_and_rows(tmp_path, vl
         assert np.array_equal(g["pixel_values"], want_pv)
 
 
+def test_jsonl_in_object_storage_reads_its_images_from_its_own_prefix(tmp_path, vl_model):
+    """The same JSONL file and images in a real S3 server: the scan reads each image's header
+    from the store (sizes kept as for the local file), samples and packed rows are the local
+    file's; an image gone from the store is an error naming its URL and line."""
+    from conftest import moto_s3
+
+    samples = vl_samples(10, seed=23, max_images=3, text_only=0.0)
+    root = tmp_path / "src"
+    src, paths = write_jsonl(root, samples)
+    local = stokehold.Dataset(src, index_dir=tmp_path / "local-ix")
+    key, secret = "stokehold-test", "stokehold-test-secret"
+    with moto_s3(key, secret, bucket="vl") as (endpoint, client):
+        options = {"key": key, "secret": secret, "region_name": "us-east-1", "endpoint_url": endpoint,
+                   "allow_http": "true"}
+        client.upload_file(str(src), "vl", "sft/data.jsonl")
+        for names in paths:
+            for n in names:
+                client.upload_file(str(root / n), "vl", f"sft/{n}")
+        ds = stokehold.Dataset("s3://vl/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
+        assert ds.schema == local.schema and ds.schema["images"] == "list:image:auto"
+        for i in range(len(samples)):
+            assert ds.image_sizes(i) == local.image_sizes(i)
+            assert ds[i] == local[i]
+        kw = dict(seq_len=1024, batch_size=2, seed=5, drop_last=False)
+        got, want = list(loader(ds, template(vl_model), **kw)), list(loader(local, template(vl_model), **kw))
+        assert len(got) == len(want) > 0
+        for g, w in zip(got, want):
+            for k in w:
+                assert np.array_equal(np.asarray(g[k]), np.asarray(w[k])), k
+        j = next(i for i in range(3, len(paths)) if paths[i])
+        client.delete_object(Bucket="vl", Key=f"sft/{paths[j][0]}")
+        again = stokehold.Dataset("s3://vl/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
+        assert again.image_sizes(j) == local.image_sizes(j)  # planned from the kept index
+        with pytest.raises(StokeholdError, match=rf"line {j + 1}.*s3://vl/sft/{paths[j][0]}"):
+            again[j]
+
+
 def test_planning_reads_no_image_and_a_missing_image_names_file_line_and_path(tmp_path, vl_model):
     samples = vl_samples(8, seed=22, text_only=0.0)
     root = tmp_path / "src"

@@ -63,5 +63,5 @@ pub use shard::{
     ShardMeta, ShardOpening, ShardReader, ShardSource, ShardStructure, ShardSummary, ShardWriter,
     Trailer, WriteError, WriteOptions, parse_index, read_structure,
 };
-pub use source::{Memory, ReadProfile, Storage, memory_source};
+pub use source::{Memory, NamedFiles, ReadProfile, Storage, memory_source};
 pub use tokens::{TokenDType, TokenIndex, TokenMeta};

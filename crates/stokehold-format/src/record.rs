@@ -465,8 +465,10 @@ pub trait RecordCodec: Send + Sync + std::fmt::Debug {
 pub struct VideoFile {
     /// The value's header and frame index (format.md §3), kept when the file was indexed.
     pub head: Vec<u8>,
-    /// The file.
-    pub path: std::path::PathBuf,
+    /// Where the file is read from (the table's folder, local or in object storage).
+    pub files: std::sync::Arc<dyn crate::NamedFiles>,
+    /// Its name there.
+    pub name: String,
     /// Its size when it was indexed.
     pub size: u64,
     /// The record, field and file in words, for messages (`line 3: key "video": clips/a.mp4`).

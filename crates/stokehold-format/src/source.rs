@@ -120,6 +120,47 @@ pub fn copy_from(bytes: &[u8], offset: u64, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// The files a table's records name, read where they lie beside it (the images and videos a
+/// JSONL file read in place names): a folder on a local disk, or the prefix of the table's object
+/// in an object store. Names are the table's own, relative to its folder. The backends live in
+/// `stokehold-ingest`; readers (the engine's in-part video reads) only read through the trait.
+///
+/// Contract: [`NamedFiles::size`] is `NotFound` for a file that is not there;
+/// [`NamedFiles::read_at`] fills the whole buffer or fails (`UnexpectedEof` past the end); an
+/// object store pins each file to the version its first `size` saw, so a file replaced while it
+/// is read fails instead of mixing two versions.
+pub trait NamedFiles: Send + Sync + std::fmt::Debug {
+    /// The path or URL of file `name`, for messages.
+    fn place(&self, name: &str) -> String;
+
+    /// Size of file `name` in bytes.
+    fn size(&self, name: &str) -> io::Result<u64>;
+
+    /// Read exactly `buf.len()` bytes of file `name` at `offset`.
+    fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()>;
+
+    /// The first `len` bytes of file `name` (all of it when it is shorter).
+    fn read_head(&self, name: &str, len: u64) -> io::Result<Vec<u8>> {
+        let n = self.size(name)?.min(len);
+        let mut buf = vec![0u8; usize::try_from(n).map_err(io::Error::other)?];
+        self.read_at(name, 0, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// All of file `name`, refused (`FileTooLarge`, before anything is allocated) when it is
+    /// longer than `max` bytes.
+    fn read_all(&self, name: &str, max: u64) -> io::Result<Vec<u8>> {
+        let n = self.size(name)?;
+        if n > max {
+            return Err(io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!("{n} bytes, larger than the limit of {max} bytes"),
+            ));
+        }
+        self.read_head(name, n)
+    }
+}
+
 /// Where a shard's bytes come from: any [`Storage`] backend.
 pub type ShardSource = Box<dyn Storage>;
 

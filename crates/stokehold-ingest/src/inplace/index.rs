@@ -6,7 +6,7 @@
 //! Kept as one object (`docs/storage.md`, "Files in place"):
 //!
 //! ```text
-//! "SKHIDX\0\x04" | u32 header length | header (JSON: format, file name, size, version,
+//! "SKHIDX\0\x05" | u32 header length | header (JSON: format, file name, size, version,
 //! counts, names, statistics) | records × 16 B (u64 offset, u32 length, u32 checksum) |
 //! (records + 1) × u32 first member | members × 12 B (u32 name, u32 offset in the record,
 //! u32 length) | (records + 1) × u32 first key byte | key bytes | u32 CRC-32C of all before
@@ -24,9 +24,11 @@ use stokehold_format::{IndexEntry, Limits};
 /// Version 2: Parquet lists of binary, strings and images, and a tar's numbered images, are
 /// list fields (version 1 kept JSON text, or left them out). Version 3: a JSONL key that lists
 /// image files is a list of images whose sizes the records' key bytes keep. Version 4: a JSONL
-/// key that names video files is a `video` field whose frame indexes the key bytes keep. An
-/// index of an earlier version is not read: its file is scanned again.
-const MAGIC: &[u8; 8] = b"SKHIDX\0\x04";
+/// key that names video files is a `video` field whose frame indexes the key bytes keep.
+/// Version 5: a JSONL file in object storage has the files its lines name indexed too (version 4
+/// kept those keys as text). An index of an earlier version is not read: its file is scanned
+/// again.
+const MAGIC: &[u8; 8] = b"SKHIDX\0\x05";
 
 /// A member's name index that marks a record the scan could not read (a bad checksum, not an
 /// Example): it is kept, and reading it is an error naming it.

@@ -13,8 +13,9 @@
 //! planner has them without reading an image ([`list_tables`]); a sample's value is the files'
 //! bytes, read when it is read. A file that cannot be read is noted at the scan (size 0 × 0:
 //! its sample lists no images in the table) and is an error naming the line and the path when
-//! its sample is read. Only a JSONL file on a local disk has its image paths read (one in
-//! object storage keeps them as JSON text, said in a note).
+//! its sample is read. The files are read from the JSONL file's folder, on a local disk or
+//! in object storage (its prefix: names relative to it, no `..`; see
+//! [`super::named_files::FolderFiles`]).
 //!
 //! A key whose values name video files (`"video": "clips/a.mp4"`) is a `video` field: the scan
 //! indexes each file once (its frame index, as `pack` makes it: [`crate::mp4`], [`crate::mkv`])
@@ -31,13 +32,13 @@
 //! and no buffer is ever sized by it.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use stokehold_format::{
-    FieldValue, IndexEntry, ListTable, RecordCodec, RecordError, Schema, Storage, VideoFile, crc,
+    FieldValue, IndexEntry, ListTable, NamedFiles, RecordCodec, RecordError, Schema, Storage,
+    VideoFile, crc,
 };
 
 use super::index::{DAMAGED, FileIndex, Member};
@@ -407,9 +408,6 @@ enum FileError {
     /// The file could not be opened or read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
-    /// The file could not be read whole.
-    #[error(transparent)]
-    Read(#[from] crate::pack::ReadFileError),
     /// Not an image whose size its header gives.
     #[error(transparent)]
     ImageSize(#[from] stokehold_format::image_size::ImageSizeError),
@@ -421,15 +419,13 @@ enum FileError {
     VideoIndex,
 }
 
-/// The width and height of image file `path`, from its header.
-fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), FileError> {
-    let mut f = std::fs::File::open(path)?;
-    let mut head = Vec::new();
-    (&mut f).take(HEAD).read_to_end(&mut head)?;
+/// The width and height of image file `name` of `files`, from its header.
+fn image_file_size(files: &dyn NamedFiles, name: &str, max: u64) -> Result<(u32, u32), FileError> {
+    let head = files.read_head(name, HEAD)?;
     match stokehold_format::image_size::image_size(&head) {
         Ok(wh) => Ok(wh),
         Err(_) if head.len() as u64 == HEAD => {
-            let all = crate::pack::read_file(path, max)?;
+            let all = files.read_all(name, max)?;
             Ok(stokehold_format::image_size::image_size(&all)?)
         }
         Err(e) => Err(e.into()),
@@ -439,13 +435,17 @@ fn image_file_size(path: &Path, max: u64) -> Result<(u32, u32), FileError> {
 /// Images of unreadable files named in a file's notes.
 const NAMED_UNREADABLE: usize = 3;
 
-/// The head of the `video` value of file `path` (its frame index: format.md §3) and the file's
-/// size.
-fn video_head(path: &Path, max: u64) -> Result<(Vec<u8>, u64), FileError> {
-    let bytes = crate::pack::read_file(path, max)?;
+/// The head of the `video` value of file `name` of `files` (its frame index: format.md §3) and
+/// the file's size.
+fn video_head(files: &dyn NamedFiles, name: &str, max: u64) -> Result<(Vec<u8>, u64), FileError> {
+    let bytes = files.read_all(name, max)?;
     let size = bytes.len() as u64;
-    let mut value =
-        crate::pack::image_folder::load_video(path, bytes, &crate::pack::VideoPolicy::default())?;
+    let place = files.place(name);
+    let mut value = crate::pack::image_folder::load_video(
+        Path::new(&place),
+        bytes,
+        &crate::pack::VideoPolicy::default(),
+    )?;
     let head = head_len(&value).ok_or(FileError::VideoIndex)?;
     value.truncate(head);
     Ok((value, size))
@@ -460,13 +460,13 @@ fn head_len(v: &[u8]) -> Option<usize> {
     (end <= v.len()).then_some(end)
 }
 
-/// After the scan of JSONL file `place` (its bytes in `storage`, its folder `dir` where it is
-/// on a local disk): for each key that lists image files, every record's image sizes into its
-/// key bytes, each read from the file's header; then for each key that names video files, each
-/// file's frame index (see the module's doc).
+/// After the scan of JSONL file `place` (its bytes in `storage`, the files its lines name in
+/// `files`: its folder, on a local disk or in object storage): for each key that lists image
+/// files, every record's image sizes into its key bytes, each read from the file's header; then
+/// for each key that names video files, each file's frame index (see the module's doc).
 pub(super) fn index_named_files(
     storage: &dyn Storage,
-    dir: Option<&Path>,
+    files: &dyn NamedFiles,
     place: &str,
     max: u64,
     ix: &mut FileIndex,
@@ -490,14 +490,6 @@ pub(super) fn index_named_files(
     if keys.is_empty() && videos.is_empty() {
         return Ok(());
     }
-    let Some(dir) = dir else {
-        ix.header.notes.push(format!(
-            "{place}: keys {:?} name image or video files, which are read only beside a JSONL \
-             file on a local disk: kept as text (pack the file to read them)",
-            [&keys[..], &videos[..]].concat()
-        ));
-        return Ok(());
-    };
     let (mut first_key, mut out) = (vec![0u32], Vec::new());
     let (mut unreadable, mut named) = (0u64, Vec::new());
     let mut buf = Vec::new();
@@ -518,12 +510,11 @@ pub(super) fn index_named_files(
                 let paths = image_paths(line, key, true).unwrap_or_default();
                 out.extend_from_slice(&(paths.len() as u32).to_le_bytes());
                 for p in &paths {
-                    let file = dir.join(p);
-                    let (w, h) = image_file_size(&file, max).unwrap_or_else(|why| {
+                    let (w, h) = image_file_size(files, p, max).unwrap_or_else(|why| {
                         unreadable += 1;
                         if named.len() < NAMED_UNREADABLE {
                             let (n, _) = stats.line_of(r as u64);
-                            named.push(format!("line {n} (sample {r}): {}: {why}", file.display()));
+                            named.push(format!("line {n} (sample {r}): {}: {why}", files.place(p)));
                         }
                         (0, 0)
                     });
@@ -536,8 +527,7 @@ pub(super) fn index_named_files(
                 let got = video_path(line, key)
                     .map_err(|e| e.to_string())
                     .and_then(|p| {
-                        let file = dir.join(p);
-                        video_head(&file, max).map_err(|why| format!("{}: {why}", file.display()))
+                        video_head(files, &p, max).map_err(|why| format!("{}: {why}", files.place(&p)))
                     });
                 let (head, size) = got.unwrap_or_else(|why| {
                     unreadable += 1;
@@ -663,16 +653,16 @@ pub(super) struct JsonlCodec {
     stats: JsonlStats,
     /// Per schema field: its key and whether a line may lack it.
     pub fields: Vec<(String, bool)>,
-    /// The folder image paths are relative to (the file's, on a local disk).
-    dir: Option<PathBuf>,
+    /// The files its lines name (images, videos): the file's folder, local or in object storage.
+    files: Arc<dyn NamedFiles>,
 }
 
 impl JsonlCodec {
-    /// The codec of file `s`, whose folder is `dir` where it is on a local disk.
+    /// The codec of file `s`, the files its lines name read from `files`.
     pub(super) fn new(
         s: &Scanned,
         chosen: &[Chosen],
-        dir: Option<PathBuf>,
+        files: Arc<dyn NamedFiles>,
     ) -> Result<JsonlCodec, ChooseError> {
         Ok(JsonlCodec {
             index: Arc::clone(&s.index),
@@ -681,7 +671,7 @@ impl JsonlCodec {
                 .iter()
                 .map(|c| (c.name.clone(), c.optional))
                 .collect(),
-            dir,
+            files,
         })
     }
 
@@ -694,12 +684,12 @@ impl JsonlCodec {
         optional: bool,
     ) -> Result<FieldValue<'static>, crate::Unusable> {
         let paths = image_paths(line, key, optional)?;
-        let dir = self.dir.as_deref().unwrap_or(Path::new("."));
         let max = self.stats.max;
         crate::sources::parquet::list_items(paths.len(), max, |k| {
-            let file = dir.join(&paths[k]);
-            let bytes = crate::pack::read_file(&file, max)
-                .map_err(|e| format!("{}: {e}", file.display()))?;
+            let bytes = self
+                .files
+                .read_all(&paths[k], max)
+                .map_err(|e| format!("{}: {e}", self.files.place(&paths[k])))?;
             Ok(FieldValue::Image(bytes.into()))
         })
         .map_err(|e| format!("key {key:?} {e}").into())
@@ -713,13 +703,11 @@ impl JsonlCodec {
         record: u64,
         line: &[u8],
         key: &str,
-    ) -> Result<(&[u8], PathBuf, u64), crate::Unusable> {
-        let file = self
-            .dir
-            .as_deref()
-            .unwrap_or(Path::new("."))
-            .join(video_path(line, key)?);
-        let at = |why: String| crate::Unusable(format!("key {key:?}: {}: {why}", file.display()));
+    ) -> Result<(&[u8], String, u64), crate::Unusable> {
+        let file = video_path(line, key)?;
+        let at = |why: String| {
+            crate::Unusable(format!("key {key:?}: {}: {why}", self.files.place(&file)))
+        };
         let k = self.stats.videos.iter().position(|v| v == key);
         let kept = k.and_then(|k| {
             video_in(
@@ -755,19 +743,21 @@ impl JsonlCodec {
         key: &str,
     ) -> Result<FieldValue<'static>, crate::Unusable> {
         let (head, file, size) = self.video_place(record, line, key)?;
-        let at = |why: String| crate::Unusable(format!("key {key:?}: {}: {why}", file.display()));
-        // read straight after the index: one copy of the file's bytes, not two
-        let mut value = Vec::with_capacity(head.len() + size as usize);
-        value.extend_from_slice(head);
-        let mut f = std::fs::File::open(&file).map_err(|e| at(e.to_string()))?;
-        (&mut f)
-            .take(size + 1)
-            .read_to_end(&mut value)
-            .map_err(|e| at(e.to_string()))?;
-        let got = (value.len() - head.len()) as u64;
+        let at = |why: String| {
+            crate::Unusable(format!("key {key:?}: {}: {why}", self.files.place(&file)))
+        };
+        let got = self.files.size(&file).map_err(|e| at(e.to_string()))?;
         if got != size {
             return Err(at(VideoFile::changed(got, size)));
         }
+        // read straight after the index: one copy of the file's bytes, not two (`size` is
+        // bounded by the record limit: `video_place`)
+        let h = head.len();
+        let mut value = vec![0u8; h + size as usize];
+        value[..h].copy_from_slice(head);
+        self.files
+            .read_at(&file, 0, &mut value[h..])
+            .map_err(|e| at(e.to_string()))?;
         Ok(FieldValue::Bytes(value.into()))
     }
 
@@ -810,10 +800,15 @@ impl RecordCodec for JsonlCodec {
         };
         Some(
             self.video_place(record, bytes, key)
-                .map(|(head, path, size)| VideoFile {
+                .map(|(head, name, size)| VideoFile {
                     head: head.to_vec(),
-                    what: format!("{}: key {key:?}: {}", self.line(record), path.display()),
-                    path,
+                    what: format!(
+                        "{}: key {key:?}: {}",
+                        self.line(record),
+                        self.files.place(&name)
+                    ),
+                    files: Arc::clone(&self.files),
+                    name,
                     size,
                 })
                 .map_err(|e| corrupt(e.into())),
@@ -892,16 +887,16 @@ pub(super) fn choose(
         .map(|mut f| {
             if f.ty.is_image_list() && !sized.contains(&f.name) {
                 notes.push(format!(
-                    "key {:?} lists image files, but not in the first lines of every file, or not \
-                     beside every file on a local disk (no sizes kept): kept as JSON text",
+                    "key {:?} lists image files, but not in the first lines of every file (no sizes \
+                     kept): kept as JSON text",
                     f.name
                 ));
                 f.ty = stokehold_format::FieldType::Json;
             }
             if f.ty == stokehold_format::FieldType::Video && !indexed.contains(&f.name) {
                 notes.push(format!(
-                    "key {:?} names video files, but not in the first lines of every file, or not \
-                     beside every file on a local disk (no frame index kept): kept as a string",
+                    "key {:?} names video files, but not in the first lines of every file (no \
+                     frame index kept): kept as a string",
                     f.name
                 ));
                 f.ty = stokehold_format::FieldType::String;

@@ -25,6 +25,7 @@ use stokehold_storage::{Dataset, Location, NodeDir, ObjectMeta, OpenOptions};
 pub mod example_view;
 pub mod index;
 mod jsonl;
+mod named_files;
 pub use pages::{DEFAULT_PAGE_CACHE, PAGE_CACHE_ENV, PageCache, PageCacheStats};
 mod pages;
 mod parquet;
@@ -866,7 +867,7 @@ impl Read for StorageReader {
 
 /// Scan file `name` of `location` (`meta`) into a new index, with up to `threads` threads.
 fn scan(
-    location: &dyn Location,
+    location: &Arc<dyn Location>,
     root: &Path,
     name: &str,
     meta: &ObjectMeta,
@@ -906,10 +907,10 @@ fn scan(
         if format != InPlaceFormat::Jsonl {
             return Ok(());
         }
-        // image paths are relative to the JSONL file's folder
-        let dir = location.directory().map(|d| parent(&d.join(name)));
+        // image and video paths are relative to the JSONL file's folder
+        let files = named_files::FolderFiles::of(location, name);
         let place = path.display().to_string();
-        jsonl::index_named_files(&*storage, dir.as_deref(), &place, max, &mut ix)
+        jsonl::index_named_files(&*storage, &files, &place, max, &mut ix)
     });
     r.map_err(|e| FormatError::Corrupt {
         path,
@@ -979,7 +980,7 @@ fn indexes(
                         .flatten();
                     let r = match got {
                         Some(ix) => Ok((Arc::new(ix), false)),
-                        None => scan(&**location, root, name, meta, format, (max, inner)).and_then(
+                        None => scan(location, root, name, meta, format, (max, inner)).and_then(
                             |ix| {
                                 let ix = Arc::new(ix);
                                 keep_soon(location, root, name, &ix, inplace, dir.as_deref())?;
@@ -1202,8 +1203,8 @@ fn open_resolved(
                     .collect(),
             }),
             InPlaceFormat::Jsonl => {
-                let dir = location.directory().map(|d| parent(&d.join(&s.name)));
-                Arc::new(jsonl::JsonlCodec::new(s, &chosen, dir).map_err(|e| e.at(&root))?)
+                let files = Arc::new(named_files::FolderFiles::of(location, &s.name));
+                Arc::new(jsonl::JsonlCodec::new(s, &chosen, files).map_err(|e| e.at(&root))?)
             }
             InPlaceFormat::WebDataset => Arc::new(webdataset::TarCodec {
                 index: Arc::clone(ix),

@@ -355,7 +355,6 @@ pub fn read_file_in_part(
     ctx: &mut SampleCtx<'_>,
     index_only: bool,
 ) -> Result<(Vec<u8>, usize), String> {
-    use std::os::unix::fs::FileExt;
     let at = |why: String| format!("{}: {why}", vf.what);
     let h = vf.head.len();
     let size = usize::try_from(vf.size).map_err(|_| at("too large for this machine".into()))?;
@@ -365,13 +364,15 @@ pub fn read_file_in_part(
     if index_only {
         return Ok((buf, 0));
     }
-    let file = std::fs::File::open(&vf.path).map_err(|e| at(e.to_string()))?;
-    let len = file.metadata().map_err(|e| at(e.to_string()))?.len();
+    // the table's folder: a local disk (pread) or an object store (ranged GETs pinned to the
+    // version its first HEAD saw)
+    let len = vf.files.size(&vf.name).map_err(|e| at(e.to_string()))?;
     if len != vf.size {
         return Err(at(VideoFile::changed(len, vf.size)));
     }
     let read_at = |buf: &mut [u8], lo: usize, hi: usize| {
-        file.read_exact_at(&mut buf[h + lo..h + hi], lo as u64)
+        vf.files
+            .read_at(&vf.name, lo as u64, &mut buf[h + lo..h + hi])
             .map_err(|e| at(format!("bytes {lo}..{hi}: {e}")))
     };
     let planned = parse_video(&buf).ok().and_then(|v| {
