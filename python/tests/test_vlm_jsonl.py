@@ -83,14 +83,14 @@ def test_jsonl_in_object_storage_reads_its_images_from_its_own_prefix(tmp_path, 
     src, paths = write_jsonl(root, samples)
     local = stokehold.Dataset(src, index_dir=tmp_path / "local-ix")
     key, secret = "stokehold-test", "stokehold-test-secret"
-    with moto_s3(key, secret, bucket="vl") as (endpoint, client):
+    with moto_s3(key, secret, bucket="vlm") as (endpoint, client):
         options = {"key": key, "secret": secret, "region_name": "us-east-1", "endpoint_url": endpoint,
                    "allow_http": "true"}
-        client.upload_file(str(src), "vl", "sft/data.jsonl")
+        client.upload_file(str(src), "vlm", "sft/data.jsonl")
         for names in paths:
             for n in names:
-                client.upload_file(str(root / n), "vl", f"sft/{n}")
-        ds = stokehold.Dataset("s3://vl/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
+                client.upload_file(str(root / n), "vlm", f"sft/{n}")
+        ds = stokehold.Dataset("s3://vlm/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
         assert ds.schema == local.schema and ds.schema["images"] == "list:image:auto"
         for i in range(len(samples)):
             assert ds.image_sizes(i) == local.image_sizes(i)
@@ -102,10 +102,10 @@ def test_jsonl_in_object_storage_reads_its_images_from_its_own_prefix(tmp_path, 
             for k in w:
                 assert np.array_equal(np.asarray(g[k]), np.asarray(w[k])), k
         j = next(i for i in range(3, len(paths)) if paths[i])
-        client.delete_object(Bucket="vl", Key=f"sft/{paths[j][0]}")
-        again = stokehold.Dataset("s3://vl/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
+        client.delete_object(Bucket="vlm", Key=f"sft/{paths[j][0]}")
+        again = stokehold.Dataset("s3://vlm/sft/data.jsonl", storage_options=options, index_dir=tmp_path / "ix")
         assert again.image_sizes(j) == local.image_sizes(j)  # planned from the kept index
-        with pytest.raises(StokeholdError, match=rf"line {j + 1}.*s3://vl/sft/{paths[j][0]}"):
+        with pytest.raises(StokeholdError, match=rf"line {j + 1}.*s3://vlm/sft/{paths[j][0]}"):
             again[j]
 
 

@@ -140,25 +140,11 @@ pub trait NamedFiles: Send + Sync + std::fmt::Debug {
     fn read_at(&self, name: &str, offset: u64, buf: &mut [u8]) -> io::Result<()>;
 
     /// The first `len` bytes of file `name` (all of it when it is shorter).
-    fn read_head(&self, name: &str, len: u64) -> io::Result<Vec<u8>> {
-        let n = self.size(name)?.min(len);
-        let mut buf = vec![0u8; usize::try_from(n).map_err(io::Error::other)?];
-        self.read_at(name, 0, &mut buf)?;
-        Ok(buf)
-    }
+    fn read_head(&self, name: &str, len: u64) -> io::Result<Vec<u8>>;
 
     /// All of file `name`, refused (`FileTooLarge`, before anything is allocated) when it is
     /// longer than `max` bytes.
-    fn read_all(&self, name: &str, max: u64) -> io::Result<Vec<u8>> {
-        let n = self.size(name)?;
-        if n > max {
-            return Err(io::Error::new(
-                io::ErrorKind::FileTooLarge,
-                format!("{n} bytes, larger than the limit of {max} bytes"),
-            ));
-        }
-        self.read_head(name, n)
-    }
+    fn read_all(&self, name: &str, max: u64) -> io::Result<Vec<u8>>;
 }
 
 /// Where a shard's bytes come from: any [`Storage`] backend.

@@ -32,6 +32,7 @@
 //! and no buffer is ever sized by it.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -432,6 +433,9 @@ fn image_file_size(files: &dyn NamedFiles, name: &str, max: u64) -> Result<(u32,
     }
 }
 
+/// Bytes of a JSONL file not in memory read at once while its named files are indexed.
+const NAMED_FILES_WINDOW: u64 = 8 << 20;
+
 /// Images of unreadable files named in a file's notes.
 const NAMED_UNREADABLE: usize = 3;
 
@@ -492,17 +496,31 @@ pub(super) fn index_named_files(
     }
     let (mut first_key, mut out) = (vec![0u32], Vec::new());
     let (mut unreadable, mut named) = (0u64, Vec::new());
-    let mut buf = Vec::new();
+    // lines not in memory (object storage) are read a window of lines at a time, not one
+    // request a line
+    let (mut window, mut window_at) = (Vec::new(), 0u64);
+    let file_size = storage.size().map_err(|err| ScanError::at(0, err))?;
     for (r, e) in ix.entries.iter().enumerate() {
         if !ix.damaged(r) {
-            let line = match storage.slice(e.offset, e.len as usize) {
+            let (lo, len) = (e.offset, e.len as usize);
+            let line = match storage.slice(lo, len) {
                 Some(l) => l,
                 None => {
-                    buf.resize(e.len as usize, 0);
-                    storage
-                        .read_at(e.offset, &mut buf)
-                        .map_err(|err| ScanError::at(e.offset, err))?;
-                    &buf[..]
+                    let held =
+                        lo >= window_at && lo + len as u64 <= window_at + window.len() as u64;
+                    if !held {
+                        // a damaged line is not read: `len` is within the record limit
+                        let n = (len as u64)
+                            .max(NAMED_FILES_WINDOW)
+                            .min(file_size.saturating_sub(lo));
+                        window.resize(usize::try_from(n).unwrap_or(len).max(len), 0);
+                        storage
+                            .read_at(lo, &mut window)
+                            .map_err(|err| ScanError::at(lo, err))?;
+                        window_at = lo;
+                    }
+                    let at = (lo - window_at) as usize;
+                    &window[at..at + len]
                 }
             };
             for key in &keys {
@@ -527,7 +545,8 @@ pub(super) fn index_named_files(
                 let got = video_path(line, key)
                     .map_err(|e| e.to_string())
                     .and_then(|p| {
-                        video_head(files, &p, max).map_err(|why| format!("{}: {why}", files.place(&p)))
+                        video_head(files, &p, max)
+                            .map_err(|why| format!("{}: {why}", files.place(&p)))
                     });
                 let (head, size) = got.unwrap_or_else(|why| {
                     unreadable += 1;

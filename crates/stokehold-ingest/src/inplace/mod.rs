@@ -980,13 +980,13 @@ fn indexes(
                         .flatten();
                     let r = match got {
                         Some(ix) => Ok((Arc::new(ix), false)),
-                        None => scan(location, root, name, meta, format, (max, inner)).and_then(
-                            |ix| {
+                        None => {
+                            scan(location, root, name, meta, format, (max, inner)).and_then(|ix| {
                                 let ix = Arc::new(ix);
                                 keep_soon(location, root, name, &ix, inplace, dir.as_deref())?;
                                 Ok((ix, true))
-                            },
-                        ),
+                            })
+                        }
                     };
                     let r = r.map(|(index, fresh)| Scanned {
                         name: name.clone(),
@@ -1203,7 +1203,7 @@ fn open_resolved(
                     .collect(),
             }),
             InPlaceFormat::Jsonl => {
-                let files = Arc::new(named_files::FolderFiles::of(location, &s.name));
+                let files = Arc::new(named_files::FolderFiles::of(&location, &s.name));
                 Arc::new(jsonl::JsonlCodec::new(s, &chosen, files).map_err(|e| e.at(&root))?)
             }
             InPlaceFormat::WebDataset => Arc::new(webdataset::TarCodec {

@@ -125,7 +125,12 @@ impl NamedFiles for FolderFiles {
             Place::Local(d) => d.join(name).display().to_string(),
             Place::Remote { location, dir, .. } => match object_name(dir, name) {
                 Ok(o) => location.place(&o).display().to_string(),
-                Err(_) => format!("{}/{name}", location.place(dir).display()),
+                // (said as given: it names nothing in the store)
+                Err(_) if dir.is_empty() => location.place(name).display().to_string(),
+                Err(_) => location
+                    .place(&format!("{dir}/{name}"))
+                    .display()
+                    .to_string(),
             },
         }
     }
@@ -226,7 +231,12 @@ mod tests {
     fn object_names_stay_in_the_tables_folder() {
         assert_eq!(object_name("", "a.mp4").unwrap(), "a.mp4");
         assert_eq!(object_name("t", "./clips/a.mp4").unwrap(), "t/clips/a.mp4");
-        for bad in ["/abs/a.mp4", "s3://other/a.mp4", "../a.mp4", "clips/../../a.mp4"] {
+        for bad in [
+            "/abs/a.mp4",
+            "s3://other/a.mp4",
+            "../a.mp4",
+            "clips/../../a.mp4",
+        ] {
             let e = object_name("t", bad).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{bad}");
         }
@@ -238,7 +248,10 @@ mod tests {
         let bytes: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
         location.put("t/clips/a.mp4", &bytes).unwrap();
         let files = FolderFiles::of(&location, "t/table.jsonl");
-        assert!(files.path("clips/a.mp4").is_none(), "a memory location is not a folder");
+        assert!(
+            files.path("clips/a.mp4").is_none(),
+            "a memory location is not a folder"
+        );
         assert_eq!(files.size("clips/a.mp4").unwrap(), 10_000);
         let mut buf = [0u8; 100];
         files.read_at("clips/a.mp4", 300, &mut buf).unwrap();
