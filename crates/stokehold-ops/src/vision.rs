@@ -303,11 +303,22 @@ fn transpose(src: &[u8], rows: usize, cols: usize, c: usize, out: &mut [u8]) {
 fn transpose_bytes(src: &[u8], rows: usize, cols: usize, out: &mut [u8]) {
     assert!(src.len() >= rows * cols && out.len() >= rows * cols);
     let (r8, c8) = (rows / 8 * 8, cols / 8 * 8);
-    // a band of 8 source rows at a time, its blocks left to right
-    for r0 in (0..r8).step_by(8) {
-        for c0 in (0..c8).step_by(8) {
-            block8(src, r0 * cols + c0, cols, out, c0 * rows + r0, rows);
+    // tiles of TILE × TILE bytes, each its 8×8 blocks: a tile writes whole cache lines of
+    // TILE bytes to TILE output rows (a band of 8 rows across a wide image would write 8 bytes
+    // to each of thousands of output rows, pages apart, before coming back to them)
+    const TILE: usize = 64;
+    for t0 in (0..r8).step_by(TILE) {
+        let t1 = (t0 + TILE).min(r8);
+        for u0 in (0..c8).step_by(TILE) {
+            let u1 = (u0 + TILE).min(c8);
+            for r0 in (t0..t1).step_by(8) {
+                for c0 in (u0..u1).step_by(8) {
+                    block8(src, r0 * cols + c0, cols, out, c0 * rows + r0, rows);
+                }
+            }
         }
+    }
+    for r0 in (0..r8).step_by(8) {
         for c in c8..cols {
             for r in r0..r0 + 8 {
                 out[c * rows + r] = src[r * cols + c];
@@ -1170,7 +1181,18 @@ mod tests {
 
     #[test]
     fn the_byte_transpose_is_the_plain_one_at_every_shape() {
-        for (rows, cols) in [(1, 1), (8, 8), (9, 17), (16, 8), (23, 41), (64, 3), (3, 64)] {
+        for (rows, cols) in [
+            (1, 1),
+            (8, 8),
+            (9, 17),
+            (16, 8),
+            (23, 41),
+            (64, 3),
+            (3, 64),
+            (130, 200),
+            (71, 257),
+            (200, 65),
+        ] {
             let src: Vec<u8> = (0..rows * cols).map(|i| (i * 7 + i / 5) as u8).collect();
             let (mut fast, mut plain) = (vec![0u8; rows * cols], vec![0u8; rows * cols]);
             transpose(&src, rows, cols, 1, &mut fast);
