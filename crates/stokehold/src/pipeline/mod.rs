@@ -425,15 +425,15 @@ impl Loader {
             prefetch = prefetch.min(deepest);
         }
         let columns = samples.columns().len();
-        let stats = Collector::new(
-            samples.stage_names(),
-            threads,
-            config.profile,
-            config.trace_capacity,
-        );
+        let crate::samples::Layout {
+            stage_names,
+            fingerprint,
+            ..
+        } = samples.layout();
+        let stats = Collector::new(stage_names, threads, config.profile, config.trace_capacity);
         Ok(Loader {
             core: Arc::new(Core {
-                fingerprint: samples.fingerprint(),
+                fingerprint,
                 order,
                 groups: groups.map(GroupAccounts::new),
                 caches,

@@ -614,6 +614,8 @@ impl Samples for ChatMixRows {
             mean_bytes: u64::from(self.mix.seq_len) * 4,
             blocks: None,
             whole_batch_tasks: false,
+            stage_names: vec!["encode".to_string()],
+            fingerprint: self.mix.fingerprint.clone(),
         }
     }
 
@@ -643,14 +645,6 @@ impl Samples for ChatMixRows {
             &rows,
             self.mix.image_row,
         ))
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        vec!["encode".to_string()]
-    }
-
-    fn fingerprint(&self) -> String {
-        self.mix.fingerprint.clone()
     }
 
     fn fill(

@@ -1720,6 +1720,8 @@ impl Samples for ChatRows {
             mean_bytes: u64::from(self.planner.options.seq_len) * 4,
             blocks: None,
             whole_batch_tasks: false,
+            stage_names: vec!["encode".to_string()],
+            fingerprint: self.planner.fingerprint.clone(),
         }
     }
 
@@ -1742,14 +1744,6 @@ impl Samples for ChatRows {
             &rows,
             image_row,
         ))
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        vec!["encode".to_string()]
-    }
-
-    fn fingerprint(&self) -> String {
-        self.planner.fingerprint.clone()
     }
 
     fn fill(

@@ -493,20 +493,16 @@ impl Samples for LeRobotSteps {
             mean_bytes: 4096,
             blocks: None,
             whole_batch_tasks: false,
+            stage_names: {
+                // the columns' copies, then each camera's decoding (no bytes read through the fetcher)
+                vec![STAGE_COLUMNS.to_string(), STAGE_DECODE.to_string()]
+            },
+            fingerprint: self.fingerprint.clone(),
         }
     }
 
     fn columns(&self) -> &[(String, Output)] {
         &self.outputs
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        // the columns' copies, then each camera's decoding (no bytes read through the fetcher)
-        vec![STAGE_COLUMNS.to_string(), STAGE_DECODE.to_string()]
-    }
-
-    fn fingerprint(&self) -> String {
-        self.fingerprint.clone()
     }
 
     fn fill(

@@ -374,8 +374,9 @@ impl Mixture {
             ));
         }
         // stage names: index by index, the sources' names (joined where they differ)
-        let lists: Vec<Vec<String>> = sources.iter().map(|s| s.samples.stage_names()).collect();
-        let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+        let layouts: Vec<Layout> = sources.iter().map(|s| s.samples.layout()).collect();
+        let lists: Vec<&Vec<String>> = layouts.iter().map(|l| &l.stage_names).collect();
+        let longest = lists.iter().map(|l| l.len()).max().unwrap_or(0);
         let stage_names = (0..longest)
             .map(|i| {
                 let mut names: Vec<&str> = Vec::new();
@@ -443,9 +444,9 @@ impl Mixture {
             return bad("a schedule in steps needs the samples per step".into());
         }
         let mut fp = 0u32;
-        for s in &sources {
+        for (s, l) in sources.iter().zip(&layouts) {
             fp = stokehold_format::crc::append(fp, s.name.as_bytes());
-            fp = stokehold_format::crc::append(fp, s.samples.fingerprint().as_bytes());
+            fp = stokehold_format::crc::append(fp, l.fingerprint.as_bytes());
         }
         fp = stokehold_format::crc::append(fp, &epoch_len.to_le_bytes());
         let mut bytes = Vec::new();
@@ -459,10 +460,9 @@ impl Mixture {
         if bytes.len() > usize::from(u16::MAX) {
             return bad("a mixture reads from at most 65,535 datasets".into());
         }
-        let layouts: Vec<Layout> = sources.iter().map(|s| s.samples.layout()).collect();
         let blended = Blended {
             names: sources.iter().map(|s| s.name.clone()).collect(),
-            fingerprints: sources.iter().map(|s| s.samples.fingerprint()).collect(),
+            fingerprints: layouts.iter().map(|l| l.fingerprint.clone()).collect(),
             lens: sources.iter().map(|s| s.samples.len()).collect(),
             blocks: layouts.iter().map(|l| l.blocks.clone()).collect(),
             max_skip_fraction: sources.iter().map(|s| s.max_skip_fraction).collect(),
@@ -881,6 +881,8 @@ impl Samples for Mixture {
             mean_bytes: (sum / u128::from(UNIT)) as u64,
             blocks: None,
             whole_batch_tasks: self.whole_batch_tasks,
+            stage_names: self.stage_names.clone(),
+            fingerprint: self.fingerprint.clone(),
         }
     }
 
@@ -929,14 +931,6 @@ impl Samples for Mixture {
             merged.push(self.columns.last().map(|c| c.1.clone())?);
         }
         Some(merged)
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        self.stage_names.clone()
-    }
-
-    fn fingerprint(&self) -> String {
-        self.fingerprint.clone()
     }
 
     fn sources(&self) -> &[ByteSource] {

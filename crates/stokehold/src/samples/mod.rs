@@ -52,10 +52,19 @@ pub use tokens::{IGNORE_LABEL, TokenDataset, TokenMode, TokenOptions, Tokens, VE
 
 pub use crate::fetch::{MAX_WAVE, REMOTE_WAVE_BYTES, Readahead};
 
-/// How the samples lie, for the engine's planning: the bytes a sample reads, the blocks a
-/// shard-block order keeps together, and whether tasks are whole batches.
+/// What the engine learns of the samples once, when a loader is made: how they lie for its
+/// planning (the bytes a sample reads, the blocks a shard-block order keeps together, whether
+/// tasks are whole batches), the stages its statistics report, and the fingerprint resume
+/// states carry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Layout {
+    /// Names of the stages the statistics report, in the order of their indices. When the
+    /// samples read bytes ([`Samples::sources`] not empty), stage 0 is the read stage ("read"),
+    /// which the engine times (one fetch per task, its time shared by the task's samples).
+    pub stage_names: Vec<String>,
+    /// Identifies the dataset and the definition of a sample, for resume states: a state is only
+    /// loaded into a loader whose samples have the same fingerprint.
+    pub fingerprint: String,
     /// Mean bytes read per sample (task sizing, readahead, the memory of a batch of list
     /// columns).
     pub mean_bytes: u64,
@@ -77,7 +86,8 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
     /// Samples per epoch (what the order permutes and the resume state counts).
     fn len(&self) -> u64;
 
-    /// How the samples lie: mean bytes per sample, shard blocks, task shape.
+    /// How the samples lie (mean bytes per sample, shard blocks, task shape), their stages'
+    /// names and their fingerprint.
     fn layout(&self) -> Layout;
 
     /// The output columns: name and per-sample output.
@@ -89,15 +99,6 @@ pub trait Samples: Send + Sync + std::fmt::Debug + 'static {
         let _ = ids;
         None
     }
-
-    /// Names of the stages the statistics report, in the order of their indices. When the
-    /// samples read bytes ([`Samples::sources`] not empty), stage 0 is the read stage ("read"),
-    /// which the engine times (one fetch per task, its time shared by the task's samples).
-    fn stage_names(&self) -> Vec<String>;
-
-    /// Identifies the dataset and the definition of a sample, for resume states: a state is only
-    /// loaded into a loader whose samples have the same fingerprint.
-    fn fingerprint(&self) -> String;
 
     /// Where the samples' bytes are: datasets, each with its RAM cache (empty for samples that
     /// read no bytes). A planned range names its source by its index here.

@@ -232,28 +232,24 @@ impl Samples for Records {
                     .collect(),
             ),
             whole_batch_tasks: false,
+            stage_names: {
+                let mut names = vec!["read".to_string(), "parse".to_string()];
+                for c in &self.columns {
+                    if c.transforms.is_empty() {
+                        names.push(format!("{}/collate", c.name));
+                    }
+                    for t in &c.transforms {
+                        names.push(format!("{}/{}", c.name, t.name()));
+                    }
+                }
+                names
+            },
+            fingerprint: self.fingerprint.clone(),
         }
     }
 
     fn columns(&self) -> &[(String, Output)] {
         &self.outputs
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        let mut names = vec!["read".to_string(), "parse".to_string()];
-        for c in &self.columns {
-            if c.transforms.is_empty() {
-                names.push(format!("{}/collate", c.name));
-            }
-            for t in &c.transforms {
-                names.push(format!("{}/{}", c.name, t.name()));
-            }
-        }
-        names
-    }
-
-    fn fingerprint(&self) -> String {
-        self.fingerprint.clone()
     }
 
     fn sources(&self) -> &[ByteSource] {

@@ -727,6 +727,14 @@ impl Samples for Tokens {
             mean_bytes,
             blocks: None,
             whole_batch_tasks: true,
+            stage_names: {
+                let sample = match self.options.mode {
+                    TokenMode::Packed { .. } => "window",
+                    TokenMode::Documents { .. } => "document",
+                };
+                vec!["read".to_string(), sample.to_string()]
+            },
+            fingerprint: self.fingerprint.clone(),
         }
     }
 
@@ -750,18 +758,6 @@ impl Samples for Tokens {
                 })
                 .collect(),
         )
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        let sample = match self.options.mode {
-            TokenMode::Packed { .. } => "window",
-            TokenMode::Documents { .. } => "document",
-        };
-        vec!["read".to_string(), sample.to_string()]
-    }
-
-    fn fingerprint(&self) -> String {
-        self.fingerprint.clone()
     }
 
     fn sources(&self) -> &[ByteSource] {

@@ -901,19 +901,13 @@ impl Samples for Made {
             mean_bytes: 8,
             blocks: None,
             whole_batch_tasks: true,
+            stage_names: vec!["make".into()],
+            fingerprint: format!("made:{}:{}", self.tag, self.n),
         }
     }
 
     fn columns(&self) -> &[(String, stokehold::Output)] {
         &self.columns
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        vec!["make".into()]
-    }
-
-    fn fingerprint(&self) -> String {
-        format!("made:{}:{}", self.tag, self.n)
     }
 
     fn fill(
@@ -1027,14 +1021,6 @@ impl Samples for Careless {
 
     fn columns(&self) -> &[(String, stokehold::Output)] {
         self.made.columns()
-    }
-
-    fn stage_names(&self) -> Vec<String> {
-        self.made.stage_names()
-    }
-
-    fn fingerprint(&self) -> String {
-        self.made.fingerprint()
     }
 
     fn fill(
