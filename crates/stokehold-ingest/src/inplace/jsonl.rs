@@ -436,6 +436,67 @@ fn image_file_size(files: &dyn NamedFiles, name: &str, max: u64) -> Result<(u32,
 /// Bytes of a JSONL file not in memory read at once while its named files are indexed.
 const NAMED_FILES_WINDOW: u64 = 8 << 20;
 
+/// Lines whose named files are read together ([`index_named_files`]).
+const NAMED_FILES_BATCH: usize = 256;
+
+/// What the scan reads of one file a line names, or the count of a line's image list.
+enum Job {
+    /// The number of images a line's key lists (its sizes follow).
+    Count(u32),
+    /// An image file: its size from its header.
+    Image(String),
+    /// A video file: its frame index (or why the line names none).
+    Video(Result<String, String>),
+}
+
+/// A [`Job`] done: the failures said with the file's place.
+enum Done {
+    Count(u32),
+    Image(Result<(u32, u32), String>),
+    Video(Result<(Vec<u8>, u64), String>),
+}
+
+/// `jobs` done on up to `threads` threads, in their order.
+fn run_jobs(jobs: &[Job], files: &dyn NamedFiles, max: u64, threads: usize) -> Vec<Done> {
+    let one = |job: &Job| match job {
+        Job::Count(n) => Done::Count(*n),
+        Job::Image(p) => Done::Image(
+            image_file_size(files, p, max).map_err(|why| format!("{}: {why}", files.place(p))),
+        ),
+        Job::Video(p) => Done::Video(p.clone().and_then(|p| {
+            video_head(files, &p, max).map_err(|why| format!("{}: {why}", files.place(&p)))
+        })),
+    };
+    let reads = jobs.iter().filter(|j| !matches!(j, Job::Count(_))).count();
+    let threads = threads.clamp(1, reads.max(1));
+    if threads == 1 {
+        return jobs.iter().map(one).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut done: Vec<(usize, Done)> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(job) = jobs.get(i) else {
+                            return mine;
+                        };
+                        mine.push((i, one(job)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, d)| d).collect()
+}
+
 /// Images of unreadable files named in a file's notes.
 const NAMED_UNREADABLE: usize = 3;
 
@@ -467,12 +528,13 @@ fn head_len(v: &[u8]) -> Option<usize> {
 /// After the scan of JSONL file `place` (its bytes in `storage`, the files its lines name in
 /// `files`: its folder, on a local disk or in object storage): for each key that lists image
 /// files, every record's image sizes into its key bytes, each read from the file's header; then
-/// for each key that names video files, each file's frame index (see the module's doc).
+/// for each key that names video files, each file's frame index (see the module's doc). The
+/// files are read on up to `threads` threads.
 pub(super) fn index_named_files(
     storage: &dyn Storage,
     files: &dyn NamedFiles,
     place: &str,
-    max: u64,
+    (max, threads): (u64, usize),
     ix: &mut FileIndex,
 ) -> Result<(), ScanError> {
     let mut stats: JsonlStats = serde_json::from_value(ix.header.stats.clone())
@@ -500,72 +562,95 @@ pub(super) fn index_named_files(
     // request a line
     let (mut window, mut window_at) = (Vec::new(), 0u64);
     let file_size = storage.size().map_err(|err| ScanError::at(0, err))?;
-    for (r, e) in ix.entries.iter().enumerate() {
-        if !ix.damaged(r) {
-            let (lo, len) = (e.offset, e.len as usize);
-            let line = match storage.slice(lo, len) {
-                Some(l) => l,
-                None => {
-                    let held =
-                        lo >= window_at && lo + len as u64 <= window_at + window.len() as u64;
-                    if !held {
-                        // a damaged line is not read: `len` is within the record limit
-                        let n = (len as u64)
-                            .max(NAMED_FILES_WINDOW)
-                            .min(file_size.saturating_sub(lo));
-                        window.resize(usize::try_from(n).unwrap_or(len).max(len), 0);
-                        storage
-                            .read_at(lo, &mut window)
-                            .map_err(|err| ScanError::at(lo, err))?;
-                        window_at = lo;
-                    }
-                    let at = (lo - window_at) as usize;
-                    &window[at..at + len]
-                }
-            };
-            for key in &keys {
-                // a line that does not list its images fails when read: none here
-                let paths = image_paths(line, key, true).unwrap_or_default();
-                out.extend_from_slice(&(paths.len() as u32).to_le_bytes());
-                for p in &paths {
-                    let (w, h) = image_file_size(files, p, max).unwrap_or_else(|why| {
-                        unreadable += 1;
-                        if named.len() < NAMED_UNREADABLE {
-                            let (n, _) = stats.line_of(r as u64);
-                            named.push(format!("line {n} (sample {r}): {}: {why}", files.place(p)));
+    // the files of a batch of lines are read on `threads` threads (each a request's wait in
+    // object storage), then written in line order: the same bytes and notes as one by one
+    for batch in (0..ix.entries.len()).collect::<Vec<_>>().chunks(NAMED_FILES_BATCH) {
+        let mut jobs: Vec<Job> = Vec::new();
+        // per line of the batch: its jobs, each key's in order
+        let mut of_line: Vec<std::ops::Range<usize>> = Vec::with_capacity(batch.len());
+        for &r in batch {
+            let e = ix.entries[r];
+            let from = jobs.len();
+            if !ix.damaged(r) {
+                let (lo, len) = (e.offset, e.len as usize);
+                let line = match storage.slice(lo, len) {
+                    Some(l) => l,
+                    None => {
+                        let held =
+                            lo >= window_at && lo + len as u64 <= window_at + window.len() as u64;
+                        if !held {
+                            // a damaged line is not read: `len` is within the record limit
+                            let n = (len as u64)
+                                .max(NAMED_FILES_WINDOW)
+                                .min(file_size.saturating_sub(lo));
+                            window.resize(usize::try_from(n).unwrap_or(len).max(len), 0);
+                            storage
+                                .read_at(lo, &mut window)
+                                .map_err(|err| ScanError::at(lo, err))?;
+                            window_at = lo;
                         }
-                        (0, 0)
-                    });
-                    out.extend_from_slice(&w.to_le_bytes());
-                    out.extend_from_slice(&h.to_le_bytes());
+                        let at = (lo - window_at) as usize;
+                        &window[at..at + len]
+                    }
+                };
+                for key in &keys {
+                    // a line that does not list its images fails when read: none here
+                    let paths = image_paths(line, key, true).unwrap_or_default();
+                    jobs.push(Job::Count(paths.len() as u32));
+                    jobs.extend(paths.into_iter().map(Job::Image));
+                }
+                for key in &videos {
+                    // a line that does not name its video fails when read: an empty entry here
+                    jobs.push(Job::Video(video_path(line, key).map_err(|e| e.to_string())));
                 }
             }
-            for key in &videos {
-                // a line that does not name its video fails when read: an empty entry here
-                let got = video_path(line, key)
-                    .map_err(|e| e.to_string())
-                    .and_then(|p| {
-                        video_head(files, &p, max)
-                            .map_err(|why| format!("{}: {why}", files.place(&p)))
-                    });
-                let (head, size) = got.unwrap_or_else(|why| {
-                    unreadable += 1;
-                    if named.len() < NAMED_UNREADABLE {
-                        let (n, _) = stats.line_of(r as u64);
-                        named.push(format!("line {n} (sample {r}): {why}"));
-                    }
-                    (Vec::new(), 0)
-                });
-                let len = u32::try_from(head.len())
-                    .map_err(|_| ScanError::at(e.offset, ScanDetail::VideoIndexTooLarge))?;
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(&size.to_le_bytes());
-                out.extend_from_slice(&head);
-            }
+            of_line.push(from..jobs.len());
         }
-        let end = u32::try_from(out.len())
-            .map_err(|_| ScanError::at(e.offset, ScanDetail::KeyBytesTooLarge))?;
-        first_key.push(end);
+        let done = run_jobs(&jobs, files, max, threads);
+        for (&r, range) in batch.iter().zip(of_line) {
+            let e = ix.entries[r];
+            for got in &done[range] {
+                match got {
+                    Done::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
+                    Done::Image(got) => {
+                        let (w, h) = got.as_ref().map_or_else(
+                            |why| {
+                                unreadable += 1;
+                                if named.len() < NAMED_UNREADABLE {
+                                    let (n, _) = stats.line_of(r as u64);
+                                    named.push(format!("line {n} (sample {r}): {why}"));
+                                }
+                                (0, 0)
+                            },
+                            |&wh| wh,
+                        );
+                        out.extend_from_slice(&w.to_le_bytes());
+                        out.extend_from_slice(&h.to_le_bytes());
+                    }
+                    Done::Video(got) => {
+                        let (head, size) = got.as_ref().map_or_else(
+                            |why| {
+                                unreadable += 1;
+                                if named.len() < NAMED_UNREADABLE {
+                                    let (n, _) = stats.line_of(r as u64);
+                                    named.push(format!("line {n} (sample {r}): {why}"));
+                                }
+                                (&[][..], 0)
+                            },
+                            |(head, size)| (&head[..], *size),
+                        );
+                        let len = u32::try_from(head.len())
+                            .map_err(|_| ScanError::at(e.offset, ScanDetail::VideoIndexTooLarge))?;
+                        out.extend_from_slice(&len.to_le_bytes());
+                        out.extend_from_slice(&size.to_le_bytes());
+                        out.extend_from_slice(head);
+                    }
+                }
+            }
+            let end = u32::try_from(out.len())
+                .map_err(|_| ScanError::at(e.offset, ScanDetail::KeyBytesTooLarge))?;
+            first_key.push(end);
+        }
     }
     if unreadable > 0 {
         ix.header.notes.push(format!(
@@ -933,6 +1018,51 @@ pub(super) fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn named_files_read_on_threads_give_the_one_thread_index_and_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let png = |w: u32, h: u32| {
+            let mut b = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+            b.extend_from_slice(&w.to_be_bytes());
+            b.extend_from_slice(&h.to_be_bytes());
+            b.extend_from_slice(&[8, 2, 0, 0, 0]);
+            b
+        };
+        let mut text = String::new();
+        // more lines than a batch; every 7th names a file that is not there
+        for k in 0..(NAMED_FILES_BATCH * 2 + 37) {
+            std::fs::write(dir.path().join(format!("{k}.png")), png(k as u32 + 1, 2 * k as u32 + 3))
+                .unwrap();
+            let second = if k % 7 == 3 { "gone.png".to_string() } else { format!("{}.png", k / 2) };
+            text.push_str(&format!("{{\"images\": [\"{k}.png\", \"{second}\"], \"n\": {k}}}\n"));
+        }
+        let files = super::super::named_files::FolderFiles::local(dir.path());
+        let storage = stokehold_format::Memory::new(text.clone().into_bytes());
+        let mut got = Vec::new();
+        for threads in [1, 4] {
+            let mut ix = index(text.as_bytes(), 1 << 20, 1, false);
+            index_named_files(&storage, &files, "t.jsonl", (1 << 20, threads), &mut ix).unwrap();
+            got.push((ix.keys.clone(), ix.first_key.clone(), ix.header.notes.clone()));
+        }
+        assert_eq!(got[0], got[1]);
+        let (keys, first, notes) = &got[0];
+        assert_eq!(first.len(), NAMED_FILES_BATCH * 2 + 38);
+        // line 4 (sample 3): its second image is not there (size 0 x 0), its first 4 x 9
+        let line3 = &keys[first[3] as usize..first[4] as usize];
+        let words: Vec<u32> = line3
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(words, [2, 4, 9, 0, 0]);
+        let missing = (0..NAMED_FILES_BATCH * 2 + 37).filter(|k| k % 7 == 3).count();
+        assert!(
+            notes.iter().any(|n| n.contains(&format!("{missing} image or video files"))
+                && n.contains("line 4 (sample 3)")
+                && n.contains("gone.png")),
+            "{notes:?}"
+        );
+    }
 
     fn index(file: &[u8], max: u64, threads: usize, stream: bool) -> FileIndex {
         let mut ix = FileIndex::new("jsonl", "f", file.len() as u64, None);

@@ -865,14 +865,15 @@ impl Read for StorageReader {
     }
 }
 
-/// Scan file `name` of `location` (`meta`) into a new index, with up to `threads` threads.
+/// Scan file `name` of `location` (`meta`) into a new index, with up to `threads` threads (and
+/// `named` for the files a JSONL file's lines name).
 fn scan(
     location: &Arc<dyn Location>,
     root: &Path,
     name: &str,
     meta: &ObjectMeta,
     format: InPlaceFormat,
-    (max, threads): (u64, usize),
+    (max, threads, named): (u64, usize, usize),
 ) -> Result<FileIndex, FormatError> {
     let path = root.join(name);
     let storage: Arc<dyn Storage> = location
@@ -910,7 +911,7 @@ fn scan(
         // image and video paths are relative to the JSONL file's folder
         let files = named_files::FolderFiles::of(location, name);
         let place = path.display().to_string();
-        jsonl::index_named_files(&*storage, &files, &place, max, &mut ix)
+        jsonl::index_named_files(&*storage, &files, &place, (max, named), &mut ix)
     });
     r.map_err(|e| FormatError::Corrupt {
         path,
@@ -955,6 +956,9 @@ fn indexes(
     // a file's own scan may split it among the threads the files leave (one large file: all)
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let inner = (cores / files.len().max(1)).max(1);
+    // and the files a JSONL file's lines name are read on the requests in flight the files
+    // leave (object storage: waits, not cores)
+    let named = (location.parallelism() / threads).max(1);
     let out: std::sync::Mutex<Vec<Option<Result<Scanned, FormatError>>>> =
         std::sync::Mutex::new((0..files.len()).map(|_| None).collect());
     std::thread::scope(|s| {
@@ -981,7 +985,7 @@ fn indexes(
                     let r = match got {
                         Some(ix) => Ok((Arc::new(ix), false)),
                         None => {
-                            scan(location, root, name, meta, format, (max, inner)).and_then(|ix| {
+                            scan(location, root, name, meta, format, (max, inner, named)).and_then(|ix| {
                                 let ix = Arc::new(ix);
                                 keep_soon(location, root, name, &ix, inplace, dir.as_deref())?;
                                 Ok((ix, true))
