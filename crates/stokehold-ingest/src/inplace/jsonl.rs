@@ -564,7 +564,10 @@ pub(super) fn index_named_files(
     let file_size = storage.size().map_err(|err| ScanError::at(0, err))?;
     // the files of a batch of lines are read on `threads` threads (each a request's wait in
     // object storage), then written in line order: the same bytes and notes as one by one
-    for batch in (0..ix.entries.len()).collect::<Vec<_>>().chunks(NAMED_FILES_BATCH) {
+    for batch in (0..ix.entries.len())
+        .collect::<Vec<_>>()
+        .chunks(NAMED_FILES_BATCH)
+    {
         let mut jobs: Vec<Job> = Vec::new();
         // per line of the batch: its jobs, each key's in order
         let mut of_line: Vec<std::ops::Range<usize>> = Vec::with_capacity(batch.len());
@@ -1032,10 +1035,19 @@ mod tests {
         let mut text = String::new();
         // more lines than a batch; every 7th names a file that is not there
         for k in 0..(NAMED_FILES_BATCH * 2 + 37) {
-            std::fs::write(dir.path().join(format!("{k}.png")), png(k as u32 + 1, 2 * k as u32 + 3))
-                .unwrap();
-            let second = if k % 7 == 3 { "gone.png".to_string() } else { format!("{}.png", k / 2) };
-            text.push_str(&format!("{{\"images\": [\"{k}.png\", \"{second}\"], \"n\": {k}}}\n"));
+            std::fs::write(
+                dir.path().join(format!("{k}.png")),
+                png(k as u32 + 1, 2 * k as u32 + 3),
+            )
+            .unwrap();
+            let second = if k % 7 == 3 {
+                "gone.png".to_string()
+            } else {
+                format!("{}.png", k / 2)
+            };
+            text.push_str(&format!(
+                "{{\"images\": [\"{k}.png\", \"{second}\"], \"n\": {k}}}\n"
+            ));
         }
         let files = super::super::named_files::FolderFiles::local(dir.path());
         let storage = stokehold_format::Memory::new(text.clone().into_bytes());
@@ -1043,7 +1055,11 @@ mod tests {
         for threads in [1, 4] {
             let mut ix = index(text.as_bytes(), 1 << 20, 1, false);
             index_named_files(&storage, &files, "t.jsonl", (1 << 20, threads), &mut ix).unwrap();
-            got.push((ix.keys.clone(), ix.first_key.clone(), ix.header.notes.clone()));
+            got.push((
+                ix.keys.clone(),
+                ix.first_key.clone(),
+                ix.header.notes.clone(),
+            ));
         }
         assert_eq!(got[0], got[1]);
         let (keys, first, notes) = &got[0];
@@ -1055,11 +1071,15 @@ mod tests {
             .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(words, [2, 4, 9, 0, 0]);
-        let missing = (0..NAMED_FILES_BATCH * 2 + 37).filter(|k| k % 7 == 3).count();
+        let missing = (0..NAMED_FILES_BATCH * 2 + 37)
+            .filter(|k| k % 7 == 3)
+            .count();
         assert!(
-            notes.iter().any(|n| n.contains(&format!("{missing} image or video files"))
-                && n.contains("line 4 (sample 3)")
-                && n.contains("gone.png")),
+            notes
+                .iter()
+                .any(|n| n.contains(&format!("{missing} image or video files"))
+                    && n.contains("line 4 (sample 3)")
+                    && n.contains("gone.png")),
             "{notes:?}"
         );
     }

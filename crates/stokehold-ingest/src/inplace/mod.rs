@@ -984,13 +984,12 @@ fn indexes(
                         .flatten();
                     let r = match got {
                         Some(ix) => Ok((Arc::new(ix), false)),
-                        None => {
-                            scan(location, root, name, meta, format, (max, inner, named)).and_then(|ix| {
+                        None => scan(location, root, name, meta, format, (max, inner, named))
+                            .and_then(|ix| {
                                 let ix = Arc::new(ix);
                                 keep_soon(location, root, name, &ix, inplace, dir.as_deref())?;
                                 Ok((ix, true))
-                            })
-                        }
+                            }),
                     };
                     let r = r.map(|(index, fresh)| Scanned {
                         name: name.clone(),
