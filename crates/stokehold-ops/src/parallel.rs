@@ -1,7 +1,7 @@
 //! One way to run an indexed job on scoped native threads: blocks of indices taken in turn from
 //! a shared counter (so uneven items balance), results put back in index order. Used wherever a
 //! call spreads per-item work over threads of its own (chat templates' `encode_many`, the
-//! engine's count of whole conversations).
+//! engine's count of whole conversations, the files a JSONL file read in place names).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

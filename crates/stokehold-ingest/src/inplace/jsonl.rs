@@ -457,8 +457,13 @@ enum Done {
 }
 
 /// `jobs` done on up to `threads` threads, in their order.
-fn run_jobs(jobs: &[Job], files: &dyn NamedFiles, max: u64, threads: usize) -> Vec<Done> {
-    let one = |job: &Job| match job {
+fn run_jobs(
+    jobs: &[Job],
+    files: &dyn NamedFiles,
+    max: u64,
+    threads: usize,
+) -> Result<Vec<Done>, stokehold_ops::parallel::Panicked> {
+    stokehold_ops::parallel::map_indexed(jobs.len(), threads.max(1), 1, |i| match &jobs[i] {
         Job::Count(n) => Done::Count(*n),
         Job::Image(p) => Done::Image(
             image_file_size(files, p, max).map_err(|why| format!("{}: {why}", files.place(p))),
@@ -466,35 +471,7 @@ fn run_jobs(jobs: &[Job], files: &dyn NamedFiles, max: u64, threads: usize) -> V
         Job::Video(p) => Done::Video(p.clone().and_then(|p| {
             video_head(files, &p, max).map_err(|why| format!("{}: {why}", files.place(&p)))
         })),
-    };
-    let reads = jobs.iter().filter(|j| !matches!(j, Job::Count(_))).count();
-    let threads = threads.clamp(1, reads.max(1));
-    if threads == 1 {
-        return jobs.iter().map(one).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut done: Vec<(usize, Done)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(job) = jobs.get(i) else {
-                            return mine;
-                        };
-                        mine.push((i, one(job)));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, d)| d).collect()
+    })
 }
 
 /// Images of unreadable files named in a file's notes.
@@ -609,20 +586,26 @@ pub(super) fn index_named_files(
             }
             of_line.push(from..jobs.len());
         }
-        let done = run_jobs(&jobs, files, max, threads);
+        let at = batch.first().map_or(0, |&r| ix.entries[r].offset);
+        let done = run_jobs(&jobs, files, max, threads)
+            .map_err(|_| ScanError::at(at, ScanDetail::NamedFilesPanicked))?;
         for (&r, range) in batch.iter().zip(of_line) {
             let e = ix.entries[r];
+            // a file that cannot be read: counted, the first few named in a note
+            let mut unreadable_at = |why: &String| {
+                unreadable += 1;
+                if named.len() < NAMED_UNREADABLE {
+                    let (n, _) = stats.line_of(r as u64);
+                    named.push(format!("line {n} (sample {r}): {why}"));
+                }
+            };
             for got in &done[range] {
                 match got {
                     Done::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
                     Done::Image(got) => {
                         let (w, h) = got.as_ref().map_or_else(
                             |why| {
-                                unreadable += 1;
-                                if named.len() < NAMED_UNREADABLE {
-                                    let (n, _) = stats.line_of(r as u64);
-                                    named.push(format!("line {n} (sample {r}): {why}"));
-                                }
+                                unreadable_at(why);
                                 (0, 0)
                             },
                             |&wh| wh,
@@ -633,11 +616,7 @@ pub(super) fn index_named_files(
                     Done::Video(got) => {
                         let (head, size) = got.as_ref().map_or_else(
                             |why| {
-                                unreadable += 1;
-                                if named.len() < NAMED_UNREADABLE {
-                                    let (n, _) = stats.line_of(r as u64);
-                                    named.push(format!("line {n} (sample {r}): {why}"));
-                                }
+                                unreadable_at(why);
                                 (&[][..], 0)
                             },
                             |(head, size)| (&head[..], *size),

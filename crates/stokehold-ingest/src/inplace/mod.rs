@@ -341,6 +341,9 @@ pub(crate) enum ScanDetail {
     /// Only a file read front to back gets here.
     #[error("a Parquet file is not read front to back")]
     NotSequential,
+    /// A thread reading the files a JSONL file's lines name panicked (a bug: said, not spread).
+    #[error("a thread reading the files the lines name panicked")]
+    NamedFilesPanicked,
     /// The `parquet` crate panicked on the file.
     #[error(
         "the Parquet decoder failed ({payload}): the file is damaged or uses what it does not \

@@ -211,15 +211,13 @@ fn too_large(max: u64) -> io::Error {
     )
 }
 
-/// A local file whole, refused past `max` bytes (read to `max + 1` at most: never sized by a
-/// length the file system gives, which may change).
+/// A local file whole, refused past `max` bytes (pack's reader: never sized by a length the
+/// file system gives, which may change).
 fn read_local(p: &Path, max: u64) -> io::Result<Vec<u8>> {
-    let mut v = Vec::new();
-    std::fs::File::open(p)?.take(max + 1).read_to_end(&mut v)?;
-    if v.len() as u64 > max {
-        return Err(too_large(max));
-    }
-    Ok(v)
+    crate::pack::read_file(p, max).map_err(|e| match e {
+        crate::pack::ReadFileError::Io(e) => e,
+        crate::pack::ReadFileError::TooLarge { max } => too_large(max),
+    })
 }
 
 #[cfg(test)]
