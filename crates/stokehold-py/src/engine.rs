@@ -322,7 +322,10 @@ impl Engine {
         };
         let options = datasets.first().map(|d| d.options());
         if options.is_none() && !lerobot {
-            return Err(config_error(py, "a mixture needs at least one source"));
+            return Err(config_error(
+                py,
+                stokehold::blend::MixtureMistake::NoSources.to_string(),
+            ));
         }
         let shared: Vec<_> = datasets.iter().map(|d| d.shared()).collect();
         let built = py

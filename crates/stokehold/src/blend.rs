@@ -65,12 +65,38 @@ pub struct Phase {
     pub weights: Vec<u64>,
 }
 
+/// The mistakes of a mixture's definition that every front and every kind of mixture (the blend,
+/// the mixture of sources, the mixture of conversations) can meet, said once, the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MixtureMistake {
+    /// No source.
+    #[error("a mixture needs at least one source")]
+    NoSources,
+    /// No weights and no schedule.
+    #[error("a mixture needs weights")]
+    NoWeights,
+    /// A schedule whose steps do not increase.
+    #[error("a schedule's steps must increase: {later} comes after {earlier}")]
+    StepsDoNotIncrease {
+        /// The step before.
+        earlier: u64,
+        /// The step after it, not above it.
+        later: u64,
+    },
+}
+
+impl From<MixtureMistake> for EngineError {
+    fn from(m: MixtureMistake) -> EngineError {
+        EngineError::Config(m.to_string())
+    }
+}
+
 /// `weights` (finite, >= 0, not all 0) as integers summing to [`UNIT`] (largest remainders get
 /// the units left over; ties to the lower index). A positive weight never rounds to 0.
 pub fn quantize(weights: &[f64]) -> Result<Vec<u64>> {
     let bad = |m: String| Err(EngineError::Config(m));
     if weights.is_empty() {
-        return bad("a mixture needs at least one source".into());
+        return Err(MixtureMistake::NoSources.into());
     }
     if let Some(w) = weights.iter().find(|w| !w.is_finite() || **w < 0.0) {
         return bad(format!(
@@ -168,7 +194,7 @@ impl BlendDef {
         let bad = |m: String| Err(EngineError::Config(m));
         let n = self.sources.len();
         if n == 0 {
-            return bad("a mixture needs at least one source".into());
+            return Err(MixtureMistake::NoSources.into());
         }
         if n > u32::MAX as usize {
             return bad(format!("{n} sources are too many for a mixture"));
@@ -180,7 +206,7 @@ impl BlendDef {
             return bad("a mixture's epoch must hold at least one sample".into());
         }
         let Some(first) = self.phases.first() else {
-            return bad("a mixture needs weights".into());
+            return Err(MixtureMistake::NoWeights.into());
         };
         if first.start != self.origin {
             return bad(format!(
@@ -190,10 +216,11 @@ impl BlendDef {
         }
         for w in self.phases.windows(2) {
             if w[1].start <= w[0].start {
-                return bad(format!(
-                    "a schedule's steps must increase: {} comes after {}",
-                    w[1].start, w[0].start
-                ));
+                return Err(MixtureMistake::StepsDoNotIncrease {
+                    earlier: w[0].start,
+                    later: w[1].start,
+                }
+                .into());
             }
         }
         for p in &self.phases {

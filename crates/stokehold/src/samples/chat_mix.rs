@@ -155,7 +155,7 @@ impl ChatMixture {
     ) -> Result<ChatMixture> {
         let bad = |m: String| Err(EngineError::Config(m));
         let Some((_, first)) = sources.first() else {
-            return bad("a mixture needs at least one source".into());
+            return Err(crate::blend::MixtureMistake::NoSources.into());
         };
         let options = first.options().clone();
         for (name, p) in &sources {

@@ -17,7 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use stokehold_format::DType;
 
-use crate::blend::{Blend, BlendDef, BlendSource, BlendState, Phase, UNIT, quantize};
+use crate::blend::{
+    Blend, BlendDef, BlendSource, BlendState, MixtureMistake, Phase, UNIT, quantize,
+};
 use crate::cache::CacheStats;
 use crate::error::{EngineError, Result};
 use crate::fetch::ByteSource;
@@ -297,7 +299,7 @@ impl Mixture {
     pub fn new(sources: Vec<MixtureSource>, options: MixtureOptions) -> Result<Mixture> {
         let bad = |m: String| Err(EngineError::Config(m));
         if sources.is_empty() {
-            return bad("a mixture needs at least one source".into());
+            return Err(MixtureMistake::NoSources.into());
         }
         for (i, s) in sources.iter().enumerate() {
             if s.name.is_empty() {
@@ -403,7 +405,7 @@ impl Mixture {
             return bad("a mixture's epoch must hold at least one sample".into());
         }
         if options.schedule.is_empty() {
-            return bad("a mixture needs weights".into());
+            return Err(MixtureMistake::NoWeights.into());
         }
         let mut schedule = Vec::with_capacity(options.schedule.len());
         let lengths: Vec<f64> = sources.iter().map(|s| s.samples.len() as f64).collect();
@@ -435,10 +437,11 @@ impl Mixture {
             ));
         }
         if let Some(w) = schedule.windows(2).find(|w| w[1].0 <= w[0].0) {
-            return bad(format!(
-                "a schedule's steps must increase: {} comes after {}",
-                w[1].0, w[0].0
-            ));
+            return Err(MixtureMistake::StepsDoNotIncrease {
+                earlier: w[0].0,
+                later: w[1].0,
+            }
+            .into());
         }
         if options.unit == ScheduleUnit::Steps && options.samples_per_step == 0 {
             return bad("a schedule in steps needs the samples per step".into());
