@@ -260,24 +260,46 @@ struct Walk<'a> {
     phase: usize,
     /// `T_s(g + 1) - UNIT * (c_s(g) - base_s)`.
     deficit: Vec<i64>,
+    /// The phase's weights as the deficits' type (each at most [`UNIT`]).
+    weights: Vec<i64>,
+    /// The stream sample the next phase starts at (`u64::MAX`: none).
+    next_start: u64,
 }
 
 impl<'a> Walk<'a> {
     fn new(def: &'a BlendDef, acc: &'a [Vec<u128>], g: u64, counts: Vec<u64>) -> Walk<'a> {
+        let n = def.sources.len();
         let mut w = Walk {
             def,
             acc,
             g,
             counts,
             phase: 0,
-            deficit: vec![0; def.sources.len()],
+            deficit: vec![0; n],
+            weights: vec![0; n],
+            next_start: u64::MAX,
         };
         w.phase = def
             .phases
             .partition_point(|p| p.start <= g)
             .saturating_sub(1);
-        w.reset();
+        w.enter_phase();
         w
+    }
+
+    /// The phase's weights and end, and the deficits from the counts, exactly.
+    fn enter_phase(&mut self) {
+        let p = &self.def.phases[self.phase];
+        for (w, &pw) in self.weights.iter_mut().zip(&p.weights) {
+            // `check`: weights sum to UNIT, so each fits an i64
+            *w = pw as i64;
+        }
+        self.next_start = self
+            .def
+            .phases
+            .get(self.phase + 1)
+            .map_or(u64::MAX, |next| next.start);
+        self.reset();
     }
 
     /// The deficits from the counts, exactly.
@@ -293,33 +315,35 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// Take sample `g`: its source, and that source's count before it.
-    #[inline]
+    /// Take sample `g`: its source, and that source's count before it. The source of largest
+    /// deficit among those of positive weight (the first of equals); then every deficit grows
+    /// by its weight, or, where a phase starts, all are computed afresh.
+    #[inline(always)]
     fn step(&mut self) -> (u32, u64) {
-        let weights = &self.def.phases[self.phase].weights;
+        let n = self.deficit.len();
+        let (deficit, weights, counts) = (
+            &mut self.deficit[..n],
+            &self.weights[..n],
+            &mut self.counts[..n],
+        );
         let mut best = usize::MAX;
         let mut best_d = i64::MIN;
-        for (s, (&d, &w)) in self.deficit.iter().zip(weights).enumerate() {
+        for (s, (&d, &w)) in deficit.iter().zip(weights).enumerate() {
             if w > 0 && d > best_d {
                 best = s;
                 best_d = d;
             }
         }
-        let k = self.counts[best];
-        self.counts[best] += 1;
-        self.deficit[best] -= UNIT as i64;
+        let k = counts[best];
+        counts[best] += 1;
+        deficit[best] -= UNIT as i64;
         self.g += 1;
-        if self
-            .def
-            .phases
-            .get(self.phase + 1)
-            .is_some_and(|p| p.start == self.g)
-        {
+        if self.g == self.next_start {
             self.phase += 1;
-            self.reset();
+            self.enter_phase();
         } else {
-            for (d, &w) in self.deficit.iter_mut().zip(weights) {
-                *d += w as i64;
+            for (d, &w) in deficit.iter_mut().zip(weights) {
+                *d += w;
             }
         }
         (best as u32, k)
@@ -424,51 +448,52 @@ impl Blend {
             return b.counts_at(g);
         }
         let mut out = Vec::new();
-        self.walk(g, 0, |_, _| (), &mut out);
+        self.walk(g, 0, &mut |_, _| (), &mut out);
         out
     }
 
     /// Push `(source, k)` for each stream sample of `range`: its source and that source's count
     /// before it (`k`: the sample's index in the source's own endless sequence).
     pub fn picks(&self, range: Range<u64>, out: &mut Vec<(u32, u64)>) {
+        self.each_pick(range, &mut |s, k| out.push((s, k)));
+    }
+
+    /// [`Blend::picks`] handed to `take` one by one.
+    fn each_pick<F: FnMut(u32, u64)>(&self, range: Range<u64>, take: &mut F) {
         if range.start < self.def.origin
             && let Some(b) = &self.before
         {
             let split = range.end.min(self.def.origin);
-            b.picks(range.start..split, out);
+            b.each_pick(range.start..split, take);
             if split < range.end {
-                self.picks(split..range.end, out);
+                self.each_pick(split..range.end, take);
             }
             return;
         }
         let mut counts = Vec::new();
-        self.walk(
-            range.start,
-            range.end - range.start,
-            |s, k| out.push((s, k)),
-            &mut counts,
-        );
+        self.walk(range.start, range.end - range.start, take, &mut counts);
     }
 
     /// Walk from the best known state at or before `from` to `from + n`, calling `take` for each
     /// of the `n` samples from `from`; `counts` gets the counts at `from`.
-    fn walk(&self, from: u64, n: u64, mut take: impl FnMut(u32, u64), counts: &mut Vec<u64>) {
+    fn walk<F: FnMut(u32, u64)>(&self, from: u64, n: u64, take: &mut F, counts: &mut Vec<u64>) {
         let (at, start) = {
             let memo = lock(&self.memo);
-            let mut best = (self.def.origin, self.def.base.clone().into_boxed_slice());
+            // the latest known state at or before `from` (copied once, found by reference)
+            let mut best: (u64, &[u64]) = (self.def.origin, &self.def.base);
             if let Some((&g, c)) = memo.marks.range(..=from).next_back()
                 && g >= best.0
             {
-                best = (g, c.clone());
+                best = (g, c);
             }
             for (g, c) in &memo.recent {
                 if *g <= from && *g > best.0 {
-                    best = (*g, c.clone());
+                    best = (*g, c);
                 }
             }
-            best
+            (best.0, best.1.to_vec())
         };
-        let mut w = Walk::new(&self.def, &self.acc, at, start.into_vec());
+        let mut w = Walk::new(&self.def, &self.acc, at, start);
         let mut new_marks = Vec::new();
         while w.g < from {
             w.step();
@@ -500,21 +525,20 @@ impl Blend {
         }
     }
 
-    /// The mixture ids of stream samples `range` pushed to `out`.
+    /// The mixture ids of stream samples `range` pushed to `out`: each pick's source's order of
+    /// its pass (made once per call for each (source, pass) met), at the pick's place in it.
     pub fn ids(&self, range: Range<u64>, out: &mut Vec<u64>) {
-        let mut picks = Vec::with_capacity((range.end - range.start) as usize);
-        self.picks(range, &mut picks);
-        // each (source, pass) order once per call
-        let mut orders: Vec<(u32, u64, EpochOrder)> = Vec::new();
-        for (s, k) in picks {
+        out.reserve((range.end - range.start) as usize);
+        // per source: the first count of the pass last met, and that pass's order
+        let mut orders: Vec<Option<(u64, EpochOrder)>> = Vec::new();
+        orders.resize_with(self.def.sources.len(), || None);
+        self.each_pick(range, &mut |s, k| {
             let src = &self.def.sources[s as usize];
-            let (pass, j) = (k / src.len, k % src.len);
-            let found = orders
-                .iter()
-                .position(|(os, op, _)| *os == s && *op == pass);
-            let i = match found {
-                Some(i) => i,
-                None => {
+            let slot = &mut orders[s as usize];
+            let j = match slot {
+                Some((first, _)) if k >= *first && k - *first < src.len => k - *first,
+                _ => {
+                    let pass = k / src.len;
                     let order = EpochOrder::new(
                         src.len,
                         src.blocks.as_deref(),
@@ -532,13 +556,14 @@ impl Blend {
                         )
                     })
                     .expect("a global order of any length builds");
-                    orders.push((s, pass, order));
-                    orders.len() - 1
+                    *slot = Some((pass * src.len, order));
+                    k % src.len
                 }
             };
-            let local = orders[i].2.id_at(j).unwrap_or(j);
+            let order = &slot.as_ref().expect("set just above").1;
+            let local = order.id_at(j).unwrap_or(j);
             out.push(self.offsets[s as usize] + local);
-        }
+        });
     }
 }
 
@@ -676,6 +701,48 @@ mod tests {
             c[*s as usize] += 1;
         }
         assert_eq!(fresh.counts_at(12_345), c.to_vec());
+    }
+
+    #[test]
+    fn ids_are_each_picks_place_in_its_sources_pass_order_and_the_picks_are_pinned() {
+        // small sources (many passes inside one call), a schedule with a zero weight and three
+        // phases: the ids are, pick by pick, the source's order of that pass at that place
+        let b = Blend::new(def(
+            &[3, 11, 40],
+            &[&[0.2, 0.3, 0.5], &[0.0, 0.6, 0.4], &[0.7, 0.2, 0.1]],
+            &[0, 500, 777],
+        ))
+        .unwrap();
+        let mut picks = Vec::new();
+        b.picks(0..2_000, &mut picks);
+        let mut ids = Vec::new();
+        for r in [0..1, 1..333, 333..900, 900..2_000] {
+            b.ids(r, &mut ids);
+        }
+        let naive: Vec<u64> = picks
+            .iter()
+            .map(|&(s, k)| {
+                let src = &b.def.sources[s as usize];
+                let order = EpochOrder::new(
+                    src.len,
+                    None,
+                    &Shuffle::Global,
+                    b.keys[s as usize],
+                    k / src.len,
+                )
+                .unwrap();
+                b.offsets[s as usize] + order.id_at(k % src.len).unwrap()
+            })
+            .collect();
+        assert_eq!(ids, naive);
+        // the picks of this definition, as the blend has made them since it was written (a
+        // resumed run replays them: a change to the walk must not move one)
+        let mut crc = 0u32;
+        for (s, k) in &picks {
+            crc = stokehold_format::crc::append(crc, &[*s as u8]);
+            crc = stokehold_format::crc::append(crc, &k.to_le_bytes());
+        }
+        assert_eq!(crc, 1_892_960_352, "picks' CRC");
     }
 
     #[test]

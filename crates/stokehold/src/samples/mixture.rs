@@ -1026,7 +1026,8 @@ impl Samples for Mixture {
             let sc = sc.as_ref().expect("held until dropped");
             let tag = (s as i64).to_le_bytes();
             for (kk, (&local, &k)) in sc.groups[s].iter().zip(&sc.at[s]).enumerate() {
-                task.sample(k as usize, |cx, out| {
+                // the source is the sample's group (`Blended::group_of`)
+                task.sample_of_group(k as usize, s, |cx, out| {
                     let r = src.samples.fill(local, kk, io, cx, out);
                     if let Some(col) = column {
                         out.fixed(col).copy_from_slice(&tag);
