@@ -304,15 +304,16 @@ impl Decoder {
             (tj::TJPF_TJPF_RGB, 3u8)
         };
         let pitch = ow as usize * usize::from(channels);
-        // The decoder writes every byte: grow without re-zeroing what is already there.
+        // The decoder writes every byte: the buffer's room is reserved, not zeroed (a large
+        // image after a small one would otherwise zero again what the small one left out), and
+        // its length set once the decode succeeded.
         let need = pitch * oh as usize;
-        if out.data.len() < need {
-            out.data.resize(need, 0);
-        }
-        out.data.truncate(need);
-        // SAFETY: `out.data` holds exactly `pitch * oh` bytes, the size libjpeg-turbo writes for a
-        // (cropped, scaled) image of `ow`×`oh` in this pixel format with this pitch; `data` is
-        // only read.
+        out.data.clear();
+        out.data.reserve(need);
+        (out.width, out.height) = (0, 0);
+        // SAFETY: `out.data` has room for `pitch * oh` bytes (reserved above), the size
+        // libjpeg-turbo writes for a (cropped, scaled) image of `ow`×`oh` in this pixel format
+        // with this pitch; `data` is only read.
         let r = unsafe {
             tj::tj3Decompress8(
                 self.handle,
@@ -328,6 +329,9 @@ impl Decoder {
             // loader must not feed grey-filled garbage into training
             return Err(self.error());
         }
+        // SAFETY: the decode succeeded, so libjpeg-turbo wrote all `pitch * oh` bytes of the
+        // room reserved above.
+        unsafe { out.data.set_len(need) };
         out.width = ow;
         out.height = oh;
         out.channels = channels;

@@ -965,6 +965,8 @@ impl Qwen2Vl {
             }
         }
         let plane = ps * ps;
+        // one patch channel's frames, made here before they are streamed out (zeroed once)
+        let mut buf = [0f32; PATCH_FLOATS];
         let mut rows = out.chunks_exact_mut(3 * tps * plane);
         for bh in 0..gh / m {
             for bw in 0..gw / m {
@@ -977,10 +979,18 @@ impl Qwen2Vl {
                             // loops unrolled
                             let (plane_c, lut_c) = (&px[c], &lut[c]);
                             match (ps, tps) {
-                                (14, 2) => patch_lines::<14, 2>(plane_c, w, y0, x0, lut_c, frames),
-                                (14, 1) => patch_lines::<14, 1>(plane_c, w, y0, x0, lut_c, frames),
-                                (16, 2) => patch_lines::<16, 2>(plane_c, w, y0, x0, lut_c, frames),
-                                (16, 1) => patch_lines::<16, 1>(plane_c, w, y0, x0, lut_c, frames),
+                                (14, 2) => patch_lines::<14, 2>(
+                                    plane_c, w, y0, x0, lut_c, &mut buf, frames,
+                                ),
+                                (14, 1) => patch_lines::<14, 1>(
+                                    plane_c, w, y0, x0, lut_c, &mut buf, frames,
+                                ),
+                                (16, 2) => patch_lines::<16, 2>(
+                                    plane_c, w, y0, x0, lut_c, &mut buf, frames,
+                                ),
+                                (16, 1) => patch_lines::<16, 1>(
+                                    plane_c, w, y0, x0, lut_c, &mut buf, frames,
+                                ),
                                 _ => {
                                     let (first, rest) = frames.split_at_mut(plane);
                                     for (py, line) in first.chunks_exact_mut(ps).enumerate() {
@@ -1005,7 +1015,7 @@ impl Qwen2Vl {
 
 /// The `PS` lines of `PS` bytes of the patch at (`y0`, `x0`) of `plane` (`w` bytes a line),
 /// through `lut`, into each of the `TPS` frames of `out` (`TPS * PS * PS` floats, at most
-/// [`PATCH_FLOATS`]): made on the stack, then streamed out ([`stream_out`]).
+/// [`PATCH_FLOATS`]): made in `buf`, then streamed out ([`stream_out`]).
 #[inline(always)]
 fn patch_lines<const PS: usize, const TPS: usize>(
     plane: &[u8],
@@ -1013,9 +1023,9 @@ fn patch_lines<const PS: usize, const TPS: usize>(
     y0: usize,
     x0: usize,
     lut: &[f32; 256],
+    buf: &mut [f32; PATCH_FLOATS],
     out: &mut [f32],
 ) {
-    let mut buf = [0f32; PATCH_FLOATS];
     let frames = &mut buf[..TPS * PS * PS];
     for py in 0..PS {
         let line: &[u8; PS] = plane[(y0 + py) * w + x0..][..PS]
