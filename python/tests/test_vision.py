@@ -243,3 +243,30 @@ def test_fixed_size_gives_siglip_and_llava_processors_values_and_runs_as_a_loade
         assert np.array_equal(batch["image"], got[batch["n"]])
     with pytest.raises(stokehold.ConfigError, match="fixed_size needs encoded image bytes"):
         stokehold.Loader(str(tmp_path / "ds"), 2, transforms={"n": siglip})
+
+
+def test_packed_images_rewritten_as_baseline_give_the_originals_pixel_values(tmp_path):
+    # `stokehold pack` rewrites every JPEG losslessly (baseline, restart markers): a progressive
+    # photograph's patches, at full size and DCT-scaled, are exactly the original's
+    import json
+    import subprocess
+    import sys
+
+    originals = []
+    for i, (w, h, progressive) in enumerate([(2400, 1800, True), (640, 480, True), (500, 375, False)]):
+        img = Image.open(io.BytesIO(jpeg(w, h, seed=i)))
+        b = io.BytesIO()
+        img.save(b, "JPEG", quality=90, progressive=progressive)
+        originals.append(b.getvalue())
+        (tmp_path / f"{i}.jpg").write_bytes(originals[-1])
+    (tmp_path / "convs.jsonl").write_text(json.dumps({"messages": [], "images": ["0.jpg", "1.jpg", "2.jpg"]}) + "\n")
+    subprocess.run([sys.executable, "-m", "stokehold._cli", "pack", tmp_path / "convs.jsonl", tmp_path / "ds"],
+                   check=True, capture_output=True)
+    packed = [bytes(b) for b in stokehold.Dataset(str(tmp_path / "ds"))[0]["images"]]
+    assert [Image.open(io.BytesIO(b)).info.get("progressive", 0) for b in packed] == [0, 0, 0]
+    assert packed[0] != originals[0]  # rewritten
+    for dct in (True, False):
+        proc = Qwen2VL(max_pixels=256 * 28 * 28, dct_scaling=dct)
+        got, g1 = proc(packed)
+        want, g2 = proc(originals)
+        assert np.array_equal(g1, g2) and np.array_equal(got, want), dct
