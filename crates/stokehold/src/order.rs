@@ -130,6 +130,18 @@ pub trait Groups: Send + Sync + std::fmt::Debug + 'static {
     /// The group of sample `id`.
     fn group_of(&self, id: u64) -> usize;
 
+    /// Count `ids` into their groups: `per[g] += 1` for each id of group `g` (a group past
+    /// `per`'s end counted in its last). By default [`Groups::group_of`] per id; a grouping
+    /// that can tell a batch's groups more cheaply (without a call per id) overrides it.
+    fn count(&self, ids: &[u64], per: &mut [u64]) {
+        let last = per.len().saturating_sub(1);
+        for &id in ids {
+            if let Some(n) = per.get_mut(self.group_of(id).min(last)) {
+                *n += 1;
+            }
+        }
+    }
+
     /// Under `on_error = skip`, the largest fraction of group `group`'s share of an epoch that
     /// may be skipped; `None`: only the loader's budget.
     fn max_skip_fraction(&self, group: usize) -> Option<f64>;

@@ -71,9 +71,19 @@ impl GroupAccounts {
             .min(self.counters.len().saturating_sub(1))
     }
 
-    /// A batch of `ids` was delivered.
+    /// A batch of `ids` was delivered (counted by the grouping in one call: [`Groups::count`]).
     pub(crate) fn delivered(&self, ids: &[u64]) {
-        self.count(ids.iter().copied(), |c| &c.samples);
+        let mut per = [0u64; 8];
+        if self.counters.len() > per.len() {
+            self.count(ids.iter().copied(), |c| &c.samples);
+            return;
+        }
+        self.groups.count(ids, &mut per[..self.counters.len()]);
+        for (c, n) in self.counters.iter().zip(per) {
+            if n > 0 {
+                c.samples.fetch_add(n, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Samples `ids` of a batch delivered failed.

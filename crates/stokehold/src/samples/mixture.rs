@@ -847,6 +847,17 @@ impl Groups for Blended {
         source_of(&self.offsets, id).0
     }
 
+    fn count(&self, ids: &[u64], per: &mut [u64]) {
+        // the sources' id ranges in one loop (no call per id)
+        let last = per.len().saturating_sub(1);
+        for &id in ids {
+            let s = self.offsets.partition_point(|&o| o <= id).saturating_sub(1);
+            if let Some(n) = per.get_mut(s.min(last)) {
+                *n += 1;
+            }
+        }
+    }
+
     fn max_skip_fraction(&self, group: usize) -> Option<f64> {
         self.max_skip_fraction.get(group).copied().flatten()
     }

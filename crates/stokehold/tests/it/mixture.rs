@@ -1074,3 +1074,33 @@ fn a_sample_its_fill_task_leaves_out_or_panics_before_fails_alone_naming_it() {
         assert!(msg.contains(want), "{msg}");
     }
 }
+
+#[test]
+fn a_mixtures_groups_count_a_batch_as_their_group_of_each_id_says() {
+    use stokehold::Groups;
+    let tmp = tempfile::tempdir().unwrap();
+    let paths = [
+        write(tmp.path(), 1, 37),
+        write(tmp.path(), 2, 120),
+        write(tmp.path(), 3, 5),
+    ];
+    let m = mixture(
+        &paths,
+        options(vec![(0, vec![0.5, 0.3, 0.2])], ScheduleUnit::Samples, 0),
+    );
+    let groups: &dyn Groups = m.blended().as_ref();
+    // every id, in an order that crosses the sources' ranges back and forth
+    let ids: Vec<u64> = (0..162u64).map(|i| (i * 97) % 162).collect();
+    for per_len in [3usize, 2, 1] {
+        let mut per = vec![0u64; per_len];
+        groups.count(&ids, &mut per);
+        let mut want = vec![0u64; per_len];
+        for &id in &ids {
+            want[groups.group_of(id).min(per_len - 1)] += 1;
+        }
+        assert_eq!(per, want, "{per_len} counters");
+    }
+    let mut per = [0u64; 3];
+    groups.count(&ids, &mut per);
+    assert_eq!(per, [37, 120, 5]);
+}
