@@ -181,6 +181,11 @@ class ShardWriter:
     :param classes: class names by integer label, stored in the manifest.
     :param storage_options: for a URL, options of the object store, as for :class:`Dataset`
         (plus ``upload_part_bytes``, default 8 MiB); credentials otherwise from the environment.
+    :param restart_markers: rewrite every JPEG (in an image field or a list of images)
+        losslessly as ``stokehold pack`` does by default: baseline with restart markers, the
+        same pixels; progressive photographs then decode ~3x faster and crops read only their
+        rows. Off by default: the bytes are stored as given. A JPEG the rewrite refuses is
+        stored as given and counted in :attr:`kept_as_is`.
     :raises SchemaError: the schema or an option is invalid.
     :raises StokeholdIOError: ``path`` exists (``errno`` EEXIST) or cannot be written.
     """
@@ -196,7 +201,12 @@ class ShardWriter:
         overwrite: bool = False,
         classes: Optional[List[str]] = None,
         storage_options: Optional[Mapping[str, Union[str, bool, int, float]]] = None,
+        restart_markers: bool = False,
     ) -> "ShardWriter": ...
+    @property
+    def kept_as_is(self) -> int:
+        """With ``restart_markers=True``, the JPEGs stored as given so far because the lossless
+        rewrite refused them; 0 otherwise."""
     def write(self, sample: Dict[str, Any]) -> int:
         """Append one sample, a dict with exactly the schema's fields; returns its index.
 

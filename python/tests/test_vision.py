@@ -270,3 +270,32 @@ def test_packed_images_rewritten_as_baseline_give_the_originals_pixel_values(tmp
         got, g1 = proc(packed)
         want, g2 = proc(originals)
         assert np.array_equal(g1, g2) and np.array_equal(got, want), dct
+
+
+def test_shard_writer_rewrites_jpegs_as_pack_does_only_when_asked(tmp_path):
+    # restart_markers=True: every JPEG of a list of images rewritten losslessly (baseline with
+    # restart markers, the same pixel_values); a PNG kept; the default stores the bytes as given
+    originals = []
+    for i, (w, h) in enumerate([(900, 700), (320, 240)]):
+        b = io.BytesIO()
+        Image.open(io.BytesIO(jpeg(w, h, seed=i))).save(b, "JPEG", quality=90, progressive=True)
+        originals.append(b.getvalue())
+    png = io.BytesIO()
+    Image.new("RGB", (40, 30), (10, 200, 30)).save(png, "PNG")
+    items = originals + [png.getvalue()]
+    for rewrite in (True, False):
+        path = str(tmp_path / f"ds-{rewrite}")
+        with stokehold.ShardWriter(path, {"images": "list:image"}, restart_markers=rewrite) as w:
+            w.write({"images": items})
+            assert w.kept_as_is == 0
+        stored = [bytes(b) for b in stokehold.Dataset(path)[0]["images"]]
+        assert stored[2] == items[2]
+        if not rewrite:
+            assert stored == items
+            continue
+        assert [Image.open(io.BytesIO(b)).info.get("progressive", 0) for b in stored[:2]] == [0, 0]
+        assert all(b"\xff\xd0" in b for b in stored[:2])  # restart markers
+        proc = Qwen2VL(max_pixels=128 * 28 * 28)
+        got, g1 = proc(stored)
+        want, g2 = proc(items)
+        assert np.array_equal(g1, g2) and np.array_equal(got, want)

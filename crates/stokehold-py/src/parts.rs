@@ -41,7 +41,7 @@ impl PartWriter {
 /// `values` with pack's image policy applied to every JPEG in an image field or a list of
 /// images (restart markers, the same function `stokehold pack` runs); a file the rewrite refuses
 /// is kept as given and counted in `kept`.
-fn with_image_policy<'a>(
+pub(crate) fn with_image_policy<'a>(
     values: Vec<FieldValue<'a>>,
     policy: &ImagePolicy,
     kept: &mut u64,

@@ -19,6 +19,11 @@ pub struct ShardWriter {
     inner: Option<DatasetWriter>,
     path: PathBuf,
     written: u64,
+    /// `restart_markers=True`: every JPEG rewritten as `pack` rewrites it (lossless baseline
+    /// with restart markers); `None`: stored as given.
+    policy: Option<stokehold_ingest::ImagePolicy>,
+    /// JPEGs stored as given because the rewrite refused them.
+    kept_as_is: u64,
 }
 
 /// The schema from a dict name → spec, or an iterable of (name, spec) pairs.
@@ -224,7 +229,7 @@ impl ShardWriter {
 #[pymethods]
 impl ShardWriter {
     #[new]
-    #[pyo3(signature = (path, schema, *, shard_size = 268_435_456, align = 1, zstd_level = 3, overwrite = false, classes = None, storage_options = None))]
+    #[pyo3(signature = (path, schema, *, shard_size = 268_435_456, align = 1, zstd_level = 3, overwrite = false, classes = None, storage_options = None, restart_markers = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -238,6 +243,7 @@ impl ShardWriter {
         overwrite: bool,
         classes: Option<Vec<String>>,
         storage_options: Option<crate::storage_options::StorageOptions>,
+        restart_markers: bool,
     ) -> PyResult<ShardWriter> {
         let schema = parse_schema(schema)?;
         let options = write_options(py, shard_size, align, zstd_level, overwrite)?;
@@ -252,28 +258,56 @@ impl ShardWriter {
             inner: Some(inner),
             path,
             written: 0,
+            policy: restart_markers.then(|| stokehold_ingest::ImagePolicy {
+                restart_markers: true,
+                ..stokehold_ingest::ImagePolicy::default()
+            }),
+            kept_as_is: 0,
         })
     }
 
     /// Append one sample (a dict with exactly the schema's fields); returns its index.
     fn write(&mut self, py: Python<'_>, sample: &Bound<'_, PyDict>) -> PyResult<u64> {
+        let policy = self.policy;
+        let mut kept = 0;
         let writer = self.writer()?;
         let prepared = prepare_sample(writer.schema(), sample)?;
         let values = values_of(writer.schema(), &prepared);
         let index = py
-            .detach(|| writer.write(&values))
+            .detach(|| match &policy {
+                // pack's own rewrite of every JPEG (alone or in a list), off the GIL
+                Some(policy) => {
+                    writer.write(&crate::parts::with_image_policy(values, policy, &mut kept))
+                }
+                None => writer.write(&values),
+            })
             .map_err(|e| to_py_err(py, e))?;
         self.written += 1;
+        self.kept_as_is += kept;
         Ok(index)
+    }
+
+    /// With `restart_markers=True`: the JPEGs stored as given so far because the lossless
+    /// rewrite refused them (as `pack`'s `kept_as_is`); 0 otherwise.
+    #[getter]
+    fn kept_as_is(&self) -> u64 {
+        self.kept_as_is
     }
 
     /// Finish: close the last shard, write the manifest, publish the dataset. Returns the
     /// manifest as a dict.
     fn close<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.writer()?;
-        let Some(writer) = self.inner.take() else {
+        let Some(mut writer) = self.inner.take() else {
             return Err(stokehold_error("ShardWriter is closed"));
         };
+        if self.policy.is_some() {
+            // as pack records it: the JPEGs carry restart markers, and how many were refused
+            writer.set_source(serde_json::json!({
+                "restart_markers": true,
+                "kept_as_is": self.kept_as_is,
+            }));
+        }
         let manifest = py
             .detach(|| writer.finish())
             .map_err(|e| to_py_err(py, e))?;
