@@ -1,20 +1,21 @@
 //! Datasets written by many writers (`stokehold_storage::parts`), for `stokehold.ray`: one
 //! `PartWriter` per write task, `prepare_parts` / `commit_parts` / `abort_parts` on the driver.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
-use stokehold_format::{FieldValue, ImageCodec, ShardInfo};
-use stokehold_ingest::{DEFAULT_RESTART_MARKERS, ImagePolicy, apply_image_policy};
+use stokehold_format::{FieldValue, ShardInfo};
+use stokehold_ingest::{DEFAULT_RESTART_MARKERS, ImagePolicy};
 use stokehold_storage::PartWriter as FormatPartWriter;
 use stokehold_storage::parts::{self, Commit};
 
 use crate::convert::prepare;
 use crate::errors::{schema_error, stokehold_error, to_py_err};
-use crate::writer::{batch_columns, parse_schema, prepare_sample, values_of, write_options};
+use crate::writer::{
+    batch_columns, parse_schema, prepare_sample, values_of, with_image_policy, write_options,
+};
 
 /// One write task's writer of a dataset written by many: shards named after the run and the
 /// task, written straight into the destination; no manifest (`commit_parts` writes it).
@@ -36,32 +37,6 @@ impl PartWriter {
             stokehold_error(format!("PartWriter for {} is closed", self.path.display()))
         })
     }
-}
-
-/// `values` with pack's image policy applied to every JPEG in an image field or a list of
-/// images (restart markers, the same function `stokehold pack` runs); a file the rewrite refuses
-/// is kept as given and counted in `kept`.
-pub(crate) fn with_image_policy<'a>(
-    values: Vec<FieldValue<'a>>,
-    policy: &ImagePolicy,
-    kept: &mut u64,
-) -> Vec<FieldValue<'a>> {
-    values
-        .into_iter()
-        .map(|v| match v {
-            FieldValue::Image(b) if ImageCodec::sniff(&b) == Some(ImageCodec::Jpeg) => {
-                let mut bytes = b.into_owned();
-                match apply_image_policy(&mut bytes, policy) {
-                    Ok(a) if a.kept.is_none() => {}
-                    // refused (`Ok` with a reason) or failed: stored as given, as pack does
-                    _ => *kept += 1,
-                }
-                FieldValue::Image(Cow::Owned(bytes))
-            }
-            FieldValue::List(items) => FieldValue::List(with_image_policy(items, policy, kept)),
-            v => v,
-        })
-        .collect()
 }
 
 /// Write one row, pack's image policy applied first when it has anything to do.

@@ -1,10 +1,12 @@
 //! `stokehold.ShardWriter`: writes a dataset directory, atomically.
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyType};
-use stokehold_format::{FieldValue, Schema, WriteOptions};
+use stokehold_format::{FieldValue, ImageCodec, Schema, WriteOptions};
+use stokehold_ingest::{ImagePolicy, apply_image_policy};
 use stokehold_storage::{DatasetWriteOptions, DatasetWriter};
 
 use crate::convert::{Prepared, prepare};
@@ -21,7 +23,7 @@ pub struct ShardWriter {
     written: u64,
     /// `restart_markers=True`: every JPEG rewritten as `pack` rewrites it (lossless baseline
     /// with restart markers); `None`: stored as given.
-    policy: Option<stokehold_ingest::ImagePolicy>,
+    policy: Option<ImagePolicy>,
     /// JPEGs stored as given because the rewrite refused them.
     kept_as_is: u64,
 }
@@ -258,9 +260,9 @@ impl ShardWriter {
             inner: Some(inner),
             path,
             written: 0,
-            policy: restart_markers.then(|| stokehold_ingest::ImagePolicy {
+            policy: restart_markers.then(|| ImagePolicy {
                 restart_markers: true,
-                ..stokehold_ingest::ImagePolicy::default()
+                ..ImagePolicy::default()
             }),
             kept_as_is: 0,
         })
@@ -276,9 +278,7 @@ impl ShardWriter {
         let index = py
             .detach(|| match &policy {
                 // pack's own rewrite of every JPEG (alone or in a list), off the GIL
-                Some(policy) => {
-                    writer.write(&crate::parts::with_image_policy(values, policy, &mut kept))
-                }
+                Some(policy) => writer.write(&with_image_policy(values, policy, &mut kept)),
                 None => writer.write(&values),
             })
             .map_err(|e| to_py_err(py, e))?;
@@ -375,4 +375,30 @@ impl ShardWriter {
             self.written
         )
     }
+}
+
+/// `values` with pack's image policy applied to every JPEG in an image field or a list of
+/// images (restart markers, the same function `stokehold pack` runs); a file the rewrite refuses
+/// is kept as given and counted in `kept`.
+pub(crate) fn with_image_policy<'a>(
+    values: Vec<FieldValue<'a>>,
+    policy: &ImagePolicy,
+    kept: &mut u64,
+) -> Vec<FieldValue<'a>> {
+    values
+        .into_iter()
+        .map(|v| match v {
+            FieldValue::Image(b) if ImageCodec::sniff(&b) == Some(ImageCodec::Jpeg) => {
+                let mut bytes = b.into_owned();
+                match apply_image_policy(&mut bytes, policy) {
+                    Ok(a) if a.kept.is_none() => {}
+                    // refused (`Ok` with a reason) or failed: stored as given, as pack does
+                    _ => *kept += 1,
+                }
+                FieldValue::Image(Cow::Owned(bytes))
+            }
+            FieldValue::List(items) => FieldValue::List(with_image_policy(items, policy, kept)),
+            v => v,
+        })
+        .collect()
 }
