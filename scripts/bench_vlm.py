@@ -175,10 +175,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-pixels", type=int, default=1280 * 28 * 28)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--store", choices=("pack", "writer"), default="pack",
+    ap.add_argument("--store", choices=("pack", "writer", "writer-rewrite"), default="pack",
                     help="how stokehold's dataset is made: `stokehold pack` of a JSONL naming the image files "
-                         "(its defaults: JPEGs rewritten losslessly as baseline with restart markers), or "
-                         "ShardWriter with the bytes as given")
+                         "(its defaults: JPEGs rewritten losslessly as baseline with restart markers), "
+                         "ShardWriter with the bytes as given, or ShardWriter(restart_markers=True)")
     a = ap.parse_args()
 
     import torch
@@ -218,7 +218,9 @@ def main():
                        check=True, stdout=subprocess.DEVNULL)
         pack_s = time.perf_counter() - t0
     else:
-        with stokehold.ShardWriter(path, {"messages": "json", "images": "list:image"}) as w:
+        # --store writer-rewrite: ShardWriter's own lossless rewrite, what pack does by default
+        rewrite = a.store == "writer-rewrite"
+        with stokehold.ShardWriter(path, {"messages": "json", "images": "list:image"}, restart_markers=rewrite) as w:
             for conv, ims in data:
                 w.write({"messages": json.dumps(conv), "images": ims})
 
@@ -265,6 +267,7 @@ def main():
         print(f"  {label:26s} {c * 1e3:8.1f} ms CPU/conv ({w * 1e3:7.1f} ms wall)  tokens {toks[label]}{extra}")
     print(f"  stokehold's fill: {fill:.4f}; its dataset made by "
           + (f"stokehold pack ({pack_s:.2f} s on {a.workers} threads, once)" if pack_s is not None
+             else "ShardWriter(restart_markers=True)" if a.store == "writer-rewrite"
              else "ShardWriter (the JPEGs as given)"))
 
 
