@@ -39,19 +39,14 @@ impl PartWriter {
     }
 }
 
-/// Write one row, pack's image policy applied first when it has anything to do.
+/// Write one row, pack's image policy applied first ([`with_image_policy`]).
 fn write_row(
     writer: &mut FormatPartWriter,
     values: Vec<FieldValue<'_>>,
     policy: &ImagePolicy,
     kept: &mut u64,
 ) -> stokehold_format::Result<u64> {
-    let values = if policy.restart_markers {
-        with_image_policy(values, policy, kept)
-    } else {
-        values
-    };
-    writer.write(&values)
+    writer.write(&with_image_policy(values, policy, kept))
 }
 
 /// A shard's entry as a dict (`file`, `records`, `bytes`, `crc32c`).

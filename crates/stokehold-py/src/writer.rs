@@ -21,9 +21,9 @@ pub struct ShardWriter {
     inner: Option<DatasetWriter>,
     path: PathBuf,
     written: u64,
-    /// `restart_markers=True`: every JPEG rewritten as `pack` rewrites it (lossless baseline
-    /// with restart markers); `None`: stored as given.
-    policy: Option<ImagePolicy>,
+    /// With `restart_markers`, every JPEG rewritten as `pack` rewrites it (lossless baseline
+    /// with restart markers); otherwise stored as given (as `PartWriter`'s).
+    policy: ImagePolicy,
     /// JPEGs stored as given because the rewrite refused them.
     kept_as_is: u64,
 }
@@ -260,10 +260,10 @@ impl ShardWriter {
             inner: Some(inner),
             path,
             written: 0,
-            policy: restart_markers.then(|| ImagePolicy {
-                restart_markers: true,
+            policy: ImagePolicy {
+                restart_markers,
                 ..ImagePolicy::default()
-            }),
+            },
             kept_as_is: 0,
         })
     }
@@ -276,11 +276,7 @@ impl ShardWriter {
         let prepared = prepare_sample(writer.schema(), sample)?;
         let values = values_of(writer.schema(), &prepared);
         let index = py
-            .detach(|| match &policy {
-                // pack's own rewrite of every JPEG (alone or in a list), off the GIL
-                Some(policy) => writer.write(&with_image_policy(values, policy, &mut kept)),
-                None => writer.write(&values),
-            })
+            .detach(|| writer.write(&with_image_policy(values, &policy, &mut kept)))
             .map_err(|e| to_py_err(py, e))?;
         self.written += 1;
         self.kept_as_is += kept;
@@ -301,7 +297,7 @@ impl ShardWriter {
         let Some(mut writer) = self.inner.take() else {
             return Err(stokehold_error("ShardWriter is closed"));
         };
-        if self.policy.is_some() {
+        if self.policy.restart_markers {
             // as pack records it: the JPEGs carry restart markers, and how many were refused
             writer.set_source(serde_json::json!({
                 "restart_markers": true,
@@ -378,13 +374,17 @@ impl ShardWriter {
 }
 
 /// `values` with pack's image policy applied to every JPEG in an image field or a list of
-/// images (restart markers, the same function `stokehold pack` runs); a file the rewrite refuses
-/// is kept as given and counted in `kept`.
+/// images (restart markers, the same function `stokehold pack` runs) when it has anything to do,
+/// else as they are; a file the rewrite refuses is kept as given and counted in `kept`. What
+/// both Python writers (`ShardWriter`, Ray's `PartWriter`) write a row through.
 pub(crate) fn with_image_policy<'a>(
     values: Vec<FieldValue<'a>>,
     policy: &ImagePolicy,
     kept: &mut u64,
 ) -> Vec<FieldValue<'a>> {
+    if !policy.restart_markers {
+        return values;
+    }
     values
         .into_iter()
         .map(|v| match v {
